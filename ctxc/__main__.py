@@ -1,0 +1,3 @@
+from ctxc.cli import main
+
+main()

@@ -1,0 +1,196 @@
+"""The one transcript model every format adapter reads into and writes from.
+
+A file is a sequence of :class:`Record` (its physical lines, kept as the exact bytes read) and, on top of
+them, the logical conversation: :class:`Message` objects made of content blocks. Messages point back at
+the records they came from, so a writer can emit untouched records byte for byte and re-encode only what
+a strategy changed. Everything here is frozen: strategies build new objects, they never mutate input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+RecordKind = Literal["message", "passthrough", "blank", "invalid"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    text: str
+    raw: Any = None
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBlock:
+    """Model reasoning. ``text`` may be empty when only an encrypted or redacted form was recorded."""
+
+    text: str
+    raw: Any = None
+    kind: ClassVar[str] = "thinking"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: Any
+    raw: Any = None
+    kind: ClassVar[str] = "tool_use"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An image. Width and height are known only when the source recorded them or the header was read."""
+
+    media_type: str | None = None
+    width: int | None = None
+    height: int | None = None
+    data_bytes: int = 0
+    raw: Any = None
+    kind: ClassVar[str] = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    text: str
+    is_error: bool = False
+    name: str | None = None
+    raw: Any = None
+    #: Images returned inside the result (a screenshot, an image file read by a tool).
+    images: tuple[ImageBlock, ...] = ()
+    kind: ClassVar[str] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownBlock:
+    """A block ctxc does not model. ``text`` is what it costs in tokens; ``raw`` is written back verbatim."""
+
+    raw: Any
+    text: str = ""
+    type: str = "unknown"
+    kind: ClassVar[str] = "unknown"
+
+
+Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock | UnknownBlock
+BLOCK_KINDS: tuple[str, ...] = ("text", "thinking", "tool_use", "tool_result", "image", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage an API call recorded, as the log wrote it (not an estimate).
+
+    ``context`` is what the model saw as input on that call: fresh input plus cache reads and writes.
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    line: int = 0
+    window: int | None = None
+
+    @property
+    def context(self) -> int:
+        return self.input + self.cache_read + self.cache_write
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A compaction the log already records (Claude Code compact_boundary, Codex compacted, ...)."""
+
+    kind: str
+    line: int
+    trigger: str | None = None
+    pre_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One physical line (or, for whole-document formats, the whole file), exactly as read."""
+
+    line: int
+    raw: bytes
+    eol: bytes
+    data: Any = None
+    kind: RecordKind = "passthrough"
+
+    def to_bytes(self) -> bytes:
+        return self.raw + self.eol
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One logical message: a role and ordered content blocks.
+
+    ``records`` are the indexes (into :attr:`Transcript.records`) of the lines this message was read
+    from; several for a Claude Code response split over lines. ``meta`` carries adapter facts that
+    strategies may need (uuids, sidechain flags, the source role such as ``developer``).
+    """
+
+    role: Role
+    blocks: tuple[Block, ...]
+    line: int = 0
+    index: int = 0
+    records: tuple[int, ...] = ()
+    conversation: int = 0
+    importance: str | None = None
+    usage: Usage | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    raw: Any = None
+
+    @property
+    def kind(self) -> str:
+        """The message's dominant content kind, for reports: results and calls outrank plain text."""
+        kinds = {b.kind for b in self.blocks}
+        for k in ("tool_result", "tool_use", "image", "text", "thinking", "unknown"):
+            if k in kinds:
+                return k
+        return "empty"
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        names: list[str] = []
+        for b in self.blocks:
+            if isinstance(b, ToolUseBlock) or (isinstance(b, ToolResultBlock) and b.name):
+                assert b.name is not None
+                names.append(b.name)
+        return tuple(names)
+
+    @property
+    def text(self) -> str:
+        """Plain text of the message's text, thinking and tool-result blocks, for search and rules."""
+        parts: list[str] = []
+        for b in self.blocks:
+            if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock | UnknownBlock):
+                if b.text:
+                    parts.append(b.text)
+            elif isinstance(b, ToolUseBlock):
+                parts.append(f"{b.name} {b.input}")
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A whole file: its records in order, the messages read from them, and what the log recorded."""
+
+    format: str
+    records: tuple[Record, ...]
+    messages: tuple[Message, ...]
+    source: str = "-"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    usage: tuple[Usage, ...] = ()
+    boundaries: tuple[Boundary, ...] = ()
+    conversations: int = 1
+    problems: tuple[str, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        return b"".join(r.to_bytes() for r in self.records)
+
+    def conversation(self, n: int) -> tuple[Message, ...]:
+        return tuple(m for m in self.messages if m.conversation == n)

@@ -1,0 +1,73 @@
+"""Machine output contracts and safe file writing.
+
+Every ``--format json`` document is an envelope with a ``schema`` string (``ctxc.<command>/<major>``):
+the major number changes only when a field is removed or changes meaning, so scripts can rely on it.
+Files are written atomically: a temporary file in the target directory, fsync, then ``os.replace``; an
+interrupted run leaves the old file (or nothing), never half of a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from ctxc import __version__
+from ctxc.errors import OutputError
+
+SCHEMA_VERSION = 1
+
+
+def envelope(command: str, **payload: Any) -> dict[str, Any]:
+    return {"schema": f"ctxc.{command}/{SCHEMA_VERSION}", "ctxc_version": __version__, **payload}
+
+
+def dumps(doc: Any) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+@contextlib.contextmanager
+def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> Iterator[BinaryIO]:
+    """Open ``target`` for writing atomically (``-`` is stdout). Refuses to overwrite any of ``inputs``."""
+    name = str(target)
+    if name == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    for src in inputs:
+        if src != "-" and Path(name).exists() and same_file(name, src):
+            raise OutputError("refusing to overwrite an input file; choose another -o", path=name)
+    directory = Path(name).resolve().parent
+    if not directory.is_dir():
+        raise OutputError(f"directory {directory} does not exist", path=name)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{Path(name).name}.", suffix=".ctxc-tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, name)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
