@@ -1,0 +1,178 @@
+"""Format adapters: the registry, sniffing, and the ``load``/``dump`` entry points.
+
+Adding a format is one new module that calls :func:`register` plus one import at the bottom of this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ctxc.errors import FormatError, InputError
+from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
+from ctxc.model import Boundary, Message, Record, Transcript, Usage
+from ctxc.reader import ReadOptions, iter_records, open_binary
+
+_ADAPTERS: dict[str, FormatAdapter] = {}
+
+
+def register(adapter: FormatAdapter) -> FormatAdapter:
+    if adapter.name in _ADAPTERS:
+        raise ValueError(f"format {adapter.name!r} registered twice")
+    _ADAPTERS[adapter.name] = adapter
+    return adapter
+
+
+def adapters() -> dict[str, FormatAdapter]:
+    return dict(_ADAPTERS)
+
+
+def get_adapter(name: str) -> FormatAdapter:
+    try:
+        return _ADAPTERS[name]
+    except KeyError:
+        known = ", ".join(sorted(_ADAPTERS))
+        raise FormatError(f"unknown format {name!r} (known: {known})") from None
+
+
+def sniff(sample: list[Record], name: str) -> FormatAdapter:
+    """Pick the adapter most sure of ``sample``; a tie or no taker is an error, never a guess."""
+    usable = [r for r in sample if r.kind == "passthrough"]
+    scores = sorted(((a.sniff(usable), a.name) for a in _ADAPTERS.values()), reverse=True)
+    if not usable or not scores or scores[0][0] <= 0:
+        raise FormatError("unknown transcript format (force one with --input-format)", path=name)
+    if len(scores) > 1 and scores[1][0] == scores[0][0]:
+        raise FormatError(
+            f"ambiguous format: {scores[0][1]} or {scores[1][1]} (force one with --input-format)", path=name
+        )
+    return _ADAPTERS[scores[0][1]]
+
+
+@dataclass
+class Stream:
+    """An opened transcript being read lazily: its adapter, and its records and items as they come.
+
+    ``records`` fills up as ``items`` is consumed; streaming callers that do not need the records can
+    pass ``keep_records=False`` to :func:`open_stream`.
+    """
+
+    name: str
+    adapter: FormatAdapter
+    items: Iterator[Item]
+    records: list[Record]
+    #: Lines of records kept as ``invalid`` under ``skip_invalid`` (filled as ``items`` is consumed).
+    invalid_lines: list[int] = field(default_factory=list)
+    _handle: BinaryIO | None = None
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def open_stream(
+    src: str | os.PathLike[str] | BinaryIO,
+    *,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+    keep_records: bool = True,
+) -> Stream:
+    name, handle = open_binary(src)
+    owned = handle if isinstance(src, str | os.PathLike) and str(src) != "-" else None
+    try:
+        records_iter = iter_records(handle, name, options)
+        sample: list[Record] = []
+        for rec in records_iter:
+            sample.append(rec)
+            if sum(1 for r in sample if r.kind == "passthrough") >= SNIFF_RECORDS:
+                break
+        if not sample:
+            raise InputError("empty file (no JSON records)", path=name)
+        adapter = get_adapter(input_format) if input_format else sniff(sample, name)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
+    kept: list[Record] = []
+    invalid: list[int] = []
+
+    def indexed() -> Iterator[tuple[int, Record]]:
+        for i, rec in enumerate(itertools.chain(sample, records_iter)):
+            if keep_records:
+                kept.append(rec)
+            if rec.kind == "passthrough":
+                yield i, rec
+            elif rec.kind == "invalid":
+                invalid.append(rec.line)
+
+    return Stream(
+        name=name,
+        adapter=adapter,
+        items=adapter.read(indexed()),
+        records=kept,
+        invalid_lines=invalid,
+        _handle=owned,
+    )
+
+
+def load(
+    src: str | os.PathLike[str] | BinaryIO,
+    *,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+) -> Transcript:
+    """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream)."""
+    stream = open_stream(src, input_format=input_format, options=options)
+    try:
+        messages: list[Message] = []
+        usage: list[Usage] = []
+        boundaries: list[Boundary] = []
+        for item in stream.items:
+            if isinstance(item, Message):
+                messages.append(item)
+            elif isinstance(item, Usage):
+                usage.append(item)
+            else:
+                boundaries.append(item)
+    finally:
+        stream.close()
+    records = tuple(stream.records)
+    marked = _mark_message_records(records, messages)
+    problems = tuple(f"line {n}: skipped, not a JSON object" for n in stream.invalid_lines)
+    return Transcript(
+        format=stream.adapter.name,
+        records=marked,
+        messages=tuple(messages),
+        source=stream.name,
+        usage=tuple(usage),
+        boundaries=tuple(boundaries),
+        conversations=(max((m.conversation for m in messages), default=0) + 1),
+        problems=problems,
+    )
+
+
+def _mark_message_records(records: tuple[Record, ...], messages: list[Message]) -> tuple[Record, ...]:
+    used = {i for m in messages for i in m.records}
+    if not used:
+        return records
+    return tuple(
+        Record(line=r.line, raw=r.raw, eol=r.eol, data=r.data, kind="message") if i in used else r
+        for i, r in enumerate(records)
+    )
+
+
+def dump(transcript: Transcript, stream: BinaryIO) -> None:
+    """Write a transcript's records; records nobody changed go out as the exact bytes read."""
+    for rec in transcript.records:
+        stream.write(rec.raw)
+        stream.write(rec.eol)
+
+
+# Importing an adapter module registers it. Sniffing scores every adapter, so order does not matter.
+FORMAT_MODULES = ("chat", "claude_code", "codex", "dataset", "openhands", "pi", "swe_agent")
+for _module in FORMAT_MODULES:
+    importlib.import_module(f"ctxc.formats.{_module}")

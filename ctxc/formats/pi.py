@@ -1,0 +1,421 @@
+"""pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``).
+
+The first line is a ``session`` header (metadata, not a message). Every other line is an entry
+``{type, timestamp, ...}``: ``message`` entries hold a pi-ai message (``user``, ``assistant``,
+``toolResult``) or a coding-agent message (``bashExecution``, ``custom``); ``compaction`` entries
+record a compaction the agent did (a :class:`Boundary`, the entries themselves are never deleted);
+``model_change``, ``thinking_level_change``, ``label``... are settings and stay untouched.
+Newer files (session version 2+) add ``id``/``parentId`` to entries (a tree); they go into ``meta``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ctxc.formats import register
+from ctxc.formats.base import Item
+from ctxc.formats.shapes import content_text, dumps_compact, image_from_base64
+from ctxc.model import (
+    Block,
+    Boundary,
+    ImageBlock,
+    Message,
+    Record,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+    Usage,
+)
+
+#: Message roles only pi writes (pi-ai's ``toolResult``, the coding agent's own message kinds).
+_PI_ROLES = frozenset(
+    {"toolResult", "bashExecution", "custom", "hookMessage", "branchSummary", "compactionSummary"}
+)
+_ALL_ROLES = _PI_ROLES | {"user", "assistant"}
+#: Entry types only pi writes.
+_PI_ENTRY_TYPES = frozenset(
+    {
+        "model_change",
+        "thinking_level_change",
+        "compaction",
+        "branch_summary",
+        "custom_message",
+        "session_info",
+    }
+)
+
+# The wrapping pi puts around summaries when it sends them to the model (coding-agent messages.ts).
+_BRANCH_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+)
+_BRANCH_SUFFIX = "</summary>"
+_COMPACTION_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+)
+_COMPACTION_SUFFIX = "\n</summary>"
+
+
+# ------------------------------------------------------------------------------------------- blocks
+
+
+def parse_block(block: Any) -> Block:
+    """One pi-ai content block: text, thinking, toolCall or image."""
+    if not isinstance(block, dict):
+        return UnknownBlock(raw=block, text=block if isinstance(block, str) else dumps_compact(block))
+    btype = block.get("type")
+    if btype == "text" and isinstance(block.get("text"), str):
+        return TextBlock(text=block["text"], raw=block)
+    if btype == "thinking":
+        return ThinkingBlock(text=str(block.get("thinking") or ""), raw=block)
+    if btype == "toolCall" and isinstance(block.get("id"), str):
+        return ToolUseBlock(
+            id=block["id"], name=str(block.get("name", "")), input=block.get("arguments"), raw=block
+        )
+    if btype == "image":
+        data = block.get("data")
+        if isinstance(data, str):
+            return image_from_base64(data, block.get("mimeType"), block)
+        return ImageBlock(media_type=block.get("mimeType"), raw=block)
+    return UnknownBlock(raw=block, text=dumps_compact(block), type=str(btype or "unknown"))
+
+
+def encode_block(block: Block) -> Any:
+    """The pi-ai JSON for a block: ``raw`` when unchanged, else rebuilt keeping raw's other keys."""
+    if block.raw is not None and parse_block(block.raw) == block:
+        return block.raw
+    base = dict(block.raw) if isinstance(block.raw, dict) else {}
+    if isinstance(block, TextBlock):
+        return {**base, "type": "text", "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        return {"thinkingSignature": "", **base, "type": "thinking", "thinking": block.text}
+    if isinstance(block, ToolUseBlock):
+        # partialJson is the streamed form of the old arguments: stale once they change.
+        base.pop("partialJson", None)
+        return {**base, "type": "toolCall", "id": block.id, "name": block.name, "arguments": block.input}
+    if isinstance(block, ToolResultBlock):  # not a pi content block: its text is what it carries
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ImageBlock):
+        return base or {"type": "image", "data": "", "mimeType": block.media_type or "image/png"}
+    return block.raw
+
+
+def _parse_content(content: Any) -> tuple[tuple[Block, ...], bool]:
+    """Blocks of a message's content, and whether it was a bare string (pi-ai allows both for users)."""
+    if isinstance(content, str):
+        return (TextBlock(text=content),), True
+    if isinstance(content, list):
+        return tuple(parse_block(b) for b in content), False
+    if content is None:
+        return (), False
+    return (UnknownBlock(raw=content, text=dumps_compact(content)),), False
+
+
+def _encode_content(blocks: Sequence[Block], as_string: bool) -> Any:
+    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+        return blocks[0].text
+    return [encode_block(b) for b in blocks]
+
+
+def _result_images(content: Any) -> tuple[ImageBlock, ...]:
+    if not isinstance(content, list):
+        return ()
+    return tuple(
+        b for b in (parse_block(p) for p in content if isinstance(p, dict)) if isinstance(b, ImageBlock)
+    )
+
+
+def bash_execution_text(msg: Mapping[str, Any]) -> str:
+    """What pi sends the model for a user's ``!command`` (coding-agent ``bashExecutionToText``)."""
+    text = f"Ran `{msg.get('command', '')}`\n"
+    output = msg.get("output")
+    text += f"```\n{output}\n```" if output else "(no output)"
+    exit_code = msg.get("exitCode")
+    if msg.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif isinstance(exit_code, int) and exit_code != 0:
+        text += f"\n\nCommand exited with code {exit_code}"
+    if msg.get("truncated") and msg.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {msg['fullOutputPath']}]"
+    return text
+
+
+def _wrap(summary: Any, prefix: str, suffix: str) -> str:
+    return prefix + (summary if isinstance(summary, str) else "") + suffix
+
+
+def _unwrap(text: str, prefix: str, suffix: str) -> str:
+    if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
+        return text[len(prefix) : len(text) - len(suffix)]
+    return text
+
+
+# -------------------------------------------------------------------------------------------- usage
+
+
+def _usage(raw: Any, line: int) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+
+    def num(key: str) -> int:
+        v = raw.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    return Usage(
+        input=num("input"),
+        output=num("output"),
+        cache_read=num("cacheRead"),
+        cache_write=num("cacheWrite"),
+        line=line,
+    )
+
+
+# ------------------------------------------------------------------------------------------ adapter
+
+
+# New entries carry no clock time: output must be byte-identical across runs. Writers that know a
+# better stamp (the replaced span's) pass it in ``meta["timestamp"]``.
+_EPOCH_ISO = "1970-01-01T00:00:00.000Z"
+
+
+def _now_iso() -> str:
+    return _EPOCH_ISO
+
+
+def _now_ms() -> int:
+    return 0
+
+
+class PiAdapter:
+    name = "pi"
+    description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
+
+    def sniff(self, sample: Sequence[Record]) -> int:
+        records = [r.data for r in sample if isinstance(r.data, dict)]
+        if not records:
+            return 0
+        first = records[0]
+        if first.get("type") == "session" and isinstance(first.get("id"), str) and "payload" not in first:
+            return 95
+        generic = 0
+        for data in records:
+            if "payload" in data:  # a codex envelope, never pi
+                return 0
+            rtype = data.get("type")
+            msg = data.get("message")
+            if rtype == "message" and isinstance(msg, dict) and msg.get("role") in _ALL_ROLES:
+                if msg.get("role") in _PI_ROLES:
+                    return 95
+                generic += 1
+            elif rtype in _PI_ENTRY_TYPES and (
+                "modelId" in data or "thinkingLevel" in data or "tokensBefore" in data
+            ):
+                return 95
+        return 80 if generic else 0
+
+    def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
+        index = 0
+        for rec_index, record in records:
+            entry = record.data
+            if not isinstance(entry, dict):
+                continue
+            etype = entry.get("type")
+            if etype == "compaction":
+                before = entry.get("tokensBefore")
+                yield Boundary(
+                    kind="pi_compaction",
+                    line=record.line,
+                    trigger="hook" if entry.get("fromHook") else None,
+                    pre_tokens=before if isinstance(before, int) else None,
+                )
+                continue
+            parsed = _parse_entry(entry, record.line)
+            if parsed is None:
+                continue
+            role, blocks, usage, meta = parsed
+            importance = entry.get("importance")
+            yield Message(
+                role=role,
+                blocks=blocks,
+                line=record.line,
+                index=index,
+                records=(rec_index,),
+                importance=importance if isinstance(importance, str) else None,
+                usage=usage,
+                meta=meta,
+                raw=entry,
+            )
+            index += 1
+            if usage is not None:
+                yield usage
+
+    def encode_message(self, message: Message) -> dict[str, Any]:
+        raw = message.raw if isinstance(message.raw, dict) else None
+        if raw is not None:
+            parsed = _parse_entry(raw, message.line)
+            if parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks:
+                return raw
+        return _build_entry(message, raw)
+
+
+def _entry_meta(entry: Mapping[str, Any], **facts: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"entry_type": entry.get("type")}
+    if isinstance(entry.get("id"), str):
+        meta["id"] = entry["id"]
+    if "parentId" in entry:
+        meta["parent_id"] = entry["parentId"]
+    meta.update({k: v for k, v in facts.items() if v is not None})
+    return meta
+
+
+def _parse_entry(
+    entry: Mapping[str, Any], line: int
+) -> tuple[Role, tuple[Block, ...], Usage | None, dict[str, Any]] | None:
+    """Role, blocks, usage and meta of one entry, or None when the entry is not a context message."""
+    etype = entry.get("type")
+    if etype == "custom_message":
+        blocks, as_string = _parse_content(entry.get("content"))
+        return (
+            "user",
+            blocks,
+            None,
+            _entry_meta(entry, custom_type=entry.get("customType"), content_was_string=as_string),
+        )
+    if etype == "branch_summary":
+        if not entry.get("summary"):
+            return None  # pi sends nothing for an empty branch summary
+        text = _wrap(entry.get("summary"), _BRANCH_PREFIX, _BRANCH_SUFFIX)
+        return "user", (TextBlock(text=text),), None, _entry_meta(entry)
+    if etype != "message":
+        return None
+    msg = entry.get("message")
+    if not isinstance(msg, dict):
+        return None
+    role = msg.get("role")
+    if role == "user":
+        blocks, as_string = _parse_content(msg.get("content"))
+        return "user", blocks, None, _entry_meta(entry, content_was_string=as_string)
+    if role == "assistant":
+        blocks, as_string = _parse_content(msg.get("content"))
+        meta = _entry_meta(
+            entry,
+            content_was_string=as_string,
+            model=msg.get("model"),
+            provider=msg.get("provider"),
+            api=msg.get("api"),
+            stop_reason=msg.get("stopReason"),
+            error_message=msg.get("errorMessage"),
+        )
+        return "assistant", blocks, _usage(msg.get("usage"), line), meta
+    if role == "toolResult":
+        content = msg.get("content")
+        result = ToolResultBlock(
+            tool_use_id=str(msg.get("toolCallId", "")),
+            text=content_text(content),
+            is_error=bool(msg.get("isError", False)),
+            name=msg.get("toolName") if isinstance(msg.get("toolName"), str) else None,
+            images=_result_images(content),
+        )
+        return "tool", (result,), None, _entry_meta(entry, source_role="toolResult")
+    if role == "bashExecution":
+        if msg.get("excludeFromContext"):
+            return None  # a "!!" command: shown to the user, never sent to the model
+        meta = _entry_meta(entry, source_role="bashExecution", command=msg.get("command"))
+        return "user", (TextBlock(text=bash_execution_text(msg)),), None, meta
+    if role in ("custom", "hookMessage"):
+        blocks, as_string = _parse_content(msg.get("content"))
+        meta = _entry_meta(
+            entry, source_role=role, custom_type=msg.get("customType"), content_was_string=as_string
+        )
+        return "user", blocks, None, meta
+    if role in ("branchSummary", "compactionSummary"):
+        prefix, suffix = (
+            (_BRANCH_PREFIX, _BRANCH_SUFFIX)
+            if role == "branchSummary"
+            else (_COMPACTION_PREFIX, _COMPACTION_SUFFIX)
+        )
+        return (
+            "user",
+            (TextBlock(text=_wrap(msg.get("summary"), prefix, suffix)),),
+            None,
+            _entry_meta(entry, source_role=role),
+        )
+    return None
+
+
+def _text_of(blocks: Sequence[Block]) -> str:
+    return "\n".join(
+        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
+    )
+
+
+def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
+    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's."""
+    envelope: dict[str, Any] = (
+        dict(raw)
+        if raw is not None
+        else {"type": "message", "timestamp": str(message.meta.get("timestamp") or _now_iso())}
+    )
+    etype = envelope.get("type")
+    old_msg = envelope.get("message") if isinstance(envelope.get("message"), dict) else {}
+    assert isinstance(old_msg, dict)
+    as_string = bool(message.meta.get("content_was_string"))
+
+    if etype == "custom_message":
+        return {**envelope, "content": _encode_content(message.blocks, as_string)}
+    if etype == "branch_summary":
+        return {**envelope, "summary": _unwrap(_text_of(message.blocks), _BRANCH_PREFIX, _BRANCH_SUFFIX)}
+    if etype != "message":  # a message whose record was something else: write it as a new message entry
+        envelope = {k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")}
+        envelope = {"type": "message", **envelope}
+        old_msg = {}
+
+    timestamp = old_msg.get("timestamp", _now_ms())
+    old_role = old_msg.get("role")
+    if message.role == "tool":
+        results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
+        first = results[0] if results else ToolResultBlock(tool_use_id="", text=_text_of(message.blocks))
+        content: list[Any] = [{"type": "text", "text": first.text}, *(encode_block(i) for i in first.images)]
+        base = old_msg if old_role == "toolResult" else {}
+        new_msg: dict[str, Any] = {
+            **base,
+            "role": "toolResult",
+            "toolCallId": first.tool_use_id,
+            "toolName": first.name if first.name is not None else base.get("toolName", ""),
+            "content": content,
+            "isError": first.is_error,
+            "timestamp": timestamp,
+        }
+    elif message.role == "assistant" and old_role == "assistant":
+        new_msg = {**old_msg, "content": _encode_content(message.blocks, as_string)}
+    elif message.role == "assistant":
+        new_msg = {
+            "role": "assistant",
+            "content": [encode_block(b) for b in message.blocks],
+            "stopReason": "stop",
+            "timestamp": timestamp,
+        }
+    elif old_role in ("user", "custom", "hookMessage"):
+        new_msg = {**old_msg, "content": _encode_content(message.blocks, as_string)}
+    elif old_role in ("branchSummary", "compactionSummary"):
+        prefix, suffix = (
+            (_BRANCH_PREFIX, _BRANCH_SUFFIX)
+            if old_role == "branchSummary"
+            else (_COMPACTION_PREFIX, _COMPACTION_SUFFIX)
+        )
+        new_msg = {**old_msg, "summary": _unwrap(_text_of(message.blocks), prefix, suffix)}
+    else:
+        # A new user/system message, or a changed bashExecution: pi sends both to the model as a plain user
+        # message, so that is what a rewritten one becomes (pi-ai has no system role inside a session).
+        new_msg = {
+            "role": "user",
+            "content": _encode_content(message.blocks, as_string),
+            "timestamp": timestamp,
+        }
+    return {**envelope, "message": new_msg}
+
+
+register(PiAdapter())

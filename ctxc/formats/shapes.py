@@ -1,0 +1,334 @@
+"""Anthropic and OpenAI message shapes: content blocks to model blocks and back.
+
+Chat logs, Claude Code records, datasets and trajectories all embed one of these two shapes, so every
+adapter that meets them uses these functions. The rule for encoding is the same everywhere: a block
+that still equals what its ``raw`` parses to is written back as ``raw`` itself (nothing ctxc does not
+model can be lost); a changed or new block is built from its fields, keeping ``raw``'s other keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from ctxc.model import (
+    Block,
+    ImageBlock,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+)
+
+# ---------------------------------------------------------------------------------------------- images
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from a PNG, GIF, WebP or JPEG header, or None when the header is not readable."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        w, h = struct.unpack(">II", data[16:24])
+        return int(w), int(h)
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        w, h = struct.unpack("<HH", data[6:10])
+        return int(w), int(h)
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP" and len(data) >= 30:
+        chunk = data[12:16]
+        if chunk == b"VP8X":
+            w = int.from_bytes(data[24:27], "little") + 1
+            h = int.from_bytes(data[27:30], "little") + 1
+            return w, h
+        if chunk == b"VP8 " and len(data) >= 30:
+            w, h = struct.unpack("<HH", data[26:30])
+            return int(w) & 0x3FFF, int(h) & 0x3FFF
+        if chunk == b"VP8L" and len(data) >= 25:
+            b = data[21:25]
+            w = 1 + (((b[1] & 0x3F) << 8) | b[0])
+            h = 1 + (((b[3] & 0xF) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
+            return w, h
+    if data[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 < len(data):
+            if data[i] != 0xFF:
+                i += 1
+                continue
+            marker = data[i + 1]
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                i += 2
+                continue
+            seg_len = struct.unpack(">H", data[i + 2 : i + 4])[0]
+            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+                h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+                return int(w), int(h)
+            i += 2 + seg_len
+    return None
+
+
+def _b64_head(data: str, n_bytes: int) -> bytes:
+    chars = (n_bytes + 2) // 3 * 4
+    try:
+        return base64.b64decode(data[:chars], validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock:
+    # PNG, GIF and WebP keep their size in the first 30 bytes; JPEG's SOF marker can sit after EXIF data.
+    size = image_size(_b64_head(data, 64))
+    if size is None and media_type in ("image/jpeg", "image/jpg"):
+        size = image_size(_b64_head(data, 1 << 16))
+    width, height = size if size else (None, None)
+    return ImageBlock(
+        media_type=media_type, width=width, height=height, data_bytes=len(data) * 3 // 4, raw=raw
+    )
+
+
+def _data_url_image(url: str, raw: Any) -> ImageBlock:
+    if url.startswith("data:") and ";base64," in url:
+        header, data = url.split(";base64,", 1)
+        return image_from_base64(data, header[5:] or None, raw)
+    return ImageBlock(raw=raw)
+
+
+# ----------------------------------------------------------------------------------------------- text
+
+
+def dumps_compact(value: Any) -> str:
+    """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def content_text(content: Any) -> str:
+    """The text a tool result or message content carries: a string, or the text parts of a list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                t = part.get("text")
+                if isinstance(t, str):
+                    parts.append(t)
+        return "\n".join(parts)
+    return dumps_compact(content)
+
+
+def _content_images(content: Any) -> tuple[ImageBlock, ...]:
+    if not isinstance(content, list):
+        return ()
+    out: list[ImageBlock] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in ("image", "image_url", "input_image"):
+            block = parse_anthropic_block(part) if part.get("type") == "image" else _openai_part(part)
+            if isinstance(block, ImageBlock):
+                out.append(block)
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------ anthropic
+
+
+def parse_anthropic_block(block: Any) -> Block:
+    if not isinstance(block, dict):
+        return UnknownBlock(raw=block, text=block if isinstance(block, str) else dumps_compact(block))
+    btype = block.get("type")
+    if btype == "text" and isinstance(block.get("text"), str):
+        return TextBlock(text=block["text"], raw=block)
+    if btype == "thinking":
+        return ThinkingBlock(text=str(block.get("thinking") or ""), raw=block)
+    if btype == "redacted_thinking":
+        return ThinkingBlock(text="", raw=block)
+    if btype == "tool_use" and isinstance(block.get("id"), str):
+        return ToolUseBlock(
+            id=block["id"], name=str(block.get("name", "")), input=block.get("input"), raw=block
+        )
+    if btype == "tool_result" and isinstance(block.get("tool_use_id"), str):
+        content = block.get("content")
+        return ToolResultBlock(
+            tool_use_id=block["tool_use_id"],
+            text=content_text(content),
+            is_error=bool(block.get("is_error", False)),
+            raw=block,
+            images=_content_images(content),
+        )
+    if btype == "image":
+        source = block.get("source")
+        if (
+            isinstance(source, dict)
+            and source.get("type") == "base64"
+            and isinstance(source.get("data"), str)
+        ):
+            return image_from_base64(source["data"], source.get("media_type"), block)
+        return ImageBlock(raw=block)
+    return UnknownBlock(raw=block, text=dumps_compact(block), type=str(btype or "unknown"))
+
+
+def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    if isinstance(content, list):
+        return tuple(parse_anthropic_block(b) for b in content)
+    if content is None:
+        return ()
+    return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+
+
+def _unchanged(block: Block, parse: Callable[[Any], Block]) -> bool:
+    return block.raw is not None and parse(block.raw) == block
+
+
+def encode_anthropic_block(block: Block) -> Any:
+    if _unchanged(block, parse_anthropic_block):
+        return block.raw
+    base = dict(block.raw) if isinstance(block.raw, dict) else {}
+    if isinstance(block, TextBlock):
+        return {**base, "type": "text", "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        if base.get("type") == "redacted_thinking":
+            return base
+        return {**base, "type": "thinking", "thinking": block.text}
+    if isinstance(block, ToolUseBlock):
+        return {**base, "type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if isinstance(block, ToolResultBlock):
+        out: dict[str, Any] = {**base, "type": "tool_result", "tool_use_id": block.tool_use_id}
+        if block.images:
+            out["content"] = [
+                {"type": "text", "text": block.text},
+                *(encode_anthropic_block(i) for i in block.images),
+            ]
+        else:
+            out["content"] = block.text
+        if block.is_error:
+            out["is_error"] = True
+        else:
+            out.pop("is_error", None)
+        return out
+    if isinstance(block, ImageBlock):
+        return base or {
+            "type": "image",
+            "source": {"type": "base64", "media_type": block.media_type, "data": ""},
+        }
+    return block.raw
+
+
+def encode_anthropic_content(blocks: Iterable[Block], *, as_string: bool = False) -> Any:
+    """Content for an Anthropic message; a single plain text block may be written as a bare string."""
+    blocks = tuple(blocks)
+    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+        return blocks[0].text
+    if as_string and not blocks:
+        return ""
+    return [encode_anthropic_block(b) for b in blocks]
+
+
+# --------------------------------------------------------------------------------------------- openai
+
+_OPENAI_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
+def openai_role(role: Any) -> Role | None:
+    return _OPENAI_ROLES.get(role) if isinstance(role, str) else None
+
+
+def _openai_part(part: Any) -> Block:
+    if not isinstance(part, dict):
+        return UnknownBlock(raw=part, text=part if isinstance(part, str) else dumps_compact(part))
+    ptype = part.get("type")
+    if ptype in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
+        return TextBlock(text=part["text"], raw=part)
+    if ptype == "refusal" and isinstance(part.get("refusal"), str):
+        return TextBlock(text=part["refusal"], raw=part)
+    if ptype == "image_url":
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        return _data_url_image(url if isinstance(url, str) else "", part)
+    if ptype == "input_image":
+        url = part.get("image_url")
+        return _data_url_image(url if isinstance(url, str) else "", part)
+    return UnknownBlock(raw=part, text=dumps_compact(part), type=str(ptype or "unknown"))
+
+
+def parse_openai_content(content: Any) -> tuple[Block, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    if isinstance(content, list):
+        return tuple(_openai_part(p) for p in content)
+    return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+
+
+def parse_tool_arguments(arguments: Any) -> Any:
+    """OpenAI sends arguments as a JSON string; keep the parsed value, or the string if it is not JSON."""
+    if isinstance(arguments, str):
+        try:
+            return orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+def parse_openai_tool_call(call: Any) -> Block:
+    if not isinstance(call, dict):
+        return UnknownBlock(raw=call, text=dumps_compact(call))
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    assert isinstance(fn, dict)
+    return ToolUseBlock(
+        id=str(call.get("id", "")),
+        name=str(fn.get("name", "")),
+        input=parse_tool_arguments(fn.get("arguments")),
+        raw=call,
+    )
+
+
+def encode_openai_tool_call(block: Block) -> Any:
+    if _unchanged(block, parse_openai_tool_call):
+        return block.raw
+    if not isinstance(block, ToolUseBlock):
+        return block.raw
+    base: dict[str, Any] = dict(block.raw) if isinstance(block.raw, dict) else {"type": "function"}
+    args = block.input if isinstance(block.input, str) else dumps_compact(block.input)
+    old_fn = base.get("function")
+    fn: dict[str, Any] = dict(old_fn) if isinstance(old_fn, dict) else {}
+    fn.update(name=block.name, arguments=args)
+    return {**base, "id": block.id, "function": fn}
+
+
+def encode_openai_part(block: Block) -> Any:
+    if _unchanged(block, _openai_part):
+        return block.raw
+    base = dict(block.raw) if isinstance(block.raw, dict) else {}
+    if isinstance(block, TextBlock):
+        if base.get("type") == "refusal":
+            return {**base, "refusal": block.text}
+        return {"type": "text", **base, "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        return {"type": "text", "text": block.text}
+    return block.raw if block.raw is not None else {"type": "text", "text": ""}
+
+
+def encode_openai_content(blocks: Iterable[Block], *, as_string: bool) -> Any:
+    blocks = tuple(blocks)
+    if as_string:
+        if not blocks:
+            return None
+        if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+            return blocks[0].text
+    return [encode_openai_part(b) for b in blocks]

@@ -1,0 +1,44 @@
+"""Shared fixtures: the real-transcript corpus beside the checkout, and the bundled samples."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+CORPUS = Path(os.environ.get("CTXC_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+
+def corpus_files(pattern: str = "**/*") -> list[Path]:
+    """Every data file of the corpus (not its .md notes). Empty when the corpus is not beside the checkout."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.glob(pattern) if p.is_file() and p.suffix in (".jsonl", ".json"))
+
+
+def sample_files() -> list[Path]:
+    return sorted(p for p in SAMPLES.glob("*.jsonl") if p.is_file())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _corpus_present_in_ci() -> None:
+    # CI always has ../shared; a fresh machine may not, where the corpus tests are skipped instead.
+    if os.environ.get("CI") and not CORPUS.is_dir():
+        pytest.fail(f"CI=true but the corpus is missing at {CORPUS}")
+
+
+def corpus_params(pattern: str = "**/*") -> list[object]:
+    files = corpus_files(pattern)
+    if not files:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"no corpus at {CORPUS}"))]
+    return [pytest.param(p, id=str(p.relative_to(CORPUS))) for p in files]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_and_archive(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Tests never touch the user's ~/.cache/ctxc or a ./.ctxc archive in the checkout.
+    os.environ.setdefault("CTXC_CACHE_DIR", str(tmp_path_factory.mktemp("ctxc-cache")))
+    os.environ.setdefault("CTXC_ARCHIVE", str(tmp_path_factory.mktemp("ctxc-archive")))

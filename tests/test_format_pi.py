@@ -1,0 +1,370 @@
+"""The pi coding-agent adapter on the real sessions of the corpus, and on hand-made entries."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import CORPUS, corpus_params
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxc.formats import dump, get_adapter, load
+from ctxc.model import (
+    Boundary,
+    Message,
+    Record,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+
+PI = get_adapter("pi")
+BEFORE = CORPUS / "chat-messages" / "pi-coding-agent_before-compaction.jsonl"
+LARGE = CORPUS / "chat-messages" / "pi-coding-agent_large-session.jsonl"
+needs_corpus = pytest.mark.skipif(not BEFORE.is_file(), reason=f"no corpus at {CORPUS}")
+
+
+def _record(data: dict[str, Any], line: int = 1) -> Record:
+    return Record(line=line, raw=orjson.dumps(data), eol=b"\n", data=data)
+
+
+def _read(*entries: dict[str, Any]) -> list[Any]:
+    return list(PI.read((i, _record(e, i + 1)) for i, e in enumerate(entries)))
+
+
+def _messages(*entries: dict[str, Any]) -> list[Message]:
+    return [x for x in _read(*entries) if isinstance(x, Message)]
+
+
+def _strip(blocks: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Blocks without their raw JSON, to compare what a message says rather than where it came from."""
+    return tuple(dataclasses.replace(b, raw=None) for b in blocks)
+
+
+# ------------------------------------------------------------------------------------------ corpus
+
+
+@pytest.mark.parametrize("path", corpus_params("chat-messages/pi-coding-agent_*.jsonl"))
+def test_corpus_sniffs_loads_and_dumps_byte_identical(path: Path) -> None:
+    transcript = load(path)
+    assert transcript.format == "pi"
+    out = io.BytesIO()
+    dump(transcript, out)
+    assert out.getvalue() == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", corpus_params("chat-messages/pi-coding-agent_*.jsonl"))
+def test_corpus_encode_law_and_structure(path: Path) -> None:
+    transcript = load(path)
+    assert transcript.messages
+    for i, m in enumerate(transcript.messages):
+        assert m.index == i
+        assert len(m.records) == 1
+        assert PI.encode_message(m) == m.raw
+        assert m.raw == transcript.records[m.records[0]].data
+    # The session header is metadata: no message comes from it.
+    assert transcript.records[0].data["type"] == "session"
+    assert all(m.records[0] != 0 for m in transcript.messages)
+    # Every non-message entry is left alone (written back as it was, never a message).
+    used = {m.records[0] for m in transcript.messages}
+    for i, rec in enumerate(transcript.records):
+        if rec.data and rec.data.get("type") != "message":
+            assert i not in used
+
+
+@pytest.mark.parametrize("path", corpus_params("chat-messages/pi-coding-agent_*.jsonl"))
+def test_corpus_every_tool_result_pairs_with_an_earlier_call(path: Path) -> None:
+    transcript = load(path)
+    calls: set[str] = set()
+    unpaired: list[tuple[int, str]] = []
+    for m in transcript.messages:
+        for b in m.blocks:
+            if isinstance(b, ToolUseBlock):
+                assert b.id
+                calls.add(b.id)
+            elif isinstance(b, ToolResultBlock) and b.tool_use_id not in calls:
+                unpaired.append((m.line, b.tool_use_id))
+    assert unpaired == []
+
+
+@needs_corpus
+def test_before_compaction_facts() -> None:
+    t = load(BEFORE)
+    # SOURCES.md: 2 compaction entries with tokensBefore 175,004 and 185,014.
+    assert [(b.kind, b.pre_tokens) for b in t.boundaries] == [
+        ("pi_compaction", 175004),
+        ("pi_compaction", 185014),
+    ]
+    # 990 message entries, 3 of them bashExecution; 49 thinking blocks.
+    assert len(t.messages) == 990
+    bash = [m for m in t.messages if m.meta.get("source_role") == "bashExecution"]
+    assert len(bash) == 3
+    assert all(m.role == "user" and m.text.startswith("Ran `") for m in bash)
+    thinking = [b for m in t.messages for b in m.blocks if isinstance(b, ThinkingBlock)]
+    assert len(thinking) == 49
+    # Aborted turns keep their error message in meta.
+    assert any(m.meta.get("stop_reason") == "aborted" and m.meta.get("error_message") for m in t.messages)
+    # Boundaries sit on the compaction lines.
+    lines = [r.line for r in t.records if r.data and r.data.get("type") == "compaction"]
+    assert [b.line for b in t.boundaries] == lines
+
+
+@needs_corpus
+def test_large_session_facts() -> None:
+    t = load(LARGE)
+    roles = Counter(m.role for m in t.messages)
+    # SOURCES.md: 88 user, 453 assistant, 373 toolResult; 391 toolCall blocks.
+    assert roles == {"user": 88, "assistant": 453, "tool": 373}
+    assert sum(isinstance(b, ToolUseBlock) for m in t.messages for b in m.blocks) == 391
+    names = {b.name for m in t.messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    assert names == {"bash", "edit", "read", "write"}
+    # Usage is recorded on every assistant message.
+    assistants = [m for m in t.messages if m.role == "assistant"]
+    assert all(m.usage is not None for m in assistants)
+    assert len(t.usage) == 453
+    assert t.boundaries == ()
+
+
+@needs_corpus
+def test_usage_matches_the_recorded_fields() -> None:
+    t = load(BEFORE)
+    for m in t.messages:
+        if m.role != "assistant":
+            continue
+        raw = m.raw["message"]["usage"]
+        assert m.usage == Usage(
+            input=raw["input"],
+            output=raw["output"],
+            cache_read=raw["cacheRead"],
+            cache_write=raw["cacheWrite"],
+            line=m.line,
+        )
+    # Every message usage is also an item, in file order.
+    assert list(t.usage) == [m.usage for m in t.messages if m.usage is not None]
+
+
+@needs_corpus
+def test_read_is_streaming() -> None:
+    """The first message comes out before the rest of the file is read."""
+    with BEFORE.open("rb") as fh:
+        head = [orjson.loads(line) for line in itertools.islice(fh, 3)]
+
+    def records() -> Iterator[tuple[int, Record]]:
+        for i, data in enumerate(head):
+            yield i, _record(data, i + 1)
+        raise AssertionError("read() asked for more records than it needed")
+
+    first = next(x for x in PI.read(records()) if isinstance(x, Message))
+    assert first.role == "user"
+
+
+# ---------------------------------------------------------------------------------- hand-made entries
+
+HEADER = {
+    "type": "session",
+    "id": "s1",
+    "timestamp": "2025-01-01T00:00:00.000Z",
+    "cwd": "/w",
+    "provider": "x",
+}
+USER = {
+    "type": "message",
+    "timestamp": "t",
+    "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+}
+ASSISTANT = {
+    "type": "message",
+    "timestamp": "t",
+    "message": {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "thinkingSignature": "sig"},
+            {"type": "text", "text": "running"},
+            {
+                "type": "toolCall",
+                "id": "c1",
+                "name": "bash",
+                "arguments": {"command": "ls"},
+                "partialJson": "{",
+            },
+        ],
+        "usage": {"input": 5, "output": 7, "cacheRead": 11, "cacheWrite": 13, "totalTokens": 36},
+        "stopReason": "toolUse",
+        "timestamp": 1,
+    },
+}
+RESULT = {
+    "type": "message",
+    "timestamp": "t",
+    "message": {
+        "role": "toolResult",
+        "toolCallId": "c1",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": "a\nb"}],
+        "isError": True,
+        "details": {"x": 1},
+        "timestamp": 2,
+    },
+}
+BASH = {
+    "type": "message",
+    "timestamp": "t",
+    "message": {
+        "role": "bashExecution",
+        "command": "false",
+        "output": "",
+        "exitCode": 1,
+        "cancelled": False,
+        "truncated": False,
+        "timestamp": 3,
+    },
+}
+
+
+def test_entries_map_to_blocks() -> None:
+    items = _read(HEADER, USER, ASSISTANT, RESULT, BASH)
+    messages = [x for x in items if isinstance(x, Message)]
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "user"]
+    assert [m.records for m in messages] == [(1,), (2,), (3,), (4,)]
+    assert _strip(messages[1].blocks) == (
+        ThinkingBlock("hmm"),
+        TextBlock("running"),
+        ToolUseBlock(id="c1", name="bash", input={"command": "ls"}),
+    )
+    assert _strip(messages[2].blocks) == (
+        ToolResultBlock(tool_use_id="c1", text="a\nb", is_error=True, name="bash"),
+    )
+    assert messages[3].text == "Ran `false`\n(no output)\n\nCommand exited with code 1"
+    usage = [x for x in items if isinstance(x, Usage)]
+    assert usage == [Usage(input=5, output=7, cache_read=11, cache_write=13, line=3)]
+    assert messages[1].usage == usage[0]
+    assert all(PI.encode_message(m) == m.raw for m in messages)
+
+
+def test_non_message_entries() -> None:
+    items = _read(
+        HEADER,
+        {"type": "model_change", "timestamp": "t", "provider": "p", "modelId": "m"},
+        {"type": "thinking_level_change", "timestamp": "t", "thinkingLevel": "high"},
+        {
+            "type": "compaction",
+            "timestamp": "t",
+            "summary": "s",
+            "firstKeptEntryIndex": 1,
+            "tokensBefore": 99,
+        },
+        {"type": "message", "timestamp": "t", "message": {**BASH["message"], "excludeFromContext": True}},
+        USER,
+    )
+    assert [type(x).__name__ for x in items] == ["Boundary", "Message"]
+    assert items[0] == Boundary(kind="pi_compaction", line=4, pre_tokens=99)
+    assert items[1].index == 0  # indexes count messages only
+
+
+def test_newer_entry_kinds_are_context_messages() -> None:
+    custom = {"type": "custom_message", "id": "a1", "parentId": None, "timestamp": "t", "customType": "k"}
+    branch = {
+        "type": "branch_summary",
+        "id": "a2",
+        "parentId": "a1",
+        "timestamp": "t",
+        "fromId": "z",
+        "summary": "S",
+    }
+    messages = _messages({**custom, "content": "injected", "display": True}, branch)
+    assert [m.role for m in messages] == ["user", "user"]
+    assert messages[0].text == "injected"
+    assert messages[0].meta["parent_id"] is None
+    assert messages[1].meta == {"entry_type": "branch_summary", "id": "a2", "parent_id": "a1"}
+    assert "<summary>\nS</summary>" in messages[1].text
+    for m in messages:
+        assert PI.encode_message(m) == m.raw
+    changed = [dataclasses.replace(m, blocks=(TextBlock("NEW"),)) for m in messages]
+    assert PI.encode_message(changed[0])["content"] == "NEW"  # a bare string stays a bare string
+    assert PI.encode_message(changed[1])["summary"] == "NEW"
+
+
+def test_changed_messages_encode_from_their_blocks() -> None:
+    user, assistant, result, bash = _messages(USER, ASSISTANT, RESULT, BASH)
+
+    cut = dataclasses.replace(result, blocks=(dataclasses.replace(result.blocks[0], text="[cut]"),))
+    entry = PI.encode_message(cut)
+    assert entry["message"]["content"] == [{"type": "text", "text": "[cut]"}]
+    assert entry["message"]["details"] == {"x": 1}  # envelope and unmodeled fields stay
+    assert _strip(_messages(entry)[0].blocks) == _strip(cut.blocks)
+
+    tool = assistant.blocks[2]
+    assert isinstance(tool, ToolUseBlock)
+    edited = dataclasses.replace(
+        assistant, blocks=(assistant.blocks[1], dataclasses.replace(tool, input={"command": "pwd"}))
+    )
+    entry = PI.encode_message(edited)
+    assert entry["message"]["content"] == [
+        {"type": "text", "text": "running"},
+        {
+            "type": "toolCall",
+            "id": "c1",
+            "name": "bash",
+            "arguments": {"command": "pwd"},
+        },  # no stale partialJson
+    ]
+    assert entry["message"]["usage"] == ASSISTANT["message"]["usage"]
+    assert _strip(_messages(entry)[0].blocks) == _strip(edited.blocks)
+
+    # A rewritten bashExecution becomes the plain user message pi would have sent the model.
+    short = dataclasses.replace(bash, blocks=(TextBlock("Ran `false`\n(cut)"),))
+    entry = PI.encode_message(short)
+    assert entry["message"] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "Ran `false`\n(cut)"}],
+        "timestamp": 3,
+    }
+    assert _messages(entry)[0].text == "Ran `false`\n(cut)"
+    assert PI.encode_message(user) == USER
+
+
+def test_new_messages_encode_to_valid_entries() -> None:
+    new = [
+        Message(role="user", blocks=(TextBlock("summary of earlier work"),)),
+        Message(
+            role="assistant",
+            blocks=(TextBlock("ok"), ToolUseBlock(id="n1", name="read", input={"path": "a"})),
+        ),
+        Message(role="tool", blocks=(ToolResultBlock(tool_use_id="n1", text="contents", name="read"),)),
+    ]
+    entries = [PI.encode_message(m) for m in new]
+    assert all(e["type"] == "message" and isinstance(e["timestamp"], str) for e in entries)
+    assert [e["message"]["role"] for e in entries] == ["user", "assistant", "toolResult"]
+    back = _messages(HEADER, *entries)
+    assert [(m.role, _strip(m.blocks)) for m in back] == [(m.role, m.blocks) for m in new]
+    assert PI.sniff([_record(e) for e in entries]) == 95
+
+
+@given(st.text(), st.text(), st.booleans())
+def test_new_text_and_results_round_trip(text: str, output: str, is_error: bool) -> None:
+    user = Message(role="user", blocks=(TextBlock(text),))
+    result = Message(
+        role="tool", blocks=(ToolResultBlock(tool_use_id="x", text=output, is_error=is_error, name="t"),)
+    )
+    back = _messages(orjson.loads(orjson.dumps(PI.encode_message(user))), PI.encode_message(result))
+    assert [_strip(m.blocks) for m in back] == [user.blocks, result.blocks]
+
+
+def test_sniff() -> None:
+    assert PI.sniff([_record(HEADER), _record(USER)]) == 95
+    assert PI.sniff([_record(RESULT)]) == 95  # a fragment without its header
+    assert PI.sniff([_record(USER)]) == 80
+    claude = {"type": "user", "uuid": "u", "sessionId": "s", "message": {"role": "user", "content": "hi"}}
+    assert PI.sniff([_record(claude)]) == 0
+    assert PI.sniff([_record({"timestamp": "t", "type": "session_meta", "payload": {}})]) == 0
+    assert PI.sniff([_record({"role": "user", "content": "hi"})]) == 0
