@@ -1,0 +1,163 @@
+"""Model profiles: context window, output limit and the tokenizer ctxc counts with, per model.
+
+Figures are the providers' published limits (Anthropic "Models overview" and per-model pages, OpenAI
+model pages, Google Gemini model docs) as of early 2026. ``window`` is the whole context window
+(input + output) a request can use without opt-in betas; ``note`` says where a larger window exists.
+
+Tokenizer: OpenAI's GPT-4o, GPT-4.1, GPT-5 and o-series use o200k_base, which ctxc counts exactly;
+GPT-4 and GPT-3.5 use cl100k_base. Claude and Gemini tokenizers are not public: o200k_base is used
+as the estimate for them (Claude's own tokenizer typically yields somewhat more tokens for the same
+text; the log's recorded usage, when present, is the ground truth).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass
+
+from ctxc.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    name: str
+    provider: str
+    window: int
+    tokenizer: str
+    max_output: int
+    note: str = ""
+
+
+_A, _O, _G = "anthropic", "openai", "google"
+_ESTIMATE = "o200k_base"  # Claude/Gemini: o200k as the estimate (their tokenizers are not public)
+
+PROFILES: tuple[ModelProfile, ...] = (
+    # Anthropic
+    ModelProfile("claude-opus-4-6", _A, 1_000_000, _ESTIMATE, 128_000),
+    ModelProfile("claude-sonnet-4-6", _A, 1_000_000, _ESTIMATE, 64_000),
+    ModelProfile("claude-opus-4-5", _A, 200_000, _ESTIMATE, 64_000),
+    ModelProfile("claude-sonnet-4-5", _A, 200_000, _ESTIMATE, 64_000, "1M window with the context-1m beta"),
+    ModelProfile("claude-haiku-4-5", _A, 200_000, _ESTIMATE, 64_000),
+    ModelProfile("claude-opus-4-1", _A, 200_000, _ESTIMATE, 32_000),
+    ModelProfile("claude-opus-4", _A, 200_000, _ESTIMATE, 32_000),
+    ModelProfile("claude-sonnet-4", _A, 200_000, _ESTIMATE, 64_000, "1M window with the context-1m beta"),
+    ModelProfile("claude-3-7-sonnet", _A, 200_000, _ESTIMATE, 64_000, "128k output with a beta header"),
+    ModelProfile("claude-3-5-sonnet", _A, 200_000, _ESTIMATE, 8_192),
+    ModelProfile("claude-3-5-haiku", _A, 200_000, _ESTIMATE, 8_192),
+    ModelProfile("claude-3-opus", _A, 200_000, _ESTIMATE, 4_096),
+    ModelProfile("claude-3-haiku", _A, 200_000, _ESTIMATE, 4_096),
+    # OpenAI. GPT-5 family: 400k window of which at most 272k input (128k reserved for output).
+    ModelProfile("gpt-5", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5-mini", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5-nano", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.1", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.1-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.2", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.2-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.3-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    ModelProfile("gpt-5.4", _O, 1_050_000, "o200k_base", 128_000, "input over 272k is billed at 2x"),
+    ModelProfile("gpt-4.1", _O, 1_047_576, "o200k_base", 32_768),
+    ModelProfile("gpt-4.1-mini", _O, 1_047_576, "o200k_base", 32_768),
+    ModelProfile("gpt-4.1-nano", _O, 1_047_576, "o200k_base", 32_768),
+    ModelProfile("gpt-4o", _O, 128_000, "o200k_base", 16_384),
+    ModelProfile("gpt-4o-mini", _O, 128_000, "o200k_base", 16_384),
+    ModelProfile("o3", _O, 200_000, "o200k_base", 100_000),
+    ModelProfile("o3-mini", _O, 200_000, "o200k_base", 100_000),
+    ModelProfile("o4-mini", _O, 200_000, "o200k_base", 100_000),
+    ModelProfile("o1", _O, 200_000, "o200k_base", 100_000),
+    ModelProfile("gpt-4-turbo", _O, 128_000, "cl100k_base", 4_096),
+    ModelProfile("gpt-4-32k", _O, 32_768, "cl100k_base", 32_768),
+    ModelProfile("gpt-4", _O, 8_192, "cl100k_base", 8_192),
+    ModelProfile("gpt-3.5-turbo", _O, 16_385, "cl100k_base", 4_096),
+    # Google
+    ModelProfile("gemini-2.5-pro", _G, 1_048_576, _ESTIMATE, 65_536),
+    ModelProfile("gemini-2.5-flash", _G, 1_048_576, _ESTIMATE, 65_536),
+    ModelProfile("gemini-2.5-flash-lite", _G, 1_048_576, _ESTIMATE, 65_536),
+    ModelProfile("gemini-2.0-flash", _G, 1_048_576, _ESTIMATE, 8_192),
+)
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+_BY_NAME = {p.name: p for p in PROFILES}
+#: Provider aliases whose suffix is a version digit, which prefix matching deliberately refuses.
+_ALIASES = {"claude-opus-4-0": "claude-opus-4", "claude-sonnet-4-0": "claude-sonnet-4"}
+
+# Routing prefixes: "anthropic/claude-...", Gemini's "models/gemini-...", Bedrock's
+# "us.anthropic.claude-...".
+_PREFIX = re.compile(r"^(?:[\w.-]+/)+|^(?:(?:us|eu|apac|global)\.)?(?:anthropic|openai|google)\.")
+# Version tails: dates (-20251101, -2024-08-06, @20251101), Bedrock's -v1:0, -latest.
+# and OpenAI's old -0613 style.
+_TAIL = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2}|-\d{4}|-v\d+(?::\d+)?|-latest)+$")
+_ONE_M = "[1m]"  # Claude Code's marker for a session run with the 1M-token window
+
+
+def _normalize(model: str) -> str:
+    name = _PREFIX.sub("", model.strip().lower())
+    if name.startswith("claude-"):
+        name = name.replace(".", "-")  # OpenRouter writes claude-opus-4.5
+    return _TAIL.sub("", name)
+
+
+def find_profile(model: str) -> ModelProfile | None:
+    """The profile of a model id as logs write it, or None. Accepts dated ids and provider prefixes.
+
+    An id matches a profile exactly after normalisation, or when it extends a profile's name with a
+    dash and a non-digit ("gpt-4o-mini-tts" -> gpt-4o-mini); a digit or a dot after the name is a
+    different version ("claude-opus-4-7" is not claude-opus-4) and does not match.
+    """
+    text = model.strip().lower()
+    one_m = text.endswith(_ONE_M)
+    if one_m:
+        text = text[: -len(_ONE_M)]
+    name = _normalize(text)
+    name = _ALIASES.get(name, name)
+    profile = _BY_NAME.get(name)
+    if profile is None:
+        best = ""
+        for candidate in _BY_NAME:
+            rest = name[len(candidate) :]
+            if (
+                name.startswith(candidate)
+                and len(rest) >= 2
+                and rest[0] == "-"
+                and not rest[1].isdigit()
+                and len(candidate) > len(best)
+            ):
+                best = candidate
+        profile = _BY_NAME.get(best) if best else None
+    if profile is not None and one_m and profile.provider == _A and profile.window < 1_000_000:
+        profile = dataclasses.replace(
+            profile, name=profile.name + _ONE_M, window=1_000_000, note="1M window (context-1m beta)"
+        )
+    return profile
+
+
+def get_profile(model: str | None = None) -> ModelProfile:
+    """The profile of ``model`` (default :data:`DEFAULT_MODEL`); unknown -> UsageError naming close ones."""
+    name = DEFAULT_MODEL if model is None else model
+    profile = find_profile(name)
+    if profile is not None:
+        return profile
+    close = difflib.get_close_matches(_normalize(name), list(_BY_NAME), n=5, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known models: {', '.join(_BY_NAME)}"
+    raise UsageError(f"unknown model {name!r}; {hint}")
+
+
+def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
+    """The context window to measure against, and the model it belongs to.
+
+    An explicit ``window`` wins (with ``model`` still validated and named when given); otherwise the
+    window of ``model``, or of :data:`DEFAULT_MODEL` when neither is given.
+    """
+    if window is not None and window <= 0:
+        raise UsageError(f"the context window must be a positive number of tokens, not {window}")
+    if model is None:
+        return (window, None) if window is not None else (get_profile().window, DEFAULT_MODEL)
+    profile = get_profile(model)
+    return (window if window is not None else profile.window), profile.name
+
+
+__all__ = ["DEFAULT_MODEL", "PROFILES", "ModelProfile", "find_profile", "get_profile", "resolve_window"]

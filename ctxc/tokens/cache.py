@@ -1,0 +1,255 @@
+"""An on-disk cache of token counts, and the service that counts texts through it.
+
+Agent logs repeat themselves (the same file read twice, a transcript re-analyzed after each edit), and
+exact BPE counting runs at ~5-10 MB/s, so counts are kept per text in SQLite, keyed by a 128-bit
+BLAKE2b digest of the text's UTF-8 and the tokenizer name. The database lives at
+``$CTXC_CACHE_DIR/tokens.sqlite3`` (default ``$XDG_CACHE_HOME/ctxc`` or ``~/.cache/ctxc``), in WAL
+mode with a busy timeout so two ctxc processes can share it.
+
+The cache is an optimisation and never a reason to fail: any error opening, reading or writing it
+(read-only or missing directory, a corrupt file, a full disk) turns it off for the rest of the run
+with one warning through :mod:`logging`. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ctxc.tokens import Tokenizer
+
+log = logging.getLogger(__name__)
+
+#: Placeholders per ``IN (...)`` query: well under SQLite's variable limit (32766, 999 before 3.32).
+BATCH = 500
+#: Texts shorter than this are counted directly: hashing and a lookup cost about as much as the BPE.
+MIN_CACHED_CHARS = 64
+#: Tokenizers whose counts are not cached: recomputing the estimate is cheaper than looking it up,
+#: and its coefficients may change between versions without changing its name.
+UNCACHED_TOKENIZERS = frozenset({"approx"})
+
+Key = tuple[bytes, str]
+#: Digests remembered in memory per service (about 100 bytes each).
+_MEMO_LIMIT = 2_000_000
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def digest(text: str) -> bytes:
+    """The cache key of ``text``: BLAKE2b-128 of its UTF-8 (lone surrogates from JSON kept as-is)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def default_path() -> Path:
+    base = os.environ.get("CTXC_CACHE_DIR")
+    if base:
+        return Path(base) / "tokens.sqlite3"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    root = Path(xdg) if xdg else Path.home() / ".cache"
+    return root / "ctxc" / "tokens.sqlite3"
+
+
+def cache_disabled_by_env() -> bool:
+    return os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class TokenCache:
+    """Per-text token counts in SQLite. Thread-safe; safe for several processes at once."""
+
+    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
+        self.path = path if path is not None else default_path()
+        self._timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._off = disabled or cache_disabled_by_env()
+
+    @property
+    def enabled(self) -> bool:
+        return not self._off
+
+    def _fail(self, exc: BaseException) -> None:
+        """Turn the cache off for this run and say so once per path and process."""
+        self._off = True
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        key = str(self.path)
+        with _warned_lock:
+            if key in _warned:
+                return
+            _warned.add(key)
+        log.warning("token cache at %s is unusable (%s); counting without it", self.path, exc)
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._off:
+            return None
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
+                )
+                try:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    # WAL + NORMAL never corrupts the file; a power cut may lose the last counts, which
+                    # are recomputed.
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS counts ("
+                        " digest BLOB NOT NULL, tokenizer TEXT NOT NULL, tokens INTEGER NOT NULL,"
+                        " PRIMARY KEY (digest, tokenizer)) WITHOUT ROWID"
+                    )
+                except BaseException:
+                    conn.close()
+                    raise
+            except (OSError, sqlite3.Error) as exc:
+                self._fail(exc)
+                return None
+            self._conn = conn
+        return self._conn
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, int]:
+        """Cached counts of those ``keys`` (digest, tokenizer) that are present."""
+        by_tok: dict[str, list[bytes]] = {}
+        for d, tok in keys:
+            by_tok.setdefault(tok, []).append(d)
+        found: dict[Key, int] = {}
+        if not by_tok:
+            return found
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return found
+            try:
+                for tok, digests in by_tok.items():
+                    for i in range(0, len(digests), BATCH):
+                        part = digests[i : i + BATCH]
+                        sql = (
+                            "SELECT digest, tokens FROM counts WHERE tokenizer = ? AND digest IN "
+                            f"({','.join('?' * len(part))})"
+                        )
+                        for d, n in conn.execute(sql, (tok, *part)):
+                            found[(bytes(d), tok)] = int(n)
+            except sqlite3.Error as exc:
+                self._fail(exc)
+                return {}
+        return found
+
+    def put_many(self, items: Iterable[tuple[Key, int]]) -> None:
+        """Store counts; a key already present keeps its value (the same text has the same count)."""
+        rows = [(d, tok, n) for (d, tok), n in items]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT OR IGNORE INTO counts VALUES (?, ?, ?)", rows)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._fail(exc)
+
+    def size(self) -> int:
+        """Stored counts (0 when the cache is off). Not ``__len__``: an empty cache must stay truthy."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return 0
+            try:
+                return int(conn.execute("SELECT count(*) FROM counts").fetchone()[0])
+            except sqlite3.Error as exc:
+                self._fail(exc)
+                return 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> TokenCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CountingService:
+    """Counts a batch of texts: repeated texts once, cached ones from disk, the rest with count_batch.
+
+    This is the one path analyze and the strategies use, so every count is cached the same way.
+    ``hits``/``misses``/``counted_chars`` say how much work the cache saved.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, cache: TokenCache | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.name = tokenizer.name
+        use = cache is not None and cache.enabled and tokenizer.name not in UNCACHED_TOKENIZERS
+        self.cache = cache if use else None
+        self.hits = 0
+        self.misses = 0
+        self.counted_chars = 0
+        # Counts already made in this process, by digest (not by text, which would keep every text of a
+        # streamed file alive): compaction re-measures its own output, and logs repeat themselves.
+        self._memo: dict[bytes, int] = {}
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        out = [0] * len(texts)
+        # Distinct texts to count, each with the positions it fills.
+        where: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            if text:
+                where.setdefault(text, []).append(i)
+        if not where:
+            return out
+        known: dict[str, int] = {}
+        digests = {t: digest(t) for t in where if len(t) >= MIN_CACHED_CHARS}
+        for text, d in digests.items():
+            n = self._memo.get(d)
+            if n is not None:
+                known[text] = n
+        todo = [t for t in where if t not in known]
+        keys: dict[str, Key] = {}
+        if self.cache is not None and self.cache.enabled and todo:
+            name = self.tokenizer.name
+            keys = {t: (digests[t], name) for t in todo if t in digests}
+            if keys:
+                found = self.cache.get_many(keys.values())
+                for text, key in keys.items():
+                    n = found.get(key)
+                    if n is not None:
+                        known[text] = n
+                self.hits += len(known)
+                todo = [t for t in todo if t not in known]
+        if todo:
+            counts = self.tokenizer.count_batch(todo)
+            self.misses += len(todo)
+            self.counted_chars += sum(map(len, todo))
+            fresh = dict(zip(todo, counts, strict=True))
+            known.update(fresh)
+            if self.cache is not None and keys:
+                self.cache.put_many((keys[t], n) for t, n in fresh.items() if t in keys)
+        if len(self._memo) > _MEMO_LIMIT:
+            self._memo.clear()
+        for text, d in digests.items():
+            self._memo[d] = known[text]
+        for text, positions in where.items():
+            n = known[text]
+            for i in positions:
+                out[i] = n
+        return out

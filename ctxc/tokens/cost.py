@@ -1,0 +1,126 @@
+"""What a message costs in context tokens.
+
+A message costs :data:`MESSAGE_OVERHEAD` for its framing, plus the tokens of each text-bearing part
+(:func:`message_texts`), plus its images (:func:`image_tokens`). Counting parts separately, rather
+than the message's JSON, matches what the model sees: the API renders blocks into the prompt with
+its own markup, and JSON keys and escapes never reach the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from ctxc.formats.shapes import dumps_compact
+from ctxc.model import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+)
+from ctxc.tokens import Tokenizer
+from ctxc.tokens.cache import CountingService, TokenCache
+
+#: Fixed tokens per message for its role and delimiters. OpenAI documents its chat framing as
+#: ``<|start|>{role}<|message|>{content}<|end|>``: 3 tokens per message plus the role (the
+#: "tokens_per_message = 3" of OpenAI's cookbook counter, whose role adds 1). Anthropic does not
+#: publish its template; its count_tokens endpoint reports a similar few tokens per turn, so one
+#: figure is used for both.
+MESSAGE_OVERHEAD = 4
+
+#: Anthropic bills an image at width * height / 750 tokens after scaling it down, keeping its
+#: aspect ratio, until its long edge is at most 1568 px and it is at most ~1,600 tokens
+#: (docs: "Vision", "Evaluate image size"; a 1092x1092 image is the 1:1 maximum, ~1,590 tokens).
+IMAGE_PIXELS_PER_TOKEN = 750
+IMAGE_MAX_EDGE = 1568
+IMAGE_MAX_TOKENS = 1600
+#: An image whose size was not recorded costs the most an image can cost after that scaling:
+#: over-counting one image is safer than letting a context overflow.
+IMAGE_UNKNOWN_TOKENS = IMAGE_MAX_TOKENS
+
+
+def image_tokens(block: ImageBlock) -> int:
+    """Anthropic's token cost of an image, or :data:`IMAGE_UNKNOWN_TOKENS` when its size is unknown."""
+    w, h = block.width, block.height
+    if not w or not h or w <= 0 or h <= 0:
+        return IMAGE_UNKNOWN_TOKENS
+    scale = min(1.0, IMAGE_MAX_EDGE / max(w, h))
+    pixels = w * h * scale * scale
+    max_pixels = IMAGE_MAX_TOKENS * IMAGE_PIXELS_PER_TOKEN
+    pixels = min(pixels, float(max_pixels))
+    return max(1, math.ceil(pixels / IMAGE_PIXELS_PER_TOKEN))
+
+
+def _tool_input_text(value: object) -> str:
+    # A raw string is what the model wrote (arguments that were not JSON); anything else goes over
+    # the wire as compact JSON.
+    return value if isinstance(value, str) else dumps_compact(value)
+
+
+def message_texts(message: Message) -> list[str]:
+    """The texts of a message that cost tokens, one per part, empty parts left out.
+
+    Text and thinking blocks give their text; a tool call gives its name and its input as compact
+    JSON; a tool result gives its text; an unknown block gives the text the adapter found in it.
+    Images are counted by :func:`message_images`, not as text.
+    """
+    out: list[str] = []
+    for b in message.blocks:
+        if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock | UnknownBlock):
+            if b.text:
+                out.append(b.text)
+        elif isinstance(b, ToolUseBlock):
+            if b.name:
+                out.append(b.name)
+            arguments = _tool_input_text(b.input)
+            if arguments:
+                out.append(arguments)
+    return out
+
+
+def message_images(message: Message) -> list[ImageBlock]:
+    """Every image the message carries, including those returned inside tool results."""
+    out: list[ImageBlock] = []
+    for b in message.blocks:
+        if isinstance(b, ImageBlock):
+            out.append(b)
+        elif isinstance(b, ToolResultBlock):
+            out.extend(b.images)
+    return out
+
+
+def message_parts(message: Message) -> tuple[list[str], int]:
+    """The texts of a message to tokenize, and what it costs beyond them (framing and images).
+
+    A message with no blocks at all (a client's bookkeeping record) is never sent and costs nothing.
+    """
+    if not message.blocks:
+        return [], 0
+    return message_texts(message), MESSAGE_OVERHEAD + sum(image_tokens(i) for i in message_images(message))
+
+
+def count_messages(messages: Sequence[Message], count: Callable[[Sequence[str]], list[int]]) -> list[int]:
+    """Tokens of each message, with every text of every message counted in one ``count`` call."""
+    texts: list[str] = []
+    spans: list[tuple[int, int, int]] = []
+    for m in messages:
+        parts, extra = message_parts(m)
+        spans.append((len(texts), len(texts) + len(parts), extra))
+        texts.extend(parts)
+    counts = count(texts) if texts else []
+    return [sum(counts[a:b]) + extra for a, b, extra in spans]
+
+
+def messages_tokens(
+    messages: Sequence[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
+) -> list[int]:
+    """:func:`message_tokens` of many messages with one batched (and cached) count of their texts."""
+    return count_messages(messages, CountingService(tokenizer, cache).count)
+
+
+def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:
+    """Tokens the message takes in a context: framing + text parts + images."""
+    return messages_tokens([message], tokenizer, cache)[0]
