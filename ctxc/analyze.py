@@ -1,0 +1,280 @@
+"""Token usage of a transcript: per message, per role/kind/tool, and the compaction stage it is in.
+
+Analysis streams the file: messages are counted in batches as they are read and only small per-message
+figures are kept, so memory stays bounded by the largest batch rather than by the file. Counting a batch
+runs on a worker thread (tiktoken releases the GIL) while the main thread parses the next one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO, Protocol
+
+from ctxc.formats import open_stream
+from ctxc.model import Boundary, Message, Usage
+from ctxc.reader import ReadOptions
+from ctxc.validate import Problem, pairing_problems
+
+#: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
+DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
+
+STAGE_NAMES = {
+    1: "none",
+    2: "tool-output post-processing",
+    3: "trim old messages",
+    4: "summarize history",
+    5: "essential summary only",
+}
+
+# A batch is flushed to the counter when it holds this many characters or messages. Large enough that
+# thread hand-off is noise, small enough that memory stays low on a 100 MB log.
+_BATCH_CHARS = 2_000_000
+_BATCH_MESSAGES = 4_000
+
+
+def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
+    """The stage (1-5) a context filled to ``share`` of the window is in."""
+    stage = 1
+    for t in thresholds:
+        if share >= t:
+            stage += 1
+    return stage
+
+
+def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
+    from ctxc.errors import UsageError
+
+    if (
+        len(thresholds) != 4
+        or any(not 0 < t < 1.5 for t in thresholds)
+        or list(thresholds) != sorted(thresholds)
+    ):
+        raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
+    return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])
+
+
+class TextCounter(Protocol):
+    """Counts many texts at once; the tokens package's counting service is the real one."""
+
+    name: str
+
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStat:
+    index: int
+    line: int
+    role: str
+    kind: str
+    tool: str | None
+    tokens: int
+    cumulative: int
+    share: float
+    stage: int
+    conversation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSummary:
+    """What the log itself recorded about API calls (Claude Code, Codex, pi, Kimi)."""
+
+    calls: int
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    last_context: int
+    max_context: int
+    window: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    path: str
+    format: str
+    tokenizer: str
+    window: int
+    model: str | None
+    thresholds: tuple[float, float, float, float]
+    total_tokens: int
+    stage: int
+    conversations: int
+    messages: tuple[MessageStat, ...]
+    by_role: dict[str, int]
+    by_kind: dict[str, int]
+    by_tool: dict[str, int]
+    largest: tuple[MessageStat, ...]
+    usage: UsageSummary | None
+    boundaries: tuple[Boundary, ...]
+    problems: tuple[Problem, ...] = ()
+    skipped_lines: int = 0
+    max_context: int = field(default=0)
+
+    @property
+    def share(self) -> float:
+        return self.max_context / self.window if self.window else 0.0
+
+
+def count_messages(messages: Sequence[Message], counter: TextCounter) -> list[int]:
+    """Tokens of each message (its texts counted in one batch, plus framing and images)."""
+    from ctxc.tokens.cost import count_messages as count
+
+    return count(messages, counter.count)
+
+
+def _batches(
+    items: Iterable[Message | Usage | Boundary], sink: list[Usage | Boundary]
+) -> Iterator[list[Message]]:
+    batch: list[Message] = []
+    chars = 0
+    for item in items:
+        if not isinstance(item, Message):
+            sink.append(item)
+            continue
+        batch.append(item)
+        chars += sum(len(getattr(b, "text", "")) for b in item.blocks)
+        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def analyze(
+    src: str | os.PathLike[str] | BinaryIO,
+    *,
+    counter: TextCounter | None = None,
+    tokenizer: str = "o200k_base",
+    window: int | None = None,
+    model: str | None = None,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+    top: int = 10,
+    use_cache: bool = True,
+) -> Analysis:
+    """Analyze one transcript file (a path, ``-`` or a binary stream)."""
+    from ctxc.profiles import resolve_window
+
+    th = check_thresholds(thresholds)
+    win, model_name = resolve_window(model=model, window=window)
+    if counter is None:
+        counter = make_counter(tokenizer, use_cache=use_cache)
+
+    stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
+    side: list[Usage | Boundary] = []
+    stats: list[MessageStat] = []
+    # Pairing needs only ids, roles and lines: keep skeletal messages rather than whole ones.
+    skeletons: list[Message] = []
+    cumulative: dict[int, int] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxc-count") as pool:
+            pending: tuple[list[Message], Future[list[int]]] | None = None
+            for batch in _batches(stream.items, side):
+                future = pool.submit(count_messages, batch, counter)
+                if pending is not None:
+                    _collect(*pending, stats, cumulative, win, th)
+                pending = (batch, future)
+                skeletons.extend(_skeleton(m) for m in batch)
+            if pending is not None:
+                _collect(*pending, stats, cumulative, win, th)
+    finally:
+        stream.close()
+    skipped = len(stream.invalid_lines)
+
+    usage = tuple(i for i in side if isinstance(i, Usage))
+    boundaries = tuple(i for i in side if isinstance(i, Boundary))
+    by_role: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    by_tool: Counter[str] = Counter()
+    for s in stats:
+        by_role[s.role] += s.tokens
+        by_kind[s.kind] += s.tokens
+        if s.tool:
+            by_tool[s.tool] += s.tokens
+    total = sum(s.tokens for s in stats)
+    max_context = max(cumulative.values(), default=0)
+    largest = tuple(sorted(stats, key=lambda s: (-s.tokens, s.index))[:top])
+    return Analysis(
+        path=stream.name,
+        format=stream.adapter.name,
+        tokenizer=counter.name,
+        window=win,
+        model=model_name,
+        thresholds=th,
+        total_tokens=total,
+        stage=stage_for(max_context / win, th),
+        conversations=len(cumulative) or 1,
+        messages=tuple(stats),
+        by_role=dict(by_role.most_common()),
+        by_kind=dict(by_kind.most_common()),
+        by_tool=dict(by_tool.most_common()),
+        largest=largest,
+        usage=_summarize_usage(usage),
+        boundaries=boundaries,
+        problems=tuple(pairing_problems(skeletons)),
+        skipped_lines=skipped,
+        max_context=max_context,
+    )
+
+
+def _skeleton(m: Message) -> Message:
+    blocks = tuple(b for b in m.blocks if b.kind in ("tool_use", "tool_result"))
+    return Message(role=m.role, blocks=blocks, line=m.line, index=m.index, conversation=m.conversation)
+
+
+def _collect(
+    batch: list[Message],
+    future: Future[list[int]],
+    stats: list[MessageStat],
+    cumulative: dict[int, int],
+    window: int,
+    thresholds: tuple[float, float, float, float],
+) -> None:
+    for m, tokens in zip(batch, future.result(), strict=True):
+        cum = cumulative.get(m.conversation, 0) + tokens
+        cumulative[m.conversation] = cum
+        share = cum / window
+        names = m.tool_names
+        stats.append(
+            MessageStat(
+                index=m.index,
+                line=m.line,
+                role=m.role,
+                kind=m.kind,
+                tool=names[0] if names else None,
+                tokens=tokens,
+                cumulative=cum,
+                share=share,
+                stage=stage_for(share, thresholds),
+                conversation=m.conversation,
+            )
+        )
+
+
+def _summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
+    if not usage:
+        return None
+    windows = [u.window for u in usage if u.window]
+    return UsageSummary(
+        calls=len(usage),
+        input=sum(u.input for u in usage),
+        output=sum(u.output for u in usage),
+        cache_read=sum(u.cache_read for u in usage),
+        cache_write=sum(u.cache_write for u in usage),
+        last_context=usage[-1].context,
+        max_context=max(u.context for u in usage),
+        window=windows[-1] if windows else None,
+    )
+
+
+def make_counter(tokenizer: str, *, use_cache: bool = True) -> TextCounter:
+    """The counting service for a tokenizer name, with the on-disk count cache unless disabled."""
+    from ctxc.tokens import make_counting_service
+
+    return make_counting_service(tokenizer, use_cache=use_cache)

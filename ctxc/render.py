@@ -1,0 +1,200 @@
+"""Turning results into what people and scripts read: rich tables, CSV rows, JSON documents."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ctxc.analyze import STAGE_NAMES, Analysis, MessageStat
+
+
+def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "path": a.path,
+        "format": a.format,
+        "tokenizer": a.tokenizer,
+        "model": a.model,
+        "window": a.window,
+        "thresholds": list(a.thresholds),
+        "total_tokens": a.total_tokens,
+        "context_tokens": a.max_context,
+        "share": round(a.share, 6),
+        "stage": a.stage,
+        "stage_name": STAGE_NAMES[a.stage],
+        "conversations": a.conversations,
+        "message_count": len(a.messages),
+        "by_role": a.by_role,
+        "by_kind": a.by_kind,
+        "by_tool": a.by_tool,
+        "largest": [_stat(s) for s in a.largest],
+        "recorded_usage": asdict(a.usage) if a.usage else None,
+        "boundaries": [asdict(b) for b in a.boundaries],
+        "problems": [
+            {"code": p.code, "line": p.line, "index": p.index, "tool_id": p.tool_id, "message": p.message}
+            for p in a.problems
+        ],
+        "skipped_lines": a.skipped_lines,
+    }
+    if include_messages:
+        doc["messages"] = [_stat(s) for s in a.messages]
+    return doc
+
+
+def _stat(s: MessageStat) -> dict[str, Any]:
+    return {
+        "index": s.index,
+        "line": s.line,
+        "conversation": s.conversation,
+        "role": s.role,
+        "kind": s.kind,
+        "tool": s.tool,
+        "tokens": s.tokens,
+        "cumulative": s.cumulative,
+        "share": round(s.share, 6),
+        "stage": s.stage,
+    }
+
+
+CSV_COLUMNS = (
+    "path",
+    "conversation",
+    "index",
+    "line",
+    "role",
+    "kind",
+    "tool",
+    "tokens",
+    "cumulative",
+    "share",
+    "stage",
+)
+
+
+def analyses_to_csv(items: Sequence[Analysis]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for a in items:
+        for s in a.messages:
+            writer.writerow(
+                (
+                    a.path,
+                    s.conversation,
+                    s.index,
+                    s.line,
+                    s.role,
+                    s.kind,
+                    s.tool or "",
+                    s.tokens,
+                    s.cumulative,
+                    f"{s.share:.6f}",
+                    s.stage,
+                )
+            )
+    return buf.getvalue()
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
+    """Rich renderables for one file (imported lazily: rich is only needed for tables)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = []
+    head = Text()
+    head.append(a.path, style="bold")
+    head.append(f"  {a.format}  ·  {len(a.messages)} messages")
+    if a.conversations > 1:
+        head.append(f" in {a.conversations} conversations")
+    head.append(f"  ·  {a.tokenizer}")
+    out.append(head)
+    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
+    line = Text()
+    line.append(f"{a.max_context:,} tokens", style="bold")
+    line.append(f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
+    line.append(f"  {_pct(a.share)}  ")
+    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
+    if a.conversations > 1:
+        line.append(f"  (largest conversation; {a.total_tokens:,} tokens in all)")
+    out.append(line)
+
+    totals = Table(title=None, show_edge=False, pad_edge=False, box=None)
+    totals.add_column("by role", style="bold")
+    totals.add_column("tokens", justify="right")
+    totals.add_column("  by kind", style="bold")
+    totals.add_column("tokens", justify="right")
+    totals.add_column("  by tool", style="bold")
+    totals.add_column("tokens", justify="right")
+    roles, kinds, tools = list(a.by_role.items()), list(a.by_kind.items()), list(a.by_tool.items())[:8]
+    for i in range(max(len(roles), len(kinds), len(tools))):
+        row: list[str] = []
+        for group in (roles, kinds, tools):
+            if i < len(group):
+                row += [("  " if group is not roles else "") + group[i][0], f"{group[i][1]:,}"]
+            else:
+                row += ["", ""]
+        totals.add_row(*row)
+    out.append(totals)
+
+    rows = a.messages if show_messages else a.largest
+    table = Table(
+        title="messages" if show_messages else f"largest {len(rows)} messages", title_justify="left"
+    )
+    for col, just in (
+        ("#", "right"),
+        ("line", "right"),
+        ("role", "left"),
+        ("kind", "left"),
+        ("tool", "left"),
+        ("tokens", "right"),
+        ("cumulative", "right"),
+        ("window", "right"),
+        ("stage", "right"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for s in rows:
+        table.add_row(
+            str(s.index),
+            str(s.line),
+            s.role,
+            s.kind,
+            s.tool or "",
+            f"{s.tokens:,}",
+            f"{s.cumulative:,}",
+            _pct(s.share),
+            str(s.stage),
+        )
+    out.append(table)
+
+    if a.usage:
+        u = a.usage
+        usage = Text("recorded usage: ", style="bold")
+        usage.append(
+            f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
+            f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
+            f"output {u.output:,}"
+        )
+        if u.window:
+            usage.append(f", window {u.window:,}")
+        out.append(usage)
+    for b in a.boundaries:
+        t = Text("compaction in log: ", style="bold")
+        t.append(
+            f"line {b.line} {b.kind}"
+            + (f" ({b.trigger})" if b.trigger else "")
+            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
+        )
+        out.append(t)
+    if a.problems:
+        t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
+        t.append("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else ""))
+        out.append(t)
+    if a.skipped_lines:
+        out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))
+    return out
