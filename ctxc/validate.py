@@ -120,7 +120,11 @@ def _check(msgs: Sequence[Message], conv: int, strict: bool) -> list[Problem]:
         if m.role == "assistant":
             for b in m.blocks:
                 if isinstance(b, ToolUseBlock):
+                    # An id used again is a new call (replayed or redacted logs reuse ids): its
+                    # answer is still to come.
                     calls[b.id] = (m, b.name)
+                    answered.discard(b.id)
+                    reported.discard(b.id)
                     open_calls.add(b.id)
     unanswered(set(calls), "is never answered")
     return problems
