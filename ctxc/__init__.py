@@ -1,9 +1,87 @@
 """ctxc: read, measure and compact LLM agent transcripts.
 
-The library API is importable without the CLI; heavy modules (tokenizer encodings, the Anthropic SDK)
-load only when a call needs them.
+The library API (``load``, ``dump``, ``analyze``, ``count_tokens``, ``compact``, the model classes) is
+importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs almost nothing:
+tokenizer encodings and the Anthropic SDK load only when a call needs them.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "load": "ctxc.formats",
+    "dump": "ctxc.formats",
+    "analyze": "ctxc.analysis",
+    "Analysis": "ctxc.analysis",
+    "count_tokens": "ctxc.api",
+    "compact": "ctxc.api",
+    "CompactOptions": "ctxc.compaction.run",
+    "CompactionResult": "ctxc.compaction.run",
+    "Archive": "ctxc.archive",
+    "Message": "ctxc.model",
+    "Transcript": "ctxc.model",
+    "Record": "ctxc.model",
+    "TextBlock": "ctxc.model",
+    "ThinkingBlock": "ctxc.model",
+    "ToolUseBlock": "ctxc.model",
+    "ToolResultBlock": "ctxc.model",
+    "ImageBlock": "ctxc.model",
+    "UnknownBlock": "ctxc.model",
+    "ExitCode": "ctxc.errors",
+    "CtxcError": "ctxc.errors",
+}
+
+if TYPE_CHECKING:
+    from ctxc.analysis import Analysis, analyze
+    from ctxc.api import compact, count_tokens
+    from ctxc.archive import Archive
+    from ctxc.compaction.run import CompactionResult, CompactOptions
+    from ctxc.errors import CtxcError, ExitCode
+    from ctxc.formats import dump, load
+    from ctxc.model import (
+        ImageBlock,
+        Message,
+        Record,
+        TextBlock,
+        ThinkingBlock,
+        ToolResultBlock,
+        ToolUseBlock,
+        Transcript,
+        UnknownBlock,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxc' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "Analysis",
+    "Archive",
+    "CompactOptions",
+    "CompactionResult",
+    "CtxcError",
+    "ExitCode",
+    "ImageBlock",
+    "Message",
+    "Record",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Transcript",
+    "UnknownBlock",
+    "__version__",
+    "analyze",
+    "compact",
+    "count_tokens",
+    "dump",
+    "load",
+]

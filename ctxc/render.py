@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ctxc.analyze import STAGE_NAMES, Analysis, MessageStat
+from ctxc.analysis import STAGE_NAMES, Analysis, MessageStat
 
 
 def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str, Any]:

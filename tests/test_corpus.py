@@ -13,7 +13,7 @@ import orjson
 import pytest
 from conftest import CORPUS, corpus_params, sample_files
 
-from ctxc.analyze import analyze
+from ctxc.analysis import analyze
 from ctxc.convert import convert_transcript
 from ctxc.formats import dump, load
 from ctxc.validate import pairing_problems

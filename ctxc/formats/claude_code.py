@@ -636,6 +636,11 @@ class _CompactWriter:
             (m.conversation, m.index): m for m in transcript.messages
         }
         self.originals = {id(m) for m in transcript.messages}
+        # Conversations that are inline subagent runs: sidechain chains in a log that has a main chain.
+        has_main = any(not m.meta.get("is_sidechain") for m in transcript.messages)
+        self.inline_runs: dict[int, bool] = {
+            m.conversation: has_main and bool(m.meta.get("is_sidechain")) for m in transcript.messages
+        }
         self.eol = next((r.eol for r in self.records if r.eol), b"\n")
         first = self.datas[self.message_records[0]] if self.message_records else None
         #: Whether the log's own thread is a sidechain (a 2.x subagent file): then nothing is "inline".
@@ -889,9 +894,14 @@ class _CompactWriter:
             if anchor < 0:
                 later = next((n.records[0] for n in self.out_msgs[pos + 1 :] if n.records), len(self.records))
                 anchor = later - 0.5
-            summary = m.meta.get("ctxc") == "summary"
+            inline_run = self.inline_runs.get(m.conversation, False)
+            # A summary of the log's own thread is a compaction (boundary + summary record); inside an
+            # inline subagent run it is an ordinary message of that run, which must stay one chain.
+            summary = m.meta.get("ctxc") == "summary" and not inline_run
             if summary:
                 thread = False  # a summary belongs to the log's own thread
+            elif not m.records:
+                thread = inline_run
             template = self._template(pos, main=not thread)
             last_replaced = self.datas[max(replaced)] if replaced else None
             stamp = _str((last_replaced or {}).get("timestamp")) or _str(template.get("timestamp"))

@@ -744,7 +744,7 @@ class _CompactedWriter:
     def _fix_eols(self) -> tuple[Record, ...]:
         """Every line but the last ends with a newline; the last ends as the input's last line did.
 
-        (The rule of ``ctxc.compact.write``; importing it here would load every strategy with the formats.)
+        (The rule of ``ctxc.compaction.write``; importing it here would load every strategy with the formats.)
         """
         if not self.out:
             return ()

@@ -1,0 +1,50 @@
+"""The library API in one place: what an agent loop or a script imports from ``ctxc``.
+
+Everything is re-exported lazily from :mod:`ctxc`, so ``import ctxc`` stays cheap; the tokenizer loads
+on the first count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ctxc.model import Message, Transcript
+
+if TYPE_CHECKING:
+    from ctxc.archive import Archive
+    from ctxc.compaction.run import CompactionResult, CompactOptions
+
+
+def count_tokens(
+    obj: str | Message | Transcript | Iterable[Message], *, tokenizer: str = "o200k_base"
+) -> int:
+    """Tokens of a text, a message, a transcript or a list of messages, as ``ctxc analyze`` counts them.
+
+    A message costs its texts (text, thinking, tool name and compact-JSON input, tool result) plus a
+    fixed framing overhead and its images; see :mod:`ctxc.tokens.cost`.
+    """
+    from ctxc.tokens import make_counting_service
+    from ctxc.tokens.cost import count_messages
+
+    counter = make_counting_service(tokenizer)
+    if isinstance(obj, str):
+        return counter.count([obj])[0]
+    if isinstance(obj, Message):
+        messages = [obj]
+    else:
+        messages = list(obj.messages if isinstance(obj, Transcript) else obj)
+    return sum(count_messages(messages, counter.count))
+
+
+def compact(
+    transcript: Transcript, options: CompactOptions | None = None, *, archive: Archive | None = None
+) -> CompactionResult:
+    """Compact a loaded transcript (see :class:`ctxc.compaction.run.CompactOptions`).
+
+    With an ``archive`` the original is stored there first and every summary or placeholder cites it.
+    """
+    from ctxc.compaction.run import CompactOptions as Options
+    from ctxc.compaction.run import compact_transcript
+
+    return compact_transcript(transcript, options or Options(), archive=archive)

@@ -1,0 +1,185 @@
+"""The archive: every original is stored before any output is written, so nothing is ever lost.
+
+Layout under the archive root (``--archive``, ``$CTXC_ARCHIVE``, default ``./.ctxc/archive``)::
+
+    objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
+    manifest.jsonl            one line per run: what was read, what was written, with which options
+    manifest.lock             taken (flock) while appending, so concurrent runs never interleave lines
+
+Objects are content-addressed and written by temp file + rename, so two processes storing the same
+original at once both succeed and leave one intact copy. The archive id users see is the sha256 hex
+(a unique prefix of 12 or more characters is accepted anywhere an id is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxc import __version__
+from ctxc.errors import ArchiveError
+
+DEFAULT_ARCHIVE = Path(".ctxc") / "archive"
+MIN_PREFIX = 12
+#: How summaries and placeholders cite what they replaced; ``ctxc restore``/``show`` parse it back.
+CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(\d+))?)?")
+
+
+def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("CTXC_ARCHIVE")
+    return Path(env) if env else DEFAULT_ARCHIVE
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def citation(archive_id: str, first: int | None = None, last: int | None = None) -> str:
+    """The marker text placed in outputs: ``ctxc archive <id12> messages 3-17``."""
+    short = archive_id[:MIN_PREFIX]
+    if first is None:
+        return f"ctxc archive {short}"
+    span = f"{first}" if last is None or last == first else f"{first}-{last}"
+    return f"ctxc archive {short} messages {span}"
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    root: Path
+
+    @classmethod
+    def open(cls, explicit: str | os.PathLike[str] | None = None) -> Archive:
+        return cls(archive_root(explicit))
+
+    def object_path(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest
+
+    def store(self, data: bytes) -> str:
+        """Store bytes under their sha256 (idempotent, atomic) and return the id."""
+        digest = sha256_hex(data)
+        path = self.object_path(digest)
+        if path.exists() and path.stat().st_size == len(data):
+            return digest
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
+            ) from exc
+        return digest
+
+    def path_of(self, ref: str) -> Path:
+        """The file of an object, given its id or a unique prefix of at least 12 hex characters."""
+        digest = self.resolve(ref)
+        return self.object_path(digest)
+
+    def resolve(self, ref: str) -> str:
+        ref = ref.strip().lower()
+        if not re.fullmatch(rf"[0-9a-f]{{{MIN_PREFIX},64}}", ref):
+            raise ArchiveError(f"not an archive id: {ref!r} (ids are {MIN_PREFIX}+ hex characters)")
+        if len(ref) == 64:
+            if self.object_path(ref).exists():
+                return ref
+            raise ArchiveError(f"archive {self.root} holds no object {ref[:MIN_PREFIX]}")
+        bucket = self.root / "objects" / ref[:2]
+        matches = sorted(p.name for p in bucket.glob(ref + "*")) if bucket.is_dir() else []
+        matches = [m for m in matches if not m.startswith(".tmp-")]
+        if not matches:
+            raise ArchiveError(f"archive {self.root} holds no object {ref}")
+        if len(matches) > 1:
+            raise ArchiveError(f"archive id prefix {ref} is ambiguous ({len(matches)} objects)")
+        return matches[0]
+
+    def read(self, ref: str) -> bytes:
+        path = self.path_of(ref)
+        data = path.read_bytes()
+        if sha256_hex(data) != path.name:
+            raise ArchiveError(
+                f"archive object {path.name[:MIN_PREFIX]} is corrupt (sha256 mismatch)", path=str(path)
+            )
+        return data
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "manifest.lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Append one manifest line (under the lock, one write, fsynced)."""
+        full = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "ctxc_version": __version__,
+            **entry,
+        }
+        line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        try:
+            with self._locked(), open(self.root / "manifest.jsonl", "ab") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write the manifest: {exc.strerror or exc}", path=str(self.root)
+            ) from exc
+        return full
+
+    def manifest(self) -> list[dict[str, Any]]:
+        path = self.root / "manifest.jsonl"
+        if not path.exists():
+            return []
+        entries: list[dict[str, Any]] = []
+        for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                # A torn last line can only come from a crash mid-write on a filesystem without atomic
+                # appends; earlier entries stay usable, so skip it rather than refuse the whole archive.
+                continue
+            if isinstance(entry, dict):
+                entry.setdefault("_line", n)
+                entries.append(entry)
+        return entries
+
+    def find_original(self, data: bytes) -> str | None:
+        """The archive id of the original that produced ``data`` (a compacted output), if recorded."""
+        digest = sha256_hex(data)
+        if self.object_path(digest).exists():
+            return digest
+        for entry in reversed(self.manifest()):
+            if entry.get("output_sha256") == digest and isinstance(entry.get("input_sha256"), str):
+                return str(entry["input_sha256"])
+        match = CITATION_RE.search(data.decode("utf-8", errors="replace"))
+        if match:
+            return self.resolve(match.group(1))
+        return None

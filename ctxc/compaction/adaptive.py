@@ -1,0 +1,103 @@
+"""The adaptive pipeline: escalate from the least lossy strategy to the most lossy as the window fills.
+
+Stages by the share of the window in use (thresholds are configuration, not code):
+
+====  ==========  ==========================================  =============
+stage  usage      what runs                                   loss
+====  ==========  ==========================================  =============
+1      < 60%      nothing                                     none
+2      60-70%     tool-output post-processing: offload, mask  minimal
+3      70-80%     trim old messages: selective                low
+4      80-90%     summarize the history: hierarchical         medium
+5      >= 90%     essential summary only + last few messages  high
+====  ==========  ==========================================  =============
+
+Stages run in order and the pipeline stops as soon as the target is met. Without an explicit target it
+never goes beyond the stage the current usage calls for (a 72% full context is trimmed, never
+summarized); with ``--target-tokens``/``--target-ratio`` it escalates as far as the target needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ctxc.analysis import stage_for
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, get_strategy, option, register
+from ctxc.model import Message
+
+#: Which strategies each stage runs, in order.
+STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (2, ("offload", "mask")),
+    (3, ("selective",)),
+    (4, ("hierarchical",)),
+    (5, ("essential",)),
+)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    stage2: float = option(0.60, "window share where tool-output post-processing starts", min=0.0, max=1.5)
+    stage3: float = option(0.70, "window share where trimming old messages starts", min=0.0, max=1.5)
+    stage4: float = option(0.80, "window share where summarizing the history starts", min=0.0, max=1.5)
+    stage5: float = option(0.90, "window share where only an essential summary is kept", min=0.0, max=1.5)
+    essential_keep_last: int = option(
+        3, "messages kept verbatim after the essential summary", min=1, max=1000
+    )
+
+    def __post_init__(self) -> None:
+        from ctxc.errors import UsageError
+
+        if not self.stage2 <= self.stage3 <= self.stage4 <= self.stage5:
+            raise UsageError("adaptive stage thresholds must increase: stage2 <= stage3 <= stage4 <= stage5")
+
+    @property
+    def thresholds(self) -> tuple[float, float, float, float]:
+        return (self.stage2, self.stage3, self.stage4, self.stage5)
+
+
+@register
+class Adaptive:
+    name: ClassVar[str] = "adaptive"
+    description: ClassVar[str] = (
+        "Escalate mask/offload → selective → hierarchical → essential summary as the window fills (default)"
+    )
+    Config: ClassVar[type[AdaptiveConfig]] = AdaptiveConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: AdaptiveConfig = ctx.config(self)
+        current = stage_for(ctx.tokens(messages) / ctx.window, cfg.thresholds)
+        ceiling = 5 if ctx.explicit_target else current
+        msgs: tuple[Message, ...] = tuple(messages)
+        actions: list[Action] = []
+        for stage, names in STAGES:
+            if stage > ceiling or ctx.under_target(msgs):
+                break
+            for name in names:
+                if ctx.under_target(msgs):
+                    break
+                result = self._run(name, msgs, ctx, cfg)
+                msgs = result.messages
+                actions.extend(
+                    replace(a, note=f"stage {stage}" + (f"; {a.note}" if a.note else ""))
+                    for a in result.actions
+                )
+        return StrategyResult(msgs, tuple(actions))
+
+    @staticmethod
+    def _run(
+        name: str, msgs: tuple[Message, ...], ctx: CompactContext, cfg: AdaptiveConfig
+    ) -> StrategyResult:
+        if name != "essential":
+            return get_strategy(name).compact(msgs, ctx)
+        # Stage 5 is the hierarchical summarizer in its essential mode, keeping only the last few messages.
+        hierarchical = get_strategy("hierarchical")
+        base = ctx.config(hierarchical)
+        essential_cfg = replace(base, essential=True, keep_last=cfg.essential_keep_last)
+        result = hierarchical.compact(
+            msgs, replace(ctx, configs={**ctx.configs, "hierarchical": essential_cfg})
+        )
+        return StrategyResult(
+            result.messages, tuple(replace(a, strategy="essential") for a in result.actions)
+        )

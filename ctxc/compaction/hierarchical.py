@@ -1,0 +1,157 @@
+"""hierarchical: one structured summary of the history, detail by tier.
+
+The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
+replaced by ONE summary with the fixed sections (session intent, decisions, artifacts and files
+touched, errors and fixes, current state, next steps). The summarizer sorts the material into tiers:
+decisions and user instructions quoted verbatim, important events (errors and their fixes, files
+changed) one line each, routine work (reads, listings, searches) collapsed into counts; the
+extractive summarizer does this in :func:`ctxc.summarize.extractive.tier_messages`, and any other
+summarizer gets the same request through the Summarizer Protocol.
+
+Least loss: only the oldest stretch of history that the target requires is summarized, the rest stays
+verbatim; the summary is planned at a quarter of what it replaces (at least ``BUDGET_FLOOR`` tokens,
+at most ``summary_tokens`` and what the target leaves). If the summary comes out larger than planned,
+the span grows as far as that needs; if it is still over the target, the budget halves, down to the
+floor, before the strategy gives up (the run then reports how far over it is). A summary that would
+cost more than the history it replaces is not used.
+
+``essential`` is the adaptive pipeline's stage 5: only the essential sections (intent, current state,
+next steps), the whole history summarized, and only the last ``keep_last`` messages and pinned kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.recursive import (
+    Layout,
+    assemble,
+    plan_layout,
+    span_citation,
+    summary_message,
+    summary_overhead,
+)
+from ctxc.model import Message
+from ctxc.summarize import SummaryRequest
+
+#: A summary that comes out over the target (a summarizer may overshoot its budget) is asked again
+#: with half the budget, down to this floor, before the strategy gives up.
+BUDGET_FLOOR = 200
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchicalConfig:
+    keep_last: int = option(0, "messages kept verbatim at the end (0 = the run's --keep-last)", min=0)
+    summary_tokens: int = option(3000, "most tokens the summary may take", min=1)
+    essential: bool = option(
+        False, "essential summary only (intent, current state, next steps) of the whole history"
+    )
+
+
+#: A summary is planned at a quarter of the tokens it replaces (at least BUDGET_FLOOR, at most the
+#: configured summary_tokens): enough for its tiers, and small enough that the least history needs
+#: summarizing when the target is generous.
+COMPRESSION = 4
+
+
+class _Plan:
+    """Prefix arithmetic over the candidate units: what summarizing the first ``n`` would leave."""
+
+    def __init__(self, layout: Layout, target: int, overhead: int, cap: int) -> None:
+        self.layout = layout
+        self.target = target
+        self.overhead = overhead
+        self.cap = cap  # the configured summary_tokens, capped by what the target leaves
+        self.prefix = list(
+            itertools.accumulate((layout.unit_tokens[u] for u in layout.candidates), initial=0)
+        )
+
+    def rest(self, n: int) -> int:
+        return self.prefix[-1] - self.prefix[n]
+
+    def budget(self, n: int) -> int:
+        return max(1, min(self.cap, max(BUDGET_FLOOR, self.prefix[n] // COMPRESSION)))
+
+    def smallest(self, cost: int | None = None) -> int:
+        """The fewest candidate units to summarize so that the output fits, with a summary costing
+        ``cost`` (or its planned budget), or all of them when no prefix does."""
+        cands = self.layout.candidates
+        for n in range(1, len(cands) + 1):
+            c = cost if cost is not None else self.budget(n) + self.overhead
+            if self.layout.fixed + self.rest(n) + c <= self.target:
+                return n
+        return len(cands)
+
+
+@register
+class Hierarchical:
+    name: ClassVar[str] = "hierarchical"
+    description: ClassVar[str] = (
+        "One structured summary of the history: decisions and instructions verbatim, events one line each, "
+        "routine work as counts"
+    )
+    Config: ClassVar[type[HierarchicalConfig]] = HierarchicalConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: HierarchicalConfig = ctx.config(self)
+        msgs = tuple(messages)
+        if not msgs or ctx.under_target(msgs):
+            return StrategyResult(msgs)
+        layout = plan_layout(msgs, ctx, cfg.keep_last or ctx.keep_last)
+        cands = layout.candidates
+        if not cands:
+            return StrategyResult(msgs)
+        overhead = summary_overhead(ctx, msgs[0])
+        room = ctx.target - layout.fixed - overhead  # for the summary text once all history is in it
+        plan = _Plan(layout, ctx.target, overhead, max(1, min(cfg.summary_tokens, room)))
+        n = len(cands) if cfg.essential else plan.smallest()
+        budget = plan.cap if cfg.essential else plan.budget(n)
+        floor = min(BUDGET_FLOOR, budget)
+
+        best: tuple[int, Message, int] | None = None  # (output tokens, summary, units summarized)
+        while True:
+            replaced = layout.span_messages(cands[:n])
+            request = SummaryRequest(
+                messages=replaced,
+                citation=span_citation(ctx, replaced),
+                budget=budget,
+                instructions=ctx.instructions,
+                essential=cfg.essential,
+            )
+            summary = summary_message(ctx.summarizer.summarize(request, ctx.ledger.count_text), replaced)
+            cost = ctx.ledger.tokens(summary)
+            total = layout.fixed + plan.rest(n) + cost
+            if best is None or total < best[0]:
+                best = (total, summary, n)
+            if total <= ctx.target:
+                break
+            # The summary came out larger than planned (its minimum exceeds the budget, or the
+            # summarizer overshot): summarize more of the history first, then ask for less.
+            grown = plan.smallest(cost)
+            if grown > n:
+                n = grown
+                continue
+            if budget <= floor:
+                break
+            budget = max(floor, budget // 2)
+
+        _, summary, n = best
+        chosen = cands[:n]
+        replaced = layout.span_messages(chosen)
+        if ctx.ledger.tokens(summary) >= layout.tokens_of(chosen):
+            return StrategyResult(msgs)  # the summary would cost more than what it replaces
+        tiers = "essential sections" if cfg.essential else "tiered sections"
+        action = Action(
+            self.name,
+            "summarize",
+            replaced[0].index,
+            replaced[-1].index,
+            layout.tokens_of(chosen),
+            ctx.ledger.tokens(summary),
+            f"{len(replaced)} message(s) into one summary ({tiers})",
+        )
+        return StrategyResult(assemble(layout, chosen, summary), (action,))

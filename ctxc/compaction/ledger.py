@@ -1,0 +1,40 @@
+"""Token accounting for compaction: every message is counted once, new ones as strategies create them.
+
+Messages hold unhashable raw JSON, so the memo is keyed by object identity and keeps the message alive
+(an id is only unique while its object lives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ctxc.analysis import TextCounter, count_messages
+from ctxc.model import Message
+
+
+class Ledger:
+    def __init__(self, counter: TextCounter) -> None:
+        self.counter = counter
+        self._memo: dict[int, tuple[Message, int]] = {}
+
+    def prime(self, messages: Sequence[Message]) -> None:
+        """Count many messages in one batch (the tokenizer is fastest on batches)."""
+        todo = [m for m in messages if id(m) not in self._memo]
+        if todo:
+            for m, n in zip(todo, count_messages(todo, self.counter), strict=True):
+                self._memo[id(m)] = (m, n)
+
+    def tokens(self, message: Message) -> int:
+        hit = self._memo.get(id(message))
+        if hit is None:
+            self.prime([message])
+            hit = self._memo[id(message)]
+        return hit[1]
+
+    def total(self, messages: Iterable[Message]) -> int:
+        messages = list(messages)
+        self.prime(messages)
+        return sum(self._memo[id(m)][1] for m in messages)
+
+    def count_text(self, text: str) -> int:
+        return self.counter.count([text])[0] if text else 0

@@ -1,0 +1,170 @@
+"""mask: shrink old tool results in place, the least lossy way to make room.
+
+Tool results older than the newest ``keep_last_results`` are rewritten, oldest first, until the target
+is met. First pass: each is shrunk by its tool's post-processor (:mod:`ctxc.compaction.postprocess`:
+top search results, the request-relevant lines of a file read, the tail and errors of a command);
+a result no processor can make smaller becomes a placeholder. Second pass, only if still over the
+target: the shrunk results become placeholders too, oldest first. A placeholder says what was
+removed (tool, size, the call's file path or command) and cites the archive so it can be recovered.
+
+Only the text of ``ToolResultBlock``s changes: no message is dropped, added or reordered, so tool
+pairing is exactly what it was. Pinned messages and the last ``keep_last`` messages are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from ctxc.archive import citation
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.postprocess import Request, ToolCall, call_summary, current_request, postprocess
+from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    keep_last_results: int = option(3, "the newest tool results are never masked", min=0, max=1_000_000)
+    placeholder_only: bool = option(
+        False, "replace old results by a placeholder without post-processing first"
+    )
+
+
+#: How every note, placeholder and pointer ctxc writes into a tool result begins.
+CTXC_MARK = "[ctxc"
+
+#: A tool result's place: (position in the message list, position in the message's blocks).
+Slot = tuple[int, int]
+
+
+@register
+class Mask:
+    name: ClassVar[str] = "mask"
+    description: ClassVar[str] = (
+        "Shrink old tool results (top search hits, relevant file lines, command tail and errors), "
+        "else leave a placeholder citing the archive"
+    )
+    Config: ClassVar[type[Any]] = MaskConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: MaskConfig = ctx.config(self)
+        msgs = list(messages)
+        total = ctx.ledger.total(msgs)
+        if total <= ctx.target:
+            return StrategyResult(tuple(messages))
+        slots = eligible_slots(msgs, ctx, cfg.keep_last_results)
+        if not slots:
+            return StrategyResult(tuple(messages))
+        calls = _calls(msgs)
+        request = Request.of(current_request(msgs))
+        originals: dict[Slot, ToolResultBlock] = {}
+        placeholders: set[Slot] = set()
+        actions: list[Action] = []
+
+        def apply(slot: Slot, new_block: ToolResultBlock, kind: str, note: str) -> bool:
+            """Swap the block in if the message gets smaller; keep the running total exact."""
+            nonlocal total
+            pos, bi = slot
+            old = msgs[pos]
+            blocks = list(old.blocks)
+            blocks[bi] = new_block
+            new = replace(old, blocks=tuple(blocks))
+            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
+            if after >= before:
+                return False
+            msgs[pos] = new
+            total += after - before
+            actions.append(Action(self.name, kind, old.index, old.index, before, after, note))
+            return True
+
+        # Pass 1: post-process (or, where nothing helps, placeholder) oldest first.
+        for slot in slots:
+            if total <= ctx.target:
+                break
+            pos, bi = slot
+            block = msgs[pos].blocks[bi]
+            assert isinstance(block, ToolResultBlock)
+            if block.text.startswith(CTXC_MARK):
+                continue  # shrunk or offloaded by an earlier run: shrinking it again would stack notes
+            call = _call_of(block, calls)
+            cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+            shrunk = None if cfg.placeholder_only else postprocess(block.text, call, request, cite)
+            if shrunk is not None and apply(slot, replace(block, text=shrunk), "shrink", _label(call)):
+                originals[slot] = block
+                continue
+            if apply(slot, _placeholder_block(block, call, cite, ctx), "mask", _label(call)):
+                originals[slot] = block
+                placeholders.add(slot)
+
+        # Pass 2: still over: shrunk and untouched results alike become placeholders, oldest first.
+        for slot in slots:
+            if total <= ctx.target:
+                break
+            if slot in placeholders:
+                continue
+            pos, bi = slot
+            current = msgs[pos].blocks[bi]
+            assert isinstance(current, ToolResultBlock)
+            original = originals.get(slot, current)
+            call = _call_of(original, calls)
+            cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+            if apply(slot, _placeholder_block(original, call, cite, ctx), "mask", _label(call)):
+                placeholders.add(slot)
+        return StrategyResult(tuple(msgs), tuple(actions))
+
+
+def eligible_slots(messages: Sequence[Message], ctx: CompactContext, keep_last_results: int) -> list[Slot]:
+    """Tool results that may be rewritten, oldest first.
+
+    Not the newest ``keep_last_results`` results (the agent is probably still working with them), not
+    in the last ``ctx.keep_last`` messages (the user asked for those verbatim), not in pinned messages.
+    """
+    all_slots = [
+        (pos, bi)
+        for pos, m in enumerate(messages)
+        for bi, b in enumerate(m.blocks)
+        if isinstance(b, ToolResultBlock)
+    ]
+    cut = len(all_slots) - keep_last_results if keep_last_results else len(all_slots)
+    tail_start = len(messages) - ctx.keep_last if ctx.keep_last > 0 else len(messages)
+    return [
+        (pos, bi)
+        for pos, bi in all_slots[: max(0, cut)]
+        if pos < tail_start and messages[pos].index not in ctx.pinned
+    ]
+
+
+def placeholder_text(block: ToolResultBlock, call: ToolCall, cite: str, tokens: int) -> str:
+    """What a masked result becomes: what it was, how big, and where the original is."""
+    summary = call_summary(call)
+    lines = block.text.count("\n") + 1 if block.text else 0
+    size = f"{tokens:,} tokens, {lines:,} line{'s' if lines != 1 else ''}"
+    if block.images:
+        size += f", {len(block.images)} image{'s' if len(block.images) != 1 else ''}"
+    what = f"{call.name or 'tool'} {'error ' if block.is_error else ''}result"
+    about = f" of {summary}" if summary else ""
+    return f"[ctxc: {what}{about} removed ({size}); original in {cite}]"
+
+
+def _placeholder_block(
+    block: ToolResultBlock, call: ToolCall, cite: str, ctx: CompactContext
+) -> ToolResultBlock:
+    text = placeholder_text(block, call, cite, ctx.ledger.count_text(block.text))
+    return replace(block, text=text, images=())
+
+
+def _calls(messages: Sequence[Message]) -> dict[str, ToolUseBlock]:
+    return {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+
+
+def _call_of(block: ToolResultBlock, calls: dict[str, ToolUseBlock]) -> ToolCall:
+    use = calls.get(block.tool_use_id)
+    if use is not None:
+        return ToolCall(use.name, use.input)
+    return ToolCall(block.name or "")
+
+
+def _label(call: ToolCall) -> str:
+    summary = call_summary(call, limit=60)
+    return f"{call.name or 'tool'} {summary}".strip()

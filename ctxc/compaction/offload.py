@@ -1,0 +1,220 @@
+"""offload: move huge tool results, and late in a session large tool inputs, into archive files.
+
+Deep Agents' filesystem offloading: a tool result over ``threshold_tokens`` is written to the archive
+as a file of its own and replaced by that file's path, its first lines and the archive citation, so an
+agent with a file tool can read the rest back. This happens whatever the target (a 50k-token result is
+never worth its place in the window), but each offload is recorded as an action.
+
+Once the context is above ``input_offload_share`` of the window, large file contents in old tool
+*inputs* (a Write's ``content``, an Edit's ``old_string``/``new_string``, a Codex ``apply_patch``) are
+replaced the same way: the input keeps its keys, the big strings become pointers.
+
+The last ``keep_last`` messages and pinned messages are never offloaded. Without an archive (a dry
+run) blobs are not written, but their would-be path is computed so the token effect is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ctxc.archive import Archive, archive_root, citation, sha256_hex
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.postprocess import ToolCall, call_summary
+from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+
+#: Tool input fields that carry file contents (Claude Code Write/Edit/MultiEdit, OpenHands
+#: str_replace_editor, pi write/edit, Kimi WriteFile, Codex apply_patch as a function call).
+DEFAULT_INPUT_KEYS: tuple[str, ...] = (
+    "content",
+    "new_string",
+    "old_string",
+    "newText",
+    "oldText",
+    "new_str",
+    "old_str",
+    "file_text",
+    "patch",
+    "input",
+    "edits",
+)
+#: Tools whose whole input is a patch string (Codex's freeform ``apply_patch``).
+_PATCH_TOOLS = frozenset({"apply_patch", "applypatch", "patch"})
+#: A preview line longer than this is clipped (Deep Agents clips preview lines the same way).
+PREVIEW_LINE_CHARS = 1000
+#: UTF-8 takes at most 4 bytes a character and byte-level BPE at most one token a byte, so a string of
+#: ``n`` characters has at most ``4 * n`` tokens: shorter strings are skipped without tokenizing them.
+_MAX_TOKENS_PER_CHAR = 4
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    threshold_tokens: int = option(20_000, "tool results over this many tokens go to an archive file", min=1)
+    preview_lines: int = option(10, "first lines of an offloaded result kept in place", min=0, max=10_000)
+    input_offload_share: float = option(
+        0.85, "window share above which old large tool inputs are offloaded too", min=0.0, max=100.0
+    )
+    input_threshold_tokens: int = option(
+        2_000, "tool input strings over this many tokens are offloaded", min=1
+    )
+    input_keys: tuple[str, ...] = option(DEFAULT_INPUT_KEYS, "tool input fields holding file contents")
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """Where an offloaded string went."""
+
+    digest: str
+    path: Path
+
+
+@register
+class Offload:
+    name: ClassVar[str] = "offload"
+    description: ClassVar[str] = (
+        "Move tool results over 20k tokens (and, above 85% of the window, large old tool inputs) "
+        "into archive files, leaving the path and a preview"
+    )
+    Config: ClassVar[type[Any]] = OffloadConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: OffloadConfig = ctx.config(self)
+        msgs = list(messages)
+        tail_start = len(msgs) - ctx.keep_last if ctx.keep_last > 0 else len(msgs)
+        movable = [pos for pos in range(max(0, tail_start)) if msgs[pos].index not in ctx.pinned]
+        calls = {b.id: b for m in msgs for b in m.blocks if isinstance(b, ToolUseBlock)}
+        actions: list[Action] = []
+
+        def swap(pos: int, bi: int, block: ToolResultBlock | ToolUseBlock, note: str) -> None:
+            old = msgs[pos]
+            blocks = list(old.blocks)
+            blocks[bi] = block
+            new = replace(old, blocks=tuple(blocks))
+            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
+            if after < before:
+                msgs[pos] = new
+                actions.append(Action(self.name, "offload", old.index, old.index, before, after, note))
+
+        for pos in movable:
+            for bi, b in enumerate(msgs[pos].blocks):
+                if not isinstance(b, ToolResultBlock) or not _may_exceed(b.text, cfg.threshold_tokens):
+                    continue
+                tokens = ctx.ledger.count_text(b.text)
+                if tokens <= cfg.threshold_tokens:
+                    continue
+                use = calls.get(b.tool_use_id)
+                call = ToolCall(use.name, use.input) if use else ToolCall(b.name or "")
+                blob = store_blob(ctx, b.text)
+                cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+                text = result_pointer(b.text, call, blob, cite, tokens, cfg.preview_lines)
+                swap(pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
+
+        if ctx.window > 0 and ctx.ledger.total(msgs) / ctx.window > cfg.input_offload_share:
+            keys = frozenset(cfg.input_keys)
+            for pos in movable:
+                for bi, b in enumerate(msgs[pos].blocks):
+                    if not isinstance(b, ToolUseBlock):
+                        continue
+                    cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+                    moved: list[str] = []
+                    new_input = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, cite, moved)
+                    if moved:
+                        swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
+        return StrategyResult(tuple(msgs), tuple(actions))
+
+
+def store_blob(ctx: CompactContext, text: str) -> Blob:
+    """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go."""
+    data = text.encode("utf-8")
+    if ctx.archive is not None:
+        digest = ctx.archive.store(data)
+        return Blob(digest, ctx.archive.path_of(digest))
+    digest = sha256_hex(data)
+    # Where the default archive would put it, so a dry run costs the same tokens as a real one.
+    return Blob(digest, Archive(archive_root()).object_path(digest))
+
+
+def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int, preview_lines: int) -> str:
+    """The text an offloaded result becomes: where it is, how big it was, and its first lines."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    summary = call_summary(call)
+    about = f" of {summary}" if summary else ""
+    head = (
+        f"[ctxc offloaded the {call.name or 'tool'} result{about} ({tokens:,} tokens, {len(lines):,} lines) "
+        f"to {blob.path}; {cite}]"
+    )
+    preview = [_clip(x) for x in lines[:preview_lines]]
+    out = [head]
+    if preview:
+        out.append(f"First {len(preview)} line{'s' if len(preview) != 1 else ''}:")
+        out.extend(preview)
+    rest = len(lines) - len(preview)
+    if rest > 0:
+        out.append(f"… {rest:,} more line{'s' if rest != 1 else ''} in the offloaded file …")
+    return "\n".join(out)
+
+
+def input_pointer(tokens: int, blob: Blob, cite: str) -> str:
+    return f"[ctxc offloaded {tokens} tokens to {blob.path}; {cite}]"
+
+
+def _offload_input(
+    block: ToolUseBlock,
+    keys: frozenset[str],
+    threshold: int,
+    ctx: CompactContext,
+    cite: str,
+    moved: list[str],
+) -> Any:
+    """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
+
+    def big(value: str) -> int | None:
+        if not _may_exceed(value, threshold):
+            return None
+        n = ctx.ledger.count_text(value)
+        return n if n > threshold else None
+
+    def pointer(value: str, tokens: int, label: str) -> str:
+        moved.append(label)
+        return input_pointer(tokens, store_blob(ctx, value), cite)
+
+    def walk(value: Any, key: str | None, path: str) -> Any:
+        if isinstance(value, str):
+            if key in keys:
+                tokens = big(value)
+                if tokens is not None:
+                    return pointer(value, tokens, path)
+            return value
+        if isinstance(value, Mapping):
+            return {
+                k: walk(v, k if isinstance(k, str) else None, f"{path}.{k}" if path else str(k))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            # Items of a list inherit its key: MultiEdit's ``edits`` hold dicts, a patch list holds strings.
+            return [walk(v, key, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    inp = block.input
+    if isinstance(inp, str):
+        names = {block.name.lower(), block.name.lower().rsplit("__", 1)[-1]}
+        if names & _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch"):
+            tokens = big(inp)
+            if tokens is not None:
+                return pointer(inp, tokens, "patch")
+        return inp
+    return walk(inp, None, "")
+
+
+def _may_exceed(text: str, threshold: int) -> bool:
+    return len(text) * _MAX_TOKENS_PER_CHAR > threshold
+
+
+def _clip(line: str) -> str:
+    if len(line) <= PREVIEW_LINE_CHARS:
+        return line
+    return f"{line[:PREVIEW_LINE_CHARS]}… (+{len(line) - PREVIEW_LINE_CHARS} chars)"

@@ -1,0 +1,188 @@
+"""recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one.
+
+The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
+taken oldest first in chunks of whole pairing-safe units, each at most ``chunk_tokens`` and no larger
+than the target still needs. The first chunk is summarized; each later fold hands the summarizer the
+previous summary plus the next chunk, so older material is compressed more often than newer
+material, a natural forgetting curve. Folding stops as soon as the unsummarized rest plus the
+summary fits the target. The summary budget is ``summary_tokens``, never more than the target leaves
+once everything foldable is folded; a summary that would cost more than what it replaces is not used.
+
+The output holds ONE summary message where the summarized span began; pinned units inside the span
+stay verbatim after it, in order. The summary cites the archive range it replaced.
+
+The span layout and summary-message helpers here are shared with ``hierarchical``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ctxc.analysis import count_messages
+from ctxc.archive import citation
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.units import Unit, units
+from ctxc.model import Message, TextBlock
+from ctxc.summarize import SummaryRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which units of a conversation may be summarized, and what everything costs.
+
+    ``candidates`` are unit positions (into ``parts``), oldest first: not pinned and not in the tail.
+    ``fixed`` is the tokens of every other unit, which stays verbatim whatever is summarized.
+    """
+
+    messages: tuple[Message, ...]
+    parts: tuple[Unit, ...]
+    unit_tokens: tuple[int, ...]
+    candidates: tuple[int, ...]
+    fixed: int
+
+    def span_messages(self, chosen: Sequence[int]) -> tuple[Message, ...]:
+        return tuple(m for u in chosen for m in self.parts[u].messages(self.messages))
+
+    def tokens_of(self, chosen: Sequence[int]) -> int:
+        return sum(self.unit_tokens[u] for u in chosen)
+
+
+def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int) -> Layout:
+    """Split ``messages`` into pairing-safe units and find the summarizable history.
+
+    The tail is the units holding the last ``keep_last`` messages (at least the last message, which
+    the next turn answers); a unit holding a pinned message is kept whole, where it is.
+    """
+    msgs = tuple(messages)
+    parts = tuple(units(msgs))
+    tokens = tuple(ctx.ledger.total(p.messages(msgs)) for p in parts)
+    tail_start = len(msgs) - max(keep_last, 1)
+    candidates: list[int] = []
+    fixed = 0
+    for u, part in enumerate(parts):
+        pinned = any(m.index in ctx.pinned for m in part.messages(msgs))
+        if part.stop > tail_start or pinned:
+            fixed += tokens[u]
+        else:
+            candidates.append(u)
+    return Layout(msgs, parts, tokens, tuple(candidates), fixed)
+
+
+def summary_message(text: str, replaced: Sequence[Message]) -> Message:
+    """The brand-new user message carrying a summary of ``replaced`` (in order)."""
+    first, last = replaced[0], replaced[-1]
+    return Message(
+        role="user",
+        blocks=(TextBlock(text),),
+        line=first.line,
+        index=first.index,
+        conversation=first.conversation,
+        meta={"ctxc": "summary", "replaces": (first.index, last.index)},
+    )
+
+
+def summary_overhead(ctx: CompactContext, sample: Message) -> int:
+    """Tokens a summary message costs beyond its text (framing), by the run's own accounting."""
+    probe = summary_message("x", [sample])
+    # Counted without the ledger so the probe is not kept alive in its memo.
+    return max(0, count_messages([probe], ctx.ledger.counter)[0] - ctx.ledger.count_text("x"))
+
+
+def span_citation(ctx: CompactContext, replaced: Sequence[Message]) -> str:
+    return citation(ctx.archive_id, replaced[0].index, replaced[-1].index)
+
+
+def assemble(layout: Layout, chosen: Sequence[int], summary: Message) -> tuple[Message, ...]:
+    """The output: unchosen units as they were, the summary where the first chosen unit was."""
+    chosen_set = set(chosen)
+    out: list[Message] = []
+    placed = False
+    for u, part in enumerate(layout.parts):
+        if u in chosen_set:
+            if not placed:
+                out.append(summary)
+                placed = True
+            continue
+        out.extend(part.messages(layout.messages))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RecursiveConfig:
+    keep_last: int = option(0, "messages kept verbatim at the end (0 = the run's --keep-last)", min=0)
+    chunk_tokens: int = option(20000, "history tokens summarized per fold (whole tool turns)", min=1)
+    summary_tokens: int = option(2000, "most tokens the summary may take", min=1)
+
+
+@register
+class Recursive:
+    name: ClassVar[str] = "recursive"
+    description: ClassVar[str] = (
+        "Summarize the oldest chunk, then fold that summary and the next chunk into a new one; keeps last N"
+    )
+    Config: ClassVar[type[RecursiveConfig]] = RecursiveConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: RecursiveConfig = ctx.config(self)
+        msgs = tuple(messages)
+        if not msgs or ctx.under_target(msgs):
+            return StrategyResult(msgs)
+        layout = plan_layout(msgs, ctx, cfg.keep_last or ctx.keep_last)
+        cands = layout.candidates
+        if not cands:
+            return StrategyResult(msgs)
+        overhead = summary_overhead(ctx, msgs[0])
+        # Never more than the target leaves once everything foldable is folded, so the last fold fits
+        # whenever the verbatim part does.
+        budget = max(1, min(cfg.summary_tokens, ctx.target - layout.fixed - overhead))
+        remaining = layout.tokens_of(cands)
+        summary_text: str | None = None
+        done = 0
+        folds = 0
+        summary: Message | None = None
+        while done < len(cands):
+            # A chunk is at most chunk_tokens, and no more than the target still needs removed (with
+            # room for a summary at its full budget): the least history is lost.
+            current = ctx.ledger.tokens(summary) if summary is not None else 0
+            needed = layout.fixed + remaining + max(current, budget + overhead) - ctx.target
+            limit = max(1, min(cfg.chunk_tokens, needed))
+            chunk: list[int] = []
+            chunk_tokens = 0
+            while done < len(cands) and chunk_tokens < limit:
+                if chunk and chunk_tokens + layout.unit_tokens[cands[done]] > cfg.chunk_tokens:
+                    break
+                chunk.append(cands[done])
+                chunk_tokens += layout.unit_tokens[cands[done]]
+                done += 1
+            remaining -= chunk_tokens
+            covered = layout.span_messages(cands[:done])
+            request = SummaryRequest(
+                messages=layout.span_messages(chunk),
+                citation=span_citation(ctx, covered),
+                budget=budget,
+                previous=summary_text,
+                instructions=ctx.instructions,
+            )
+            summary_text = ctx.summarizer.summarize(request, ctx.ledger.count_text)
+            folds += 1
+            summary = summary_message(summary_text, covered)
+            if layout.fixed + remaining + ctx.ledger.tokens(summary) <= ctx.target:
+                break
+        assert summary is not None
+        chosen = cands[:done]
+        replaced = layout.span_messages(chosen)
+        if ctx.ledger.tokens(summary) >= layout.tokens_of(chosen):
+            return StrategyResult(msgs)  # the summary would cost more than what it replaces
+        out = assemble(layout, chosen, summary)
+        action = Action(
+            self.name,
+            "summarize",
+            replaced[0].index,
+            replaced[-1].index,
+            layout.tokens_of(chosen),
+            ctx.ledger.tokens(summary),
+            f"{len(replaced)} message(s) in {folds} fold(s)",
+        )
+        return StrategyResult(out, (action,))

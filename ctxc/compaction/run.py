@@ -1,0 +1,301 @@
+"""One compaction run: archive the original, compact each conversation, repair, check, write back.
+
+This is the library entry point behind ``ctxc compact``. The order is the safety argument: the
+original is stored in the archive (content-addressed, atomic) before any output exists, the output is
+validated (pairing) and measured (target) before it is written, and it is written atomically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
+from ctxc.archive import Archive, sha256_hex
+from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
+from ctxc.compaction.ledger import Ledger
+from ctxc.compaction.write import write_transcript
+from ctxc.errors import OverTargetError, UsageError
+from ctxc.formats import get_adapter
+from ctxc.model import Message, TextBlock, Transcript
+from ctxc.repair import repair_messages
+from ctxc.summarize import get_summarizer
+from ctxc.validate import Problem, pairing_problems
+
+
+@dataclass(frozen=True, slots=True)
+class CompactOptions:
+    strategy: str = "adaptive"
+    target_tokens: int | None = None
+    target_ratio: float | None = None
+    model: str | None = None
+    window: int | None = None
+    keep_last: int = 4
+    #: ``--pin`` values: a message index (``12``), an index range (``3-7``), or a regular expression.
+    pins: tuple[str, ...] = ()
+    summarizer: str = "extractive"
+    tokenizer: str = "o200k_base"
+    thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS
+    allow_over: bool = False
+    #: Raw ``strategy.option=value`` settings, validated against each strategy's Config.
+    settings: Mapping[str, str] = field(default_factory=dict)
+    instructions: str | None = None
+    use_cache: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationOutcome:
+    conversation: int
+    tokens_before: int
+    tokens_after: int
+    target: int
+    pinned_tokens: int
+    actions: tuple[Action, ...]
+    repaired: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    transcript: Transcript
+    archive_id: str
+    input_sha256: str
+    window: int
+    conversations: tuple[ConversationOutcome, ...]
+
+    @property
+    def tokens_before(self) -> int:
+        return sum(c.tokens_before for c in self.conversations)
+
+    @property
+    def tokens_after(self) -> int:
+        return sum(c.tokens_after for c in self.conversations)
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        return tuple(a for c in self.conversations for a in c.actions)
+
+    def savings_by_strategy(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.actions:
+            out[a.strategy] = out.get(a.strategy, 0) + a.saved
+        return out
+
+
+def parse_settings(settings: Mapping[str, str]) -> dict[str, Any]:
+    """``{"mask.keep_last": "3"}`` → ``{"mask": MaskConfig(keep_last=3)}``, rejecting unknown names."""
+    grouped: dict[str, dict[str, str]] = {}
+    for key, value in settings.items():
+        name, _, opt = key.partition(".")
+        if not opt:
+            raise UsageError(f"--set takes strategy.option=value, got {key!r}")
+        grouped.setdefault(name, {})[opt] = value
+    known = strategies()
+    out: dict[str, Any] = {}
+    for name, values in grouped.items():
+        if name not in known:
+            raise UsageError(f"--set names unknown strategy {name!r} (known: {', '.join(sorted(known))})")
+        out[name] = parse_config(known[name], values)
+    return out
+
+
+_INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
+    """Indexes that must survive: system messages, the first user request, pins, critical, the last."""
+    keep: set[int] = set()
+    if not messages:
+        return frozenset()
+    keep.add(messages[-1].index)
+    first_user_seen = False
+    patterns: list[re.Pattern[str]] = []
+    ranges: list[tuple[int, int]] = []
+    for pin in pins:
+        m = _INDEX_RANGE.match(pin.strip())
+        if m:
+            lo = int(m.group(1))
+            ranges.append((lo, int(m.group(2) or lo)))
+            continue
+        try:
+            patterns.append(re.compile(pin))
+        except re.error as exc:
+            raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
+    for msg in messages:
+        if msg.role == "system" or msg.importance == "critical":
+            keep.add(msg.index)
+        if not first_user_seen and msg.role == "user" and _is_request(msg):
+            keep.add(msg.index)
+            first_user_seen = True
+        if any(lo <= msg.index <= hi for lo, hi in ranges):
+            keep.add(msg.index)
+        if patterns:
+            text = msg.text
+            if any(p.search(text) for p in patterns):
+                keep.add(msg.index)
+    return frozenset(keep)
+
+
+def _is_request(m: Message) -> bool:
+    """A user's own words: text, not only tool results, not client-injected meta text."""
+    if m.meta.get("is_meta") or m.meta.get("is_compact_summary") or m.meta.get("is_demo"):
+        return False
+    return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
+
+
+def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
+    if options.target_tokens is not None and options.target_ratio is not None:
+        raise UsageError("give --target-tokens or --target-ratio, not both")
+    if options.target_tokens is not None:
+        if options.target_tokens <= 0:
+            raise UsageError("--target-tokens must be positive")
+        return options.target_tokens, True
+    if options.target_ratio is not None:
+        if not 0 < options.target_ratio <= 1:
+            raise UsageError("--target-ratio is a share of the window between 0 and 1")
+        return int(options.target_ratio * window), True
+    # No explicit target: get out of compaction territory, i.e. below the first stage threshold.
+    return int(options.thresholds[0] * window), False
+
+
+def compact_transcript(
+    transcript: Transcript,
+    options: CompactOptions = CompactOptions(),
+    *,
+    archive: Archive | None = None,
+    counter: TextCounter | None = None,
+    original_bytes: bytes | None = None,
+) -> CompactionResult:
+    """Compact every conversation of ``transcript``. With an archive, the original is stored first."""
+    from ctxc.profiles import resolve_window
+
+    window, _ = resolve_window(model=options.model, window=options.window)
+    target, explicit = resolve_target(options, window)
+    strategy = get_strategy(options.strategy)
+    configs = parse_settings(options.settings)
+    summarizer = get_summarizer(options.summarizer)
+    counter = counter or make_counter(options.tokenizer, use_cache=options.use_cache)
+    ledger = Ledger(counter)
+    ledger.prime(transcript.messages)
+
+    data = original_bytes if original_bytes is not None else transcript.to_bytes()
+    input_sha = sha256_hex(data)
+    archive_id = archive.store(data) if archive is not None else input_sha
+
+    outcomes: list[ConversationOutcome] = []
+    outputs: dict[int, tuple[Message, ...]] = {}
+    adapter = get_adapter(transcript.format)
+    tool_role_default = transcript.format in ("codex", "pi", "openhands")
+    for conv in range(transcript.conversations):
+        messages = transcript.conversation(conv)
+        if not messages:
+            continue
+        pinned = pinned_indexes(messages, options.pins)
+        ctx = CompactContext(
+            target=target,
+            window=window,
+            ledger=ledger,
+            summarizer=summarizer,
+            archive=archive,
+            archive_id=archive_id,
+            pinned=pinned,
+            keep_last=options.keep_last,
+            configs=configs,
+            explicit_target=explicit,
+            instructions=options.instructions,
+        )
+        before = ledger.total(messages)
+        if before <= target and not explicit and options.strategy == "adaptive":
+            result_messages: tuple[Message, ...] = tuple(messages)
+            actions: tuple[Action, ...] = ()
+        else:
+            res = strategy.compact(messages, ctx)
+            result_messages, actions = res.messages, res.actions
+        repaired_msgs, fixed = repair_messages(
+            result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
+        )
+        after = ledger.total(repaired_msgs)
+        if fixed:
+            actions = (
+                *actions,
+                Action(
+                    "repair",
+                    "repair",
+                    messages[0].index,
+                    messages[-1].index,
+                    0,
+                    0,
+                    f"{len(fixed)} pairing fix(es)",
+                ),
+            )
+        pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
+        # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
+        # falling short of the default target is then not an error.
+        enforce = explicit or options.strategy != "adaptive"
+        if after > target and enforce and not options.allow_over:
+            over = after - target
+            raise OverTargetError(
+                f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
+                f"{target:,} target; "
+                f"pinned content alone is {pinned_tokens:,} tokens (use --allow-over to write it anyway)",
+                path=transcript.source,
+            )
+        leftover = pairing_problems(repaired_msgs, strict=True)
+        if leftover:  # repair is meant to make this impossible: fail loudly rather than write it
+            raise AssertionError(f"output still has pairing problems: {leftover[0]}")
+        outputs[conv] = repaired_msgs
+        outcomes.append(ConversationOutcome(conv, before, after, target, pinned_tokens, actions, fixed))
+
+    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
+    out = _verify(
+        written,
+        transcript,
+        outcomes,
+        ledger,
+        enforce=explicit or options.strategy != "adaptive",
+        allow_over=options.allow_over,
+    )
+    return CompactionResult(
+        transcript=out,
+        archive_id=archive_id,
+        input_sha256=input_sha,
+        window=window,
+        conversations=tuple(outcomes),
+    )
+
+
+def _verify(
+    written: Transcript,
+    source: Transcript,
+    outcomes: list[ConversationOutcome],
+    ledger: Ledger,
+    *,
+    enforce: bool,
+    allow_over: bool,
+) -> Transcript:
+    """Read the output back as any reader would, and hold it to the invariants: pairing and target.
+
+    Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
+    so the figures reported are those of the file as written, not of the strategy's message list.
+    """
+    import io
+
+    from ctxc.formats import load
+
+    stream = io.BytesIO(written.to_bytes())
+    stream.name = source.source
+    reread = load(stream, input_format=source.format)
+    problems = pairing_problems(reread.messages, strict=True)
+    if problems:
+        raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
+    for k, outcome in enumerate(outcomes):
+        after = ledger.total(reread.conversation(outcome.conversation))
+        outcomes[k] = replace(outcome, tokens_after=after)
+        if after > outcome.target and enforce and not allow_over:
+            over = after - outcome.target
+            raise OverTargetError(
+                f"the written output is {after:,} tokens, {over:,} over the {outcome.target:,} target",
+                path=source.source,
+            )
+    return replace(reread, source=source.source)

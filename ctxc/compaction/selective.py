@@ -1,0 +1,325 @@
+"""selective: drop what matters least first: ephemeral units, then normal ones, oldest first.
+
+Every message gets an importance, ``critical``, ``normal`` or ``ephemeral``: its own ``importance``
+field when the log recorded one of those, else the first matching rule of a TOML rules file (the shipped
+``importance.toml`` unless ``selective.rules`` names another). Messages are dropped by whole pairing-safe
+units, so a unit takes the *highest* importance of its messages: a tool turn is only as disposable as
+its most valuable part. That is why the default rules match a read-only tool by name on both its call
+and its result: a read turn is ephemeral as a whole, while a call message a user pinned, or a rule
+made critical, keeps its result with it.
+
+Never dropped: critical units, pinned units, the units holding the last ``keep_last`` messages (and
+always the last message). Each contiguous dropped run leaves a placeholder citing the archive range and
+the importance levels it removed.
+
+Rules file (first matching rule wins; a message matching none gets ``default``)::
+
+    default = "normal"
+
+    [[rule]]
+    name = "user instructions"      # optional, for humans
+    importance = "critical"         # critical | normal | ephemeral (required)
+    role = "user"                   # a role or a list of roles
+    kind = ["text", "image"]        # the message's dominant kind (Message.kind), or a list
+    tool = ["Read", "mcp__*__get*"] # shell-style patterns, case-insensitive; every tool the message
+                                    # calls or answers must match one
+    regex = "(?i)decid"             # re.search on the message's text
+    min_tokens = 0                  # size bounds, inclusive, by the run's tokenizer
+    max_tokens = 2000
+    older_than = 10                 # more than this many messages come after it
+    follows = "assistant"           # the role(s) of the message right before it
+    meta = { is_meta = true }       # adapter facts (Message.meta) that must be equal
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ctxc.compaction.base import CompactContext, StrategyResult, option, register
+from ctxc.compaction.fifo import drop_units, protected_units
+from ctxc.compaction.units import units
+from ctxc.errors import UsageError
+from ctxc.model import BLOCK_KINDS, ROLES, Message, ToolResultBlock, ToolUseBlock
+
+#: Importance levels, least important first (the order units are dropped in).
+LEVELS: tuple[str, ...] = ("ephemeral", "normal", "critical")
+_RANK = {level: n for n, level in enumerate(LEVELS)}
+SHIPPED_RULES = "importance.toml"
+#: What a rule may test, besides its ``name`` and the ``importance`` it assigns.
+_CONDITIONS = ("role", "kind", "tool", "regex", "min_tokens", "max_tokens", "older_than", "follows", "meta")
+_RULE_KEYS = frozenset(("name", "importance", *_CONDITIONS))
+_TOP_KEYS = frozenset({"default", "rule"})
+_KINDS = frozenset((*BLOCK_KINDS, "empty"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where a message stands: what a rule may ask beyond the message itself."""
+
+    #: How many messages come after it in its conversation.
+    age: int
+    #: Lower-cased names of the tools it calls or answers (a result's name comes from its call).
+    tools: tuple[str, ...]
+    #: The role of the message before it ("" for the first).
+    previous: str
+    #: Its dominant content kind (:attr:`Message.kind`), worked out once for all the rules.
+    kind: str
+    tokens: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    importance: str
+    name: str = ""
+    roles: frozenset[str] | None = None
+    kinds: frozenset[str] | None = None
+    #: Shell-style tool name patterns, lower-cased and compiled into one regex (names are lower-cased).
+    tools: re.Pattern[str] | None = None
+    regex: re.Pattern[str] | None = None
+    min_tokens: int | None = None
+    max_tokens: int | None = None
+    older_than: int | None = None
+    follows: frozenset[str] | None = None
+    meta: tuple[tuple[str, Any], ...] = ()
+
+    def matches(self, m: Message, where: _Where) -> bool:
+        """Whether ``m`` matches. Cheap conditions first; the size and the regex are looked at last."""
+        if self.roles is not None and m.role not in self.roles:
+            return False
+        if self.follows is not None and where.previous not in self.follows:
+            return False
+        if self.kinds is not None and where.kind not in self.kinds:
+            return False
+        if self.older_than is not None and where.age <= self.older_than:
+            return False
+        if self.meta and any(not _same(m.meta.get(key), value) for key, value in self.meta):
+            return False
+        if self.tools is not None and not (where.tools and all(self.tools.match(t) for t in where.tools)):
+            return False
+        if self.min_tokens is not None or self.max_tokens is not None:
+            n = where.tokens()
+            if self.min_tokens is not None and n < self.min_tokens:
+                return False
+            if self.max_tokens is not None and n > self.max_tokens:
+                return False
+        return self.regex is None or self.regex.search(m.text) is not None
+
+
+def _same(a: Any, b: Any) -> bool:
+    # TOML true must not match a meta value of 1 (Python says True == 1).
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    rules: tuple[Rule, ...]
+    default: str = "normal"
+    source: str = SHIPPED_RULES
+
+    def importance(self, m: Message, where: _Where) -> str:
+        for rule in self.rules:
+            if rule.matches(m, where):
+                return rule.importance
+        return self.default
+
+
+def load_rules(path: str = "") -> Rules:
+    """The rules in ``path``, or the shipped defaults when it is empty. Problems are UsageErrors."""
+    if not path:
+        text = resources.files("ctxc.compaction").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
+        return parse_rules(text, SHIPPED_RULES)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read the importance rules file: {exc.strerror or exc}", path=path) from None
+    except UnicodeDecodeError:
+        raise UsageError("the importance rules file is not UTF-8 text", path=path) from None
+    return parse_rules(text, path)
+
+
+@functools.lru_cache(maxsize=16)
+def parse_rules(text: str, source: str = "<rules>") -> Rules:
+    """Parse and validate a rules document; every problem names ``source`` and the rule."""
+
+    def fail(msg: str) -> UsageError:
+        return UsageError(f"importance rules: {msg}", path=source)
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise fail(f"not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise fail(f"unknown top-level key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
+    default = _level(doc.get("default", "normal"), "default", fail)
+    tables = doc.get("rule", [])
+    if not isinstance(tables, list):
+        raise fail("'rule' must be an array of tables ([[rule]])")
+    rules = [_rule(t, n, fail) for n, t in enumerate(tables, 1)]
+    return Rules(tuple(rules), default, source)
+
+
+def _level(value: Any, where: str, fail: Callable[[str], UsageError]) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in _RANK:
+        raise fail(f"{where} must be one of {', '.join(LEVELS)}, got {value!r}")
+    return value.strip().lower()
+
+
+def _names(value: Any, where: str, fail: Callable[[str], UsageError]) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
+        raise fail(f"{where} must be a non-empty string or a list of non-empty strings")
+    return tuple(items)
+
+
+def _roles(
+    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError]
+) -> frozenset[str] | None:
+    if key not in table:
+        return None
+    roles = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
+    bad = sorted(roles - set(ROLES))
+    if bad:
+        raise fail(f"{label}: {key}: unknown role {bad[0]!r} (roles: {', '.join(ROLES)})")
+    return roles
+
+
+def _count(value: Any, where: str, fail: Callable[[str], UsageError]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise fail(f"{where} must be a whole number of at least 0, got {value!r}")
+    return value
+
+
+def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
+    if not isinstance(table, dict):
+        raise fail(f"rule {n} must be a table")
+    label = f"rule {n}" + (f" ({table['name']!r})" if isinstance(table.get("name"), str) else "")
+    unknown = sorted(set(table) - _RULE_KEYS)
+    if unknown:
+        raise fail(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_RULE_KEYS))})")
+    if "importance" not in table:
+        raise fail(f"{label}: missing 'importance'")
+    name = table.get("name", "")
+    if not isinstance(name, str):
+        raise fail(f"{label}: name must be a string")
+    roles, follows = (_roles(table, key, label, fail) for key in ("role", "follows"))
+    kinds = None
+    if "kind" in table:
+        kinds = frozenset(k.lower() for k in _names(table["kind"], f"{label}: kind", fail))
+        bad = sorted(kinds - _KINDS)
+        if bad:
+            raise fail(f"{label}: unknown kind {bad[0]!r} (kinds: {', '.join(sorted(_KINDS))})")
+    tools = None
+    if "tool" in table:
+        patterns = _names(table["tool"], f"{label}: tool", fail)
+        tools = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in patterns))
+    regex = None
+    if "regex" in table:
+        if not isinstance(table["regex"], str):
+            raise fail(f"{label}: regex must be a string")
+        try:
+            regex = re.compile(table["regex"])
+        except re.error as exc:
+            raise fail(f"{label}: bad regex {table['regex']!r}: {exc}") from None
+    meta: tuple[tuple[str, Any], ...] = ()
+    if "meta" in table:
+        if not isinstance(table["meta"], dict) or not all(
+            isinstance(v, str | int | float | bool) for v in table["meta"].values()
+        ):
+            raise fail(f"{label}: meta must be a table of plain values, e.g. meta = {{ is_meta = true }}")
+        meta = tuple(sorted(table["meta"].items()))
+    sizes = {
+        k: _count(table[k], f"{label}: {k}", fail)
+        for k in ("min_tokens", "max_tokens", "older_than")
+        if k in table
+    }
+    if "min_tokens" in sizes and "max_tokens" in sizes and sizes["min_tokens"] > sizes["max_tokens"]:
+        raise fail(f"{label}: min_tokens is above max_tokens")
+    return Rule(
+        importance=_level(table["importance"], f"{label}: importance", fail),
+        name=name,
+        roles=roles,
+        kinds=kinds,
+        tools=tools,
+        regex=regex,
+        min_tokens=sizes.get("min_tokens"),
+        max_tokens=sizes.get("max_tokens"),
+        older_than=sizes.get("older_than"),
+        follows=follows,
+        meta=meta,
+    )
+
+
+def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Message], int]) -> list[str]:
+    """Each message's importance: its own recorded ``importance`` when valid, else the rules'."""
+    call_names = {b.id: b.name for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    n = len(messages)
+    out: list[str] = []
+    for pos, m in enumerate(messages):
+        own = m.importance.strip().lower() if isinstance(m.importance, str) else ""
+        if own in _RANK:
+            out.append(own)
+            continue
+        where = _Where(
+            age=n - 1 - pos,
+            tools=_tool_names(m, call_names),
+            previous=messages[pos - 1].role if pos else "",
+            kind=m.kind,
+            tokens=functools.partial(tokens, m),
+        )
+        out.append(rules.importance(m, where))
+    return out
+
+
+def _tool_names(m: Message, call_names: Mapping[str, str]) -> tuple[str, ...]:
+    """Lower-cased names of the tools ``m`` calls or answers (a result's name comes from its call)."""
+    names: list[str] = []
+    for b in m.blocks:
+        if isinstance(b, ToolUseBlock):
+            names.append(b.name.lower())
+        elif isinstance(b, ToolResultBlock):
+            names.append((b.name or call_names.get(b.tool_use_id, "")).lower())
+    return tuple(names)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveConfig:
+    rules: str = option("", "TOML file of importance rules (empty: the shipped importance.toml)")
+    placeholder: bool = option(
+        True, "leave one short message citing the archive range where each run of messages was dropped"
+    )
+
+    def __post_init__(self) -> None:
+        load_rules(self.rules)  # a bad rules file is a usage error up front, not halfway through a run
+
+
+@register
+class Selective:
+    name: ClassVar[str] = "selective"
+    description: ClassVar[str] = (
+        "Drop ephemeral, then normal messages (importance from the log or TOML rules), oldest first"
+    )
+    Config: ClassVar[type[SelectiveConfig]] = SelectiveConfig
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: SelectiveConfig = ctx.config(self)
+        rules = load_rules(cfg.rules)
+        levels = classify(messages, rules, ctx.ledger.tokens)
+        parts = units(messages)
+        keep = protected_units(messages, parts, ctx)
+        unit_level = [max(levels[p.start : p.stop], key=_RANK.__getitem__) for p in parts]
+        order = [
+            (u, level)
+            for level in LEVELS[:-1]
+            for u in range(len(parts))
+            if u not in keep and unit_level[u] == level
+        ]
+        return drop_units(messages, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder)

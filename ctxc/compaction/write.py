@@ -1,0 +1,141 @@
+"""Writing compacted conversations back in the format they were read from.
+
+Three cases cover the formats:
+
+* an adapter with its own ``write_compacted`` (Claude Code, Codex: they record compaction their way);
+* formats with one conversation per record (datasets, trajectories): a changed conversation's record
+  is rebuilt by the adapter's ``encode_conversation``; unchanged ones stay as their bytes;
+* line-per-message formats (chat, pi): kept messages keep their exact bytes, changed or new ones are
+  encoded, and records that are not messages stay where they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from ctxc.formats.base import FormatAdapter
+from ctxc.model import Message, Record, Transcript
+
+
+@runtime_checkable
+class WritesCompacted(Protocol):
+    def write_compacted(
+        self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
+    ) -> tuple[Record, ...]: ...
+
+
+@runtime_checkable
+class EncodesConversations(Protocol):
+    def encode_conversation(
+        self, messages: Sequence[Message], template: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+def encode_record(data: dict[str, Any], eol: bytes, line: int = 0) -> Record:
+    return Record(line=line, raw=orjson.dumps(data), eol=eol, data=data, kind="message")
+
+
+def default_eol(transcript: Transcript) -> bytes:
+    for r in transcript.records:
+        if r.eol:
+            return r.eol
+    return b"\n"
+
+
+def write_transcript(
+    transcript: Transcript,
+    outputs: Mapping[int, Sequence[Message]],
+    adapter: FormatAdapter,
+    *,
+    archive_id: str,
+) -> Transcript:
+    if isinstance(adapter, WritesCompacted):
+        records = adapter.write_compacted(transcript, outputs, archive_id=archive_id)
+    elif isinstance(adapter, EncodesConversations):
+        records = _write_per_conversation(transcript, outputs, adapter)
+    else:
+        records = write_lines(transcript, outputs, adapter)
+    flat = tuple(m for conv in sorted(outputs) for m in outputs[conv])
+    return replace(transcript, records=records, messages=flat)
+
+
+def _unchanged(original: Sequence[Message], new: Sequence[Message]) -> bool:
+    return len(original) == len(new) and all(a is b for a, b in zip(original, new, strict=True))
+
+
+def _write_per_conversation(
+    transcript: Transcript, outputs: Mapping[int, Sequence[Message]], adapter: EncodesConversations
+) -> tuple[Record, ...]:
+    by_record: dict[int, int] = {}
+    for m in transcript.messages:
+        if m.records:
+            by_record.setdefault(m.records[0], m.conversation)
+    out: list[Record] = []
+    for i, rec in enumerate(transcript.records):
+        conv = by_record.get(i)
+        if conv is None or conv not in outputs or _unchanged(transcript.conversation(conv), outputs[conv]):
+            out.append(rec)
+            continue
+        data = adapter.encode_conversation(outputs[conv], rec.data)
+        if not rec.eol and b"\n" in rec.raw:
+            # A pretty-printed whole document (a .traj file) stays pretty-printed, ending as it did.
+            body = orjson.dumps(data, option=orjson.OPT_INDENT_2)
+            out.append(Record(line=rec.line, raw=body, eol=b"", data=data, kind="message"))
+        else:
+            out.append(encode_record(data, rec.eol, rec.line))
+    return tuple(out)
+
+
+def write_lines(
+    transcript: Transcript, outputs: Mapping[int, Sequence[Message]], adapter: FormatAdapter
+) -> tuple[Record, ...]:
+    """Line-per-message writing; non-message records keep their position relative to kept messages."""
+    eol = default_eol(transcript)
+    originals = {id(m) for m in transcript.messages}
+    message_records = {i for m in transcript.messages for i in m.records}
+    out_messages = [m for conv in sorted(outputs) for m in outputs[conv]]
+    out: list[Record] = []
+    next_record = 0  # the first input record not yet passed
+
+    def flush_until(stop: int) -> None:
+        nonlocal next_record
+        while next_record < stop:
+            if next_record not in message_records:
+                out.append(transcript.records[next_record])
+            next_record += 1
+
+    dialect: Any = None
+    for message in out_messages:
+        m = message
+        if "dialect" in m.meta:
+            dialect = m.meta["dialect"]
+        elif dialect is not None:
+            # A message ctxc made speaks the dialect of the messages around it (chat files mix none).
+            m = replace(m, meta={**m.meta, "dialect": dialect})
+        if m.records:
+            flush_until(m.records[0])
+            if id(m) in originals:
+                out.extend(transcript.records[i] for i in m.records)
+            else:
+                out.append(
+                    encode_record(adapter.encode_message(m), transcript.records[m.records[0]].eol or eol)
+                )
+            next_record = max(next_record, m.records[-1] + 1)
+        else:
+            out.append(encode_record(adapter.encode_message(m), eol))
+    flush_until(len(transcript.records))
+    return _fix_final_eol(out, transcript)
+
+
+def _fix_final_eol(out: list[Record], transcript: Transcript) -> tuple[Record, ...]:
+    """Every line but the last ends with a newline; the last ends as the input's last line did."""
+    if not out:
+        return ()
+    final_eol = transcript.records[-1].eol if transcript.records else b"\n"
+    fixed = [r if r.eol else replace(r, eol=default_eol(transcript)) for r in out[:-1]]
+    fixed.append(replace(out[-1], eol=final_eol))
+    return tuple(fixed)

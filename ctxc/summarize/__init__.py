@@ -1,0 +1,74 @@
+"""Summarizers behind one Protocol, registered by name.
+
+A summary always has the same fixed sections, whoever writes it, so that a reader (or the next agent
+turn) finds the session's intent, decisions and state in the same place, and it always cites the
+archive id and message range it replaced so every detail stays recoverable.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ctxc.errors import UsageError
+from ctxc.model import Message
+
+SECTIONS: tuple[str, ...] = (
+    "Session intent",
+    "Decisions",
+    "Artifacts and files touched",
+    "Errors and fixes",
+    "Current state",
+    "Next steps",
+)
+#: The stage-5 "essential summary" keeps only what the next turn cannot do without.
+ESSENTIAL_SECTIONS: tuple[str, ...] = ("Session intent", "Current state", "Next steps")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    messages: tuple[Message, ...]
+    #: The citation of what the summary replaces, e.g. ``ctxc archive 3f2a9c1b4d5e messages 3-40``.
+    citation: str
+    #: Upper bound on the summary's tokens (by the run's tokenizer).
+    budget: int
+    #: An earlier summary to fold in (recursive summarization).
+    previous: str | None = None
+    instructions: str | None = None
+    essential: bool = False
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        return ESSENTIAL_SECTIONS if self.essential else SECTIONS
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    name: str
+
+    def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
+        """Return summary text within ``request.budget`` tokens as measured by ``count``."""
+        ...
+
+
+_SUMMARIZERS: dict[str, Callable[[], Summarizer]] = {}
+
+
+def register(name: str, factory: Callable[[], Summarizer]) -> None:
+    _SUMMARIZERS[name] = factory
+
+
+def get_summarizer(name: str) -> Summarizer:
+    try:
+        return _SUMMARIZERS[name]()
+    except KeyError:
+        raise UsageError(f"unknown summarizer {name!r} (known: {', '.join(sorted(_SUMMARIZERS))})") from None
+
+
+def summarizer_names() -> Sequence[str]:
+    return sorted(_SUMMARIZERS)
+
+
+importlib.import_module("ctxc.summarize.extractive")  # registers the default summarizer

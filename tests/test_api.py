@@ -1,0 +1,66 @@
+"""The library API an agent loop or script uses, without the CLI."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+import ctxc
+from ctxc.archive import Archive
+from ctxc.compaction.run import CompactOptions
+
+
+def test_all_matches_lazy_exports() -> None:
+    assert sorted(ctxc.__all__) == sorted([*ctxc._EXPORTS, "__version__"])
+    for name in ctxc.__all__:
+        assert getattr(ctxc, name) is not None
+    with pytest.raises(AttributeError):
+        _ = ctxc.no_such_name  # type: ignore[attr-defined]
+
+
+def test_import_is_cheap() -> None:
+    # Startup time is a feature: importing ctxc must not pull in the tokenizer, rich, or the Anthropic SDK.
+    heavy = "('tiktoken', 'anthropic', 'rich', 'typer')"
+    code = f"import sys, ctxc; print(','.join(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == ""
+
+
+def test_analyze_never_imports_anthropic(tmp_path: Path) -> None:
+    code = (
+        "import sys; from ctxc.cli import main\n"
+        "try:\n    main(['analyze', sys.argv[1], '--format', 'json'])\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('anthropic' in sys.modules and 'LOADED' or 'absent')"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(SAMPLES / "codex.jsonl")], capture_output=True, text=True, check=True
+    )
+    assert res.stderr.endswith("absent")
+
+
+def test_load_dump_analyze_count() -> None:
+    path = SAMPLES / "chat-anthropic.jsonl"
+    t = ctxc.load(path)
+    buf = io.BytesIO()
+    ctxc.dump(t, buf)
+    assert buf.getvalue() == path.read_bytes()
+    a = ctxc.analyze(path, use_cache=False)
+    assert a.total_tokens == ctxc.count_tokens(t)
+    assert sum(ctxc.count_tokens(m) for m in t.messages) == a.total_tokens
+    assert ctxc.count_tokens("hello world") == 2
+    assert ctxc.count_tokens("안녕하세요, 세계", tokenizer="cl100k_base") > 0
+
+
+def test_compact_from_the_library(tmp_path: Path) -> None:
+    t = ctxc.load(SAMPLES / "claude-code.jsonl")
+    target = ctxc.count_tokens(t) // 3
+    result = ctxc.compact(t, CompactOptions(strategy="fifo", target_tokens=target), archive=Archive(tmp_path))
+    assert result.tokens_after <= target < result.tokens_before
+    assert Archive(tmp_path).read(result.archive_id) == (SAMPLES / "claude-code.jsonl").read_bytes()

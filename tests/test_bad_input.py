@@ -1,0 +1,217 @@
+"""Every kind of bad input gets one line on stderr naming the file (and line), a distinct exit code, and
+no traceback. These run the real entry point in-process; one runs it as a subprocess to see the whole
+process behaviour."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ctxc.cli import main
+from ctxc.errors import ExitCode
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = exc.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def one_line_error(err: str, *needles: str) -> None:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ctxc: error: ")
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+GOOD = b'{"role":"user","content":"hi"}\n{"role":"assistant","content":"hello"}\n'
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "analyze", str(tmp_path / "nope.jsonl"))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "nope.jsonl", "no such file")
+
+
+def test_directory_without_transcripts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    code, _, err = run(capsys, "analyze", str(tmp_path))
+    assert code == ExitCode.INPUT
+    one_line_error(err, str(tmp_path), "no transcripts")
+
+
+def test_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "empty.jsonl"
+    f.write_bytes(b"")
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "empty.jsonl", "empty file")
+
+
+def test_blank_lines_only_is_empty(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "blank.jsonl"
+    f.write_bytes(b"\n  \n\n")
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "blank.jsonl", "empty file")
+
+
+def test_line_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(GOOD + b"{this is not json\n")
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "bad.jsonl:3:", "not valid JSON", "{this is not json")
+
+
+def test_json_not_object(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "arr.jsonl"
+    f.write_bytes(GOOD + b"[1, 2, 3]\n")
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "arr.jsonl:3:", "expected a JSON object, got an array")
+
+
+def test_invalid_utf8(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "latin1.jsonl"
+    f.write_bytes(GOOD + '{"role":"user","content":"café"}\n'.encode("latin-1"))
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "latin1.jsonl:3:", "invalid UTF-8")
+
+
+def test_binary_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "blob.jsonl"
+    f.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "blob.jsonl", "binary file")
+
+
+def test_unknown_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "metrics.jsonl"
+    f.write_bytes(b'{"cpu": 0.5, "mem": 1024}\n{"cpu": 0.7, "mem": 2048}\n')
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.FORMAT
+    one_line_error(err, "metrics.jsonl", "unknown transcript format")
+
+
+def test_unknown_forced_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(GOOD)
+    code, _, err = run(capsys, "analyze", str(f), "--input-format", "yaml")
+    assert code == ExitCode.FORMAT
+    one_line_error(err, "unknown format 'yaml'")
+
+
+def test_huge_single_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "huge.jsonl"
+    with f.open("wb") as h:
+        h.write(GOOD)
+        h.write(b'{"role":"user","content":"' + b"x" * 50_000_000 + b'"}\n')
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "huge.jsonl:3:", "50.0 MB", "--max-line-mb")
+
+
+def test_huge_single_line_allowed_when_raised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "big.jsonl"
+    f.write_bytes(GOOD + b'{"role":"user","content":"' + b"word " * 400_000 + b'"}\n')
+    code, out, _ = run(
+        capsys, "analyze", str(f), "--max-line-mb", "1", "--format", "json", "--tokenizer", "approx"
+    )
+    assert code == ExitCode.INPUT
+    code, out, _ = run(
+        capsys, "analyze", str(f), "--max-line-mb", "3", "--format", "json", "--tokenizer", "approx"
+    )
+    assert code == 0
+    assert orjson.loads(out)["files"][0]["message_count"] == 3
+
+
+def test_orphan_tool_result_is_reported_not_fatal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "orphan.jsonl"
+    f.write_bytes(
+        b'{"role":"user","content":"run it"}\n'
+        b'{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_gone","content":"ok"}]}\n'
+        b'{"role":"assistant","content":"done"}\n'
+    )
+    code, out, err = run(capsys, "analyze", str(f), "--format", "json")
+    assert code == 0
+    doc = orjson.loads(out)["files"][0]
+    assert [p["code"] for p in doc["problems"]] == ["orphan_result"]
+    assert doc["problems"][0]["line"] == 2
+    assert "orphan.jsonl:2:" in err
+    assert "toolu_gone" in err
+    assert "Traceback" not in err
+
+
+def test_skip_invalid_continues_and_reports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(GOOD + b"garbage\n[1]\n" + GOOD)
+    code, out, err = run(capsys, "analyze", str(f), "--skip-invalid", "--format", "json")
+    assert code == 0
+    doc = orjson.loads(out)["files"][0]
+    assert doc["skipped_lines"] == 2
+    assert doc["message_count"] == 4
+    assert "skipped 2 invalid line(s)" in err
+
+
+def test_skip_invalid_convert_keeps_bad_lines_verbatim(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = tmp_path / "mixed.jsonl"
+    data = GOOD + b"garbage\n" + GOOD
+    f.write_bytes(data)
+    out_file = tmp_path / "copy.jsonl"
+    code, _, _ = run(capsys, "convert", str(f), "--skip-invalid", "-o", str(out_file))
+    assert code == 0
+    assert out_file.read_bytes() == data
+
+
+def test_convert_refuses_to_overwrite_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(GOOD)
+    code, _, err = run(capsys, "convert", str(f), "-o", str(f))
+    assert code == ExitCode.OUTPUT
+    one_line_error(err, "refusing to overwrite an input")
+    assert f.read_bytes() == GOOD
+
+
+def test_failed_convert_leaves_no_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(GOOD + b"nope\n")
+    out_file = tmp_path / "out.jsonl"
+    code, _, _ = run(capsys, "convert", str(f), "-o", str(out_file))
+    assert code == ExitCode.INPUT
+    assert not out_file.exists()
+    assert not list(tmp_path.glob("*.ctxc-tmp"))
+
+
+def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "analyze", "--no-such-flag", "x")
+    assert code == ExitCode.USAGE
+    assert "Traceback" not in err
+
+
+def test_subprocess_no_traceback_and_debug_shows_it(tmp_path: Path) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(b"not json\n")
+    cmd = [sys.executable, "-m", "ctxc", "analyze", str(f)]
+    plain = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert plain.returncode == ExitCode.INPUT
+    assert plain.stdout == ""
+    assert plain.stderr.strip().count("\n") == 0
+    assert "Traceback" not in plain.stderr
+    debug = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**__import__("os").environ, "CTXC_DEBUG": "1"}
+    )
+    assert debug.returncode != 0
+    assert "Traceback" in debug.stderr
