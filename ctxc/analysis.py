@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ctxc.formats import open_stream
 from ctxc.model import Boundary, Message, Usage
@@ -114,6 +114,8 @@ class Analysis:
     problems: tuple[Problem, ...] = ()
     skipped_lines: int = 0
     max_context: int = field(default=0)
+    #: Per-stage forecast (:class:`ctxc.compaction.forecast.StageForecast`), when asked for.
+    forecast: tuple[Any, ...] = ()
 
     @property
     def share(self) -> float:

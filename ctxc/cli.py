@@ -6,8 +6,10 @@ that :func:`main` prints as one line and turns into its exit code; ``CTXC_DEBUG=
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -139,6 +141,12 @@ def analyze(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
     ] = False,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
+        ),
+    ] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -154,26 +162,35 @@ def analyze(
     results: list[Analysis] = []
     failures: list[CtxcError] = []
     err = _stderr()
-    for f in files:
-        try:
-            results.append(
-                run_analyze(
-                    f,
+    th = _thresholds(thresholds)
+    with _progress(len(files), "analyzing") as advance:
+        for f in files:
+            try:
+                src: Any = f
+                if forecast:  # the forecast needs the whole transcript: read the input once for both
+                    name, data = _read_input(f)
+                    src = _named_bytes(name, data)
+                result = run_analyze(
+                    src,
                     counter=counter,
                     window=window,
                     model=model,
-                    thresholds=_thresholds(thresholds),
+                    thresholds=th,
                     input_format=input_format,
                     options=options,
                     top=top,
                 )
-            )
-        except (InputError, CtxcError) as exc:
-            if len(files) == 1 or isinstance(exc, UsageError):
-                raise
-            failures.append(exc)
-            err.print(f"ctxc: error: {exc}", markup=False)
+                if forecast:
+                    result = _with_forecast(result, data, input_format, options, counter, th)
+                results.append(result)
+            except CtxcError as exc:
+                if len(files) == 1 or isinstance(exc, UsageError):
+                    raise
+                failures.append(exc)
+                err.print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
+            advance()
     _emit_analyses(results, out_fmt, messages)
+
     for a in results:
         if a.skipped_lines:
             err.print(
@@ -257,14 +274,52 @@ def _read_input(path: str) -> tuple[str, bytes]:
             handle.close()
 
 
-def _load_bytes(name: str, data: bytes, input_format: str | None, options: Any) -> Any:
+def _named_bytes(name: str, data: bytes) -> Any:
+    """A binary stream over ``data`` that reports ``name`` in errors, as the file would."""
     import io
-
-    from ctxc.formats import load
 
     stream = io.BytesIO(data)
     stream.name = name
-    return load(stream, input_format=input_format, options=options)
+    return stream
+
+
+def _load_bytes(name: str, data: bytes, input_format: str | None, options: Any) -> Any:
+    from ctxc.formats import load
+
+    return load(_named_bytes(name, data), input_format=input_format, options=options)
+
+
+def _with_forecast(
+    result: Any, data: bytes, input_format: str | None, options: Any, counter: Any, th: tuple[float, ...]
+) -> Any:
+    from dataclasses import replace
+
+    from ctxc.compaction.forecast import forecast
+
+    transcript = _load_bytes(result.path, data, input_format, options)
+    return replace(
+        result, forecast=forecast(transcript, window=result.window, counter=counter, thresholds=th)
+    )
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for work over several files, only when stderr is a terminal."""
+    if total < 2 or not sys.stderr.isatty():
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=_stderr(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
 
 
 def _parse_sets(values: list[str]) -> dict[str, str]:
@@ -758,4 +813,6 @@ def main(argv: list[str] | None = None) -> None:
             soft_wrap=True,
         )
         sys.exit(int(ExitCode.INTERNAL))
+    if rc == ExitCode.INTERRUPTED:  # typer turns Ctrl-C inside a command into this return code
+        sys.stderr.write("ctxc: interrupted; no partial output was left\n")
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -38,6 +38,11 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         ],
         "skipped_lines": a.skipped_lines,
     }
+    if a.forecast:
+        doc["forecast"] = [
+            {"stage": f.stage, "strategies": list(f.strategies), "potential": f.potential, "plan": f.plan}
+            for f in a.forecast
+        ]
     if include_messages:
         doc["messages"] = [_stat(s) for s in a.messages]
     return doc
@@ -191,6 +196,13 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
         )
         out.append(t)
+    if a.forecast:
+        fc = Table(title="forecast at this window", title_justify="left")
+        for col in ("stage", "strategies", "could remove", "adaptive plan removes"):
+            fc.add_column(col, justify="left" if col == "strategies" else "right")
+        for f in a.forecast:
+            fc.add_row(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}")
+        out.append(fc)
     if a.problems:
         t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
         t.append("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else ""))

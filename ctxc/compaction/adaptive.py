@@ -77,7 +77,7 @@ class Adaptive:
             for name in names:
                 if ctx.under_target(msgs):
                     break
-                result = self._run(name, msgs, ctx, cfg)
+                result = self.run_stage(name, msgs, ctx, cfg)
                 msgs = result.messages
                 actions.extend(
                     replace(a, note=f"stage {stage}" + (f"; {a.note}" if a.note else ""))
@@ -86,9 +86,10 @@ class Adaptive:
         return StrategyResult(msgs, tuple(actions))
 
     @staticmethod
-    def _run(
+    def run_stage(
         name: str, msgs: tuple[Message, ...], ctx: CompactContext, cfg: AdaptiveConfig
     ) -> StrategyResult:
+        """Run one of a stage's strategies (``essential`` is hierarchical in its stage-5 mode)."""
         if name != "essential":
             return get_strategy(name).compact(msgs, ctx)
         # Stage 5 is the hierarchical summarizer in its essential mode, keeping only the last few messages.

@@ -1,0 +1,78 @@
+"""What each adaptive stage would remove from a transcript, without writing anything.
+
+Two figures per stage, summed over conversations:
+
+* ``potential``: the tokens that stage's strategies remove on their own from the original, pushed as
+  far as they go (target 0). It answers "how much is there to win by masking, trimming, summarizing?"
+* ``plan``: what the stage removes in the adaptive plan that ``ctxc compact`` would run to get below
+  the first threshold (escalating as far as that needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter
+from ctxc.archive import sha256_hex
+from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
+from ctxc.compaction.base import CompactContext
+from ctxc.compaction.ledger import Ledger
+from ctxc.compaction.run import pinned_indexes
+from ctxc.model import Message, Transcript
+from ctxc.summarize import get_summarizer
+
+STAGE_OF = {"offload": 2, "mask": 2, "selective": 3, "hierarchical": 4, "essential": 5}
+
+
+@dataclass(frozen=True, slots=True)
+class StageForecast:
+    stage: int
+    strategies: tuple[str, ...]
+    potential: int
+    plan: int
+
+
+def forecast(
+    transcript: Transcript,
+    *,
+    window: int,
+    counter: TextCounter,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    keep_last: int = 4,
+) -> tuple[StageForecast, ...]:
+    ledger = Ledger(counter)
+    ledger.prime(transcript.messages)
+    summarizer = get_summarizer("extractive")
+    archive_id = sha256_hex(transcript.to_bytes())
+    stage2, stage3, stage4, stage5 = thresholds
+    cfg = AdaptiveConfig(stage2=stage2, stage3=stage3, stage4=stage4, stage5=stage5)
+    potential = dict.fromkeys(STAGE_OF.values(), 0)
+    plan = dict.fromkeys(STAGE_OF.values(), 0)
+    for conv in range(transcript.conversations):
+        messages = transcript.conversation(conv)
+        if not messages:
+            continue
+        base = CompactContext(
+            target=0,
+            window=window,
+            ledger=ledger,
+            summarizer=summarizer,
+            archive_id=archive_id,
+            pinned=pinned_indexes(messages, ()),
+            keep_last=keep_last,
+            configs={"adaptive": cfg},
+            explicit_target=True,
+        )
+        before = ledger.total(messages)
+        for stage, names in STAGES:
+            msgs: tuple[Message, ...] = tuple(messages)
+            for name in names:
+                msgs = Adaptive.run_stage(name, msgs, base, cfg).messages
+            potential[stage] += before - ledger.total(msgs)
+        target = int(cfg.stage2 * window)
+        if before > target:
+            result = Adaptive().compact(messages, replace(base, target=target))
+            for action in result.actions:
+                plan[STAGE_OF.get(action.strategy, 2)] += action.saved
+    return tuple(StageForecast(stage, names, potential[stage], plan[stage]) for stage, names in STAGES)

@@ -1,0 +1,172 @@
+"""analyze: stages, totals against an independent count, output formats, the forecast."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import CORPUS, SAMPLES
+
+from ctxc.analysis import analyze, stage_for
+from ctxc.cli import main
+from ctxc.errors import UsageError
+from ctxc.formats import load
+from ctxc.tokens.cost import image_tokens, message_images
+from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    code = exc.value.code
+    return (code if isinstance(code, int) else 0), capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("share", "stage"), [(0.0, 1), (0.599, 1), (0.6, 2), (0.69, 2), (0.7, 3), (0.8, 4), (0.9, 5), (1.7, 5)]
+)
+def test_stage_boundaries(share: float, stage: int) -> None:
+    assert stage_for(share) == stage
+
+
+def test_custom_thresholds_move_the_stage(tmp_path: Path) -> None:
+    path = SAMPLES / "chat-openai.jsonl"
+    total = analyze(path, use_cache=False).total_tokens
+    a = analyze(path, window=total, thresholds=(0.5, 0.6, 0.7, 1.2), use_cache=False)
+    assert a.stage == 4  # a full window is past 0.5, 0.6 and 0.7 but not 1.2
+    with pytest.raises(UsageError):
+        analyze(path, thresholds=(0.9, 0.8, 0.7, 0.6))
+
+
+def _independent_texts(obj: object) -> list[str]:
+    """Every text a chat line carries, found by walking the JSON without ctxc's model."""
+    out: list[str] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("text", "thinking", "content", "refusal", "reasoning_content") and isinstance(
+                value, str
+            ):
+                out.append(value)
+            elif key == "input" and isinstance(value, dict):
+                out.append(orjson.dumps(value).decode())
+            elif (key == "arguments" and isinstance(value, str)) or (
+                key in ("name",) and isinstance(value, str) and obj.get("type") in ("tool_use", "function")
+            ):
+                out.append(value)
+            elif key not in (
+                "source",
+                "image_url",
+                "signature",
+                "id",
+                "tool_use_id",
+                "tool_call_id",
+                "role",
+                "type",
+            ):
+                out.extend(_independent_texts(value))
+    elif isinstance(obj, list):
+        for item in obj:
+            out.extend(_independent_texts(item))
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        SAMPLES / "chat-anthropic.jsonl",
+        SAMPLES / "chat-openai.jsonl",
+        CORPUS / "chat-messages" / "kimi-cli_context_swebench-sklearn-26323_d8447fa8.jsonl",
+    ],
+    ids=lambda p: p.name,
+)
+def test_totals_agree_with_an_independent_tiktoken_count(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    enc = TiktokenTokenizer("o200k_base")
+    texts = [
+        t
+        for line in path.read_bytes().splitlines()
+        if line.strip()
+        for t in _independent_texts(orjson.loads(line))
+    ]
+    independent = sum(enc.count(t) for t in texts)
+    a = analyze(path, use_cache=False)
+    # ctxc adds 4 tokens of framing per message, and prices images by Anthropic's rule, not as text.
+    framing = 4 * len(a.messages)
+    images = sum(image_tokens(i) for m in load(path).messages for i in message_images(m))
+    assert abs(a.total_tokens - framing - images - independent) <= 0.03 * independent
+
+
+def test_json_csv_and_table_outputs(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(SAMPLES / "claude-code.jsonl")
+    code, out = run(capsys, "analyze", path, "--format", "json", "--window", "20000")
+    assert code == 0
+    doc = orjson.loads(out)
+    assert doc["schema"] == "ctxc.analyze/1"
+    f = doc["files"][0]
+    for key in ("path", "format", "tokenizer", "window", "total_tokens", "stage", "messages"):
+        assert key in f
+    assert f["window"] == 20000
+    for m in f["messages"]:
+        assert {"index", "role", "kind", "tokens", "cumulative", "stage"} <= set(m)
+    assert f["messages"][-1]["cumulative"] == f["context_tokens"]
+    code, out = run(capsys, "analyze", path, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == len(f["messages"])
+    assert int(rows[-1]["cumulative"]) == f["total_tokens"]
+    code, out = run(capsys, "analyze", path, "--format", "table", "--messages")
+    assert "claude-code" in out
+    assert "stage" in out
+
+
+def test_many_paths_and_directories(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    sub = tmp_path / "logs" / "deep"
+    sub.mkdir(parents=True)
+    for p in SAMPLES.glob("chat-*.jsonl"):
+        (sub / p.name).write_bytes(p.read_bytes())
+    (tmp_path / "logs" / "notes.txt").write_text("not a transcript")
+    code, out = run(
+        capsys, "analyze", str(tmp_path / "logs"), str(SAMPLES / "codex.jsonl"), "--format", "json"
+    )
+    assert code == 0
+    paths = [f["path"] for f in orjson.loads(out)["files"]]
+    assert len(paths) == 3
+    assert paths[-1].endswith("codex.jsonl")
+
+
+def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data = (SAMPLES / "chat-openai.jsonl").read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+    code, out = run(capsys, "analyze", "-", "--format", "json")
+    assert code == 0
+    assert orjson.loads(out)["files"][0]["format"] == "chat"
+
+
+def test_forecast(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(SAMPLES / "claude-code.jsonl")
+    total = analyze(path).total_tokens
+    code, out = run(
+        capsys, "analyze", path, "--forecast", "--format", "json", "--window", str(int(total / 0.85))
+    )
+    assert code == 0
+    forecast = orjson.loads(out)["files"][0]["forecast"]
+    assert [f["stage"] for f in forecast] == [2, 3, 4, 5]
+    assert all(f["potential"] > 0 for f in forecast)
+    # At 85% of the window the plan has to bring usage below 60%: about 29% of the tokens.
+    assert sum(f["plan"] for f in forecast) >= total - int(0.6 * total / 0.85) - 1
+
+
+def test_recorded_usage_and_boundaries_reported() -> None:
+    path = CORPUS / "claude-code" / "entire-cli_manual-compact_v2.1.14.jsonl"
+    if not path.exists():
+        pytest.skip("no corpus")
+    a = analyze(path)
+    assert a.usage is not None
+    assert a.usage.calls > 0
+    assert a.usage.max_context > 100_000
+    assert [(b.kind, b.trigger, b.pre_tokens) for b in a.boundaries] == [
+        ("compact_boundary", "manual", 153739)
+    ]

@@ -1,0 +1,156 @@
+"""The archive keeps every original intact, under concurrency and interruption; outputs are atomic."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from ctxc.archive import Archive, citation, sha256_hex
+from ctxc.errors import ArchiveError, OutputError
+from ctxc.output import atomic_output
+
+
+def test_store_is_content_addressed_and_idempotent(tmp_path: Path) -> None:
+    a = Archive(tmp_path)
+    data = b'{"role":"user","content":"hi"}\n'
+    ident = a.store(data)
+    assert ident == sha256_hex(data)
+    assert a.store(data) == ident
+    assert a.read(ident) == data
+    assert a.read(ident[:12]) == data
+    assert list((tmp_path / "objects").rglob(".tmp-*")) == []
+
+
+def test_resolve_errors(tmp_path: Path) -> None:
+    a = Archive(tmp_path)
+    with pytest.raises(ArchiveError, match="not an archive id"):
+        a.resolve("xyz")
+    with pytest.raises(ArchiveError, match="holds no object"):
+        a.resolve("0" * 12)
+    # Two objects sharing a 12-character prefix make that prefix ambiguous.
+    bucket = tmp_path / "objects" / "ab"
+    bucket.mkdir(parents=True)
+    (bucket / ("abcdefabcdef" + "1" * 52)).write_bytes(b"x")
+    (bucket / ("abcdefabcdef" + "2" * 52)).write_bytes(b"y")
+    with pytest.raises(ArchiveError, match="ambiguous"):
+        a.resolve("abcdefabcdef")
+
+
+def test_corrupt_object_is_detected(tmp_path: Path) -> None:
+    a = Archive(tmp_path)
+    ident = a.store(b"original")
+    a.object_path(ident).write_bytes(b"tampered")
+    with pytest.raises(ArchiveError, match="corrupt"):
+        a.read(ident)
+
+
+def test_find_original_by_manifest_and_by_citation(tmp_path: Path) -> None:
+    a = Archive(tmp_path)
+    original = (SAMPLES / "chat-openai.jsonl").read_bytes()
+    ident = a.store(original)
+    compacted = b'{"role":"user","content":"summary"}\n'
+    a.record_run({"input_sha256": ident, "output_sha256": sha256_hex(compacted)})
+    assert a.find_original(compacted) == ident
+    cited = f'{{"role":"user","content":"see {citation(ident, 3, 9)}"}}\n'.encode()
+    assert a.find_original(cited) == ident
+    assert a.find_original(b'{"role":"user","content":"unrelated"}\n') is None
+
+
+def _worker(root: str, n: int) -> None:
+    a = Archive(Path(root))
+    for k in range(n):
+        a.store(f"shared object {k % 5}".encode())
+        a.record_run({"worker": os.getpid(), "k": k, "padding": "x" * 5000})
+
+
+def test_two_processes_share_an_archive(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), 40)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    a = Archive(tmp_path)
+    entries = a.manifest()
+    assert len(entries) == 80  # no torn or interleaved line: each parses on its own
+    assert {e["k"] for e in entries} == set(range(40))
+    for k in range(5):
+        assert a.read(sha256_hex(f"shared object {k}".encode())) == f"shared object {k}".encode()
+
+
+def test_atomic_output_leaves_nothing_on_interrupt(tmp_path: Path) -> None:
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"old\n")
+    def interrupted_write() -> None:
+        with atomic_output(target) as handle:
+            handle.write(b"half of a new fi")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted_write()
+    assert target.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_atomic_output_refuses_to_overwrite_an_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"x\n")
+    link = tmp_path / "alias.jsonl"
+    link.symlink_to(src)
+    with pytest.raises(OutputError, match="overwrite an input"), atomic_output(link, inputs=(str(src),)):
+        pass
+    assert src.read_bytes() == b"x\n"
+
+
+def test_atomic_output_into_a_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="does not exist"), atomic_output(tmp_path / "nope" / "out.jsonl"):
+        pass
+
+
+def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
+    """A real Ctrl-C on a real process: the output file never appears half-written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    big = tmp_path / "big.jsonl"
+    line = (SAMPLES / "chat-openai.jsonl").read_bytes()
+    big.write_bytes(line * 300)
+    out = tmp_path / "small.jsonl"
+    env = {**os.environ, "CTXC_NO_CACHE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctxc",
+        "compact",
+        str(big),
+        "-s",
+        "fifo",
+        "--target-tokens",
+        "5000",
+        "--archive",
+        str(tmp_path / "arch"),
+        "-o",
+        str(out),
+        "--window",
+        "10000000",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".ctxc-tmp")]
+    assert leftovers == []
+    if proc.returncode == 130:
+        assert not out.exists()
+        assert b"interrupted" in err
+    else:  # it finished before the signal arrived: then the output is whole
+        assert proc.returncode == 0
+        assert out.read_bytes().endswith(b"\n")
+    assert big.read_bytes() == line * 300
