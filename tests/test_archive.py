@@ -86,6 +86,7 @@ def test_two_processes_share_an_archive(tmp_path: Path) -> None:
 def test_atomic_output_leaves_nothing_on_interrupt(tmp_path: Path) -> None:
     target = tmp_path / "out.jsonl"
     target.write_bytes(b"old\n")
+
     def interrupted_write() -> None:
         with atomic_output(target) as handle:
             handle.write(b"half of a new fi")

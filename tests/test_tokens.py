@@ -459,8 +459,8 @@ def test_counting_service(cache_dir: Path) -> None:
     assert (first.hits, first.misses) == (0, 3)  # repeats counted once
     second = CountingService(tok, TokenCache())
     assert second.count(texts) == expected
-    assert (second.hits, second.misses) == (2, 1)  # "short" is below MIN_CACHED_CHARS
-    assert second.counted_chars == len("short")
+    assert (second.hits, second.misses) == (3, 0)  # every text, short ones too, comes from the cache
+    assert second.counted_chars == 0
     assert CountingService(tok).count(texts) == expected
     assert CountingService(tok).count([]) == []
 
