@@ -27,6 +27,13 @@ class ExitCode(IntEnum):
     OUTPUT = 7
     #: The archive is missing, corrupt, or does not hold the requested id.
     ARCHIVE = 8
+    #: The summarizer failed: API errors after retries, a timeout, an empty, truncated or sectionless
+    #: summary, or a summary command that failed.
+    SUMMARIZER = 9
+    #: The API key is missing or was rejected.
+    AUTH = 10
+    #: The model is unknown to the API.
+    MODEL = 11
     #: Interrupted by Ctrl-C or SIGTERM; nothing partial was left behind.
     INTERRUPTED = 130
 
@@ -75,3 +82,15 @@ class ArchiveError(CtxcError):
 
 class UsageError(CtxcError):
     exit_code = ExitCode.USAGE
+
+
+class SummarizerError(CtxcError):
+    exit_code = ExitCode.SUMMARIZER
+
+
+class AuthError(CtxcError):
+    exit_code = ExitCode.AUTH
+
+
+class ModelError(CtxcError):
+    exit_code = ExitCode.MODEL

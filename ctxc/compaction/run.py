@@ -21,7 +21,7 @@ from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
 from ctxc.model import Message, TextBlock, Transcript
 from ctxc.repair import repair_messages
-from ctxc.summarize import get_summarizer
+from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
 
 
@@ -43,6 +43,8 @@ class CompactOptions:
     settings: Mapping[str, str] = field(default_factory=dict)
     instructions: str | None = None
     use_cache: bool = True
+    #: How a summarizer that calls out (a model API, a command) is set up; see SummarizerOptions.
+    summarizer_options: SummarizerOptions = SummarizerOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +176,7 @@ def compact_transcript(
     target, explicit = resolve_target(options, window)
     strategy = get_strategy(options.strategy)
     configs = parse_settings(options.settings)
-    summarizer = get_summarizer(options.summarizer)
+    summarizer = get_summarizer(options.summarizer, options.summarizer_options)
     counter = counter or make_counter(options.tokenizer, use_cache=options.use_cache)
     ledger = Ledger(counter)
     ledger.prime(transcript.messages)

@@ -53,18 +53,40 @@ class Summarizer(Protocol):
         ...
 
 
-_SUMMARIZERS: dict[str, Callable[[], Summarizer]] = {}
+@dataclass(frozen=True, slots=True)
+class SummarizerOptions:
+    """Settings for summarizers that call out (a model API, a command); the extractive one ignores them."""
+
+    #: The summary model (``--summary-model``, else ``$CTXC_SUMMARY_MODEL``, else the summarizer's default).
+    model: str | None = None
+    #: Calls in flight at once (hierarchical segments are summarized concurrently).
+    concurrency: int = 4
+    #: Retries of a failed call (429, 529, 5xx, timeouts), with backoff honouring retry-after.
+    max_retries: int = 2
+    #: Seconds one call may take.
+    timeout: float = 120.0
+    #: Reuse summaries cached on disk, keyed by model, prompt and input.
+    use_cache: bool = True
+    #: Plan only: record the calls and input tokens that would be spent, call nothing.
+    dry_run: bool = False
+    #: ``--summarizer command``: the shell command that reads the prompt on stdin.
+    command: str | None = None
 
 
-def register(name: str, factory: Callable[[], Summarizer]) -> None:
+_SUMMARIZERS: dict[str, Callable[[SummarizerOptions], Summarizer]] = {}
+
+
+def register(name: str, factory: Callable[[SummarizerOptions], Summarizer]) -> None:
+    """Make a summarizer available by name; ``factory`` builds it from the run's options."""
     _SUMMARIZERS[name] = factory
 
 
-def get_summarizer(name: str) -> Summarizer:
+def get_summarizer(name: str, options: SummarizerOptions | None = None) -> Summarizer:
     try:
-        return _SUMMARIZERS[name]()
+        factory = _SUMMARIZERS[name]
     except KeyError:
         raise UsageError(f"unknown summarizer {name!r} (known: {', '.join(sorted(_SUMMARIZERS))})") from None
+    return factory(options or SummarizerOptions())
 
 
 def summarizer_names() -> Sequence[str]:

@@ -1188,4 +1188,4 @@ class ExtractiveSummarizer:
         return compose(request, count, tiers, previous)
 
 
-register("extractive", ExtractiveSummarizer)
+register("extractive", lambda _options: ExtractiveSummarizer())
