@@ -44,7 +44,7 @@ class CompactOptions:
     instructions: str | None = None
     use_cache: bool = True
     #: How a summarizer that calls out (a model API, a command) is set up; see SummarizerOptions.
-    summarizer_options: SummarizerOptions = SummarizerOptions()
+    summarizer_options: SummarizerOptions = field(default_factory=SummarizerOptions)
 
 
 @dataclass(frozen=True, slots=True)
