@@ -388,9 +388,26 @@ def compact(
     instructions: Annotated[
         str | None, typer.Option(help="Focus for summaries, like /compact [instructions].")
     ] = None,
+    summary_model: Annotated[
+        str | None,
+        typer.Option(
+            "--summary-model",
+            envvar="CTXC_SUMMARY_MODEL",
+            help="Model for --summarizer anthropic (default: a current fast Claude model).",
+        ),
+    ] = None,
+    summary_command: Annotated[
+        str | None,
+        typer.Option("--summary-command", help="For --summarizer command: reads the prompt on stdin."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Summarizer calls in flight at once.")] = 4,
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", min=0, max=20, help="Retries of a failed summarizer call.")
+    ] = 2,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one summarizer call may take.")] = 120.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
+        bool, typer.Option("--no-cache", help="Do not read or write the token count and summary caches.")
     ] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
@@ -400,6 +417,7 @@ def compact(
     from ctxc.archive import Archive
     from ctxc.compaction.run import CompactOptions, compact_transcript
     from ctxc.output import atomic_output, dumps
+    from ctxc.summarize import SummarizerOptions
 
     th = _thresholds(thresholds)
     from ctxc.analysis import check_thresholds
@@ -423,6 +441,15 @@ def compact(
         settings=sets,
         instructions=instructions,
         use_cache=not no_cache,
+        summarizer_options=SummarizerOptions(
+            model=summary_model,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+            use_cache=not no_cache,
+            dry_run=dry_run,
+            command=summary_command,
+        ),
     )
     name, data = _read_input(path)
     transcript = _load_bytes(name, data, input_format, _read_options(skip_invalid, max_line_mb))
@@ -475,6 +502,7 @@ def _compaction_report(result: Any, options: Any, name: str, output: str) -> dic
             "tokens_before": before,
             "tokens_after": after,
             "savings": result.savings_by_strategy(),
+            "summarizer": {"name": options.summarizer, **dict(result.summarizer_usage or {})},
         },
         conversations=[
             {
@@ -491,6 +519,16 @@ def _compaction_report(result: Any, options: Any, name: str, output: str) -> dic
     )
 
 
+def _summarizer_spend(run: dict[str, Any]) -> str:
+    """'; anthropic: 3 calls, 41,200 input tokens (estimated)' when the summarizer reported its spend."""
+    spend = run.get("summarizer") or {}
+    if not spend.get("calls"):
+        return ""
+    estimated = " (estimated)" if spend.get("estimated") else ""
+    tokens = spend.get("input_tokens", 0)
+    return f"; {spend['name']}: {spend['calls']} call(s), {tokens:,} input tokens{estimated}"
+
+
 def _summary_line(doc: dict[str, Any]) -> None:
     run = doc["run"]
     before, after = run["tokens_before"], run["tokens_after"]
@@ -498,7 +536,7 @@ def _summary_line(doc: dict[str, Any]) -> None:
     stages = ", ".join(f"{k} -{v:,}" for k, v in run["savings"].items() if v) or "nothing to do"
     _stderr().print(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens (-{pct:.1f}%) with {run['strategy']} "
-        f"[{stages}]; original in archive {run['archive_id'][:12]}",
+        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}",
         markup=False,
         soft_wrap=True,
     )
@@ -515,8 +553,10 @@ def _emit_plan(doc: dict[str, Any]) -> None:
     console = _stdout_console()
     run = doc["run"]
     console.print(
-        f"[bold]dry run[/bold]: {run['input_path']} with {run['strategy']}: "
+        f"dry run: {run['input_path']} with {run['strategy']}: "
         f"{run['tokens_before']:,} → {run['tokens_after']:,} tokens (nothing written)"
+        f"{_summarizer_spend(run)}",
+        markup=False,
     )
     table = Table("conv", "strategy", "action", "messages", "tokens before", "after", "saved", "note")
     for conv in doc["conversations"]:

@@ -65,6 +65,8 @@ class CompactionResult:
     input_sha256: str
     window: int
     conversations: tuple[ConversationOutcome, ...]
+    #: What the summarizer spent (calls, input and output tokens, cache hits), when it reports it.
+    summarizer_usage: Mapping[str, Any] | None = None
 
     @property
     def tokens_before(self) -> int:
@@ -258,12 +260,14 @@ def compact_transcript(
         enforce=explicit or options.strategy != "adaptive",
         allow_over=options.allow_over,
     )
+    usage = getattr(summarizer, "usage", None)
     return CompactionResult(
         transcript=out,
         archive_id=archive_id,
         input_sha256=input_sha,
         window=window,
         conversations=tuple(outcomes),
+        summarizer_usage=usage() if callable(usage) else None,
     )
 
 
