@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 from ctxc.formats import open_stream
-from ctxc.model import Boundary, Message, Usage
+from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Usage
 from ctxc.reader import ReadOptions
 from ctxc.validate import Problem, pairing_problems
 
@@ -226,8 +226,14 @@ def analyze(
 
 
 def _skeleton(m: Message) -> Message:
-    blocks = tuple(b for b in m.blocks if b.kind in ("tool_use", "tool_result"))
-    return Message(role=m.role, blocks=blocks, line=m.line, index=m.index, conversation=m.conversation)
+    """Only what pairing checks read: ids, names, roles, lines. No texts or inputs stay alive."""
+    blocks: list[Block] = []
+    for b in m.blocks:
+        if isinstance(b, ToolUseBlock):
+            blocks.append(ToolUseBlock(id=b.id, name=b.name, input=None))
+        elif isinstance(b, ToolResultBlock):
+            blocks.append(ToolResultBlock(tool_use_id=b.tool_use_id, text=""))
+    return Message(role=m.role, blocks=tuple(blocks), line=m.line, index=m.index, conversation=m.conversation)
 
 
 def _collect(
