@@ -147,6 +147,25 @@ def _batches(
         yield batch
 
 
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What reading and counting a file yields, before any window or threshold is applied.
+
+    This is what the analysis cache stores: it depends only on the file's bytes, the tokenizer and the
+    read options, so the same scan serves any ``--window``, ``--model`` or ``--thresholds``.
+    """
+
+    path: str
+    format: str
+    tokenizer: str
+    #: Per message: index, line, role, kind, tool, tokens, conversation.
+    rows: tuple[tuple[int, int, str, str, str | None, int, int], ...]
+    usage: tuple[Usage, ...]
+    boundaries: tuple[Boundary, ...]
+    problems: tuple[Problem, ...]
+    skipped_lines: int
+
+
 def analyze(
     src: str | os.PathLike[str] | BinaryIO,
     *,
@@ -160,67 +179,130 @@ def analyze(
     top: int = 10,
     use_cache: bool = True,
 ) -> Analysis:
-    """Analyze one transcript file (a path, ``-`` or a binary stream)."""
+    """Analyze one transcript file (a path, ``-`` or a binary stream).
+
+    A file path is analyzed once per content: the scan is cached by the file's content hash (with the
+    tokenizer and read options), so a second run over an unchanged log only hashes it.
+    """
     from ctxc.profiles import resolve_window
 
     th = check_thresholds(thresholds)
     win, model_name = resolve_window(model=model, window=window)
     if counter is None:
         counter = make_counter(tokenizer, use_cache=use_cache)
+    scan = None
+    key = None
+    cacheable = use_cache and isinstance(src, str | os.PathLike) and str(src) != "-" and _caches(counter)
+    if cacheable:
+        from ctxc.scancache import load_scan, scan_key
 
+        key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
+        scan = load_scan(key, str(src)) if key else None
+    if scan is None:
+        scan = scan_file(src, counter, input_format=input_format, options=options)
+        if key:
+            from ctxc.scancache import store_scan
+
+            store_scan(key, scan)
+    return finish(scan, window=win, model=model_name, thresholds=th, top=top)
+
+
+def _caches(counter: TextCounter) -> bool:
+    """Whole-scan caching follows the count cache: on when counts are cached (not for approx)."""
+    return getattr(counter, "cache", None) is not None
+
+
+def scan_file(
+    src: str | os.PathLike[str] | BinaryIO,
+    counter: TextCounter,
+    *,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+) -> Scan:
+    """Read and count a file, streaming: only small per-message facts are kept."""
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
-    stats: list[MessageStat] = []
+    rows: list[tuple[int, int, str, str, str | None, int, int]] = []
     # Pairing needs only ids, roles and lines: keep skeletal messages rather than whole ones.
     skeletons: list[Message] = []
-    cumulative: dict[int, int] = {}
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxc-count") as pool:
             pending: tuple[list[Message], Future[list[int]]] | None = None
             for batch in _batches(stream.items, side):
                 future = pool.submit(count_messages, batch, counter)
                 if pending is not None:
-                    _collect(*pending, stats, cumulative, win, th)
+                    rows.extend(_rows(*pending))
                 pending = (batch, future)
                 skeletons.extend(_skeleton(m) for m in batch)
             if pending is not None:
-                _collect(*pending, stats, cumulative, win, th)
+                rows.extend(_rows(*pending))
     finally:
         stream.close()
-    skipped = len(stream.invalid_lines)
-
-    usage = tuple(i for i in side if isinstance(i, Usage))
-    boundaries = tuple(i for i in side if isinstance(i, Boundary))
-    by_role: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    by_tool: Counter[str] = Counter()
-    for s in stats:
-        by_role[s.role] += s.tokens
-        by_kind[s.kind] += s.tokens
-        if s.tool:
-            by_tool[s.tool] += s.tokens
-    total = sum(s.tokens for s in stats)
-    max_context = max(cumulative.values(), default=0)
-    largest = tuple(sorted(stats, key=lambda s: (-s.tokens, s.index))[:top])
-    return Analysis(
+    return Scan(
         path=stream.name,
         format=stream.adapter.name,
         tokenizer=counter.name,
-        window=win,
-        model=model_name,
-        thresholds=th,
-        total_tokens=total,
-        stage=stage_for(max_context / win, th),
+        rows=tuple(rows),
+        usage=tuple(i for i in side if isinstance(i, Usage)),
+        boundaries=tuple(i for i in side if isinstance(i, Boundary)),
+        problems=tuple(pairing_problems(skeletons)),
+        skipped_lines=len(stream.invalid_lines),
+    )
+
+
+def _rows(
+    batch: list[Message], future: Future[list[int]]
+) -> Iterator[tuple[int, int, str, str, str | None, int, int]]:
+    for m, tokens in zip(batch, future.result(), strict=True):
+        names = m.tool_names
+        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation)
+
+
+def finish(
+    scan: Scan,
+    *,
+    window: int,
+    model: str | None,
+    thresholds: tuple[float, float, float, float],
+    top: int = 10,
+) -> Analysis:
+    """Apply a window and thresholds to a scan: cumulative tokens, shares, stages, totals."""
+    stats: list[MessageStat] = []
+    cumulative: dict[int, int] = {}
+    by_role: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    by_tool: Counter[str] = Counter()
+    for index, line, role, kind, tool, tokens, conv in scan.rows:
+        cum = cumulative.get(conv, 0) + tokens
+        cumulative[conv] = cum
+        share = cum / window
+        stats.append(
+            MessageStat(index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv)
+        )
+        by_role[role] += tokens
+        by_kind[kind] += tokens
+        if tool:
+            by_tool[tool] += tokens
+    max_context = max(cumulative.values(), default=0)
+    return Analysis(
+        path=scan.path,
+        format=scan.format,
+        tokenizer=scan.tokenizer,
+        window=window,
+        model=model,
+        thresholds=thresholds,
+        total_tokens=sum(s.tokens for s in stats),
+        stage=stage_for(max_context / window, thresholds),
         conversations=len(cumulative) or 1,
         messages=tuple(stats),
         by_role=dict(by_role.most_common()),
         by_kind=dict(by_kind.most_common()),
         by_tool=dict(by_tool.most_common()),
-        largest=largest,
-        usage=_summarize_usage(usage),
-        boundaries=boundaries,
-        problems=tuple(pairing_problems(skeletons)),
-        skipped_lines=skipped,
+        largest=tuple(sorted(stats, key=lambda s: (-s.tokens, s.index))[:top]),
+        usage=_summarize_usage(scan.usage),
+        boundaries=scan.boundaries,
+        problems=scan.problems,
+        skipped_lines=scan.skipped_lines,
         max_context=max_context,
     )
 
@@ -234,35 +316,6 @@ def _skeleton(m: Message) -> Message:
         elif isinstance(b, ToolResultBlock):
             blocks.append(ToolResultBlock(tool_use_id=b.tool_use_id, text=""))
     return Message(role=m.role, blocks=tuple(blocks), line=m.line, index=m.index, conversation=m.conversation)
-
-
-def _collect(
-    batch: list[Message],
-    future: Future[list[int]],
-    stats: list[MessageStat],
-    cumulative: dict[int, int],
-    window: int,
-    thresholds: tuple[float, float, float, float],
-) -> None:
-    for m, tokens in zip(batch, future.result(), strict=True):
-        cum = cumulative.get(m.conversation, 0) + tokens
-        cumulative[m.conversation] = cum
-        share = cum / window
-        names = m.tool_names
-        stats.append(
-            MessageStat(
-                index=m.index,
-                line=m.line,
-                role=m.role,
-                kind=m.kind,
-                tool=names[0] if names else None,
-                tokens=tokens,
-                cumulative=cum,
-                share=share,
-                stage=stage_for(share, thresholds),
-                conversation=m.conversation,
-            )
-        )
 
 
 def _summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:

@@ -170,3 +170,32 @@ def test_recorded_usage_and_boundaries_reported() -> None:
     assert [(b.kind, b.trigger, b.pre_tokens) for b in a.boundaries] == [
         ("compact_boundary", "manual", 153739)
     ]
+
+
+def test_scan_cache_serves_a_second_run_and_follows_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes())
+    first = analyze(path, window=50_000)
+    assert len(list((tmp_path / "cache" / "analyses").glob("*.json"))) == 1
+
+    class Refuses:
+        """A counter that fails if asked: the second run must come from the cache."""
+
+        name = "o200k_base"
+        cache = object()
+
+        def count(self, texts: object) -> list[int]:
+            raise AssertionError("counted again")
+
+    second = analyze(path, window=80_000, counter=Refuses())  # type: ignore[arg-type]
+    assert [s.tokens for s in second.messages] == [s.tokens for s in first.messages]
+    assert second.window == 80_000
+    assert second.problems == first.problems
+    # A changed file is a different key: it is scanned again.
+    path.write_bytes(path.read_bytes() + b'{"role":"user","content":"one more"}\n')
+    with pytest.raises(AssertionError, match="counted again"):
+        analyze(path, counter=Refuses())  # type: ignore[arg-type]
+    assert len(analyze(path).messages) == len(first.messages) + 1

@@ -38,6 +38,10 @@ CTXC_MARK = "[ctxc"
 Slot = tuple[int, int]
 
 
+#: Tool results prepared (post-processed and counted) per batch in the first pass.
+_CHUNK = 256
+
+
 @register
 class Mask:
     name: ClassVar[str] = "mask"
@@ -78,24 +82,33 @@ class Mask:
             actions.append(Action(self.name, kind, old.index, old.index, before, after, note))
             return True
 
-        # Pass 1: post-process (or, where nothing helps, placeholder) oldest first.
-        for slot in slots:
+        # Pass 1: post-process (or, where nothing helps, placeholder) oldest first. Candidates are made a
+        # chunk at a time and their texts counted in one batch, so each swap below is a cache hit.
+        for start in range(0, len(slots), _CHUNK):
             if total <= ctx.target:
                 break
-            pos, bi = slot
-            block = msgs[pos].blocks[bi]
-            assert isinstance(block, ToolResultBlock)
-            if block.text.startswith(CTXC_MARK):
-                continue  # shrunk or offloaded by an earlier run: shrinking it again would stack notes
-            call = _call_of(block, calls)
-            cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
-            shrunk = None if cfg.placeholder_only else postprocess(block.text, call, request, cite)
-            if shrunk is not None and apply(slot, replace(block, text=shrunk), "shrink", _label(call)):
-                originals[slot] = block
-                continue
-            if apply(slot, _placeholder_block(block, call, cite, ctx), "mask", _label(call)):
-                originals[slot] = block
-                placeholders.add(slot)
+            planned: list[tuple[Slot, ToolResultBlock, str | None, ToolResultBlock]] = []
+            for slot in slots[start : start + _CHUNK]:
+                pos, bi = slot
+                block = msgs[pos].blocks[bi]
+                assert isinstance(block, ToolResultBlock)
+                if block.text.startswith(CTXC_MARK):
+                    continue  # shrunk or offloaded by an earlier run: shrinking again would stack notes
+                call = _call_of(block, calls)
+                cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+                shrunk = None if cfg.placeholder_only else postprocess(block.text, call, request, cite)
+                planned.append((slot, block, shrunk, _placeholder_block(block, call, cite, ctx)))
+            ctx.ledger.counter.count([t for _, _, sh, ph in planned for t in (sh or "", ph.text) if t])
+            for slot, block, shrunk, placeholder in planned:
+                if total <= ctx.target:
+                    break
+                label = _label(_call_of(block, calls))
+                if shrunk is not None and apply(slot, replace(block, text=shrunk), "shrink", label):
+                    originals[slot] = block
+                    continue
+                if apply(slot, placeholder, "mask", label):
+                    originals[slot] = block
+                    placeholders.add(slot)
 
         # Pass 2: still over: shrunk and untouched results alike become placeholders, oldest first.
         for slot in slots:

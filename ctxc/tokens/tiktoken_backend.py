@@ -12,6 +12,7 @@ the first count, once per process, under a lock so concurrent first calls load i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import os
@@ -150,7 +151,9 @@ def _encoding(spec: EncodingSpec, path: Path | None) -> tiktoken.Encoding:
     return enc
 
 
+@functools.cache
 def _threads() -> int:
+    # Asked once: os.cpu_count() reads /sys each time, and counting asks per batch.
     return os.cpu_count() or 1
 
 

@@ -1,0 +1,111 @@
+"""The analysis cache: a file's scan, stored by the hash of the file's content.
+
+Counting is the cost of analyze, and CI re-analyzes the same logs run after run. A scan (per-message
+tokens, roles, kinds, recorded usage, boundaries, pairing problems) depends only on the file's bytes,
+the tokenizer and the read options, so it is cached under a key made of exactly those and the ctxc
+version. A second run over an unchanged file then only hashes it (BLAKE2b, about 1 GB/s).
+
+Files live in ``analyses/`` beside the token count cache (``$CTXC_CACHE_DIR``), written atomically
+(temp file + rename) so concurrent runs never see half a file. Like the count cache, this is an
+optimisation and never a reason to fail: any error reading or writing it is ignored (logged once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxc import __version__
+from ctxc.analysis import Scan
+from ctxc.model import Boundary, Usage
+from ctxc.reader import ReadOptions
+from ctxc.validate import Problem
+
+log = logging.getLogger(__name__)
+_CHUNK = 1 << 20
+#: Bump when the stored layout changes (the ctxc version is in the key as well).
+_LAYOUT = 1
+
+
+def _directory() -> Path:
+    from ctxc.tokens.cache import default_path
+
+    return default_path().parent / "analyses"
+
+
+def scan_key(
+    path: str | os.PathLike[str], tokenizer: str, input_format: str | None, options: ReadOptions
+) -> str | None:
+    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why)."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(
+        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}|".encode()
+    )
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def load_scan(key: str, path: str) -> Scan | None:
+    """The cached scan for ``key`` (reported under ``path``, the name the user gave), if there is one."""
+    try:
+        data = orjson.loads((_directory() / f"{key}.json").read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        log.warning("ctxc: ignoring an unreadable analysis cache entry: %s", exc)
+        return None
+    try:
+        return Scan(
+            path=path,
+            format=data["format"],
+            tokenizer=data["tokenizer"],
+            rows=tuple(tuple(r) for r in data["rows"]),
+            usage=tuple(Usage(**u) for u in data["usage"]),
+            boundaries=tuple(Boundary(**b) for b in data["boundaries"]),
+            problems=tuple(Problem(**p) for p in data["problems"]),
+            skipped_lines=int(data["skipped_lines"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("ctxc: ignoring a malformed analysis cache entry: %s", exc)
+        return None
+
+
+def store_scan(key: str, scan: Scan) -> None:
+    doc: dict[str, Any] = {
+        "format": scan.format,
+        "tokenizer": scan.tokenizer,
+        "rows": scan.rows,
+        "usage": [_fields(u) for u in scan.usage],
+        "boundaries": [_fields(b) for b in scan.boundaries],
+        "problems": [_fields(p) for p in scan.problems],
+        "skipped_lines": scan.skipped_lines,
+    }
+    directory = _directory()
+    tmp = ""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(orjson.dumps(doc))
+        os.replace(tmp, directory / f"{key}.json")
+    except OSError as exc:
+        log.warning("ctxc: not caching the analysis: %s", exc)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}

@@ -1,0 +1,251 @@
+"""The summarization prompt shared by the summarizers that call a model (the Anthropic API, a command).
+
+Public API (other summarizers import these two names; keep them stable):
+
+``build_prompt(request, *, transcript=None, parts=(), result_chars=RESULT_CHARS) -> Prompt``
+    The system and user text for summarizing ``request``: the messages rendered as a readable
+    transcript (``transcript`` replaces that rendering when the caller already rendered or trimmed
+    it), or, when ``parts`` is given, the partial summaries ``(citation, text)`` of consecutive
+    segments to merge. The prompt names the required ``## `` headings (``request.sections``), the
+    archive citation the summary's first line must give, the token budget, the previous summary to
+    fold in (``request.previous``) and the user's own focus (``request.instructions``, like
+    ``/compact [instructions]`` in Claude Code). ``Prompt.text`` is both parts as one text, for a
+    command that reads the prompt on stdin.
+
+``check_summary(text, sections) -> list[str]``
+    The required section headings missing from ``text``, in ``sections`` order (``[]`` when the
+    summary is complete). Any Markdown heading level counts; case and a trailing colon do not matter.
+
+Rendering keeps what a summary needs and no more: text verbatim (very long texts keep their head and
+tail), tool calls as one line with compact JSON input, tool results cut to ``result_chars`` per
+result (head and tail, since tracebacks end a result) with a note that the full text is archived.
+Thinking is left out: it restates what the turn's text and calls already show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxc.formats.shapes import dumps_compact
+from ctxc.model import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+)
+from ctxc.summarize import SummaryRequest
+
+#: Characters kept of each tool result; the rest is in the archive.
+RESULT_CHARS = 2_000
+#: Characters kept of a tool call's input (file contents in Write/Edit calls dominate otherwise).
+INPUT_CHARS = 600
+#: Characters kept of one text block (a pasted log in a user request).
+TEXT_CHARS = 12_000
+#: Words per token of the run's tokenizer, used to state the budget in words (models follow word
+#: counts better than token counts); English prose with Markdown runs ~0.75, and this stays below.
+WORDS_PER_TOKEN = 0.6
+
+#: What each section holds, told to the model so every summarizer fills the same places.
+SECTION_GUIDE: dict[str, str] = {
+    "Session intent": "what the user wants overall, their requests and constraints (short ones verbatim)",
+    "Decisions": "choices made and why (approach, libraries, designs rejected), verbatim when short",
+    "Artifacts and files touched": "files created, edited or deleted (exact paths), commands and tools that "
+    "mattered; routine reads and searches as counts",
+    "Errors and fixes": "errors met (the telling line) and how each was fixed, or that it is still open",
+    "Current state": "where the work stands at the end of the material: what works, what does not",
+    "Next steps": "open items and what was about to happen next",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    system: str
+    user: str
+
+    @property
+    def text(self) -> str:
+        """Both parts as one text (for a command that reads the prompt on stdin)."""
+        return f"{self.system}\n\n{self.user}"
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def clip(text: str, limit: int, what: str = "characters") -> str:
+    """``text`` cut to about ``limit`` characters keeping head and tail, with a note of what was left out."""
+    if len(text) <= limit:
+        return text
+    head = max(0, limit * 2 // 3)
+    tail = max(0, limit - head)
+    omitted = len(text) - head - tail
+    return (
+        f"{text[:head]}\n[… {omitted:,} {what} omitted here; the full text is in the archive …]\n"
+        f"{text[len(text) - tail :] if tail else ''}"
+    )
+
+
+def _role_label(m: Message) -> str:
+    if m.meta.get("ctxc") == "summary" or m.meta.get("is_compact_summary"):
+        return "EARLIER SUMMARY"
+    source = m.meta.get("source_role")
+    label = m.role.upper()
+    return f"{label} ({source})" if isinstance(source, str) and source != m.role else label
+
+
+def _input_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return dumps_compact(value)
+    except TypeError:
+        return repr(value)
+
+
+def render_message(m: Message, *, result_chars: int = RESULT_CHARS) -> str:
+    """One message as transcript text: ``[index] ROLE:`` then its blocks."""
+    lines = [f"[{m.index}] {_role_label(m)}:"]
+    for b in m.blocks:
+        if isinstance(b, TextBlock):
+            if b.text.strip():
+                lines.append(clip(b.text.strip(), TEXT_CHARS))
+        elif isinstance(b, ToolUseBlock):
+            inp = clip(_input_text(b.input), INPUT_CHARS)
+            lines.append(f"→ tool call {b.name} (id {b.id}): {inp}")
+        elif isinstance(b, ToolResultBlock):
+            status = "ERROR result" if b.is_error else "result"
+            of = f" of {b.name}" if b.name else ""
+            body = clip(b.text.strip(), result_chars) if b.text.strip() else "(empty)"
+            images = f" [+{len(b.images)} image(s)]" if b.images else ""
+            lines.append(f"← tool {status}{of} (id {b.tool_use_id}){images}:\n{body}")
+        elif isinstance(b, ImageBlock):
+            size = f" {b.width}x{b.height}" if b.width and b.height else ""
+            lines.append(f"[image {b.media_type or ''}{size}]".replace("  ", " "))
+        elif isinstance(b, UnknownBlock):
+            lines.append(f"[{b.type} block]" + (f": {clip(b.text, INPUT_CHARS)}" if b.text else ""))
+        elif isinstance(b, ThinkingBlock):
+            continue
+    return "\n".join(lines)
+
+
+def render_transcript(messages: Sequence[Message], *, result_chars: int = RESULT_CHARS) -> str:
+    return "\n\n".join(render_message(m, result_chars=result_chars) for m in messages)
+
+
+def span_label(messages: Sequence[Message]) -> str:
+    if not messages:
+        return "(none)"
+    first, last = messages[0].index, messages[-1].index
+    return str(first) if first == last else f"{first}-{last}"
+
+
+# -------------------------------------------------------------------------------------------- prompt
+
+
+def _system(request: SummaryRequest, merging: bool) -> str:
+    budget = max(1, request.budget)
+    words = max(20, int(budget * WORDS_PER_TOKEN))
+    material = (
+        "partial summaries of consecutive parts of one agent session, oldest first"
+        if merging
+        else "a stretch of an AI coding agent's session transcript"
+    )
+    headings = "\n".join(f"## {s}" for s in request.sections)
+    guide = "\n".join(f"- {s}: {SECTION_GUIDE.get(s, s)}" for s in request.sections)
+    rules = [
+        f"You compact long AI agent sessions. You are given {material}. Write ONE summary that replaces "
+        "it in the agent's context, so the agent can continue the work from the summary alone.",
+        "",
+        "Format (Markdown):",
+        "1. The first line is one sentence saying what the summary covers and that the full original is "
+        f"archived at `{request.citation}`. Write that citation exactly as given; readers use it to "
+        "recover details with `ctxc show` and `ctxc restore`.",
+        "2. Then these sections as level-2 headings, exactly as written, in this order, every one present "
+        '(write "- none recorded" under a section with nothing to say):',
+        headings,
+        "",
+        "What each section holds:",
+        guide,
+        "",
+        "Rules:",
+        "- Bullets, dense and factual. Keep exact file paths, commands, identifiers, error messages, "
+        "numbers and the user's own words where they matter.",
+        "- Use only what the material says; never invent files, results or plans.",
+        "- Later material wins: Current state and Next steps describe the end of the material.",
+        f"- Length: at most about {words} words ({budget} tokens). Drop routine detail before decisions, "
+        "user instructions and errors.",
+        "- Output only the summary: no preamble, no closing remarks, no code fence around it.",
+    ]
+    if request.previous:
+        rules.append(
+            "- An earlier summary of the session's preceding messages is given in <previous_summary>: fold "
+            "it in, keeping its facts unless the newer material supersedes them."
+        )
+    if request.instructions and request.instructions.strip():
+        rules.append("- The user gave instructions for this summary in <instructions>: follow them.")
+    return "\n".join(rules)
+
+
+def build_prompt(
+    request: SummaryRequest,
+    *,
+    transcript: str | None = None,
+    parts: Sequence[tuple[str, str]] = (),
+    result_chars: int = RESULT_CHARS,
+) -> Prompt:
+    """The prompt for ``request``; see the module docstring."""
+    merging = bool(parts)
+    blocks: list[str] = []
+    if request.instructions and request.instructions.strip():
+        blocks.append(f"<instructions>\n{request.instructions.strip()}\n</instructions>")
+    if request.previous and request.previous.strip():
+        blocks.append(f"<previous_summary>\n{request.previous.strip()}\n</previous_summary>")
+    if merging:
+        body = "\n\n".join(
+            f'<part n="{i}" covers="{cite}">\n{text.strip()}\n</part>'
+            for i, (cite, text) in enumerate(parts, 1)
+        )
+        blocks.append(f"<partial_summaries>\n{body}\n</partial_summaries>")
+    else:
+        rendered = (
+            transcript
+            if transcript is not None
+            else render_transcript(request.messages, result_chars=result_chars)
+        )
+        blocks.append(f'<transcript messages="{span_label(request.messages)}">\n{rendered}\n</transcript>')
+    what = "partial summaries" if merging else "transcript"
+    blocks.append(
+        f"Write the summary of the {what} above now, citing `{request.citation}` in the first line and "
+        f"with the headings {', '.join(f'## {s}' for s in request.sections)}."
+    )
+    return Prompt(_system(request, merging), "\n\n".join(blocks))
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]*(.+?)[ \t#]*$", re.M)
+
+
+def _norm(heading: str) -> str:
+    return re.sub(r"\s+", " ", heading.strip().strip("*_").rstrip(":").strip()).lower()
+
+
+def check_summary(text: str, sections: Sequence[str]) -> list[str]:
+    """The headings of ``sections`` missing from ``text``, in order; ``[]`` when all are present."""
+    found = {_norm(h) for h in _HEADING.findall(text)}
+    return [s for s in sections if _norm(s) not in found]
+
+
+__all__ = [
+    "RESULT_CHARS",
+    "Prompt",
+    "build_prompt",
+    "check_summary",
+    "clip",
+    "render_message",
+    "render_transcript",
+]

@@ -1,0 +1,279 @@
+"""Exact Claude token counts through the Anthropic API's ``messages.count_tokens`` endpoint.
+
+Claude's tokenizer is not published, so the only exact count is the API's. The endpoint returns one
+total per request, so each distinct text is sent as its own one-message request (a user message
+whose content is the text), ``concurrency`` requests at a time. The :class:`CountingService` in
+front of this tokenizer keeps counts on disk by content hash, so a text is paid for once per model.
+
+Per-text counts: a one-message request also counts the message's framing (role markers and the
+like), a few tokens that do not depend on the text. That fixed overhead is measured once per model
+and process as ``count_tokens("a") - 1`` (one ASCII letter is one token in any BPE vocabulary) and
+subtracted from every count, so that a text's count means the same thing as an o200k count of it,
+and the message framing is added once per message by :mod:`ctxc.tokens.cost` exactly as for the
+offline tokenizers. Counts are therefore comparable with o200k text for text.
+
+The API refuses a text that is only whitespace; such a text is counted between two ``|`` characters,
+minus the two (the bars may merge with the whitespace, an error of at most a token or two).
+A text over the request size limit (HTTP 413) is counted in halves split at a line break.
+
+The SDK is imported only when a count is made, never when this module is imported (it costs ~1 s).
+Its own retry loop (``max_retries``, exponential backoff, honouring ``retry-after``) handles 408,
+409, 429 and 5xx responses and connection errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ctxc.errors import AuthError, CtxcError, ExitCode, ModelError
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+
+    from ctxc.model import Message
+
+T = TypeVar("T")
+
+#: The text whose count, minus its one token, is a message's fixed framing.
+_PROBE = "a"
+#: A text of this many characters or more that the API refuses as too large is counted in parts.
+_SPLIT_MIN_CHARS = 2
+
+
+class TokenCountError(CtxcError):
+    """Counting through the API failed after retries (rate limits, overload, server errors, timeouts).
+
+    It shares exit code 9 with summarizer failures: both mean "a call to the model API failed".
+    """
+
+    exit_code = ExitCode.SUMMARIZER
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, even when called inside a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class AnthropicTokenizer:
+    """The ``anthropic`` tokenizer: Claude's own counts for ``model``.
+
+    ``name`` includes the model (``anthropic:claude-haiku-4-5``) because the token cache is keyed by
+    tokenizer name: counts of different models must never mix.
+    """
+
+    def __init__(
+        self, model: str, *, concurrency: int = 4, max_retries: int = 2, timeout: float = 60.0
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.model = model
+        self.name = f"anthropic:{model}"
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.timeout = timeout
+        #: Requests made (the preflight model lookup and overhead probe included).
+        self.requests = 0
+        self._overhead: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def overhead(self) -> int | None:
+        """The fixed per-request tokens subtracted from every count (None until measured)."""
+        return self._overhead
+
+    # ------------------------------------------------------------------------------------ public
+
+    def count(self, text: str) -> int:
+        return self.count_batch([text])[0]
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        """Counts of ``texts`` in order: one request per distinct non-empty text, ``concurrency`` at once."""
+        distinct = sorted({t for t in texts if t})
+        if not distinct:
+            return [0] * len(texts)
+        counts = _run(self._count_distinct(distinct))
+        known = dict(zip(distinct, counts, strict=True))
+        return [known[t] if t else 0 for t in texts]
+
+    # ---------------------------------------------------------------------------------- internals
+
+    def _client(self) -> AsyncAnthropic:
+        from anthropic import AsyncAnthropic
+
+        # Base URL and key come from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY, as the SDK reads them.
+        return AsyncAnthropic(max_retries=self.max_retries, timeout=self.timeout)
+
+    async def _count_distinct(self, texts: list[str]) -> list[int]:
+        client = self._client()
+        if client.api_key is None and client.auth_token is None and client.credentials is None:
+            await client.close()
+            raise AuthError(
+                "ANTHROPIC_API_KEY is not set: --tokenizer anthropic counts tokens through the Anthropic API"
+            )
+        out = [0] * len(texts)
+        async with client:
+            await self._preflight(client)
+            overhead = self._overhead if self._overhead is not None else 0
+            gate = asyncio.Semaphore(self.concurrency)
+
+            async def one(i: int) -> None:
+                out[i] = max(0, await self._count_text(client, gate, texts[i]) - overhead)
+
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for i in range(len(texts)):
+                        group.create_task(one(i))
+            except ExceptionGroup as eg:
+                # TaskGroup wraps failures; surface the first one as the ctxc error it already is.
+                raise _first(eg) from None
+        return out
+
+    async def _preflight(self, client: AsyncAnthropic) -> None:
+        """Once per tokenizer: check key and model (one-line errors), then measure the overhead."""
+        if self._overhead is not None:
+            return
+        self.requests += 1
+        try:
+            await client.models.retrieve(self.model)
+        except Exception as exc:
+            raise self._error(exc) from exc
+        probe = await self._request(client, _PROBE)
+        # Several threads may measure at once; they store the same number.
+        with self._lock:
+            self._overhead = max(0, probe - 1)
+
+    async def _count_text(self, client: AsyncAnthropic, gate: asyncio.Semaphore, text: str) -> int:
+        """The raw count of ``text`` as a one-message request (overhead included)."""
+        from anthropic import APIStatusError
+
+        if not text.strip():
+            async with gate:
+                return max(0, await self._request(client, f"|{text}|") - 2)
+        try:
+            async with gate:
+                return await self._request(client, text)
+        except TokenCountError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, APIStatusError) and cause.status_code == 413):
+                raise
+            if len(text) < _SPLIT_MIN_CHARS:
+                raise
+        # Too large for one request: count two halves (each carries the overhead once).
+        head, tail = _halves(text)
+        overhead = self._overhead or 0
+        a = await self._count_text(client, gate, head)
+        b = await self._count_text(client, gate, tail)
+        return a + b - overhead
+
+    async def _request(self, client: AsyncAnthropic, text: str) -> int:
+        self.requests += 1
+        try:
+            result = await client.messages.count_tokens(
+                model=self.model, messages=[{"role": "user", "content": text}]
+            )
+        except Exception as exc:
+            raise self._error(exc) from exc
+        return int(result.input_tokens)
+
+    def _error(self, exc: BaseException) -> CtxcError:
+        """The ctxc error for an SDK failure: auth → exit 10, unknown model → 11, the rest → 9."""
+        from anthropic import (
+            APIConnectionError,
+            APIStatusError,
+            APITimeoutError,
+            AuthenticationError,
+            NotFoundError,
+            PermissionDeniedError,
+        )
+
+        if isinstance(exc, CtxcError):
+            return exc
+        if isinstance(exc, AuthenticationError | PermissionDeniedError):
+            return AuthError(f"the Anthropic API rejected the key ({exc.status_code}: {_api_message(exc)})")
+        if isinstance(exc, NotFoundError):
+            return ModelError(f"unknown model {self.model!r} ({_api_message(exc)})")
+        if isinstance(exc, APITimeoutError):
+            return TokenCountError(
+                f"token counting failed: no answer within {self.timeout:g}s "
+                f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
+            )
+        if isinstance(exc, APIStatusError):
+            return TokenCountError(
+                f"token counting failed: HTTP {exc.status_code} ({_api_message(exc)}) "
+                f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
+            )
+        if isinstance(exc, APIConnectionError):
+            return TokenCountError(f"token counting failed: cannot reach the Anthropic API ({exc})")
+        return TokenCountError(f"token counting failed: {type(exc).__name__}: {exc}")
+
+
+def _api_message(exc: Any) -> str:
+    msg = getattr(exc, "api_message", None) or getattr(exc, "message", None) or str(exc)
+    return " ".join(str(msg).split())[:200]
+
+
+def _first(eg: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = eg
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _halves(text: str) -> tuple[str, str]:
+    """Split near the middle, at a line break when there is one in the middle half."""
+    mid = len(text) // 2
+    cut = text.rfind("\n", len(text) // 4, mid + len(text) // 4)
+    cut = cut + 1 if cut > 0 else mid
+    return text[:cut], text[cut:]
+
+
+class _Counter(Protocol):
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+def compare_with_o200k(
+    messages: Iterable[Message],
+    anthropic_counter: _Counter,
+    *,
+    o200k_counter: _Counter | None = None,
+    batch: int = 2_000,
+) -> tuple[int, int, float | None]:
+    """``(anthropic_total, o200k_total, ratio)`` of the same messages, ratio = anthropic / o200k.
+
+    Both totals are message costs as analyze reports them (:func:`ctxc.tokens.cost.count_messages`:
+    framing + texts + images), so the framing and image estimates, identical on both sides, are in
+    both. ``messages`` may be a stream: they are counted ``batch`` at a time. The ratio is None when
+    there is nothing to count.
+    """
+    from ctxc.tokens import make_counting_service
+    from ctxc.tokens.cost import count_messages
+
+    o200k = o200k_counter if o200k_counter is not None else make_counting_service("o200k_base")
+    a_total = o_total = 0
+    pending: list[Message] = []
+
+    def flush() -> None:
+        nonlocal a_total, o_total
+        a_total += sum(count_messages(pending, anthropic_counter.count))
+        o_total += sum(count_messages(pending, o200k.count))
+        pending.clear()
+
+    for m in messages:
+        pending.append(m)
+        if len(pending) >= batch:
+            flush()
+    if pending:
+        flush()
+    return a_total, o_total, (a_total / o_total if o_total else None)
+
+
+__all__ = ["AnthropicTokenizer", "TokenCountError", "compare_with_o200k"]
