@@ -1,0 +1,441 @@
+"""Benchmark ``ctxc analyze`` against tiktoken o200k on the same texts, from one run (issue 2, section 8).
+
+    python bench/bench_analyze.py                     # 100 MiB generated Claude Code log
+    python bench/bench_analyze.py --mb 10 --repeat 3  # smaller, quicker
+    python bench/bench_analyze.py --input FILE        # an existing transcript
+
+The machine this runs on is shared and noisy, so every figure that has a target is a ratio against a
+baseline measured in the same run, with baseline and ctxc runs interleaved (b, c, b, c, ...) and the
+median of ``--repeat`` rounds taken. Absolute figures are printed too, with the exact command.
+
+What is measured:
+
+* baseline: tiktoken o200k ``encode_ordinary`` of exactly the texts ctxc counts (extracted with ctxc's
+  own ``open_stream`` + ``message_texts``), in two worker processes (each encodes half the characters)
+  and in one process. The encoding is built from ctxc's shipped, hash-checked rank file, so this works
+  offline. Encoding load time is excluded: the baseline is pure encoding throughput.
+* ``ctxc analyze FILE --format json --no-cache`` in a fresh subprocess: wall time end to end
+  (interpreter start, parsing, loading the encoding, counting, writing the JSON), MB/s of the file and
+  of the texts, ratio to the two-process baseline (target >= 0.9), peak RSS (target < 250 MB).
+* count cache: the same command without ``--no-cache`` and an empty ``CTXC_CACHE_DIR``, then again
+  with the cache filled: cold / warm (target >= 10x).
+* start-up: ``ctxc --version`` (median of 10, target < 150 ms) and ``ctxc analyze`` of a ~100 KB file
+  (median of 5, a fresh empty cache each time, target < 600 ms), each in a fresh subprocess; and
+  ``python -X importtime`` proof that ``anthropic`` is not imported by ``--version``, ``analyze`` or a
+  ``compact`` with the extractive summarizer.
+
+Nothing here is asserted by tests: timings are printed, never checked in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MB = 1_000_000  # throughput in decimal MB/s, as the issue quotes it; file sizes below say which unit
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def ctxc_env(cache_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    """Environment for a ctxc subprocess: the repo on PYTHONPATH (ctxc need not be installed)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("CTXC_NO_CACHE", None)
+    env.pop("CTXC_DEBUG", None)
+    if cache_dir is not None:
+        env["CTXC_CACHE_DIR"] = str(cache_dir)
+    env.update(extra)
+    return env
+
+
+def ctxc_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ctxc", *args]
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    wall: float  # seconds
+    rc: int
+    maxrss_mb: float  # peak resident set of the child (and its waited-for descendants), MB
+    stderr: str
+
+
+def run_child(
+    cmd: Sequence[str], *, env: dict[str, str], cwd: Path, stdout: Path | None = None, check: bool = True
+) -> ChildRun:
+    """Run ``cmd``; wall time and the peak RSS of that one child (``os.wait4``, not RUSAGE_CHILDREN,
+    which would also include the baseline's worker processes)."""
+    err_path = cwd / f".stderr-{os.getpid()}"
+    with (
+        open(stdout if stdout is not None else os.devnull, "wb") as out,
+        open(err_path, "wb") as err,
+    ):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = err_path.read_text(errors="replace")
+    err_path.unlink()
+    if check and proc.returncode != 0:
+        raise SystemExit(f"command failed (exit {proc.returncode}): {shlex.join(cmd)}\n{stderr}")
+    return ChildRun(wall, proc.returncode, usage.ru_maxrss / 1024, stderr)
+
+
+def generate(out: Path, mb: float, fmt: str, seed: int) -> None:
+    cmd = [sys.executable, str(BENCH / "gen_transcript.py"), str(out), "--mb", str(mb), "--format", fmt]
+    subprocess.run([*cmd, "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+
+
+def truncate_lines(src: Path, dst: Path, max_bytes: int) -> None:
+    """The first whole lines of ``src`` up to the first that reaches ``max_bytes`` (a valid JSONL
+    transcript of about that size; the last tool call may be unanswered, which analyze only warns about)."""
+    kept = bytearray()
+    with open(src, "rb") as f:
+        for line in f:
+            kept += line
+            if len(kept) >= max_bytes:
+                break
+    dst.write_bytes(bytes(kept))
+
+
+def machine() -> str:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} cores ({model}), load avg {load}, Python {platform.python_version()}"
+
+
+def fmt_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    print(fmt_row(header, widths))
+    print(fmt_row(["-" * w for w in widths], widths))
+    for r in rows:
+        print(fmt_row(r, widths))
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def reproduce_line(script: str) -> str:
+    return shlex.join(["python", f"bench/{script}", *sys.argv[1:]])
+
+
+# ------------------------------------------------------------------------------------------- baseline
+
+
+def extract_texts(path: Path) -> tuple[list[str], int, int]:
+    """The texts ctxc counts, via ctxc's own reader; also the message count and the fixed extra tokens
+    (per-message framing and images) that ctxc adds on top of the text tokens."""
+    from ctxc.formats import open_stream
+    from ctxc.model import Message
+    from ctxc.tokens.cost import message_parts
+
+    stream = open_stream(path, keep_records=False)
+    texts: list[str] = []
+    messages = extra = 0
+    try:
+        for item in stream.items:
+            if isinstance(item, Message):
+                parts, more = message_parts(item)
+                texts.extend(parts)
+                extra += more
+                messages += 1
+    finally:
+        stream.close()
+    return texts, messages, extra
+
+
+def load_o200k():  # type: ignore[no-untyped-def]  # tiktoken.Encoding; typed loosely to keep imports lazy
+    from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
+
+    return build_encoding(SPECS["o200k_base"])
+
+
+# Filled before the workers fork so they inherit the texts instead of receiving them through a pipe.
+_SHARED: dict[str, list[str]] = {"texts": []}
+
+
+def _worker(bounds: tuple[int, int], ready: mp.Barrier, results: mp.Queue) -> None:  # type: ignore[type-arg]
+    enc = load_o200k()
+    enc.encode_ordinary("warm up")
+    ready.wait()
+    start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes on Linux
+    tokens = sum(len(enc.encode_ordinary(t)) for t in _SHARED["texts"][bounds[0] : bounds[1]])
+    results.put((start, time.perf_counter(), tokens))
+
+
+def halves(texts: Sequence[str]) -> list[tuple[int, int]]:
+    """Two contiguous ranges with about the same number of characters."""
+    total = sum(map(len, texts))
+    acc = 0
+    for i, t in enumerate(texts):
+        acc += len(t)
+        if acc >= total // 2:
+            return [(0, i + 1), (i + 1, len(texts))]
+    return [(0, len(texts)), (len(texts), len(texts))]
+
+
+def baseline_two_processes(texts: list[str]) -> tuple[float, int]:
+    """Wall seconds from the first worker starting to encode to the last one finishing; tokens."""
+    _SHARED["texts"] = texts
+    ctx = mp.get_context("fork")
+    ready = ctx.Barrier(2)
+    results: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_worker, args=(b, ready, results)) for b in halves(texts)]
+    for p in procs:
+        p.start()
+    got = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise SystemExit(f"baseline worker failed with exit code {p.exitcode}")
+    _SHARED["texts"] = []
+    return max(e for _, e, _ in got) - min(s for s, _, _ in got), sum(n for _, _, n in got)
+
+
+def baseline_one_process(texts: Sequence[str], enc) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    encode = enc.encode_ordinary
+    t0 = time.perf_counter()
+    tokens = sum(len(encode(t)) for t in texts)
+    return time.perf_counter() - t0, tokens
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def imports_anthropic(cmd: Sequence[str], *, env: dict[str, str], cwd: Path) -> bool:
+    """True if ``python -X importtime`` shows any ``anthropic`` module imported by ``cmd``."""
+    full = [sys.executable, "-X", "importtime", *cmd[1:]]
+    proc = subprocess.run(full, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = proc.stderr[-2000:]
+        raise SystemExit(f"command failed (exit {proc.returncode}): {shlex.join(full)}\n{tail}")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
+    modules = [ln.rsplit("|", 1)[-1].strip() for ln in lines]
+    return any(m == "anthropic" or m.startswith("anthropic.") for m in modules)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=100.0, help="generated size, MiB (default 100)")
+    ap.add_argument(
+        "--format", choices=["claude-code", "chat"], default="claude-code", help="generated format"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--input", type=Path, help="analyze this file instead of generating one")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (median taken)")
+    args = ap.parse_args(argv)
+
+    started = dt.datetime.now(dt.UTC)
+    print(f"bench_analyze  {started:%Y-%m-%d %H:%M UTC}  {machine()}")
+    import tiktoken
+
+    print(f"tiktoken {tiktoken.__version__}, orjson {orjson.__version__}")
+    print(f"reproduce: {reproduce_line('bench_analyze.py')}")
+
+    with tempfile.TemporaryDirectory(prefix="ctxc-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        if args.input:
+            path = args.input.resolve()
+        else:
+            path = tmp / f"bench-{args.format}-{args.mb:g}mb.jsonl"
+            t0 = time.perf_counter()
+            generate(path, args.mb, args.format, args.seed)
+            print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s")
+        file_bytes = path.stat().st_size
+
+        t0 = time.perf_counter()
+        texts, n_messages, extra = extract_texts(path)
+        text_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        print(
+            f"input: {path} ({file_bytes / 2**20:.1f} MiB, {file_bytes / MB:.1f} MB); {n_messages} messages, "
+            f"{len(texts)} texts, {text_bytes / MB:.1f} MB of text "
+            f"(extracted in {time.perf_counter() - t0:.1f} s)"
+        )
+
+        enc = load_o200k()
+        analyze = ctxc_cmd("analyze", str(path), "--format", "json", "--no-cache")
+        env = ctxc_env(tmp / "unused-cache")
+        print(f"ctxc analyze command: {shlex.join(analyze)}")
+
+        two: list[float] = []
+        one: list[float] = []
+        runs: list[ChildRun] = []
+        base_tokens = 0
+        report = tmp / "analyze.json"
+        for r in range(args.repeat):
+            secs, base_tokens = baseline_two_processes(texts)
+            two.append(secs)
+            run = run_child(analyze, env=env, cwd=tmp, stdout=report)
+            runs.append(run)
+            secs1, tokens1 = baseline_one_process(texts, enc)
+            one.append(secs1)
+            if tokens1 != base_tokens:
+                raise SystemExit(f"baseline disagrees with itself: {tokens1} != {base_tokens}")
+            print(
+                f"  round {r + 1}: tiktoken 2 proc {secs:.2f} s, 1 proc {secs1:.2f} s; "
+                f"ctxc analyze {run.wall:.2f} s, peak {run.maxrss_mb:.0f} MB"
+            )
+        del texts
+
+        data = orjson.loads(report.read_bytes())
+        ctxc_tokens = sum(f["total_tokens"] for f in data["files"])
+        two_s, one_s = statistics.median(two), statistics.median(one)
+        an_s = statistics.median(r.wall for r in runs)
+        peak = max(r.maxrss_mb for r in runs)
+        two_mbs, one_mbs = text_bytes / MB / two_s, text_bytes / MB / one_s
+        an_text_mbs, an_file_mbs = text_bytes / MB / an_s, file_bytes / MB / an_s
+        ratio = an_text_mbs / two_mbs
+        expected = base_tokens + extra
+        agree = (ctxc_tokens - expected) / expected * 100 if expected else 0.0
+        print(
+            f"tokens: ctxc total_tokens {ctxc_tokens:,}; tiktoken texts {base_tokens:,} + framing/images "
+            f"{extra:,} = {expected:,} ({agree:+.3f}%)"
+        )
+
+        # Count cache: cold (empty cache dir, counts written) then warm, same command without --no-cache.
+        cached = ctxc_cmd("analyze", str(path), "--format", "json")
+        cache_env = ctxc_env(tmp / "cache")
+        cold = run_child(cached, env=cache_env, cwd=tmp, stdout=tmp / "cold.json")
+        warm = [run_child(cached, env=cache_env, cwd=tmp, stdout=tmp / "warm.json") for _ in range(2)]
+        warm_s = statistics.median(w.wall for w in warm)
+        if orjson.loads((tmp / "warm.json").read_bytes())["files"][0]["total_tokens"] != ctxc_tokens:
+            raise SystemExit("the cached run reports a different total")
+        cache_ratio = cold.wall / warm_s
+        warm_list = ", ".join(f"{w.wall:.2f}" for w in warm)
+        print(f"cache: cold {cold.wall:.2f} s, warm {warm_list} s; {shlex.join(cached)}")
+
+        # Start-up: --version and a ~100 KB analyze, each in a fresh interpreter.
+        small_full = tmp / "small-full.jsonl"
+        generate(small_full, 0.5, "claude-code", args.seed)
+        small = tmp / "small.jsonl"
+        truncate_lines(small_full, small, 100 * 1024)
+        version = ctxc_cmd("--version")
+        v_runs = [run_child(version, env=env, cwd=tmp).wall for _ in range(10)]
+        v_ms = statistics.median(v_runs) * 1000
+        small_cmds = {
+            "json": ctxc_cmd("analyze", str(small), "--format", "json"),
+            "table": ctxc_cmd("analyze", str(small), "--format", "table"),
+        }
+        small_ms: dict[str, float] = {}
+        warm_small_ms: dict[str, float] = {}
+        for kind, cmd in small_cmds.items():
+            cold_runs = []
+            for i in range(5):
+                cold_runs.append(run_child(cmd, env=ctxc_env(tmp / f"small-cache-{kind}-{i}"), cwd=tmp).wall)
+            small_ms[kind] = statistics.median(cold_runs) * 1000
+            warm_env = ctxc_env(tmp / f"small-cache-{kind}-0")
+            warm_runs = [run_child(cmd, env=warm_env, cwd=tmp).wall for _ in range(5)]
+            warm_small_ms[kind] = statistics.median(warm_runs) * 1000
+        print(
+            f"start-up: --version {', '.join(f'{x * 1000:.0f}' for x in v_runs)} ms; {small.name} "
+            f"{small.stat().st_size / 1024:.0f} KiB: "
+            + "; ".join(f"{k} cold {small_ms[k]:.0f} ms / warm {warm_small_ms[k]:.0f} ms" for k in small_cmds)
+        )
+
+        checks = {
+            "ctxc --version": version,
+            "analyze --format table": small_cmds["table"],
+            "analyze --format json": small_cmds["json"],
+            "compact --strategy adaptive (extractive)": ctxc_cmd(
+                "compact", str(small), "--target-ratio", "0.01", "-o", str(tmp / "small-out.jsonl"),
+                "--archive", str(tmp / "archive"), "--quiet", "--allow-over",
+            ),
+        }  # fmt: skip
+        anthropic_hits = {name: imports_anthropic(cmd, env=env, cwd=tmp) for name, cmd in checks.items()}
+        for name, hit in anthropic_hits.items():
+            print(f"  anthropic imported by {name}: {'YES' if hit else 'no'}")
+
+    print(f"\nmedians of {args.repeat} interleaved rounds; MB = 10^6 bytes")
+    print(
+        f"two-process speed-up of the baseline: {one_s / two_s:.2f}x (about 2 when both cores are idle; "
+        "near 1 means another process held a core, which slows ctxc's two counting threads alike)"
+    )
+    print_table(
+        "absolute figures",
+        ["what", "seconds", "MB/s of texts", "MB/s of file"],
+        [
+            [
+                "tiktoken o200k, 2 processes",
+                f"{two_s:.2f}",
+                f"{two_mbs:.1f}",
+                f"{file_bytes / MB / two_s:.1f}",
+            ],
+            ["tiktoken o200k, 1 process", f"{one_s:.2f}", f"{one_mbs:.1f}", f"{file_bytes / MB / one_s:.1f}"],
+            [
+                "ctxc analyze --no-cache (end to end)",
+                f"{an_s:.2f}",
+                f"{an_text_mbs:.1f}",
+                f"{an_file_mbs:.1f}",
+            ],
+            ["ctxc analyze, cache cold", f"{cold.wall:.2f}", f"{text_bytes / MB / cold.wall:.1f}", ""],
+            ["ctxc analyze, cache warm", f"{warm_s:.2f}", f"{text_bytes / MB / warm_s:.1f}", ""],
+        ],
+    )
+    worst_small = max(small_ms.values())
+    print_table(
+        f"summary ({file_bytes / 2**20:.1f} MiB input, {os.cpu_count()} cores)",
+        ["check", "target", "measured", "result"],
+        [
+            ["analyze / tiktoken 2-process throughput", ">= 0.90", f"{ratio:.2f}", verdict(ratio >= 0.9)],
+            ["analyze peak memory", "< 250 MB", f"{peak:.0f} MB", verdict(peak < 250)],
+            ["cache cold / warm", ">= 10x", f"{cache_ratio:.1f}x", verdict(cache_ratio >= 10)],
+            ["ctxc --version (median of 10)", "< 150 ms", f"{v_ms:.0f} ms", verdict(v_ms < 150)],
+            [
+                "analyze ~100 KB, cold cache (median of 5)",
+                "< 600 ms",
+                f"{worst_small:.0f} ms (json {small_ms['json']:.0f}, table {small_ms['table']:.0f})",
+                verdict(worst_small < 600),
+            ],
+            [
+                "anthropic never imported",
+                "not imported",
+                "imported by " + ", ".join(k for k, v in anthropic_hits.items() if v)
+                if any(anthropic_hits.values())
+                else "not imported",
+                verdict(not any(anthropic_hits.values())),
+            ],
+            ["total_tokens vs tiktoken + framing", "within 1%", f"{agree:+.3f}%", verdict(abs(agree) <= 1)],
+        ],
+    )
+    load = os.getloadavg()[0]
+    print(f"\nreproduce: {reproduce_line('bench_analyze.py')}   (finished; load avg {load:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
