@@ -116,6 +116,8 @@ class Analysis:
     max_context: int = field(default=0)
     #: Per-stage forecast (:class:`ctxc.compaction.forecast.StageForecast`), when asked for.
     forecast: tuple[Any, ...] = ()
+    #: With ``--tokenizer anthropic``: (Claude's total, o200k's total, their ratio) on the same file.
+    versus_o200k: tuple[int, int, float | None] | None = None
 
     @property
     def share(self) -> float:
@@ -189,7 +191,7 @@ def analyze(
     th = check_thresholds(thresholds)
     win, model_name = resolve_window(model=model, window=window)
     if counter is None:
-        counter = make_counter(tokenizer, use_cache=use_cache)
+        counter = make_counter(tokenizer, use_cache=use_cache, model=model)
     scan = None
     key = None
     cacheable = use_cache and isinstance(src, str | os.PathLike) and str(src) != "-" and _caches(counter)
@@ -334,8 +336,11 @@ def _summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
     )
 
 
-def make_counter(tokenizer: str, *, use_cache: bool = True) -> TextCounter:
-    """The counting service for a tokenizer name, with the on-disk count cache unless disabled."""
+def make_counter(tokenizer: str, *, use_cache: bool = True, model: str | None = None) -> TextCounter:
+    """The counting service for a tokenizer name, with the on-disk count cache unless disabled.
+
+    ``model`` only matters for ``anthropic``, which counts with that Claude model's tokenizer.
+    """
     from ctxc.tokens import make_counting_service
 
-    return make_counting_service(tokenizer, use_cache=use_cache)
+    return make_counting_service(tokenizer, use_cache=use_cache, model=model)

@@ -33,7 +33,8 @@ app = typer.Typer(
         "  cat t.jsonl | ctxc compact - > small.jsonl\n\n"
         "  ctxc restore small.jsonl -o original.jsonl\n\n"
         "[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
-        "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 130 interrupted. "
+        "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 9 model API or summary "
+        "command failed, 10 API key missing or rejected, 11 unknown model, 130 interrupted. "
         "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks."
     ),
 )
@@ -126,7 +127,9 @@ def analyze(
     fmt: Annotated[
         OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
     ] = None,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    tokenizer: Annotated[
+        str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
+    ] = "o200k_base",
     model: Annotated[
         str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
     ] = None,
@@ -158,7 +161,7 @@ def analyze(
     options = _read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
-    counter = make_counter(tokenizer, use_cache=not no_cache)
+    counter = make_counter(tokenizer, use_cache=not no_cache, model=model)
     results: list[Analysis] = []
     failures: list[CtxcError] = []
     err = _stderr()
@@ -167,7 +170,8 @@ def analyze(
         for f in files:
             try:
                 src: Any = f
-                if forecast:  # the forecast needs the whole transcript: read the input once for both
+                second_pass = forecast or tokenizer == "anthropic"
+                if second_pass:  # both read the transcript again: read the input once for all
                     name, data = _read_input(f)
                     src = _named_bytes(name, data)
                 result = run_analyze(
@@ -182,6 +186,8 @@ def analyze(
                 )
                 if forecast:
                     result = _with_forecast(result, data, input_format, options, counter, th)
+                if tokenizer == "anthropic":
+                    result = _with_o200k_ratio(result, data, input_format, options, counter)
                 results.append(result)
             except CtxcError as exc:
                 if len(files) == 1 or isinstance(exc, UsageError):
@@ -302,6 +308,22 @@ def _with_forecast(
     )
 
 
+def _with_o200k_ratio(result: Any, data: bytes, input_format: str | None, options: Any, counter: Any) -> Any:
+    """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
+    from dataclasses import replace
+
+    from ctxc.formats import open_stream
+    from ctxc.model import Message
+    from ctxc.tokens.anthropic_backend import compare_with_o200k
+
+    stream = open_stream(_named_bytes(result.path, data), input_format=input_format, options=options)
+    try:
+        messages = (m for m in stream.items if isinstance(m, Message))
+        return replace(result, versus_o200k=compare_with_o200k(messages, counter))
+    finally:
+        stream.close()
+
+
 @contextlib.contextmanager
 def _progress(total: int, what: str) -> Iterator[Callable[[], None]]:
     """A progress bar on stderr for work over several files, only when stderr is a terminal."""
@@ -370,7 +392,9 @@ def compact(
     ] = None,
     archive: Annotated[str | None, typer.Option("--archive", help="Archive directory.")] = None,
     summarizer: Annotated[str, typer.Option(help="Summarizer for summarizing strategies.")] = "extractive",
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    tokenizer: Annotated[
+        str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
+    ] = "o200k_base",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
     ] = "0.6,0.7,0.8,0.9",

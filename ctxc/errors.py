@@ -27,8 +27,8 @@ class ExitCode(IntEnum):
     OUTPUT = 7
     #: The archive is missing, corrupt, or does not hold the requested id.
     ARCHIVE = 8
-    #: The summarizer failed: API errors after retries, a timeout, an empty, truncated or sectionless
-    #: summary, or a summary command that failed.
+    #: A model API call or a summary command failed: API errors after retries, a timeout, an empty,
+    #: truncated or sectionless summary, a failing command, token counting through the API.
     SUMMARIZER = 9
     #: The API key is missing or was rejected.
     AUTH = 10

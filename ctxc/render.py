@@ -38,6 +38,14 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         ],
         "skipped_lines": a.skipped_lines,
     }
+    if a.versus_o200k is not None:
+        claude, o200k, ratio = a.versus_o200k
+        doc["versus_o200k"] = {
+            "tokenizer": a.tokenizer,
+            "tokens": claude,
+            "o200k_tokens": o200k,
+            "ratio": ratio,
+        }
     if a.forecast:
         doc["forecast"] = [
             {"stage": f.stage, "strategies": list(f.strategies), "potential": f.potential, "plan": f.plan}
@@ -196,6 +204,9 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
         )
         out.append(t)
+    if a.versus_o200k is not None and a.versus_o200k[2] is not None:
+        claude, o200k, ratio = a.versus_o200k
+        out.append(Text(f"{a.tokenizer}: {claude:,} tokens vs o200k_base {o200k:,}: ratio {ratio:.3f}"))
     if a.forecast:
         fc = Table(title="forecast at this window", title_justify="left")
         for col in ("stage", "strategies", "could remove", "adaptive plan removes"):

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# The fake Anthropic API (a real HTTP server on 127.0.0.1) and its autouse ``no_internet`` guard: no
+# test may open a connection anywhere but loopback.
+pytest_plugins = ["fake_anthropic"]
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 CORPUS = Path(os.environ.get("CTXC_CORPUS", ROOT.parent / "shared" / "corpus"))

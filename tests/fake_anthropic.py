@@ -8,9 +8,13 @@ before falling back to a default responder: for ``/v1/messages`` a valid summary
 ``## `` headings and the ``ctxc archive`` citation of the request's system prompt, so happy paths
 work without scripting.
 
-Use it from a test module::
+Use it from a test module (assigning rather than importing the fixtures keeps ruff's F811 quiet when
+tests take them as arguments)::
 
-    from fake_anthropic import anthropic_server, no_internet  # noqa: F401
+    import fake_anthropic
+
+    anthropic_server = fake_anthropic.anthropic_server
+    no_internet = fake_anthropic.no_internet
 
 ``anthropic_server`` starts a server per test and points ``ANTHROPIC_BASE_URL`` and
 ``ANTHROPIC_API_KEY`` at it; ``no_internet`` (autouse once imported) makes any socket connection or
@@ -81,7 +85,7 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
 def message_body(
     text: str,
     *,
-    model: str = "claude-haiku-5-5",
+    model: str = "claude-haiku-4-5",
     stop_reason: str = "end_turn",
     input_tokens: int = 10,
     output_tokens: int | None = None,
@@ -170,7 +174,7 @@ class FakeAnthropic:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -182,7 +186,8 @@ class FakeAnthropic:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only when it runs
+            self._server.shutdown()
         self._server.server_close()
 
     # ----------------------------------------------------------------------------------- scripting

@@ -6,6 +6,8 @@ and ``no_internet`` refuses any connection that is not loopback.
 
 from __future__ import annotations
 
+import itertools
+import socket
 import subprocess
 import sys
 import time
@@ -15,32 +17,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_anthropic import (  # noqa: F401  (fixtures)
+from conftest import ROOT, SAMPLES
+from fake_anthropic import (
     MESSAGES,
     MODELS,
     FakeAnthropic,
     Scripted,
-    anthropic_server,
     default_summary,
     error_body,
     message_body,
-    no_internet,
     system_text,
     user_text,
 )
 
-from conftest import ROOT, SAMPLES
 from ctxc.archive import CITATION_RE
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import AuthError, ModelError, SummarizerError
 from ctxc.formats import load
-from ctxc.model import Message, TextBlock
+from ctxc.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import ESSENTIAL_SECTIONS, SECTIONS, SummarizerOptions, SummaryRequest, get_summarizer
 from ctxc.summarize.anthropic import DEFAULT_MODEL, AnthropicSummarizer, SummaryCache
 from ctxc.summarize.extractive import ExtractiveSummarizer
 from ctxc.summarize.prompt import build_prompt, check_summary
 from ctxc.tokens import get_tokenizer
 from ctxc.validate import pairing_problems
+
+# The fixtures (a fake API per test, no connection but loopback) come from the fake_anthropic plugin.
 
 TOK = get_tokenizer("o200k_base")
 CITE = "ctxc archive 0123456789ab messages 1-19"
@@ -65,7 +67,10 @@ def request_of(messages: tuple[Message, ...], **kw: Any) -> SummaryRequest:
 def _private_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test gets its own summary cache, and no profile on disk can supply a key.
     monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "anthropic-config"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+    for name in ("ANTHROPIC_CONFIG_DIR", "ANTHROPIC_PROFILE", "ANTHROPIC_FEDERATION_RULE_ID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("CTXC_SUMMARY_MODEL", raising=False)
     monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
 
@@ -102,10 +107,10 @@ def test_success_returns_the_servers_summary(
     paths = [r.path for r in anthropic_server.requests]
     assert paths == [f"/v1/models/{DEFAULT_MODEL}", "/v1/messages"]  # preflight first, then the call
     body = anthropic_server.message_requests[0].body
-    assert body["model"] == DEFAULT_MODEL == "claude-haiku-5-5"
+    assert body["model"] == DEFAULT_MODEL == "claude-haiku-4-5"
     assert body["max_tokens"] == s.max_tokens(400)
     usage = s.usage()
-    assert usage["calls"] == 1 and usage["cache_hits"] == 0 and usage["estimated"] is False
+    assert (usage["calls"], usage["cache_hits"], usage["estimated"]) == (1, 0, False)
     assert usage["output_tokens"] > 0
     assert usage["input_tokens"] == default_summary(body)["usage"]["input_tokens"]
 
@@ -113,14 +118,14 @@ def test_success_returns_the_servers_summary(
 def test_registered_and_model_from_environment(
     anthropic_server: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, messages: tuple[Message, ...]
 ) -> None:
-    monkeypatch.setenv("CTXC_SUMMARY_MODEL", "claude-sonnet-4-5")
+    monkeypatch.setenv("CTXC_SUMMARY_MODEL", "claude-sonnet-4-6")
     s = get_summarizer("anthropic", FAST)
     assert isinstance(s, AnthropicSummarizer)
     try:
         s.summarize(request_of(messages), count)
     finally:
         s.close()
-    assert anthropic_server.message_requests[0].body["model"] == "claude-sonnet-4-5"
+    assert anthropic_server.message_requests[0].body["model"] == "claude-sonnet-4-6"
     explicit = AnthropicSummarizer(replace(FAST, model="claude-haiku-4-5"))
     assert explicit.model == "claude-haiku-4-5"
 
@@ -137,7 +142,8 @@ def test_request_carries_sections_citation_instructions_and_previous(
         assert f"## {section}" in system
     assert CITE in system
     assert "<instructions>\nfocus on the pytest failures\n</instructions>" in user
-    assert "PREVIOUS-MARKER" in user and "<previous_summary>" in user
+    assert "<previous_summary>\nEarlier summary: the user wanted KRW rounding" in user
+    assert "PREVIOUS-MARKER" in user
     assert "→ tool call Bash" in user  # the transcript is rendered, tool calls included
     assert body["messages"][0]["role"] == "user"
 
@@ -208,7 +214,8 @@ def test_server_errors_until_retries_are_exhausted(
     assert len(anthropic_server.message_requests) == 3  # the first try and two retries
     message = str(err.value)
     assert "\n" not in message
-    assert f"{status} {kind}: try later" in message and "after 2 retries" in message
+    assert f"{status} {kind}: try later" in message
+    assert "after 2 retries" in message
     assert s.usage()["calls"] == 0
 
 
@@ -243,7 +250,7 @@ def test_connection_refused_is_a_summarizer_error(
     server.stop()  # now the port is closed
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-x")
-    with pytest.raises(SummarizerError, match="could not reach the Anthropic API at http://127.0.0.1"):
+    with pytest.raises(SummarizerError, match=r"could not reach the Anthropic API at http://127\.0\.0\.1"):
         make(SummarizerOptions(max_retries=0, timeout=2)).summarize(request_of(messages), count)
 
 
@@ -282,6 +289,20 @@ def test_missing_key_fails_before_any_request(
     assert anthropic_server.requests == []
 
 
+def test_unloadable_credentials_profile_is_an_auth_error(
+    anthropic_server: FakeAnthropic,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    make: Callable[..., AnthropicSummarizer],
+    messages: tuple[Message, ...],
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-such-config"))
+    with pytest.raises(AuthError, match="no usable Anthropic credentials"):
+        make().summarize(request_of(messages), count)
+    assert anthropic_server.requests == []
+
+
 def test_unknown_model_is_a_model_error(
     anthropic_server: FakeAnthropic, make: Callable[..., AnthropicSummarizer], messages: tuple[Message, ...]
 ) -> None:
@@ -303,7 +324,7 @@ def test_preflight_runs_once_per_process(
 def test_explicit_preflight_reports_a_bad_model_before_work(
     anthropic_server: FakeAnthropic, make: Callable[..., AnthropicSummarizer]
 ) -> None:
-    anthropic_server.script(MODELS, Scripted(404, error_body("not_found_error", "model: claude-haiku-5-5")))
+    anthropic_server.script(MODELS, Scripted(404, error_body("not_found_error", "model: claude-haiku-4-5")))
     with pytest.raises(ModelError):
         make().preflight()
     assert anthropic_server.message_requests == []
@@ -407,12 +428,13 @@ def test_span_over_the_window_is_split_and_folded(
     # Each segment cites its own message range; together they cover the span in order.
     ranges = [CITATION_RE.search(system_text(b)) for b in segments]
     spans = [(int(m.group(2)), int(m.group(3) or m.group(2))) for m in ranges if m]
-    assert spans[0][0] == 1 and spans[-1][1] == 19
-    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:], strict=False))
+    assert (spans[0][0], spans[-1][1]) == (1, 19)
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans))
     # The previous summary goes to the final merge only; the merge cites the whole span.
     assert "PREVIOUS-MARKER" in user_text(merge)
     assert not any("PREVIOUS-MARKER" in user_text(b) for b in segments)
-    assert CITE in system_text(merge) and CITE in text
+    assert CITE in system_text(merge)
+    assert CITE in text
     assert s.usage()["calls"] == len(calls)
 
 
@@ -422,7 +444,7 @@ def test_partial_summaries_that_do_not_fit_are_folded_in_groups(
     # Long partial summaries: the merge of all of them does not fit, so groups are merged first.
     def long_summary(body: dict[str, Any]) -> dict[str, Any]:
         resp = default_summary(body)
-        text = resp["content"][0]["text"] + "- filler words for size " * 60 + "\n"
+        text = resp["content"][0]["text"] + "- filler words for size " * 20 + "\n"
         return message_body(text)
 
     anthropic_server.responder = long_summary
@@ -453,7 +475,9 @@ def test_single_huge_message_is_clipped_not_sent_whole(
     limit = s.input_limit(300)
     assert all(prompt_tokens(b) <= limit for b in calls)
     sent = "\n".join(user_text(b) for b in calls)
-    assert "omitted here" in sent and "line0 of a pasted log" in sent and "line5999 of a pasted log" in sent
+    assert "omitted here" in sent
+    assert "line0 of a pasted log" in sent  # head and tail kept
+    assert "line5999 of a pasted log" in sent
     assert huge not in sent
 
 
@@ -465,7 +489,7 @@ def test_concurrency_is_bounded(
         return default_summary(body)
 
     anthropic_server.responder = slow
-    s = make(replace(FAST, concurrency=3), window=3200)
+    s = make(replace(FAST, concurrency=3), window=2600)
     s.summarize(request_of(messages, budget=200), count)
     segments = [r for r in anthropic_server.message_requests if "<transcript" in user_text(r.body)]
     assert len(segments) >= 6
@@ -504,7 +528,7 @@ def test_second_run_is_a_cache_hit(
     again = make()
     assert again.summarize(request_of(messages), count) == first
     assert len(anthropic_server.message_requests) == 1  # no second call
-    assert again.usage()["cache_hits"] == 1 and again.usage()["calls"] == 0
+    assert (again.usage()["cache_hits"], again.usage()["calls"]) == (1, 0)
     # A different prompt (other instructions) is a different key.
     make().summarize(request_of(messages, instructions="only the errors"), count)
     assert len(anthropic_server.message_requests) == 2
@@ -540,7 +564,8 @@ tok = get_tokenizer("o200k_base")
 msgs = load(sys.argv[1]).messages
 s = AnthropicSummarizer(SummarizerOptions(max_retries=0, timeout=10))
 for budget in range(300, 300 + int(sys.argv[2])):
-    req = SummaryRequest(messages=msgs[1:20], citation="ctxc archive 0123456789ab messages 1-19", budget=budget)
+    cite = "ctxc archive 0123456789ab messages 1-19"
+    req = SummaryRequest(messages=msgs[1:20], citation=cite, budget=budget)
     s.summarize(req, lambda t: tok.count(t) if t else 0)
 print(s.usage()["calls"], s.usage()["cache_hits"])
 """
@@ -608,15 +633,35 @@ def test_dry_run_plans_the_split(
     assert dry.usage()["calls"] == len(anthropic_server.message_requests)
 
 
-def test_dry_run_works_without_a_key(
-    monkeypatch: pytest.MonkeyPatch, make: Callable[..., AnthropicSummarizer], messages: tuple[Message, ...]
-) -> None:
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    s = make(replace(FAST, dry_run=True))
-    s.preflight()
-    assert s.summarize(request_of(messages), count)
-    assert "anthropic" not in sys.modules or s.usage()["calls"] == 1
+_DRY_CHILD = """
+import sys
+from ctxc.formats import load
+from ctxc.summarize import SummarizerOptions, SummaryRequest, get_summarizer
+import ctxc.summarize.anthropic
+from ctxc.tokens import get_tokenizer
+tok = get_tokenizer("o200k_base")
+msgs = load(sys.argv[1]).messages
+s = get_summarizer("anthropic", SummarizerOptions(dry_run=True))
+s.preflight()
+req = SummaryRequest(messages=msgs[1:20], citation="ctxc archive 0123456789ab messages 1-19", budget=400)
+text = s.summarize(req, lambda t: tok.count(t) if t else 0)
+assert "ctxc archive 0123456789ab" in text
+print(s.usage()["calls"], "anthropic" in sys.modules)
+"""
+
+
+def test_dry_run_needs_no_key_and_never_imports_the_sdk(tmp_path: Path) -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(PYTHONPATH=str(ROOT), ANTHROPIC_BASE_URL="http://127.0.0.1:9", CTXC_CACHE_DIR=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", _DRY_CHILD, str(SAMPLES / "claude-code.jsonl")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.split() == ["1", "False"]
 
 
 # ---------------------------------------------------------------------------------------- end to end
@@ -632,14 +677,74 @@ def test_compact_hierarchical_with_the_anthropic_summarizer(anthropic_server: Fa
     )
     result = compact_transcript(transcript, options)
     assert anthropic_server.message_requests
-    summaries = [m for m in result.transcript.messages if m.meta.get("ctxc") == "summary"]
+    summaries = [m for m in result.transcript.messages if "Summary by the fake API." in m.text]
     assert len(summaries) == 1
-    assert summaries[0].text.startswith("Summary by the fake API.")
+    assert summaries[0].meta["is_compact_summary"] is True  # written as Claude Code writes its summaries
     assert CITATION_RE.search(summaries[0].text)
-    assert result.summarizer_usage is not None and result.summarizer_usage["calls"] >= 1
+    assert result.summarizer_usage is not None
+    assert result.summarizer_usage["calls"] >= 1
     # The written file reads back as a valid Claude Code transcript with the summary in it.
     back = load(__import__("io").BytesIO(result.transcript.to_bytes()))
     assert back.format == "claude-code"
     assert pairing_problems(back.messages, strict=True) == []
     assert any("Summary by the fake API." in m.text for m in back.messages)
     assert result.tokens_after <= 3000
+
+
+# ------------------------------------------------------------------------------- guard and the prompt
+
+
+def test_no_internet_guard_refuses_anything_but_loopback() -> None:
+    with pytest.raises(OSError, match="loopback"):
+        socket.create_connection(("192.0.2.1", 443), timeout=1)
+    with pytest.raises(socket.gaierror):
+        socket.getaddrinfo("api.anthropic.com", 443)
+    with socket.socket() as sock, pytest.raises(OSError, match="loopback"):
+        sock.connect(("8.8.8.8", 53))
+
+
+def test_default_base_url_is_unreachable_under_the_guard(
+    monkeypatch: pytest.MonkeyPatch, make: Callable[..., AnthropicSummarizer], messages: tuple[Message, ...]
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-not-real")
+    with pytest.raises(
+        SummarizerError, match=r"could not reach the Anthropic API at https://api\.anthropic\.com"
+    ):
+        make(SummarizerOptions(max_retries=0, timeout=2)).summarize(request_of(messages), count)
+
+
+def test_check_summary_finds_missing_headings() -> None:
+    text = "Summary.\n\n# Session intent\n- a\n### decisions:\n- b\n**Current state**\n## Next steps  \n"
+    missing = ["Artifacts and files touched", "Errors and fixes", "Current state"]
+    assert check_summary(text, SECTIONS) == missing
+    assert check_summary("", ESSENTIAL_SECTIONS) == list(ESSENTIAL_SECTIONS)
+
+
+def test_prompt_clips_tool_results_and_inputs(messages: tuple[Message, ...]) -> None:
+    big = ToolResultBlock("t1", "HEAD " + "x" * 50_000 + " TAIL", is_error=True, name="Bash")
+    call = ToolUseBlock("t1", "Write", {"file_path": "a.py", "content": "y" * 10_000})
+    msgs = (
+        Message("assistant", (TextBlock("writing"), call, ThinkingBlock("SECRET-THOUGHT")), index=4),
+        Message("user", (big,), index=5),
+    )
+    req = SummaryRequest(messages=msgs, citation="ctxc archive 0123456789ab messages 4-5", budget=500)
+    user = build_prompt(req, result_chars=1000).user
+    assert '<transcript messages="4-5">' in user
+    assert '→ tool call Write (id t1): {"file_path":"a.py","content":"yyy' in user
+    assert "← tool ERROR result of Bash (id t1):\nHEAD" in user
+    assert "TAIL" in user  # the end of a result (a traceback's last line) survives
+    assert "omitted here; the full text is in the archive" in user
+    assert "SECRET-THOUGHT" not in user
+    assert len(user) < 5000
+    assert len(build_prompt(req, result_chars=20_000).user) > 20_000  # the size is configurable
+
+
+def test_merge_prompt_lists_the_parts_in_order() -> None:
+    req = SummaryRequest(messages=(), citation=CITE, budget=500, previous="OLD", instructions="keep paths")
+    prompt = build_prompt(req, parts=[("ctxc archive 0123456789ab messages 1-9", "P1"), (CITE, "P2")])
+    assert "partial summaries" in prompt.system
+    assert prompt.user.index("<instructions>") < prompt.user.index("OLD") < prompt.user.index("P1")
+    assert prompt.user.index("P1") < prompt.user.index("P2")
+    assert '<part n="2" covers="ctxc archive 0123456789ab messages 1-19">' in prompt.user
+    assert prompt.text == f"{prompt.system}\n\n{prompt.user}"

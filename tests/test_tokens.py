@@ -51,9 +51,13 @@ BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
 def test_names_and_default() -> None:
     assert DEFAULT_TOKENIZER == "o200k_base"
-    assert TOKENIZERS == ("o200k_base", "cl100k_base", "approx")
-    for name in TOKENIZERS:
+    assert TOKENIZERS == ("o200k_base", "cl100k_base", "approx", "anthropic")
+    for name in ("o200k_base", "cl100k_base", "approx"):
         assert get_tokenizer(name).name == name
+    # Claude's counts are per model, and the name says which (the count cache is keyed by it).
+    assert get_tokenizer("anthropic").name == "anthropic:claude-haiku-4-5"
+    assert get_tokenizer("anthropic", model="claude-opus-4-5").name == "anthropic:claude-opus-4-5"
+    assert get_tokenizer("anthropic", model="gpt-5").name == "anthropic:claude-haiku-4-5"
     assert get_tokenizer(DEFAULT_TOKENIZER) is get_tokenizer(DEFAULT_TOKENIZER)
 
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fake_anthropic
 import pytest
 from conftest import SAMPLES
 from fake_anthropic import COUNT_TOKENS, FakeAnthropic, Scripted, error_body, estimate_tokens
@@ -19,8 +18,6 @@ from ctxc.tokens.cache import CountingService, TokenCache
 from ctxc.tokens.cost import MESSAGE_OVERHEAD, count_messages, message_parts
 
 # The fake API's fixtures (no_internet is autouse: nothing here can reach beyond loopback).
-anthropic_server = fake_anthropic.anthropic_server
-no_internet = fake_anthropic.no_internet
 
 MODEL = "claude-haiku-4-5"
 TEXTS = [

@@ -24,6 +24,9 @@ from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
 
+#: Strategies that may call the summarizer (adaptive does from stage 4 on).
+SUMMARIZING = frozenset({"recursive", "hierarchical", "adaptive"})
+
 
 @dataclass(frozen=True, slots=True)
 class CompactOptions:
@@ -179,7 +182,10 @@ def compact_transcript(
     strategy = get_strategy(options.strategy)
     configs = parse_settings(options.settings)
     summarizer = get_summarizer(options.summarizer, options.summarizer_options)
-    counter = counter or make_counter(options.tokenizer, use_cache=options.use_cache)
+    preflight = getattr(summarizer, "preflight", None)
+    if options.strategy in SUMMARIZING and callable(preflight):
+        preflight()  # a missing or rejected key, or an unknown model, fails before any work
+    counter = counter or make_counter(options.tokenizer, use_cache=options.use_cache, model=options.model)
     ledger = Ledger(counter)
     ledger.prime(transcript.messages)
 

@@ -93,4 +93,7 @@ def summarizer_names() -> Sequence[str]:
     return sorted(_SUMMARIZERS)
 
 
-importlib.import_module("ctxc.summarize.extractive")  # registers the default summarizer
+# Importing a summarizer module registers it; none of them imports a model SDK until it is used.
+SUMMARIZER_MODULES = ("extractive", "anthropic", "command")
+for _module in SUMMARIZER_MODULES:
+    importlib.import_module(f"ctxc.summarize.{_module}")

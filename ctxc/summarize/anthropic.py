@@ -51,14 +51,16 @@ from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.prompt import RESULT_CHARS, Prompt, build_prompt, check_summary, clip, render_message
+from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
 log = logging.getLogger(__name__)
 
-#: The default summary model: Anthropic's current fast model (Claude Haiku 5.5, 1M window, 128k output).
-DEFAULT_MODEL = "claude-haiku-5-5"
+#: The default summary model: Anthropic's fastest current model in its models overview (Claude Haiku
+#: 4.5, 200k window). Kept equal to the tokenizer's default Claude model.
+DEFAULT_MODEL = DEFAULT_ANTHROPIC_MODEL
 #: For a model ctxc has no profile of: the smallest window and a modest output limit of current Claude models.
 FALLBACK_WINDOW = 200_000
 FALLBACK_MAX_OUTPUT = 32_000
@@ -398,9 +400,12 @@ class AnthropicSummarizer:
         if self._client is None:
             import anthropic
 
-            client = anthropic.AsyncAnthropic(
-                max_retries=self.options.max_retries, timeout=self.options.timeout
-            )
+            try:
+                client = anthropic.AsyncAnthropic(
+                    max_retries=self.options.max_retries, timeout=self.options.timeout
+                )
+            except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
+                raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
             if client.api_key is None and client.auth_token is None and client.credentials is None:
                 raise AuthError("ANTHROPIC_API_KEY is not set (the anthropic summarizer needs an API key)")
             self._client = client
@@ -606,16 +611,20 @@ class AnthropicSummarizer:
         sub = replace(request, messages=tuple(chunk), citation=self._cite(request, chunk), previous=None)
         return sub, "\n\n".join(texts)
 
-    @staticmethod
-    def _clip_to(text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
+    def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
         """A single message too large for one call: keep its head and tail, noting the cut."""
-        chars = len(text)
-        while True:
-            chars = int(chars * min(0.9, room / max(1, count(text) + 2)))
-            text = clip(text, max(1, chars), "characters of this message")
-            cost = count(text) + 2
-            if cost <= room or chars <= 1:
-                return text, cost
+        original, clipped = text, text
+        chars = len(original)
+        cost = count(original) + 2
+        while cost > room:
+            chars = int(chars * min(0.9, room / cost))
+            if chars < 1:
+                raise SummarizerError(
+                    f"the summary model's window ({self.window:,} tokens) cannot hold even part of a message"
+                )
+            clipped = clip(original, chars, "characters of this message")
+            cost = count(clipped) + 2
+        return clipped, cost
 
     async def _summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         limit = self.input_limit(request.budget)

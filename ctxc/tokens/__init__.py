@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from ctxc.tokens.cache import CountingService
 
 DEFAULT_TOKENIZER = "o200k_base"
-TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx")
+TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic")
+#: The Claude model ``anthropic`` counts for when no Claude ``--model`` is given.
+DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
 
 
 class Tokenizer(Protocol):
@@ -39,34 +41,57 @@ _instances: dict[str, Tokenizer] = {}
 _lock = threading.Lock()
 
 
-def get_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
-    """The shared tokenizer called ``name``; an unknown name raises :class:`UsageError` listing them."""
-    tok = _instances.get(name)
-    if tok is not None:
-        return tok
+def get_tokenizer(
+    name: str = DEFAULT_TOKENIZER,
+    *,
+    model: str | None = None,
+    concurrency: int = 4,
+    max_retries: int = 2,
+    timeout: float = 60.0,
+) -> Tokenizer:
+    """The shared tokenizer called ``name``; an unknown name raises :class:`UsageError` listing them.
+
+    ``anthropic`` counts with Claude's own tokenizer through the API (``messages.count_tokens``) for
+    ``model`` when it is a Claude model (else :data:`DEFAULT_ANTHROPIC_MODEL`); the other arguments
+    only concern it. The SDK is imported only then.
+    """
     if name not in TOKENIZERS:
         raise UsageError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
+    claude = model if model and model.startswith("claude") else DEFAULT_ANTHROPIC_MODEL
+    key = f"anthropic:{claude}" if name == "anthropic" else name
+    tok = _instances.get(key)
+    if tok is not None:
+        return tok
     with _lock:
-        tok = _instances.get(name)
+        tok = _instances.get(key)
         if tok is None:
             if name == "approx":
                 from ctxc.tokens.approx import ApproxTokenizer
 
                 tok = ApproxTokenizer()
+            elif name == "anthropic":
+                from ctxc.tokens.anthropic_backend import AnthropicTokenizer
+
+                tok = AnthropicTokenizer(
+                    claude, concurrency=concurrency, max_retries=max_retries, timeout=timeout
+                )
             else:
                 from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
 
                 tok = TiktokenTokenizer(name)
-            _instances[name] = tok
+            _instances[key] = tok
     return tok
 
 
-def make_counting_service(name: str = DEFAULT_TOKENIZER, *, use_cache: bool = True) -> CountingService:
+def make_counting_service(
+    name: str = DEFAULT_TOKENIZER, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
+) -> CountingService:
     """The counting service analyze and compact use: tokenizer ``name`` with the on-disk count cache
     (off when ``use_cache`` is false or ``CTXC_NO_CACHE=1``)."""
     from ctxc.tokens.cache import CountingService, TokenCache
 
-    return CountingService(get_tokenizer(name), TokenCache(disabled=not use_cache))
+    tokenizer = get_tokenizer(name, model=model, concurrency=concurrency)
+    return CountingService(tokenizer, TokenCache(disabled=not use_cache))
 
 
 __all__ = ["DEFAULT_TOKENIZER", "TOKENIZERS", "Tokenizer", "get_tokenizer", "make_counting_service"]
