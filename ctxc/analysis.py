@@ -336,11 +336,14 @@ def _summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
     )
 
 
-def make_counter(tokenizer: str, *, use_cache: bool = True, model: str | None = None) -> TextCounter:
+def make_counter(
+    tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
+) -> TextCounter:
     """The counting service for a tokenizer name, with the on-disk count cache unless disabled.
 
-    ``model`` only matters for ``anthropic``, which counts with that Claude model's tokenizer.
+    ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
+    tokenizer through the API, ``concurrency`` requests at a time.
     """
     from ctxc.tokens import make_counting_service
 
-    return make_counting_service(tokenizer, use_cache=use_cache, model=model)
+    return make_counting_service(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)

@@ -144,6 +144,9 @@ def analyze(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
     ] = False,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
+    ] = 4,
     forecast: Annotated[
         bool,
         typer.Option(
@@ -161,7 +164,7 @@ def analyze(
     options = _read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
-    counter = make_counter(tokenizer, use_cache=not no_cache, model=model)
+    counter = make_counter(tokenizer, use_cache=not no_cache, model=model, concurrency=concurrency)
     results: list[Analysis] = []
     failures: list[CtxcError] = []
     err = _stderr()

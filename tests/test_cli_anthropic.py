@@ -160,3 +160,18 @@ def test_failures(
     assert "Traceback" not in err
     _nothing_written(tmp_path)
     assert SAMPLE.read_bytes() == original
+
+
+def test_analyze_reports_claude_counts_against_o200k(
+    anthropic_server: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(SAMPLES / "chat-openai.jsonl"), "--tokenizer", "anthropic", "--format", "json"])
+    assert exc.value.code == 0
+    doc = orjson.loads(capsys.readouterr().out)["files"][0]
+    assert doc["tokenizer"] == "anthropic:claude-haiku-4-5"
+    versus = doc["versus_o200k"]
+    assert versus["tokens"] == doc["total_tokens"]
+    assert versus["o200k_tokens"] > 0
+    assert versus["ratio"] == pytest.approx(versus["tokens"] / versus["o200k_tokens"])
+    assert anthropic_server.requests  # the counts came from the API, not from tiktoken

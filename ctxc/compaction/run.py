@@ -185,7 +185,12 @@ def compact_transcript(
     preflight = getattr(summarizer, "preflight", None)
     if options.strategy in SUMMARIZING and callable(preflight):
         preflight()  # a missing or rejected key, or an unknown model, fails before any work
-    counter = counter or make_counter(options.tokenizer, use_cache=options.use_cache, model=options.model)
+    counter = counter or make_counter(
+        options.tokenizer,
+        use_cache=options.use_cache,
+        model=options.model,
+        concurrency=options.summarizer_options.concurrency,
+    )
     ledger = Ledger(counter)
     ledger.prime(transcript.messages)
 
