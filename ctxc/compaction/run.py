@@ -245,6 +245,8 @@ def compact_transcript(
                 ),
             )
         pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
+        tail = {m.index for m in messages[-options.keep_last :]}
+        kept_tokens = ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
         # falling short of the default target is then not an error.
         enforce = explicit or options.strategy != "adaptive"
@@ -253,7 +255,8 @@ def compact_transcript(
             raise OverTargetError(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
-                f"pinned content alone is {pinned_tokens:,} tokens (use --allow-over to write it anyway)",
+                f"what is always kept (pinned messages and the last {options.keep_last}) is "
+                f"{kept_tokens:,} tokens; lower --keep-last, or use --allow-over to write it anyway",
                 path=transcript.source,
             )
         leftover = pairing_problems(repaired_msgs, strict=True)
