@@ -50,7 +50,14 @@ from ctxc.archive import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.prompt import RESULT_CHARS, Prompt, build_prompt, check_summary, clip, render_message
+from ctxc.summarize.prompt import (
+    RESULT_CHARS,
+    Prompt,
+    Validation,
+    build_prompt,
+    clip,
+    render_message,
+)
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
@@ -517,48 +524,12 @@ class AnthropicSummarizer:
     async def _validated(
         self, request: SummaryRequest, prompt: Prompt, max_tokens: int, count: Callable[[str], int]
     ) -> str:
-        note: str | None = None
-        best: str | None = None
-        for attempt in range(2):
-            user = prompt.user if note is None else f"{prompt.user}\n\n{note}"
-            raw, stop = await self._create(prompt.system, user, max_tokens)
-            text = _unfence(raw.strip())
-            missing = check_summary(text, request.sections) if text else list(request.sections)
-            problem: str | None = None
-            if not text:
-                problem, note = "came back empty", "(Your previous answer was empty. Write the summary.)"
-            elif stop == "max_tokens":
-                problem = f"was cut off at max_tokens={max_tokens}"
-                note = "(Your previous answer was too long and was cut off. Be more concise.)"
-            elif stop == "refusal":
-                problem, note = "was refused by the model", "(Summarize the material factually.)"
-            elif missing:
-                problem = f"lacks the section(s) {', '.join(missing)}"
-                note = (
-                    "(Your previous answer lacked the headings "
-                    f"{', '.join('## ' + s for s in missing)}. Include every required heading exactly.)"
-                )
-            if problem is not None:
-                if best is not None:
-                    return best  # the first answer was valid, only long: keep it
-                if attempt == 1:
-                    raise SummarizerError(
-                        f"the summary of {request.citation} {problem}, also when asked again "
-                        f"(model {self.model})"
-                    )
-                continue
-            text = _with_citation(text, request.citation)
-            size = count(text)
-            if size <= request.budget or attempt == 1:
-                if best is not None and count(best) <= size:
-                    return best
-                return text
-            best = text
-            note = (
-                f"(Your previous answer was {size} tokens; the limit is {request.budget}. Write a shorter "
-                "summary with the same headings.)"
-            )
-        raise AssertionError("unreachable")
+        check = Validation(request, count, who=f"model {self.model}")
+        while True:
+            raw, stop = await self._create(prompt.system, check.extend(prompt.user), max_tokens)
+            summary = check.offer(raw, stop, max_tokens=max_tokens)
+            if summary is not None:
+                return summary
 
     # ------------------------------------------------------------------------------------- planning
 
@@ -682,22 +653,6 @@ class AnthropicSummarizer:
 
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         return self._run(self._summarize(request, count))
-
-
-_FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
-
-
-def _unfence(text: str) -> str:
-    m = _FENCE.match(text)
-    return m.group(1).strip() if m else text
-
-
-def _with_citation(text: str, cite: str) -> str:
-    """Every summary must carry its citation; a model that left it out gets it as the first line."""
-    body = text.strip() + "\n"
-    if cite in body:
-        return body
-    return f"Summary of {cite} (the full original is archived there; `ctxc show` recovers details).\n\n{body}"
 
 
 register("anthropic", AnthropicSummarizer)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import signal
 import subprocess
 import time
@@ -45,7 +44,7 @@ import orjson
 
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.prompt import Prompt, build_prompt, check_summary
+from ctxc.summarize.prompt import Prompt, Validation, build_prompt
 
 if TYPE_CHECKING:
     from ctxc.summarize.anthropic import SummaryCache
@@ -65,22 +64,6 @@ def _first_line(data: bytes) -> str:
             flat = " ".join(line.split())
             return flat if len(flat) <= 200 else flat[:199] + "…"
     return ""
-
-
-_FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
-
-
-def _unfence(text: str) -> str:
-    """Models often wrap a Markdown answer in a code fence; the summary is what is inside."""
-    m = _FENCE.match(text)
-    return m.group(1).strip() if m else text
-
-
-def _with_citation(text: str, cite: str) -> str:
-    body = text.strip() + "\n"
-    if cite in body:
-        return body
-    return f"Summary of {cite} (the full original is archived there; `ctxc show` recovers details).\n\n{body}"
 
 
 class CommandFailed(SummarizerError):
@@ -217,45 +200,11 @@ class CommandSummarizer:
 
     def _validated(self, request: SummaryRequest, prompt: Prompt, count: Callable[[str], int]) -> str:
         """A summary with every section: asked once more when empty, sectionless, or over budget."""
-        note: str | None = None
-        best: str | None = None
-        for attempt in range(2):
-            text = _unfence(
-                self._run_retrying(
-                    prompt.text if note is None else f"{prompt.text}\n\n{note}", request
-                ).strip()
-            )
-            missing = check_summary(text, request.sections) if text else list(request.sections)
-            problem: str | None = None
-            if not text:
-                problem, note = "came back empty", "(Your previous answer was empty. Write the summary.)"
-            elif missing:
-                problem = f"lacks the section(s) {', '.join(missing)}"
-                note = (
-                    "(Your previous answer lacked the headings "
-                    f"{', '.join('## ' + s for s in missing)}. Include every required heading exactly.)"
-                )
-            if problem is not None:
-                if best is not None:
-                    return best  # the first answer was complete, only long: keep it
-                if attempt == 1:
-                    raise SummarizerError(
-                        f"the summary of {request.citation} {problem}, also when asked again "
-                        f"(command: {self.command})"
-                    )
-                continue
-            text = _with_citation(text, request.citation)
-            size = count(text)
-            if size <= request.budget or attempt == 1:
-                if best is not None and count(best) <= size:
-                    return best
-                return text
-            best = text
-            note = (
-                f"(Your previous answer was {size} tokens; the limit is {request.budget}. Write a shorter "
-                "summary with the same headings.)"
-            )
-        raise AssertionError("unreachable")
+        check = Validation(request, count, who=f"command: {self.command}")
+        while True:
+            summary = check.offer(self._run_retrying(check.extend(prompt.text), request))
+            if summary is not None:
+                return summary
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

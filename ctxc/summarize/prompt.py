@@ -25,7 +25,7 @@ Thinking is left out: it restates what the turn's text and calls already show.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxc.formats.shapes import dumps_compact
@@ -249,3 +249,84 @@ __all__ = [
     "render_message",
     "render_transcript",
 ]
+
+
+_FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
+
+
+def unfence(text: str) -> str:
+    """A summary wrapped in a code fence, unwrapped (models and commands sometimes fence Markdown)."""
+    m = _FENCE.match(text)
+    return m.group(1).strip() if m else text
+
+
+def with_citation(text: str, cite: str) -> str:
+    """Every summary must carry its citation; an answer that left it out gets it as the first line."""
+    body = text.strip() + "\n"
+    if cite in body:
+        return body
+    return f"Summary of {cite} (the full original is archived there; `ctxc show` recovers details).\n\n{body}"
+
+
+class Validation:
+    """Two tries at a good summary, shared by the summarizers that ask someone else for it.
+
+    Ask with :meth:`extend` applied to the prompt, hand the answer to :meth:`offer`: it returns the
+    summary to use, or None to ask once more (the note :meth:`extend` adds then says what was wrong).
+    An empty, cut-off (``max_tokens``), refused or sectionless answer is asked for again once, then
+    raises :class:`SummarizerError`; an answer over budget is asked for shorter once, and the shorter of
+    the two is kept (the target check decides what happens next).
+    """
+
+    def __init__(self, request: SummaryRequest, count: Callable[[str], int], *, who: str) -> None:
+        self.request = request
+        self.count = count
+        self.who = who
+        self.note: str | None = None
+        self.best: str | None = None
+        self.attempt = 0
+
+    def extend(self, prompt: str) -> str:
+        return prompt if self.note is None else f"{prompt}\n\n{self.note}"
+
+    def offer(self, raw: str, stop: str | None = None, *, max_tokens: int | None = None) -> str | None:
+        from ctxc.errors import SummarizerError
+
+        request, attempt = self.request, self.attempt
+        self.attempt += 1
+        text = unfence(raw.strip())
+        missing = check_summary(text, request.sections) if text else list(request.sections)
+        problem: str | None = None
+        if not text:
+            problem, self.note = "came back empty", "(Your previous answer was empty. Write the summary.)"
+        elif stop == "max_tokens":
+            problem = f"was cut off at max_tokens={max_tokens}"
+            self.note = "(Your previous answer was too long and was cut off. Be more concise.)"
+        elif stop == "refusal":
+            problem, self.note = "was refused by the model", "(Summarize the material factually.)"
+        elif missing:
+            problem = f"lacks the section(s) {', '.join(missing)}"
+            self.note = (
+                "(Your previous answer lacked the headings "
+                f"{', '.join('## ' + s for s in missing)}. Include every required heading exactly.)"
+            )
+        if problem is not None:
+            if self.best is not None:
+                return self.best  # the first answer was complete, only long: keep it
+            if attempt >= 1:
+                raise SummarizerError(
+                    f"the summary of {request.citation} {problem}, also when asked again ({self.who})"
+                )
+            return None
+        text = with_citation(text, request.citation)
+        size = self.count(text)
+        if size <= request.budget or attempt >= 1:
+            if self.best is not None and self.count(self.best) <= size:
+                return self.best
+            return text
+        self.best = text
+        self.note = (
+            f"(Your previous answer was {size} tokens; the limit is {request.budget}. Write a shorter "
+            "summary with the same headings.)"
+        )
+        return None
