@@ -431,6 +431,12 @@ def compact(
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, max=20, help="Retries of a failed summarizer call.")
     ] = 2,
+    segment_tokens: Annotated[
+        int,
+        typer.Option(
+            "--segment-tokens", min=1000, help="Summarize longer spans as segments, concurrently, then merge."
+        ),
+    ] = 40_000,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one summarizer call may take.")] = 120.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     no_cache: Annotated[
@@ -476,6 +482,7 @@ def compact(
             use_cache=not no_cache,
             dry_run=dry_run,
             command=summary_command,
+            segment_tokens=segment_tokens,
         ),
     )
     name, data = _read_input(path)

@@ -4,12 +4,14 @@ untouched, no output file, and an archive that holds only the content-addressed 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from conftest import SAMPLES
-from fake_anthropic import MESSAGES, FakeAnthropic, Scripted, error_body
+from fake_anthropic import MESSAGES, FakeAnthropic, Scripted, default_summary, error_body
 
 from ctxc.archive import Archive
 from ctxc.cli import main
@@ -175,3 +177,21 @@ def test_analyze_reports_claude_counts_against_o200k(
     assert versus["o200k_tokens"] > 0
     assert versus["ratio"] == pytest.approx(versus["tokens"] / versus["o200k_tokens"])
     assert anthropic_server.requests  # the counts came from the API, not from tiktoken
+
+
+def test_hierarchical_summarizes_segments_concurrently_then_merges(
+    anthropic_server: FakeAnthropic, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.2)  # long enough for the segments' calls to overlap
+        return default_summary(body)
+
+    anthropic_server.responder = slow
+    code, err = run(capsys, tmp_path, "--segment-tokens", "1500", "--concurrency", "2")
+    assert code == 0, err
+    requests = anthropic_server.message_requests
+    assert len(requests) >= 3  # at least two segments and the merge
+    assert 1 < anthropic_server.max_in_flight <= 2
+    report = orjson.loads((tmp_path / "report.json").read_bytes())
+    assert report["run"]["summarizer"]["calls"] == len(requests)
+    assert any("Summary by the fake API." in m.text for m in load(tmp_path / "out.jsonl").messages)

@@ -71,6 +71,9 @@ class SummarizerOptions:
     dry_run: bool = False
     #: ``--summarizer command``: the shell command that reads the prompt on stdin.
     command: str | None = None
+    #: A span longer than this (tokens) is summarized as independent segments, concurrently, and the
+    #: segment summaries are merged by one more call (hierarchical summaries of long histories).
+    segment_tokens: int = 40_000
 
 
 _SUMMARIZERS: dict[str, Callable[[SummarizerOptions], Summarizer]] = {}

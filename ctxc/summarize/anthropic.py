@@ -599,10 +599,13 @@ class AnthropicSummarizer:
 
     async def _summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         limit = self.input_limit(request.budget)
+        # Independent segments are summarized concurrently, then merged: a long history never goes out
+        # as one huge prompt even when the model's window could take it.
+        segment_limit = min(limit, max(1_000, self.options.segment_tokens))
         prompt = build_prompt(request, result_chars=self.result_chars)
-        if self._fits(prompt, limit, count):
+        if self._fits(prompt, segment_limit, count):
             return await self._ask(request, prompt, count)
-        segments = self._segments(request, limit, count)
+        segments = self._segments(request, segment_limit, count)
         if len(segments) == 1:  # one message was clipped to fit
             sub, text = segments[0]
             whole = replace(sub, citation=request.citation, previous=request.previous)
