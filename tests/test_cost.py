@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxc import sqlite_store
 from ctxc.model import (
     ImageBlock,
     Message,
@@ -15,7 +16,6 @@ from ctxc.model import (
     ToolUseBlock,
     UnknownBlock,
 )
-from ctxc.tokens import cache as cache_mod
 from ctxc.tokens import get_tokenizer
 from ctxc.tokens.cache import TokenCache
 from ctxc.tokens.cost import (
@@ -116,7 +116,7 @@ def test_tokenizer_choice_matters() -> None:
 
 def test_batch_equals_single_and_cache_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
-    monkeypatch.setattr(cache_mod, "_warned", set())
+    monkeypatch.setattr(sqlite_store, "_warned", set())
     long = "def handler(event, context):\n    return {'statusCode': 200}\n" * 5
     messages = [
         Message(role="user", blocks=(TextBlock("fix the handler"),)),

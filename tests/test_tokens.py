@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxc import sqlite_store
 from ctxc.errors import CtxcError, UsageError
 from ctxc.tokens import DEFAULT_TOKENIZER, TOKENIZERS, get_tokenizer
 from ctxc.tokens import approx as approx_mod
-from ctxc.tokens import cache as cache_mod
 from ctxc.tokens import tiktoken_backend as tb
 from ctxc.tokens.cache import CountingService, TokenCache, digest
 from tests.conftest import ROOT, corpus_params
@@ -346,7 +346,7 @@ def test_approx_error_on_corpus(path: Path) -> None:
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
-    monkeypatch.setattr(cache_mod, "_warned", set())
+    monkeypatch.setattr(sqlite_store, "_warned", set())
     return tmp_path / "cache"
 
 
@@ -389,14 +389,14 @@ def test_cache_off_by_env_or_flag(cache_dir: Path, monkeypatch: pytest.MonkeyPat
 def test_unusable_cache_dir_works_uncached_and_warns_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_mod, "_warned", set())
+    monkeypatch.setattr(sqlite_store, "_warned", set())
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     # Running as root, permissions cannot make a directory unwritable; a file in the way can.
     path = blocker / "sub" / "tokens.sqlite3"
     tok = get_tokenizer("o200k_base")
     texts = ["x" * 100, "y" * 200]
-    with caplog.at_level(logging.WARNING, logger="ctxc.tokens.cache"):
+    with caplog.at_level(logging.WARNING, logger="ctxc.sqlite_store"):
         for _ in range(3):
             service = CountingService(tok, TokenCache(path))
             assert service.count(texts) == tok.count_batch(texts)
@@ -409,7 +409,7 @@ def test_corrupt_cache_file_works_uncached(tmp_path: Path, caplog: pytest.LogCap
     path = tmp_path / "tokens.sqlite3"
     path.write_bytes(b"this is not a database" * 100)
     c = TokenCache(path)
-    with caplog.at_level(logging.WARNING, logger="ctxc.tokens.cache"):
+    with caplog.at_level(logging.WARNING, logger="ctxc.sqlite_store"):
         assert c.get_many([(digest("x"), "o200k_base")]) == {}
         c.put_many([((digest("x"), "o200k_base"), 1)])
     assert not c.enabled

@@ -37,7 +37,6 @@ import hashlib
 import logging
 import os
 import re
-import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -49,6 +48,7 @@ import orjson
 from ctxc.archive import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
+from ctxc.sqlite_store import SqliteStore
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.prompt import (
     RESULT_CHARS,
@@ -97,107 +97,35 @@ def default_cache_path() -> Path:
     return default_path().with_name("summaries.sqlite3")
 
 
-class SummaryCache:
+class SummaryCache(SqliteStore):
     """Summaries by prompt hash in SQLite (WAL, busy timeout): thread-safe, safe for several processes.
 
     Like the token cache, it is never a reason to fail: an unusable file turns it off with one warning.
     """
 
+    NAME = "summary"
+    TABLE = "summaries"
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS summaries ("
+        " key BLOB PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,"
+        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    PURPOSE = "summarizing without it"
+
     def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        from ctxc.tokens.cache import cache_disabled_by_env
-
-        self.path = path if path is not None else default_cache_path()
-        self._timeout = timeout
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-        self._off = disabled or cache_disabled_by_env()
-
-    @property
-    def enabled(self) -> bool:
-        return not self._off
-
-    def _fail(self, exc: BaseException) -> None:
-        self._off = True
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-        log.warning("summary cache at %s is unusable (%s); summarizing without it", self.path, exc)
-
-    def _connect(self) -> sqlite3.Connection | None:
-        if self._off:
-            return None
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(
-                    self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-                )
-                try:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                    conn.execute(
-                        "CREATE TABLE IF NOT EXISTS summaries ("
-                        " key BLOB PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,"
-                        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
-                    )
-                except BaseException:
-                    conn.close()
-                    raise
-            except (OSError, sqlite3.Error) as exc:
-                self._fail(exc)
-                return None
-            self._conn = conn
-        return self._conn
+        super().__init__(
+            path if path is not None else default_cache_path(), disabled=disabled, timeout=timeout
+        )
 
     def get(self, key: bytes) -> str | None:
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return None
-            try:
-                row = conn.execute("SELECT text FROM summaries WHERE key = ?", (key,)).fetchone()
-            except sqlite3.Error as exc:
-                self._fail(exc)
-                return None
-        return str(row[0]) if row else None
+        rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
 
     def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-                        (key, model, text, input_tokens, output_tokens),
-                    )
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._fail(exc)
-
-    def size(self) -> int:
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return 0
-            try:
-                return int(conn.execute("SELECT count(*) FROM summaries").fetchone()[0])
-            except sqlite3.Error as exc:
-                self._fail(exc)
-                return 0
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._write(
+            "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
+            [(key, model, text, input_tokens, output_tokens)],
+        )
 
 
 def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:

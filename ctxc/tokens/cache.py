@@ -6,22 +6,20 @@ BLAKE2b digest of the text's UTF-8 and the tokenizer name. The database lives at
 ``$CTXC_CACHE_DIR/tokens.sqlite3`` (default ``$XDG_CACHE_HOME/ctxc`` or ``~/.cache/ctxc``), in WAL
 mode with a busy timeout so two ctxc processes can share it.
 
-The cache is an optimisation and never a reason to fail: any error opening, reading or writing it
-(read-only or missing directory, a corrupt file, a full disk) turns it off for the rest of the run
-with one warning through :mod:`logging`. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
+The cache is an optimisation and never a reason to fail (see :mod:`ctxc.sqlite_store`, shared with
+the summary cache). ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import sqlite3
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ctxc.sqlite_store import SqliteStore
 from ctxc.tokens import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -39,9 +37,6 @@ Key = tuple[bytes, str]
 #: Digests remembered in memory per service (about 100 bytes each).
 _MEMO_LIMIT = 2_000_000
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
 
 def digest(text: str) -> bytes:
     """The cache key of ``text``: BLAKE2b-128 of its UTF-8 (lone surrogates from JSON kept as-is)."""
@@ -57,66 +52,20 @@ def default_path() -> Path:
     return root / "ctxc" / "tokens.sqlite3"
 
 
-def cache_disabled_by_env() -> bool:
-    return os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no")
-
-
-class TokenCache:
+class TokenCache(SqliteStore):
     """Per-text token counts in SQLite. Thread-safe; safe for several processes at once."""
 
+    NAME = "token"
+    TABLE = "counts"
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS counts ("
+        " digest BLOB NOT NULL, tokenizer TEXT NOT NULL, tokens INTEGER NOT NULL,"
+        " PRIMARY KEY (digest, tokenizer)) WITHOUT ROWID"
+    )
+    PURPOSE = "counting without it"
+
     def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        self.path = path if path is not None else default_path()
-        self._timeout = timeout
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-        self._off = disabled or cache_disabled_by_env()
-
-    @property
-    def enabled(self) -> bool:
-        return not self._off
-
-    def _fail(self, exc: BaseException) -> None:
-        """Turn the cache off for this run and say so once per path and process."""
-        self._off = True
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-        key = str(self.path)
-        with _warned_lock:
-            if key in _warned:
-                return
-            _warned.add(key)
-        log.warning("token cache at %s is unusable (%s); counting without it", self.path, exc)
-
-    def _connect(self) -> sqlite3.Connection | None:
-        if self._off:
-            return None
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(
-                    self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-                )
-                try:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    # WAL + NORMAL never corrupts the file; a power cut may lose the last counts, which
-                    # are recomputed.
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                    conn.execute(
-                        "CREATE TABLE IF NOT EXISTS counts ("
-                        " digest BLOB NOT NULL, tokenizer TEXT NOT NULL, tokens INTEGER NOT NULL,"
-                        " PRIMARY KEY (digest, tokenizer)) WITHOUT ROWID"
-                    )
-                except BaseException:
-                    conn.close()
-                    raise
-            except (OSError, sqlite3.Error) as exc:
-                self._fail(exc)
-                return None
-            self._conn = conn
-        return self._conn
+        super().__init__(path if path is not None else default_path(), disabled=disabled, timeout=timeout)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, int]:
         """Cached counts of those ``keys`` (digest, tokenizer) that are present."""
@@ -147,47 +96,7 @@ class TokenCache:
 
     def put_many(self, items: Iterable[tuple[Key, int]]) -> None:
         """Store counts; a key already present keeps its value (the same text has the same count)."""
-        rows = [(d, tok, n) for (d, tok), n in items]
-        if not rows:
-            return
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany("INSERT OR IGNORE INTO counts VALUES (?, ?, ?)", rows)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._fail(exc)
-
-    def size(self) -> int:
-        """Stored counts (0 when the cache is off). Not ``__len__``: an empty cache must stay truthy."""
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return 0
-            try:
-                return int(conn.execute("SELECT count(*) FROM counts").fetchone()[0])
-            except sqlite3.Error as exc:
-                self._fail(exc)
-                return 0
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    def __enter__(self) -> TokenCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._write("INSERT OR IGNORE INTO counts VALUES (?, ?, ?)", [(d, tok, n) for (d, tok), n in items])
 
 
 class CountingService:

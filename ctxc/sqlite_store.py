@@ -1,0 +1,136 @@
+"""The SQLite file behind ctxc's caches (token counts, summaries): one connection per store, WAL
+mode and a busy timeout so several processes can share it, and a store that never fails a run.
+
+A cache is an optimisation, never a reason to fail: any error opening, reading or writing the file
+(read-only or missing directory, a corrupt file, a full disk) turns the store off for the rest of the
+run with one warning per file and process. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+log = logging.getLogger(__name__)
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def cache_disabled_by_env() -> bool:
+    return os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class SqliteStore:
+    """Subclasses give ``NAME``, ``TABLE``, its ``SCHEMA`` (CREATE TABLE IF NOT EXISTS) and ``PURPOSE``."""
+
+    #: What the warning calls the store: "token", "summary".
+    NAME: ClassVar[str]
+    TABLE: ClassVar[str]
+    SCHEMA: ClassVar[str]
+    #: How the warning names what is lost: "counting without it", "summarizing without it".
+    PURPOSE: ClassVar[str]
+
+    def __init__(self, path: Path, *, disabled: bool = False, timeout: float = 10.0) -> None:
+        self.path = path
+        self._timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._off = disabled or cache_disabled_by_env()
+
+    @property
+    def enabled(self) -> bool:
+        return not self._off
+
+    def _fail(self, exc: BaseException) -> None:
+        """Turn the store off for this run and say so once per path and process."""
+        self._off = True
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        key = str(self.path)
+        with _warned_lock:
+            if key in _warned:
+                return
+            _warned.add(key)
+        log.warning("%s cache at %s is unusable (%s); %s", self.NAME, self.path, exc, self.PURPOSE)
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._off:
+            return None
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
+                )
+                try:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    # WAL + NORMAL never corrupts the file; a power cut may lose the last entries, which
+                    # are recomputed.
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                    conn.execute(self.SCHEMA)
+                except BaseException:
+                    conn.close()
+                    raise
+            except (OSError, sqlite3.Error) as exc:
+                self._fail(exc)
+                return None
+            self._conn = conn
+        return self._conn
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any] | None:
+        """All rows of a query, or None when the store is off or fails."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return None
+            try:
+                return conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                self._fail(exc)
+                return None
+
+    def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run ``sql`` for every row in one immediate transaction (one writer at a time)."""
+        if not rows:
+            return
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(sql, rows)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._fail(exc)
+
+    def size(self) -> int:
+        """Stored entries (0 when the store is off). Not ``__len__``: an empty store must stay truthy."""
+        rows = self._read(f"SELECT count(*) FROM {self.TABLE}")
+        return int(rows[0][0]) if rows else 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
