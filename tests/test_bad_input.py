@@ -215,3 +215,56 @@ def test_subprocess_no_traceback_and_debug_shows_it(tmp_path: Path) -> None:
     )
     assert debug.returncode != 0
     assert "Traceback" in debug.stderr
+
+
+@pytest.mark.parametrize("command", ["compact", "validate", "repair", "convert"])
+def test_every_reading_command_names_a_bad_line(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(GOOD + b"{oops\n")
+    code, _, err = run(
+        capsys,
+        command,
+        str(f),
+        *(["--archive", str(tmp_path / "a")] if command in ("compact", "repair") else []),
+    )
+    assert code == ExitCode.INPUT
+    one_line_error(err, "bad.jsonl:3:", "not valid JSON")
+    assert not (tmp_path / "a" / "manifest.jsonl").exists()
+
+
+def test_restore_unknown_id_and_not_an_id(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "restore", "0123456789abcdef", "--archive", str(tmp_path))
+    assert code == ExitCode.ARCHIVE
+    one_line_error(err, "holds no object")
+    code, _, err = run(capsys, "restore", "nope", "--archive", str(tmp_path))
+    assert code == ExitCode.ARCHIVE
+    one_line_error(err, "not an archive id")
+
+
+def test_compact_rejects_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(GOOD)
+    for args, needle in (
+        (["--strategy", "magic"], "unknown strategy 'magic'"),
+        (["--set", "fifo.nope=1"], "has no option 'nope'"),
+        (["--set", "mask.keep_last_results=-1"], "must be at least"),
+        (["--target-tokens", "10", "--target-ratio", "0.5"], "not both"),
+        (["--pin", "("], "--pin"),
+        (["--summarizer", "oracle"], "unknown summarizer"),
+    ):
+        code, _, err = run(capsys, "compact", str(f), "--archive", str(tmp_path / "a"), *args)
+        assert code == ExitCode.USAGE, (args, err)
+        one_line_error(err, needle)
+
+
+def test_validate_reports_problems_with_exit_5(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "orphan.jsonl"
+    f.write_bytes(
+        b'{"role":"user","content":"go"}\n'
+        b'{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}\n'
+    )
+    code, out, _ = run(capsys, "validate", str(f))
+    assert code == ExitCode.INVALID
+    assert "orphan.jsonl:2: orphan_result" in out
