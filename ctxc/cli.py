@@ -17,7 +17,18 @@ from typing import Annotated, Any
 import typer
 
 from ctxc import __version__
-from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.cliutil import (
+    InputFormatOpt,
+    MaxLineOpt,
+    OutFormat,
+    SkipInvalidOpt,
+    expand_paths,
+    parse_thresholds,
+    read_options,
+    stderr_console,
+    stdout_console,
+)
+from ctxc.errors import CtxcError, ExitCode, UsageError
 
 app = typer.Typer(
     name="ctxc",
@@ -38,77 +49,6 @@ app = typer.Typer(
         "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks."
     ),
 )
-
-TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
-
-
-class OutFormat(StrEnum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
-def _stderr() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
-
-
-def _stdout_console() -> Any:
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
-def expand_paths(paths: list[str]) -> list[str]:
-    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
-    out: list[str] = []
-    for p in paths:
-        if p == "-":
-            out.append(p)
-            continue
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(
-                str(f) for f in path.rglob("*") if f.is_file() and f.name.endswith(TRANSCRIPT_SUFFIXES)
-            )
-            if not found:
-                raise InputError("directory holds no transcripts (*.jsonl, *.traj)", path=p)
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
-
-
-def _read_options(skip_invalid: bool, max_line_mb: float) -> Any:
-    from ctxc.reader import ReadOptions
-
-    if max_line_mb <= 0:
-        raise UsageError("--max-line-mb must be positive")
-    return ReadOptions(skip_invalid=skip_invalid, max_line_bytes=int(max_line_mb * 1_000_000))
-
-
-def _thresholds(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise UsageError(f"--thresholds takes four comma-separated shares, got {text!r}") from None
-
-
-InputFormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--input-format", help="Force the input format instead of sniffing it (see `ctxc formats`)."
-    ),
-]
-SkipInvalidOpt = Annotated[
-    bool,
-    typer.Option(
-        "--skip-invalid",
-        help="Keep going past lines that are not JSON objects (reported, and written back untouched).",
-    ),
-]
-MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
 
 
 @app.command(
@@ -161,14 +101,14 @@ def analyze(
     from ctxc.analysis import Analysis, make_counter
     from ctxc.analysis import analyze as run_analyze
 
-    options = _read_options(skip_invalid, max_line_mb)
+    options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
     counter = make_counter(tokenizer, use_cache=not no_cache, model=model, concurrency=concurrency)
     results: list[Analysis] = []
     failures: list[CtxcError] = []
-    err = _stderr()
-    th = _thresholds(thresholds)
+    err = stderr_console()
+    th = parse_thresholds(thresholds)
     with _progress(len(files), "analyzing") as advance:
         for f in files:
             try:
@@ -223,7 +163,7 @@ def _emit_analyses(results: list[Any], out_fmt: OutFormat, show_messages: bool) 
     elif out_fmt is OutFormat.csv:
         sys.stdout.write(analyses_to_csv(results))
     else:
-        console = _stdout_console()
+        console = stdout_console()
         for i, a in enumerate(results):
             if i:
                 console.print()
@@ -263,7 +203,7 @@ def convert(
     from ctxc.formats import dump, load
     from ctxc.output import atomic_output
 
-    transcript = load(path, input_format=input_format, options=_read_options(skip_invalid, max_line_mb))
+    transcript = load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
     with atomic_output(output, inputs=(path,)) as handle:
         if to is ConvertTarget.same:
             dump(transcript, handle)
@@ -340,7 +280,7 @@ def _progress(total: int, what: str) -> Iterator[Callable[[], None]]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        console=_stderr(),
+        console=stderr_console(),
         transient=True,
     ) as bar:
         task = bar.add_task(what, total=total)
@@ -452,7 +392,7 @@ def compact(
     from ctxc.output import atomic_output, dumps
     from ctxc.summarize import SummarizerOptions
 
-    th = _thresholds(thresholds)
+    th = parse_thresholds(thresholds)
     from ctxc.analysis import check_thresholds
 
     sets = _parse_sets(settings or [])
@@ -486,7 +426,7 @@ def compact(
         ),
     )
     name, data = _read_input(path)
-    transcript = _load_bytes(name, data, input_format, _read_options(skip_invalid, max_line_mb))
+    transcript = _load_bytes(name, data, input_format, read_options(skip_invalid, max_line_mb))
     store = None if dry_run else Archive.open(archive)
     result = compact_transcript(transcript, options, archive=store, original_bytes=data)
     doc = _compaction_report(result, options, name, output)
@@ -568,7 +508,7 @@ def _summary_line(doc: dict[str, Any]) -> None:
     before, after = run["tokens_before"], run["tokens_after"]
     pct = (1 - after / before) * 100 if before else 0.0
     stages = ", ".join(f"{k} -{v:,}" for k, v in run["savings"].items() if v) or "nothing to do"
-    _stderr().print(
+    stderr_console().print(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens (-{pct:.1f}%) with {run['strategy']} "
         f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}",
         markup=False,
@@ -584,7 +524,7 @@ def _emit_plan(doc: dict[str, Any]) -> None:
         return
     from rich.table import Table
 
-    console = _stdout_console()
+    console = stdout_console()
     run = doc["run"]
     console.print(
         f"dry run: {run['input_path']} with {run['strategy']}: "
@@ -639,7 +579,7 @@ def strategies(
                 rng = f" [{lo}..{hi}]" if lo is not None or hi is not None else ""
                 help_text = f.metadata.get("help", "")
                 table.add_row("", escape(f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
-    _stdout_console().print(table)
+    stdout_console().print(table)
 
 
 @app.command(
@@ -697,7 +637,7 @@ def validate(
     from ctxc.output import dumps, envelope
     from ctxc.validate import all_problems
 
-    options = _read_options(skip_invalid, max_line_mb)
+    options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths)
     report: list[dict[str, Any]] = []
     total = 0
@@ -726,7 +666,7 @@ def validate(
     if fmt is OutFormat.json:
         sys.stdout.buffer.write(dumps(envelope("validate", files=report, problems=total)))
     else:
-        console = _stdout_console()
+        console = stdout_console()
         for r in report:
             if not r["problems"]:
                 console.print(f"{r['path']}: ok ({r['format']}, {r['messages']} messages)", markup=False)
@@ -761,7 +701,7 @@ def repair(
     from ctxc.repair import repair_messages
 
     name, data = _read_input(path)
-    transcript = _load_bytes(name, data, input_format, _read_options(skip_invalid, max_line_mb))
+    transcript = _load_bytes(name, data, input_format, read_options(skip_invalid, max_line_mb))
     store = Archive.open(archive)
     archive_id = store.store(data)
     outputs: dict[int, Any] = {}
@@ -787,7 +727,7 @@ def repair(
             "fixed": fixed_total,
         }
     )
-    _stderr().print(
+    stderr_console().print(
         f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
         markup=False,
         soft_wrap=True,
@@ -799,7 +739,7 @@ def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from ctxc.formats import adapters
 
-    console = _stdout_console()
+    console = stdout_console()
     for name, adapter in sorted(adapters().items()):
         console.print(f"[bold]{name:12}[/bold] {adapter.description}")
 
@@ -824,7 +764,7 @@ def models(
     table = Table("model", "provider", "window", "tokenizer")
     for p in PROFILES:
         table.add_row(p.name, p.provider, f"{p.window:,}", p.tokenizer)
-    _stdout_console().print(table)
+    stdout_console().print(table)
 
 
 def _version_callback(value: bool) -> None:
@@ -845,6 +785,21 @@ def _root(
     """Global options; the commands do the work."""
 
 
+# Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
+# A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_command_modules() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"ctxc.commands.{name}").register(app)
+
+
+_register_command_modules()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
@@ -858,7 +813,7 @@ def main(argv: list[str] | None = None) -> None:
     except CtxcError as exc:
         if debug:
             raise
-        _stderr().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
+        stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(int(exc.exit_code))
     except typer.Abort:
         sys.stderr.write("ctxc: interrupted\n")
@@ -881,7 +836,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if debug:
             raise
-        _stderr().print(
+        stderr_console().print(
             f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)",
             markup=False,
             soft_wrap=True,

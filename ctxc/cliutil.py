@@ -1,0 +1,86 @@
+"""Pieces every ``ctxc`` command shares: output formats, consoles, path expansion, common options.
+
+Kept apart from :mod:`ctxc.cli` so command modules (``ctxc.commands.*``) can use them without importing the
+whole command line, and so ``cli.py`` stays a list of commands.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ctxc.errors import InputError, UsageError
+
+TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
+
+
+class OutFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
+    out: list[str] = []
+    for p in paths:
+        if p == "-":
+            out.append(p)
+            continue
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(
+                str(f) for f in path.rglob("*") if f.is_file() and f.name.endswith(TRANSCRIPT_SUFFIXES)
+            )
+            if not found:
+                raise InputError("directory holds no transcripts (*.jsonl, *.traj)", path=p)
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
+    from ctxc.reader import ReadOptions
+
+    if max_line_mb <= 0:
+        raise UsageError("--max-line-mb must be positive")
+    return ReadOptions(skip_invalid=skip_invalid, max_line_bytes=int(max_line_mb * 1_000_000))
+
+
+def parse_thresholds(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"--thresholds takes four comma-separated shares, got {text!r}") from None
+
+
+InputFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--input-format", help="Force the input format instead of sniffing it (see `ctxc formats`)."
+    ),
+]
+SkipInvalidOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-invalid",
+        help="Keep going past lines that are not JSON objects (reported, and written back untouched).",
+    ),
+]
+MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
