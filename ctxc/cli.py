@@ -6,10 +6,8 @@ that :func:`main` prints as one line and turns into its exit code; ``CTXC_DEBUG=
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +16,10 @@ import typer
 
 from ctxc import __version__
 from ctxc.cliutil import (
+    FailFastOpt,
+    GlobOpt,
     InputFormatOpt,
+    JobsOpt,
     MaxLineOpt,
     OutFormat,
     SkipInvalidOpt,
@@ -45,7 +46,8 @@ app = typer.Typer(
         "  ctxc restore small.jsonl -o original.jsonl\n\n"
         "[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
         "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 9 model API or summary "
-        "command failed, 10 API key missing or rejected, 11 unknown model, 130 interrupted. "
+        "command failed, 10 API key missing or rejected, 11 unknown model, "
+        "12 some files of a batch failed, 130 interrupted. "
         "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks."
     ),
 )
@@ -62,8 +64,11 @@ app = typer.Typer(
 )
 def analyze(
     paths: Annotated[
-        list[str], typer.Argument(help="Transcript files, directories (walked for *.jsonl), or - for stdin.")
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="Transcript files, directories (walked for *.jsonl), or - for stdin.", show_default=False
+        ),
+    ] = None,
     fmt: Annotated[
         OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
     ] = None,
@@ -93,53 +98,61 @@ def analyze(
             "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
         ),
     ] = False,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Report token usage per message and per file, and the compaction stage each file is in."""
-    from ctxc.analysis import Analysis, make_counter
-    from ctxc.analysis import analyze as run_analyze
+    from dataclasses import replace
+
+    from ctxc.batch import batch_exit_code
+    from ctxc.cli_batch import resolve_jobs, run_files
+    from ctxc.jobs import AnalyzeJob, analyze_file
 
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths)
+    files = expand_paths(paths or [], glob)
+    if not files:
+        raise UsageError("give a transcript file, a directory, or - for stdin")
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
-    counter = make_counter(tokenizer, use_cache=not no_cache, model=model, concurrency=concurrency)
-    results: list[Analysis] = []
-    failures: list[CtxcError] = []
-    err = stderr_console()
-    th = parse_thresholds(thresholds)
-    with _progress(len(files), "analyzing") as advance:
-        for f in files:
-            try:
-                src: Any = f
-                second_pass = forecast or tokenizer == "anthropic"
-                if second_pass:  # both read the transcript again: read the input once for all
-                    name, data = _read_input(f)
-                    src = _named_bytes(name, data)
-                result = run_analyze(
-                    src,
-                    counter=counter,
-                    window=window,
-                    model=model,
-                    thresholds=th,
-                    input_format=input_format,
-                    options=options,
-                    top=top,
-                )
-                if forecast:
-                    result = _with_forecast(result, data, input_format, options, counter, th)
-                if tokenizer == "anthropic":
-                    result = _with_o200k_ratio(result, data, input_format, options, counter)
-                results.append(result)
-            except CtxcError as exc:
-                if len(files) == 1 or isinstance(exc, UsageError):
-                    raise
-                failures.append(exc)
-                err.print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
-            advance()
-    _emit_analyses(results, out_fmt, messages)
+    workers = resolve_jobs(jobs, len(files))
+    job = AnalyzeJob(
+        "",
+        tokenizer=tokenizer,
+        use_cache=not no_cache,
+        model=model,
+        window=window,
+        thresholds=parse_thresholds(thresholds),
+        input_format=input_format,
+        read_options=options,
+        top=top,
+        # Worker processes already fill the cores; threads inside each would only contend.
+        concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
+        forecast=forecast,
+    )
+    if len(files) == 1:  # one file: errors keep their own exit code and no batch machinery is needed
+        results = [analyze_file(replace(job, path=files[0]))]
+        errors: list[dict[str, Any]] = []
+        failed = 0
+    else:
+        outcomes = run_files(
+            [(f, replace(job, path=f)) for f in files],
+            analyze_file,
+            what="analyzing",
+            jobs=workers,
+            fail_fast=fail_fast,
+            quiet=quiet,
+            tokens_of=lambda a: a.total_tokens,
+        )
+        results = [o.value for o in outcomes if o.value is not None]
+        errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
+        failed = batch_exit_code(outcomes, single=fail_fast)
+    _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 
+    err = stderr_console()
     for a in results:
         if a.skipped_lines:
             err.print(
@@ -149,16 +162,25 @@ def analyze(
             p = a.problems[0]
             more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
             err.print(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}", markup=False, soft_wrap=True)
-    if failures:
-        raise typer.Exit(int(failures[0].exit_code))
+    if failed:
+        raise typer.Exit(failed)
 
 
-def _emit_analyses(results: list[Any], out_fmt: OutFormat, show_messages: bool) -> None:
+def _emit_analyses(
+    results: list[Any],
+    out_fmt: OutFormat,
+    show_messages: bool,
+    *,
+    errors: list[dict[str, Any]],
+    exit_code: int,
+) -> None:
     from ctxc.output import dumps, envelope
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
 
     if out_fmt is OutFormat.json:
-        doc = envelope("analyze", files=[analysis_to_json(a) for a in results])
+        doc = envelope(
+            "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
+        )
         sys.stdout.buffer.write(dumps(doc))
     elif out_fmt is OutFormat.csv:
         sys.stdout.write(analyses_to_csv(results))
@@ -186,7 +208,10 @@ class ConvertTarget(StrEnum):
     )
 )
 def convert(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transcript files, directories (walked), or - for stdin.", show_default=False),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
     to: Annotated[
         ConvertTarget,
@@ -194,97 +219,56 @@ def convert(
             "--to", help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
         ),
     ] = ConvertTarget.same,
+    out_dir: Annotated[
+        str | None,
+        typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
+    ] = None,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
-    from ctxc.convert import convert_transcript
-    from ctxc.formats import dump, load
-    from ctxc.output import atomic_output
+    from ctxc.batch import batch_exit_code, collect_inputs
+    from ctxc.cli_batch import run_files
+    from ctxc.jobs import ConvertJob, convert_file
 
-    transcript = load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
-    with atomic_output(output, inputs=(path,)) as handle:
-        if to is ConvertTarget.same:
-            dump(transcript, handle)
-        else:
-            handle.write(convert_transcript(transcript, to.value))
-
-
-def _read_input(path: str) -> tuple[str, bytes]:
-    """The whole input, read once: compaction archives exactly these bytes before writing anything."""
-    from ctxc.reader import open_binary
-
-    name, handle = open_binary(path)
-    try:
-        return name, handle.read()
-    finally:
-        if name != "-":
-            handle.close()
-
-
-def _named_bytes(name: str, data: bytes) -> Any:
-    """A binary stream over ``data`` that reports ``name`` in errors, as the file would."""
-    import io
-
-    stream = io.BytesIO(data)
-    stream.name = name
-    return stream
+    inputs = collect_inputs(paths or [], glob=glob)
+    if not inputs:
+        raise UsageError("give a transcript file, a directory, or - for stdin")
+    ropts = read_options(skip_invalid, max_line_mb)
+    if out_dir is None:
+        if len(inputs) > 1 or any(Path(p).is_dir() for p in paths or []):
+            raise UsageError("several inputs need --out-dir DIR (mirrors the input tree)")
+        convert_file(ConvertJob(inputs[0].path, output, to.value, input_format, ropts))
+        return
+    if output != "-":
+        raise UsageError("--output is for one input; a batch writes to --out-dir")
+    jobs_list = [
+        ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
+        for i in inputs
+    ]
+    outcomes = run_files(
+        [(j.path, j) for j in jobs_list],
+        convert_file,
+        what="converting",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+    )
+    rc = batch_exit_code(outcomes, single=fail_fast)
+    if rc:
+        raise typer.Exit(rc)
 
 
 def _load_bytes(name: str, data: bytes, input_format: str | None, options: Any) -> Any:
     from ctxc.formats import load
+    from ctxc.reader import named_bytes
 
-    return load(_named_bytes(name, data), input_format=input_format, options=options)
-
-
-def _with_forecast(
-    result: Any, data: bytes, input_format: str | None, options: Any, counter: Any, th: tuple[float, ...]
-) -> Any:
-    from dataclasses import replace
-
-    from ctxc.compaction.forecast import forecast
-
-    transcript = _load_bytes(result.path, data, input_format, options)
-    return replace(
-        result, forecast=forecast(transcript, window=result.window, counter=counter, thresholds=th)
-    )
-
-
-def _with_o200k_ratio(result: Any, data: bytes, input_format: str | None, options: Any, counter: Any) -> Any:
-    """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
-    from dataclasses import replace
-
-    from ctxc.formats import open_stream
-    from ctxc.model import Message
-    from ctxc.tokens.anthropic_backend import compare_with_o200k
-
-    stream = open_stream(_named_bytes(result.path, data), input_format=input_format, options=options)
-    try:
-        messages = (m for m in stream.items if isinstance(m, Message))
-        return replace(result, versus_o200k=compare_with_o200k(messages, counter))
-    finally:
-        stream.close()
-
-
-@contextlib.contextmanager
-def _progress(total: int, what: str) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr for work over several files, only when stderr is a terminal."""
-    if total < 2 or not sys.stderr.isatty():
-        yield lambda: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn(what),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=stderr_console(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda: bar.advance(task)
+    return load(named_bytes(name, data), input_format=input_format, options=options)
 
 
 def _parse_sets(values: list[str]) -> dict[str, str]:
@@ -311,10 +295,30 @@ def _parse_sets(values: list[str]) -> dict[str, str]:
     )
 )
 def compact(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transcript files, directories (walked), or - for stdin.", show_default=False),
+    ] = None,
     output: Annotated[
         str, typer.Option("--output", "-o", help="Output file, or - for stdout (the default).")
     ] = "-",
+    out_dir: Annotated[
+        str | None,
+        typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
+    ] = None,
+    in_place: Annotated[
+        bool, typer.Option("--in-place", help="Replace each input, after its original is archived.")
+    ] = False,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Redo files the run journal says are already done.")
+    ] = False,
+    fmt: Annotated[
+        OutFormat | None,
+        typer.Option("--format", "-f", help="Batch report on stdout: table or json."),
+    ] = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
     target_tokens: Annotated[
         int | None, typer.Option("--target-tokens", help="Token target for each conversation.")
@@ -387,8 +391,7 @@ def compact(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
-    from ctxc.archive import Archive
-    from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.compaction.run import CompactOptions
     from ctxc.output import atomic_output, dumps
     from ctxc.summarize import SummarizerOptions
 
@@ -425,72 +428,60 @@ def compact(
             segment_tokens=segment_tokens,
         ),
     )
-    name, data = _read_input(path)
-    transcript = _load_bytes(name, data, input_format, read_options(skip_invalid, max_line_mb))
-    store = None if dry_run else Archive.open(archive)
-    result = compact_transcript(transcript, options, archive=store, original_bytes=data)
-    doc = _compaction_report(result, options, name, output)
-    if dry_run:
-        _emit_plan(doc)
+    from ctxc.batch import collect_inputs
+    from ctxc.compaction.files import CompactJob, compact_file
+
+    inputs = collect_inputs(paths or [], glob=glob)
+    if not inputs:
+        raise UsageError("give a transcript file, a directory, or - for stdin")
+    batch = out_dir is not None or in_place
+    if out_dir is not None and in_place:
+        raise UsageError("give --out-dir or --in-place, not both")
+    if not batch and (len(inputs) > 1 or any(Path(p).is_dir() for p in paths or [])):
+        raise UsageError("several inputs need --out-dir DIR (mirrors the input tree) or --in-place")
+    if batch and output != "-":
+        raise UsageError("--output is for one input; a batch writes to --out-dir or in place")
+    ropts = read_options(skip_invalid, max_line_mb)
+    if not batch:
+        job = CompactJob(inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run)
+        doc = compact_file(job)
+        if dry_run:
+            _emit_plan(doc)
+            return
+        if report:
+            with atomic_output(report, inputs=(doc["run"]["input_path"],)) as handle:
+                handle.write(dumps(doc))
+        if not quiet:
+            _summary_line(doc)
         return
-    out_bytes = result.transcript.to_bytes()
-    with atomic_output(output, inputs=(name,)) as handle:
-        handle.write(out_bytes)
-    assert store is not None
-    from ctxc.archive import sha256_hex
+    jobs_list = [
+        CompactJob(
+            i.path,
+            i.path if in_place else str(Path(out_dir or ".") / i.rel),
+            options,
+            archive,
+            input_format,
+            ropts,
+            dry_run=dry_run,
+            in_place=in_place,
+            make_dirs=not in_place,
+        )
+        for i in inputs
+    ]
+    from ctxc.cli_batch import run_compact_batch
 
-    entry = store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)})
-    if report:
-        with atomic_output(report, inputs=(name,)) as handle:
-            handle.write(dumps({**doc, "run": entry}))
-    if not quiet:
-        _summary_line(doc)
-
-
-def _compaction_report(result: Any, options: Any, name: str, output: str) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from ctxc.output import envelope
-
-    before, after = result.tokens_before, result.tokens_after
-    return envelope(
-        "compact",
-        run={
-            "input_path": name,
-            "output_path": output,
-            "archive_id": result.archive_id,
-            "input_sha256": result.input_sha256,
-            "format": result.transcript.format,
-            "strategy": options.strategy,
-            "options": {
-                "target_tokens": options.target_tokens,
-                "target_ratio": options.target_ratio,
-                "model": options.model,
-                "window": result.window,
-                "keep_last": options.keep_last,
-                "pins": list(options.pins),
-                "summarizer": options.summarizer,
-                "tokenizer": options.tokenizer,
-                "settings": dict(options.settings),
-            },
-            "tokens_before": before,
-            "tokens_after": after,
-            "savings": result.savings_by_strategy(),
-            "summarizer": {"name": options.summarizer, **dict(result.summarizer_usage or {})},
-        },
-        conversations=[
-            {
-                "conversation": c.conversation,
-                "tokens_before": c.tokens_before,
-                "tokens_after": c.tokens_after,
-                "target": c.target,
-                "pinned_tokens": c.pinned_tokens,
-                "actions": [asdict(a) for a in c.actions],
-                "repaired": [p.message for p in c.repaired],
-            }
-            for c in result.conversations
-        ],
+    rc = run_compact_batch(
+        jobs_list,
+        archive=archive,
+        jobs=jobs,
+        fail_fast=fail_fast,
+        force=force,
+        quiet=quiet,
+        fmt=fmt,
+        report=report,
     )
+    if rc:
+        raise typer.Exit(rc)
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
@@ -623,48 +614,54 @@ def restore(
     )
 )
 def validate(
-    paths: Annotated[list[str], typer.Argument(help="Transcript files, directories, or - for stdin.")],
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transcript files, directories, or - for stdin.", show_default=False),
+    ] = None,
     loose: Annotated[
         bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
     ] = False,
     fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
-    from ctxc.formats import load
+    from ctxc.batch import batch_exit_code
+    from ctxc.cli_batch import run_files
+    from ctxc.jobs import ValidateJob, validate_file
     from ctxc.output import dumps, envelope
-    from ctxc.validate import all_problems
 
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths)
-    report: list[dict[str, Any]] = []
-    total = 0
-    for f in files:
-        t = load(f, input_format=input_format, options=options)
-        problems = all_problems(t.messages, strict=not loose)
-        total += len(problems)
-        report.append(
-            {
-                "path": t.source,
-                "format": t.format,
-                "messages": len(t.messages),
-                "problems": [
-                    {
-                        "code": p.code,
-                        "line": p.line,
-                        "index": p.index,
-                        "conversation": p.conversation,
-                        "tool_id": p.tool_id,
-                        "message": p.message,
-                    }
-                    for p in problems
-                ],
-            }
+    files = expand_paths(paths or [], glob)
+    if not files:
+        raise UsageError("give a transcript file, a directory, or - for stdin")
+    jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
+    if len(files) == 1:  # one file: a read error keeps its own exit code
+        report = [validate_file(jobs_list[0])]
+        errors: list[dict[str, Any]] = []
+        failed = 0
+    else:
+        outcomes = run_files(
+            [(j.path, j) for j in jobs_list],
+            validate_file,
+            what="validating",
+            jobs=jobs,
+            fail_fast=fail_fast,
+            quiet=quiet,
         )
+        report = [o.value for o in outcomes if o.value is not None]
+        errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
+        failed = batch_exit_code(outcomes, single=fail_fast)
+    total = sum(len(r["problems"]) for r in report)
     if fmt is OutFormat.json:
-        sys.stdout.buffer.write(dumps(envelope("validate", files=report, problems=total)))
+        rc = failed or (int(ExitCode.INVALID) if total else 0)
+        doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
+        sys.stdout.buffer.write(dumps(doc))
     else:
         console = stdout_console()
         for r in report:
@@ -674,6 +671,8 @@ def validate(
                 console.print(
                     f"{r['path']}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
                 )
+    if failed:
+        raise typer.Exit(failed)
     if total:
         raise typer.Exit(int(ExitCode.INVALID))
 
@@ -698,9 +697,10 @@ def repair(
     from ctxc.compaction.write import write_transcript
     from ctxc.formats import get_adapter
     from ctxc.output import atomic_output
+    from ctxc.reader import read_all
     from ctxc.repair import repair_messages
 
-    name, data = _read_input(path)
+    name, data = read_all(path)
     transcript = _load_bytes(name, data, input_format, read_options(skip_invalid, max_line_mb))
     store = Archive.open(archive)
     archive_id = store.store(data)
@@ -787,7 +787,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("search",)
 
 
 def _register_command_modules() -> None:

@@ -7,14 +7,11 @@ whole command line, and so ``cli.py`` stays a list of commands.
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ctxc.errors import InputError, UsageError
-
-TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
+from ctxc.errors import UsageError
 
 
 class OutFormat(StrEnum):
@@ -35,24 +32,11 @@ def stdout_console() -> Any:
     return Console(highlight=False)
 
 
-def expand_paths(paths: list[str]) -> list[str]:
+def expand_paths(paths: list[str], glob: str | None = None) -> list[str]:
     """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
-    out: list[str] = []
-    for p in paths:
-        if p == "-":
-            out.append(p)
-            continue
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(
-                str(f) for f in path.rglob("*") if f.is_file() and f.name.endswith(TRANSCRIPT_SUFFIXES)
-            )
-            if not found:
-                raise InputError("directory holds no transcripts (*.jsonl, *.traj)", path=p)
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
+    from ctxc.batch import collect_inputs
+
+    return [i.path for i in collect_inputs(paths, glob=glob)]
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
@@ -84,3 +68,20 @@ SkipInvalidOpt = Annotated[
     ),
 ]
 MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
+GlobOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--glob",
+        help="Which files to take from directories (e.g. '*.json', 'sessions/**/*.jsonl'); "
+        "with no paths, from the current directory. Default: *.jsonl, *.traj.",
+    ),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, help="Files processed at once, in worker processes (default: the cores)."
+    ),
+]
+FailFastOpt = Annotated[
+    bool, typer.Option("--fail-fast", help="Stop at the first file that fails (default: report and go on).")
+]

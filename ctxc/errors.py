@@ -34,6 +34,8 @@ class ExitCode(IntEnum):
     AUTH = 10
     #: The model is unknown to the API.
     MODEL = 11
+    #: A batch finished but some of its files failed; the report (``--format json``) says which and why.
+    PARTIAL = 12
     #: Interrupted by Ctrl-C or SIGTERM; nothing partial was left behind.
     INTERRUPTED = 130
 

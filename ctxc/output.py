@@ -22,6 +22,7 @@ from ctxc import __version__
 from ctxc.errors import OutputError
 
 SCHEMA_VERSION = 1
+TEMP_SUFFIX = ".ctxc-tmp"
 
 
 def envelope(command: str, **payload: Any) -> dict[str, Any]:
@@ -54,7 +55,10 @@ def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = (
     if not directory.is_dir():
         raise OutputError(f"directory {directory} does not exist", path=name)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{Path(name).name}.", suffix=".ctxc-tmp", dir=directory)
+        # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{Path(name).name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=directory
+        )
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     try:
@@ -71,3 +75,32 @@ def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = (
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+    """Remove temp files that killed runs left under ``directory`` (``SIGKILL`` skips every cleanup).
+
+    Only ctxc's own temp files (``.<name>.<pid>.<random>.ctxc-tmp``) whose process is gone are removed;
+    a concurrent run's files in progress are left alone.
+    """
+    removed: list[Path] = []
+    root = Path(directory)
+    if not root.is_dir():
+        return removed
+    for tmp in root.rglob(f".*{TEMP_SUFFIX}"):
+        parts = tmp.name.split(".")  # ['', name..., pid, random, 'ctxc-tmp']
+        if len(parts) >= 5 and parts[-3].isdigit() and not _pid_alive(int(parts[-3])):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed

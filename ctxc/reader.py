@@ -56,6 +56,24 @@ def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
         raise InputError(f"cannot open: {exc.strerror or exc}", path=name) from exc
 
 
+def read_all(src: str | os.PathLike[str]) -> tuple[str, bytes]:
+    """A whole input (``-`` is stdin) as bytes with its display name: for commands that must archive
+    exactly what they read, or read it twice."""
+    name, handle = open_binary(src)
+    try:
+        return name, handle.read()
+    finally:
+        if name != "-":
+            handle.close()
+
+
+def named_bytes(name: str, data: bytes) -> io.BytesIO:
+    """A binary stream over ``data`` that reports ``name`` in errors, as the file would."""
+    stream = io.BytesIO(data)
+    stream.name = name
+    return stream
+
+
 def _excerpt(raw: bytes, limit: int = 60) -> str:
     text = raw[:limit].decode("utf-8", errors="replace")
     return repr(text + ("…" if len(raw) > limit else ""))

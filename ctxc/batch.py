@@ -1,0 +1,372 @@
+"""Many transcripts in one run: inputs, worker processes, progress, and a journal for resuming.
+
+A batch is a list of :class:`Input` and a per-file function. :func:`run_batch` runs the function in
+worker processes (``--jobs``), hands each :class:`Outcome` back in the order files finish (for the
+progress bar) and returns them in input order, so the report and every output are the same whatever
+the number of jobs. A failing file is an outcome, not an exception: one bad log never stops the batch
+unless ``fail_fast`` asks for it.
+
+Per-file functions must be importable top-level functions and their arguments and results picklable:
+they cross a process boundary. They report failures by raising :class:`~ctxc.errors.CtxcError`, which
+:func:`_call` turns into an :class:`Outcome` carrying the message and exit code (exception objects with
+keyword arguments do not survive pickling intact).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from ctxc.errors import CtxcError, ExitCode, InputError
+
+#: Suffixes a directory walk picks up when no ``--glob`` is given.
+TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One file of a batch: where it is, and its path relative to the argument that named it.
+
+    ``rel`` is what ``--out-dir`` mirrors: ``logs/a/b.jsonl`` found by walking ``logs`` has
+    ``rel == "a/b.jsonl"``; a file named directly has its own name.
+    """
+
+    path: str
+    rel: str
+
+
+def cpu_count() -> int:
+    """Cores this process may use (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _matches(rel: str, pattern: str | None) -> bool:
+    if pattern is None:
+        return rel.endswith(TRANSCRIPT_SUFFIXES)
+    # A pattern without a slash matches the file name at any depth, like .gitignore.
+    return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
+
+
+def collect_inputs(paths: Sequence[str], *, glob: str | None = None) -> list[Input]:
+    """Files as given, directories walked recursively (sorted, so the order never depends on the disk).
+
+    ``glob`` selects the files taken from directories (``*.json``, ``sessions/**/*.jsonl``); without
+    it a walk takes transcript files (``*.jsonl``, ``*.traj``). With no paths at all, ``glob`` walks
+    the current directory. A file named on the command line is always taken, whatever its name.
+    """
+    if not paths and glob is not None:
+        paths = ["."]
+    out: list[Input] = []
+    seen: set[str] = set()
+    for p in paths:
+        if p == "-":
+            out.append(Input("-", "-"))
+            continue
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(
+                rel
+                for rel in (f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file())
+                if _matches(rel, glob) and not Path(rel).name.startswith(".")
+            )
+            if not found:
+                what = glob or "*.jsonl, *.traj"
+                raise InputError(f"directory holds no transcripts ({what})", path=p)
+            for rel in found:
+                full = str(path / rel)
+                if full not in seen:
+                    seen.add(full)
+                    out.append(Input(full, rel))
+        elif str(path) not in seen:
+            seen.add(str(path))
+            out.append(Input(str(path), path.name))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[R]):
+    """What became of one input: a value, or the error that stopped it (message and exit code)."""
+
+    index: int
+    path: str
+    value: R | None = None
+    error: str | None = None
+    exit_code: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
+    start = time.perf_counter()
+    try:
+        value = work(item)
+    except CtxcError as exc:
+        return Outcome(
+            index, path, error=str(exc), exit_code=int(exc.exit_code), seconds=time.perf_counter() - start
+        )
+    return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
+
+
+def _worker_init() -> None:
+    # Workers leave Ctrl-C to the parent: the parent cancels what has not started and waits for the
+    # files in flight, whose outputs are atomic, so nothing partial is left either way. Without this
+    # every worker would print its own KeyboardInterrupt traceback.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_batch(
+    items: Sequence[tuple[str, T]],
+    work: Callable[[T], R],
+    *,
+    jobs: int = 1,
+    fail_fast: bool = False,
+    on_outcome: Callable[[Outcome[R]], None] | None = None,
+) -> list[Outcome[R]]:
+    """Run ``work`` over ``items`` (``(path, argument)`` pairs); outcomes come back in input order.
+
+    ``jobs == 1`` (or a single item) runs in this process, which keeps tracebacks and profiling simple.
+    With ``fail_fast`` the first failure cancels every file not yet started; the result then holds only
+    the files that ran. Ctrl-C cancels pending files, lets running ones finish or abort atomically, and
+    re-raises ``KeyboardInterrupt``.
+    """
+    notify = on_outcome or (lambda _o: None)
+    outcomes: dict[int, Outcome[R]] = {}
+    if jobs <= 1 or len(items) <= 1:
+        for i, (path, item) in enumerate(items):
+            outcome = _call(work, i, path, item)
+            outcomes[i] = outcome
+            notify(outcome)
+            if fail_fast and not outcome.ok:
+                break
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    # forkserver: workers start from a clean process rather than a fork of one that may hold
+    # tokenizer threads and SQLite connections, which fork would copy in an unknown state.
+    context = multiprocessing.get_context("forkserver")
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(items)), mp_context=context, initializer=_worker_init
+    )
+    try:
+        pending: dict[Future[Outcome[R]], int] = {
+            pool.submit(_call, work, i, path, item): i for i, (path, item) in enumerate(items)
+        }
+        stop = False
+        while pending and not stop:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=pending.__getitem__):
+                pending.pop(future)
+                outcome = future.result()
+                outcomes[outcome.index] = outcome
+                notify(outcome)
+                if fail_fast and not outcome.ok:
+                    stop = True
+        if stop:
+            for future in pending:
+                future.cancel()
+            # Files already running finish (their outputs are whole); report them too.
+            for future in list(pending):
+                if not future.cancelled():
+                    outcome = future.result()
+                    outcomes[outcome.index] = outcome
+                    notify(outcome)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [outcomes[i] for i in sorted(outcomes)]
+
+
+def batch_exit_code(outcomes: Sequence[Outcome[Any]], *, single: bool) -> int:
+    """0 when every file succeeded; a batch with failures exits 12 (``PARTIAL``).
+
+    ``single`` keeps the first failure's own code: for one file, and for ``--fail-fast``, which stops
+    at that failure.
+    """
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return int(ExitCode.OK)
+    return failed[0].exit_code if single else int(ExitCode.PARTIAL)
+
+
+# -- journal ---------------------------------------------------------------------------------------
+
+
+def fingerprint(doc: Any) -> str:
+    """A stable hash of options (sorted keys), for deciding whether a finished file needs redoing."""
+    return hashlib.sha256(
+        orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    ).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished.
+
+    A re-run skips an input when an entry has the same input sha256, options fingerprint and output
+    path, and the output file still holds the bytes that entry recorded. Lines are appended whole under
+    the archive's lock and fsynced, so a kill can at worst lose the last line (that file is redone)
+    and never corrupt earlier ones; a torn line is ignored when reading.
+    """
+
+    root: Path
+
+    @property
+    def path(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "journal.lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """The newest entry per (input sha256, options fingerprint, output path)."""
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        if not self.path.exists():
+            return out
+        for raw in self.path.read_bytes().splitlines():
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and {"input_sha256", "options", "output_path"} <= entry.keys():
+                out[(entry["input_sha256"], entry["options"], entry["output_path"])] = entry
+        return out
+
+    def record(self, entry: dict[str, Any]) -> None:
+        line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        with self._locked(), open(self.path, "ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def already_done(entry: dict[str, Any] | None) -> bool:
+    """True when a journal entry's output is still on disk with the bytes it recorded."""
+    if entry is None:
+        return False
+    out, want = entry.get("output_path"), entry.get("output_sha256")
+    if not isinstance(out, str) or not isinstance(want, str):
+        return False
+    try:
+        return file_sha256(out) == want
+    except OSError:
+        return False
+
+
+# -- progress --------------------------------------------------------------------------------------
+
+
+class BatchProgress:
+    """Progress on stderr: a rich bar on a terminal, a plain line every few seconds otherwise.
+
+    Shows files done, tokens processed, the rate and an ETA. Nothing for a single file or ``quiet``.
+    """
+
+    PLAIN_EVERY = 5.0
+
+    def __init__(self, total: int, what: str, *, quiet: bool = False) -> None:
+        self.total = total
+        self.what = what
+        self.enabled = total > 1 and not quiet
+        self.tty = sys.stderr.isatty()
+        self.done = 0
+        self.failed = 0
+        self.tokens = 0
+        self._start = time.monotonic()
+        self._last = self._start
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> BatchProgress:
+        if self.enabled and self.tty:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            from ctxc.cliutil import stderr_console
+
+            self._bar = Progress(
+                TextColumn(self.what),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[tokens]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=stderr_console(),
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.what, total=self.total, tokens="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def _tokens_text(self) -> str:
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        return f"{self.tokens:,} tokens, {self.tokens / elapsed:,.0f}/s"
+
+    def advance(self, *, tokens: int = 0, ok: bool = True) -> None:
+        self.done += 1
+        self.failed += 0 if ok else 1
+        self.tokens += tokens
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, tokens=self._tokens_text())
+            return
+        now = time.monotonic()
+        if now - self._last >= self.PLAIN_EVERY or self.done == self.total:
+            self._last = now
+            elapsed = now - self._start
+            eta = elapsed / self.done * (self.total - self.done)
+            failed = f", {self.failed} failed" if self.failed else ""
+            sys.stderr.write(
+                f"ctxc: {self.what} {self.done}/{self.total} files{failed}, {self._tokens_text()}, "
+                f"{elapsed:.0f}s elapsed, eta {eta:.0f}s\n"
+            )
+            sys.stderr.flush()

@@ -1,0 +1,212 @@
+"""The command line's side of batches: progress, errors on stderr, the run journal, the JSON report.
+
+:mod:`ctxc.batch` runs the files; this module decides what the user sees and what the exit code is.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ctxc.batch import BatchProgress, Outcome, cpu_count, run_batch
+from ctxc.cliutil import OutFormat, stderr_console
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def resolve_jobs(jobs: int | None, files: int) -> int:
+    """``--jobs`` (default: the cores this process may use), never more than there are files."""
+    return max(1, min(jobs if jobs is not None else cpu_count(), files))
+
+
+def run_files(
+    items: Sequence[tuple[str, T]],
+    work: Callable[[T], R],
+    *,
+    what: str,
+    jobs: int | None,
+    fail_fast: bool = False,
+    quiet: bool = False,
+    tokens_of: Callable[[R], int] = lambda _r: 0,
+    report_errors: bool = True,
+) -> list[Outcome[R]]:
+    """Run a per-file job over a batch with progress on stderr and each failure reported as it happens."""
+    err = stderr_console()
+    with BatchProgress(len(items), what, quiet=quiet) as progress:
+
+        def on_outcome(outcome: Outcome[R]) -> None:
+            if not outcome.ok and report_errors:
+                err.print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
+            tokens = tokens_of(outcome.value) if outcome.value is not None else 0
+            progress.advance(tokens=tokens, ok=outcome.ok)
+
+        return run_batch(
+            items, work, jobs=resolve_jobs(jobs, len(items)), fail_fast=fail_fast, on_outcome=on_outcome
+        )
+
+
+def run_compact_batch(
+    jobs_list: Sequence[Any],
+    *,
+    archive: str | None,
+    jobs: int | None,
+    fail_fast: bool,
+    force: bool,
+    quiet: bool,
+    fmt: OutFormat | None,
+    report: str | None,
+) -> int:
+    """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal. Returns the exit code.
+
+    A file is skipped when the journal holds an entry with its input sha256, the same options and the
+    same output path whose output is still on disk unchanged; for ``--in-place`` also when the input *is*
+    that recorded output (the file was already compacted with these options).
+    """
+    from ctxc.archive import archive_root
+    from ctxc.batch import Journal, already_done, batch_exit_code, file_sha256, fingerprint
+    from ctxc.compaction.files import compact_file, options_fingerprint_doc
+    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
+
+    dry_run = bool(jobs_list) and jobs_list[0].dry_run
+    journal = Journal(archive_root(archive))
+    done_entries = {} if force or dry_run else journal.entries()
+    for d in {str(Path(j.output).parent) for j in jobs_list}:
+        sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
+
+    rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
+    todo: list[tuple[int, Any, str, str]] = []
+    for k, job in enumerate(jobs_list):
+        opts = fingerprint(options_fingerprint_doc(job))
+        try:
+            sha = file_sha256(job.path)
+        except OSError:
+            sha = ""  # unreadable: let the job report it properly
+        entry = done_entries.get((sha, opts, job.output))
+        if entry is None and job.in_place:
+            entry = next(
+                (
+                    e
+                    for (_, o, out), e in done_entries.items()
+                    if o == opts and out == job.output and e.get("output_sha256") == sha
+                ),
+                None,
+            )
+        if entry is not None and already_done(entry):
+            rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
+        else:
+            todo.append((k, job, sha, opts))
+
+    outcomes = run_files(
+        [(job.path, job) for _, job, _, _ in todo],
+        compact_file,
+        what="compacting",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+        tokens_of=lambda doc: int(doc["run"]["tokens_before"]),
+    )
+    for outcome in outcomes:
+        k, job, sha, opts = todo[outcome.index]
+        if outcome.ok and outcome.value is not None:
+            run = outcome.value["run"]
+            row = _row(job, run, status="planned" if dry_run else "ok", seconds=outcome.seconds)
+            if not dry_run:
+                journal.record({**row, "input_sha256": sha, "options": opts})
+        else:
+            row = {
+                "path": job.path,
+                "output": None,
+                "status": "failed",
+                "error": outcome.error,
+                "exit_code": outcome.exit_code,
+                "seconds": round(outcome.seconds, 3),
+            }
+        rows[k] = row
+    finished = [r for r in rows if r is not None]
+    rc = batch_exit_code(outcomes, single=fail_fast)
+    totals = {
+        "files": len(jobs_list),
+        "ok": sum(r["status"] == "ok" for r in finished),
+        "planned": sum(r["status"] == "planned" for r in finished),
+        "skipped": sum(r["status"] == "skipped" for r in finished),
+        "failed": sum(r["status"] == "failed" for r in finished),
+        "not_run": len(jobs_list) - len(finished),
+        "tokens_before": sum(r.get("tokens_before") or 0 for r in finished),
+        "tokens_after": sum(r.get("tokens_after") or 0 for r in finished),
+    }
+    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
+    if report:
+        with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
+            handle.write(dumps(doc))
+    if fmt is OutFormat.json:
+        sys.stdout.buffer.write(dumps(doc))
+    elif fmt is OutFormat.table:
+        _print_table(finished)
+    if not quiet:
+        _print_totals(totals)
+    return rc
+
+
+def _row(job: Any, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
+    return {
+        "path": job.path,
+        "output": None if status == "planned" else job.output,
+        "status": status,
+        "format": run["format"],
+        "tokens_before": run["tokens_before"],
+        "tokens_after": run["tokens_after"],
+        "archive_id": run["archive_id"],
+        "output_sha256": run.get("output_sha256"),
+        "output_path": job.output,
+        "error": None,
+        "exit_code": 0,
+        "seconds": round(seconds, 3),
+    }
+
+
+def _row_from_entry(job: Any, entry: dict[str, Any]) -> dict[str, Any]:
+    keys = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256", "output_path")
+    return {
+        "path": job.path,
+        "output": job.output,
+        **{k: entry.get(k) for k in keys},
+        "error": None,
+        "exit_code": 0,
+        "seconds": 0.0,
+    }
+
+
+def _print_table(rows: Sequence[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    from ctxc.cliutil import stdout_console
+
+    table = Table("file", "status", "format", "before", "after", "archive")
+    for r in rows:
+        table.add_row(
+            r["path"],
+            r["status"],
+            r.get("format") or "",
+            f"{r['tokens_before']:,}" if r.get("tokens_before") is not None else "",
+            f"{r['tokens_after']:,}" if r.get("tokens_after") is not None else "",
+            (r.get("archive_id") or "")[:12],
+        )
+    stdout_console().print(table)
+
+
+def _print_totals(t: dict[str, Any]) -> None:
+    parts = [f"{t['ok']} compacted"]
+    for key, label in (("planned", "planned"), ("skipped", "already done"), ("failed", "failed")):
+        if t[key]:
+            parts.append(f"{t[key]} {label}")
+    if t["not_run"]:
+        parts.append(f"{t['not_run']} not run (--fail-fast)")
+    stderr_console().print(
+        f"ctxc: {t['files']} files: {', '.join(parts)}; "
+        f"{t['tokens_before']:,} → {t['tokens_after']:,} tokens",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,131 @@
+"""Compacting one file end to end: read, archive, compact, write atomically, record the run.
+
+``ctxc compact`` calls :func:`compact_file` for a single input in its own process and, for a batch, in
+worker processes (:mod:`ctxc.batch`), so both paths share one sequence of safety steps: the original
+is archived before anything is written, the output is written by temp file and rename, and only then
+is the run recorded in the manifest. A job and its report are plain data so they cross processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxc.archive import Archive, sha256_hex
+from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
+from ctxc.errors import UsageError
+from ctxc.formats import load
+from ctxc.output import atomic_output, envelope
+from ctxc.reader import ReadOptions, named_bytes, read_all
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJob:
+    """Everything one file's compaction needs; picklable, so it can run in a worker process."""
+
+    path: str
+    #: Output file, ``-`` for stdout; for ``in_place`` the input itself.
+    output: str
+    options: CompactOptions
+    archive: str | None = None
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+    dry_run: bool = False
+    in_place: bool = False
+    #: Create the output's directory first (``--out-dir`` mirrors the input tree).
+    make_dirs: bool = False
+
+
+def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
+    """What decides a file's output: a batch re-run with the same of these may skip the file.
+
+    Retries, timeouts, concurrency and caching change how the work is done, not its result, so they
+    are left out; the summarizer's model and command are in.
+    """
+    opts = asdict(job.options)
+    summarizer = opts.pop("summarizer_options")
+    for knob in ("use_cache",):
+        opts.pop(knob, None)
+    opts["summarizer_model"] = summarizer.get("model")
+    opts["summarizer_command"] = summarizer.get("command")
+    opts["segment_tokens"] = summarizer.get("segment_tokens")
+    opts["settings"] = dict(sorted(opts["settings"].items()))
+    return {
+        **opts,
+        "input_format": job.input_format,
+        "skip_invalid": job.read_options.skip_invalid,
+        "in_place": job.in_place,
+    }
+
+
+def compaction_report(
+    result: CompactionResult, options: CompactOptions, name: str, output: str
+) -> dict[str, Any]:
+    """The ``ctxc.compact/1`` document: what ``--report`` writes and the manifest's ``run`` entry."""
+    return envelope(
+        "compact",
+        run={
+            "input_path": name,
+            "output_path": output,
+            "archive_id": result.archive_id,
+            "input_sha256": result.input_sha256,
+            "format": result.transcript.format,
+            "strategy": options.strategy,
+            "options": {
+                "target_tokens": options.target_tokens,
+                "target_ratio": options.target_ratio,
+                "model": options.model,
+                "window": result.window,
+                "keep_last": options.keep_last,
+                "pins": list(options.pins),
+                "summarizer": options.summarizer,
+                "tokenizer": options.tokenizer,
+                "settings": dict(options.settings),
+            },
+            "tokens_before": result.tokens_before,
+            "tokens_after": result.tokens_after,
+            "savings": result.savings_by_strategy(),
+            "summarizer": {"name": options.summarizer, **dict(result.summarizer_usage or {})},
+        },
+        conversations=[
+            {
+                "conversation": c.conversation,
+                "tokens_before": c.tokens_before,
+                "tokens_after": c.tokens_after,
+                "target": c.target,
+                "pinned_tokens": c.pinned_tokens,
+                "actions": [dataclasses.asdict(a) for a in c.actions],
+                "repaired": [p.message for p in c.repaired],
+            }
+            for c in result.conversations
+        ],
+    )
+
+
+def compact_file(job: CompactJob) -> dict[str, Any]:
+    """Compact one file and return its report (with ``output_sha256`` once written).
+
+    Order matters: archive the original (inside :func:`compact_transcript`), write the output
+    atomically, then record the run. A failure or Ctrl-C at any point leaves the input as it was and
+    no partial output; a run that died after writing is simply not in the manifest or journal yet.
+    """
+    if job.in_place and job.path == "-":
+        raise UsageError("--in-place needs a file, not stdin")
+    name, data = read_all(job.path)
+    transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
+    store = None if job.dry_run else Archive.open(job.archive)
+    result = compact_transcript(transcript, job.options, archive=store, original_bytes=data)
+    doc = compaction_report(result, job.options, name, job.output)
+    if job.dry_run:
+        return doc
+    assert store is not None
+    out_bytes = result.transcript.to_bytes()
+    if job.make_dirs:
+        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+    # In place is the one write allowed onto an input, and only because the original is archived.
+    with atomic_output(job.output, inputs=() if job.in_place else (name,)) as handle:
+        handle.write(out_bytes)
+    entry = store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)})
+    return {**doc, "run": entry}

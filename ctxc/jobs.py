@@ -1,0 +1,149 @@
+"""Per-file work of the batch commands (analyze, validate, convert), as picklable jobs.
+
+Each ``*_file`` function takes a frozen job and returns plain data, so :func:`ctxc.batch.run_batch` can
+run it in a worker process; each raises :class:`~ctxc.errors.CtxcError` for a bad file. Compaction's
+job is :func:`ctxc.compaction.files.compact_file`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, make_counter
+from ctxc.reader import ReadOptions, named_bytes, read_all
+
+
+@functools.lru_cache(maxsize=8)
+def _counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> TextCounter:
+    # One counting service per process and setting: a worker analyzing 200 files loads the BPE once.
+    return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzeJob:
+    path: str
+    tokenizer: str = "o200k_base"
+    use_cache: bool = True
+    model: str | None = None
+    window: int | None = None
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+    top: int = 10
+    concurrency: int = 4
+    #: Also dry-run each adaptive stage (``--forecast``).
+    forecast: bool = False
+
+
+def analyze_file(job: AnalyzeJob) -> Analysis:
+    """``ctxc analyze`` for one file, plus the forecast and the Claude/o200k ratio when asked."""
+    from ctxc.analysis import analyze
+
+    counter = _counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
+    second_pass = job.forecast or job.tokenizer == "anthropic"
+    src: Any = job.path
+    data = b""
+    if second_pass:  # both read the transcript again: read the input once for all
+        name, data = read_all(job.path)
+        src = named_bytes(name, data)
+    result = analyze(
+        src,
+        counter=counter,
+        window=job.window,
+        model=job.model,
+        thresholds=job.thresholds,
+        input_format=job.input_format,
+        options=job.read_options,
+        top=job.top,
+    )
+    if job.forecast:
+        from ctxc.compaction.forecast import forecast
+        from ctxc.formats import load
+
+        transcript = load(
+            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+        )
+        result = replace(
+            result,
+            forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
+        )
+    if job.tokenizer == "anthropic":
+        result = replace(result, versus_o200k=_versus_o200k(result.path, data, job, counter))
+    return result
+
+
+def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: TextCounter) -> Any:
+    """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
+    from ctxc.formats import open_stream
+    from ctxc.model import Message
+    from ctxc.tokens.anthropic_backend import compare_with_o200k
+
+    stream = open_stream(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
+    try:
+        return compare_with_o200k((m for m in stream.items if isinstance(m, Message)), counter)
+    finally:
+        stream.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateJob:
+    path: str
+    strict: bool = True
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+
+
+def validate_file(job: ValidateJob) -> dict[str, Any]:
+    """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry."""
+    from ctxc.formats import load
+    from ctxc.validate import all_problems
+
+    t = load(job.path, input_format=job.input_format, options=job.read_options)
+    problems = all_problems(t.messages, strict=job.strict)
+    return {
+        "path": t.source,
+        "format": t.format,
+        "messages": len(t.messages),
+        "problems": [
+            {
+                "code": p.code,
+                "line": p.line,
+                "index": p.index,
+                "conversation": p.conversation,
+                "tool_id": p.tool_id,
+                "message": p.message,
+            }
+            for p in problems
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertJob:
+    path: str
+    output: str
+    #: ``same`` (the input's own format, byte for byte), ``chat-anthropic`` or ``chat-openai``.
+    to: str = "same"
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+    make_dirs: bool = False
+
+
+def convert_file(job: ConvertJob) -> dict[str, Any]:
+    """Write one transcript in another format; returns what was written where."""
+    from ctxc.convert import convert_transcript
+    from ctxc.formats import dump, load
+    from ctxc.output import atomic_output
+
+    transcript = load(job.path, input_format=job.input_format, options=job.read_options)
+    if job.make_dirs:
+        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(job.output, inputs=(job.path,)) as handle:
+        if job.to == "same":
+            dump(transcript, handle)
+        else:
+            handle.write(convert_transcript(transcript, job.to))
+    return {"path": transcript.source, "format": transcript.format, "output": job.output, "to": job.to}
