@@ -1,0 +1,428 @@
+"""Issue 5 from the command line: batches of files, worker processes, a resumable journal, one report.
+
+The interrupt tests run ctxc as a real subprocess and stop it with real signals (SIGINT, SIGKILL), because
+what is being tested is what a killed CI job leaves on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import SAMPLES, corpus_files
+
+from ctxc.archive import Archive, sha256_hex
+from ctxc.batch import Input, collect_inputs, run_batch
+from ctxc.cli import main
+from ctxc.errors import ExitCode, InputError
+from ctxc.formats import load
+from ctxc.output import TEMP_SUFFIX
+from ctxc.validate import pairing_problems
+
+COMPACT = ["--target-ratio", "0.5", "--window", "20000", "--quiet"]
+
+
+def run(*args: str) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    code = exc.value.code
+    return code if isinstance(code, int) else 0
+
+
+def make_tree(root: Path, *, broken: bool = True) -> Path:
+    """samples/ as a nested folder, plus (optionally) a file that is not JSON."""
+    src = root / "logs"
+    (src / "nested" / "deeper").mkdir(parents=True)
+    for p in sorted(SAMPLES.glob("*.jsonl")):
+        shutil.copy(p, src / p.name)
+    shutil.copy(SAMPLES / "codex.jsonl", src / "nested" / "codex-copy.jsonl")
+    shutil.copy(SAMPLES / "chat-openai.jsonl", src / "nested" / "deeper" / "openai-copy.jsonl")
+    (src / "nested" / "notes.txt").write_text("not a transcript\n")
+    if broken:
+        (src / "nested" / "broken.jsonl").write_bytes(b'{"role": "user", "content": "hi"}\n{not json\n')
+    return src
+
+
+def report(path: Path) -> dict[str, object]:
+    doc = orjson.loads(path.read_bytes())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_collect_inputs_walks_sorted_with_relative_paths(tmp_path: Path) -> None:
+    src = make_tree(tmp_path)
+    found = collect_inputs([str(src)])
+    rels = [i.rel for i in found]
+    assert rels == sorted(rels)
+    assert "nested/deeper/openai-copy.jsonl" in rels
+    assert "nested/notes.txt" not in rels
+    assert collect_inputs([str(src)], glob="*.txt") == [
+        Input(str(src / "nested" / "notes.txt"), "nested/notes.txt")
+    ]
+    assert [i.rel for i in collect_inputs([str(src)], glob="nested/*/*.jsonl")] == [
+        "nested/deeper/openai-copy.jsonl"
+    ]
+    # A file named directly is taken whatever its name, and only once.
+    notes = str(src / "nested" / "notes.txt")
+    assert collect_inputs([notes, notes]) == [Input(notes, "notes.txt")]
+    with pytest.raises(InputError, match="no transcripts"):
+        collect_inputs([str(src)], glob="*.nothing")
+
+
+def test_out_dir_mirrors_the_tree_and_one_bad_file_does_not_stop_the_batch(tmp_path: Path) -> None:
+    src = make_tree(tmp_path)
+    out = tmp_path / "out"
+    rep = tmp_path / "report.json"
+    rc = run("compact", str(src), "--out-dir", str(out), "--report", str(rep), "--jobs", "1", *COMPACT)
+    assert rc == ExitCode.PARTIAL
+    doc = report(rep)
+    assert doc["schema"] == "ctxc.compact-batch/1"
+    assert doc["exit_code"] == ExitCode.PARTIAL
+    files = {Path(str(f["path"])).relative_to(src).as_posix(): f for f in doc["files"]}  # type: ignore[union-attr]
+    assert files["nested/broken.jsonl"]["status"] == "failed"
+    assert "broken.jsonl:2" in str(files["nested/broken.jsonl"]["error"])
+    assert files["nested/broken.jsonl"]["exit_code"] == ExitCode.INPUT
+    ok = [rel for rel, f in files.items() if f["status"] == "ok"]
+    assert len(ok) == len(files) - 1
+    totals = doc["totals"]
+    assert isinstance(totals, dict)
+    assert totals["ok"] == len(ok)
+    assert totals["failed"] == 1
+    archive = Archive.open(os.environ["CTXC_ARCHIVE"])
+    for rel in ok:
+        f = files[rel]
+        written = out / rel
+        assert written.is_file()
+        assert sha256_hex(written.read_bytes()) == f["output_sha256"]
+        assert archive.read(str(f["archive_id"])) == (src / rel).read_bytes()
+        assert not pairing_problems(load(written).messages, strict=True)
+    assert not (out / "nested" / "broken.jsonl").exists()
+    assert not list(out.rglob(f"*{TEMP_SUFFIX}"))
+
+
+def test_several_inputs_need_an_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_tree(tmp_path, broken=False)
+    assert run("compact", str(src), *COMPACT) == ExitCode.USAGE
+    assert "--out-dir" in capsys.readouterr().err
+    assert (
+        run("compact", str(src), "--out-dir", str(tmp_path / "o"), "-o", "x.jsonl", *COMPACT)
+        == ExitCode.USAGE
+    )
+    assert (
+        run("compact", str(src), "--out-dir", str(tmp_path / "o"), "--in-place", *COMPACT) == ExitCode.USAGE
+    )
+
+
+def test_fail_fast_stops_at_the_first_failure_with_its_own_code(tmp_path: Path) -> None:
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "a-broken.jsonl").write_bytes(b"[1, 2]\n")
+    for name in ("b.jsonl", "c.jsonl"):
+        shutil.copy(SAMPLES / "chat-anthropic.jsonl", src / name)
+    rep = tmp_path / "r.json"
+    args = [
+        "compact",
+        str(src),
+        "--out-dir",
+        str(tmp_path / "o"),
+        "--report",
+        str(rep),
+        "--jobs",
+        "1",
+        *COMPACT,
+    ]
+    assert run(*args, "--fail-fast") == ExitCode.INPUT
+    doc = report(rep)
+    assert doc["totals"] == {**doc["totals"], "failed": 1, "ok": 0, "not_run": 2}  # type: ignore[dict-item]
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+
+
+def test_output_is_the_same_whatever_the_number_of_jobs(tmp_path: Path) -> None:
+    src = make_tree(tmp_path)
+    reports = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out{jobs}"
+        rep = tmp_path / f"r{jobs}.json"
+        arch = tmp_path / f"archive{jobs}"
+        rc = run(
+            "compact",
+            str(src),
+            "--out-dir",
+            str(out),
+            "--jobs",
+            jobs,
+            "--report",
+            str(rep),
+            "--archive",
+            str(arch),
+            *COMPACT,
+        )
+        assert rc == ExitCode.PARTIAL
+        reports.append(
+            [
+                {k: v for k, v in f.items() if k not in ("seconds", "output", "output_path")}
+                for f in report(rep)["files"]
+            ]
+        )  # type: ignore[union-attr]
+    assert reports[0] == reports[1]
+    one = {
+        p.relative_to(tmp_path / "out1"): p.read_bytes()
+        for p in (tmp_path / "out1").rglob("*")
+        if p.is_file()
+    }
+    two = {
+        p.relative_to(tmp_path / "out2"): p.read_bytes()
+        for p in (tmp_path / "out2").rglob("*")
+        if p.is_file()
+    }
+    assert one == two
+    assert len(one) == 7
+
+
+def test_a_rerun_skips_finished_files_and_redoes_what_changed(tmp_path: Path) -> None:
+    src = make_tree(tmp_path, broken=False)
+    out = tmp_path / "out"
+    rep = tmp_path / "r.json"
+    base = ["compact", str(src), "--out-dir", str(out), "--report", str(rep), "--jobs", "1"]
+    assert run(*base, *COMPACT) == 0
+    first = report(rep)["totals"]
+    assert isinstance(first, dict)
+    assert first["ok"] == 7
+    assert first["skipped"] == 0
+    assert run(*base, *COMPACT) == 0
+    again = report(rep)
+    assert again["totals"]["skipped"] == 7
+    assert again["totals"]["ok"] == 0
+    # Same figures for skipped files as when they were done.
+    assert again["totals"]["tokens_after"] == first["tokens_after"]  # type: ignore[index]
+    # A changed input, a deleted output, and different options are redone; --force redoes everything.
+    (src / "codex.jsonl").write_bytes((src / "codex.jsonl").read_bytes() + b"\n")
+    (out / "dataset.jsonl").unlink()
+    assert run(*base, *COMPACT) == 0
+    assert report(rep)["totals"]["ok"] == 2  # type: ignore[index]
+    assert run(*base, "--target-ratio", "0.4", "--window", "20000", "--quiet") == 0
+    assert report(rep)["totals"]["ok"] == 7  # type: ignore[index]
+    assert run(*base, *COMPACT, "--force") == 0
+    assert report(rep)["totals"]["ok"] == 7  # type: ignore[index]
+
+
+def test_in_place_archives_first_and_restore_gives_the_original_back(tmp_path: Path) -> None:
+    src = make_tree(tmp_path, broken=False)
+    originals = {p: p.read_bytes() for p in src.rglob("*.jsonl")}
+    rep = tmp_path / "r.json"
+    assert run("compact", str(src), "--in-place", "--report", str(rep), "--jobs", "1", *COMPACT) == 0
+    changed = [p for p, data in originals.items() if p.read_bytes() != data]
+    assert changed, "some file was over the target and should have been rewritten"
+    for p in changed:
+        restored = tmp_path / "restored.jsonl"
+        assert run("restore", str(p), "-o", str(restored)) == 0
+        assert restored.read_bytes() == originals[p]
+    # Running again does not compact the compacted files a second time.
+    assert run("compact", str(src), "--in-place", "--report", str(rep), "--jobs", "1", *COMPACT) == 0
+    assert report(rep)["totals"]["skipped"] == len(originals)  # type: ignore[index]
+
+
+def test_dry_run_batch_writes_nothing(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    src = make_tree(tmp_path, broken=False)
+    out = tmp_path / "out"
+    arch = tmp_path / "arch"
+    rc = run(
+        "compact",
+        str(src),
+        "--out-dir",
+        str(out),
+        "--dry-run",
+        "--format",
+        "json",
+        "--archive",
+        str(arch),
+        *COMPACT,
+    )
+    assert rc == 0
+    doc = orjson.loads(capsysbinary.readouterr().out)
+    assert doc["totals"]["planned"] == 7
+    assert not out.exists()
+    assert not arch.exists()
+
+
+def test_analyze_validate_convert_take_batches(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    src = make_tree(tmp_path)
+    assert run("analyze", str(src), "--format", "json", "--jobs", "2", "--quiet") == ExitCode.PARTIAL
+    doc = orjson.loads(capsysbinary.readouterr().out)
+    assert len(doc["files"]) == 7
+    assert doc["exit_code"] == ExitCode.PARTIAL
+    assert [e["path"].endswith("broken.jsonl") for e in doc["errors"]] == [True]
+    # Results are listed in input order whatever finished first.
+    assert [f["path"] for f in doc["files"]] == sorted(f["path"] for f in doc["files"])
+
+    assert run("validate", str(src), "--format", "json", "--jobs", "2", "--quiet") == ExitCode.PARTIAL
+    doc = orjson.loads(capsysbinary.readouterr().out)
+    assert len(doc["files"]) == 7
+    assert len(doc["errors"]) == 1
+
+    out = tmp_path / "converted"
+    assert run("convert", str(src), "--out-dir", str(out), "--jobs", "2", "--quiet") == ExitCode.PARTIAL
+    for p in src.rglob("*.jsonl"):
+        if p.name != "broken.jsonl":
+            assert (out / p.relative_to(src)).read_bytes() == p.read_bytes()
+
+
+def test_progress_lines_without_a_terminal_and_none_when_quiet(tmp_path: Path) -> None:
+    src = make_tree(tmp_path, broken=False)
+    base = [sys.executable, "-m", "ctxc", "analyze", str(src), "--format", "json", "--jobs", "1"]
+    env = {**os.environ, "NO_COLOR": "1"}
+    loud = subprocess.run(base, capture_output=True, env=env, check=True)
+    assert b"analyzing 7/7 files" in loud.stderr
+    assert b"tokens" in loud.stderr
+    quiet = subprocess.run([*base, "--quiet"], capture_output=True, env=env, check=True)
+    assert quiet.stderr == b""
+
+
+def _square(x: int) -> int:
+    if x == 3:
+        raise InputError("three is bad", path="three", line=1)
+    return x * x
+
+
+def test_run_batch_in_processes_keeps_input_order() -> None:
+    items = [(str(i), i) for i in range(8)]
+    for jobs in (1, 2):
+        outcomes = run_batch(items, _square, jobs=jobs)
+        assert [o.index for o in outcomes] == list(range(8))
+        assert [o.value for o in outcomes] == [0, 1, 4, None, 16, 25, 36, 49]
+        assert outcomes[3].error == "three:1: three is bad"
+        assert outcomes[3].exit_code == ExitCode.INPUT
+
+
+# -- interrupted runs ------------------------------------------------------------------------------
+
+
+def _many_files(root: Path, n: int) -> Path:
+    src = root / "many"
+    src.mkdir()
+    for k in range(n):
+        shutil.copy(SAMPLES / "claude-code.jsonl", src / f"s{k:03}.jsonl")
+    return src
+
+
+def _journal_lines(archive: Path) -> list[dict[str, object]]:
+    path = archive / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]  # every line parses
+
+
+def _assert_archive_sound(archive: Path) -> None:
+    store = Archive(archive)
+    for entry in store.manifest():
+        store.read(str(entry["input_sha256"]))  # sha256 checked on read
+    raw = (archive / "manifest.jsonl").read_bytes()
+    for line in raw.splitlines():
+        orjson.loads(line)
+    _journal_lines(archive)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_a_killed_batch_resumes_where_it_stopped(tmp_path: Path, sig: signal.Signals) -> None:
+    n = 60
+    src = _many_files(tmp_path, n)
+    out = tmp_path / "out"
+    archive = tmp_path / "archive"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctxc",
+        "compact",
+        str(src),
+        "--out-dir",
+        str(out),
+        "--archive",
+        str(archive),
+        "--jobs",
+        "2",
+        "--no-cache",
+        *COMPACT,
+    ]
+    env = {**os.environ, "CTXC_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while len(_journal_lines(archive)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    # The whole process group, as a CI runner's kill or a terminal's Ctrl-C would.
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=60)
+    done_before = len(_journal_lines(archive))
+    assert 3 <= done_before < n, "the batch finished before it could be interrupted"
+    if sig == signal.SIGINT:
+        assert proc.returncode == ExitCode.INTERRUPTED, proc.stderr.read() if proc.stderr else ""
+        assert not list(out.rglob(f"*{TEMP_SUFFIX}"))
+    _assert_archive_sound(archive)
+    for entry in _journal_lines(archive):  # every file the journal calls done is whole and valid
+        written = Path(str(entry["output_path"]))
+        assert sha256_hex(written.read_bytes()) == entry["output_sha256"]
+
+    rep = tmp_path / "r.json"
+    rerun = subprocess.run(
+        [*cmd, "--report", str(rep)], check=False, env=env, capture_output=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    totals = report(rep)["totals"]
+    assert isinstance(totals, dict)
+    assert totals["skipped"] >= done_before
+    assert totals["skipped"] + totals["ok"] == n
+    assert not list(out.rglob(f"*{TEMP_SUFFIX}"))  # a killed run's temp files are swept
+    _assert_archive_sound(archive)
+    for p in src.iterdir():
+        assert not pairing_problems(load(out / p.name).messages, strict=True)
+
+
+def test_two_processes_share_one_archive(tmp_path: Path) -> None:
+    files = list(corpus_files("**/*.jsonl")[:6]) or sorted(SAMPLES.glob("*.jsonl"))
+    src = tmp_path / "src"
+    src.mkdir()
+    for k, p in enumerate(files):
+        shutil.copy(p, src / f"{k:02}-{p.name}")
+    archive = tmp_path / "archive"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ctxc",
+                "compact",
+                str(src),
+                "--out-dir",
+                str(tmp_path / f"out{k}"),
+                "--archive",
+                str(archive),
+                "--jobs",
+                "1",
+                "--target-ratio",
+                "0.5",
+                "--window",
+                "1000000",
+                "--allow-over",
+                "--quiet",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    _assert_archive_sound(archive)
+    assert len(Archive(archive).manifest()) == 2 * len(files)
+    assert len(_journal_lines(archive)) == 2 * len(files)
