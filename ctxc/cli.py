@@ -73,7 +73,11 @@ def analyze(
         OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
     ] = None,
     tokenizer: Annotated[
-        str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
+        str,
+        typer.Option(
+            help="o200k_base, cl100k_base, approx, anthropic (Claude's counts via the API), or usage "
+            "(the usage Claude Code and Codex logs recorded; no counting)."
+        ),
     ] = "o200k_base",
     model: Annotated[
         str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
@@ -118,7 +122,10 @@ def analyze(
     if not files:
         raise UsageError("give a transcript file, a directory, or - for stdin")
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
-    workers = resolve_jobs(jobs, len(files))
+    if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
+        raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
+    # Recorded usage is a byte scan: worker processes would cost more to start than the work.
+    workers = resolve_jobs(jobs if jobs is not None or tokenizer != "usage" else 1, len(files))
     job = AnalyzeJob(
         "",
         tokenizer=tokenizer,
@@ -189,7 +196,13 @@ def _emit_analyses(
         for i, a in enumerate(results):
             if i:
                 console.print()
-            for part in render_analysis(a, show_messages=show_messages):
+            if a.tokenizer == "usage":  # recorded usage only: no messages to tabulate
+                from ctxc.usage_scan import render_usage
+
+                parts = render_usage(a)
+            else:
+                parts = render_analysis(a, show_messages=show_messages)
+            for part in parts:
                 console.print(part)
 
 
@@ -271,6 +284,15 @@ def _load_bytes(name: str, data: bytes, input_format: str | None, options: Any) 
     return load(named_bytes(name, data), input_format=input_format, options=options)
 
 
+def _load_reminders(path: str | None) -> Any:
+    """``--reminders FILE``: the rules, read (and checked) before any work."""
+    if path is None:
+        return None
+    from ctxc.reminders import ReminderRules
+
+    return ReminderRules.load(path)
+
+
 def _parse_sets(values: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in values:
@@ -289,6 +311,8 @@ def _parse_sets(values: list[str]) -> dict[str, str]:
         "  ctxc compact t.jsonl --strategy fifo --target-tokens 50000 -o small.jsonl\n\n"
         "  ctxc compact t.jsonl --target-ratio 0.3 --pin 'DO NOT' --pin 0-2 --report r.json > s.jsonl\n\n"
         "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
+        "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
+        "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
         "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default ./.ctxc/archive) "
         "before any "
         "output is written; `ctxc restore` gives it back byte for byte."
@@ -359,6 +383,10 @@ def compact(
     instructions: Annotated[
         str | None, typer.Option(help="Focus for summaries, like /compact [instructions].")
     ] = None,
+    reminders: Annotated[
+        str | None,
+        typer.Option("--reminders", help="Reminder rules (TOML): append the reminders due after compaction."),
+    ] = None,
     summary_model: Annotated[
         str | None,
         typer.Option(
@@ -417,6 +445,7 @@ def compact(
         settings=sets,
         instructions=instructions,
         use_cache=not no_cache,
+        reminders=_load_reminders(reminders),
         summarizer_options=SummarizerOptions(
             model=summary_model,
             concurrency=concurrency,
@@ -787,7 +816,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ("search",)
+COMMAND_MODULES: tuple[str, ...] = ("search", "check", "agent")
 
 
 def _register_command_modules() -> None:
@@ -807,9 +836,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(f"ctxc {__version__}\n")
         return
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
-    command = typer.main.get_command(app)
     try:
-        rc = command.main(args=args, prog_name="ctxc", standalone_mode=False)
+        rc = None
+        if args[:1] == ["analyze"] and any(a.endswith("usage") for a in args):
+            from ctxc.usage_scan import cli_fast_path  # --tokenizer usage without typer's start-up cost
+
+            rc = cli_fast_path(args)
+        if rc is None:
+            rc = typer.main.get_command(app).main(args=args, prog_name="ctxc", standalone_mode=False)
     except CtxcError as exc:
         if debug:
             raise
