@@ -188,6 +188,12 @@ def analyze(
     """
     from ctxc.profiles import resolve_window
 
+    if tokenizer == "usage" or getattr(counter, "name", None) == "usage":  # recorded usage, no counting
+        from ctxc.usage_scan import analyze_usage
+
+        return analyze_usage(
+            src, window=window, model=model, thresholds=thresholds, input_format=input_format, options=options
+        )
     th = check_thresholds(thresholds)
     win, model_name = resolve_window(model=model, window=window)
     if counter is None:
@@ -222,6 +228,30 @@ def scan_file(
     options: ReadOptions = ReadOptions(),
 ) -> Scan:
     """Read and count a file, streaming: only small per-message facts are kept."""
+    from ctxc.tokens import counting_processes
+
+    with counting_processes(counter, _size_of(src)):
+        return _scan(src, counter, input_format=input_format, options=options)
+
+
+def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
+    """The input's size in bytes when it is a regular file (0 otherwise: stdin, a stream)."""
+    try:
+        if isinstance(src, str | os.PathLike):
+            return 0 if str(src) == "-" else os.stat(src).st_size
+        buffer = getattr(src, "getbuffer", None)
+        return len(buffer()) if callable(buffer) else os.fstat(src.fileno()).st_size
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def _scan(
+    src: str | os.PathLike[str] | BinaryIO,
+    counter: TextCounter,
+    *,
+    input_format: str | None,
+    options: ReadOptions,
+) -> Scan:
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
     rows: list[tuple[int, int, str, str, str | None, int, int]] = []
@@ -344,6 +374,10 @@ def make_counter(
     ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
     tokenizer through the API, ``concurrency`` requests at a time.
     """
+    if tokenizer == "usage":  # reads the usage a log recorded (ctxc/usage_scan.py); counts nothing
+        from ctxc.usage_scan import RecordedUsageOnly
+
+        return RecordedUsageOnly()
     from ctxc.tokens import make_counting_service
 
     return make_counting_service(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)

@@ -136,6 +136,11 @@ def _worker_init() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The batch already runs one process per core; a worker forking counting processes of its own
+    # for a large file would only oversubscribe them.
+    from ctxc.tokens import tiktoken_backend
+
+    tiktoken_backend.processes_allowed = False
 
 
 def run_batch(

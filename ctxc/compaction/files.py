@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxc.analysis import make_counter
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.output import atomic_output, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.tokens import counting_processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,15 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     name, data = read_all(job.path)
     transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
     store = None if job.dry_run else Archive.open(job.archive)
-    result = compact_transcript(transcript, job.options, archive=store, original_bytes=data)
+    opts = job.options
+    counter = make_counter(
+        opts.tokenizer,
+        use_cache=opts.use_cache,
+        model=opts.model,
+        concurrency=opts.summarizer_options.concurrency,
+    )
+    with counting_processes(counter, len(data)):  # a large input is counted on every core
+        result = compact_transcript(transcript, opts, archive=store, counter=counter, original_bytes=data)
     doc = compaction_report(result, job.options, name, job.output)
     if job.dry_run:
         return doc

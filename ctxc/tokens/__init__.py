@@ -10,6 +10,7 @@ ranks are loaded, once per process, on the first count.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -95,3 +96,23 @@ def make_counting_service(
 
 
 __all__ = ["DEFAULT_TOKENIZER", "TOKENIZERS", "Tokenizer", "get_tokenizer", "make_counting_service"]
+
+
+#: Inputs smaller than this are counted in this process: forking workers would cost more than it saves.
+PROCESS_MIN_BYTES = 4 << 20
+
+
+def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
+    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
+
+    For tiktoken counters and large inputs only (see
+    :func:`ctxc.tokens.tiktoken_backend.worker_processes`); anything else gets a context that does
+    nothing. Use it around the whole read-and-count, before starting any thread of your own.
+    """
+    tokenizer = getattr(counter, "tokenizer", counter)
+    if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
+        return contextlib.nullcontext(False)
+    from ctxc.batch import cpu_count
+    from ctxc.tokens.tiktoken_backend import worker_processes
+
+    return worker_processes(tokenizer, cpu_count())
