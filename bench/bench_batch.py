@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args(argv)
 
+    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-batch-") as tmp_name:
         tmp = Path(tmp_name)
         env = env_for(tmp)

@@ -3,7 +3,8 @@
 Counting is the cost of analyze, and CI re-analyzes the same logs run after run. A scan (per-message
 tokens, roles, kinds, recorded usage, boundaries, pairing problems) depends only on the file's bytes,
 the tokenizer and the read options, so it is cached under a key made of exactly those and the ctxc
-version. A second run over an unchanged file then only hashes it (BLAKE2b, about 1 GB/s).
+version. A second run over an unchanged file finds it by the file's identity (or, failing that,
+by hashing it: BLAKE2b, about 1 GB/s).
 
 Files live in ``analyses/`` beside the token count cache (``$CTXC_CACHE_DIR``), written atomically
 (temp file + rename) so concurrent runs never see half a file. Like the count cache, this is an
@@ -17,6 +18,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
 _LAYOUT = 1
+#: How long a file must have been unchanged before its identity stands in for its content hash.
+_STILL_NS = 2_000_000_000
 
 
 def _directory() -> Path:
@@ -43,18 +47,58 @@ def _directory() -> Path:
 def scan_key(
     path: str | os.PathLike[str], tokenizer: str, input_format: str | None, options: ReadOptions
 ) -> str | None:
-    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why)."""
-    h = hashlib.blake2b(digest_size=20)
-    h.update(
-        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}|".encode()
+    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why).
+
+    The key hashes the content. Hashing 100 MB still takes a tenth of a second, so the key is also
+    remembered under the file's identity (device, inode, size, mtime and ctime, all to the nanosecond):
+    any write to the file changes its ctime, which no user tool can set back. An identity is only
+    remembered once the file has been still for two seconds, so a write landing in the same clock tick
+    as the hashing cannot go unnoticed.
+    """
+    prefix = (
+        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}|"
     )
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    ident = hashlib.blake2b(
+        f"{prefix}{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
+        f"{st.st_ctime_ns}".encode(),
+        digest_size=20,
+    ).hexdigest()
+    remembered = _directory() / "by-stat" / ident
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        key = remembered.read_text(encoding="ascii").strip()
+        if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
+            return key
+    h = hashlib.blake2b(digest_size=20)
+    h.update(prefix.encode())
     try:
         with open(path, "rb") as handle:
             while chunk := handle.read(_CHUNK):
                 h.update(chunk)
     except OSError:
         return None
-    return h.hexdigest()
+    key = h.hexdigest()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
+        _write_atomic(remembered, key.encode())
+    return key
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    tmp = ""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.warning("ctxc: not caching the analysis: %s", exc)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def load_scan(key: str, path: str) -> Scan | None:
@@ -92,19 +136,7 @@ def store_scan(key: str, scan: Scan) -> None:
         "problems": [_fields(p) for p in scan.problems],
         "skipped_lines": scan.skipped_lines,
     }
-    directory = _directory()
-    tmp = ""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(orjson.dumps(doc))
-        os.replace(tmp, directory / f"{key}.json")
-    except OSError as exc:
-        log.warning("ctxc: not caching the analysis: %s", exc)
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    _write_atomic(_directory() / f"{key}.json", orjson.dumps(doc))
 
 
 def _fields(obj: Any) -> dict[str, Any]:

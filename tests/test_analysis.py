@@ -199,3 +199,50 @@ def test_scan_cache_serves_a_second_run_and_follows_content(
     with pytest.raises(AssertionError, match="counted again"):
         analyze(path, counter=Refuses())  # type: ignore[arg-type]
     assert len(analyze(path).messages) == len(first.messages) + 1
+
+
+def test_scan_cache_by_file_identity_still_sees_a_same_size_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rewritten with the same size and its old mtime put back still gets scanned again: the
+    identity the cache remembers includes the ctime, which any write changes."""
+    import os
+
+    from ctxc import scancache
+
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(scancache, "_STILL_NS", 0)  # remember identities at once (normally after 2 s)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"role":"user","content":"aaaa"}\n')
+    first = analyze(path)
+    assert list((tmp_path / "cache" / "analyses" / "by-stat").iterdir())
+    st = path.stat()
+    path.write_bytes(b'{"role":"user","content":"a a "}\n')  # same size, more tokens
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = analyze(path)
+    assert second.total_tokens != first.total_tokens
+
+
+def test_scan_key_found_by_identity_without_reading_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxc import scancache
+    from ctxc.reader import ReadOptions
+
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(scancache, "_STILL_NS", 0)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes())
+    key = scancache.scan_key(path, "o200k_base", None, ReadOptions())
+    real_open = open
+
+    def no_open(file: object, *args: object, **kwargs: object) -> object:
+        if str(file) == str(path):
+            raise AssertionError("the file was read again")
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", no_open)
+    assert scancache.scan_key(path, "o200k_base", None, ReadOptions()) == key
+    # Other options are another key, and hashing them needs the content.
+    with pytest.raises(AssertionError, match="read again"):
+        scancache.scan_key(path, "cl100k_base", None, ReadOptions())

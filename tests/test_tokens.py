@@ -496,3 +496,22 @@ def test_make_counting_service(cache_dir: Path) -> None:
     assert service.cache.size() == 1
     assert make_counting_service(use_cache=False).cache is None
     assert make_counting_service().name == DEFAULT_TOKENIZER
+
+
+def test_rank_table_marshal_copy_is_used_and_a_damaged_one_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path))
+    spec = tb.SPECS["cl100k_base"]
+    expected = tb.parse_ranks(tb.read_rank_file(spec, None))
+    assert tb.load_ranks(spec) == expected  # parses, then writes the copy
+    (copy,) = (tmp_path / "bpe").iterdir()
+    monkeypatch.setattr(tb, "parse_ranks", lambda data: pytest.fail("parsed again"))
+    assert tb.load_ranks(spec) == expected
+    monkeypatch.undo()
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path))
+    blob = bytearray(copy.read_bytes())
+    blob[len(blob) // 2] ^= 0x01
+    copy.write_bytes(bytes(blob))
+    assert tb.load_ranks(spec) == expected  # the damaged copy is ignored and rewritten
+    assert copy.read_bytes() != bytes(blob)

@@ -123,10 +123,53 @@ def parse_ranks(data: bytes) -> dict[bytes, int]:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
 
 
+def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
+    if os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no"):
+        return None
+    from ctxc.tokens.cache import default_path
+
+    return default_path().parent / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
+
+
+def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
+    """The rank table, from a marshal copy in the cache directory when there is a sound one.
+
+    Parsing the base64 rank file takes about 0.3 s, loading its marshal copy about 0.03 s: that is a
+    third of a small file's ``ctxc analyze``. The copy is written once after the shipped file passed its
+    sha256 check, named after that hash, and carries a BLAKE2b of its own bytes, so a truncated or
+    altered copy is ignored (and rewritten) rather than trusted. Files given by ``path`` are not cached.
+    """
+    import marshal
+
+    cache = _ranks_cache_file(spec) if path is None else None
+    if cache is not None:
+        try:
+            blob = cache.read_bytes()
+            digest, payload = blob[:32], blob[32:]
+            if hashlib.blake2b(payload, digest_size=32).digest() == digest:
+                ranks = marshal.loads(payload)
+                if isinstance(ranks, dict) and len(ranks) > 1000:
+                    return ranks
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+    ranks = parse_ranks(read_rank_file(spec, path))
+    if cache is not None:
+        payload = marshal.dumps(ranks)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        try:  # an optimisation only: any failure leaves the next run parsing the file again
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(hashlib.blake2b(payload, digest_size=32).digest() + payload)
+            os.replace(tmp, cache)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return ranks
+
+
 def build_encoding(spec: EncodingSpec, path: Path | None = None) -> tiktoken.Encoding:
     import tiktoken
 
-    ranks = parse_ranks(read_rank_file(spec, path))
+    ranks = load_ranks(spec, path)
     return tiktoken.Encoding(
         name=spec.name,
         pat_str=spec.pat_str,
