@@ -40,6 +40,7 @@ import io
 import os
 import pstats
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -230,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_compact  {started:%Y-%m-%d %H:%M UTC}  {machine()}")
     print(f"langchain-core {lc_version}, tiktoken {dist_version('tiktoken')}")
     print(f"reproduce: {reproduce_line('bench_compact.py')}")
+    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
 
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-") as tmp_name:
         tmp = Path(tmp_name)
