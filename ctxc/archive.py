@@ -23,12 +23,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ctxc import __version__
 from ctxc.errors import ArchiveError
+
+if TYPE_CHECKING:
+    from ctxc.model import Transcript
 
 DEFAULT_ARCHIVE = Path(".ctxc") / "archive"
 MIN_PREFIX = 12
@@ -150,7 +153,26 @@ class Archive:
             raise ArchiveError(
                 f"cannot write the manifest: {exc.strerror or exc}", path=str(self.root)
             ) from exc
+        from ctxc.search import index_recorded_quietly
+
+        index_recorded_quietly(self, full)  # a no-op when the run's hook already indexed the original
         return full
+
+    def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
+        """Add a stored original to the search index beside the archive (``ctxc search``).
+
+        Never raises: the archive is the source of truth and ``ctxc search --reindex`` rebuilds the
+        index, so a failure is a warning on stderr and the caller's run goes on.
+        """
+        from ctxc.search import index_quietly
+
+        index_quietly(self, archive_id, transcript, source=source)
+
+    def index_blob(self, digest: str, *, origin: str, message: int, tool: str = "") -> None:
+        """Tell the search index that ``origin``'s message ``message`` was offloaded to ``digest``."""
+        from ctxc.search import note_blob_quietly
+
+        note_blob_quietly(self, digest, origin=origin, message=message, tool=tool)
 
     def manifest(self) -> list[dict[str, Any]]:
         path = self.root / "manifest.jsonl"

@@ -106,7 +106,7 @@ class Offload:
                     continue
                 use = calls.get(b.tool_use_id)
                 call = ToolCall(use.name, use.input) if use else ToolCall(b.name or "")
-                blob = store_blob(ctx, b.text)
+                blob = store_blob(ctx, b.text, message=msgs[pos].index, tool=call.name)
                 cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
                 text = result_pointer(b.text, call, blob, cite, tokens, cfg.preview_lines)
                 swap(pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
@@ -119,17 +119,23 @@ class Offload:
                         continue
                     cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
                     moved: list[str] = []
-                    new_input = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, cite, moved)
+                    new_input = _offload_input(
+                        b, keys, cfg.input_threshold_tokens, ctx, cite, moved, msgs[pos].index
+                    )
                     if moved:
                         swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
         return StrategyResult(tuple(msgs), tuple(actions))
 
 
-def store_blob(ctx: CompactContext, text: str) -> Blob:
-    """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go."""
+def store_blob(ctx: CompactContext, text: str, *, message: int = -1, tool: str = "") -> Blob:
+    """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go.
+
+    ``message`` and ``tool`` tell the search index which message of the original the text came from.
+    """
     data = text.encode("utf-8")
     if ctx.archive is not None:
         digest = ctx.archive.store(data)
+        ctx.archive.index_blob(digest, origin=ctx.archive_id, message=message, tool=tool)
         return Blob(digest, ctx.archive.path_of(digest))
     digest = sha256_hex(data)
     # Where the default archive would put it, so a dry run costs the same tokens as a real one.
@@ -169,6 +175,7 @@ def _offload_input(
     ctx: CompactContext,
     cite: str,
     moved: list[str],
+    message: int = -1,
 ) -> Any:
     """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
 
@@ -180,7 +187,7 @@ def _offload_input(
 
     def pointer(value: str, tokens: int, label: str) -> str:
         moved.append(label)
-        return input_pointer(tokens, store_blob(ctx, value), cite)
+        return input_pointer(tokens, store_blob(ctx, value, message=message, tool=block.name), cite)
 
     def walk(value: Any, key: str | None, path: str) -> Any:
         if isinstance(value, str):

@@ -1,0 +1,236 @@
+"""``ctxc eval``: measure each compaction strategy on planted facts, intent, survival, validity, budget."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from ctxc.cliutil import stderr_console, stdout_console
+
+
+class EvalFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class Scope(StrEnum):
+    session = "session"
+    archive = "archive"
+
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%\n\n"
+    "  ctxc eval logs/ --strategies fifo,adaptive --targets 0.1\n\n"
+    "  ctxc eval --seed 7 --generated 5 --format json > eval.json\n\n"
+    "  ctxc eval session.jsonl --search-scope archive --search-k 3\n\n"
+    "  ctxc eval session.jsonl --judge anthropic --judge-model claude-haiku-4-5\n\n"
+    "Facts (codes, names, numbers, decisions) are planted early in each transcript; after compaction each "
+    "must still be in the output or be found by `ctxc search` in the top --search-k hits. Targets are "
+    "shares of the window, which is each transcript's own size unless --window is given, so compaction "
+    "is always forced. Deterministic and offline unless --judge is given."
+)
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    from ctxc.errors import UsageError
+
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{what} takes comma-separated numbers, got {text!r}") from None
+
+
+def _pct(kept: int, total: int) -> str:
+    return f"{kept}/{total}" if total else "-"
+
+
+def _share(kept: int, total: int) -> str:
+    return f"{kept / total:.0%}" if total else "-"
+
+
+def _render(report: Any) -> None:
+    from rich.table import Table
+
+    console = stdout_console()
+    if not console.is_terminal:  # a file or a pipe has no width: do not cut the table to 80 columns
+        console.width = 150
+    rows = report.rows()
+    judged = any(r.judge is not None for r in rows)
+    table = Table(title="ctxc eval: each strategy at each target, over every transcript")
+    for col in ("strategy", "target", "needles", "kept+found", "intent", "paths", "errors", "decisions"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for col in ("valid", "budget", "ratio", "time"):
+        table.add_column(col, justify="right")
+    if judged:
+        table.add_column("judge", justify="right")
+    for r in rows:
+        cells = [
+            r.strategy,
+            f"{r.target_ratio:.0%}",
+            _pct(r.needles_recovered, r.needles),
+            f"{r.retained}+{r.by_search}",
+            _pct(r.intent_kept, r.intent),
+            _share(*r.survival["paths"]),
+            _share(*r.survival["errors"]),
+            _share(*r.survival["decisions"]),
+            _pct(r.valid, r.files),
+            _pct(r.budget_ok, r.files),
+            f"{r.mean_ratio:.2f}",
+            f"{r.seconds:.1f}s",
+        ]
+        if judged:
+            cells.append("-" if r.judge is None else f"{r.judge:.2f}")
+        table.add_row(*cells)
+    console.print(table)
+    console.print(
+        "needles: recovered/planted (kept in the output + found only by search); intent: first requests "
+        "and pinned instructions kept; paths/errors/decisions: share surviving verbatim or in a summary; "
+        "valid: no pairing or new role problem; budget: every conversation at or under target; ratio: "
+        "output/input tokens (mean).",
+        style="dim",
+        markup=False,
+    )
+    lost = report.lost_needles()
+    for case, n in lost:
+        console.print(
+            f"lost: {case.source} {case.strategy} {case.target_ratio:.0%}: {n.kind} “{n.subject}” "
+            f"= {n.value} (message {n.message}) neither kept nor in the top hits",
+            markup=False,
+            soft_wrap=True,
+        )
+    for case in report.cases:
+        if case.error:
+            console.print(f"error: {case.source} {case.strategy}: {case.error}", markup=False, soft_wrap=True)
+
+
+def eval_command(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transcripts or directories; none: sessions generated from --seed."),
+    ] = None,
+    strategies: Annotated[
+        str | None, typer.Option("--strategies", help="Comma-separated strategies (default: all).")
+    ] = None,
+    targets: Annotated[
+        str, typer.Option("--targets", help="Comma-separated targets, shares of the window.")
+    ] = "0.1,0.25",
+    seed: Annotated[int, typer.Option(help="Seed for generated sessions and planted facts.")] = 0,
+    generated: Annotated[
+        int, typer.Option("--generated", min=1, max=100, help="Sessions to generate when no paths are given.")
+    ] = 3,
+    needles: Annotated[
+        int, typer.Option("--needles", min=1, max=32, help="Facts planted per transcript.")
+    ] = 4,
+    window: Annotated[
+        int | None, typer.Option(help="Window in tokens (default: each transcript's own size).")
+    ] = None,
+    keep_last: Annotated[
+        int, typer.Option("--keep-last", min=1, help="Messages always kept at the end.")
+    ] = 4,
+    search_k: Annotated[
+        int,
+        typer.Option("--search-k", min=1, max=100, help="A needle counts as found within this many hits."),
+    ] = 5,
+    search_scope: Annotated[
+        Scope,
+        typer.Option(
+            "--search-scope",
+            help="session: search the transcript's own original (--id); archive: all transcripts at once.",
+        ),
+    ] = Scope.session,
+    hybrid: Annotated[
+        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc[embed]).")
+    ] = False,
+    archive: Annotated[
+        str | None,
+        typer.Option(
+            "--archive", help="Keep the evaluation's archive and index here (default: a temporary one)."
+        ),
+    ] = None,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="anthropic: also ask probe questions of a Claude model.")
+    ] = None,
+    judge_model: Annotated[
+        str | None, typer.Option("--judge-model", help="The judge's model (default: a current fast Claude).")
+    ] = None,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=20, help="Judge call retries.")] = 2,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one judge call may take.")] = 120.0,
+    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    fmt: Annotated[
+        EvalFormat | None,
+        typer.Option("--format", "-f", help="table (the default on a terminal) or json."),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
+    ] = False,
+) -> None:
+    """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
+    from ctxc.evaluate import EvalOptions, run_eval, sources_from
+    from ctxc.output import dumps, envelope
+
+    options = EvalOptions(
+        strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
+        targets=_floats(targets, "--targets"),
+        seed=seed,
+        generated=generated,
+        needles=needles,
+        window=window,
+        keep_last=keep_last,
+        tokenizer=tokenizer,
+        search_k=search_k,
+        search_scope=search_scope.value,
+        hybrid=hybrid,
+        use_cache=not no_cache,
+    )
+    the_judge = None
+    if judge is not None:
+        from ctxc.evaluate.judge import make_judge
+
+        the_judge = make_judge(
+            judge, model=judge_model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache
+        )
+    sources = sources_from(paths or [], options)
+    err = stderr_console()
+    if sys.stderr.isatty():
+        with err.status("evaluating") as status:
+            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=status.update)
+    else:
+        report = run_eval(sources, options, archive=archive, judge=the_judge)
+    for name, (got, wanted) in report.planted.items():
+        if got < wanted:
+            err.print(
+                f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)",
+                markup=False,
+                soft_wrap=True,
+            )
+    out = fmt or (EvalFormat.table if sys.stdout.isatty() else EvalFormat.json)
+    if out is EvalFormat.json:
+        from dataclasses import asdict
+
+        doc = envelope(
+            "eval",
+            options=asdict(options),
+            planted={k: {"planted": v[0], "asked": v[1]} for k, v in report.planted.items()},
+            summary=[r.to_json() for r in report.rows()],
+            lost=[
+                {
+                    "source": c.source,
+                    "strategy": c.strategy,
+                    "target_ratio": c.target_ratio,
+                    "needle": n.value,
+                }
+                for c, n in report.lost_needles()
+            ],
+            cases=[c.to_json() for c in report.cases],
+        )
+        sys.stdout.buffer.write(dumps(doc))
+    else:
+        _render(report)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval", epilog=EPILOG)(eval_command)

@@ -1,0 +1,214 @@
+"""``ctxc search`` and ``ctxc show``: find what compaction removed, and print it back.
+
+Thin: options in, :mod:`ctxc.search` does the work, rendering out.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from ctxc.cliutil import stderr_console, stdout_console
+
+
+class SearchFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class ShowFormat(StrEnum):
+    table = "table"
+    text = "text"
+    json = "json"
+    raw = "raw"
+
+
+ArchiveOpt = Annotated[
+    str | None,
+    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
+]
+
+SEARCH_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc search 'ORDER-7731 refund'\n\n"
+    "  ctxc search 'why did we drop redis' --limit 5 --format json\n\n"
+    "  ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only\n\n"
+    "  ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax\n\n"
+    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc[embed]\n\n"
+    "  ctxc search --reindex                                  # rebuild the index from the archive\n\n"
+    "Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
+    "updated as compaction archives them). Each hit names its message: print it with "
+    "`ctxc show <ref>`."
+)
+
+SHOW_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc show 3f2a9c1b4d5e:42\n\n"
+    "  ctxc show 3f2a9c1b4d5e:3-17 --format json\n\n"
+    "  ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is\n\n"
+    "  ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too\n\n"
+    "  ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte"
+)
+
+
+def _highlight(snippet: str) -> Any:
+    """A snippet with ``**`` markers as rich Text with the matches in bold."""
+    from rich.text import Text
+
+    text = Text()
+    for i, part in enumerate(snippet.split("**")):
+        text.append(part, style="bold yellow" if i % 2 else None)
+    return text
+
+
+def _render_hits(hits: list[Any], query: str) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    console = stdout_console()
+    if not hits:
+        console.print(f"no hits for {query!r}", markup=False)
+        return
+    table = Table("ref", "what", "score", "snippet", show_lines=True)
+    for h in hits:
+        what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
+        if h.blob:
+            what += f"\noffloaded to {h.blob[:12]}"
+        cell = _highlight(h.snippet)
+        cell.append("\n")
+        cell.append(Text(h.context.split(". Request:", 1)[0], style="dim"))  # the request: in --format json
+        score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
+        table.add_row(f"{h.ref}\nline {h.line}", what, score, cell)
+    console.print(table)
+
+
+def search_command(
+    query: Annotated[
+        str | None, typer.Argument(help="Words to look for (any order; rarer words weigh more).")
+    ] = None,
+    archive: ArchiveOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
+    fmt: Annotated[
+        SearchFormat | None,
+        typer.Option("--format", "-f", help="table (the default on a terminal) or json."),
+    ] = None,
+    archive_id: Annotated[
+        str | None, typer.Option("--id", help="Search only this original (an archive id or prefix).")
+    ] = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", help='The query is FTS5 syntax (AND, OR, NEAR, "phrase", prefix*).')
+    ] = False,
+    hybrid: Annotated[
+        bool,
+        typer.Option(
+            "--hybrid", help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc[embed]')."
+        ),
+    ] = False,
+    full: Annotated[bool, typer.Option("--full", help="JSON: include each hit's whole chunk text.")] = False,
+    reindex: Annotated[
+        bool,
+        typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
+    ] = False,
+) -> None:
+    """Full-text search (BM25) over every archived original message and offloaded tool output."""
+    from ctxc.archive import Archive
+    from ctxc.errors import UsageError
+    from ctxc.output import dumps, envelope
+    from ctxc.search import rebuild, search
+
+    store = Archive.open(archive)
+    if reindex:
+        report = rebuild(store)
+        for line in report.skipped:
+            stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
+        stderr_console().print(
+            f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
+            f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in {store.root / 'search.sqlite'}",
+            markup=False,
+            soft_wrap=True,
+        )
+        if query is None:
+            return
+    if query is None:
+        raise UsageError("give a query (or --reindex)")
+    hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
+    out = fmt or (SearchFormat.table if sys.stdout.isatty() else SearchFormat.json)
+    if out is SearchFormat.json:
+        doc = envelope(
+            "search",
+            query=query,
+            archive=str(store.root),
+            ranking="hybrid" if hybrid else "bm25",
+            hits=[h.to_json(full=full) for h in hits],
+        )
+        sys.stdout.buffer.write(dumps(doc))
+    else:
+        _render_hits(hits, query)
+
+
+def show_command(
+    ref: Annotated[
+        list[str],
+        typer.Argument(
+            help="<id12>:5, <id12>:3-17, an archive id, or a citation: ctxc archive <id12> messages 3-17."
+        ),
+    ],
+    archive: ArchiveOpt = None,
+    fmt: Annotated[
+        ShowFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table (default on a terminal), text (otherwise), json, or raw (the archived records).",
+        ),
+    ] = None,
+) -> None:
+    """Print original messages from the archive, by the reference summaries, placeholders and hits give."""
+    from ctxc.archive import Archive
+    from ctxc.output import dumps, envelope
+    from ctxc.search.show import plain, show, shown_json
+
+    shown = show(" ".join(ref), archive=Archive.open(archive))
+    out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
+    if out is ShowFormat.raw:
+        sys.stdout.buffer.write(shown.raw_records())
+        return
+    if out is ShowFormat.json:
+        sys.stdout.buffer.write(dumps(envelope("show", **shown_json(shown))))
+        return
+    if shown.transcript is None:  # an offloaded output: its text is all there is
+        sys.stdout.write(shown.text or "")
+        return
+    if out is ShowFormat.text:
+        sys.stdout.write(plain(shown.messages) + "\n")
+        return
+    _render_table(shown)
+
+
+def _render_table(shown: Any) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from ctxc.search.show import block_text
+
+    console = stdout_console()
+    src = f" ({shown.source})" if shown.source else ""
+    console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
+    table = Table("#", "line", "role", "content", show_lines=True)
+    for m in shown.messages:
+        cell = Text()
+        for n, (label, text) in enumerate(block_text(b) for b in m.blocks):
+            if n:
+                cell.append("\n")
+            cell.append(f"{label}\n", style="dim")
+            cell.append(text)
+        table.add_row(str(m.index), str(m.line), m.role, cell)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("search", epilog=SEARCH_EPILOG)(search_command)
+    app.command("show", epilog=SHOW_EPILOG)(show_command)

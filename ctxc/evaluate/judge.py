@@ -1,0 +1,315 @@
+"""``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone.
+
+For each compacted output, a model gets the output (rendered as the summarizers render transcripts)
+and numbered questions, and answers them in one JSON object. Each answer is scored against what is
+known to be true, without a second model: an answer is right when it contains the expected value.
+
+The probes:
+
+* **recall**: each planted code, name or number ("What is the vault rotation passphrase?");
+* **decisions**: each planted decision ("What was chosen for the message broker ...?");
+* **artifacts**: which files were changed (the paths of the original's Write/Edit/patch calls); the
+  score is the share of them the answer names (a path or its file name);
+* **continuation**: what the user asked for last (the words of the original's last request); the
+  score is the share of its key terms the answer uses.
+
+The model is called through the official ``anthropic`` SDK exactly as the anthropic summarizer calls
+it: imported only here and only when a judge is made, ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``
+read by the SDK, a preflight (``GET /v1/models/{model}``) that turns a missing or rejected key or an
+unknown model into exit 10/11 before any compaction runs, the SDK's retries, and answers cached on disk
+(the summary cache, under a key that cannot collide with a summary's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from ctxc.errors import AuthError, SummarizerError
+from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
+
+if TYPE_CHECKING:
+    from anthropic import Anthropic
+
+    from ctxc.evaluate.needles import Planted
+
+PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
+#: Characters of tool results kept when the compacted context is rendered for the judge (far more
+#: than a summary prompt keeps: the judge must see what the agent would see).
+RESULT_CHARS = 20_000
+#: Characters of the whole rendered context, head and tail kept (about 100k tokens).
+CONTEXT_CHARS = 400_000
+MAX_TOKENS = 1_024
+_CHANGE_TOOLS = frozenset({"write", "edit", "multiedit", "str_replace_editor", "apply_patch", "writefile"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.+)$", re.M)
+
+SYSTEM = (
+    "You are given the context an AI coding agent has left after its conversation history was "
+    "compacted. Answer each question using only that context: if the context does not say, answer "
+    '"unknown". Reply with one JSON object and nothing else, mapping each question number (as a '
+    'string) to a short answer, e.g. {"1": "...", "2": "..."}.'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    kind: str
+    question: str
+    #: What a right answer mentions; the score is the share mentioned (one for recall and decisions).
+    expected: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeScore:
+    """Per probe kind, the mean score (0-1) over that kind's probes; kinds without probes are absent."""
+
+    scores: Mapping[str, float]
+    answers: tuple[tuple[str, str, float], ...] = ()
+
+    @property
+    def overall(self) -> float:
+        return sum(self.scores.values()) / len(self.scores) if self.scores else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overall": round(self.overall, 4),
+            "scores": {k: round(v, 4) for k, v in self.scores.items()},
+            "answers": [{"question": q, "answer": a, "score": round(s, 4)} for q, a, s in self.answers],
+        }
+
+
+class Judge(Protocol):
+    def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore: ...
+
+
+# ------------------------------------------------------------------------------------------ probes
+
+
+def _changed_files(messages: Sequence[Message]) -> list[str]:
+    found: dict[str, None] = {}
+    for m in messages:
+        for b in m.blocks:
+            if not isinstance(b, ToolUseBlock):
+                continue
+            name = b.name.lower().rsplit("__", 1)[-1]
+            inp = b.input
+            if isinstance(inp, Mapping) and name in _CHANGE_TOOLS:
+                for key in ("file_path", "path", "filename"):
+                    v = inp.get(key)
+                    if isinstance(v, str) and v.strip() and "\n" not in v:
+                        found.setdefault(v.strip(), None)
+            text = inp if isinstance(inp, str) else ""
+            if isinstance(inp, Mapping):
+                text = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
+            for match in _PATCH_FILE.finditer(text):
+                found.setdefault(match.group(1).strip(), None)
+    return list(found)
+
+
+def _last_request(messages: Sequence[Message]) -> str:
+    from ctxc.search.chunks import is_request
+
+    for m in reversed(messages):
+        if is_request(m):
+            return " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
+    return ""
+
+
+def probes(planted: Planted, original: Transcript) -> list[Probe]:
+    """The probe questions for one planted transcript, with their known answers."""
+    from ctxc.compaction.postprocess import request_terms
+
+    out: list[Probe] = []
+    for n in planted.needles:
+        kind = "decisions" if n.kind == "decision" else "recall"
+        out.append(Probe(kind, n.question, (n.value,)))
+    messages = original.conversation(planted.conversation)
+    files = _changed_files(messages)[:8]
+    if files:
+        out.append(
+            Probe(
+                "artifacts",
+                "Which files were created or modified in this session? List their paths.",
+                tuple(files),
+            )
+        )
+    terms = request_terms(_last_request(messages))[:5]
+    if terms:
+        out.append(Probe("continuation", "What did the user ask for most recently?", tuple(terms)))
+    return out
+
+
+def score_answer(probe: Probe, answer: str) -> float:
+    low = answer.lower()
+    if probe.kind == "artifacts":
+        hits = sum(p.lower() in low or p.rsplit("/", 1)[-1].lower() in low for p in probe.expected)
+    else:
+        hits = sum(e.lower() in low for e in probe.expected)
+    return hits / len(probe.expected) if probe.expected else 0.0
+
+
+def parse_answers(text: str, count: int) -> list[str]:
+    """The answers of a reply that should be one JSON object; missing ones are empty."""
+    start, end = text.find("{"), text.rfind("}")
+    data: Any = None
+    if start >= 0 and end > start:
+        try:
+            data = orjson.loads(text[start : end + 1])
+        except orjson.JSONDecodeError:
+            data = None
+    if not isinstance(data, dict):
+        return [""] * count
+    out: list[str] = []
+    for i in range(1, count + 1):
+        v = data.get(str(i), "")
+        out.append(v if isinstance(v, str) else orjson.dumps(v).decode())
+    return out
+
+
+def render_context(messages: Sequence[Message]) -> str:
+    from ctxc.summarize.prompt import clip, render_transcript
+
+    return clip(render_transcript(messages, result_chars=RESULT_CHARS), CONTEXT_CHARS)
+
+
+def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
+    numbered = "\n".join(f"{i}. {p.question}" for i, p in enumerate(questions, 1))
+    return f"<context>\n{render_context(output)}\n</context>\n\nQuestions:\n{numbered}"
+
+
+# ------------------------------------------------------------------------------------------- the judge
+
+
+class AnthropicJudge:
+    """A Claude model as the judge, through the official SDK (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        max_retries: int = 2,
+        timeout: float = 120.0,
+        use_cache: bool = True,
+    ) -> None:
+        from ctxc.summarize import SummarizerOptions
+        from ctxc.summarize.anthropic import resolve_model
+
+        self.model = resolve_model(SummarizerOptions(model=model))
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.use_cache = use_cache
+        self._client: Anthropic | None = None
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.cache_hits = 0
+
+    def _make_client(self) -> Anthropic:
+        if self._client is None:
+            import anthropic
+
+            try:
+                client = anthropic.Anthropic(max_retries=self.max_retries, timeout=self.timeout)
+            except anthropic.CredentialsError as exc:
+                raise AuthError(f"no usable Anthropic credentials: {exc}") from None
+            if client.api_key is None and client.auth_token is None and client.credentials is None:
+                raise AuthError("ANTHROPIC_API_KEY is not set (--judge anthropic needs an API key)")
+            self._client = client
+        return self._client
+
+    def _map(self, exc: BaseException) -> Exception:
+        from ctxc.summarize.anthropic import map_api_error
+
+        base = str(self._client.base_url) if self._client is not None else "?"
+        return map_api_error(
+            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
+        )
+
+    def preflight(self) -> None:
+        """Check the key and the model before any work (exit 10 or 11 with a one-line message)."""
+        import anthropic
+
+        client = self._make_client()
+        try:
+            client.models.retrieve(self.model)
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._map(exc) from None
+
+    def ask(self, user: str) -> str:
+        """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
+        import anthropic
+
+        from ctxc.summarize.anthropic import SummaryCache
+
+        key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
+        cache = SummaryCache(disabled=not self.use_cache)
+        hit = cache.get(key) if cache.enabled else None
+        if hit is not None:
+            with self._lock:
+                self.cache_hits += 1
+            return hit
+        client = self._make_client()
+        try:
+            resp = client.messages.create(
+                model=self.model,
+                max_tokens=MAX_TOKENS,
+                system=SYSTEM,
+                messages=[{"role": "user", "content": user}],
+            )
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._map(exc) from None
+        with self._lock:
+            self.calls += 1
+        texts = [getattr(b, "text", "") for b in resp.content if getattr(b, "type", None) == "text"]
+        text = "".join(t for t in texts if isinstance(t, str))
+        if not text.strip():
+            raise SummarizerError(f"the judge model {self.model} returned an empty answer")
+        if cache.enabled:
+            usage = getattr(resp, "usage", None)
+            cache.put(
+                key,
+                self.model,
+                text,
+                int(getattr(usage, "input_tokens", 0) or 0),
+                int(getattr(usage, "output_tokens", 0) or 0),
+            )
+        cache.close()
+        return text
+
+    def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
+        questions = probes(planted, original)
+        if not questions:
+            return JudgeScore({})
+        answers = parse_answers(self.ask(build_prompt(output, questions)), len(questions))
+        per_kind: dict[str, list[float]] = {}
+        scored: list[tuple[str, str, float]] = []
+        for probe, answer in zip(questions, answers, strict=True):
+            s = score_answer(probe, answer)
+            per_kind.setdefault(probe.kind, []).append(s)
+            scored.append((probe.question, answer, s))
+        return JudgeScore(
+            {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}, tuple(scored)
+        )
+
+
+def make_judge(
+    name: str,
+    *,
+    model: str | None = None,
+    max_retries: int = 2,
+    timeout: float = 120.0,
+    use_cache: bool = True,
+) -> Judge:
+    """The judge called ``name`` (only ``anthropic``), preflighted: a key or model problem fails now."""
+    from ctxc.errors import UsageError
+
+    if name != "anthropic":
+        raise UsageError(f"unknown judge {name!r} (known: anthropic)")
+    judge = AnthropicJudge(model, max_retries=max_retries, timeout=timeout, use_cache=use_cache)
+    judge.preflight()
+    return judge

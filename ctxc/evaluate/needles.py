@@ -1,0 +1,318 @@
+"""Planting facts ("needles") early in a transcript, through its format adapter.
+
+Each needle is one sentence stating a fact nobody could guess (a code, a person's name, a number, a
+decision), with a question it answers and the words one would search for. Needles go into early
+messages that compaction is free to remove: tool results and user messages, never the pinned first
+request, the system prompt or the kept tail. A pinned instruction is planted the same way, and pinned
+(by a regular expression of its exact text), to check that pins survive.
+
+Planting goes through the adapters, not around them: the message's text block or tool result gets
+the sentence appended, the adapter's writer (:func:`ctxc.compaction.write.write_transcript`, the one
+compaction uses) encodes the changed messages back into records, and the bytes are read again. A
+message whose reread text lacks the sentence (a format that stores that text elsewhere) is passed
+over for the next candidate, so every needle reported as planted really is in the file, where the
+archive, ``ctxc search`` and ``ctxc show`` will see it.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ctxc.formats import get_adapter, load
+from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
+from ctxc.search.chunks import is_request
+
+#: Needles are planted among the first this share of a conversation's messages.
+EARLY_SHARE = 0.3
+
+_CODE_SUBJECTS = (
+    "vault rotation passphrase",
+    "canary rollout token",
+    "warehouse gate passcode",
+    "incident bridge PIN",
+    "license activation serial",
+    "sandbox tenant identifier",
+    "escrow release voucher",
+    "telemetry ingest secret",
+    "partner onboarding ticket",
+    "cold storage retrieval code",
+    "firmware signing nonce",
+    "dispute arbitration reference",
+)
+_NAME_SUBJECTS = (
+    "on-call reviewer for the settlement service",
+    "contact person at the acquiring bank",
+    "owner of the flaky nightly reconciliation job",
+    "auditor who signed off the ledger migration",
+    "liaison for the Lisbon data centre move",
+    "maintainer of the forked geohash library",
+    "approver of the quarterly firewall exceptions",
+    "translator of the Icelandic storefront",
+)
+_NUMBER_SUBJECTS = (
+    "row count of the legacy ledger table",
+    "monthly quota of the geocoding provider",
+    "latency budget of the checkout saga in milliseconds",
+    "number of orphaned attachments found in the bucket",
+    "peak throughput of the tariff importer per hour",
+    "size of the quarantine backlog in kilobytes",
+    "count of dormant loyalty accounts purged",
+    "expected yearly egress of the mirror in gigabytes",
+)
+_DECISION_SUBJECTS = (
+    ("message broker for the notification fan-out", ("NATS", "RabbitMQ", "Kafka", "Redis Streams")),
+    ("serialization format of the audit trail", ("CBOR", "Avro", "MessagePack", "Protobuf")),
+    ("scheduler for the nightly reconciliation", ("Temporal", "Airflow", "cron", "Celery beat")),
+    ("object store for the invoice archive", ("MinIO", "Ceph", "SeaweedFS", "Garage")),
+    ("feature flag service of the mobile app", ("Unleash", "Flagsmith", "GrowthBook", "flipt")),
+    ("geocoder behind the address autocomplete", ("Pelias", "Nominatim", "Photon", "libpostal")),
+)
+_FIRST = ("Marisol", "Tobiah", "Ingrid", "Oluwaseun", "Radomir", "Henrike", "Caoimhe", "Yevgenia", "Baptiste")
+_LAST = ("Quennell", "Okonkwo-Baird", "Vasquez-Lind", "Thorvaldsen", "Abernathy", "Szczepanik", "Delacroix")
+#: Each transcript's needles are about one project, named from here, as real facts are: the name keeps
+#: two transcripts' facts on the same subject apart when they share an archive.
+_PROJECTS = (
+    "Halcyon", "Basalt", "Juniper", "Marlin", "Quartzite", "Tamarind", "Vireo", "Obsidian", "Larkspur",
+    "Cobalt", "Saffron", "Wolfram", "Heron", "Talus", "Zephyrine", "Peregrine", "Cinnabar", "Alder",
+    "Nimbus", "Fjord", "Garnet", "Ibex", "Kestrel", "Lichen", "Mistral", "Nacre", "Ocelot", "Pumice",
+    "Quokka", "Rowan", "Sorrel", "Tupelo", "Umber", "Verdigris", "Wapiti", "Yarrow", "Zircon", "Bramble",
+)  # fmt: skip
+_CODE_WORDS = ("OSPREY", "MAGPIE", "KESTREL", "PLOVER", "SISKIN", "BITTERN", "WRYNECK")
+
+
+@dataclass(frozen=True, slots=True)
+class Needle:
+    """One planted fact: the sentence, what it answers, and what finds it."""
+
+    kind: str  # code | name | number | decision
+    subject: str
+    value: str
+    sentence: str
+    question: str
+    #: Words one would search for: the subject, not the answer.
+    query: str
+    #: Index of the message it was planted in (-1 until planted).
+    message: int = -1
+
+
+def make_needles(rng: random.Random, count: int = 4) -> list[Needle]:
+    """``count`` needles of rotating kinds, their subjects and values drawn from ``rng``."""
+    kinds = ("code", "name", "number", "decision")
+    project = f"the {rng.choice(_PROJECTS)} project"
+    out: list[Needle] = []
+    subjects: dict[str, list[Any]] = {
+        "code": rng.sample(_CODE_SUBJECTS, len(_CODE_SUBJECTS)),
+        "name": rng.sample(_NAME_SUBJECTS, len(_NAME_SUBJECTS)),
+        "number": rng.sample(_NUMBER_SUBJECTS, len(_NUMBER_SUBJECTS)),
+        "decision": rng.sample(range(len(_DECISION_SUBJECTS)), len(_DECISION_SUBJECTS)),
+    }
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        pool = subjects[kind]
+        pick = pool[(i // len(kinds)) % len(pool)]
+        if kind == "code":
+            subject = f"{pick} of {project}"
+            prefix = "".join(rng.choice("BCDFGHJKLMNPQRSTVWXZ") for _ in range(2))
+            value = f"{prefix}-{rng.randint(1000, 9999)}-{rng.choice(_CODE_WORDS)}"
+            sentence = f"For the record, the {subject} is {value}."
+            question = f"What is the {subject}?"
+        elif kind == "name":
+            subject = f"{pick} in {project}"
+            value = f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+            sentence = f"Note that the {subject} is {value}."
+            question = f"Who is the {subject}?"
+        elif kind == "number":
+            subject = f"{pick} in {project}"
+            value = f"{rng.randint(1_000_000, 9_999_999):,}"
+            sentence = f"FYI the {subject} is {value}."
+            question = f"What is the {subject}?"
+        else:
+            topic, options = _DECISION_SUBJECTS[int(pick)]
+            subject = f"{topic} of {project}"
+            chosen, rejected = rng.sample(options, 2)
+            value = chosen
+            sentence = f"Decision: for the {subject} we go with {chosen} instead of {rejected}."
+            question = f"What was chosen for the {subject}?"
+        out.append(Needle(kind, subject, value, sentence, question, query=subject))
+    return out
+
+
+def make_instruction(rng: random.Random) -> str:
+    """A standing instruction with a unique tag, planted and pinned to check that pins survive."""
+    tag = f"R-{rng.randint(100, 999)}"
+    rule = rng.choice(
+        (
+            "never run the database migrations against the production replica",
+            "always keep the public API of the client module backwards compatible",
+            "do not add new runtime dependencies without asking first",
+        )
+    )
+    return f"Standing rule {tag}: {rule}."
+
+
+@dataclass(frozen=True, slots=True)
+class Planted:
+    """A transcript with needles in it, as bytes and as read back."""
+
+    transcript: Transcript
+    data: bytes
+    needles: tuple[Needle, ...]
+    instruction: str | None
+    #: The regular expression that pins the instruction's message (``CompactOptions.pins``).
+    pin: str | None
+    #: The conversation needles were planted in (the one with the most removable messages).
+    conversation: int
+
+
+def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:
+    """Messages compaction may remove, early ones first: user text (not the first request) and tool
+    results, else any text; never the first request, system or critical messages, or the kept tail.
+
+    Returns (early, later): the early span (the first :data:`EARLY_SHARE` of the conversation) is
+    preferred; later messages are used only when a short conversation has too few early ones.
+    """
+    n = len(messages)
+    early = max(1, int(n * EARLY_SHARE))
+    tail = n - max(keep_last, 1)
+    first_request = next((m.index for m in messages if is_request(m)), None)
+    usual: list[tuple[int, Message]] = []
+    other: list[tuple[int, Message]] = []
+    for pos, m in enumerate(messages[: max(0, tail)]):
+        if m.index == first_request or m.role == "system" or m.importance == "critical" or _target(m) is None:
+            continue
+        if any(isinstance(b, ToolResultBlock) for b in m.blocks) or m.role == "user":
+            usual.append((pos, m))
+        else:
+            other.append((pos, m))
+    ranked = usual + other  # tool results and user text first, then assistant text
+    return [m for pos, m in ranked if pos < early], [m for pos, m in ranked if pos >= early]
+
+
+def _target(m: Message) -> int | None:
+    """The block a sentence goes into: the last tool result, else the last non-empty text block."""
+    for i in range(len(m.blocks) - 1, -1, -1):
+        if isinstance(m.blocks[i], ToolResultBlock):
+            return i
+    for i in range(len(m.blocks) - 1, -1, -1):
+        b = m.blocks[i]
+        if isinstance(b, TextBlock) and b.text.strip():
+            return i
+    return None
+
+
+def _with_sentence(m: Message, sentence: str) -> Message | None:
+    i = _target(m)
+    if i is None:
+        return None
+    b = m.blocks[i]
+    if isinstance(b, ToolResultBlock):
+        new: ToolResultBlock | TextBlock = replace(b, text=f"{b.text.rstrip()}\n{sentence}")
+    elif isinstance(b, TextBlock):
+        new = replace(b, text=f"{b.text.rstrip()}\n\n{sentence}")
+    else:
+        return None
+    blocks = list(m.blocks)
+    blocks[i] = new
+    return replace(m, blocks=tuple(blocks))
+
+
+def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Transcript:
+    from ctxc.compaction.write import write_transcript
+
+    adapter = get_adapter(transcript.format)
+    written = write_transcript(transcript, {conv: tuple(messages)}, adapter, archive_id="")
+    stream = io.BytesIO(written.to_bytes())
+    stream.name = transcript.source
+    return replace(load(stream, input_format=transcript.format), source=transcript.source)
+
+
+def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
+    """The conversation with the most messages to plant in (then the largest): usually the only one,
+    for datasets the line with the most removable messages."""
+    convs = sorted({m.conversation for m in t.messages})
+    if len(convs) <= 1:
+        return convs[0] if convs else 0
+
+    def room(conv: int) -> tuple[int, int, int]:
+        msgs = t.conversation(conv)
+        early, later = _candidates(msgs, keep_last)
+        return len(early) + len(later), sum(len(m.text) for m in msgs), -conv
+
+    return max(convs, key=room)
+
+
+def plant(
+    transcript: Transcript,
+    needles: Sequence[Needle],
+    *,
+    instruction: str | None = None,
+    keep_last: int = 4,
+) -> Planted:
+    """``transcript`` with each needle in its own early message (see the module docstring).
+
+    Needles that find no message to go into are left out of the result's ``needles``; the caller
+    reports how many were planted.
+    """
+    conv = _roomiest_conversation(transcript, keep_last)
+    current = transcript
+    planted: list[Needle] = []
+    used: set[int] = set()
+    for needle in needles:
+        messages = current.conversation(conv)
+        early, later = (
+            [m for m in group if m.index not in used] for group in _candidates(messages, keep_last)
+        )
+        # Spread the needles over the early span: the k-th of n goes about k/n of the way in.
+        cut = (len(planted) * len(early)) // max(1, len(needles))
+        for m in early[cut:] + early[:cut] + later:
+            changed = _with_sentence(m, needle.sentence)
+            if changed is None:
+                continue
+            msgs = [changed if x.index == m.index else x for x in messages]
+            try:
+                candidate = _write(current, conv, msgs)
+            except Exception:  # an adapter that cannot encode this message: try another one
+                continue
+            reread = next((x for x in candidate.messages if x.index == m.index), None)
+            if reread is None or needle.sentence not in reread.text:
+                continue
+            if len(candidate.messages) != len(current.messages):
+                continue  # the writer changed the conversation's shape: not a faithful plant
+            current = candidate
+            used.add(m.index)
+            planted.append(replace(needle, message=m.index))
+            break
+    pin: str | None = None
+    if instruction is not None:
+        current, pin = _plant_instruction(current, conv, instruction, used, keep_last)
+    return Planted(current, current.to_bytes(), tuple(planted), instruction if pin else None, pin, conv)
+
+
+def _plant_instruction(
+    t: Transcript, conv: int, instruction: str, used: set[int], keep_last: int
+) -> tuple[Transcript, str | None]:
+    """Append ``instruction`` to a user message in the first half (the first request if none other)."""
+    messages = t.conversation(conv)
+    half = messages[: max(1, len(messages) // 2)]
+    users = [m for m in half if m.role == "user" and _target(m) is not None and m.index not in used]
+    texts = [m for m in users if any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)]
+    first = next((m for m in messages if is_request(m)), None)
+    order = [m for m in texts if first is None or m.index != first.index] + ([first] if first else []) + users
+    for m in order:
+        changed = _with_sentence(m, instruction)
+        if changed is None:
+            continue
+        try:
+            candidate = _write(t, conv, [changed if x.index == m.index else x for x in messages])
+        except Exception:  # as in plant()
+            continue
+        reread = next((x for x in candidate.messages if x.index == m.index), None)
+        if reread is None or instruction not in reread.text or len(candidate.messages) != len(t.messages):
+            continue
+        return candidate, re.escape(instruction)
+    return t, None

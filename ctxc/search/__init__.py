@@ -1,0 +1,333 @@
+"""Find what compaction removed: full-text search over an archive's originals, and ``ctxc show``.
+
+The index (``<archive>/search.sqlite``, :mod:`ctxc.search.index`) is updated when the archive is
+written: :meth:`ctxc.archive.Archive.index` is called by the compaction run right after the original
+is stored, :meth:`~ctxc.archive.Archive.index_blob` by offload for each offloaded output, and
+:meth:`~ctxc.archive.Archive.record_run` indexes a run's original if nothing did yet (``ctxc repair``).
+Those hooks never fail a run: the archive is the source of truth, so an indexing failure is one
+warning on stderr and the run goes on; :func:`search` catches up with the manifest before each query,
+and :func:`rebuild` (``ctxc search --reindex``) makes the whole index again from the archive.
+
+``CTXC_NO_INDEX=1`` turns the hooks off (the next search then indexes what the manifest lists).
+
+Library use::
+
+    from ctxc.archive import Archive
+    from ctxc.search import search
+
+    for hit in search("ORDER-7731 refund", archive=Archive.open(), limit=5):
+        print(hit.ref, hit.snippet)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ctxc.errors import ArchiveError, CtxcError
+from ctxc.search.index import Hit, SearchIndex, fts_query, open_index
+
+if TYPE_CHECKING:
+    from ctxc.archive import Archive
+    from ctxc.model import Transcript
+    from ctxc.search.embed import Embedder
+
+__all__ = [
+    "Hit",
+    "RebuildReport",
+    "SearchIndex",
+    "fts_query",
+    "index_transcript",
+    "rebuild",
+    "search",
+    "sync",
+]
+
+log = logging.getLogger(__name__)
+
+#: Tool input strings shorter than this were never offloaded (offload's thresholds are in the
+#: thousands of tokens), so a rebuild does not hash them when it looks for blobs' origins.
+_BLOB_MIN_CHARS = 200
+
+
+def indexing_disabled() -> bool:
+    return os.environ.get("CTXC_NO_INDEX", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _warn(root: Any, what: str, exc: BaseException) -> None:
+    log.warning(
+        "ctxc: warning: the search index of %s was not updated (%s: %s); %s is safe in the archive, "
+        "and `ctxc search --reindex` rebuilds the index",
+        root,
+        type(exc).__name__,
+        exc,
+        what,
+    )
+
+
+def index_transcript(
+    archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
+) -> int:
+    """Index an archived original (by its archive id); returns the chunks added (0 if already there)."""
+    from ctxc.search.chunks import chunk_transcript
+
+    with SearchIndex.for_archive(archive.root) as index:
+        if index.has(archive_id):
+            return 0
+        name = source if source is not None else transcript.source
+        return index.add(
+            archive_id,
+            chunk_transcript(transcript, source=name),
+            source=name,
+            fmt=transcript.format,
+            messages=len(transcript.messages),
+        )
+
+
+def index_quietly(
+    archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
+) -> None:
+    """:func:`index_transcript` for the archive's hooks: any failure is a warning, never an exception."""
+    if indexing_disabled():
+        return
+    try:
+        index_transcript(archive, archive_id, transcript, source=source)
+    except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+        _warn(archive.root, f"original {archive_id[:12]}", exc)
+
+
+def note_blob_quietly(archive: Archive, digest: str, *, origin: str, message: int, tool: str) -> None:
+    """Record where an offloaded output came from (a failure is a warning, never an exception)."""
+    if indexing_disabled():
+        return
+    try:
+        with SearchIndex.for_archive(archive.root) as index:
+            index.add_blob(digest, origin=origin, message=message, tool=tool)
+    except (OSError, sqlite3.Error) as exc:
+        _warn(archive.root, f"offloaded output {digest[:12]}", exc)
+
+
+def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
+    """After a manifest line: index the run's original if no hook did (``ctxc repair``, other tools)."""
+    ident = entry.get("archive_id") or entry.get("input_sha256")
+    if indexing_disabled() or not isinstance(ident, str):
+        return
+    try:
+        with SearchIndex.for_archive(archive.root) as index:
+            if index.has(ident):
+                return
+        _index_object(archive, ident, entry)
+    except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+        _warn(archive.root, f"original {ident[:12]}", exc)
+
+
+def _load_object(archive: Archive, ident: str, fmt: str | None) -> Transcript:
+    from ctxc.formats import load
+    from ctxc.reader import ReadOptions
+
+    stream = io.BytesIO(archive.read(ident))
+    stream.name = ident[:12]
+    # Whatever the original run accepted (skipped lines, huge lines) must load again here.
+    options = ReadOptions(skip_invalid=True, max_line_bytes=1 << 40)
+    return load(stream, input_format=fmt or None, options=options)
+
+
+def _index_object(archive: Archive, ident: str, entry: Mapping[str, Any]) -> int:
+    fmt = entry.get("format")
+    transcript = _load_object(archive, ident, fmt if isinstance(fmt, str) else None)
+    source = entry.get("input_path")
+    return index_transcript(archive, ident, transcript, source=source if isinstance(source, str) else None)
+
+
+def _manifest_originals(archive: Archive) -> dict[str, dict[str, Any]]:
+    """The latest manifest entry of each archived original (by full archive id)."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in archive.manifest():
+        ident = entry.get("archive_id") or entry.get("input_sha256")
+        if isinstance(ident, str) and len(ident) == 64:
+            out[ident] = entry
+    return out
+
+
+def sync(archive: Archive, index: SearchIndex) -> int:
+    """Index every original the manifest lists that the index lacks; returns how many were added.
+
+    What cannot be read back is skipped with a warning (the rest of the archive stays searchable).
+    """
+    have = index.archive_ids()
+    added = 0
+    for ident, entry in _manifest_originals(archive).items():
+        if ident in have or not archive.object_path(ident).exists():
+            continue
+        try:
+            _index_object(archive, ident, entry)
+            added += 1
+        except CtxcError as exc:
+            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], exc)
+    return added
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    originals: int
+    texts: int
+    blobs: int
+    chunks: int
+    skipped: tuple[str, ...] = ()
+
+
+def _objects(archive: Archive) -> Iterator[str]:
+    base = archive.root / "objects"
+    if not base.is_dir():
+        return
+    for bucket in sorted(base.iterdir()):
+        if bucket.is_dir():
+            for obj in sorted(bucket.iterdir()):
+                if obj.is_file() and not obj.name.startswith(".tmp-") and len(obj.name) == 64:
+                    yield obj.name
+
+
+def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
+    """(sha256 of a text offload could have stored, message index, tool) for every tool text."""
+    from ctxc.model import ToolResultBlock, ToolUseBlock
+
+    names = {b.id: b.name for m in transcript.messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+
+    def strings(value: Any) -> Iterator[str]:
+        if isinstance(value, str):
+            if len(value) >= _BLOB_MIN_CHARS:
+                yield value
+        elif isinstance(value, Mapping):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    for m in transcript.messages:
+        for b in m.blocks:
+            if isinstance(b, ToolResultBlock) and len(b.text) >= _BLOB_MIN_CHARS:
+                tool = names.get(b.tool_use_id) or b.name or ""
+                yield hashlib.sha256(b.text.encode("utf-8")).hexdigest(), m.index, tool
+            elif isinstance(b, ToolUseBlock):
+                for s in strings(b.input):
+                    yield hashlib.sha256(s.encode("utf-8")).hexdigest(), m.index, b.name
+
+
+def rebuild(archive: Archive) -> RebuildReport:
+    """Make the index again from the archive: the manifest's originals, then every other object.
+
+    An object the manifest does not list is, in order: an offloaded output of an indexed original (its
+    sha256 is that of one of the original's tool texts), another transcript (a library run that wrote
+    no manifest line), or plain text, indexed as one document.
+    """
+    from ctxc.search.chunks import Chunk, split_text
+
+    if not archive.root.is_dir():
+        raise ArchiveError(f"no archive at {archive.root}")
+    skipped: list[str] = []
+    with open_index(archive.root) as index:
+        index.clear()
+        originals = _manifest_originals(archive)
+        origins: dict[str, tuple[str, int, str]] = {}
+        loaded: set[str] = set()
+        for ident, entry in originals.items():
+            if not archive.object_path(ident).exists():
+                continue
+            try:
+                fmt = entry.get("format")
+                transcript = _load_object(archive, ident, fmt if isinstance(fmt, str) else None)
+            except CtxcError as exc:
+                skipped.append(f"{ident[:12]}: {exc}")
+                continue
+            source = entry.get("input_path")
+            index_transcript(archive, ident, transcript, source=source if isinstance(source, str) else None)
+            loaded.add(ident)
+            for digest, message, tool in _blob_candidates(transcript):
+                origins.setdefault(digest, (ident, message, tool))
+        blobs = 0
+        for ident in _objects(archive):
+            if ident in loaded:
+                continue
+            if ident in origins:
+                origin, message, tool = origins[ident]
+                index.add_blob(ident, origin=origin, message=message, tool=tool)
+                blobs += 1
+                continue
+            found: Transcript | None
+            try:
+                found = _load_object(archive, ident, None)
+            except CtxcError:
+                found = None
+            if found is not None and found.messages:
+                transcript = found
+                index_transcript(archive, ident, transcript, source=f"archive {ident[:12]}")
+                loaded.add(ident)
+                for digest, message, tool in _blob_candidates(transcript):
+                    origins.setdefault(digest, (ident, message, tool))
+                continue
+            try:
+                text = archive.read(ident).decode("utf-8")
+            except (UnicodeDecodeError, ArchiveError) as exc:
+                skipped.append(f"{ident[:12]}: {exc}")
+                continue
+            pieces = split_text(text)
+            context = f"archived text {ident[:12]} (an offloaded output whose original is not archived here)"
+            index.add(
+                ident,
+                (
+                    Chunk(0, -1, 0, "tool", "text", "", n, len(pieces), context, p)
+                    for n, p in enumerate(pieces)
+                ),
+                kind="text",
+                source=f"archive {ident[:12]}",
+                fmt="text",
+            )
+        stats = index.stats()
+    return RebuildReport(stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped))
+
+
+def search(
+    query: str,
+    *,
+    archive: Archive | None = None,
+    limit: int = 10,
+    hybrid: bool = False,
+    archive_id: str | None = None,
+    raw: bool = False,
+    catch_up: bool = True,
+    embedder: Embedder | None = None,
+) -> list[Hit]:
+    """The best ``limit`` hits for ``query`` in the archive's originals (at most one per message).
+
+    ``archive_id`` (a prefix) restricts the search to one original; ``raw`` takes FTS5 query syntax;
+    ``hybrid`` ranks by 0.4 * BM25 + 0.6 * embedding similarity (needs ``ctxc[embed]``). Before
+    searching, originals the manifest lists but the index lacks are indexed (``catch_up``).
+    """
+    from ctxc.archive import Archive as ArchiveCls
+    from ctxc.errors import UsageError
+
+    if limit < 1:
+        raise UsageError("--limit must be at least 1")
+    store = archive if archive is not None else ArchiveCls.open()
+    with open_index(store.root, must_exist=True) as index:
+        if catch_up:
+            sync(store, index)
+        if hybrid:
+            from ctxc.search.embed import default_embedder, hybrid_search
+
+            return hybrid_search(
+                index,
+                query,
+                limit=limit,
+                embedder=embedder or default_embedder(),
+                archive_id=archive_id,
+                raw=raw,
+            )
+        return index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)

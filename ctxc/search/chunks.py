@@ -1,0 +1,217 @@
+"""Cutting archived transcripts into searchable chunks, each with a contextual description.
+
+A search hit is only useful if it makes sense on its own: "line 40 of some tool output" does not, "the
+Bash result of `pytest -q tests/test_auth.py` in turn 3 of session.jsonl, whose request was 'fix the
+login test'" does. So every chunk carries a short description of where it sits (session, turn,
+message, role, tool and the file or command the tool worked on, the request the turn answered),
+built from the transcript itself, deterministically and without a model. Its session and tool part
+is indexed too (with a lower weight than the text), which is what lets "auth.py" find the output of a
+command run on it even when the output never names the file (the idea is Anthropic's *contextual
+retrieval*); the whole description is embedded with the text for hybrid ranking.
+
+One chunk is at most :data:`MAX_CHARS` characters of one block (a text, a thinking block, a tool call's
+input, a tool result): long blocks are cut at line ends, a line too long on its own at a space, and
+each chunk after the first repeats the last short line of the previous one, so a sentence that
+straddles a cut is still found whole in one of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ctxc.model import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Transcript,
+    UnknownBlock,
+)
+
+#: Characters per chunk: about 500 tokens, small enough that a hit's text is read at a glance and BM25's
+#: length normalisation does not bury a rare term in a huge tool output, large enough to keep a
+#: function or a traceback together.
+MAX_CHARS = 2_000
+#: The last line of a chunk is repeated at the start of the next one when it is at most this long.
+OVERLAP_CHARS = 300
+#: Characters of the turn's request quoted in a description.
+REQUEST_CHARS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One searchable piece of one block of one archived message."""
+
+    conversation: int
+    #: The message's index in the original (what citations and ``ctxc show`` use).
+    message: int
+    #: The source line the message was read from.
+    line: int
+    role: str
+    #: text | thinking | tool_use | tool_result | unknown
+    kind: str
+    #: The tool that was called or answered ("" for plain text).
+    tool: str
+    #: The chunk's number within its message (0-based) and how many the message has.
+    part: int
+    parts: int
+    #: Where the chunk sits, in words: session, turn, message, line, what the block is, the turn's
+    #: request. Shown with a hit and embedded with the text, but not indexed for BM25 (see ``about``).
+    context: str
+    body: str
+    #: The part of ``context`` indexed for BM25: the session and what the block is (tool, file path or
+    #: command). Positions and the request are left out on purpose: a word every chunk of a turn
+    #: carries would match in most rows and lose its weight (FTS5 clamps the IDF of such terms).
+    about: str = ""
+
+
+def render_input(value: Any) -> str:
+    """A tool call's input as searchable text: ``key: value`` lines with strings unescaped.
+
+    Compact JSON would turn a Write's file content into one line of ``\\n`` escapes, which neither reads
+    nor matches a phrase; nested values stay compact JSON.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        lines = []
+        for k, v in value.items():
+            lines.append(f"{k}: {v if isinstance(v, str) else _json(v)}")
+        return "\n".join(lines)
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def split_text(text: str, limit: int = MAX_CHARS) -> list[str]:
+    """``text`` cut into pieces of at most ``limit`` characters at line ends (see the module docstring)."""
+    text = text.strip("\n")
+    if len(text) <= limit:
+        return [text] if text.strip() else []
+    lines: list[str] = []
+    for whole in text.split("\n"):
+        line = whole
+        while len(line) > limit:  # a minified file or a one-line JSON blob: cut at a space if there is one
+            cut = line.rfind(" ", limit // 2, limit)
+            cut = cut if cut > 0 else limit
+            lines.append(line[:cut])
+            line = line[cut:].lstrip(" ")
+        lines.append(line)
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        if current and size + len(line) + 1 > limit:
+            pieces.append("\n".join(current))
+            last = current[-1]
+            current = [last] if 0 < len(last) <= OVERLAP_CHARS and len(last) + len(line) + 1 <= limit else []
+            size = sum(len(x) + 1 for x in current)
+        current.append(line)
+        size += len(line) + 1
+    if current and any(x.strip() for x in current):
+        pieces.append("\n".join(current))
+    return [p for p in pieces if p.strip()]
+
+
+def is_request(m: Message) -> bool:
+    """A user's own words: text, not only tool results, not client-injected meta text (as run.py)."""
+    if m.role != "user":
+        return False
+    if m.meta.get("is_meta") or m.meta.get("is_compact_summary") or m.meta.get("is_demo"):
+        return False
+    return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
+
+
+def _request_text(m: Message) -> str:
+    text = " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
+    return _clip(" ".join(text.split()), REQUEST_CHARS)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def session_label(source: str, fmt: str) -> str:
+    name = "stdin" if source in ("", "-") else source.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name} ({fmt})"
+
+
+def _about(use: ToolUseBlock | None, tool: str) -> str:
+    """ "Bash `pytest -q`": the tool and what it worked on (its file, command or query)."""
+    from ctxc.compaction.postprocess import ToolCall, call_summary
+
+    summary = call_summary(ToolCall(use.name, use.input)) if use is not None else ""
+    return f"{tool or 'tool'} {summary}".strip()
+
+
+def _blocks(m: Message, calls: Mapping[str, ToolUseBlock]) -> Iterator[tuple[str, str, str, str]]:
+    """(kind, tool, what the block is, its text) of each searchable block of ``m``."""
+    request = is_request(m)
+    for b in m.blocks:
+        if isinstance(b, TextBlock):
+            yield "text", "", "user request" if request else f"{m.role} message", b.text
+        elif isinstance(b, ThinkingBlock):
+            yield "thinking", "", f"{m.role} thinking", b.text
+        elif isinstance(b, ToolUseBlock):
+            yield "tool_use", b.name, f"{m.role} calls {_about(b, b.name)}", render_input(b.input)
+        elif isinstance(b, ToolResultBlock):
+            use = calls.get(b.tool_use_id)
+            tool = (use.name if use else b.name) or ""
+            error = " (error)" if b.is_error else ""
+            yield "tool_result", tool, f"{_about(use, tool)} result{error}", b.text
+        elif isinstance(b, UnknownBlock) and b.text:
+            yield "unknown", b.type, f"{m.role} {b.type} block", b.text
+
+
+def chunk_messages(
+    messages: Sequence[Message], *, source: str, fmt: str, conversations: int = 1
+) -> Iterator[Chunk]:
+    """Every chunk of ``messages`` (one transcript, all its conversations), in message order."""
+    session = session_label(source, fmt)
+    calls = {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    totals: dict[int, int] = {}
+    for m in messages:
+        totals[m.conversation] = totals.get(m.conversation, 0) + 1
+    turn: dict[int, int] = {}
+    request: dict[int, str] = {}
+    for m in messages:
+        conv = m.conversation
+        asks = is_request(m)
+        if asks:
+            turn[conv] = turn.get(conv, 0) + 1
+            request[conv] = _request_text(m)
+        pieces = [
+            (kind, tool, what, piece)
+            for kind, tool, what, text in _blocks(m, calls)
+            for piece in split_text(text)
+        ]
+        conv_label = f"conversation {conv}, " if conversations > 1 else ""
+        where = (
+            f"{session}, {conv_label}turn {turn.get(conv, 0)} "
+            f"(message {m.index} of {totals[conv]}, line {m.line})"
+        )
+        for n, (kind, tool, what, body) in enumerate(pieces):
+            context = f"{where}: {what}"
+            if len(pieces) > 1:
+                context += f", part {n + 1} of {len(pieces)}"
+            req = request.get(conv)
+            if req and not (asks and kind == "text"):  # a request needs no quote of itself
+                context += f". Request: “{req}”"
+            about = f"{session}: {what}"
+            yield Chunk(conv, m.index, m.line, m.role, kind, tool, n, len(pieces), context, body, about)
+
+
+def chunk_transcript(transcript: Transcript, *, source: str | None = None) -> Iterator[Chunk]:
+    return chunk_messages(
+        transcript.messages,
+        source=source if source is not None else transcript.source,
+        fmt=transcript.format,
+        conversations=transcript.conversations,
+    )

@@ -1,0 +1,138 @@
+"""Optional hybrid ranking: 0.4 * BM25 + 0.6 * embedding similarity, with a model shipped in a wheel.
+
+The embedding model must come inside a PyPI package (``pip install 'ctxc[embed]'``): nothing is ever
+downloaded at run time. The backend is ``tokenlearn-static-model``, a Model2Vec-style *static*
+embedding model (10k-token vocabulary, 64 dimensions, int8, ~4 MB of weights under
+``static_model/model/`` in the wheel, a Rust encoder): no PyTorch, no hub, ~1 s to load, thousands of
+chunks a second on one core. A static model is a bag of word vectors, weaker than a transformer, but
+it runs everywhere ctxc does; :class:`Embedder` is the seam for a better one.
+
+Vectors are computed lazily, on the first hybrid search that needs them, and stored in the index
+(``vectors`` table, float32, keyed by chunk and model name), so compaction never pays for them and a
+later search only embeds what was archived since. Each chunk is embedded with its contextual
+description prepended, as it is indexed for BM25.
+
+Scoring: BM25 scores are divided by the best BM25 score among the candidates (so 1.0 is the best
+lexical match, and a chunk found only by meaning gets 0), similarities are cosines clipped to [0, 1];
+candidates are the best :data:`CANDIDATES` of each ranking.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import replace
+from operator import mul
+from typing import Any, Protocol
+
+from ctxc.errors import UsageError
+from ctxc.search.index import Hit, SearchIndex, _collapse
+
+BM25_WEIGHT = 0.4
+EMBED_WEIGHT = 0.6
+CANDIDATES = 100
+BATCH = 256
+#: Characters of a chunk (description and text) given to the embedder; static models average word
+#: vectors, so more text only blurs the vector.
+EMBED_CHARS = 2_400
+
+
+class Embedder(Protocol):
+    #: Stored with each vector, so vectors of another model are never compared.
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class StaticModelEmbedder:
+    """``tokenlearn-static-model``: weights and tokenizer inside the wheel, encoded in Rust."""
+
+    def __init__(self) -> None:
+        try:
+            # By name, not an import statement: the package has no type information, and is optional.
+            module: Any = importlib.import_module("static_model")
+        except ImportError:
+            raise UsageError(
+                "hybrid ranking needs the embedding extra: pip install 'ctxc[embed]' "
+                "(the model ships inside the tokenlearn-static-model wheel; nothing is downloaded)"
+            ) from None
+        self._embed = module.get_embeddings
+        self.name = f"tokenlearn-static-model/{importlib.metadata.version('tokenlearn-static-model')}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        out = self._embed([t[:EMBED_CHARS] for t in texts])
+        return [[float(x) for x in v] for v in out]
+
+
+def default_embedder() -> Embedder:
+    return StaticModelEmbedder()
+
+
+def _unit(vec: Sequence[float]) -> array[float]:
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return array("f", (x / norm for x in vec))
+
+
+def _vectors(index: SearchIndex, embedder: Embedder, ids: Sequence[int]) -> dict[int, array[float]]:
+    """Unit vectors of every chunk in ``ids``, embedding (and storing) those not yet embedded."""
+    stored = index.vectors(embedder.name, ids)
+    out: dict[int, array[float]] = {}
+    for i, raw in stored.items():
+        vec: array[float] = array("f")
+        vec.frombytes(raw)
+        out[i] = vec
+    missing = [i for i in ids if i not in out]
+    for start in range(0, len(missing), BATCH * 8):
+        part = missing[start : start + BATCH * 8]
+        texts = index.texts(part)
+        order = [i for i in part if i in texts]
+        fresh: list[tuple[int, bytes]] = []
+        for b in range(0, len(order), BATCH):
+            batch = order[b : b + BATCH]
+            vecs = embedder.embed([f"{texts[i][0]}\n{texts[i][1]}" for i in batch])
+            for i, v in zip(batch, vecs, strict=True):
+                unit = _unit(v)
+                out[i] = unit
+                fresh.append((i, unit.tobytes()))
+        index.put_vectors(embedder.name, fresh)
+    return out
+
+
+def hybrid_search(
+    index: SearchIndex,
+    query: str,
+    *,
+    limit: int,
+    embedder: Embedder,
+    archive_id: str | None = None,
+    raw: bool = False,
+) -> list[Hit]:
+    """The best ``limit`` chunks by ``0.4 * BM25 (normalised) + 0.6 * cosine similarity``."""
+    try:
+        lexical = index.bm25(query, limit=CANDIDATES, archive_id=archive_id, raw=raw)
+    except UsageError:
+        if raw:
+            raise
+        lexical = []  # a query of stopwords only still has a meaning to embed
+    vectors = _vectors(index, embedder, index.chunk_ids(archive_id))
+    q = _unit(embedder.embed([query])[0])
+    sims = {i: max(0.0, sum(map(mul, q, v))) for i, v in vectors.items()}
+    best_bm25 = max((h.bm25 for h in lexical), default=0.0) or 1.0
+    candidates = {h.chunk_id: h for h in lexical}
+    by_meaning = sorted(sims, key=lambda i: (-sims[i], i))[:CANDIDATES]
+    for i, h in index.hits_by_id([i for i in by_meaning if i not in candidates]).items():
+        candidates[i] = replace(h, bm25=0.0)
+    scored = [
+        replace(
+            h,
+            score=BM25_WEIGHT * (h.bm25 / best_bm25) + EMBED_WEIGHT * sims.get(i, 0.0),
+            similarity=sims.get(i, 0.0),
+        )
+        for i, h in candidates.items()
+    ]
+    scored.sort(key=lambda h: (-h.score, h.chunk_id))
+    return _collapse(scored, limit)

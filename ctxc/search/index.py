@@ -1,0 +1,431 @@
+"""The full-text index beside an archive: ``<archive>/search.sqlite``, SQLite FTS5 ranked by ``bm25()``.
+
+What is indexed: every archived original transcript, chunked with a contextual description
+(:mod:`ctxc.search.chunks`), and where each offloaded tool output went (an offloaded result's text is
+the text of a message of its original, so it is found through that message, and the hit names the
+blob). The index is derived data: the archive is the source of truth, and :func:`rebuild` makes the
+index again from the archive's objects and manifest at any time.
+
+Concurrency: WAL mode and a busy timeout, as the token cache (:mod:`ctxc.sqlite_store`); every write
+is one ``BEGIN IMMEDIATE`` transaction that first checks whether the transcript is already there, so
+two processes indexing the same original at once store it once, and readers never see half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxc.errors import ArchiveError, UsageError
+from ctxc.search.chunks import Chunk
+
+INDEX_NAME = "search.sqlite"
+#: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
+SCHEMA_VERSION = 1
+#: BM25 weights of the FTS columns (about, body, context): the description helps find a chunk, but a
+#: term in the text itself is worth more than one in the description that every chunk of a block
+#: shares; ``context`` is not indexed.
+WEIGHTS = (0.3, 1.0, 0.0)
+#: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
+MARK_OPEN, MARK_CLOSE = "**", "**"
+SNIPPET_TOKENS = 24
+#: Words too common to be worth an OR branch; dropped unless the query has nothing else.
+STOPWORDS = frozenset(
+    (
+        "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had", "has",
+        "have", "how", "i", "in", "is", "it", "its", "of", "on", "or", "the", "this", "that", "to", "was",
+        "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you",
+    )
+)  # fmt: skip
+#: A token as FTS5's unicode61 tokenizer sees one: letters and digits (so ``user_id`` is two).
+_WORD = re.compile(r"[^\W_]+")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS docs ("
+    " archive_id TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, format TEXT NOT NULL,"
+    " messages INTEGER NOT NULL, chunks INTEGER NOT NULL, indexed_at TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chunks ("
+    " id INTEGER PRIMARY KEY, archive_id TEXT NOT NULL, conversation INTEGER NOT NULL,"
+    " message INTEGER NOT NULL, line INTEGER NOT NULL, role TEXT NOT NULL, kind TEXT NOT NULL,"
+    " tool TEXT NOT NULL, part INTEGER NOT NULL, parts INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS chunks_by_message ON chunks(archive_id, message)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5("
+    " about, body, context UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')",
+    "CREATE TABLE IF NOT EXISTS blobs ("
+    " digest TEXT PRIMARY KEY, archive_id TEXT NOT NULL, message INTEGER NOT NULL, tool TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS vectors (chunk INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL)",
+)
+_TABLES = ("docs", "chunks", "chunks_fts", "blobs", "vectors")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: where the text is in the archive, what it is, and why it matched."""
+
+    archive_id: str
+    conversation: int
+    message: int
+    line: int
+    role: str
+    kind: str
+    tool: str
+    part: int
+    parts: int
+    #: The original's file name and format, as archived.
+    source: str
+    format: str
+    context: str
+    #: The chunk's text with the matched terms between ``**`` markers, cut around the best match.
+    snippet: str
+    #: The whole chunk.
+    text: str
+    #: Higher is better: the BM25 score (``-bm25()``), or the hybrid score with ``hybrid``.
+    score: float
+    bm25: float
+    similarity: float | None = None
+    #: The archive id of the file the message's tool output was offloaded to, if it was.
+    blob: str | None = None
+    #: The chunk's row in the index (stable until the index is rebuilt; not part of the JSON).
+    chunk_id: int = 0
+
+    @property
+    def ref(self) -> str:
+        """What ``ctxc show`` takes to print the message: ``<id12>:<index>``."""
+        return f"{self.archive_id[:12]}:{self.message}" if self.message >= 0 else self.archive_id[:12]
+
+    def to_json(self, *, full: bool = False) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "archive_id": self.archive_id,
+            "ref": self.ref,
+            "source": self.source,
+            "format": self.format,
+            "conversation": self.conversation,
+            "message": self.message,
+            "line": self.line,
+            "role": self.role,
+            "kind": self.kind,
+            "tool": self.tool or None,
+            "part": self.part + 1,
+            "parts": self.parts,
+            "context": self.context,
+            "snippet": self.snippet,
+            "score": round(self.score, 6),
+            "bm25": round(self.bm25, 6),
+            "similarity": None if self.similarity is None else round(self.similarity, 6),
+            "blob": self.blob,
+        }
+        if full:
+            doc["text"] = self.text
+        return doc
+
+
+def fts_query(text: str) -> str:
+    """A user's words as an FTS5 query that cannot be a syntax error: each word a quoted phrase of its
+    tokens (``ORDER-7731`` → ``"ORDER 7731"``, matching the adjacent tokens as indexed), OR-ed, so a
+    chunk with more (and rarer) words ranks higher, and one with only some still ranks."""
+    phrases: dict[str, None] = {}
+    common: dict[str, None] = {}
+    for word in text.split():
+        tokens = _WORD.findall(word)
+        if not tokens:
+            continue
+        phrase = '"' + " ".join(tokens) + '"'
+        if len(tokens) == 1 and tokens[0].lower() in STOPWORDS:
+            common.setdefault(phrase, None)
+        else:
+            phrases.setdefault(phrase, None)
+    return " OR ".join(phrases or common)
+
+
+class SearchIndex:
+    """The index file of one archive. Open it with :meth:`open`; it is a context manager."""
+
+    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def for_archive(cls, root: Path, *, timeout: float = 30.0) -> SearchIndex:
+        return cls(root / INDEX_NAME, timeout=timeout)
+
+    def __enter__(self) -> SearchIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # ------------------------------------------------------------------------------------ plumbing
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                self._migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version == SCHEMA_VERSION:
+            return
+        with self._write(conn):
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # another process may have
+            if version == SCHEMA_VERSION:
+                return
+            if version != 0:  # an index of another version: derived data, so start again
+                for table in _TABLES:
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextlib.contextmanager
+    def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """One immediate transaction: one writer at a time, waiting up to the busy timeout."""
+        c = conn if conn is not None else self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+
+    # --------------------------------------------------------------------------------------- writes
+
+    def has(self, archive_id: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone()
+        return row is not None
+
+    def add(
+        self,
+        archive_id: str,
+        chunks: Iterable[Chunk],
+        *,
+        kind: str = "transcript",
+        source: str = "",
+        fmt: str = "",
+        messages: int = 0,
+    ) -> int:
+        """Index one archived object's chunks (all or nothing); returns how many were added, 0 if the
+        object was already indexed."""
+        rows = list(chunks)  # chunking is CPU work: done before the write lock is taken
+        with self._write() as c:
+            if c.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone():
+                return 0
+            first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
+            c.executemany(
+                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (first + i, archive_id, k.conversation, k.message, k.line, k.role, k.kind, k.tool, *tail)
+                    for i, k in enumerate(rows)
+                    for tail in [(k.part, k.parts)]
+                ],
+            )
+            c.executemany(
+                "INSERT INTO chunks_fts(rowid, about, body, context) VALUES (?, ?, ?, ?)",
+                [(first + i, k.about or k.context, k.body, k.context) for i, k in enumerate(rows)],
+            )
+            c.execute(
+                "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    archive_id,
+                    kind,
+                    source,
+                    fmt,
+                    messages,
+                    len(rows),
+                    time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                ),
+            )
+        return len(rows)
+
+    def add_blob(self, digest: str, *, origin: str, message: int, tool: str) -> None:
+        """Record that ``origin``'s message ``message`` had its tool output offloaded to ``digest``."""
+        with self._write() as c:
+            c.execute("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)", (digest, origin, message, tool))
+
+    def clear(self) -> None:
+        with self._write() as c:
+            for table in _TABLES:
+                c.execute(f"DELETE FROM {table}")
+
+    def stats(self) -> dict[str, int]:
+        c = self.conn
+        return {
+            "originals": int(c.execute("SELECT count(*) FROM docs WHERE kind = 'transcript'").fetchone()[0]),
+            "texts": int(c.execute("SELECT count(*) FROM docs WHERE kind = 'text'").fetchone()[0]),
+            "chunks": int(c.execute("SELECT count(*) FROM chunks").fetchone()[0]),
+            "blobs": int(c.execute("SELECT count(*) FROM blobs").fetchone()[0]),
+        }
+
+    def archive_ids(self) -> set[str]:
+        return {str(r[0]) for r in self.conn.execute("SELECT archive_id FROM docs")}
+
+    # ---------------------------------------------------------------------------------------- reads
+
+    def bm25(self, query: str, *, limit: int, archive_id: str | None = None, raw: bool = False) -> list[Hit]:
+        """The best ``limit`` chunks by BM25 (FTS5 ``bm25()``), at most one per message.
+
+        ``raw`` passes ``query`` to FTS5 as written (its syntax: ``AND``, ``NEAR``, ``"phrases"``,
+        ``prefix*``); otherwise the words are OR-ed phrases (:func:`fts_query`).
+        """
+        match = query if raw else fts_query(query)
+        if not match.strip():
+            raise UsageError("the search query has no words to look for")
+        where = "chunks_fts MATCH ?"
+        params: list[Any] = [match]
+        if archive_id:
+            where += " AND c.archive_id LIKE ?"
+            params.append(archive_id.lower() + "%")
+        weights = ", ".join(str(w) for w in WEIGHTS)
+        sql = (
+            "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool,"
+            " c.part, c.parts, d.source, d.format, chunks_fts.context, chunks_fts.body,"
+            f" snippet(chunks_fts, 1, '\x02', '\x03', '…', {SNIPPET_TOKENS}),"
+            f" bm25(chunks_fts, {weights}) AS rank, b.digest"
+            " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
+            " JOIN docs d ON d.archive_id = c.archive_id"
+            " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message"
+            f" WHERE {where} ORDER BY rank LIMIT ?"
+        )
+        # Fetch more than asked: hits are collapsed to one per message below.
+        params.append(max(limit * 4, limit + 20))
+        try:
+            rows = self.conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if raw:  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
+                raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
+            raise
+        return _collapse([_hit(r) for r in rows], limit)
+
+    def chunk_ids(self, archive_id: str | None = None) -> list[int]:
+        if archive_id:
+            rows = self.conn.execute(
+                "SELECT id FROM chunks WHERE archive_id LIKE ?", (archive_id.lower() + "%",)
+            )
+        else:
+            rows = self.conn.execute("SELECT id FROM chunks")
+        return [int(r[0]) for r in rows]
+
+    def texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """(context, body) of chunks by id."""
+        out: dict[int, tuple[str, str]] = {}
+        for start in range(0, len(ids), 500):
+            part = list(ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                f"SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({marks})", part
+            ):
+                out[int(row[0])] = (str(row[1]), str(row[2]))
+        return out
+
+    def hits_by_id(self, ids: Sequence[int]) -> dict[int, Hit]:
+        """Hits (without a BM25 score or highlight) for chunks found another way (embeddings)."""
+        out: dict[int, Hit] = {}
+        for start in range(0, len(ids), 500):
+            part = list(ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            sql = (
+                "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool,"
+                " c.part, c.parts, d.source, d.format, f.context, f.body, substr(f.body, 1, 200),"
+                " 0.0, b.digest"
+                " FROM chunks c JOIN chunks_fts f ON f.rowid = c.id"
+                " JOIN docs d ON d.archive_id = c.archive_id"
+                " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message"
+                f" WHERE c.id IN ({marks})"
+            )
+            for row in self.conn.execute(sql, part):
+                out[int(row[0])] = _hit(row)
+        return out
+
+    def vectors(self, model: str, ids: Sequence[int]) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for start in range(0, len(ids), 500):
+            part = list(ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            for row in self.conn.execute(
+                f"SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({marks})", [model, *part]
+            ):
+                out[int(row[0])] = bytes(row[1])
+        return out
+
+    def put_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> None:
+        with self._write() as c:
+            c.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", [(i, model, v) for i, v in vectors]
+            )
+
+
+def _hit(row: Sequence[Any]) -> Hit:
+    (chunk_id, archive_id, conv, message, line, role, kind, tool, part, parts, source, fmt, context, body) = (
+        row[:14]
+    )
+    snippet, rank, blob = row[14], row[15], row[16]
+    return Hit(
+        archive_id=str(archive_id),
+        conversation=int(conv),
+        message=int(message),
+        line=int(line),
+        role=str(role),
+        kind=str(kind),
+        tool=str(tool),
+        part=int(part),
+        parts=int(parts),
+        source=str(source),
+        format=str(fmt),
+        context=str(context),
+        snippet=" ".join(str(snippet).replace("\x02", MARK_OPEN).replace("\x03", MARK_CLOSE).split()),
+        text=str(body),
+        score=-float(rank),
+        bm25=-float(rank),
+        blob=str(blob) if blob else None,
+        chunk_id=int(chunk_id),
+    )
+
+
+def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:
+    """The best hit of each message, best first, at most ``limit``."""
+    seen: set[tuple[str, int]] = set()
+    out: list[Hit] = []
+    for h in hits:
+        key = (h.archive_id, h.message if h.message >= 0 else -h.part - 1)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(h)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def open_index(root: Path, *, must_exist: bool = False) -> SearchIndex:
+    """The index of the archive at ``root``; an unusable file is an :class:`ArchiveError`."""
+    if must_exist and not root.is_dir():
+        raise ArchiveError(f"no archive at {root} (compact something first, or pass --archive)")
+    index = SearchIndex.for_archive(root)
+    try:
+        _ = index.conn
+    except (OSError, sqlite3.Error) as exc:
+        raise ArchiveError(f"cannot open the search index: {exc}", path=str(index.path)) from exc
+    return index

@@ -1,0 +1,204 @@
+"""``ctxc show REF``: the original messages a summary, a placeholder or a search hit points at.
+
+A reference is what ctxc itself writes, so it can be pasted as is:
+
+* the citation summaries and placeholders carry: ``ctxc archive 3f2a9c1b4d5e messages 3-17`` (also
+  anywhere inside a longer text, such as a whole offload pointer line);
+* a search hit's ``ref``: ``3f2a9c1b4d5e:5`` or ``3f2a9c1b4d5e:3-17``;
+* a bare archive id (every message of that original).
+
+The archived object is read back (its sha256 checked) and parsed in the format the manifest recorded
+for it (else sniffed); an object that is not a transcript (an offloaded tool output) is returned as
+text.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ctxc.archive import CITATION_RE, MIN_PREFIX
+from ctxc.errors import ArchiveError, CtxcError, UsageError
+from ctxc.model import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Transcript,
+    UnknownBlock,
+)
+from ctxc.search.chunks import render_input
+
+if TYPE_CHECKING:
+    from ctxc.archive import Archive
+
+_SHORT_REF = re.compile(rf"^\s*([0-9a-fA-F]{{{MIN_PREFIX},64}})(?::(\d+)(?:-(\d+))?)?\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    archive_id: str
+    first: int | None = None
+    last: int | None = None
+
+    def __str__(self) -> str:
+        if self.first is None:
+            return self.archive_id[:MIN_PREFIX]
+        span = str(self.first) if self.last in (None, self.first) else f"{self.first}-{self.last}"
+        return f"{self.archive_id[:MIN_PREFIX]}:{span}"
+
+
+def parse_ref(text: str) -> Ref:
+    """A reference in any of the forms in the module docstring; anything else is a usage error."""
+    m = _SHORT_REF.match(text)
+    if m is None:
+        m = CITATION_RE.search(text)
+    if m is None:
+        raise UsageError(
+            f"not an archive reference: {text!r} (give `<id12>:5`, `<id12>:3-17`, "
+            "or a citation such as `ctxc archive <id12> messages 3-17`)"
+        )
+    first = int(m.group(2)) if m.group(2) is not None else None
+    last = int(m.group(3)) if m.group(3) is not None else first
+    if first is not None and last is not None and last < first:
+        raise UsageError(f"the range {first}-{last} ends before it starts")
+    return Ref(m.group(1).lower(), first, last)
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a reference points at: messages of a transcript, or the text of an offloaded output."""
+
+    archive_id: str
+    ref: Ref
+    transcript: Transcript | None
+    messages: tuple[Message, ...]
+    text: str | None = None
+    source: str | None = None
+
+    @property
+    def format(self) -> str:
+        return self.transcript.format if self.transcript is not None else "text"
+
+    def raw_records(self) -> bytes:
+        """The source records the messages were read from, exactly as archived, each once, in order.
+
+        For formats that hold a whole conversation in one record (datasets, trajectories) that record is
+        the whole conversation.
+        """
+        if self.transcript is None:
+            return (self.text or "").encode("utf-8")
+        wanted = sorted({r for m in self.messages for r in m.records})
+        return b"".join(self.transcript.records[i].to_bytes() for i in wanted)
+
+
+def _manifest_entry(archive: Archive, ident: str) -> dict[str, Any] | None:
+    for entry in reversed(archive.manifest()):
+        if ident in (entry.get("archive_id"), entry.get("input_sha256")):
+            return dict(entry)
+    return None
+
+
+def show(ref: Ref | str, *, archive: Archive) -> Shown:
+    """Read the messages ``ref`` names from ``archive`` (a missing id or index is an ArchiveError)."""
+    from ctxc.formats import load
+    from ctxc.reader import ReadOptions
+
+    r = parse_ref(ref) if isinstance(ref, str) else ref
+    ident = archive.resolve(r.archive_id)
+    data = archive.read(ident)
+    entry = _manifest_entry(archive, ident)
+    fmt = entry.get("format") if entry else None
+    source = entry.get("input_path") if entry else None
+    stream = io.BytesIO(data)
+    stream.name = f"archive {ident[:MIN_PREFIX]}"
+    try:
+        transcript = load(
+            stream,
+            input_format=fmt if isinstance(fmt, str) else None,
+            options=ReadOptions(skip_invalid=True, max_line_bytes=1 << 40),
+        )
+    except CtxcError:
+        transcript = None
+    if transcript is None or not transcript.messages:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ArchiveError(
+                f"archive object {ident[:MIN_PREFIX]} is neither a transcript nor text"
+            ) from None
+        if r.first is not None:
+            raise UsageError(
+                f"archive object {ident[:MIN_PREFIX]} is an offloaded output, not a transcript: "
+                f"it has no messages (show it as `{ident[:MIN_PREFIX]}`)"
+            )
+        return Shown(ident, r, None, (), text=text, source=source if isinstance(source, str) else None)
+    if r.first is None:
+        picked = transcript.messages
+    else:
+        lo, hi = r.first, r.last if r.last is not None else r.first
+        picked = tuple(m for m in transcript.messages if lo <= m.index <= hi)
+        if not picked:
+            top = transcript.messages[-1].index
+            raise ArchiveError(f"archive {ident[:MIN_PREFIX]} has messages 0-{top}; none in {lo}-{hi}")
+    return Shown(ident, r, transcript, picked, source=source if isinstance(source, str) else None)
+
+
+def block_text(b: Any) -> tuple[str, str]:
+    """(label, text) of one block, as ``ctxc show`` prints it."""
+    if isinstance(b, TextBlock):
+        return "text", b.text
+    if isinstance(b, ThinkingBlock):
+        return "thinking", b.text or "(redacted)"
+    if isinstance(b, ToolUseBlock):
+        return f"tool call {b.name} (id {b.id})", render_input(b.input)
+    if isinstance(b, ToolResultBlock):
+        status = "error result" if b.is_error else "result"
+        name = f" of {b.name}" if b.name else ""
+        images = f" [+{len(b.images)} image(s)]" if b.images else ""
+        return f"tool {status}{name} (id {b.tool_use_id}){images}", b.text
+    if isinstance(b, ImageBlock):
+        size = f" {b.width}x{b.height}" if b.width and b.height else ""
+        return "image", f"[image {b.media_type or '?'}{size}, {b.data_bytes:,} bytes]"
+    if isinstance(b, UnknownBlock):
+        return f"{b.type} block", b.text
+    return "block", ""
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    return {
+        "index": m.index,
+        "line": m.line,
+        "conversation": m.conversation,
+        "role": m.role,
+        "kind": m.kind,
+        "tools": list(m.tool_names),
+        "blocks": [{"type": label, "text": text} for label, text in (block_text(b) for b in m.blocks)],
+    }
+
+
+def shown_json(shown: Shown) -> dict[str, Any]:
+    return {
+        "archive_id": shown.archive_id,
+        "ref": str(shown.ref),
+        "format": shown.format,
+        "source": shown.source,
+        "messages": [message_json(m) for m in shown.messages],
+        **({"text": shown.text} if shown.text is not None else {}),
+    }
+
+
+def plain(messages: Sequence[Message]) -> str:
+    """Messages as plain text, one ``[index] role (line N)`` header each (for pipes and tests)."""
+    out: list[str] = []
+    for m in messages:
+        out.append(f"[{m.index}] {m.role} (line {m.line})")
+        for label, text in (block_text(b) for b in m.blocks):
+            out.append(f"  {label}:")
+            out.extend(f"    {line}" for line in text.split("\n"))
+    return "\n".join(out)

@@ -1,0 +1,486 @@
+"""``ctxc search`` and ``ctxc show``: the index beside the archive, its hooks, rebuilding, references."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import ROOT, SAMPLES
+
+from ctxc.archive import Archive, citation
+from ctxc.cli import main
+from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.errors import ArchiveError, ExitCode, UsageError
+from ctxc.formats import load
+from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
+from ctxc.search import index_transcript, rebuild, search
+from ctxc.search.chunks import MAX_CHARS, chunk_messages, chunk_transcript, split_text
+from ctxc.search.embed import hybrid_search
+from ctxc.search.index import SearchIndex, fts_query
+from ctxc.search.show import parse_ref, show
+
+SAMPLE = SAMPLES / "claude-code.jsonl"
+
+
+def run(*args: str) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    code = exc.value.code
+    return code if isinstance(code, int) else 0
+
+
+def chat(lines: Sequence[dict[str, object]], name: str = "t.jsonl") -> Transcript:
+    stream = io.BytesIO(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    stream.name = name
+    return load(stream)
+
+
+def session(detail: str = "the staging bucket is eu-west-9-quokka") -> Transcript:
+    """A small Anthropic-dialect session with one detail buried in an early tool result."""
+    lines: list[dict[str, object]] = [
+        {"role": "user", "content": "Please fix the flaky upload test in services/upload.py"},
+    ]
+    for i in range(12):
+        lines.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Step {i}: reading the file."},
+                    {
+                        "type": "tool_use",
+                        "id": f"t{i}",
+                        "name": "Read",
+                        "input": {"file_path": f"src/mod{i}.py"},
+                    },
+                ],
+            }
+        )
+        body = "\n".join(f"line {n}: value = compute({n})" for n in range(60))
+        if i == 1:
+            body += f"\nNOTE: {detail}"
+        lines.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": body}]}
+        )
+    lines.append({"role": "assistant", "content": "All done."})
+    return chat(lines, "session.jsonl")
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Archive:
+    return Archive(tmp_path / "archive")
+
+
+# ------------------------------------------------------------------------------------------- chunking
+
+
+def test_split_text_respects_the_limit_and_overlaps_short_lines() -> None:
+    text = "\n".join(f"row {i} " + "x" * 50 for i in range(200))
+    pieces = split_text(text, 500)
+    assert all(len(p) <= 500 for p in pieces)
+    assert len(pieces) > 20
+    # Each piece after the first starts with the last line of the one before it.
+    for a, b in itertools.pairwise(pieces):
+        assert b.split("\n", 1)[0] == a.rsplit("\n", 1)[-1]
+    # Every line of the text is in some piece.
+    assert all(any(line in p for p in pieces) for line in text.split("\n"))
+
+
+def test_split_text_cuts_a_huge_line_at_spaces() -> None:
+    words = " ".join(f"w{i}" for i in range(3000))
+    pieces = split_text(words, MAX_CHARS)
+    assert all(len(p) <= MAX_CHARS for p in pieces)
+    assert " ".join(pieces).split() == words.split()
+
+
+def test_chunks_carry_session_turn_tool_and_path() -> None:
+    t = session()
+    chunks = list(chunk_messages(t.messages, source="logs/session.jsonl", fmt="chat"))
+    result = next(c for c in chunks if "NOTE:" in c.body)
+    assert result.kind == "tool_result"
+    assert result.tool == "Read"
+    assert result.role == "user"
+    assert result.message == 4
+    assert result.line == 5
+    assert "session.jsonl (chat)" in result.context
+    assert "turn 1" in result.context
+    assert "Read `src/mod1.py` result" in result.context
+    assert "Request: “Please fix the flaky upload test" in result.context
+    # Only the session and what the block is are indexed, not positions or the request.
+    assert result.about == "session.jsonl (chat): Read `src/mod1.py` result"
+    call = next(c for c in chunks if c.kind == "tool_use" and c.message == 3)
+    assert call.body == "file_path: src/mod1.py"
+
+
+def test_fts_query_never_breaks_on_punctuation() -> None:
+    assert fts_query('ORDER-7731 "refund" (why?)') == '"ORDER 7731" OR "refund"'
+    assert fts_query("what is the") == '"what" OR "is" OR "the"'  # only stopwords: keep them
+    assert fts_query("the user_id of it") == '"user id"'
+    assert fts_query("*** -- ::") == ""
+
+
+# ---------------------------------------------------------------------------- indexing and searching
+
+
+def test_compaction_indexes_the_original_and_search_finds_what_it_removed(archive: Archive) -> None:
+    t = session()
+    result = compact_transcript(
+        t, CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2), archive=archive
+    )
+    assert "eu-west-9-quokka" not in result.transcript.to_bytes().decode()
+    assert (archive.root / "search.sqlite").is_file()
+    hits = search("staging bucket", archive=archive, limit=5)
+    assert hits, "the removed detail must be found"
+    top = hits[0]
+    assert top.archive_id == result.archive_id
+    assert (top.message, top.line, top.role, top.kind, top.tool) == (4, 5, "user", "tool_result", "Read")
+    assert "**staging** **bucket**" in top.snippet
+    assert "eu-west-9-quokka" in top.text
+    assert top.ref == f"{result.archive_id[:12]}:4"
+    assert top.score > 0
+    # What the ref names is the original message, with the detail.
+    shown = show(top.ref, archive=archive)
+    assert [m.index for m in shown.messages] == [4]
+    assert "eu-west-9-quokka" in shown.messages[0].text
+
+
+def test_one_hit_per_message_best_first(archive: Archive) -> None:
+    t = session()
+    index_transcript(archive, "a" * 64, t)
+    hits = search("value compute", archive=archive, limit=50)
+    keys = [(h.archive_id, h.message) for h in hits]
+    assert len(keys) == len(set(keys))
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_index_is_idempotent_and_scoped_by_id(archive: Archive) -> None:
+    t = session()
+    assert index_transcript(archive, "a" * 64, t) > 0
+    assert index_transcript(archive, "a" * 64, t) == 0  # already there: nothing added twice
+    index_transcript(archive, "b" * 64, session("the staging bucket is us-east-2-wombat"))
+    both = search("staging bucket", archive=archive, limit=5)
+    assert {h.archive_id[:1] for h in both} == {"a", "b"}
+    only_b = search("staging bucket", archive=archive, limit=5, archive_id="b" * 12)
+    assert {h.archive_id[:1] for h in only_b} == {"b"}
+
+
+def test_raw_fts_syntax_and_its_errors(archive: Archive) -> None:
+    index_transcript(archive, "a" * 64, session())
+    assert search('"staging bucket" AND quokka', archive=archive, raw=True)
+    assert not search('"staging bucket" NOT quokka', archive=archive, raw=True)
+    with pytest.raises(UsageError, match="FTS5"):
+        search('"unbalanced', archive=archive, raw=True)
+    with pytest.raises(UsageError, match="no words"):
+        search("?!", archive=archive)
+
+
+def test_offloaded_output_is_found_and_names_its_blob(archive: Archive) -> None:
+    big = (
+        "\n".join(f"{i:05d} log line with nothing special in it" for i in range(3000))
+        + "\nPANIC: disk quota ZX-81"
+    )
+    t = chat(
+        [
+            {"role": "user", "content": "Run the job"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "b1", "name": "Bash", "input": {"command": "./job"}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b1", "content": big}]},
+            {"role": "assistant", "content": "It failed."},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "bye"},
+        ]
+    )
+    opts = CompactOptions(strategy="offload", window=1_000_000, target_tokens=1_000_000, keep_last=2)
+    result = compact_transcript(
+        t, replace_settings(opts, {"offload.threshold_tokens": "1000"}), archive=archive
+    )
+    assert "PANIC" not in result.transcript.to_bytes().decode()
+    hits = search("disk quota", archive=archive, limit=3)
+    assert hits
+    assert hits[0].message == 2
+    assert hits[0].blob is not None
+    assert archive.read(hits[0].blob).decode().endswith("PANIC: disk quota ZX-81")
+
+
+def replace_settings(options: CompactOptions, settings: dict[str, str]) -> CompactOptions:
+    from dataclasses import replace
+
+    return replace(options, settings=settings)
+
+
+def test_an_index_failure_never_fails_the_compaction(
+    archive: Archive, caplog: pytest.LogCaptureFixture
+) -> None:
+    (archive.root).mkdir(parents=True)
+    (archive.root / "search.sqlite").mkdir()  # sqlite cannot open a directory
+    with caplog.at_level(logging.WARNING, logger="ctxc.search"):
+        result = compact_transcript(
+            session(),
+            CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2),
+            archive=archive,
+        )
+    assert result.tokens_after <= 1500
+    assert archive.read(result.archive_id)  # the original is archived all the same
+    assert any("not updated" in r.getMessage() and "--reindex" in r.getMessage() for r in caplog.records)
+    # Once the index can be written again, --reindex brings the original back.
+    (archive.root / "search.sqlite").rmdir()
+    report = rebuild(archive)
+    assert report.originals == 1
+    assert search("staging bucket", archive=archive)
+
+
+def test_cli_compaction_warns_on_stderr_when_indexing_fails(tmp_path: Path) -> None:
+    arch = tmp_path / "archive"
+    (arch / "search.sqlite").mkdir(parents=True)
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxc", "compact", str(SAMPLE), "-s", "fifo", "--target-ratio", "0.02",
+         "--archive", str(arch), "-o", str(out)],
+        capture_output=True, text=True, check=False, env={**os.environ, "CTXC_CACHE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file()
+    assert "search index" in proc.stderr
+    assert "ctxc search --reindex" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_index_env_turns_the_hooks_off_and_search_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arch = tmp_path / "archive"
+    monkeypatch.setenv("CTXC_NO_INDEX", "1")
+    assert run("compact", str(SAMPLE), "-s", "fifo", "--target-ratio", "0.02", "--archive", str(arch), "-q",
+               "-o", str(tmp_path / "o.jsonl")) == 0  # fmt: skip
+    assert not (arch / "search.sqlite").exists()
+    monkeypatch.delenv("CTXC_NO_INDEX")
+    # The manifest lists the original: the search indexes it first.
+    hits = search("coupon rounding", archive=Archive(arch))
+    assert hits
+    assert hits[0].source == str(SAMPLE)
+
+
+def test_rebuild_from_objects_and_manifest(archive: Archive, tmp_path: Path) -> None:
+    t = session()
+    compact_transcript(
+        t, CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2), archive=archive
+    )
+    lone = archive.store(b"an offloaded output whose original is gone: PELICAN-42 overflow\n")
+    (archive.root / "search.sqlite").unlink()
+    report = rebuild(archive)
+    # No manifest (a library run): the original is recognised as a transcript, the other as text.
+    assert (report.originals, report.texts) == (1, 1)
+    hits = search("PELICAN-42", archive=archive)
+    assert hits[0].archive_id == lone
+    assert hits[0].message == -1
+    assert hits[0].ref == lone[:12]
+    assert search("staging bucket", archive=archive)
+
+
+def test_two_processes_index_one_archive_at_once(tmp_path: Path) -> None:
+    arch = tmp_path / "archive"
+    script = (
+        "import sys\n"
+        "from ctxc.archive import Archive\n"
+        "from ctxc.formats import load\n"
+        "from ctxc.search import index_transcript\n"
+        "a = Archive.open(sys.argv[1])\n"
+        "for f in sys.argv[2:]:\n"
+        "    index_transcript(a, f.encode().hex().ljust(64, '0')[:64], load(f))\n"
+    )
+    files = [str(p) for p in sorted(SAMPLES.glob("*.jsonl"))]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(arch), *files[::step]], env=env, stderr=subprocess.PIPE
+        )
+        for step in (1, -1)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    with SearchIndex.for_archive(arch) as index:
+        assert index.stats()["originals"] == len(files)  # each indexed once, whoever came first
+        rows = index.conn.execute("SELECT archive_id, count(*) FROM chunks GROUP BY archive_id")
+        counts = dict(rows.fetchall())
+    for f in files:
+        ident = f.encode().hex().ljust(64, "0")[:64]
+        assert counts[ident] == len(list(chunk_transcript(load(f))))
+
+
+# ------------------------------------------------------------------------------------------ hybrid
+
+
+class KeywordEmbedder:
+    """A stand-in embedding model: one dimension per topic word, so similarity is predictable."""
+
+    name = "test-keywords/1"
+    topics = ("database", "postgres", "mysql", "cache", "upload")
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for t in texts:
+            low = t.lower()
+            vec = [float(low.count(w)) for w in self.topics]
+            if "postgres" in low or "mysql" in low:
+                vec[0] += 1.0  # both are databases
+            out.append([*vec, 0.01])
+        return out
+
+
+def test_hybrid_ranks_by_bm25_and_meaning(archive: Archive) -> None:
+    t = chat(
+        [
+            {"role": "user", "content": "We settled on Postgres for the ledger."},
+            {"role": "assistant", "content": "Noted: the upload cache is in Redis."},
+            {"role": "user", "content": "Which database again?"},
+            {"role": "assistant", "content": "The database question: see above."},
+        ]
+    )
+    index_transcript(archive, "c" * 64, t)
+    with SearchIndex.for_archive(archive.root) as index:
+        hits = hybrid_search(index, "database", limit=3, embedder=KeywordEmbedder())
+        # BM25 alone never finds message 0 (it does not say "database"); by meaning it is a database.
+        assert 0 in [h.message for h in hits]
+        assert all(h.similarity is not None for h in hits)
+        for h in hits:
+            assert h.score == pytest.approx(0.4 * h.bm25 / max(x.bm25 for x in hits) + 0.6 * h.similarity)
+        stored = index.conn.execute("SELECT count(*) FROM vectors WHERE model = ?", ("test-keywords/1",))
+        assert stored.fetchone()[0] == index.stats()["chunks"]  # embedded once, kept for next time
+
+
+def test_hybrid_without_the_extra_says_how_to_get_it(
+    archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_transcript(archive, "a" * 64, session())
+    monkeypatch.setitem(sys.modules, "static_model", None)  # as if ctxc[embed] were not installed
+    with pytest.raises(UsageError, match=r"ctxc\[embed\]"):
+        search("staging", archive=archive, hybrid=True)
+
+
+def test_hybrid_with_the_bundled_model(archive: Archive) -> None:
+    pytest.importorskip("static_model", reason="ctxc[embed] is not installed")
+    index_transcript(archive, "a" * 64, session())
+    hits = search("where is the staging bucket", archive=archive, hybrid=True, limit=3)
+    assert hits[0].message == 4
+    assert hits[0].similarity is not None
+    assert 0 <= hits[0].similarity <= 1
+
+
+# -------------------------------------------------------------------------------------------- show
+
+
+def test_parse_ref_accepts_every_form_ctxc_writes() -> None:
+    ident = "0123456789abcdef" * 4
+    assert parse_ref(citation(ident, 3, 17)).__str__() == "0123456789ab:3-17"
+    assert (parse_ref(f"[ctxc offloaded 40 tokens to /x; {citation(ident, 5, 5)}]").first) == 5
+    assert (parse_ref("0123456789AB:4").first, parse_ref("0123456789ab:4").last) == (4, 4)
+    assert (parse_ref("0123456789ab:2-9").first, parse_ref("0123456789ab:2-9").last) == (2, 9)
+    assert parse_ref("0123456789ab").first is None
+    for bad in ("xyz", "0123:4", "0123456789ab:9-2", ""):
+        with pytest.raises(UsageError):
+            parse_ref(bad)
+
+
+def test_show_cli_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arch = tmp_path / "archive"
+    assert run("compact", str(SAMPLE), "-s", "fifo", "--target-ratio", "0.02", "--archive", str(arch), "-q",
+               "-o", str(tmp_path / "o.jsonl")) == 0  # fmt: skip
+    ident = Archive(arch).manifest()[-1]["archive_id"]
+    capsys.readouterr()
+    # Unquoted citation words are joined back together.
+    assert (
+        run("show", "ctxc", "archive", ident[:12], "messages", "21-22", "--archive", str(arch), "-f", "text")
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "[21] assistant (line 40)" in out
+    assert "[22] user (line 42)" in out
+    assert "git commit" in out
+    assert run("show", f"{ident[:12]}:21-22", "--archive", str(arch), "-f", "json") == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["schema"] == "ctxc.show/1"
+    assert doc["format"] == "claude-code"
+    assert [m["index"] for m in doc["messages"]] == [21, 22]
+    assert doc["messages"][0]["blocks"][-1]["type"].startswith("tool call Bash")
+    assert run("show", f"{ident[:12]}:0", "--archive", str(arch), "-f", "raw") == 0
+    raw = capsys.readouterr().out.encode()
+    original_lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    assert raw
+    assert raw in b"".join(original_lines)
+    assert raw.endswith(b"\n")
+    assert run("show", f"{ident[:12]}:0", "--archive", str(arch), "-f", "table") == 0
+    assert "user" in capsys.readouterr().out
+
+
+def test_show_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arch = tmp_path / "archive"
+    a = Archive(arch)
+    ident = a.store(SAMPLE.read_bytes())
+    assert run("show", "not-a-ref", "--archive", str(arch)) == ExitCode.USAGE
+    assert run("show", "ffffffffffff:1", "--archive", str(arch)) == ExitCode.ARCHIVE
+    assert run("show", f"{ident[:12]}:900-901", "--archive", str(arch)) == ExitCode.ARCHIVE
+    err = capsys.readouterr().err
+    assert "none in 900-901" in err
+    assert "Traceback" not in err
+    blob = a.store(b"plain offloaded text\n")
+    with pytest.raises(UsageError, match="offloaded output"):
+        show(f"{blob[:12]}:3", archive=a)
+    assert show(blob[:12], archive=a).text == "plain offloaded text\n"
+    with pytest.raises(ArchiveError):
+        show("abcdefabcdef", archive=a)
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def test_search_cli_json_table_and_reindex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arch = tmp_path / "archive"
+    assert run("compact", str(SAMPLE), "-s", "fifo", "--target-ratio", "0.02", "--archive", str(arch), "-q",
+               "-o", str(tmp_path / "o.jsonl")) == 0  # fmt: skip
+    capsys.readouterr()
+    assert run("search", "coupon rounding", "--archive", str(arch), "-k", "2", "-f", "json", "--full") == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["schema"] == "ctxc.search/1"
+    assert doc["ranking"] == "bm25"
+    assert len(doc["hits"]) == 2
+    hit = doc["hits"][0]
+    for key in (
+        "archive_id",
+        "ref",
+        "message",
+        "line",
+        "role",
+        "kind",
+        "tool",
+        "snippet",
+        "score",
+        "context",
+        "text",
+    ):
+        assert key in hit
+    assert "**" in hit["snippet"]
+    assert run("search", "coupon rounding", "--archive", str(arch), "-k", "2", "-f", "table") == 0
+    table = capsys.readouterr().out
+    assert hit["ref"] in table
+    assert run("search", "--reindex", "--archive", str(arch)) == 0
+    assert "indexed 1 original(s)" in capsys.readouterr().err
+    assert run("search", "--archive", str(arch)) == ExitCode.USAGE
+    assert run("search", "x", "--archive", str(tmp_path / "nowhere")) == ExitCode.ARCHIVE
+    assert run("search", '"open', "--raw", "--archive", str(arch)) == ExitCode.USAGE
+
+
+def test_messages_without_text_are_not_indexed() -> None:
+    m = Message(role="assistant", blocks=(ToolUseBlock("x", "Noop", {}),), index=0)
+    r = Message(role="user", blocks=(ToolResultBlock("x", ""), TextBlock("")), index=1)
+    chunks = list(chunk_messages([m, r], source="-", fmt="chat"))
+    assert [c.kind for c in chunks] == []
