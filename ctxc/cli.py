@@ -816,7 +816,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ("search", "check", "agent")
+COMMAND_MODULES: tuple[str, ...] = ("search", "eval", "check", "agent")
 
 
 def _register_command_modules() -> None:
@@ -837,13 +837,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
     try:
-        rc = None
-        if args[:1] == ["analyze"] and any(a.endswith("usage") for a in args):
-            from ctxc.usage_scan import cli_fast_path  # --tokenizer usage without typer's start-up cost
-
-            rc = cli_fast_path(args)
-        if rc is None:
-            rc = typer.main.get_command(app).main(args=args, prog_name="ctxc", standalone_mode=False)
+        rc = typer.main.get_command(app).main(args=args, prog_name="ctxc", standalone_mode=False)
     except CtxcError as exc:
         if debug:
             raise

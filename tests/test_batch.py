@@ -426,3 +426,40 @@ def test_two_processes_share_one_archive(tmp_path: Path) -> None:
     _assert_archive_sound(archive)
     assert len(Archive(archive).manifest()) == 2 * len(files)
     assert len(_journal_lines(archive)) == 2 * len(files)
+
+
+def test_a_folder_mixing_every_corpus_format_and_broken_files(tmp_path: Path) -> None:
+    """Issue 5's bar, short of the 100 MB transcript (bench/bench_batch.py covers that one)."""
+    corpus = corpus_files()
+    if not corpus:
+        pytest.skip("no corpus beside the checkout")
+    src = tmp_path / "logs"
+    for p in corpus:
+        dest = src / p.parent.name / p.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, dest)
+    bad = {
+        "broken/truncated.jsonl": b'{"role": "user", "content": "hi"}\n{"role": "assist',
+        "broken/binary.jsonl": b"\x00\x01\x02 not text",
+        "broken/empty.jsonl": b"",
+    }
+    for rel, data in bad.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    out = tmp_path / "out"
+    rep = tmp_path / "r.json"
+    args = ["compact", str(src), "--glob", "*.json*", "--out-dir", str(out), "--report", str(rep)]
+    args += ["--target-ratio", "0.5", "--window", "200000", "--allow-over", "--jobs", "2", "--quiet"]
+    assert run(*args) == ExitCode.PARTIAL
+    files = report(rep)["files"]
+    assert isinstance(files, list)
+    status = {Path(f["path"]).relative_to(src).as_posix(): f["status"] for f in files}
+    assert {rel for rel, s in status.items() if s == "failed"} == set(bad)
+    assert len(status) == len(corpus) + len(bad)
+    for f in files:
+        if f["status"] == "ok":
+            assert not pairing_problems(load(f["output"]).messages, strict=True)
+    # A re-run redoes only what failed (still failing) and skips the rest.
+    assert run(*args) == ExitCode.PARTIAL
+    totals = report(rep)["totals"]
+    assert totals == {**totals, "skipped": len(corpus), "failed": len(bad), "ok": 0}  # type: ignore[dict-item]

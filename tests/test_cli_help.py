@@ -13,6 +13,7 @@ COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands
 def test_the_commands_we_expect() -> None:
     assert {
         "analyze",
+        "check",
         "compact",
         "convert",
         "formats",
@@ -21,6 +22,12 @@ def test_the_commands_we_expect() -> None:
         "restore",
         "strategies",
         "validate",
+        "remind",
+        "compose",
+        "replay",
+        "search",
+        "show",
+        "eval",
     } <= set(COMMANDS)
 
 

@@ -1,0 +1,379 @@
+"""A token budget gate for CI: which transcripts are over a budget, by how much, and where.
+
+``ctxc check`` is ``analyze`` reduced to a verdict per file, so it reuses analyze's reading, counting
+and scan cache (a second run over unchanged logs only hashes them). A file's size is its context: the
+largest conversation's tokens (``Analysis.max_context``), or with ``tokenizer="usage"`` the largest
+context a recorded API call sent. Verdicts:
+
+* ``over``: above the budget (``max_tokens``, or ``max_usage`` times the window);
+* ``near``: within budget but at or above the warning level (by default the share of the window where
+  the adaptive pipeline's stage 2 begins, 60%), worth compacting before it becomes a failure;
+* ``ok``; and ``error`` for a file that could not be read (reported and counted, never fatal).
+
+A failure to read wins over a budget failure in the exit code: the budget of an unread file is unknown.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter
+from ctxc.errors import CtxcError, ExitCode, UsageError
+from ctxc.reader import ReadOptions
+
+Status = Literal["ok", "near", "over", "error"]
+STATUSES: tuple[Status, ...] = ("over", "near", "ok", "error")
+#: The default warning level: where adaptive compaction's stage 2 (tool-output post-processing) begins.
+DEFAULT_WARN_USAGE = DEFAULT_THRESHOLDS[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A token budget per transcript, and the level from which a transcript is near it."""
+
+    limit: int
+    warn_at: int
+    window: int
+    model: str | None
+    #: What the user asked for: a share of the window (``--max-usage``) or tokens (``--max-tokens``).
+    max_usage: float | None = None
+    max_tokens: int | None = None
+
+    def describe(self) -> str:
+        """``160,000 tokens (80% of the 200,000 window of claude-sonnet-4-5)``."""
+        of = f"the {self.window:,} window" + (f" of {self.model}" if self.model else "")
+        return f"{self.limit:,} tokens ({self.limit / self.window:.0%} of {of})"
+
+
+def resolve_budget(
+    *,
+    max_usage: float | None = None,
+    max_tokens: int | None = None,
+    warn_usage: float = DEFAULT_WARN_USAGE,
+    model: str | None = None,
+    window: int | None = None,
+) -> Budget:
+    """The budget for ``--max-usage R`` or ``--max-tokens N`` (exactly one) at a model's window."""
+    from ctxc.profiles import resolve_window
+
+    if (max_usage is None) == (max_tokens is None):
+        raise UsageError("give exactly one budget: --max-usage R (a share of the window) or --max-tokens N")
+    if max_usage is not None and not 0 < max_usage <= 10:
+        raise UsageError(f"--max-usage is a share of the window such as 0.8, not {max_usage}")
+    if max_tokens is not None and max_tokens <= 0:
+        raise UsageError(f"--max-tokens must be a positive number of tokens, not {max_tokens}")
+    if not 0 <= warn_usage <= 10:
+        raise UsageError(f"--warn-usage is a share of the window such as 0.6, not {warn_usage}")
+    win, model_name = resolve_window(model=model, window=window)
+    limit = max_tokens if max_tokens is not None else round((max_usage or 0) * win)
+    return Budget(
+        limit=max(limit, 1),
+        warn_at=round(warn_usage * win),
+        window=win,
+        model=model_name,
+        max_usage=max_usage,
+        max_tokens=max_tokens,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FileCheck:
+    """The verdict on one transcript."""
+
+    path: str
+    status: Status
+    format: str | None = None
+    #: Context tokens measured: the largest conversation (counted) or the largest recorded call.
+    tokens: int | None = None
+    #: ``tokens`` as a share of the window.
+    share: float | None = None
+    #: The adaptive stage (1-5) that share is in.
+    stage: int | None = None
+    #: Tokens above the budget (0 unless ``over``).
+    over_by: int = 0
+    #: The line at which the budget (``over``) or the warning level (``near``) was first crossed.
+    line: int | None = None
+    error: str | None = None
+    exit_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    budget: Budget
+    tokenizer: str
+    files: tuple[FileCheck, ...]
+
+    def count(self, status: Status) -> int:
+        return sum(1 for f in self.files if f.status == status)
+
+    @property
+    def exit_code(self) -> int:
+        """0; the file's own code when the only file could not be read, 12 (``PARTIAL``) when some of
+        several could not; else 6 (``OVER_TARGET``) when any is over budget. Near is not a failure."""
+        failed = [f for f in self.files if f.status == "error"]
+        if failed:
+            return failed[0].exit_code if len(self.files) == 1 else int(ExitCode.PARTIAL)
+        if self.count("over"):
+            return int(ExitCode.OVER_TARGET)
+        return int(ExitCode.OK)
+
+    def summary(self) -> str:
+        """``4 files: 1 over, 1 near, 1 ok, 1 unreadable``."""
+        parts = [f"{self.count('over')} over", f"{self.count('near')} near", f"{self.count('ok')} ok"]
+        if self.count("error"):
+            parts.append(f"{self.count('error')} unreadable")
+        return f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}: " + ", ".join(parts)
+
+
+def verdict(a: Analysis, budget: Budget, *, line_over: int | None, line_near: int | None) -> FileCheck:
+    """The verdict on an analysis, given the lines where the budget and warning levels were crossed."""
+    tokens = a.max_context
+    if tokens > budget.limit:
+        status: Status = "over"
+        line = line_over
+    elif tokens >= budget.warn_at and budget.warn_at < budget.limit:
+        status, line = "near", line_near
+    else:
+        status, line = "ok", None
+    return FileCheck(
+        path=a.path,
+        status=status,
+        format=a.format,
+        tokens=tokens,
+        share=tokens / budget.window,
+        stage=a.stage,
+        over_by=max(tokens - budget.limit, 0),
+        line=line,
+    )
+
+
+def _first_line_over(a: Analysis, limit: int) -> int | None:
+    """The source line of the first message whose conversation's running total passed ``limit``."""
+    return next((s.line for s in a.messages if s.cumulative > limit and s.line), None)
+
+
+def check_file(
+    path: str | os.PathLike[str],
+    budget: Budget,
+    *,
+    tokenizer: str = "o200k_base",
+    counter: TextCounter | None = None,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+    use_cache: bool = True,
+) -> FileCheck:
+    """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
+    from ctxc.analysis import analyze
+    from ctxc.usage_scan import USAGE_TOKENIZER, crossing_line, scan_usage, usage_analysis
+
+    if tokenizer == USAGE_TOKENIZER:
+        from ctxc.analysis import check_thresholds
+
+        scan = scan_usage(path, input_format=input_format, options=options)
+        a = usage_analysis(
+            scan, window=budget.window, model=budget.model, thresholds=check_thresholds(thresholds)
+        )
+        return verdict(
+            a,
+            budget,
+            line_over=crossing_line(scan, budget.limit),
+            line_near=crossing_line(scan, budget.warn_at - 1),
+        )
+    a = analyze(
+        path,
+        counter=counter,
+        tokenizer=tokenizer,
+        window=budget.window,
+        model=budget.model,
+        thresholds=thresholds,
+        input_format=input_format,
+        options=options,
+        top=0,
+        use_cache=use_cache,
+    )
+    return verdict(
+        a,
+        budget,
+        line_over=_first_line_over(a, budget.limit),
+        line_near=_first_line_over(a, budget.warn_at - 1),
+    )
+
+
+def check_paths(
+    paths: Sequence[str],
+    budget: Budget,
+    *,
+    tokenizer: str = "o200k_base",
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+    use_cache: bool = True,
+    fail_fast: bool = False,
+) -> CheckReport:
+    """Check every transcript; an unreadable one is an ``error`` verdict and the rest go on."""
+    from ctxc.analysis import make_counter
+
+    counter = None
+    if tokenizer != "usage":
+        counter = make_counter(tokenizer, use_cache=use_cache, model=budget.model)
+    results: list[FileCheck] = []
+    for path in paths:
+        try:
+            results.append(
+                check_file(
+                    path,
+                    budget,
+                    tokenizer=tokenizer,
+                    counter=counter,
+                    thresholds=thresholds,
+                    input_format=input_format,
+                    options=options,
+                    use_cache=use_cache,
+                )
+            )
+        except CtxcError as exc:
+            if isinstance(exc, UsageError):
+                raise  # a bad option is wrong for every file: stop at once
+            results.append(
+                FileCheck(
+                    path=path, status="error", line=exc.line, error=exc.message, exit_code=int(exc.exit_code)
+                )
+            )
+            if fail_fast:
+                break
+    return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(results))
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def report_to_json(report: CheckReport) -> dict[str, Any]:
+    """The ``ctxc.check/1`` envelope."""
+    from ctxc.output import envelope
+
+    b = report.budget
+    return envelope(
+        "check",
+        budget={
+            "limit": b.limit,
+            "warn_at": b.warn_at,
+            "window": b.window,
+            "model": b.model,
+            "max_usage": b.max_usage,
+            "max_tokens": b.max_tokens,
+        },
+        tokenizer=report.tokenizer,
+        files=[
+            {
+                "path": f.path,
+                "status": f.status,
+                "format": f.format,
+                "tokens": f.tokens,
+                "share": None if f.share is None else round(f.share, 6),
+                "stage": f.stage,
+                "over_by": f.over_by,
+                "line": f.line,
+                "error": f.error,
+                "exit_code": f.exit_code or None,
+            }
+            for f in report.files
+        ],
+        totals={"files": len(report.files), **{s: report.count(s) for s in STATUSES}},
+        exit_code=report.exit_code,
+    )
+
+
+def _figures(f: FileCheck, budget: Budget) -> str:
+    assert f.tokens is not None
+    assert f.share is not None
+    return f"{f.tokens:,} tokens ({f.share:.1%} of {budget.window:,})"
+
+
+def message(f: FileCheck, budget: Budget) -> str:
+    """One sentence on a verdict, for people (table) and for annotations (GitHub)."""
+    if f.status == "error":
+        return f.error or "could not be read"
+    figures = _figures(f, budget)
+    if f.status == "over":
+        pct = f.over_by / budget.limit
+        return f"{figures}: {f.over_by:,} ({pct:.1%}) over the budget of {budget.limit:,}"
+    if f.status == "near":
+        return (
+            f"{figures}: under the budget of {budget.limit:,}, past the warning level of {budget.warn_at:,}"
+        )
+    return f"{figures}: within the budget of {budget.limit:,}"
+
+
+def render_table(report: CheckReport) -> str:
+    """Plain text, one line per file then a summary: stable, and readable in any CI log."""
+    b = report.budget
+    width = max((len(f.path) for f in report.files), default=0)
+    labels = {"over": "OVER ", "near": "near ", "ok": "ok   ", "error": "ERROR"}
+    lines = []
+    for f in report.files:
+        where = f" (line {f.line})" if f.line else ""
+        lines.append(f"{labels[f.status]} {f.path:<{width}}  {message(f, b)}{where}")
+    lines.append(f"{report.summary()}; budget {b.describe()}, {report.tokenizer}")
+    return "\n".join(lines) + "\n"
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: ``%``, CR and LF percent-encoded (``%`` first, so it is not doubled)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: as a message, plus ``:`` and ``,``, which delimit properties."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(level: str, text: str, **properties: str | int | None) -> str:
+    """``::error file=a.jsonl,line=3,title=...::text`` with GitHub's escaping (``actions/toolkit``'s
+    ``escapeProperty`` and ``escapeData``); properties that are None are left out."""
+    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None)
+    return f"::{level}{' ' + props if props else ''}::{escape_data(text)}"
+
+
+def render_github(report: CheckReport) -> str:
+    """GitHub Actions annotations: ``error`` for over budget and unreadable files, ``warning`` for near
+    budget, and one ``notice`` with the summary. ``ok`` files get no annotation."""
+    b = report.budget
+    titles = {
+        "over": "ctxc check: over the token budget",
+        "near": "ctxc check: near the token budget",
+        "error": "ctxc check: unreadable transcript",
+    }
+    out = []
+    for f in report.files:
+        if f.status == "ok":
+            continue
+        level = "warning" if f.status == "near" else "error"
+        out.append(workflow_command(level, message(f, b), file=f.path, line=f.line, title=titles[f.status]))
+    out.append(
+        workflow_command(
+            "notice", f"{report.summary()}; budget {b.describe()}, {report.tokenizer}", title="ctxc check"
+        )
+    )
+    return "\n".join(out) + "\n"
+
+
+__all__ = [
+    "DEFAULT_WARN_USAGE",
+    "Budget",
+    "CheckReport",
+    "FileCheck",
+    "check_file",
+    "check_paths",
+    "escape_data",
+    "escape_property",
+    "render_github",
+    "render_table",
+    "report_to_json",
+    "resolve_budget",
+    "verdict",
+    "workflow_command",
+]

@@ -1,0 +1,121 @@
+"""``ctxc check``: a token budget gate for CI (the library is :mod:`ctxc.check`)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from ctxc.cliutil import (
+    InputFormatOpt,
+    MaxLineOpt,
+    SkipInvalidOpt,
+    expand_paths,
+    parse_thresholds,
+    read_options,
+)
+from ctxc.errors import UsageError
+
+
+class CheckFormat(StrEnum):
+    table = "table"
+    json = "json"
+    github = "github"
+
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails\n\n"
+    "  ctxc check session.jsonl --max-tokens 150000 --model claude-opus-4-5\n\n"
+    "  ctxc check logs/ --max-usage 0.8 --format github      # annotations in a GitHub Actions job\n\n"
+    "  ctxc check ~/.claude/projects/ --max-usage 0.9 --tokenizer usage --format json\n\n"
+    "A file is [bold]over[/bold] above the budget, [bold]near[/bold] from --warn-usage of the window "
+    "(default 0.6, where adaptive compaction starts) up to the budget, else ok; a file that cannot be "
+    "read is reported and the others are still checked. "
+    "[bold]Exit codes[/bold]: 0 every file within budget (near is only a warning), 6 some file over "
+    "budget, 12 some of several files unreadable (one file: its own code, e.g. 3 bad input, 4 unknown "
+    "format), 2 bad options."
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="check", epilog=EPILOG)(check)
+
+
+def check(
+    paths: Annotated[
+        list[str], typer.Argument(help="Transcript files, directories (walked for *.jsonl), or - for stdin.")
+    ],
+    max_usage: Annotated[
+        float | None,
+        typer.Option("--max-usage", help="Budget as a share of the window, e.g. 0.8.", show_default=False),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="Budget in tokens.", show_default=False)
+    ] = None,
+    warn_usage: Annotated[
+        float,
+        typer.Option(
+            "--warn-usage",
+            help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
+        ),
+    ] = 0.6,
+    model: Annotated[
+        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
+    ] = None,
+    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="o200k_base, cl100k_base, approx, anthropic, or usage (recorded usage only, no counting)."
+        ),
+    ] = "o200k_base",
+    fmt: Annotated[
+        CheckFormat,
+        typer.Option("--format", "-f", help="table, json (ctxc.check/1), or github (workflow annotations)."),
+    ] = CheckFormat.table,
+    thresholds: Annotated[
+        str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
+    ] = "0.6,0.7,0.8,0.9",
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
+    ] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
+    ] = False,
+    input_format: InputFormatOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    max_line_mb: MaxLineOpt = 32.0,
+) -> None:
+    """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
+    from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
+    from ctxc.output import dumps
+
+    budget = resolve_budget(
+        max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
+    )
+    options = read_options(skip_invalid, max_line_mb)
+    files = expand_paths(paths)
+    if not files:
+        raise UsageError("give a transcript file, a directory, or - for stdin")
+    report = check_paths(
+        files,
+        budget,
+        tokenizer=tokenizer,
+        thresholds=parse_thresholds(thresholds),
+        input_format=input_format,
+        options=options,
+        use_cache=not no_cache,
+        fail_fast=fail_fast,
+    )
+    if fmt is CheckFormat.json:
+        sys.stdout.buffer.write(dumps(report_to_json(report)))
+    elif fmt is CheckFormat.github:
+        sys.stdout.write(render_github(report))
+    else:
+        sys.stdout.write(render_table(report))
+    sys.stdout.flush()
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)

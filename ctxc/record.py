@@ -1,0 +1,200 @@
+"""One dataset record compacted on its own: the per-transcript work of ``ctxc compact`` as a pure function.
+
+A conversation dataset (``{"messages": [...], "tools": [...]}`` per line) is compacted line by line, and
+no line depends on another, so the work maps over records: on a thread pool, a process pool, Spark, or
+Ray Data (``examples/ray_compact.py``). :func:`compact_record` takes one line (text, bytes or a parsed
+dict) and returns a :class:`RecordResult`: plain data (strings, ints, a dict), picklable, never an
+exception for a bad record. It has no global state and writes nothing unless given an archive.
+
+Citations. Placeholders and summaries cite what they replaced as ``ctxc archive <id> messages a-b``.
+By default a record is cited on its own: ``<id>`` is the sha256 of the record line (stored in the
+archive when one is given, so ``ctxc restore`` brings the line back) and message numbers count from 0
+within the record. ``ctxc compact FILE`` cites the whole file instead (its archive id, and message
+numbers counting across the file); pass ``source=RecordSource(...)`` (see :func:`record_sources`) and
+the record's output is exactly the line ``ctxc compact FILE`` writes for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+from ctxc.archive import Archive, archive_root, sha256_hex
+from ctxc.compaction.run import CompactOptions
+from ctxc.errors import CtxcError, ExitCode
+
+Status = Literal["ok", "skipped", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSource:
+    """Where a record sits in its dataset file, so citations match ``ctxc compact FILE``'s."""
+
+    #: The archive id of the whole file (its sha256, as ``ctxc compact`` reports it).
+    archive_id: str
+    #: The index, counted across the file, of the record's first message.
+    first_index: int = 0
+    #: The record's 1-based line number in the file.
+    line: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """What became of one record. ``line`` is the output record as a JSON line (no newline)."""
+
+    status: Status
+    line: str | None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    #: The archive id the output cites (the record's own, or the source file's).
+    archive_id: str | None = None
+    #: Tokens each strategy removed.
+    savings: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    exit_code: int = 0
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The output record, parsed."""
+        if self.line is None:
+            return None
+        value = orjson.loads(self.line)
+        return value if isinstance(value, dict) else None
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat dict of plain values (a Ray Data or pandas row)."""
+        return {
+            "status": self.status,
+            "line": self.line,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "archive_id": self.archive_id,
+            "error": self.error,
+            "exit_code": self.exit_code,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _CitingArchive(Archive):
+    """Cites ``cite_as`` for the record's bytes without storing them (the file they came from is the
+    original); anything else a strategy offloads goes to ``backing``, or nowhere when there is none."""
+
+    cite_as: str = ""
+    original: bytes = b""
+    backing: Archive | None = None
+
+    def store(self, data: bytes) -> str:
+        if data == self.original:
+            return self.cite_as
+        if self.backing is not None:
+            return self.backing.store(data)
+        return sha256_hex(data)
+
+    # The search index beside an archive: kept only in an archive the caller gave.
+    def index(self, archive_id: str, transcript: Any, *, source: str | None = None) -> None:
+        if self.backing is not None:
+            self.backing.index(archive_id, transcript, source=source)
+
+    def index_blob(self, digest: str, *, origin: str, message: int, tool: str = "") -> None:
+        if self.backing is not None:
+            self.backing.index_blob(digest, origin=origin, message=message, tool=tool)
+
+
+def _line_bytes(record: str | bytes | Mapping[str, Any]) -> bytes:
+    if isinstance(record, Mapping):
+        return orjson.dumps(dict(record))
+    raw = record.encode("utf-8") if isinstance(record, str) else bytes(record)
+    return raw.rstrip(b"\r\n")
+
+
+def compact_record(
+    record: str | bytes | Mapping[str, Any],
+    options: CompactOptions = CompactOptions(),
+    *,
+    archive: Archive | None = None,
+    source: RecordSource | None = None,
+) -> RecordResult:
+    """Compact one dataset record (one conversation) as ``ctxc compact`` compacts each line of a file.
+
+    ``archive``: store the record (and anything offloaded) there; without it nothing is written.
+    ``source``: cite the record's file instead of the record (see the module docstring). A record that
+    is not a conversation (no ``messages`` list) comes back unchanged as ``skipped``; a bad record or a
+    target that cannot be met comes back as ``error`` with the message and exit code ``ctxc`` would use.
+    """
+    from ctxc.compaction.run import compact_transcript
+    from ctxc.formats import load
+    from ctxc.reader import named_bytes
+
+    raw = _line_bytes(record)
+    name = f"<record {source.line}>" if source is not None else "<record>"
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return RecordResult(
+            "error", None, error=f"{name}: not valid JSON ({exc.msg})", exit_code=ExitCode.INPUT
+        )
+    if not (isinstance(data, dict) and isinstance(data.get("messages"), list)):
+        return RecordResult("skipped", raw.decode("utf-8", errors="replace"))
+    body = raw + b"\n"  # the record as a one-line file: what `ctxc compact` of that file would archive
+    try:
+        transcript = load(named_bytes(name, body), input_format="dataset")
+        store: Archive | None = archive
+        if source is not None:
+            transcript = replace(
+                transcript,
+                messages=tuple(
+                    replace(m, index=m.index + source.first_index, line=source.line)
+                    for m in transcript.messages
+                ),
+            )
+            root = archive.root if archive is not None else archive_root()
+            store = _CitingArchive(root=root, cite_as=source.archive_id, original=body, backing=archive)
+        result = compact_transcript(transcript, options, archive=store, original_bytes=body)
+    except CtxcError as exc:
+        return RecordResult("error", None, error=str(exc), exit_code=int(exc.exit_code))
+    out = result.transcript.to_bytes().rstrip(b"\r\n")
+    return RecordResult(
+        "ok",
+        out.decode("utf-8"),
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        archive_id=result.archive_id,
+        savings=result.savings_by_strategy(),
+    )
+
+
+def compact_row(row: Mapping[str, Any], options: CompactOptions = CompactOptions()) -> dict[str, Any]:
+    """:func:`compact_record` over a ``{"text": line}`` row (what ``ray.data.read_text`` yields), for
+    ``Dataset.map``. Optional ``archive_id``, ``first_index`` and ``line`` keys give the record's source."""
+    source = None
+    if row.get("archive_id"):
+        source = RecordSource(
+            archive_id=str(row["archive_id"]),
+            first_index=int(row.get("first_index", 0)),
+            line=int(row.get("line", 1)),
+        )
+    return compact_record(row["text"], options, source=source).to_row()
+
+
+def record_sources(path: str | os.PathLike[str]) -> list[RecordSource | None]:
+    """The source of each line of a dataset file (None for lines that hold no conversation): what
+    :func:`compact_record` needs to write exactly what ``ctxc compact FILE`` writes. Reads the file once;
+    the archive id is the file's sha256, as ``ctxc compact`` stores it."""
+    from ctxc.formats import load
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    transcript = load(path, input_format="dataset")
+    first: dict[int, int] = {}
+    for m in transcript.messages:
+        first.setdefault(m.line, m.index)
+    archive_id = sha256_hex(data)
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    return [RecordSource(archive_id, first[n], n) if n in first else None for n in range(1, lines + 1)]
+
+
+__all__ = ["RecordResult", "RecordSource", "compact_record", "compact_row", "record_sources"]

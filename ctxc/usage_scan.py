@@ -1,0 +1,492 @@
+"""Recorded usage only (``ctxc analyze --tokenizer usage``): what the log says the API calls cost.
+
+Claude Code logs (``message.usage``) and Codex rollouts (``token_count`` events) record every API
+call's tokens. Reading those figures needs neither a tokenizer nor the conversation model, so this
+module does not build either: it searches the raw bytes for the few lines that carry usage
+(``"usage"``; ``"token_count"`` and ``compacted"`` for Codex) and parses only those, with orjson. On
+54 MB of Claude Code logs that is about 6 MB parsed instead of 54 and no message objects at all, which
+is what keeps ``analyze --tokenizer usage`` within a small factor of ccusage (a native binary).
+
+The figures are the ones the full reader records (:attr:`ctxc.model.Transcript.usage`): one call per
+Claude Code response, however many records it was split over (``message.id``; the field-wise maximum,
+since ``output_tokens`` grows as a response streams), a part of an already closed response not counted
+again, ``<synthetic>`` turns (written by the client, not the API) not counted; Codex token counts
+deduplicated by their running total. The tests hold the two paths equal on every corpus file.
+
+Deliberate differences from a full read, for speed: lines that carry no usage are not parsed, so a
+broken line elsewhere in the file is not reported (``ctxc validate`` and plain ``analyze`` do that), and
+``--skip-invalid`` counts only skipped usage lines. Other formats that record usage (pi sessions, Kimi
+chat logs, API responses stored as chat lines) go through the full reader, still without tokenizing.
+A file that records no usage at all is an error naming its format, not a silent zero.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import orjson
+
+from ctxc.analysis import (
+    DEFAULT_THRESHOLDS,
+    Analysis,
+    UsageSummary,
+    _summarize_usage,
+    check_thresholds,
+    stage_for,
+)
+from ctxc.errors import CtxcError, InputError, UsageError
+from ctxc.model import Boundary, Record, Usage
+from ctxc.reader import ReadOptions, named_bytes, parse_line
+
+#: The ``--tokenizer`` name that selects this module instead of counting.
+USAGE_TOKENIZER = "usage"
+#: Formats whose usage lines are found by searching the bytes (the others are read in full).
+FAST_FORMATS = frozenset({"claude-code", "codex"})
+
+_NL = b"\n"
+_SNIFF_HEAD = 64 * 1024
+_BOM = b"\xef\xbb\xbf"
+
+
+class RecordedUsageOnly:
+    """What ``make_counter("usage")`` returns: it routes :func:`ctxc.analysis.analyze` here and counts
+    nothing, so a command that needs text counted (``--forecast``, ``compact``) fails with a clear
+    message instead of silently counting with another tokenizer."""
+
+    name = USAGE_TOKENIZER
+    #: No count cache: the scan is as fast as hashing the file would be, so nothing is cached either.
+    cache = None
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        raise UsageError(
+            "--tokenizer usage only reads the usage a log recorded and cannot count text; "
+            "use o200k_base (the default), cl100k_base, approx or anthropic for this"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UsageScan:
+    """The usage and compaction boundaries a log recorded, and how they were read."""
+
+    path: str
+    format: str
+    usage: tuple[Usage, ...]
+    boundaries: tuple[Boundary, ...]
+    #: Usage lines skipped as invalid under ``--skip-invalid`` (only usage lines are parsed).
+    skipped_lines: int = 0
+    #: True when only the usage lines were parsed; False when the full reader was used.
+    fast: bool = False
+
+
+def scan_usage(
+    src: str | os.PathLike[str] | BinaryIO,
+    *,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+) -> UsageScan:
+    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream).
+
+    Raises :class:`~ctxc.errors.InputError` when the file records no usage at all, and the reader's
+    usual errors for a missing, empty, binary or unrecognised file.
+    """
+    from ctxc.reader import open_binary
+
+    name, handle = open_binary(src)
+    owned = isinstance(src, str | os.PathLike) and name != "-"
+    try:
+        buf = _buffer(handle, owned)
+        scan = _scan_buffer(buf, name, input_format, options)
+    finally:
+        if owned:
+            handle.close()
+    if not scan.usage:
+        raise InputError(
+            f"no recorded usage in this {scan.format} file: --tokenizer usage reads the usage a log "
+            "records (Claude Code, Codex, pi, Kimi); count its tokens with another --tokenizer",
+            path=name,
+        )
+    return scan
+
+
+def _buffer(handle: BinaryIO, owned: bool) -> bytes | mmap.mmap:
+    """The whole input: a read-only map of a regular file (no copy), else its bytes."""
+    if owned:
+        try:
+            if os.fstat(handle.fileno()).st_size > 0:
+                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            pass  # not mappable (a pipe, a special file): read it instead
+    return handle.read()
+
+
+def _scan_buffer(
+    buf: bytes | mmap.mmap, name: str, input_format: str | None, options: ReadOptions
+) -> UsageScan:
+    from ctxc.formats import get_adapter, sniff
+
+    adapter = None
+    try:
+        sample = list(_head_records(buf, name, options))
+        if sample:
+            adapter = get_adapter(input_format) if input_format else sniff(sample, name)
+    except CtxcError:
+        adapter = None  # the full reader says exactly what is wrong (or reads a whole-document file)
+    if adapter is not None and adapter.name == "claude-code":
+        usage, boundaries, skipped = _claude_code(_Lines(buf, name, options))
+        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
+    if adapter is not None and adapter.name == "codex":
+        usage, boundaries, skipped = _codex(_Lines(buf, name, options))
+        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
+    return _full_read(buf, name, input_format, options)
+
+
+def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
+    """The records sniffing looks at, read by the ordinary reader from the head of the buffer."""
+    from ctxc.formats.base import SNIFF_RECORDS
+    from ctxc.reader import iter_records
+
+    # The reader sniffs 40 records; a few whole lines up to 64 KB say as much for these formats (one
+    # record type per line) at a fraction of the parsing, which matters when a log's lines are large.
+    end, lines = 0, 0
+    while lines < SNIFF_RECORDS * 2 and (end < _SNIFF_HEAD or lines == 0):
+        nl = buf.find(_NL, end)
+        if nl < 0:
+            end = len(buf)
+            break
+        end, lines = nl + 1, lines + 1
+    passthrough = 0
+    for rec in iter_records(named_bytes(name, buf[:end]), name, options):
+        yield rec
+        passthrough += rec.kind == "passthrough"
+        if passthrough >= SNIFF_RECORDS:
+            return
+
+
+def _full_read(
+    buf: bytes | mmap.mmap, name: str, input_format: str | None, options: ReadOptions
+) -> UsageScan:
+    """Formats without a fast path: the ordinary reader, keeping only usage and boundaries."""
+    from ctxc.formats import open_stream
+
+    stream = open_stream(
+        named_bytes(name, bytes(buf)), input_format=input_format, options=options, keep_records=False
+    )
+    usage: list[Usage] = []
+    boundaries: list[Boundary] = []
+    try:
+        for item in stream.items:
+            if isinstance(item, Usage):
+                usage.append(item)
+            elif isinstance(item, Boundary):
+                boundaries.append(item)
+    finally:
+        stream.close()
+    return UsageScan(
+        name, stream.adapter.name, tuple(usage), tuple(boundaries), len(stream.invalid_lines), fast=False
+    )
+
+
+class _Lines:
+    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers.
+
+    Line numbers are counted with ``find`` jumps from one wanted line to the next (memchr speed), never
+    by splitting the buffer.
+    """
+
+    def __init__(self, buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> None:
+        self.buf, self.name, self.options = buf, name, options
+        self.skipped = 0
+
+    def spans(self, needles: Sequence[bytes]) -> list[tuple[int, int]]:
+        """``(start, end)`` offsets of the lines holding any of ``needles``, in file order."""
+        buf = self.buf
+        found: dict[int, int] = {}
+        for needle in needles:
+            i = buf.find(needle)
+            while i >= 0:
+                end = buf.find(_NL, i)
+                end = len(buf) if end < 0 else end
+                found[buf.rfind(_NL, 0, i) + 1] = end
+                i = buf.find(needle, end)
+        return sorted(found.items())
+
+    def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
+        """``(line number, raw bytes, parsed value)`` of each line holding a needle."""
+        buf, limit, loads = self.buf, self.options.max_line_bytes, orjson.loads
+        line, counted_to = 1, 0
+        for start, end in self.spans(needles):
+            nl = buf.find(_NL, counted_to)
+            while 0 <= nl < start:
+                line += 1
+                nl = buf.find(_NL, nl + 1)
+            counted_to = start
+            raw = buf[start:end]
+            if raw[-1:] == b"\r":
+                raw = raw[:-1]
+            if len(raw) > limit:
+                raise InputError(
+                    f"line is {len(raw) / 1_000_000:.1f} MB, over the {limit / 1_000_000:.1f} MB limit "
+                    "(raise it with --max-line-mb)",
+                    path=self.name,
+                    line=line,
+                )
+            body = raw[3:] if start == 0 and raw.startswith(_BOM) else raw
+            try:
+                data = loads(body)
+            except orjson.JSONDecodeError:
+                if self.options.skip_invalid:
+                    self.skipped += 1
+                    continue
+                parse_line(body, self.name, line)  # raises the reader's own message for this line
+                raise
+            yield line, raw, data
+
+    def records(self, needles: Sequence[bytes]) -> Iterator[tuple[int, Record]]:
+        """``(index, Record)`` for each line holding a needle that parses to a JSON object."""
+        for n, (line, raw, data) in enumerate(self.parsed(needles)):
+            if isinstance(data, dict):
+                yield n, Record(line=line, raw=raw, eol=b"", data=data)
+
+
+def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+    """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
+
+    Mirrors the full reader's rules (:mod:`ctxc.formats.claude_code`): an open response takes the
+    field-wise maximum of its records' usage and closes when an assistant record with another id comes;
+    a late part of a response closed among the last few is not counted again; synthetic turns are not
+    API calls. Only records that carry usage are seen here, which every API response does. The loop
+    keeps plain integers and builds one :class:`Usage` per call: it runs once per line of a 50 MB log.
+    """
+    from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, _SYNTHETIC_MODEL
+
+    usage: list[Usage] = []
+    boundaries: list[Boundary] = []
+    closed: deque[str] = deque()  # the last _RECENT_IDS closed ids, with a set for fast membership
+    closed_set: set[str] = set()
+    open_id: str | None = None
+    open_call: list[int] | None = None  # input, output, cache read, cache write, line
+    open_records = 0
+
+    def close() -> None:
+        nonlocal open_id, open_call
+        if open_id is not None:
+            if open_call is not None:
+                i, o, r, w, first = open_call
+                usage.append(Usage(input=i, output=o, cache_read=r, cache_write=w, line=first))
+            closed.append(open_id)
+            closed_set.add(open_id)
+            if len(closed) > _RECENT_IDS:
+                gone = closed.popleft()
+                if gone not in closed:
+                    closed_set.discard(gone)
+        open_id, open_call = None, None
+
+    for line, _raw, data in lines.parsed((b'"usage"', b'compact_boundary"')):
+        if not isinstance(data, dict):
+            continue
+        rtype = data.get("type")
+        if rtype == "system":
+            subtype = data.get("subtype")
+            if subtype in _BOUNDARIES:
+                md = data.get(_BOUNDARIES[subtype])
+                md = md if isinstance(md, dict) else {}
+                pre, trigger = md.get("preTokens"), md.get("trigger")
+                boundaries.append(
+                    Boundary(
+                        kind=subtype,
+                        line=line,
+                        trigger=trigger if isinstance(trigger, str) else None,
+                        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+                    )
+                )
+            continue
+        message = data.get("message")
+        if rtype != "assistant" or not isinstance(message, dict):
+            continue
+        mid = message.get("id")
+        mid = mid if isinstance(mid, str) else None
+        u = message.get("usage")
+        call = None
+        if isinstance(u, dict) and message.get("model") != _SYNTHETIC_MODEL:
+            call = [
+                _int(u.get("input_tokens")),
+                _int(u.get("output_tokens")),
+                _int(u.get("cache_read_input_tokens")),
+                _int(u.get("cache_creation_input_tokens")),
+                line,
+            ]
+        if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
+            # every part repeats the usage and output_tokens grows as the response streams: keep the
+            # field-wise maximum, at the line of the response's first part
+            if open_call is None or call is None:
+                open_call = open_call or call
+            else:
+                open_call = [max(a, b) for a, b in zip(open_call[:4], call[:4], strict=True)] + [open_call[4]]
+            open_records += 1
+            continue
+        close()
+        if mid is None:
+            if call is not None:
+                usage.append(
+                    Usage(input=call[0], output=call[1], cache_read=call[2], cache_write=call[3], line=line)
+                )
+            continue
+        open_id, open_records = mid, 1
+        open_call = None if mid in closed_set else call
+    close()
+    return tuple(usage), tuple(boundaries), lines.skipped
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else 0  # not bool, which is an int subclass
+
+
+def _codex(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+    """Codex's own reader over only the ``token_count`` and compaction lines: it yields exactly the
+    usage and boundaries it yields over the whole file, since those come from these lines alone."""
+    from ctxc.formats import get_adapter
+
+    usage: list[Usage] = []
+    boundaries: list[Boundary] = []
+    for item in get_adapter("codex").read(lines.records((b'"token_count"', b'compacted"'))):
+        if isinstance(item, Usage):
+            usage.append(item)
+        elif isinstance(item, Boundary):
+            boundaries.append(item)
+    return tuple(usage), tuple(boundaries), lines.skipped
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+def summarize(usage: Sequence[Usage]) -> UsageSummary | None:
+    """Calls, token sums and the largest and last context of some recorded usage (as analyze sums it)."""
+    return _summarize_usage(usage)
+
+
+def total_tokens(summary: UsageSummary) -> int:
+    """Every token the calls were billed for: input, output, cache reads and cache writes (ccusage's
+    ``totalTokens``)."""
+    return summary.input + summary.output + summary.cache_read + summary.cache_write
+
+
+def usage_analysis(
+    scan: UsageScan,
+    *,
+    window: int,
+    model: str | None,
+    thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
+) -> Analysis:
+    """An :class:`~ctxc.analysis.Analysis` from recorded usage alone.
+
+    There are no per-message figures. ``max_context`` (and so the share and the stage) is the largest
+    context any recorded call sent, the recorded counterpart of the counted peak; ``total_tokens`` is
+    every token billed (input, output, cache reads and writes).
+    """
+    summary = summarize(scan.usage)
+    peak = summary.max_context if summary else 0
+    return Analysis(
+        path=scan.path,
+        format=scan.format,
+        tokenizer=USAGE_TOKENIZER,
+        window=window,
+        model=model,
+        thresholds=thresholds,
+        total_tokens=total_tokens(summary) if summary else 0,
+        stage=stage_for(peak / window, thresholds),
+        conversations=1,
+        messages=(),
+        by_role={},
+        by_kind={},
+        by_tool={},
+        largest=(),
+        usage=summary,
+        boundaries=scan.boundaries,
+        skipped_lines=scan.skipped_lines,
+        max_context=peak,
+    )
+
+
+def analyze_usage(
+    src: str | os.PathLike[str] | BinaryIO,
+    *,
+    window: int | None = None,
+    model: str | None = None,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+) -> Analysis:
+    """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
+    from ctxc.profiles import resolve_window
+
+    th = check_thresholds(thresholds)
+    win, model_name = resolve_window(model=model, window=window)
+    scan = scan_usage(src, input_format=input_format, options=options)
+    return usage_analysis(scan, window=win, model=model_name, thresholds=th)
+
+
+def crossing_line(scan: UsageScan, limit: int) -> int | None:
+    """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
+    return next((u.line for u in scan.usage if u.context > limit), None)
+
+
+def render_usage(a: Analysis) -> list[Any]:
+    """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
+    from rich.text import Text
+
+    from ctxc.analysis import STAGE_NAMES
+
+    u = a.usage
+    head = Text()
+    head.append(a.path, style="bold")
+    head.append(f"  {a.format}  ·  recorded usage")
+    out: list[Any] = [head]
+    if u is None:
+        return out
+    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
+    line = Text()
+    line.append(f"{a.max_context:,} tokens", style="bold")
+    line.append(" largest context" + f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
+    line.append(f"  {a.share * 100:.1f}%  ")
+    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
+    out.append(line)
+    body = Text()
+    body.append(f"{u.calls:,} API calls", style="bold")
+    body.append(
+        f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
+        f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
+    )
+    if u.window:
+        body.append(f"; recorded window {u.window:,}")
+    out.append(body)
+    for b in a.boundaries:
+        t = Text("compaction in log: ", style="bold")
+        t.append(
+            f"line {b.line} {b.kind}"
+            + (f" ({b.trigger})" if b.trigger else "")
+            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
+        )
+        out.append(t)
+    if a.skipped_lines:
+        out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
+    return out
+
+
+__all__ = [
+    "FAST_FORMATS",
+    "USAGE_TOKENIZER",
+    "RecordedUsageOnly",
+    "UsageScan",
+    "analyze_usage",
+    "crossing_line",
+    "render_usage",
+    "scan_usage",
+    "summarize",
+    "total_tokens",
+    "usage_analysis",
+]

@@ -1,0 +1,211 @@
+"""``analyze --tokenizer usage``: recorded usage read from the usage lines alone equals what the full
+reader records, on every corpus log and on the tricky shapes (split responses, late parts, synthetic
+turns, BOM, CRLF, bad lines); the CLI's fast path prints exactly what the typer command prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import SAMPLES, corpus_params
+
+import ctxc
+from ctxc.cli import main
+from ctxc.errors import ExitCode, InputError, UsageError
+from ctxc.reader import ReadOptions
+from ctxc.usage_scan import (
+    RecordedUsageOnly,
+    analyze_usage,
+    crossing_line,
+    scan_usage,
+    total_tokens,
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = exc.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+@pytest.mark.parametrize("path", corpus_params("claude-code/*") + corpus_params("codex/*"))
+def test_fast_scan_equals_the_full_reader(path: Path) -> None:
+    transcript = ctxc.load(path)
+    if not transcript.usage:
+        with pytest.raises(InputError, match="no recorded usage"):
+            scan_usage(path)
+        return
+    scan = scan_usage(path)
+    assert scan.fast
+    assert scan.format == transcript.format
+    assert scan.usage == transcript.usage  # figures and line numbers
+    assert scan.boundaries == transcript.boundaries
+
+
+@pytest.mark.parametrize("path", corpus_params("chat-messages/*"))
+def test_other_formats_use_the_full_reader_without_counting(path: Path) -> None:
+    transcript = ctxc.load(path)
+    if not transcript.usage:
+        with pytest.raises(InputError, match=f"no recorded usage in this {transcript.format} file"):
+            scan_usage(path)
+        return
+    scan = scan_usage(path)
+    assert not scan.fast
+    assert scan.usage == transcript.usage
+
+
+def test_a_dataset_records_no_usage() -> None:
+    with pytest.raises(InputError, match="no recorded usage in this dataset file") as exc:
+        scan_usage(SAMPLES / "dataset.jsonl")
+    assert exc.value.exit_code == ExitCode.INPUT
+
+
+def _cc(**fields: Any) -> dict[str, Any]:
+    return {"uuid": f"u{id(fields)}", "sessionId": "s", "parentUuid": None, **fields}
+
+
+def _assistant(
+    mid: str | None, usage: dict[str, int] | None, model: str = "claude-opus-4-5"
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": "x"}],
+    }
+    if mid is not None:
+        message["id"] = mid
+    if usage is not None:
+        message["usage"] = usage
+    return _cc(type="assistant", message=message, requestId="r")
+
+
+def _user(text: str) -> dict[str, Any]:
+    return _cc(type="user", message={"role": "user", "content": text})
+
+
+def _u(inp: int, out: int, read: int = 0, write: int = 0) -> dict[str, int]:
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": write,
+    }
+
+
+def _write(path: Path, records: list[dict[str, Any]], *, eol: bytes = b"\n", bom: bool = False) -> Path:
+    body = eol.join(orjson.dumps(r) for r in records) + eol
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + body)
+    return path
+
+
+TRICKY = [
+    _user("start"),
+    _assistant("m1", _u(3, 1, 100, 10)),  # a response split over records: output grows as it streams
+    _user("a tool result between the parts"),
+    _assistant("m1", _u(3, 50, 100, 10)),
+    _assistant("m2", _u(5, 7, 200, 0)),
+    _assistant("m1", _u(3, 60, 100, 10)),  # a late part of a closed response: not counted again
+    _assistant(None, _u(1, 2)),  # no id: its own call
+    _assistant("m3", _u(0, 0), model="<synthetic>"),  # written by the client, not an API call
+    _cc(type="system", subtype="compact_boundary", compactMetadata={"trigger": "auto", "preTokens": 321}),
+    _user('a user line that mentions "usage" inside a string is never mistaken for a call'),
+    _cc(type="user", message={"role": "user", "content": "t"}, toolUseResult={"usage": _u(9, 9, 9, 9)}),
+]
+
+
+@pytest.mark.parametrize(("eol", "bom"), [(b"\n", False), (b"\r\n", False), (b"\n", True)])
+def test_tricky_claude_code_shapes_match_the_full_reader(tmp_path: Path, eol: bytes, bom: bool) -> None:
+    path = _write(tmp_path / "t.jsonl", TRICKY, eol=eol, bom=bom)
+    scan = scan_usage(path)
+    transcript = ctxc.load(path)
+    assert scan.fast
+    assert scan.usage == transcript.usage
+    assert scan.boundaries == transcript.boundaries
+    assert [(u.output, u.line) for u in scan.usage] == [(50, 2), (7, 5), (2, 7)]
+    assert scan.boundaries[0].pre_tokens == 321
+
+
+def test_a_bad_usage_line_is_reported_with_its_line_or_skipped(tmp_path: Path) -> None:
+    good = orjson.dumps(_assistant("m1", _u(1, 2))).decode()
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        f'{good}\n{{"type":"assistant","usage": oops}}\n{orjson.dumps(_assistant("m2", _u(3, 4))).decode()}\n'
+    )
+    with pytest.raises(InputError, match="not valid JSON") as exc:
+        scan_usage(path)
+    assert (exc.value.path, exc.value.line) == (str(path), 2)
+    scan = scan_usage(path, options=ReadOptions(skip_invalid=True))
+    assert scan.skipped_lines == 1
+    assert [u.line for u in scan.usage] == [1, 3]
+
+
+def test_a_line_over_the_limit_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "big.jsonl", [_user("x" * 2000), _assistant("m1", {**_u(1, 2), "pad": 1})])
+    with pytest.raises(InputError, match="over the"):
+        scan_usage(path, options=ReadOptions(max_line_bytes=200))
+
+
+def test_stdin_and_streams(tmp_path: Path) -> None:
+    import io
+
+    data = _write(tmp_path / "t.jsonl", TRICKY).read_bytes()
+    stream = io.BytesIO(data)
+    stream.name = "piped.jsonl"
+    scan = scan_usage(stream)
+    assert scan.path == "piped.jsonl"
+    assert len(scan.usage) == 3
+
+
+def test_analysis_from_usage(tmp_path: Path) -> None:
+    path = _write(tmp_path / "t.jsonl", TRICKY)
+    a = ctxc.analyze(str(path), tokenizer="usage", window=1000)
+    assert a.tokenizer == "usage"
+    assert a.messages == ()
+    assert a.usage is not None
+    assert a.usage.calls == 3
+    assert a.max_context == a.usage.max_context == 205
+    assert a.total_tokens == total_tokens(a.usage) == (3 + 50 + 110) + (5 + 7 + 200) + (1 + 2)
+    assert a.stage == 1  # 20.5% of 1000
+    assert analyze_usage(str(path), window=220).stage == 5  # 93%
+    scan = scan_usage(path)
+    assert crossing_line(scan, 150) == 5
+    assert crossing_line(scan, 10_000) is None
+
+
+def test_the_usage_counter_refuses_to_count() -> None:
+    with pytest.raises(UsageError, match="cannot count text"):
+        RecordedUsageOnly().count(["hello"])
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_usage_matches_recorded_usage_of_a_counted_analysis(capsys: pytest.CaptureFixture[str]) -> None:
+    sample = str(SAMPLES / "claude-code.jsonl")
+    code, out, _ = run(capsys, "analyze", sample, "--tokenizer", "usage", "-f", "json")
+    assert code == 0
+    usage_doc = orjson.loads(out)["files"][0]
+    code, out, _ = run(capsys, "analyze", sample, "-f", "json", "--no-cache")
+    counted = orjson.loads(out)["files"][0]
+    assert usage_doc["recorded_usage"] == counted["recorded_usage"]
+    assert usage_doc["tokenizer"] == "usage"
+    assert usage_doc["messages"] == []
+    assert usage_doc["context_tokens"] == counted["recorded_usage"]["max_context"]
+
+
+@pytest.mark.parametrize("extra", [["-f", "csv"], ["--forecast"]])
+def test_usage_has_no_rows_for_csv_or_forecast(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    code, _, err = run(capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "--tokenizer", "usage", *extra)
+    assert code == ExitCode.USAGE
+    assert "--tokenizer usage" in err
+
+
+def test_cli_reports_a_file_without_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "analyze", str(SAMPLES / "dataset.jsonl"), "--tokenizer", "usage")
+    assert code == ExitCode.INPUT
+    assert out == ""
+    assert "no recorded usage in this dataset file" in err
