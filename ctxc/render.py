@@ -196,14 +196,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         if u.window:
             usage.append(f", window {u.window:,}")
         out.append(usage)
-    for b in a.boundaries:
-        t = Text("compaction in log: ", style="bold")
-        t.append(
-            f"line {b.line} {b.kind}"
-            + (f" ({b.trigger})" if b.trigger else "")
-            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
-        )
-        out.append(t)
+    out.extend(boundary_lines(a))
     if a.versus_o200k is not None and a.versus_o200k[2] is not None:
         claude, o200k, ratio = a.versus_o200k
         out.append(Text(f"{a.tokenizer}: {claude:,} tokens vs o200k_base {o200k:,}: ratio {ratio:.3f}"))
@@ -220,4 +213,20 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         out.append(t)
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))
+    return out
+
+
+def boundary_lines(a: Analysis) -> list[Any]:
+    """One line per compaction the log itself recorded (kind, trigger, tokens before)."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    for b in a.boundaries:
+        t = Text("compaction in log: ", style="bold")
+        t.append(
+            f"line {b.line} {b.kind}"
+            + (f" ({b.trigger})" if b.trigger else "")
+            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
+        )
+        out.append(t)
     return out

@@ -440,6 +440,7 @@ def render_usage(a: Analysis) -> list[Any]:
     from rich.text import Text
 
     from ctxc.analysis import STAGE_NAMES
+    from ctxc.render import boundary_lines
 
     u = a.usage
     head = Text()
@@ -464,14 +465,7 @@ def render_usage(a: Analysis) -> list[Any]:
     if u.window:
         body.append(f"; recorded window {u.window:,}")
     out.append(body)
-    for b in a.boundaries:
-        t = Text("compaction in log: ", style="bold")
-        t.append(
-            f"line {b.line} {b.kind}"
-            + (f" ({b.trigger})" if b.trigger else "")
-            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
-        )
-        out.append(t)
+    out.extend(boundary_lines(a))
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
     return out
