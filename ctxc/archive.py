@@ -59,6 +59,19 @@ def citation(archive_id: str, first: int | None = None, last: int | None = None)
     return f"ctxc archive {short} messages {span}"
 
 
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if need be): one appender at a time, across
+    processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 @dataclass(frozen=True, slots=True)
 class Archive:
     root: Path
@@ -126,15 +139,8 @@ class Archive:
             )
         return data
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "manifest.lock", "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive_lock(self.root / "manifest.lock")
 
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Append one manifest line (under the lock, one write, fsynced)."""

@@ -15,14 +15,13 @@ keyword arguments do not survive pickling intact).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import fnmatch
 import hashlib
 import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,15 +242,10 @@ class Journal:
     def path(self) -> Path:
         return self.root / "journal.jsonl"
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "journal.lock", "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        from ctxc.archive import exclusive_lock
+
+        return exclusive_lock(self.root / "journal.lock")
 
     def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         """The newest entry per (input sha256, options fingerprint, output path)."""
