@@ -32,14 +32,25 @@ _EXPORTS = {
     "ImageBlock": "ctxc.model",
     "UnknownBlock": "ctxc.model",
     "ExitCode": "ctxc.errors",
+    "compact_record": "ctxc.record",
+    "RecordSource": "ctxc.record",
+    "RecordResult": "ctxc.record",
     "CtxcError": "ctxc.errors",
+    "ContextManager": "ctxc.agent",
+    "PromptComposer": "ctxc.composer",
+    "Section": "ctxc.composer",
+    "ReminderRules": "ctxc.reminders",
+    "ReminderRule": "ctxc.reminders",
+    "TurnState": "ctxc.reminders",
 }
 
 if TYPE_CHECKING:
+    from ctxc.agent import ContextManager
     from ctxc.analysis import Analysis, analyze
     from ctxc.api import compact, count_tokens
     from ctxc.archive import Archive
     from ctxc.compaction.run import CompactionResult, CompactOptions
+    from ctxc.composer import PromptComposer, Section
     from ctxc.errors import CtxcError, ExitCode
     from ctxc.formats import dump, load
     from ctxc.model import (
@@ -53,6 +64,8 @@ if TYPE_CHECKING:
         Transcript,
         UnknownBlock,
     )
+    from ctxc.record import RecordResult, RecordSource, compact_record
+    from ctxc.reminders import ReminderRule, ReminderRules, TurnState
 
 
 def __getattr__(name: str) -> Any:
@@ -67,20 +80,29 @@ __all__ = [
     "Archive",
     "CompactOptions",
     "CompactionResult",
+    "ContextManager",
     "CtxcError",
     "ExitCode",
     "ImageBlock",
     "Message",
+    "PromptComposer",
     "Record",
+    "RecordResult",
+    "RecordSource",
+    "ReminderRule",
+    "ReminderRules",
+    "Section",
     "TextBlock",
     "ThinkingBlock",
     "ToolResultBlock",
     "ToolUseBlock",
     "Transcript",
+    "TurnState",
     "UnknownBlock",
     "__version__",
     "analyze",
     "compact",
+    "compact_record",
     "count_tokens",
     "dump",
     "load",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
 from ctxc.archive import Archive, sha256_hex
@@ -23,6 +23,9 @@ from ctxc.model import Message, TextBlock, Transcript
 from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
+
+if TYPE_CHECKING:
+    from ctxc.reminders import ReminderRules
 
 #: Strategies that may call the summarizer (adaptive does from stage 4 on).
 SUMMARIZING = frozenset({"recursive", "hierarchical", "adaptive"})
@@ -48,6 +51,9 @@ class CompactOptions:
     use_cache: bool = True
     #: How a summarizer that calls out (a model API, a command) is set up; see SummarizerOptions.
     summarizer_options: SummarizerOptions = field(default_factory=SummarizerOptions)
+    #: ``--reminders``: rules whose due reminders are appended to each conversation after compaction
+    #: (see :mod:`ctxc.reminders`); they count against the target like any message.
+    reminders: ReminderRules | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +203,8 @@ def compact_transcript(
     data = original_bytes if original_bytes is not None else transcript.to_bytes()
     input_sha = sha256_hex(data)
     archive_id = archive.store(data) if archive is not None else input_sha
+    if archive is not None:
+        archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
 
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
@@ -207,8 +215,12 @@ def compact_transcript(
         if not messages:
             continue
         pinned = pinned_indexes(messages, options.pins)
+        before = ledger.total(messages)
+        # Reminders are appended after compaction, so the strategy aims below the target by their cost.
+        quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
+        reserve = ledger.total([compacted_note]) if compacted_note else 0
         ctx = CompactContext(
-            target=target,
+            target=max(1, target - reserve),
             window=window,
             ledger=ledger,
             summarizer=summarizer,
@@ -220,8 +232,8 @@ def compact_transcript(
             explicit_target=explicit,
             instructions=options.instructions,
         )
-        before = ledger.total(messages)
-        if before <= target and not explicit and options.strategy == "adaptive":
+        quiet_cost = ledger.total([quiet_note]) if quiet_note else 0
+        if before + quiet_cost <= target and not explicit and options.strategy == "adaptive":
             result_messages: tuple[Message, ...] = tuple(messages)
             actions: tuple[Action, ...] = ()
         else:
@@ -230,6 +242,12 @@ def compact_transcript(
         repaired_msgs, fixed = repair_messages(
             result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
         )
+        note = compacted_note if actions else quiet_note
+        if note is not None:
+            repaired_msgs = (*repaired_msgs, note)
+            rules = ", ".join(note.meta["rules"])
+            n = messages[-1].index
+            actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
         after = ledger.total(repaired_msgs)
         if fixed:
             actions = (
@@ -283,6 +301,21 @@ def compact_transcript(
         conversations=tuple(outcomes),
         summarizer_usage=usage() if callable(usage) else None,
     )
+
+
+def _reminder_messages(
+    options: CompactOptions, messages: Sequence[Message], tokens: int, window: int
+) -> tuple[Message | None, Message | None]:
+    """The reminder message to append if nothing is compacted, and the one if something is."""
+    if options.reminders is None:
+        return None, None
+    from ctxc.reminders import due_at_end, reminder_message
+
+    out: list[Message | None] = []
+    for compacted in (False, True):
+        due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
+        out.append(reminder_message(due, after=messages[-1]) if due else None)
+    return out[0], out[1]
 
 
 def _verify(

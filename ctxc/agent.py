@@ -1,0 +1,511 @@
+"""Context management for an agent loop: one object the loop consults every turn.
+
+:class:`ContextManager` works on the message list an agent sends to its model, as plain dicts in the
+Anthropic shape (content blocks, ``tool_use``/``tool_result``) or the OpenAI shape (``tool_calls``,
+role ``tool``), exactly as an SDK takes them. Each turn the loop asks:
+
+* :meth:`~ContextManager.needs_compaction`: is the context past the trigger share of the window?
+  Counting is cheap to repeat: each message is counted once (memoised by a hash of its JSON) and
+  texts are counted through the cached counting service;
+* :meth:`~ContextManager.compact`: the compacted list, in the shape it was given, by the real
+  strategies (``ctxc.compaction``, through :func:`~ctxc.compaction.run.compact_transcript`, so the
+  output is repaired, read back and checked for tool pairing before it is returned);
+* :meth:`~ContextManager.reminders_due`: which reminder rules fire at this turn (the manager keeps
+  how often each fired, see :mod:`ctxc.reminders`);
+* :meth:`~ContextManager.system_prompt`: the prioritised system prompt within a token budget
+  (:mod:`ctxc.composer`).
+
+"Should I compact?" (the trigger, data) is kept apart from "how" (the strategy). The trigger defaults
+to the first adaptive stage threshold (60% of the window): the adaptive strategy then does exactly
+what its stage calls for, least lossy first, stopping as soon as the context is below the trigger.
+After a compaction the next one is due only once the context has grown by ``min_growth`` of the
+window (5%) beyond what that compaction left, so a loop never compacts turn after turn for a few
+tokens (each compaction also invalidates the provider's prompt cache); if a stage's strategies
+free too little, the context climbs into the next stage and that stage's strategies run. A higher
+trigger with ``target_ratio`` below it gives wider hysteresis (compact at 80%, down to 50%).
+
+``examples/agent_loop.py`` is a whole loop with a fake model.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from ctxc.analysis import DEFAULT_THRESHOLDS, check_thresholds, make_counter, stage_for
+from ctxc.errors import UsageError
+from ctxc.model import Message, Transcript
+from ctxc.reminders import (
+    Reminder,
+    ReminderRule,
+    ReminderRules,
+    ReminderState,
+    TurnState,
+    last_response,
+)
+
+if TYPE_CHECKING:
+    from ctxc.analysis import TextCounter
+    from ctxc.archive import Archive
+    from ctxc.compaction.base import Action
+    from ctxc.compaction.ledger import Ledger
+    from ctxc.compaction.run import CompactOptions
+    from ctxc.composer import Composition, PromptComposer
+
+Shape = Literal["anthropic", "openai"]
+#: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
+#: holds far fewer; the counting service's own memo keeps texts cheap after a clear).
+_MEMO_LIMIT = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one compaction did: tokens before and after, the stage it ran in, and its actions."""
+
+    tokens_before: int
+    tokens_after: int
+    stage: int
+    actions: tuple[Action, ...] = ()
+
+    @property
+    def freed(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def changed(self) -> bool:
+        """Whether any strategy acted (a compaction below its target may do nothing)."""
+        return any(a.strategy not in ("repair", "reminders") for a in self.actions)
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The strategies that acted, in order, once each (adaptive names its stages' strategies)."""
+        seen: dict[str, None] = {}
+        for a in self.actions:
+            seen.setdefault(a.strategy, None)
+        return tuple(seen)
+
+
+class ContextManager:
+    """Compaction, reminders and the system prompt for one agent loop (one conversation).
+
+    The manager is a small stateful object: it remembers how often each reminder fired and the last
+    compaction; everything else is configuration. Keyword arguments mirror ``ctxc compact``.
+
+    ``reminders`` is a :class:`~ctxc.reminders.ReminderRules`, a sequence of rules, or a TOML path;
+    ``composer`` a :class:`~ctxc.composer.PromptComposer` or a TOML path. ``shape`` is ``"auto"``
+    (decided from the messages: OpenAI unless a message is Anthropic-only), ``"anthropic"`` or
+    ``"openai"``. ``allow_over`` (default on) returns the best effort when a strategy cannot reach
+    its target, rather than raising :class:`~ctxc.errors.OverTargetError` in the middle of a run.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        strategy: str = "adaptive",
+        reminders: ReminderRules | Sequence[ReminderRule] | str | Path | None = None,
+        composer: PromptComposer | str | Path | None = None,
+        trigger: float | None = None,
+        target_ratio: float | None = None,
+        target_tokens: int | None = None,
+        keep_last: int = 4,
+        pins: Sequence[str] = (),
+        thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+        tokenizer: str = "o200k_base",
+        summarizer: str = "extractive",
+        settings: Mapping[str, str] | None = None,
+        instructions: str | None = None,
+        archive: Archive | str | Path | None = None,
+        counter: TextCounter | None = None,
+        shape: Literal["auto", "anthropic", "openai"] = "auto",
+        allow_over: bool = True,
+        use_cache: bool = True,
+        min_growth: float = 0.05,
+    ) -> None:
+        from ctxc.compaction.base import get_strategy
+        from ctxc.compaction.run import CompactOptions, parse_settings, resolve_target
+        from ctxc.profiles import resolve_window
+
+        self.window, self.model = resolve_window(model=model, window=window)
+        self.thresholds = check_thresholds(thresholds)
+        self.trigger = self.thresholds[0] if trigger is None else trigger
+        if not 0 < self.trigger <= 1.5:
+            raise UsageError(f"trigger is a share of the window (0-1.5), got {self.trigger}")
+        if not 0 <= min_growth <= 1:
+            raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
+        self.min_growth = min_growth
+        if shape not in ("auto", "anthropic", "openai"):
+            raise UsageError(f"shape must be auto, anthropic or openai, not {shape!r}")
+        self.shape = shape
+        sets = dict(settings or {})
+        if strategy == "adaptive":  # the thresholds are the adaptive stage boundaries
+            for key, value in zip(("stage2", "stage3", "stage4", "stage5"), self.thresholds, strict=True):
+                sets.setdefault(f"adaptive.{key}", str(value))
+        self.options: CompactOptions = CompactOptions(
+            strategy=strategy,
+            target_tokens=target_tokens,
+            target_ratio=target_ratio,
+            model=model,
+            window=self.window,
+            keep_last=keep_last,
+            pins=tuple(pins),
+            summarizer=summarizer,
+            tokenizer=tokenizer,
+            thresholds=self.thresholds,
+            allow_over=allow_over,
+            settings=sets,
+            instructions=instructions,
+            use_cache=use_cache,
+        )
+        self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
+        self._configs = parse_settings(sets)
+        self.target, self._explicit = resolve_target(self.options, self.window)
+        self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
+        self.archive = _open_archive(archive)
+        self.rules = _rules(reminders)
+        self.composer = _composer(composer)
+        self.reminder_state = ReminderState()
+        self.last_compaction: Compaction | None = None
+        #: Tokens the last compaction left: the next is due only after ``min_growth`` more.
+        self._last_after: int | None = None
+        self._memo: dict[bytes, int] = {}
+        self._summarizer: Any = None
+
+    # ------------------------------------------------------------------------------------- counting
+
+    def count(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = "") -> int:
+        """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given.
+
+        A dict already seen (same JSON) is not parsed or counted again, so calling this on a growing
+        list every turn costs a hash of each message, not a tokenization.
+        """
+        import hashlib
+
+        total = self.counter.count([system])[0] if system else 0
+        todo: list[tuple[bytes, Mapping[str, Any]]] = []
+        objects: list[Message] = []
+        for m in messages:
+            if isinstance(m, Message):
+                objects.append(m)
+                continue
+            key = hashlib.blake2b(_json(m), digest_size=16).digest()
+            n = self._memo.get(key)
+            if n is None:
+                todo.append((key, m))
+            else:
+                total += n
+        if objects:
+            total += sum(_count(objects, self.counter))
+        if todo:
+            dicts = [m for _, m in todo]
+            parsed = to_messages(dicts, shape=self._shape(dicts))
+            # Indexes are positions in ``dicts``; a dict that is not a message (unknown role) is free.
+            tokens = dict(zip((msg.index for msg in parsed), _count(parsed, self.counter), strict=True))
+            if len(self._memo) > _MEMO_LIMIT:
+                self._memo.clear()
+            for i, (key, _) in enumerate(todo):
+                n = tokens.get(i, 0)
+                self._memo[key] = n
+                total += n
+        return total
+
+    def room(self, system: str = "") -> int:
+        """The part of the window the message list may use: the window less the system prompt."""
+        taken = self.counter.count([system])[0] if system else 0
+        if taken >= self.window:
+            from ctxc.errors import OverTargetError
+
+            raise OverTargetError(
+                f"the system prompt alone is {taken:,} tokens, the whole {self.window:,} window"
+            )
+        return self.window - taken
+
+    def over_trigger(self, tokens: int, *, room: int | None = None) -> bool:
+        """Whether a message list of ``tokens`` calls for compaction: at or past the trigger share of
+        ``room`` (default: the window) and grown by ``min_growth`` of it since the last compaction."""
+        room = self.window if room is None else room
+        if tokens < self.trigger * room:
+            return False
+        last = self._last_after
+        return last is None or tokens >= last + self.min_growth * room
+
+    def _record(self, compaction: Compaction) -> Compaction:
+        self.last_compaction = compaction
+        self._last_after = compaction.tokens_after
+        return compaction
+
+    def needs_compaction(
+        self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = ""
+    ) -> bool:
+        """Whether the messages are past the trigger. A ``system`` prompt sent beside them
+        (Anthropic's ``system=``) is taken off the window first; pass the same to :meth:`compact`."""
+        return self.over_trigger(self.count(messages), room=self.room(system))
+
+    def stage(self, tokens: int, *, room: int | None = None) -> int:
+        """The adaptive stage (1-5) a message list of ``tokens`` is in."""
+        return stage_for(tokens / (room or self.window), self.thresholds)
+
+    # ----------------------------------------------------------------------------------- compaction
+
+    def compact(self, messages: Sequence[Mapping[str, Any]], *, system: str = "") -> list[dict[str, Any]]:
+        """The compacted message list, same shape, tool calls and results still paired.
+
+        Messages kept as they were are returned as the very dicts given; new ones (summaries,
+        placeholders, "no result was recorded" answers) are built in the list's shape. With an
+        archive, the list is stored first and summaries cite it. A ``system`` prompt is taken off the
+        window, as in :meth:`needs_compaction`. :attr:`last_compaction` says what was done.
+        """
+        from ctxc.compaction.run import compact_transcript
+
+        room = self.room(system)
+        options = self.options if room == self.window else replace(self.options, window=room)
+        if not messages:
+            self._record(Compaction(0, 0, 1))
+            return []
+        lines = [_json(m) for m in messages]
+        data = b"\n".join(lines) + b"\n"
+        transcript = _load_lines(data, self._shape(messages))
+        before = self.count(messages)
+        result = compact_transcript(
+            transcript, options, archive=self.archive, counter=self.counter, original_bytes=data
+        )
+        originals: dict[bytes, Mapping[str, Any]] = {}
+        for raw, obj in zip(lines, messages, strict=True):
+            originals.setdefault(raw, obj)
+        out: list[dict[str, Any]] = []
+        for rec in result.transcript.records:
+            if rec.kind == "blank":
+                continue
+            kept = originals.get(rec.raw)
+            out.append(kept if isinstance(kept, dict) else orjson.loads(rec.raw))
+        after = self.count(out)
+        self._record(Compaction(before, after, self.stage(before, room=room), result.actions))
+        return out
+
+    def compact_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        ledger: Ledger | None = None,
+        archive_id: str = "",
+        tool_role: bool | None = None,
+    ) -> tuple[tuple[Message, ...], Compaction]:
+        """Compact ctxc messages of one conversation in memory (what replay runs every trigger).
+
+        The same steps as one conversation of :func:`~ctxc.compaction.run.compact_transcript` (pins,
+        strategy, repair, pairing check) without writing a file. ``ledger`` lets a caller that
+        compacts the same growing list many times count each message once. ``tool_role`` says how
+        a repair answers an unanswered call (role ``tool`` messages, or a user message of results);
+        None decides from the messages.
+        """
+        from ctxc.compaction.base import CompactContext
+        from ctxc.compaction.ledger import Ledger
+        from ctxc.compaction.run import pinned_indexes
+        from ctxc.errors import OverTargetError
+        from ctxc.repair import repair_messages
+        from ctxc.validate import pairing_problems
+
+        ledger = ledger or Ledger(self.counter)
+        before = ledger.total(messages)
+        ctx = CompactContext(
+            target=self.target,
+            window=self.window,
+            ledger=ledger,
+            summarizer=self._get_summarizer(),
+            archive=self.archive,
+            archive_id=archive_id,
+            pinned=pinned_indexes(messages, self.options.pins),
+            keep_last=self.options.keep_last,
+            configs=self._configs,
+            explicit_target=self._explicit,
+            instructions=self.options.instructions,
+        )
+        result = self._strategy.compact(messages, ctx)
+        if any(m.role == "tool" for m in messages):
+            tool_role = True
+        repaired, _ = repair_messages(result.messages, tool_role=tool_role)
+        problems = pairing_problems(repaired, strict=True)
+        if problems:  # repair makes this impossible; never hand a loop an invalid request
+            raise AssertionError(f"compacted messages have a pairing problem: {problems[0]}")
+        after = ledger.total(repaired)
+        enforce = self._explicit or self.options.strategy != "adaptive"
+        if after > self.target and enforce and not self.options.allow_over:
+            raise OverTargetError(
+                f"{self.options.strategy} reached {after:,} tokens, over the {self.target:,} target"
+            )
+        compaction = Compaction(before, after, self.stage(before), result.actions)
+        return repaired, self._record(compaction)
+
+    def _get_summarizer(self) -> Any:
+        if self._summarizer is None:
+            from ctxc.compaction.run import SUMMARIZING
+            from ctxc.summarize import get_summarizer
+
+            self._summarizer = get_summarizer(self.options.summarizer, self.options.summarizer_options)
+            preflight = getattr(self._summarizer, "preflight", None)
+            if self.options.strategy in SUMMARIZING and callable(preflight):
+                preflight()
+        return self._summarizer
+
+    # ------------------------------------------------------------------------------------ reminders
+
+    def turn_state(
+        self, messages: Sequence[Mapping[str, Any]], *, turn: int, compacted: bool = False
+    ) -> TurnState:
+        """The :class:`~ctxc.reminders.TurnState` of a dict message list at ``turn`` (responses so far)."""
+        tail_start = len(messages)
+        while tail_start and _role(messages[tail_start - 1]) != "assistant":
+            tail_start -= 1
+        while tail_start and _role(messages[tail_start - 1]) == "assistant":
+            tail_start -= 1
+        tail = to_messages(messages[tail_start:], shape=self._shape(messages))
+        calls, text = last_response(tail)
+        return TurnState(
+            turn=turn,
+            tokens=self.count(messages),
+            window=self.window,
+            tool_calls=calls,
+            response=text,
+            compacted=compacted,
+        )
+
+    def reminders_due(self, state: TurnState) -> tuple[Reminder, ...]:
+        """The reminders that fire at ``state``; the manager records that they fired."""
+        if self.rules is None:
+            return ()
+        if state.window is None:
+            state = replace(state, window=self.window)
+        due, self.reminder_state = self.rules.due(state, self.reminder_state)
+        return due
+
+    @property
+    def fired(self) -> Mapping[str, int]:
+        """How often each reminder rule has fired so far."""
+        return dict(self.reminder_state.fired)
+
+    @staticmethod
+    def reminder_message(reminders: Sequence[Reminder]) -> dict[str, Any]:
+        """One user message carrying ``reminders``, valid in both shapes."""
+        return {"role": "user", "content": "\n\n".join(r.text for r in reminders)}
+
+    # ------------------------------------------------------------------------------- system prompt
+
+    def compose(self, budget: int | None = None, *, fill: bool = False) -> Composition:
+        if self.composer is None:
+            raise UsageError("this ContextManager has no composer (pass composer=...)")
+        return self.composer.compose(budget, counter=self.counter, fill=fill)
+
+    def system_prompt(self, budget: int | None = None) -> str:
+        """The composed system prompt within ``budget`` tokens (all sections when None)."""
+        return self.compose(budget).prompt
+
+    # ---------------------------------------------------------------------------------------- shape
+
+    def _shape(self, messages: Sequence[Mapping[str, Any]]) -> Shape:
+        if self.shape != "auto":
+            return self.shape
+        return detect_shape(messages)
+
+
+def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
+    """Anthropic when a message is Anthropic-only (tool_use/tool_result blocks...), else OpenAI.
+
+    A list whose every message is valid in both shapes (plain strings) is the same either way.
+    """
+    from ctxc.formats.chat import detect_dialect
+
+    for m in messages:
+        if isinstance(m, Mapping):
+            found = detect_dialect(m)
+            if found is not None:
+                return found
+    return "openai"
+
+
+def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = None) -> list[Message]:
+    """ctxc messages for a dict list (indexes are positions in the list; non-messages are skipped)."""
+    from ctxc.formats.chat import ChatState, importance_of, parse_chat_message
+
+    state = ChatState()
+    state.dialect = shape
+    out: list[Message] = []
+    for i, obj in enumerate(messages):
+        parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None
+        if parsed is None:
+            continue
+        role, blocks, meta = parsed
+        out.append(
+            Message(
+                role=role,
+                blocks=blocks,
+                index=i,
+                line=i + 1,
+                importance=importance_of(obj),
+                meta=meta,
+                raw=obj,
+            )
+        )
+    return out
+
+
+def _json(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError as exc:
+        raise UsageError(f"messages must be JSON-serialisable dicts: {exc}") from None
+
+
+def _role(obj: Any) -> Any:
+    return obj.get("role") if isinstance(obj, Mapping) else None
+
+
+def _count(messages: Sequence[Message], counter: TextCounter) -> list[int]:
+    from ctxc.tokens.cost import count_messages
+
+    return count_messages(messages, counter.count)
+
+
+def _load_lines(data: bytes, shape: Shape) -> Transcript:
+    """A chat transcript of the given JSON lines, every message in ``shape``'s dialect."""
+    from ctxc.formats import load
+
+    stream = io.BytesIO(data)
+    stream.name = "<messages>"
+    transcript = load(stream, input_format="chat")
+    messages = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in transcript.messages)
+    return replace(transcript, messages=messages)
+
+
+def _open_archive(archive: Archive | str | Path | None) -> Archive | None:
+    if archive is None:
+        return None
+    from ctxc.archive import Archive
+
+    return archive if isinstance(archive, Archive) else Archive.open(str(archive))
+
+
+def _rules(reminders: ReminderRules | Sequence[ReminderRule] | str | Path | None) -> ReminderRules | None:
+    if reminders is None:
+        return None
+    if isinstance(reminders, ReminderRules):
+        return reminders
+    if isinstance(reminders, str | Path):
+        return ReminderRules.load(reminders)
+    return ReminderRules(tuple(reminders))
+
+
+def _composer(composer: PromptComposer | str | Path | None) -> PromptComposer | None:
+    if composer is None:
+        return None
+    from ctxc.composer import PromptComposer
+
+    return composer if isinstance(composer, PromptComposer) else PromptComposer.load(composer)
+
+
+__all__ = ["Compaction", "ContextManager", "detect_shape", "to_messages"]

@@ -1,0 +1,316 @@
+"""A priority prompt composer: a system prompt made of sections that fits a token budget.
+
+Instructions at the top of a system prompt hold best, and a prompt that grows with every feature
+crowds out the conversation. Sections carry a priority (0-100, higher first) and a ``required`` flag;
+:meth:`PromptComposer.compose` orders them highest priority first and, within a budget, drops the
+lowest-priority optional sections first. Required sections are never dropped: if they alone exceed
+the budget, composing fails with :class:`~ctxc.errors.OverTargetError` (exit 6) rather than quietly
+sending a prompt that lost its safety rules. An override ``base`` prompt (a sub-agent's own prompt)
+replaces the sections entirely.
+
+By default the kept optional sections are exactly the highest-priority ones that fit, in order: the
+first optional section that does not fit ends the prompt, so a lower section is never kept while a
+higher one is dropped. ``fill=True`` also keeps lower sections that still fit in what is left.
+
+Sections come from the API or a TOML file::
+
+    base = "..."               # optional: replaces every section
+    separator = "\\n\\n"         # optional, between sections
+
+    [[section]]
+    id = "safety"
+    priority = "safety"        # a number 0-100, or a standard name (see PRIORITIES)
+    required = true
+    content = "Never modify files outside the repository."
+
+    [[section]]
+    id = "examples"
+    priority = 40
+    file = "examples.md"       # content read from a file (relative to the TOML file)
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxc.errors import InputError, OverTargetError, UsageError
+
+if TYPE_CHECKING:
+    from ctxc.analysis import TextCounter
+
+#: Standard priorities (the seed design's scale): safety constraints are never dropped in practice
+#: (make them required), background information goes first when the budget is tight.
+SAFETY = 100
+ROLE = 90
+TASK = 80
+TOOLS = 70
+OUTPUT_FORMAT = 60
+EXAMPLES = 40
+BACKGROUND = 20
+
+#: The names a TOML ``priority`` may use instead of a number.
+PRIORITIES: Mapping[str, int] = {
+    "safety": SAFETY,
+    "role": ROLE,
+    "task": TASK,
+    "tools": TOOLS,
+    "output_format": OUTPUT_FORMAT,
+    "examples": EXAMPLES,
+    "background": BACKGROUND,
+}
+
+DEFAULT_SEPARATOR = "\n\n"
+_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_SECTION_KEYS = frozenset({"id", "priority", "required", "content", "file"})
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    id: str
+    content: str
+    priority: int = 50
+    required: bool = False
+
+    def __post_init__(self) -> None:
+        if not _ID.match(self.id):
+            raise UsageError(f"section id {self.id!r}: use letters, digits and _ . : - only")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise UsageError(f"section {self.id!r}: priority must be an integer 0-100")
+        if not 0 <= self.priority <= 100:
+            raise UsageError(f"section {self.id!r}: priority must be between 0 and 100, got {self.priority}")
+
+
+@dataclass(frozen=True, slots=True)
+class SectionOutcome:
+    """One section in a composition: its tokens, whether it was kept, and why not."""
+
+    section: Section
+    tokens: int
+    kept: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Composition:
+    """A composed prompt, its tokens, and every section in priority order (kept and dropped)."""
+
+    prompt: str
+    tokens: int
+    budget: int | None
+    sections: tuple[SectionOutcome, ...]
+    base: bool = False
+
+    @property
+    def kept(self) -> tuple[SectionOutcome, ...]:
+        return tuple(s for s in self.sections if s.kept)
+
+    @property
+    def dropped(self) -> tuple[SectionOutcome, ...]:
+        return tuple(s for s in self.sections if not s.kept)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptComposer:
+    """Sections (ids unique) and an optional override. Immutable: ``add``/``remove`` return a new one."""
+
+    sections: tuple[Section, ...] = ()
+    base: str | None = None
+    separator: str = DEFAULT_SEPARATOR
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for s in self.sections:
+            if s.id in seen:
+                raise UsageError(f"section id {s.id!r} is used twice")
+            seen.add(s.id)
+
+    def add(self, section: Section) -> PromptComposer:
+        return replace(self, sections=(*self.sections, section))
+
+    def remove(self, section_id: str) -> PromptComposer:
+        return replace(self, sections=tuple(s for s in self.sections if s.id != section_id))
+
+    def with_base(self, base: str | None) -> PromptComposer:
+        return replace(self, base=base)
+
+    def ordered(self) -> tuple[Section, ...]:
+        """Highest priority first; equal priorities keep the order they were added in."""
+        return tuple(sorted(self.sections, key=lambda s: -s.priority))
+
+    def compose(
+        self, budget: int | None = None, *, counter: TextCounter | None = None, fill: bool = False
+    ) -> Composition:
+        """The prompt within ``budget`` tokens (no limit when None). See the module docstring."""
+        if budget is not None and budget < 1:
+            raise UsageError(f"the prompt budget must be a positive number of tokens, not {budget}")
+        count = _count_fn(counter)
+        ordered = self.ordered()
+        tokens = count([s.content for s in ordered]) if ordered else []
+        if self.base is not None:
+            base_tokens = count([self.base])[0]
+            if budget is not None and base_tokens > budget:
+                raise OverTargetError(
+                    f"the override prompt is {base_tokens:,} tokens, over the budget of {budget:,}"
+                )
+            outcomes = tuple(
+                SectionOutcome(s, n, False, "replaced by the override prompt")
+                for s, n in zip(ordered, tokens, strict=True)
+            )
+            return Composition(self.base, base_tokens, budget, outcomes, base=True)
+
+        sep = count([self.separator])[0] if self.separator else 0
+        required = [(s, n) for s, n in zip(ordered, tokens, strict=True) if s.required]
+        used = sum(n for _, n in required) + sep * max(len(required) - 1, 0)
+        if budget is not None and used > budget:
+            names = ", ".join(s.id for s, _ in required)
+            raise OverTargetError(
+                f"the required sections ({names}) alone are {used:,} tokens, {used - budget:,} over the "
+                f"budget of {budget:,}; shorten them or raise the budget"
+            )
+        keep = {s.id for s, _ in required}
+        stopped = False
+        for s, n in zip(ordered, tokens, strict=True):
+            if s.required:
+                continue
+            extra = n + (sep if keep else 0)
+            fits = budget is None or used + extra <= budget
+            if fits and (fill or not stopped):
+                keep.add(s.id)
+                used += extra
+            else:
+                stopped = True
+        # Per-section sums can differ from the joined prompt by a token at a seam (BPE merges across
+        # the separator): measure the prompt itself and drop more of the lowest kept optional ones.
+        while True:
+            prompt = self.separator.join(s.content for s in ordered if s.id in keep)
+            total = count([prompt])[0] if prompt else 0
+            if budget is None or total <= budget:
+                break
+            optional = [s for s in ordered if s.id in keep and not s.required]
+            if not optional:
+                raise OverTargetError(
+                    f"the required sections are {total:,} tokens as one prompt, over the budget of {budget:,}"
+                )
+            keep.discard(optional[-1].id)
+        outcomes = tuple(
+            SectionOutcome(s, n, s.id in keep, "" if s.id in keep else "over budget")
+            for s, n in zip(ordered, tokens, strict=True)
+        )
+        return Composition(prompt, total, budget, outcomes)
+
+    # ------------------------------------------------------------------------------------------ TOML
+
+    @classmethod
+    def load(cls, path: str | Path) -> PromptComposer:
+        """Sections from a TOML file; ``file = ...`` contents are read relative to it."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError("no such prompt file", path=str(path)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read the prompt file: {exc}", path=str(path)) from None
+        return cls.parse(text, source=str(path), root=p.parent)
+
+    @classmethod
+    def parse(cls, text: str, *, source: str = "-", root: Path | None = None) -> PromptComposer:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{source}: not valid TOML: {exc}") from None
+        unknown = set(doc) - {"section", "base", "separator"}
+        if unknown:
+            raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}")
+        base = doc.get("base")
+        separator = doc.get("separator", DEFAULT_SEPARATOR)
+        if base is not None and not isinstance(base, str):
+            raise UsageError(f"{source}: base must be a string")
+        if not isinstance(separator, str):
+            raise UsageError(f"{source}: separator must be a string")
+        tables = doc.get("section", [])
+        if not isinstance(tables, list) or (not tables and base is None):
+            raise UsageError(f"{source}: no [[section]] tables")
+        try:
+            sections = tuple(_section(t, n, root or Path.cwd()) for n, t in enumerate(tables, 1))
+            return cls(sections, base=base, separator=separator)
+        except UsageError as exc:
+            raise UsageError(f"{source}: {exc.message}") from None
+
+
+def _section(table: Any, n: int, root: Path) -> Section:
+    if not isinstance(table, dict):
+        raise UsageError(f"section {n} is not a table")
+    extra = set(table) - _SECTION_KEYS
+    if extra:
+        keys = ", ".join(sorted(_SECTION_KEYS))
+        raise UsageError(f"section {n} has unknown keys {sorted(extra)} (keys: {keys})")
+    sid = table.get("id")
+    if not isinstance(sid, str):
+        raise UsageError(f"section {n} needs a string id")
+    if ("content" in table) == ("file" in table):
+        raise UsageError(f"section {sid!r} needs exactly one of content and file")
+    if "file" in table:
+        name = table["file"]
+        if not isinstance(name, str):
+            raise UsageError(f"section {sid!r}: file must be a string")
+        try:
+            content = (root / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"section {sid!r}: cannot read {name}: {exc}") from None
+    else:
+        content = table["content"]
+        if not isinstance(content, str):
+            raise UsageError(f"section {sid!r}: content must be a string")
+    priority = table.get("priority", 50)
+    if isinstance(priority, str):
+        if priority.lower() not in PRIORITIES:
+            raise UsageError(
+                f"section {sid!r}: unknown priority name {priority!r} (names: {', '.join(PRIORITIES)})"
+            )
+        priority = PRIORITIES[priority.lower()]
+    required = table.get("required", False)
+    if not isinstance(required, bool):
+        raise UsageError(f"section {sid!r}: required must be true or false")
+    return Section(sid, content.strip("\n"), priority, required)
+
+
+def _count_fn(counter: TextCounter | None) -> Any:
+    if counter is None:
+        from ctxc.analysis import make_counter
+
+        counter = make_counter("o200k_base")
+    return counter.count
+
+
+def compose(
+    sections: Iterable[Section] | Sequence[Section],
+    budget: int | None = None,
+    *,
+    base: str | None = None,
+    counter: TextCounter | None = None,
+    fill: bool = False,
+) -> Composition:
+    """Shorthand for ``PromptComposer(tuple(sections), base=base).compose(budget, ...)``."""
+    return PromptComposer(tuple(sections), base=base).compose(budget, counter=counter, fill=fill)
+
+
+__all__ = [
+    "BACKGROUND",
+    "EXAMPLES",
+    "OUTPUT_FORMAT",
+    "PRIORITIES",
+    "ROLE",
+    "SAFETY",
+    "TASK",
+    "TOOLS",
+    "Composition",
+    "PromptComposer",
+    "Section",
+    "SectionOutcome",
+    "compose",
+]

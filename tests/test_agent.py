@@ -1,0 +1,278 @@
+"""ContextManager on in-memory message lists (Anthropic and OpenAI shapes), and the documented agent
+loop example, run here in both shapes and once as a script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from ctxc.agent import ContextManager, detect_shape, to_messages
+from ctxc.archive import CITATION_RE, Archive
+from ctxc.composer import PromptComposer, Section
+from ctxc.errors import UsageError
+from ctxc.reminders import ReminderRule, TurnState
+from ctxc.validate import pairing_problems
+
+
+class RecordingCounter:
+    """Four characters a token; remembers every text it was asked to count."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        self.seen.extend(texts)
+        return [len(t) // 4 for t in texts]
+
+
+def anthropic_conversation(turns: int, result_lines: int = 80) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the parser bug without changing the API."}]
+    for i in range(turns):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Reading file {i}."},
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{i}",
+                        "name": "Read",
+                        "input": {"path": f"src/m{i}.py"},
+                    },
+                ],
+            }
+        )
+        body = "\n".join(f"{n:4} def f{n}(x): return parse(x, {i})" for n in range(result_lines))
+        msgs.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": body}],
+            }
+        )
+    msgs.append({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]})
+    msgs.append({"role": "user", "content": "Go on."})
+    return msgs
+
+
+def openai_conversation(turns: int, result_lines: int = 80) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful engineer."},
+        {"role": "user", "content": "Fix the parser bug without changing the API."},
+    ]
+    for i in range(turns):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"Reading file {i}.",
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/m{i}.py"})},
+                    }
+                ],
+            }
+        )
+        body = "\n".join(f"{n:4} def f{n}(x): return parse(x, {i})" for n in range(result_lines))
+        msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
+    msgs.append({"role": "assistant", "content": "Found it."})
+    msgs.append({"role": "user", "content": "Go on."})
+    return msgs
+
+
+def assert_valid(messages: list[dict[str, Any]], shape: str) -> None:
+    parsed = to_messages(messages, shape=shape)  # type: ignore[arg-type]
+    assert pairing_problems(parsed, strict=True) == []
+
+
+def test_detect_shape() -> None:
+    assert detect_shape(anthropic_conversation(1)) == "anthropic"
+    assert detect_shape(openai_conversation(1)) == "openai"
+    assert detect_shape([{"role": "user", "content": "hi"}]) == "openai"  # valid in both
+
+
+def test_count_is_memoised_per_message() -> None:
+    counter = RecordingCounter()
+    manager = ContextManager(window=100_000, counter=counter)
+    msgs = anthropic_conversation(5)
+    first = manager.count(msgs)
+    assert first > 0
+    counter.seen.clear()
+    assert manager.count(msgs) == first
+    assert counter.seen == []  # nothing parsed or counted again
+    msgs.append({"role": "assistant", "content": "one more message"})
+    assert manager.count(msgs) > first
+    assert counter.seen == ["one more message"]  # only the new message
+
+
+def test_count_matches_the_library_count() -> None:
+    import ctxc
+
+    msgs = openai_conversation(3)
+    manager = ContextManager(window=100_000)
+    assert manager.count(msgs) == ctxc.count_tokens(to_messages(msgs))
+
+
+def test_needs_compaction_at_the_trigger_and_with_a_system_prompt() -> None:
+    msgs = anthropic_conversation(6)
+    tokens = ContextManager(window=1_000_000).count(msgs)
+    at = ContextManager(window=int(tokens / 0.6))  # exactly 60%
+    assert at.needs_compaction(msgs)
+    roomy = ContextManager(window=int(tokens / 0.5))
+    assert not roomy.needs_compaction(msgs)
+    # A system prompt sent beside the messages takes its share of the window.
+    assert roomy.needs_compaction(msgs, system="You are careful. " * (tokens // 8))
+
+
+@pytest.mark.parametrize("shape", ["anthropic", "openai"])
+def test_compact_returns_the_same_shape_paired(shape: str) -> None:
+    msgs = anthropic_conversation(12) if shape == "anthropic" else openai_conversation(12)
+    before = ContextManager(window=1_000_000).count(msgs)
+    manager = ContextManager(window=int(before / 0.75))  # stage 3
+    assert manager.needs_compaction(msgs)
+    out = manager.compact(msgs)
+    assert manager.last_compaction is not None
+    assert manager.last_compaction.changed
+    assert manager.last_compaction.tokens_before == before
+    after = manager.count(out)
+    assert after == manager.last_compaction.tokens_after
+    assert after < manager.trigger * manager.window  # out of compaction territory
+    assert_valid(out, shape)
+    assert detect_shape(out) == shape
+    if shape == "anthropic":
+        assert all(m["role"] in ("user", "assistant") for m in out)
+        assert not any("tool_calls" in m for m in out)
+    else:
+        assert out[0] is msgs[0]  # the system message is kept, as the very dict given
+        assert any(m["role"] == "tool" for m in out)
+    assert any(m is msgs[-1] for m in out)  # the last message is kept as given
+    task = msgs[0] if shape == "anthropic" else msgs[1]
+    assert any(m is task for m in out)  # the first request is pinned
+    assert msgs == (
+        anthropic_conversation(12) if shape == "anthropic" else openai_conversation(12)
+    )  # untouched
+    assert not manager.needs_compaction(out)
+
+
+def test_compact_with_an_archive_cites_it(tmp_path: Path) -> None:
+    msgs = anthropic_conversation(12)
+    archive = Archive.open(str(tmp_path / "archive"))
+    manager = ContextManager(window=6000, strategy="fifo", archive=archive)
+    out = manager.compact(msgs)
+    assert_valid(out, "anthropic")
+    found = CITATION_RE.search(json.dumps(out))
+    assert found is not None  # the placeholder cites what it replaced
+    original = archive.read(archive.resolve(found.group(1)))
+    assert [json.loads(line) for line in original.splitlines()] == msgs  # the whole list, recoverable
+
+
+def test_compact_an_empty_list_and_bad_input() -> None:
+    manager = ContextManager(window=10_000)
+    assert manager.compact([]) == []
+    with pytest.raises(UsageError, match="JSON-serialisable"):
+        manager.count([{"role": "user", "content": object()}])
+    with pytest.raises(UsageError, match="unknown strategy"):
+        ContextManager(strategy="nope")
+    with pytest.raises(UsageError, match="trigger"):
+        ContextManager(trigger=0)
+
+
+def test_the_next_compaction_waits_for_growth() -> None:
+    msgs = anthropic_conversation(12)
+    manager = ContextManager(window=8000, strategy="mask", min_growth=0.2)
+    assert manager.over_trigger(4800)  # 60%
+    manager.compact(msgs)
+    assert manager.last_compaction is not None
+    left = manager.last_compaction.tokens_after
+    assert left < 4800
+    assert not manager.over_trigger(left + 1599)  # over the trigger, but not 20% of the window more
+    assert manager.over_trigger(left + 1600)
+
+
+def test_reminders_are_tracked_by_the_manager() -> None:
+    rules = [
+        ReminderRule("shell", "Check side effects.", tool_call="read_file", max_repeats=1),
+        ReminderRule("every2", "Run the tests.", every_n_turns=2),
+    ]
+    manager = ContextManager(window=100_000, reminders=rules)
+    msgs = openai_conversation(2)
+    msgs.pop()  # end on the assistant's tool call and its result
+    msgs.pop()
+    state = manager.turn_state(msgs, turn=2)
+    assert state.tool_calls == ("read_file",)
+    assert state.response == "Reading file 1."
+    assert [r.rule for r in manager.reminders_due(state)] == ["shell", "every2"]
+    assert [
+        r.rule for r in manager.reminders_due(TurnState(turn=3, tokens=0, tool_calls=("read_file",)))
+    ] == []
+    assert manager.fired == {"shell": 1, "every2": 1}
+    note = manager.reminder_message(manager.reminders_due(TurnState(turn=4, tokens=0)))
+    assert note["role"] == "user"
+    assert '<system-reminder id="every2">' in note["content"]
+
+
+def test_system_prompt_within_budget() -> None:
+    composer = PromptComposer(
+        (
+            Section("safety", "Never delete user data.", 100, required=True),
+            Section("examples", "An example of good work. " * 50, 40),
+        )
+    )
+    manager = ContextManager(window=100_000, composer=composer)
+    assert manager.system_prompt().startswith("Never delete user data.")
+    assert manager.system_prompt(20) == "Never delete user data."
+    with pytest.raises(UsageError, match="no composer"):
+        ContextManager(window=1000).system_prompt()
+
+
+# --------------------------------------------------------------------------------- the example loop
+
+
+def load_example() -> ModuleType:
+    path = ROOT / "examples" / "agent_loop.py"
+    spec = importlib.util.spec_from_file_location("agent_loop_example", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("shape", ["anthropic", "openai"])
+def test_the_agent_loop_example(shape: str) -> None:
+    example = load_example()
+    window = 12_000
+    messages, log = example.run(turns=40, window=window, shape=shape)
+    compactions = [e for e in log if e.compacted]
+    assert len(compactions) >= 3
+    assert all(e.tokens_after < window for e in log)  # never near the window's edge
+    assert max(e.tokens for e in log) < 0.75 * window
+    assert all("api" in e.reminders for e in compactions)  # the task is restated after each compaction
+    assert sum("careful-shell" in e.reminders for e in log) == 2  # max_repeats
+    assert_valid(messages, shape)
+    assert messages[0]["content"] == example.TASK_TEXT  # the task survives every compaction
+
+
+def test_the_agent_loop_example_as_a_script() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "agent_loop.py"), "--turns", "20", "--shape", "openai"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "20 turns," in proc.stdout
+    assert "compacted to" in proc.stdout
