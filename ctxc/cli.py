@@ -24,6 +24,7 @@ from ctxc.cliutil import (
     OutFormat,
     SkipInvalidOpt,
     expand_paths,
+    parse_sets,
     parse_thresholds,
     read_options,
     stderr_console,
@@ -293,16 +294,6 @@ def _load_reminders(path: str | None) -> Any:
     return ReminderRules.load(path)
 
 
-def _parse_sets(values: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set takes strategy.option=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 @app.command(
     epilog=(
         "[bold]Examples[/bold]\n\n"
@@ -426,7 +417,7 @@ def compact(
     th = parse_thresholds(thresholds)
     from ctxc.analysis import check_thresholds
 
-    sets = _parse_sets(settings or [])
+    sets = parse_sets(settings or [])
     if strategy == "adaptive":  # --thresholds is shorthand for the adaptive stage settings
         for key, value in zip(("stage2", "stage3", "stage4", "stage5"), check_thresholds(th), strict=True):
             sets.setdefault(f"adaptive.{key}", str(value))

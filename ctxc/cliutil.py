@@ -85,3 +85,14 @@ JobsOpt = Annotated[
 FailFastOpt = Annotated[
     bool, typer.Option("--fail-fast", help="Stop at the first file that fails (default: report and go on).")
 ]
+
+
+def parse_sets(values: list[str]) -> dict[str, str]:
+    """``--set strategy.option=value`` pairs (each strategy's Config validates the values)."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set takes strategy.option=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -40,6 +41,26 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
+def _current_umask() -> int:
+    # Linux reports it without changing it; elsewhere set-and-restore (a brief race with other threads
+    # creating files, acceptable for a mode bit).
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(target: str) -> int:
+    """An existing file keeps its permission bits; a new one gets 0666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_current_umask()
+
+
 @contextlib.contextmanager
 def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> Iterator[BinaryIO]:
     """Open ``target`` for writing atomically (``-`` is stdout). Refuses to overwrite any of ``inputs``."""
@@ -62,6 +83,8 @@ def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = (
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     try:
+        # mkstemp creates the file 0600; give it the mode a plain open() would (or the replaced file's).
+        os.fchmod(fd, _mode_for(name))
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()

@@ -463,3 +463,18 @@ def test_a_folder_mixing_every_corpus_format_and_broken_files(tmp_path: Path) ->
     assert run(*args) == ExitCode.PARTIAL
     totals = report(rep)["totals"]
     assert totals == {**totals, "skipped": len(corpus), "failed": len(bad), "ok": 0}  # type: ignore[dict-item]
+
+
+def test_outputs_get_ordinary_permissions_and_in_place_keeps_the_files(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "small.jsonl"
+        assert run("compact", str(SAMPLES / "chat-openai.jsonl"), "-o", str(out), *COMPACT) == 0
+        assert out.stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.jsonl"
+        shutil.copy(SAMPLES / "chat-openai.jsonl", kept)
+        kept.chmod(0o640)
+        assert run("compact", str(kept), "--in-place", *COMPACT) == 0
+        assert kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)

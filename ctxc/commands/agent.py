@@ -17,6 +17,7 @@ from ctxc.cliutil import (
     InputFormatOpt,
     MaxLineOpt,
     SkipInvalidOpt,
+    parse_sets,
     parse_thresholds,
     read_options,
     stderr_console,
@@ -72,19 +73,6 @@ def _load(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: 
     from ctxc.formats import load
 
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
-
-
-def _sets(values: list[str]) -> dict[str, str]:
-    """``--set strategy.option=value`` pairs (each strategy's Config validates the values)."""
-    from ctxc.errors import UsageError
-
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set takes strategy.option=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _out_format(fmt: TableOrJson | None) -> TableOrJson:
@@ -315,7 +303,7 @@ def replay_command(
         target_ratio=target_ratio,
         keep_last=keep_last,
         thresholds=parse_thresholds(thresholds),
-        settings=_sets(settings or []),
+        settings=parse_sets(settings or []),
         tokenizer=tokenizer,
     )
     transcript = _load(path, input_format, skip_invalid, max_line_mb)

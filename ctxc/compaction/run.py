@@ -242,6 +242,9 @@ def compact_transcript(
         repaired_msgs, fixed = repair_messages(
             result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
         )
+        # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
+        # report never says "nothing to do" for an output smaller than its input.
+        repair_tokens = (ledger.total(result_messages), ledger.total(repaired_msgs)) if fixed else (0, 0)
         note = compacted_note if actions else quiet_note
         if note is not None:
             repaired_msgs = (*repaired_msgs, note)
@@ -257,8 +260,7 @@ def compact_transcript(
                     "repair",
                     messages[0].index,
                     messages[-1].index,
-                    0,
-                    0,
+                    *repair_tokens,
                     f"{len(fixed)} pairing fix(es)",
                 ),
             )
