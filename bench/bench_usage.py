@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     launcher, native = find_ccusage()
+    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-usage-") as tmp:
         logs = args.logs or build_logs(Path(tmp), args.mb, args.sessions)
         files = sorted((logs / "projects").rglob("*.jsonl")) if (logs / "projects").is_dir() else []
