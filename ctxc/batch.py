@@ -108,9 +108,12 @@ class Outcome(Generic[R]):
     index: int
     path: str
     value: R | None = None
+    #: The whole one-line error (``path:line: message``), and its parts.
     error: str | None = None
     exit_code: int = 0
     seconds: float = 0.0
+    line: int | None = None
+    message: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,7 +126,13 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
         value = work(item)
     except CtxcError as exc:
         return Outcome(
-            index, path, error=str(exc), exit_code=int(exc.exit_code), seconds=time.perf_counter() - start
+            index,
+            path,
+            error=str(exc),
+            exit_code=int(exc.exit_code),
+            seconds=time.perf_counter() - start,
+            line=exc.line,
+            message=exc.message,
         )
     return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
 

@@ -16,12 +16,12 @@ A failure to read wins over a budget failure in the exit code: the budget of an 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter
-from ctxc.errors import CtxcError, ExitCode, UsageError
+from ctxc.errors import ExitCode, UsageError
 from ctxc.reader import ReadOptions
 
 Status = Literal["ok", "near", "over", "error"]
@@ -203,6 +203,37 @@ def check_file(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CheckJob:
+    """One file's check, picklable so a batch can run it in a worker process."""
+
+    path: str
+    budget: Budget
+    tokenizer: str = "o200k_base"
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    input_format: str | None = None
+    options: ReadOptions = ReadOptions()
+    use_cache: bool = True
+
+
+def run_check_job(job: CheckJob) -> FileCheck:
+    from ctxc.jobs import process_counter
+
+    counter = None
+    if job.tokenizer != "usage":
+        counter = process_counter(job.tokenizer, job.use_cache, job.budget.model, 1)
+    return check_file(
+        job.path,
+        job.budget,
+        tokenizer=job.tokenizer,
+        counter=counter,
+        thresholds=job.thresholds,
+        input_format=job.input_format,
+        options=job.options,
+        use_cache=job.use_cache,
+    )
+
+
 def check_paths(
     paths: Sequence[str],
     budget: Budget,
@@ -213,39 +244,31 @@ def check_paths(
     options: ReadOptions = ReadOptions(),
     use_cache: bool = True,
     fail_fast: bool = False,
+    jobs: int = 1,
+    on_file: Callable[[FileCheck], None] | None = None,
 ) -> CheckReport:
-    """Check every transcript; an unreadable one is an ``error`` verdict and the rest go on."""
-    from ctxc.analysis import make_counter
+    """Check every transcript, ``jobs`` files at a time in worker processes (the verdicts come back in
+    input order); an unreadable one is an ``error`` verdict and the rest go on."""
+    from ctxc.batch import Outcome, run_batch
 
-    counter = None
-    if tokenizer != "usage":
-        counter = make_counter(tokenizer, use_cache=use_cache, model=budget.model)
-    results: list[FileCheck] = []
-    for path in paths:
-        try:
-            results.append(
-                check_file(
-                    path,
-                    budget,
-                    tokenizer=tokenizer,
-                    counter=counter,
-                    thresholds=thresholds,
-                    input_format=input_format,
-                    options=options,
-                    use_cache=use_cache,
-                )
-            )
-        except CtxcError as exc:
-            if isinstance(exc, UsageError):
-                raise  # a bad option is wrong for every file: stop at once
-            results.append(
-                FileCheck(
-                    path=path, status="error", line=exc.line, error=exc.message, exit_code=int(exc.exit_code)
-                )
-            )
-            if fail_fast:
-                break
-    return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(results))
+    items = [
+        (p, CheckJob(p, budget, tokenizer, tuple(thresholds), input_format, options, use_cache))
+        for p in paths
+    ]
+
+    def verdict_of(o: Outcome[FileCheck]) -> FileCheck:
+        if o.value is not None:
+            return o.value
+        if o.exit_code == ExitCode.USAGE:
+            raise UsageError(o.error or "bad options")  # wrong for every file: stop at once
+        return FileCheck(path=o.path, status="error", line=o.line, error=o.message, exit_code=o.exit_code)
+
+    def notify(o: Outcome[FileCheck]) -> None:
+        if on_file is not None:
+            on_file(verdict_of(o))
+
+    outcomes = run_batch(items, run_check_job, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
+    return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
 
 
 # ------------------------------------------------------------------------------------------ rendering

@@ -126,7 +126,7 @@ def analyze(
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
     # Recorded usage is a byte scan: worker processes would cost more to start than the work.
-    workers = resolve_jobs(jobs if jobs is not None or tokenizer != "usage" else 1, len(files))
+    workers = resolve_jobs(jobs if jobs is not None or tokenizer != "usage" else 1, files)
     job = AnalyzeJob(
         "",
         tokenizer=tokenizer,
@@ -330,6 +330,13 @@ def compact(
     force: Annotated[
         bool, typer.Option("--force", help="Redo files the run journal says are already done.")
     ] = False,
+    no_index: Annotated[
+        bool,
+        typer.Option(
+            "--no-index",
+            help="Do not index the original for `ctxc search` now (bulk runs); the next search does it.",
+        ),
+    ] = False,
     fmt: Annotated[
         OutFormat | None,
         typer.Option("--format", "-f", help="Batch report on stdout: table or json."),
@@ -463,7 +470,9 @@ def compact(
         raise UsageError("--output is for one input; a batch writes to --out-dir or in place")
     ropts = read_options(skip_invalid, max_line_mb)
     if not batch:
-        job = CompactJob(inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run)
+        job = CompactJob(
+            inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run, index=not no_index
+        )
         doc = compact_file(job)
         if dry_run:
             _emit_plan(doc)
@@ -485,6 +494,7 @@ def compact(
             dry_run=dry_run,
             in_place=in_place,
             make_dirs=not in_place,
+            index=not no_index,
         )
         for i in inputs
     ]

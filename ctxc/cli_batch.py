@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,9 +19,21 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def resolve_jobs(jobs: int | None, files: int) -> int:
-    """``--jobs`` (default: the cores this process may use), never more than there are files."""
-    return max(1, min(jobs if jobs is not None else cpu_count(), files))
+#: Without ``--jobs``, a batch smaller than this runs in one process: each worker pays its own start-up
+#: (imports, and the tokenizer's 0.5 s build on its first count), which a few small files never repay.
+AUTO_JOBS_MIN_BYTES = 4 << 20
+
+
+def resolve_jobs(jobs: int | None, paths: Sequence[str]) -> int:
+    """``--jobs``, never more than there are files; by default the cores this process may use, or one
+    for a batch under :data:`AUTO_JOBS_MIN_BYTES`."""
+    if jobs is None:
+        size = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                size += os.stat(p).st_size if p != "-" else 0
+        jobs = cpu_count() if size >= AUTO_JOBS_MIN_BYTES else 1
+    return max(1, min(jobs, len(paths)))
 
 
 def run_files(
@@ -43,9 +57,8 @@ def run_files(
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
 
-        return run_batch(
-            items, work, jobs=resolve_jobs(jobs, len(items)), fail_fast=fail_fast, on_outcome=on_outcome
-        )
+        workers = resolve_jobs(jobs, [path for path, _ in items])
+        return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)
 
 
 def run_compact_batch(

@@ -17,7 +17,7 @@ from ctxc.reader import ReadOptions, named_bytes, read_all
 
 
 @functools.lru_cache(maxsize=8)
-def _counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> TextCounter:
+def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> TextCounter:
     # One counting service per process and setting: a worker analyzing 200 files loads the BPE once.
     return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
@@ -42,7 +42,7 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     """``ctxc analyze`` for one file, plus the forecast and the Claude/o200k ratio when asked."""
     from ctxc.analysis import analyze
 
-    counter = _counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
+    counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
     second_pass = job.forecast or job.tokenizer == "anthropic"
     src: Any = job.path
     data = b""

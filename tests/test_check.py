@@ -206,3 +206,17 @@ def test_cli_usage_tokenizer(capsys: pytest.CaptureFixture[str], logs: Path) -> 
     assert statuses == {"big.jsonl": "ok", "broken.jsonl": "error", "small.jsonl": "error"}
     assert "no recorded usage" in next(f["error"] for f in doc["files"] if f["path"].endswith("small.jsonl"))
     assert code == ExitCode.PARTIAL
+
+
+def test_jobs_and_glob_give_the_same_verdicts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    shutil.copytree(SAMPLES, logs, ignore=shutil.ignore_patterns("*.py", "*.md"))
+    (logs / "notes.txt").write_text('{"role": "user", "content": "a chat line in a .txt file"}\n')
+    base = ["check", str(logs), "--max-usage", "0.5", "--window", "20000", "--format", "json", "-q"]
+    one = run(capsys, *base, "--jobs", "1")
+    two = run(capsys, *base, "--jobs", "2")
+    assert one[0] == two[0] == ExitCode.OVER_TARGET
+    assert orjson.loads(one[1])["files"] == orjson.loads(two[1])["files"]
+    code, out, _ = run(capsys, *base, "--glob", "*.txt")
+    assert code == 0
+    assert [f["path"] for f in orjson.loads(out)["files"]] == [str(logs / "notes.txt")]

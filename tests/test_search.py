@@ -269,6 +269,16 @@ def test_no_index_env_turns_the_hooks_off_and_search_catches_up(
     assert hits[0].source == str(SAMPLE)
 
 
+def test_no_index_option_leaves_indexing_to_the_next_search(tmp_path: Path) -> None:
+    arch = tmp_path / "archive"
+    assert run("compact", str(SAMPLE), "-s", "fifo", "--target-ratio", "0.02", "--archive", str(arch), "-q",
+               "--no-index", "-o", str(tmp_path / "o.jsonl")) == 0  # fmt: skip
+    assert not (arch / "search.sqlite").exists()
+    hits = search("coupon rounding", archive=Archive(arch))
+    assert hits
+    assert hits[0].source == str(SAMPLE)
+
+
 def test_rebuild_from_objects_and_manifest(archive: Archive, tmp_path: Path) -> None:
     t = session()
     compact_transcript(

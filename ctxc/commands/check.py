@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from ctxc.cliutil import (
+    GlobOpt,
     InputFormatOpt,
+    JobsOpt,
     MaxLineOpt,
     SkipInvalidOpt,
     expand_paths,
@@ -46,8 +48,11 @@ def register(app: typer.Typer) -> None:
 
 def check(
     paths: Annotated[
-        list[str], typer.Argument(help="Transcript files, directories (walked for *.jsonl), or - for stdin.")
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="Transcript files, directories (walked for *.jsonl), or - for stdin.", show_default=False
+        ),
+    ] = None,
     max_usage: Annotated[
         float | None,
         typer.Option("--max-usage", help="Budget as a share of the window, e.g. 0.8.", show_default=False),
@@ -85,6 +90,9 @@ def check(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
     ] = False,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -97,19 +105,25 @@ def check(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
     )
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths)
+    files = expand_paths(paths or [], glob)
     if not files:
         raise UsageError("give a transcript file, a directory, or - for stdin")
-    report = check_paths(
-        files,
-        budget,
-        tokenizer=tokenizer,
-        thresholds=parse_thresholds(thresholds),
-        input_format=input_format,
-        options=options,
-        use_cache=not no_cache,
-        fail_fast=fail_fast,
-    )
+    from ctxc.batch import BatchProgress
+    from ctxc.cli_batch import resolve_jobs
+
+    with BatchProgress(len(files), "checking", quiet=quiet) as progress:
+        report = check_paths(
+            files,
+            budget,
+            tokenizer=tokenizer,
+            thresholds=parse_thresholds(thresholds),
+            input_format=input_format,
+            options=options,
+            use_cache=not no_cache,
+            fail_fast=fail_fast,
+            jobs=resolve_jobs(jobs, files),
+            on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
+        )
     if fmt is CheckFormat.json:
         sys.stdout.buffer.write(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:

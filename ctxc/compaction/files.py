@@ -38,6 +38,8 @@ class CompactJob:
     in_place: bool = False
     #: Create the output's directory first (``--out-dir`` mirrors the input tree).
     make_dirs: bool = False
+    #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
+    index: bool = True
 
 
 def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
@@ -117,7 +119,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         raise UsageError("--in-place needs a file, not stdin")
     name, data = read_all(job.path)
     transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
-    store = None if job.dry_run else Archive.open(job.archive)
+    store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
     opts = job.options
     counter = make_counter(
         opts.tokenizer,
