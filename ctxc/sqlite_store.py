@@ -13,7 +13,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +26,39 @@ _warned_lock = threading.Lock()
 
 def cache_disabled_by_env() -> bool:
     return os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def open_wal(
+    path: Path, timeout: float, setup: Callable[[sqlite3.Connection], object] = lambda conn: None
+) -> sqlite3.Connection:
+    """Connect in autocommit mode, switch to WAL, then run ``setup`` (create tables), retrying while
+    another process sets up the same file.
+
+    Two processes setting up a new file at once can get "database is locked" straight away, without the
+    busy handler being consulted (the switch to WAL needs the file to itself), so the busy timeout alone
+    does not cover set-up; a short retry loop within the same timeout does.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        conn = sqlite3.connect(path, timeout=timeout, check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL never corrupts the file; a power cut may lose the last entries, which are
+            # recomputed (caches) or rebuilt (the search index).
+            conn.execute("PRAGMA synchronous = NORMAL")
+            setup(conn)
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 class SqliteStore:
@@ -68,24 +102,15 @@ class SqliteStore:
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(
-                    self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-                )
-                try:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    # WAL + NORMAL never corrupts the file; a power cut may lose the last entries, which
-                    # are recomputed.
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                    conn.execute(self.SCHEMA)
-                except BaseException:
-                    conn.close()
-                    raise
+                conn = self._open_with_retries()
             except (OSError, sqlite3.Error) as exc:
                 self._fail(exc)
                 return None
             self._conn = conn
         return self._conn
+
+    def _open_with_retries(self) -> sqlite3.Connection:
+        return open_wal(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any] | None:
         """All rows of a query, or None when the store is off or fails."""

@@ -172,16 +172,9 @@ class SearchIndex:
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
-                self._migrate(conn)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+            from ctxc.sqlite_store import open_wal
+
+            self._conn = open_wal(self.path, self.timeout, self._migrate)
         return self._conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
