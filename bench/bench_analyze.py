@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedians of {args.repeat} interleaved rounds; MB = 10^6 bytes")
     print(
         f"two-process speed-up of the baseline: {one_s / two_s:.2f}x (about 2 when both cores are idle; "
-        "near 1 means another process held a core, which slows ctxc's two counting threads alike)"
+        "near 1 means another process held a core, which slows ctxc's counting processes alike)"
     )
     print_table(
         "absolute figures",

@@ -17,19 +17,20 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
-import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
 from ctxc.errors import CtxcError, ExitCode, InputError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: Suffixes a directory walk picks up when no ``--glob`` is given.
 TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
@@ -176,6 +177,10 @@ def run_batch(
             if fail_fast and not outcome.ok:
                 break
         return [outcomes[i] for i in sorted(outcomes)]
+
+    # Imported here: a single-file run never needs them, and they cost 30 ms at start-up.
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     # forkserver: workers start from a clean process rather than a fork of one that may hold
     # tokenizer threads and SQLite connections, which fork would copy in an unknown state.

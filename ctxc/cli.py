@@ -160,16 +160,17 @@ def analyze(
         failed = batch_exit_code(outcomes, single=fail_fast)
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 
-    err = stderr_console()
     for a in results:
         if a.skipped_lines:
-            err.print(
+            stderr_console().print(
                 f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)", markup=False, soft_wrap=True
             )
         if a.problems:
             p = a.problems[0]
             more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
-            err.print(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}", markup=False, soft_wrap=True)
+            stderr_console().print(
+                f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}", markup=False, soft_wrap=True
+            )
     if failed:
         raise typer.Exit(failed)
 

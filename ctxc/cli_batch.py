@@ -48,12 +48,11 @@ def run_files(
     report_errors: bool = True,
 ) -> list[Outcome[R]]:
     """Run a per-file job over a batch with progress on stderr and each failure reported as it happens."""
-    err = stderr_console()
     with BatchProgress(len(items), what, quiet=quiet) as progress:
 
         def on_outcome(outcome: Outcome[R]) -> None:
             if not outcome.ok and report_errors:
-                err.print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
+                stderr_console().print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
 

@@ -327,14 +327,25 @@ def _plural(n: int, word: str) -> str:
 def lines_matching(lines: Sequence[str], pattern: re.Pattern[str] | None) -> list[int]:
     """Indexes of the lines in which ``pattern`` (newline-free alternatives) finds a match.
 
-    One scan of the joined text rather than a search per line: a large file read has tens of
-    thousands of lines, and the per-call cost dominated mask on big transcripts. Since no match can
-    span a newline, a line holds a match exactly when one of the scan's matches starts in it.
+    A scan of the joined text rather than a search per line: a large file read has tens of thousands of
+    lines, and the per-call cost dominated mask on big transcripts. Since no match can span a newline,
+    a line holds a match exactly when a search from its start finds one that starts in it.
     """
     if pattern is None or not lines:
         return []
     starts = list(itertools.accumulate((len(x) + 1 for x in lines[:-1]), initial=0))
-    return sorted({bisect.bisect_right(starts, m.start()) - 1 for m in pattern.finditer("\n".join(lines))})
+    text = "\n".join(lines)
+    hits: list[int] = []
+    pos = 0
+    # One search per matching line: after a hit, go on from the next line (a line with many matches
+    # costs one call, a run of lines without any costs one scan).
+    while (m := pattern.search(text, pos)) is not None:
+        line = bisect.bisect_right(starts, m.start()) - 1
+        hits.append(line)
+        if line + 1 >= len(starts):
+            break
+        pos = starts[line + 1]
+    return hits
 
 
 def _split_lines(text: str) -> list[str]:
