@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from ctxc.formats import open_stream
 from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Usage
 from ctxc.reader import ReadOptions
 from ctxc.validate import Problem, pairing_problems
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
 DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
@@ -252,6 +253,11 @@ def _scan(
     input_format: str | None,
     options: ReadOptions,
 ) -> Scan:
+    # Imported here: `--tokenizer usage` and cached scans never read a transcript in full.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ctxc.formats import open_stream
+
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
     rows: list[tuple[int, int, str, str, str | None, int, int]] = []
