@@ -17,7 +17,6 @@ from ctxc.compaction.postprocess import (
     call_summary,
     current_request,
     kind_of,
-    lines_matching,
     postprocess,
     request_terms,
 )
@@ -385,14 +384,3 @@ def test_postprocess_never_grows_and_always_cites(lines: list[str], name: str, r
         assert out == postprocess(
             text, ToolCall(name, {"command": "x", "path": "p", "pattern": "q"}), Request.of(request), CITE
         )
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.text(alphabet="abcAB_ 1\t\u0130\u0131\u017f", max_size=12), max_size=12),
-    st.lists(st.text(alphabet="abcAB_1s\u0131", min_size=1, max_size=3), min_size=1, max_size=4),
-)
-# Case folding that changes length or crosses scripts (dotted and dotless i, the long s) included.
-def test_lines_matching_equals_a_search_per_line(lines: list[str], terms: list[str]) -> None:
-    pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE)
-    assert lines_matching(lines, pattern) == [i for i, x in enumerate(lines) if pattern.search(x)]

@@ -16,8 +16,6 @@ placeholder. All of it is pure text processing: deterministic, no tokenizer need
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -324,30 +322,6 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def lines_matching(lines: Sequence[str], pattern: re.Pattern[str] | None) -> list[int]:
-    """Indexes of the lines in which ``pattern`` (newline-free alternatives) finds a match.
-
-    A scan of the joined text rather than a search per line: a large file read has tens of thousands of
-    lines, and the per-call cost dominated mask on big transcripts. Since no match can span a newline,
-    a line holds a match exactly when a search from its start finds one that starts in it.
-    """
-    if pattern is None or not lines:
-        return []
-    starts = list(itertools.accumulate((len(x) + 1 for x in lines[:-1]), initial=0))
-    text = "\n".join(lines)
-    hits: list[int] = []
-    pos = 0
-    # One search per matching line: after a hit, go on from the next line (a line with many matches
-    # costs one call, a run of lines without any costs one scan).
-    while (m := pattern.search(text, pos)) is not None:
-        line = bisect.bisect_right(starts, m.start()) - 1
-        hits.append(line)
-        if line + 1 >= len(starts):
-            break
-        pos = starts[line + 1]
-    return hits
-
-
 def _split_lines(text: str) -> list[str]:
     lines = text.split("\n")
     # A trailing newline is not a line of output.
@@ -490,7 +464,8 @@ def shrink_read(text: str, call: ToolCall, request: Request) -> Shrunk | None:
             keep.update(range(first))
         if len(lines) - 1 - last <= 3:
             keep.update(range(last + 1, len(lines)))
-    hits = lines_matching(lines, request.pattern)
+    pattern = request.pattern
+    hits = [i for i, x in enumerate(lines) if pattern is not None and pattern.search(x)]
     for i in hits:
         keep.update(range(max(0, i - READ_CONTEXT), min(len(lines), i + READ_CONTEXT + 1)))
     keep = fill_gaps(keep, len(lines))
