@@ -58,3 +58,10 @@ def test_root_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     out = capsys.readouterr().out
     assert "Exit codes" in out
+
+
+def test_readme_sections_appear_once() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    headings = [line for line in readme.splitlines() if line.startswith(("## ", "### "))]
+    assert len(headings) == len(set(headings)), [h for h in headings if headings.count(h) > 1]
+    assert "<!--" not in readme  # merge notes must not leak into the published README
