@@ -268,3 +268,61 @@ def test_validate_reports_problems_with_exit_5(capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "validate", str(f))
     assert code == ExitCode.INVALID
     assert "orphan.jsonl:2: orphan_result" in out
+
+
+# -- the commands added for search, evaluation, CI checks and agent loops -----------------------------
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "codex.jsonl"
+BAD_LINE = b'{"role": "user", "content": "hi"}\n{not json\n'
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needles"),
+    [
+        (["search", "foo", "--archive", "{tmp}/no-archive"], ExitCode.ARCHIVE, ["no archive"]),
+        (["show", "0123456789ab:3", "--archive", "{tmp}/a"], ExitCode.ARCHIVE, ["no object 0123456789ab"]),
+        (["show", "nonsense"], ExitCode.USAGE, ["not an archive reference"]),
+        (
+            ["eval", "{tmp}/bad.jsonl", "--strategies", "fifo"],
+            ExitCode.INPUT,
+            ["bad.jsonl:2", "not valid JSON"],
+        ),
+        (["eval", "--strategies", "nosuch"], ExitCode.USAGE, ["unknown strategy 'nosuch'"]),
+        (["eval", "--targets", "2.0"], ExitCode.USAGE, ["--targets"]),
+        (
+            ["check", "{tmp}/bad.jsonl", "--max-usage", "0.8"],
+            ExitCode.INPUT,
+            ["bad.jsonl:2", "not valid JSON"],
+        ),
+        (["check", str(SAMPLE)], ExitCode.USAGE, ["exactly one budget"]),
+        (["remind", "{tmp}/bad.jsonl", "--rules", "{tmp}/ok.toml"], ExitCode.INPUT, ["bad.jsonl:2"]),
+        (
+            ["remind", str(SAMPLE), "--rules", "{tmp}/bad.toml"],
+            ExitCode.USAGE,
+            ["bad.toml", "not valid TOML"],
+        ),
+        (
+            ["remind", str(SAMPLE), "--rules", "{tmp}/no-trigger.toml"],
+            ExitCode.USAGE,
+            ["needs exactly one trigger"],
+        ),
+        (["compose", "{tmp}/bad.toml"], ExitCode.USAGE, ["bad.toml", "not valid TOML"]),
+        (["compose", "{tmp}/nope.toml"], ExitCode.INPUT, ["nope.toml", "no such prompt file"]),
+        (["compose", "{tmp}/required.toml", "--budget", "3"], ExitCode.OVER_TARGET, ["required sections"]),
+        (["replay", "{tmp}/bad.jsonl"], ExitCode.INPUT, ["bad.jsonl:2", "not valid JSON"]),
+        (["replay", str(SAMPLE), "--plot", "{tmp}/missing/x.svg"], ExitCode.OUTPUT, ["does not exist"]),
+    ],
+)
+def test_new_commands_on_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], code: int, needles: list[str]
+) -> None:
+    (tmp_path / "bad.jsonl").write_bytes(BAD_LINE)
+    (tmp_path / "bad.toml").write_text("x = [\n")
+    (tmp_path / "ok.toml").write_text('[[reminder]]\nid = "a"\nmessage = "m"\nevery_n_turns = 2\n')
+    (tmp_path / "no-trigger.toml").write_text('[[reminder]]\nid = "a"\nmessage = "m"\n')
+    (tmp_path / "required.toml").write_text(
+        '[[section]]\nid = "s"\npriority = 100\nrequired = true\ncontent = "one two three four five six"\n'
+    )
+    got, _, err = run(capsys, *(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert got == code, err
+    one_line_error(err, *needles)

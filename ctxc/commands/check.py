@@ -17,6 +17,7 @@ from ctxc.cliutil import (
     expand_paths,
     parse_thresholds,
     read_options,
+    stderr_console,
 )
 from ctxc.errors import UsageError
 
@@ -124,6 +125,10 @@ def check(
             jobs=resolve_jobs(jobs, files),
             on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
         )
+    for f in report.files:  # the report is data on stdout; each unreadable file is also a diagnostic
+        if f.status == "error":
+            where = f"{f.path}:{f.line}" if f.line is not None else f.path
+            stderr_console().print(f"ctxc: error: {where}: {f.error}", markup=False, soft_wrap=True)
     if fmt is CheckFormat.json:
         sys.stdout.buffer.write(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import stderr_console, stdout_console
+from ctxc.cliutil import SkipInvalidOpt, stderr_console, stdout_console
 
 
 class EvalFormat(StrEnum):
@@ -167,6 +167,7 @@ def eval_command(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
     ] = False,
+    skip_invalid: SkipInvalidOpt = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, run_eval, sources_from
@@ -185,6 +186,7 @@ def eval_command(
         search_scope=search_scope.value,
         hybrid=hybrid,
         use_cache=not no_cache,
+        skip_invalid=skip_invalid,
     )
     the_judge = None
     if judge is not None:

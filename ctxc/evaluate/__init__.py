@@ -25,7 +25,6 @@ as an agent does with the archive id its summary cites), with ``search_scope="ar
 from __future__ import annotations
 
 import contextlib
-import io
 import random
 import re
 import tempfile
@@ -82,6 +81,9 @@ class EvalOptions:
     search_scope: str = "session"
     hybrid: bool = False
     use_cache: bool = True
+    #: Skip lines that are not JSON objects (``--skip-invalid``); by default they are an error, as in
+    #: every other command.
+    skip_invalid: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +277,11 @@ class Source:
     data: bytes
 
 
-def _load(src: Source) -> Transcript:
+def _load(src: Source, *, skip_invalid: bool = False) -> Transcript:
     from ctxc.formats import load
-    from ctxc.reader import ReadOptions
+    from ctxc.reader import ReadOptions, named_bytes
 
-    stream = io.BytesIO(src.data)
-    stream.name = src.name
-    return load(stream, options=ReadOptions(skip_invalid=True))
+    return load(named_bytes(src.name, src.data), options=ReadOptions(skip_invalid=skip_invalid))
 
 
 def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
@@ -481,7 +481,7 @@ def run_eval(
     planted_counts: dict[str, tuple[int, int]] = {}
     for src in sources:
         rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
-        transcript = _load(src)
+        transcript = _load(src, skip_invalid=options.skip_invalid)
         planted = plant(
             transcript,
             make_needles(rng, options.needles),
