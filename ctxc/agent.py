@@ -129,7 +129,7 @@ class ContextManager:
         min_growth: float = 0.05,
     ) -> None:
         from ctxc.compaction.base import get_strategy
-        from ctxc.compaction.run import CompactOptions, parse_settings, resolve_target
+        from ctxc.compaction.run import CompactOptions, resolve_target, strategy_configs
         from ctxc.profiles import resolve_window
 
         self.window, self.model = resolve_window(model=model, window=window)
@@ -144,9 +144,6 @@ class ContextManager:
             raise UsageError(f"shape must be auto, anthropic or openai, not {shape!r}")
         self.shape = shape
         sets = dict(settings or {})
-        if strategy == "adaptive":  # the thresholds are the adaptive stage boundaries
-            for key, value in zip(("stage2", "stage3", "stage4", "stage5"), self.thresholds, strict=True):
-                sets.setdefault(f"adaptive.{key}", str(value))
         self.options: CompactOptions = CompactOptions(
             strategy=strategy,
             target_tokens=target_tokens,
@@ -164,7 +161,7 @@ class ContextManager:
             use_cache=use_cache,
         )
         self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
-        self._configs = parse_settings(sets)
+        self._configs = strategy_configs(self.options)
         self.target, self._explicit = resolve_target(self.options, self.window)
         self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
-from ctxc.errors import CtxcError, ExitCode, InputError
+from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -66,14 +66,17 @@ def _matches(rel: str, pattern: str | None) -> bool:
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 
 
-def collect_inputs(paths: Sequence[str], *, glob: str | None = None) -> list[Input]:
+def collect_inputs(paths: Sequence[str] | None, *, glob: str | None = None) -> list[Input]:
     """Files as given, directories walked recursively (sorted, so the order never depends on the disk).
 
     ``glob`` selects the files taken from directories (``*.json``, ``sessions/**/*.jsonl``); without
     it a walk takes transcript files (``*.jsonl``, ``*.traj``). With no paths at all, ``glob`` walks
-    the current directory. A file named on the command line is always taken, whatever its name.
+    the current directory; with neither, there is nothing to do (a usage error). A file named on the
+    command line is always taken, whatever its name.
     """
-    if not paths and glob is not None:
+    if not paths:
+        if glob is None:
+            raise UsageError("give a transcript file, a directory, or - for stdin")
         paths = ["."]
     out: list[Input] = []
     seen: set[str] = set()

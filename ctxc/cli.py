@@ -22,6 +22,7 @@ from ctxc.cliutil import (
     JobsOpt,
     MaxLineOpt,
     OutFormat,
+    QuietOpt,
     SkipInvalidOpt,
     expand_paths,
     parse_sets,
@@ -106,7 +107,7 @@ def analyze(
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -114,14 +115,11 @@ def analyze(
     """Report token usage per message and per file, and the compaction stage each file is in."""
     from dataclasses import replace
 
-    from ctxc.batch import batch_exit_code
-    from ctxc.cli_batch import resolve_jobs, run_files
+    from ctxc.cli_batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
 
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths or [], glob)
-    if not files:
-        raise UsageError("give a transcript file, a directory, or - for stdin")
+    files = expand_paths(paths, glob)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
@@ -141,23 +139,15 @@ def analyze(
         concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
         forecast=forecast,
     )
-    if len(files) == 1:  # one file: errors keep their own exit code and no batch machinery is needed
-        results = [analyze_file(replace(job, path=files[0]))]
-        errors: list[dict[str, Any]] = []
-        failed = 0
-    else:
-        outcomes = run_files(
-            [(f, replace(job, path=f)) for f in files],
-            analyze_file,
-            what="analyzing",
-            jobs=workers,
-            fail_fast=fail_fast,
-            quiet=quiet,
-            tokens_of=lambda a: a.total_tokens,
-        )
-        results = [o.value for o in outcomes if o.value is not None]
-        errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
-        failed = batch_exit_code(outcomes, single=fail_fast)
+    results, errors, failed = run_one_or_many(
+        [(f, replace(job, path=f)) for f in files],
+        analyze_file,
+        what="analyzing",
+        jobs=workers,
+        fail_fast=fail_fast,
+        quiet=quiet,
+        tokens_of=lambda a: a.total_tokens,
+    )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 
     for a in results:
@@ -241,7 +231,7 @@ def convert(
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -251,9 +241,7 @@ def convert(
     from ctxc.cli_batch import run_files
     from ctxc.jobs import ConvertJob, convert_file
 
-    inputs = collect_inputs(paths or [], glob=glob)
-    if not inputs:
-        raise UsageError("give a transcript file, a directory, or - for stdin")
+    inputs = collect_inputs(paths, glob=glob)
     ropts = read_options(skip_invalid, max_line_mb)
     if out_dir is None:
         if len(inputs) > 1 or any(Path(p).is_dir() for p in paths or []):
@@ -418,17 +406,13 @@ def compact(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
+    from ctxc.analysis import check_thresholds
     from ctxc.compaction.run import CompactOptions
     from ctxc.output import atomic_output, dumps
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)
-    from ctxc.analysis import check_thresholds
-
     sets = parse_sets(settings or [])
-    if strategy == "adaptive":  # --thresholds is shorthand for the adaptive stage settings
-        for key, value in zip(("stage2", "stage3", "stage4", "stage5"), check_thresholds(th), strict=True):
-            sets.setdefault(f"adaptive.{key}", str(value))
     options = CompactOptions(
         strategy=strategy,
         target_tokens=target_tokens,
@@ -459,9 +443,7 @@ def compact(
     from ctxc.batch import collect_inputs
     from ctxc.compaction.files import CompactJob, compact_file
 
-    inputs = collect_inputs(paths or [], glob=glob)
-    if not inputs:
-        raise UsageError("give a transcript file, a directory, or - for stdin")
+    inputs = collect_inputs(paths, glob=glob)
     batch = out_dir is not None or in_place
     if out_dir is not None and in_place:
         raise UsageError("give --out-dir or --in-place, not both")
@@ -656,38 +638,27 @@ def validate(
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
-    from ctxc.batch import batch_exit_code
-    from ctxc.cli_batch import run_files
+    from ctxc.cli_batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
     from ctxc.output import dumps, envelope
 
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths or [], glob)
-    if not files:
-        raise UsageError("give a transcript file, a directory, or - for stdin")
+    files = expand_paths(paths, glob)
     jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
-    if len(files) == 1:  # one file: a read error keeps its own exit code
-        report = [validate_file(jobs_list[0])]
-        errors: list[dict[str, Any]] = []
-        failed = 0
-    else:
-        outcomes = run_files(
-            [(j.path, j) for j in jobs_list],
-            validate_file,
-            what="validating",
-            jobs=jobs,
-            fail_fast=fail_fast,
-            quiet=quiet,
-        )
-        report = [o.value for o in outcomes if o.value is not None]
-        errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
-        failed = batch_exit_code(outcomes, single=fail_fast)
+    report, errors, failed = run_one_or_many(
+        [(j.path, j) for j in jobs_list],
+        validate_file,
+        what="validating",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+    )
     total = sum(len(r["problems"]) for r in report)
     if fmt is OutFormat.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)

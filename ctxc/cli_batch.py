@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ctxc.batch import BatchProgress, Outcome, cpu_count, run_batch
+from ctxc.batch import BatchProgress, Outcome, batch_exit_code, cpu_count, run_batch
 from ctxc.cliutil import OutFormat, stderr_console
 
 T = TypeVar("T")
@@ -60,6 +60,31 @@ def run_files(
         return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)
 
 
+def run_one_or_many(
+    items: Sequence[tuple[str, T]],
+    work: Callable[[T], R],
+    *,
+    what: str,
+    jobs: int | None,
+    fail_fast: bool = False,
+    quiet: bool = False,
+    tokens_of: Callable[[R], int] = lambda _r: 0,
+) -> tuple[list[R], list[dict[str, Any]], int]:
+    """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``.
+
+    One file runs here with no batch machinery, and its error propagates with its own exit code (as
+    for every single-file command); several run as a batch in which a failure is reported and counted.
+    """
+    if len(items) == 1:
+        return [work(items[0][1])], [], 0
+    outcomes = run_files(
+        items, work, what=what, jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
+    )
+    values = [o.value for o in outcomes if o.value is not None]
+    errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
+    return values, errors, batch_exit_code(outcomes, single=fail_fast)
+
+
 def run_compact_batch(
     jobs_list: Sequence[Any],
     *,
@@ -78,7 +103,7 @@ def run_compact_batch(
     that recorded output (the file was already compacted with these options).
     """
     from ctxc.archive import archive_root
-    from ctxc.batch import Journal, already_done, batch_exit_code, file_sha256, fingerprint
+    from ctxc.batch import Journal, already_done, file_sha256, fingerprint
     from ctxc.compaction.files import compact_file, options_fingerprint_doc
     from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 

@@ -32,7 +32,7 @@ def stdout_console() -> Any:
     return Console(highlight=False)
 
 
-def expand_paths(paths: list[str], glob: str | None = None) -> list[str]:
+def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
     """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
     from ctxc.batch import collect_inputs
 
@@ -96,3 +96,6 @@ def parse_sets(values: list[str]) -> dict[str, str]:
             raise UsageError(f"--set takes strategy.option=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]

@@ -13,13 +13,13 @@ from ctxc.cliutil import (
     InputFormatOpt,
     JobsOpt,
     MaxLineOpt,
+    QuietOpt,
     SkipInvalidOpt,
     expand_paths,
     parse_thresholds,
     read_options,
     stderr_console,
 )
-from ctxc.errors import UsageError
 
 
 class CheckFormat(StrEnum):
@@ -93,7 +93,7 @@ def check(
     ] = False,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -106,9 +106,7 @@ def check(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
     )
     options = read_options(skip_invalid, max_line_mb)
-    files = expand_paths(paths or [], glob)
-    if not files:
-        raise UsageError("give a transcript file, a directory, or - for stdin")
+    files = expand_paths(paths, glob)
     from ctxc.batch import BatchProgress
     from ctxc.cli_batch import resolve_jobs
 

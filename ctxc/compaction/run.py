@@ -113,6 +113,13 @@ def parse_settings(settings: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def strategy_configs(options: CompactOptions) -> dict[str, Any]:
+    """Each strategy's validated Config from ``options.settings``. The run's thresholds are the
+    adaptive stages' defaults; an explicit ``adaptive.stageN`` setting wins."""
+    stages = {f"adaptive.stage{n}": str(v) for n, v in zip((2, 3, 4, 5), options.thresholds, strict=True)}
+    return parse_settings({**stages, **options.settings})
+
+
 _INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -186,7 +193,7 @@ def compact_transcript(
     window, _ = resolve_window(model=options.model, window=options.window)
     target, explicit = resolve_target(options, window)
     strategy = get_strategy(options.strategy)
-    configs = parse_settings(options.settings)
+    configs = strategy_configs(options)
     summarizer = get_summarizer(options.summarizer, options.summarizer_options)
     preflight = getattr(summarizer, "preflight", None)
     if options.strategy in SUMMARIZING and callable(preflight):
