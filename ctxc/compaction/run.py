@@ -208,8 +208,9 @@ def compact_transcript(
     ledger.prime(transcript.messages)
 
     data = original_bytes if original_bytes is not None else transcript.to_bytes()
-    input_sha = sha256_hex(data)
-    archive_id = archive.store(data) if archive is not None else input_sha
+    # The archive names objects by their sha256: storing yields the hash, so it is computed once.
+    archive_id = archive.store(data) if archive is not None else sha256_hex(data)
+    input_sha = archive_id
     if archive is not None:
         archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
 
