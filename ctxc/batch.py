@@ -51,14 +51,6 @@ class Input:
     rel: str
 
 
-def cpu_count() -> int:
-    """Cores this process may use (the affinity mask, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _matches(rel: str, pattern: str | None) -> bool:
     if pattern is None:
         return rel.endswith(TRANSCRIPT_SUFFIXES)

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ctxc.batch import BatchProgress, Outcome, batch_exit_code, cpu_count, run_batch
+from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
 from ctxc.cliutil import OutFormat, stderr_console
+from ctxc.system import cpu_count
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -112,7 +112,7 @@ def counting_processes(counter: object, size: int) -> contextlib.AbstractContext
     tokenizer = getattr(counter, "tokenizer", counter)
     if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
         return contextlib.nullcontext(False)
-    from ctxc.batch import cpu_count
+    from ctxc.system import cpu_count
     from ctxc.tokens.tiktoken_backend import worker_processes
 
     return worker_processes(tokenizer, cpu_count())

@@ -13,7 +13,6 @@ the first count, once per process, under a lock so concurrent first calls load i
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import importlib.resources
 import multiprocessing
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxc.errors import CtxcError
+from ctxc.system import cpu_count
 
 if TYPE_CHECKING:
     import tiktoken
@@ -196,19 +196,13 @@ def _encoding(spec: EncodingSpec, path: Path | None) -> tiktoken.Encoding:
     return enc
 
 
-@functools.cache
-def _threads() -> int:
-    # Asked once: os.cpu_count() reads /sys each time, and counting asks per batch.
-    return os.cpu_count() or 1
-
-
 def _executor() -> ThreadPoolExecutor:
     # One pool for the process: tiktoken's encode_ordinary_batch builds (and joins) a new pool per call,
     # which costs more than counting a typical message batch.
     if not _pools:
         with _pool_lock:
             if not _pools:
-                _pools.append(ThreadPoolExecutor(_threads(), thread_name_prefix="ctxc-bpe"))
+                _pools.append(ThreadPoolExecutor(cpu_count(), thread_name_prefix="ctxc-bpe"))
     return _pools[0]
 
 
@@ -322,7 +316,7 @@ class TiktokenTokenizer:
                 ):
                     out.extend(part)
                 return out
-        threads = _threads()
+        threads = cpu_count()
         if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
             return [len(enc.encode_ordinary(t)) for t in texts]
         encode = enc.encode_ordinary
