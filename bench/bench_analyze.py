@@ -103,6 +103,24 @@ def run_child(
     return ChildRun(wall, proc.returncode, usage.ru_maxrss / 1024, stderr)
 
 
+def byte_compile() -> None:
+    """Byte-compile ctxc as `pip install` does, so start-up is timed as users have it (an environment
+    with PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module from source on every run)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
+
+
+def input_file(args: argparse.Namespace, tmp: Path) -> Path:
+    """``--input``, or a transcript generated into ``tmp`` from ``--mb``, ``--format`` and ``--seed``."""
+    if args.input:
+        path: Path = args.input.resolve()
+        return path
+    path = tmp / f"bench-{args.format}-{args.mb:g}mb.jsonl"
+    t0 = time.perf_counter()
+    generate(path, args.mb, args.format, args.seed)
+    print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s")
+    return path
+
+
 def generate(out: Path, mb: float, fmt: str, seed: int) -> None:
     cmd = [sys.executable, str(BENCH / "gen_transcript.py"), str(out), "--mb", str(mb), "--format", fmt]
     subprocess.run([*cmd, "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
@@ -266,19 +284,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"tiktoken {tiktoken.__version__}, orjson {orjson.__version__}")
     print(f"reproduce: {reproduce_line('bench_analyze.py')}")
-    # Byte-compile ctxc as `pip install` does, so start-up is timed as users have it (an environment
-    # with PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module from source on every run).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
+    byte_compile()
 
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        if args.input:
-            path = args.input.resolve()
-        else:
-            path = tmp / f"bench-{args.format}-{args.mb:g}mb.jsonl"
-            t0 = time.perf_counter()
-            generate(path, args.mb, args.format, args.seed)
-            print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s")
+        path = input_file(args, tmp)
         file_bytes = path.stat().st_size
 
         t0 = time.perf_counter()

@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench_analyze import byte_compile  # a sibling script, run from bench/
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
@@ -117,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args(argv)
 
-    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
+    byte_compile()  # as `pip install` leaves ctxc
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-batch-") as tmp_name:
         tmp = Path(tmp_name)
         env = env_for(tmp)

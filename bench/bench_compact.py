@@ -40,7 +40,6 @@ import io
 import os
 import pstats
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,9 +57,10 @@ from bench_analyze import (
     MB,
     ROOT,
     ChildRun,
+    byte_compile,
     ctxc_cmd,
     ctxc_env,
-    generate,
+    input_file,
     load_o200k,
     machine,
     print_table,
@@ -231,18 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_compact  {started:%Y-%m-%d %H:%M UTC}  {machine()}")
     print(f"langchain-core {lc_version}, tiktoken {dist_version('tiktoken')}")
     print(f"reproduce: {reproduce_line('bench_compact.py')}")
-    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
+    byte_compile()
 
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        if args.input:
-            path = args.input.resolve()
-        else:
-            path = tmp / f"bench-{args.format}-{args.mb:g}mb.jsonl"
-            t0 = time.perf_counter()
-            generate(path, args.mb, args.format, args.seed)
-            print(f"generated {path.name} in {time.perf_counter() - t0:.1f} s")
+        path = input_file(args, tmp)
         file_bytes = path.stat().st_size
         env = ctxc_env(tmp / "no-cache")  # every timed run also passes --no-cache
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from bench_analyze import byte_compile
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     launcher, native = find_ccusage()
-    # Byte-compiled, as `pip install` leaves it (see bench_analyze.py).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ctxc")], check=True)
+    byte_compile()  # as `pip install` leaves ctxc
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-usage-") as tmp:
         logs = args.logs or build_logs(Path(tmp), args.mb, args.sessions)
         files = sorted((logs / "projects").rglob("*.jsonl")) if (logs / "projects").is_dir() else []
