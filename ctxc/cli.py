@@ -21,9 +21,11 @@ from ctxc.cliutil import (
     InputFormatOpt,
     JobsOpt,
     MaxLineOpt,
+    ModelOpt,
     OutFormat,
     QuietOpt,
     SkipInvalidOpt,
+    WindowOpt,
     expand_paths,
     parse_sets,
     parse_thresholds,
@@ -81,10 +83,8 @@ def analyze(
             "(the usage Claude Code and Codex logs recorded; no counting)."
         ),
     ] = "o200k_base",
-    model: Annotated[
-        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
-    ] = None,
-    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
+    model: ModelOpt = None,
+    window: WindowOpt = None,
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin.")
     ] = "0.6,0.7,0.8,0.9",
@@ -337,10 +337,8 @@ def compact(
     target_ratio: Annotated[
         float | None, typer.Option("--target-ratio", help="Token target as a share of the window.")
     ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
-    ] = None,
-    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
+    model: ModelOpt = None,
+    window: WindowOpt = None,
     keep_last: Annotated[
         int, typer.Option("--keep-last", min=1, help="Messages at the end always kept verbatim.")
     ] = 4,

@@ -99,3 +99,5 @@ def parse_sets(values: list[str]) -> dict[str, str]:
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
+ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
+WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]

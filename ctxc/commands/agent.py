@@ -16,7 +16,9 @@ import typer
 from ctxc.cliutil import (
     InputFormatOpt,
     MaxLineOpt,
+    ModelOpt,
     SkipInvalidOpt,
+    WindowOpt,
     parse_sets,
     parse_thresholds,
     read_options,
@@ -85,10 +87,8 @@ def _out_format(fmt: TableOrJson | None) -> TableOrJson:
 def remind_command(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
     rules: Annotated[str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [[reminder]] tables).")],
-    model: Annotated[
-        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
-    ] = None,
-    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
+    model: ModelOpt = None,
+    window: WindowOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
     conversation: Annotated[
         int | None,
@@ -247,10 +247,8 @@ def compose_command(
 
 def replay_command(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
-    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
-    ] = None,
+    window: WindowOpt = None,
+    model: ModelOpt = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
     reminders: Annotated[
         str | None, typer.Option("--reminders", help="Reminder rules (TOML) to inject as the run goes.")

@@ -13,8 +13,10 @@ from ctxc.cliutil import (
     InputFormatOpt,
     JobsOpt,
     MaxLineOpt,
+    ModelOpt,
     QuietOpt,
     SkipInvalidOpt,
+    WindowOpt,
     expand_paths,
     parse_thresholds,
     read_options,
@@ -68,10 +70,8 @@ def check(
             help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
         ),
     ] = 0.6,
-    model: Annotated[
-        str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")
-    ] = None,
-    window: Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")] = None,
+    model: ModelOpt = None,
+    window: WindowOpt = None,
     tokenizer: Annotated[
         str,
         typer.Option(
