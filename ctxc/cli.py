@@ -267,13 +267,6 @@ def convert(
         raise typer.Exit(rc)
 
 
-def _load_bytes(name: str, data: bytes, input_format: str | None, options: Any) -> Any:
-    from ctxc.formats import load
-    from ctxc.reader import named_bytes
-
-    return load(named_bytes(name, data), input_format=input_format, options=options)
-
-
 def _load_reminders(path: str | None) -> Any:
     """``--reminders FILE``: the rules, read (and checked) before any work."""
     if path is None:
@@ -695,13 +688,14 @@ def repair(
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
     from ctxc.archive import Archive, sha256_hex
     from ctxc.compaction.write import write_transcript
-    from ctxc.formats import get_adapter
+    from ctxc.formats import get_adapter, load
     from ctxc.output import atomic_output
-    from ctxc.reader import read_all
+    from ctxc.reader import named_bytes, read_all
     from ctxc.repair import repair_messages
 
     name, data = read_all(path)
-    transcript = _load_bytes(name, data, input_format, read_options(skip_invalid, max_line_mb))
+    options = read_options(skip_invalid, max_line_mb)
+    transcript = load(named_bytes(name, data), input_format=input_format, options=options)
     store = Archive.open(archive)
     archive_id = store.store(data)
     outputs: dict[int, Any] = {}

@@ -50,12 +50,10 @@ def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
     """
     opts = asdict(job.options)
     summarizer = opts.pop("summarizer_options")
-    for knob in ("use_cache",):
-        opts.pop(knob, None)
+    opts.pop("use_cache")
     opts["summarizer_model"] = summarizer.get("model")
     opts["summarizer_command"] = summarizer.get("command")
     opts["segment_tokens"] = summarizer.get("segment_tokens")
-    opts["settings"] = dict(sorted(opts["settings"].items()))
     return {
         **opts,
         "input_format": job.input_format,
