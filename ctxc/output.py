@@ -61,6 +61,21 @@ def _mode_for(target: str) -> int:
         return 0o666 & ~_current_umask()
 
 
+def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> None:
+    """Raise :class:`OutputError` if ``target`` cannot be written: it is one of ``inputs``, or its
+    directory is missing. :func:`atomic_output` checks this; a command that writes only after long work
+    calls it first, so a bad path fails at once."""
+    name = str(target)
+    if name == "-":
+        return
+    for src in inputs:
+        if src != "-" and Path(name).exists() and same_file(name, src):
+            raise OutputError("refusing to overwrite an input file; choose another -o", path=name)
+    directory = Path(name).resolve().parent
+    if not directory.is_dir():
+        raise OutputError(f"directory {directory} does not exist", path=name)
+
+
 @contextlib.contextmanager
 def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> Iterator[BinaryIO]:
     """Open ``target`` for writing atomically (``-`` is stdout). Refuses to overwrite any of ``inputs``."""
@@ -69,12 +84,8 @@ def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = (
         yield sys.stdout.buffer
         sys.stdout.buffer.flush()
         return
-    for src in inputs:
-        if src != "-" and Path(name).exists() and same_file(name, src):
-            raise OutputError("refusing to overwrite an input file; choose another -o", path=name)
+    check_output(name, inputs=inputs)
     directory = Path(name).resolve().parent
-    if not directory.is_dir():
-        raise OutputError(f"directory {directory} does not exist", path=name)
     try:
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(

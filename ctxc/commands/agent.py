@@ -288,10 +288,12 @@ def replay_command(
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
-    from ctxc.output import atomic_output, dumps, envelope
+    from ctxc.output import atomic_output, check_output, dumps, envelope
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json, terminal_chart
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
+    if plot_file:
+        check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
     manager = ContextManager(
         model=model,
         window=window,
