@@ -123,8 +123,10 @@ def analyze(
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
-    # Recorded usage is a byte scan: worker processes would cost more to start than the work.
-    workers = resolve_jobs(jobs if jobs is not None or tokenizer != "usage" else 1, files)
+    # Recorded usage is a byte scan that holds no tokenizer: its workers are plain forks, which cost
+    # milliseconds to start where a clean worker would spend longer importing ctxc than scanning.
+    light = tokenizer == "usage"
+    workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
         "",
         tokenizer=tokenizer,
@@ -147,6 +149,7 @@ def analyze(
         fail_fast=fail_fast,
         quiet=quiet,
         tokens_of=lambda a: a.total_tokens,
+        light=light,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 

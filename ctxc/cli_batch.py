@@ -47,6 +47,7 @@ def run_files(
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
     report_errors: bool = True,
+    light: bool = False,
 ) -> list[Outcome[R]]:
     """Run a per-file job over a batch with progress on stderr and each failure reported as it happens."""
     with BatchProgress(len(items), what, quiet=quiet) as progress:
@@ -58,7 +59,7 @@ def run_files(
             progress.advance(tokens=tokens, ok=outcome.ok)
 
         workers = resolve_jobs(jobs, [path for path, _ in items])
-        return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)
+        return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome, light=light)
 
 
 def run_one_or_many(
@@ -70,6 +71,7 @@ def run_one_or_many(
     fail_fast: bool = False,
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
+    light: bool = False,
 ) -> tuple[list[R], list[dict[str, Any]], int]:
     """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``.
 
@@ -79,7 +81,14 @@ def run_one_or_many(
     if len(items) == 1:
         return [work(items[0][1])], [], 0
     outcomes = run_files(
-        items, work, what=what, jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
+        items,
+        work,
+        what=what,
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+        tokens_of=tokens_of,
+        light=light,
     )
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import SAMPLES, corpus_params
+from conftest import SAMPLES, corpus_files, corpus_params
 
 import ctxc
 from ctxc.cli import main
@@ -195,6 +195,24 @@ def test_cli_usage_matches_recorded_usage_of_a_counted_analysis(capsys: pytest.C
     assert usage_doc["tokenizer"] == "usage"
     assert usage_doc["messages"] == []
     assert usage_doc["context_tokens"] == counted["recorded_usage"]["max_context"]
+
+
+def test_a_folder_scanned_in_forked_workers_gives_the_same_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = corpus_files("claude-code/**/*.jsonl") + corpus_files("codex/**/*.jsonl")
+    for k, path in enumerate([SAMPLES / "claude-code.jsonl", *logs]):
+        (tmp_path / f"{k:02}.jsonl").write_bytes(path.read_bytes())
+    docs, codes = [], []
+    for jobs in ("1", "2"):
+        code, out, _ = run(
+            capsys, "analyze", str(tmp_path), "--tokenizer", "usage", "-f", "json", "--jobs", jobs
+        )
+        codes.append(code)
+        docs.append(orjson.loads(out))
+    assert docs[0] == docs[1]
+    assert codes[0] == codes[1]  # 12 when a corpus log records no usage: it is reported, the rest go on
+    assert sum(1 for f in docs[0]["files"] if f["recorded_usage"]) >= 2
 
 
 @pytest.mark.parametrize("extra", [["-f", "csv"], ["--forecast"]])

@@ -34,7 +34,6 @@ from typing import Any
 
 import orjson
 
-from ctxc.archive import citation
 from ctxc.formats import register
 from ctxc.formats.base import Item
 from ctxc.formats.shapes import dumps_compact, encode_anthropic_block, parse_anthropic_content
@@ -792,6 +791,9 @@ class _CompactWriter:
                 continue
             if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
                 # The client's copy of the full output would undo the compaction (and is often larger).
+                # (Imported here: reading a log must not load the archive and its file-writing modules.)
+                from ctxc.archive import citation
+
                 note = citation(self.archive_id, m.index)
                 enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
             out.append((i, enc))
