@@ -1,24 +1,22 @@
 """Token usage of a transcript: per message, per role/kind/tool, and the compaction stage it is in.
 
 Analysis streams the file: messages are counted in batches as they are read and only small per-message
-figures are kept, so memory stays bounded by the largest batch rather than by the file. Counting a batch
-runs on a worker thread (tiktoken releases the GIL) while the main thread parses the next one.
+figures are kept, so memory stays bounded by the largest batch rather than by the file. On a large file
+the batches go to worker processes (:func:`ctxc.tokens.counting_processes`) that count while this
+process parses the next ones.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Usage
+from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.validate import Problem, pairing_problems
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 #: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
 DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
@@ -32,7 +30,7 @@ STAGE_NAMES = {
 }
 
 # A batch is flushed to the counter when it holds this many characters or messages. Large enough that
-# thread hand-off is noise, small enough that memory stays low on a 100 MB log.
+# shipping it to the counting workers is noise, small enough that memory stays low on a 100 MB log.
 _BATCH_CHARS = 2_000_000
 _BATCH_MESSAGES = 4_000
 
@@ -130,6 +128,46 @@ def count_messages(messages: Sequence[Message], counter: TextCounter) -> list[in
     from ctxc.tokens.cost import count_messages as count
 
     return count(messages, counter.count)
+
+
+def start_counting(messages: Sequence[Message], counter: TextCounter) -> Callable[[], list[int]]:
+    """:func:`count_messages`, started: the returned function waits for the counts.
+
+    The counting service ships large batches to its worker processes and returns at once (see
+    :func:`ctxc.tokens.counting_processes`); other counters count before returning.
+    """
+    from ctxc.tokens.cost import start_count_messages
+
+    start = getattr(counter, "start", None)
+    if callable(start):
+        return start_count_messages(messages, start)
+    counts = count_messages(messages, counter)
+    return lambda: counts
+
+
+class _InFlight:
+    """Batches of messages being counted, oldest first, at most ``depth`` of them unfinished.
+
+    The parser keeps a few batches ahead of the workers, so they always have one queued; more would
+    only hold more messages in memory.
+    """
+
+    def __init__(self, counter: TextCounter, depth: int = 8) -> None:
+        self.counter = counter
+        self.depth = depth
+        self._queue: deque[tuple[list[Message], Callable[[], list[int]]]] = deque()
+
+    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int]]]:
+        """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
+        self._queue.append((batch, start_counting(batch, self.counter)))
+        while len(self._queue) > self.depth:
+            done, finish = self._queue.popleft()
+            yield done, finish()
+
+    def drain(self) -> Iterator[tuple[list[Message], list[int]]]:
+        while self._queue:
+            done, finish = self._queue.popleft()
+            yield done, finish()
 
 
 def _batches(
@@ -254,8 +292,6 @@ def _scan(
     options: ReadOptions,
 ) -> Scan:
     # Imported here: `--tokenizer usage` and cached scans never read a transcript in full.
-    from concurrent.futures import ThreadPoolExecutor
-
     from ctxc.formats import open_stream
 
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
@@ -263,17 +299,14 @@ def _scan(
     rows: list[tuple[int, int, str, str, str | None, int, int]] = []
     # Pairing needs only ids, roles and lines: keep skeletal messages rather than whole ones.
     skeletons: list[Message] = []
+    inflight = _InFlight(counter)
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxc-count") as pool:
-            pending: tuple[list[Message], Future[list[int]]] | None = None
-            for batch in _batches(stream.items, side):
-                future = pool.submit(count_messages, batch, counter)
-                if pending is not None:
-                    rows.extend(_rows(*pending))
-                pending = (batch, future)
-                skeletons.extend(_skeleton(m) for m in batch)
-            if pending is not None:
-                rows.extend(_rows(*pending))
+        for batch in _batches(stream.items, side):
+            for done, counts in inflight.add(batch):
+                rows.extend(_rows(done, counts))
+            skeletons.extend(_skeleton(m) for m in batch)
+        for done, counts in inflight.drain():
+            rows.extend(_rows(done, counts))
     finally:
         stream.close()
     return Scan(
@@ -288,10 +321,47 @@ def _scan(
     )
 
 
+def load_counted(
+    src: str | os.PathLike[str] | BinaryIO,
+    counter: TextCounter,
+    *,
+    input_format: str | None = None,
+    options: ReadOptions = ReadOptions(),
+) -> tuple[Transcript, list[int]]:
+    """Read a whole transcript and the tokens of each of its messages, in message order.
+
+    Batches are counted as they are read, as in :func:`scan_file`: inside
+    :func:`ctxc.tokens.counting_processes` the worker processes count while this one parses.
+    """
+    from ctxc.formats import load
+
+    inflight = _InFlight(counter)
+    counts: list[int] = []
+    batch: list[Message] = []
+    chars = 0
+
+    def take(message: Message) -> None:
+        nonlocal batch, chars
+        batch.append(message)
+        chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
+        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
+            for _, done in inflight.add(batch):
+                counts.extend(done)
+            batch, chars = [], 0
+
+    transcript = load(src, input_format=input_format, options=options, on_message=take)
+    if batch:
+        for _, done in inflight.add(batch):
+            counts.extend(done)
+    for _, done in inflight.drain():
+        counts.extend(done)
+    return transcript, counts
+
+
 def _rows(
-    batch: list[Message], future: Future[list[int]]
+    batch: list[Message], counts: list[int]
 ) -> Iterator[tuple[int, int, str, str, str | None, int, int]]:
-    for m, tokens in zip(batch, future.result(), strict=True):
+    for m, tokens in zip(batch, counts, strict=True):
         names = m.tool_names
         yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation)
 

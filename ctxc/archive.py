@@ -86,9 +86,16 @@ class Archive:
     def object_path(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
-    def store(self, data: bytes) -> str:
-        """Store bytes under their sha256 (idempotent, atomic) and return the id."""
-        digest = sha256_hex(data)
+    def object_id(self, data: bytes) -> str:
+        """The id :meth:`store` gives ``data``: its sha256."""
+        return sha256_hex(data)
+
+    def store(self, data: bytes, digest: str | None = None) -> str:
+        """Store bytes under their sha256 (idempotent, atomic) and return the id.
+
+        ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`).
+        """
+        digest = digest or sha256_hex(data)
         path = self.object_path(digest)
         if path.exists() and path.stat().st_size == len(data):
             return digest

@@ -87,12 +87,15 @@ class _CitingArchive(Archive):
     original: bytes = b""
     backing: Archive | None = None
 
-    def store(self, data: bytes) -> str:
+    def object_id(self, data: bytes) -> str:
+        return self.cite_as if data == self.original else sha256_hex(data)
+
+    def store(self, data: bytes, digest: str | None = None) -> str:
         if data == self.original:
             return self.cite_as
         if self.backing is not None:
-            return self.backing.store(data)
-        return sha256_hex(data)
+            return self.backing.store(data, digest)
+        return digest or sha256_hex(data)
 
     # The search index beside an archive: kept only in an archive the caller gave.
     def index(self, archive_id: str, transcript: Any, *, source: str | None = None) -> None:

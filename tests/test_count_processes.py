@@ -39,7 +39,13 @@ def spy(tokenizer, workers):
 tiktoken_backend.worker_processes = spy
 counter = make_counter("o200k_base", use_cache=False)
 a = analyze(path, counter=counter, use_cache=False)
-doc = {"used": used, "total": a.total_tokens, "rows": [m.tokens for m in a.messages]}
+doc = {
+    "used": used,
+    "total": a.total_tokens,
+    "rows": [m.tokens for m in a.messages],
+    # The workers build the encoding; this process only sends them batches.
+    "built_here": bool(tiktoken_backend._encodings),
+}
 sys.stdout.write(orjson.dumps(doc).decode())
 """
 
@@ -60,3 +66,62 @@ def test_worker_processes_count_exactly_like_threads(tmp_path: Path) -> None:
     assert results["threads"]["used"] == []
     assert results["processes"]["rows"] == results["threads"]["rows"]
     assert results["processes"]["total"] == results["threads"]["total"] > 0
+    assert results["processes"]["built_here"] is False
+
+
+COMPACT = r"""
+import sys
+import ctxc.tokens as tokens
+from ctxc.compaction.files import CompactJob, compact_file
+from ctxc.compaction.run import CompactOptions
+
+src, out, archive, mode = sys.argv[1:5]
+if mode == "threads":
+    tokens.PROCESS_MIN_BYTES = 1 << 62
+opts = CompactOptions(strategy=sys.argv[5], target_ratio=0.2, window=200_000, use_cache=False)
+compact_file(CompactJob(path=src, output=out, archive=archive, options=opts, index=False))
+"""
+
+
+def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    lines = (SAMPLES / "chat-anthropic.jsonl").read_bytes()
+    with big.open("wb") as f:
+        while f.tell() < 5 << 20:
+            f.write(lines)
+    for strategy in ("fifo", "adaptive"):
+        outs = {}
+        for mode in ("threads", "processes"):
+            out = tmp_path / f"{strategy}-{mode}.jsonl"
+            subprocess.run(
+                [sys.executable, "-c", COMPACT, str(big), str(out), str(tmp_path / mode), mode, strategy],
+                capture_output=True,
+                check=True,
+                timeout=300,
+            )
+            outs[mode] = out.read_bytes()
+        assert outs["processes"] == outs["threads"] != b""
+
+
+BROKEN = r"""
+import sys
+from ctxc.errors import CtxcError
+from ctxc.tokens.tiktoken_backend import TiktokenTokenizer, worker_processes
+
+tok = TiktokenTokenizer("o200k_base", path=__import__("pathlib").Path(sys.argv[1]))
+with worker_processes(tok, 2) as active:
+    assert active
+    try:
+        tok.count_batch(["x" * 300_000, "y"])
+    except CtxcError as exc:
+        print(exc)
+"""
+
+
+def test_workers_that_cannot_build_the_encoding_leave_the_error_to_this_process(tmp_path: Path) -> None:
+    corrupt = tmp_path / "o200k_base.tiktoken"
+    corrupt.write_bytes(b"not a rank file\n")
+    out = subprocess.run(
+        [sys.executable, "-c", BROKEN, str(corrupt)], capture_output=True, check=True, timeout=120, text=True
+    )
+    assert "corrupt" in out.stdout

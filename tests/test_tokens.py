@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
@@ -467,6 +468,41 @@ def test_counting_service(cache_dir: Path) -> None:
     assert second.counted_chars == 0
     assert CountingService(tok).count(texts) == expected
     assert CountingService(tok).count([]) == []
+
+
+class _Deferred:
+    """A tokenizer whose counts arrive only when waited for, recording what it was asked to count."""
+
+    name = "o200k_base"
+
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+        self.real = get_tokenizer("o200k_base")
+
+    def count(self, text: str) -> int:
+        return self.real.count(text)
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        return self.start_count(texts)()
+
+    def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        self.asked.append(list(texts))
+        return lambda: self.real.count_batch(texts)
+
+
+def test_batches_in_flight_count_a_repeated_text_once_in_any_finishing_order() -> None:
+    tok = _Deferred()
+    service = CountingService(tok)
+    shared, a, b = "shared text " * 30, "only in the first", "only in the second"
+    first = service.start([a, shared])
+    second = service.start([shared, b, shared])
+    assert tok.asked == [[a, shared], [b]]  # the second waits for the first's count of `shared`
+    real = tok.real
+    assert second() == [real.count(shared), real.count(b), real.count(shared)]  # finishes the first
+    assert first() == [real.count(a), real.count(shared)]
+    assert service.count([shared, a]) == [real.count(shared), real.count(a)]
+    assert len(tok.asked) == 2  # now from the memo
+    assert service.misses == 3
 
 
 def test_cached_counts_are_per_tokenizer(cache_dir: Path) -> None:

@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxc.analysis import make_counter
+from ctxc.analysis import load_counted, make_counter
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.formats import load
 from ctxc.output import atomic_output, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.tokens import counting_processes
@@ -116,8 +115,6 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
     name, data = read_all(job.path)
-    transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
-    store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
     opts = job.options
     counter = make_counter(
         opts.tokenizer,
@@ -125,8 +122,16 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         model=opts.model,
         concurrency=opts.summarizer_options.concurrency,
     )
-    with counting_processes(counter, len(data)):  # a large input is counted on every core
-        result = compact_transcript(transcript, opts, archive=store, counter=counter, original_bytes=data)
+    # A large input is counted on every core, by worker processes that count each batch of messages
+    # while the next is parsed.
+    with counting_processes(counter, len(data)):
+        transcript, counts = load_counted(
+            named_bytes(name, data), counter, input_format=job.input_format, options=job.read_options
+        )
+        store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
+        result = compact_transcript(
+            transcript, opts, archive=store, counter=counter, original_bytes=data, counts=counts
+        )
     doc = compaction_report(result, job.options, name, job.output)
     if job.dry_run:
         return doc

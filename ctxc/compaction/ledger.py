@@ -24,6 +24,11 @@ class Ledger:
             for m, n in zip(todo, count_messages(todo, self.counter), strict=True):
                 self._memo[id(m)] = (m, n)
 
+    def seed(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
+        """Take counts made while the messages were read (:func:`ctxc.analysis.load_counted`)."""
+        for m, n in zip(messages, counts, strict=True):
+            self._memo[id(m)] = (m, n)
+
     def tokens(self, message: Message) -> int:
         hit = self._memo.get(id(message))
         if hit is None:

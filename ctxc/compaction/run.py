@@ -25,6 +25,8 @@ from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ctxc.reminders import ReminderRules
 
 #: Strategies that may call the summarizer (adaptive does from stage 4 on).
@@ -186,8 +188,12 @@ def compact_transcript(
     archive: Archive | None = None,
     counter: TextCounter | None = None,
     original_bytes: bytes | None = None,
+    counts: Sequence[int] | None = None,
 ) -> CompactionResult:
-    """Compact every conversation of ``transcript``. With an archive, the original is stored first."""
+    """Compact every conversation of ``transcript``. With an archive, the original is stored first.
+
+    ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
+    """
     from ctxc.profiles import resolve_window
 
     window, _ = resolve_window(model=options.model, window=options.window)
@@ -205,14 +211,13 @@ def compact_transcript(
         concurrency=options.summarizer_options.concurrency,
     )
     ledger = Ledger(counter)
-    ledger.prime(transcript.messages)
-
     data = original_bytes if original_bytes is not None else transcript.to_bytes()
-    # The archive names objects by their sha256: storing yields the hash, so it is computed once.
-    archive_id = archive.store(data) if archive is not None else sha256_hex(data)
-    input_sha = archive_id
-    if archive is not None:
-        archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
+    archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
+    stored = _store_in_background(archive, data, archive_id)
+    if counts is not None:
+        ledger.seed(transcript.messages, counts)
+    else:
+        ledger.prime(transcript.messages)
 
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
@@ -302,6 +307,11 @@ def compact_transcript(
         enforce=explicit or options.strategy != "adaptive",
         allow_over=options.allow_over,
     )
+    if archive is not None and stored is not None:
+        # The original is on disk before this returns, so before the caller writes any output.
+        if stored.result() != archive_id:
+            raise AssertionError("the archive stored other bytes than the original")
+        archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
     usage = getattr(summarizer, "usage", None)
     return CompactionResult(
         transcript=out,
@@ -326,6 +336,21 @@ def _reminder_messages(
         due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
         out.append(reminder_message(due, after=messages[-1]) if due else None)
     return out[0], out[1]
+
+
+def _store_in_background(archive: Archive | None, data: bytes, digest: str) -> Future[str] | None:
+    """Store the original in a thread: copying and syncing up to 100 MB to disk, without the GIL, while
+    the strategy runs. A run that fails meanwhile still finishes storing it, as if it had failed just
+    after an up-front store; the caller waits for it before writing any output."""
+    if archive is None:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxc-store")
+    try:
+        return pool.submit(archive.store, data, digest)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends when the store is done
 
 
 def _verify(

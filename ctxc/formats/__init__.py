@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -124,8 +124,13 @@ def load(
     *,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
+    on_message: Callable[[Message], None] | None = None,
 ) -> Transcript:
-    """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream)."""
+    """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream).
+
+    ``on_message`` sees each message as soon as it is read, so work on it (counting its tokens) can go
+    on while the rest of the file is parsed.
+    """
     stream = open_stream(src, input_format=input_format, options=options)
     try:
         messages: list[Message] = []
@@ -134,6 +139,8 @@ def load(
         for item in stream.items:
             if isinstance(item, Message):
                 messages.append(item)
+                if on_message is not None:
+                    on_message(item)
             elif isinstance(item, Usage):
                 usage.append(item)
             else:

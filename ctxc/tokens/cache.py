@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ctxc.sqlite_store import SqliteStore
@@ -34,7 +34,7 @@ MIN_CACHED_CHARS = 1
 UNCACHED_TOKENIZERS = frozenset({"approx"})
 
 Key = tuple[bytes, str]
-#: Digests remembered in memory per service (about 100 bytes each).
+#: Counts remembered in memory per service (about 150 bytes each).
 _MEMO_LIMIT = 2_000_000
 
 
@@ -114,30 +114,48 @@ class CountingService:
         self.hits = 0
         self.misses = 0
         self.counted_chars = 0
-        # Counts already made in this process, by digest (not by text, which would keep every text of a
-        # streamed file alive): compaction re-measures its own output, and logs repeat themselves.
-        self._memo: dict[bytes, int] = {}
+        # Counts already made in this process (compaction re-measures its own output, and logs repeat
+        # themselves), keyed by the text's hash and length rather than by the text, which would keep
+        # every text of a streamed file alive. Python's string hash is SipHash under a random key per
+        # process, so a false match is as unlikely as for a random 64-bit digest (about 1 in 10^7 over
+        # a million distinct texts of one length), and it is free: grouping the texts computed it.
+        self._memo: dict[tuple[int, int], int] = {}
+        # Texts being counted by a started batch, by the same key: a later batch that repeats one waits
+        # for that count instead of counting it again.
+        self._inflight: dict[tuple[int, int], _Started] = {}
 
     def count(self, texts: Sequence[str]) -> list[int]:
+        return self.start(texts)()
+
+    def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """Start counting ``texts``; the returned function waits for the counts (see :meth:`count`).
+
+        Repeats, memo hits and cache hits are settled now; what is left goes to the tokenizer's
+        ``start_count`` when it has one (tiktoken with worker processes returns at once), so a caller
+        can parse the next batch while this one is counted.
+        """
         out = [0] * len(texts)
         # Distinct texts to count, each with the positions it fills.
         where: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
             if text:
                 where.setdefault(text, []).append(i)
-        if not where:
-            return out
         known: dict[str, int] = {}
-        digests = {t: digest(t) for t in where if len(t) >= MIN_CACHED_CHARS}
-        for text, d in digests.items():
-            n = self._memo.get(d)
+        elsewhere: list[tuple[str, _Started]] = []  # texts another started batch is counting
+        todo: list[str] = []
+        for text in where:
+            mkey = (hash(text), len(text))
+            n = self._memo.get(mkey)
             if n is not None:
                 known[text] = n
-        todo = [t for t in where if t not in known]
+            elif mkey in self._inflight:
+                elsewhere.append((text, self._inflight[mkey]))
+            else:
+                todo.append(text)
         keys: dict[str, Key] = {}
         if self.cache is not None and self.cache.enabled and todo:
             name = self.tokenizer.name
-            keys = {t: (digests[t], name) for t in todo if t in digests}
+            keys = {t: (digest(t), name) for t in todo if len(t) >= MIN_CACHED_CHARS}
             if keys:
                 found = self.cache.get_many(keys.values())
                 for text, key in keys.items():
@@ -146,20 +164,62 @@ class CountingService:
                         known[text] = n
                 self.hits += len(known)
                 todo = [t for t in todo if t not in known]
-        if todo:
-            counts = self.tokenizer.count_batch(todo)
-            self.misses += len(todo)
-            self.counted_chars += sum(map(len, todo))
-            fresh = dict(zip(todo, counts, strict=True))
-            known.update(fresh)
-            if self.cache is not None and keys:
-                self.cache.put_many((keys[t], n) for t, n in fresh.items() if t in keys)
+        for text, n in known.items():
+            self._remember(text, n)
+        started = _Started(self, todo, keys) if todo else None
+
+        def finish() -> list[int]:
+            if started is not None:
+                known.update(started.settle())
+            for text, other in elsewhere:
+                known[text] = other.settle()[text]
+            for text, positions in where.items():
+                n = known[text]
+                for i in positions:
+                    out[i] = n
+            return out
+
+        return finish
+
+    def _remember(self, text: str, n: int) -> None:
         if len(self._memo) > _MEMO_LIMIT:
             self._memo.clear()
-        for text, d in digests.items():
-            self._memo[d] = known[text]
-        for text, positions in where.items():
-            n = known[text]
-            for i in positions:
-                out[i] = n
-        return out
+        self._memo[(hash(text), len(text))] = n
+
+
+class _Started:
+    """The texts of one batch the tokenizer is counting, and their counts once it is done."""
+
+    def __init__(self, service: CountingService, todo: list[str], keys: dict[str, Key]) -> None:
+        self.service = service
+        self.todo = todo
+        self.keys = keys
+        for text in todo:
+            service._inflight[(hash(text), len(text))] = self
+        start_count = getattr(service.tokenizer, "start_count", None)
+        if callable(start_count):
+            self._pending: Callable[[], list[int]] = start_count(todo)
+        else:
+            counts = service.tokenizer.count_batch(todo)
+            self._pending = lambda: counts
+        self._counts: dict[str, int] | None = None
+
+    def settle(self) -> dict[str, int]:
+        """The counts, by text (waits for them the first time)."""
+        if self._counts is None:
+            service = self.service
+            try:
+                counts = self._pending()
+            finally:
+                for text in self.todo:
+                    key = (hash(text), len(text))
+                    if service._inflight.get(key) is self:
+                        del service._inflight[key]
+            self._counts = dict(zip(self.todo, counts, strict=True))
+            service.misses += len(self.todo)
+            service.counted_chars += sum(map(len, self.todo))
+            for text, n in self._counts.items():
+                service._remember(text, n)
+            if service.cache is not None and self.keys:
+                service.cache.put_many((self.keys[t], n) for t, n in self._counts.items() if t in self.keys)
+        return self._counts

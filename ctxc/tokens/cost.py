@@ -104,14 +104,31 @@ def message_parts(message: Message) -> tuple[list[str], int]:
 
 def count_messages(messages: Sequence[Message], count: Callable[[Sequence[str]], list[int]]) -> list[int]:
     """Tokens of each message, with every text of every message counted in one ``count`` call."""
+
+    def now(texts: Sequence[str]) -> Callable[[], list[int]]:
+        counts = count(texts)
+        return lambda: counts
+
+    return start_count_messages(messages, now)()
+
+
+def start_count_messages(
+    messages: Sequence[Message], start: Callable[[Sequence[str]], Callable[[], list[int]]]
+) -> Callable[[], list[int]]:
+    """:func:`count_messages` with a counter that starts counting and returns a function to wait with."""
     texts: list[str] = []
     spans: list[tuple[int, int, int]] = []
     for m in messages:
         parts, extra = message_parts(m)
         spans.append((len(texts), len(texts) + len(parts), extra))
         texts.extend(parts)
-    counts = count(texts) if texts else []
-    return [sum(counts[a:b]) + extra for a, b, extra in spans]
+    pending = start(texts) if texts else list
+
+    def finish() -> list[int]:
+        counts = pending()
+        return [sum(counts[a:b]) + extra for a, b, extra in spans]
+
+    return finish
 
 
 def messages_tokens(

@@ -18,8 +18,9 @@ import importlib.resources
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -227,8 +228,9 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 # Threads cannot count faster than about one core: tiktoken releases the GIL while it encodes but holds
 # it while it turns each encoding into a Python list, and the parser needs the GIL too. For a large file
 # ctxc therefore forks worker processes that count while this process parses. They are forked (not
-# spawned) right after the encoding is built and before any other thread exists, so they inherit the
-# built encoding (copy-on-write: no 0.5 s rebuild, little extra memory) and no lock held by a thread.
+# spawned) before any other thread exists, so they inherit no lock held by a thread, and each builds
+# the encoding while this process starts reading: the 0.4 s build is then off the critical path, and
+# this process, which sends them every batch, never builds it at all.
 
 #: Batches smaller than this stay in this process: shipping them to a worker costs more than counting.
 PROCESS_MIN_CHARS = 1 << 18
@@ -239,11 +241,14 @@ _process_pool: list[tuple[ProcessPoolExecutor, int, str]] = []
 processes_allowed = True
 
 
-def _ignore_sigint() -> None:
+def _start_worker(name: str, path: Path | None) -> None:
     import signal
 
     # Ctrl-C is the parent's to handle: it stops feeding work and shuts the pool down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Build the encoding now, while the parent is still reading its input. A failure (a corrupt rank
+    # file) breaks the pool; the parent then counts itself and raises the same error with its message.
+    _encoding(SPECS[name], path)
 
 
 def _count_in_worker(name: str, path: Path | None, texts: Sequence[str]) -> list[int]:
@@ -270,14 +275,16 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     ):
         yield False
         return
-    tokenizer.encoding  # noqa: B018 - build it here, so the workers inherit it built
     pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_sigint
+        workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start_worker,
+        initargs=(tokenizer.name, tokenizer.path),
     )
     try:
         # The first submit forks every worker now, from this thread, before the pool's manager thread
-        # (or anyone else's thread) starts.
-        pool.submit(int).result()
+        # (or anyone else's thread) starts. Its result is not awaited: the workers build the encoding.
+        pool.submit(int)
         _process_pool.append((pool, workers, tokenizer.name))
         yield True
     finally:
@@ -299,23 +306,34 @@ class TiktokenTokenizer:
     def encoding(self) -> tiktoken.Encoding:
         return _encoding(self._spec, self._path)
 
+    @property
+    def path(self) -> Path | None:
+        """The rank file given instead of the bundled one, if any."""
+        return self._path
+
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text is ordinary text, so a transcript quoting
         # "<|endoftext|>" is counted rather than rejected.
-        return len(self.encoding.encode_ordinary(text))
+        return self.count_batch([text])[0]
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
+        return self.start_count(texts)()
+
+    def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """Start counting ``texts``; the returned function waits for the counts.
+
+        With worker processes (:func:`worker_processes`) a batch is shipped to them and this returns at
+        once, so the caller goes on parsing while they count. Otherwise the counting is done here, now.
+        """
+        if _process_pool and texts:
+            shipped = self._ship(texts)
+            if shipped is not None:
+                return shipped
+        counts = self._count_here(texts)
+        return lambda: counts
+
+    def _count_here(self, texts: Sequence[str]) -> list[int]:
         enc = self.encoding
-        if _process_pool and len(texts) > 1:
-            pool, workers, name = _process_pool[0]
-            if name == self.name and sum(map(len, texts)) >= PROCESS_MIN_CHARS:
-                chunks = [texts[a:b] for a, b in _chunks(texts, workers * 2)]
-                out: list[int] = []
-                for part in pool.map(
-                    _count_in_worker, [self.name] * len(chunks), [self._path] * len(chunks), chunks
-                ):
-                    out.extend(part)
-                return out
         threads = cpu_count()
         if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
             return [len(enc.encode_ordinary(t)) for t in texts]
@@ -328,3 +346,36 @@ class TiktokenTokenizer:
         for part in _executor().map(run, _chunks(texts, threads * 4)):
             counts.extend(part)
         return counts
+
+    def _ship(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
+        """Send ``texts`` to the worker processes and return the function that collects their counts,
+        or None to count here.
+
+        Large batches are split among every worker. Small ones stay here once this process has the
+        encoding, since shipping them costs more than counting; until then they go to one worker,
+        which is quicker than building the encoding for them.
+        """
+        pool, workers, name = _process_pool[0]
+        if name != self.name:
+            return None
+        large = sum(map(len, texts)) >= PROCESS_MIN_CHARS
+        if not large and (self._spec.name, self._path) in _encodings:
+            return None
+        try:
+            futures = [
+                pool.submit(_count_in_worker, self.name, self._path, texts[a:b])
+                for a, b in _chunks(texts, workers * 2 if large else 1)
+            ]
+        except BrokenProcessPool:
+            return None
+
+        def collect() -> list[int]:
+            out: list[int] = []
+            try:
+                for future in futures:
+                    out.extend(future.result())
+            except BrokenProcessPool:
+                return self._count_here(texts)  # a worker could not build the encoding: this says why
+            return out
+
+        return collect
