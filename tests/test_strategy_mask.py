@@ -140,9 +140,16 @@ def test_under_target_returns_the_input_unchanged() -> None:
     assert result.actions == ()
 
 
+def all_placeholders_total(msgs: Sequence[Message], config: MaskConfig | None = None) -> int:
+    """What the conversation costs with every maskable result a placeholder: the least mask can reach."""
+    config = dataclasses.replace(config or MaskConfig(), placeholder_only=True)
+    led = Ledger(QuarterCounter())
+    return led.total(MASK.compact(msgs, make_ctx(msgs, target=1, config=config, ledger=led)).messages)
+
+
 def test_last_results_are_kept_and_older_ones_shrunk_oldest_first() -> None:
     msgs = conversation([("Bash", {"command": f"make step{i}"}, bash_output(300, f"s{i}")) for i in range(6)])
-    ctx = make_ctx(msgs, target=1)
+    ctx = make_ctx(msgs, target=all_placeholders_total(msgs) + 1)
     result = MASK.compact(msgs, ctx)
     check_invariants(msgs, result, ctx)
     changed = [m.index for a, m in zip(msgs, result.messages, strict=True) if a is not m]
@@ -219,7 +226,9 @@ def test_placeholder_only_and_placeholder_content() -> None:
 def test_second_pass_turns_shrunk_results_into_placeholders() -> None:
     msgs = conversation([("Bash", {"command": f"make {i}"}, bash_output(300, f"s{i}")) for i in range(5)])
     led = Ledger(QuarterCounter())
-    ctx = make_ctx(msgs, target=1, ledger=led, config=MaskConfig(keep_last_results=0))
+    config = MaskConfig(keep_last_results=0)
+    # Reachable only with every result a placeholder.
+    ctx = make_ctx(msgs, target=all_placeholders_total(msgs, config), ledger=led, config=config)
     result = MASK.compact(msgs, ctx)
     check_invariants(msgs, result, ctx)
     texts = [result_text(result.messages[i]) for i in (2, 4, 6, 8, 10)]
@@ -227,6 +236,18 @@ def test_second_pass_turns_shrunk_results_into_placeholders() -> None:
     # Each result went through a shrink first, then a placeholder; the placeholder describes the original.
     assert [a.kind for a in result.actions] == ["shrink"] * 5 + ["mask"] * 5
     assert "300 lines" in texts[0]
+    assert led.total(result.messages) <= ctx.target
+
+
+def test_a_target_out_of_reach_skips_shrinking_for_placeholders() -> None:
+    msgs = conversation([("Bash", {"command": f"make {i}"}, bash_output(300, f"s{i}")) for i in range(5)])
+    config = MaskConfig(keep_last_results=0)
+    out_of_reach = all_placeholders_total(msgs, config) - 1
+    result = MASK.compact(msgs, make_ctx(msgs, target=out_of_reach, config=config))
+    # The second pass would have replaced every shrunk result: the first one does not shrink at all.
+    assert [a.kind for a in result.actions] == ["mask"] * 5
+    only = dataclasses.replace(config, placeholder_only=True)
+    assert result.messages == MASK.compact(msgs, make_ctx(msgs, target=out_of_reach, config=only)).messages
 
 
 def test_unprocessable_result_gets_a_placeholder_in_the_first_pass() -> None:

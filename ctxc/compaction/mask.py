@@ -4,8 +4,11 @@ Tool results older than the newest ``keep_last_results`` are rewritten, oldest f
 is met. First pass: each is shrunk by its tool's post-processor (:mod:`ctxc.compaction.postprocess`:
 top search results, the request-relevant lines of a file read, the tail and errors of a command);
 a result no processor can make smaller becomes a placeholder. Second pass, only if still over the
-target: the shrunk results become placeholders too, oldest first. A placeholder says what was
-removed (tool, size, the call's file path or command) and cites the archive so it can be recovered.
+target: the shrunk results become placeholders too, oldest first. When even placeholders everywhere
+would leave the conversation over the target (the adaptive pipeline escalating past this stage), the
+first pass goes straight to placeholders, since the second would undo its shrinking. A placeholder says
+what was removed (tool, size, the call's file path or command) and cites the archive so it can be
+recovered.
 
 Only the text of ``ToolResultBlock``s changes: no message is dropped, added or reordered, so tool
 pairing is exactly what it was. Pinned messages and the last ``keep_last`` messages are left alone.
@@ -13,7 +16,7 @@ pairing is exactly what it was. Pinned messages and the last ``keep_last`` messa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -21,6 +24,7 @@ from ctxc.archive import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.postprocess import Request, ToolCall, call_summary, current_request, postprocess
 from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+from ctxc.tokens.cost import image_tokens
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,20 @@ class Mask:
         originals: dict[Slot, ToolResultBlock] = {}
         placeholders: set[Slot] = set()
         actions: list[Action] = []
+        made: dict[Slot, ToolResultBlock] = {}
+
+        def placeholder(slot: Slot, block: ToolResultBlock) -> ToolResultBlock:
+            if slot not in made:
+                pos = slot[0]
+                cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
+                made[slot] = _placeholder_block(block, _call_of(block, calls), cite, ctx)
+            return made[slot]
+
+        # When placeholders for every result would still leave the conversation over the target, the
+        # second pass turns every shrunk result into its placeholder anyway (keeping a shrunk one only
+        # where it came out no larger than its placeholder): post-processing them first, the costliest
+        # work here, would be thrown away. The adaptive pipeline meets this case whenever it escalates.
+        shrink = not cfg.placeholder_only and not _out_of_reach(msgs, slots, placeholder, ctx, total)
 
         def apply(slot: Slot, new_block: ToolResultBlock, kind: str, note: str) -> bool:
             """Swap the block in if the message gets smaller; keep the running total exact."""
@@ -96,17 +114,17 @@ class Mask:
                     continue  # shrunk or offloaded by an earlier run: shrinking again would stack notes
                 call = _call_of(block, calls)
                 cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
-                shrunk = None if cfg.placeholder_only else postprocess(block.text, call, request, cite)
-                planned.append((slot, block, shrunk, _placeholder_block(block, call, cite, ctx)))
+                shrunk = postprocess(block.text, call, request, cite) if shrink else None
+                planned.append((slot, block, shrunk, placeholder(slot, block)))
             ctx.ledger.counter.count([t for _, _, sh, ph in planned for t in (sh or "", ph.text) if t])
-            for slot, block, shrunk, placeholder in planned:
+            for slot, block, shrunk, stand_in in planned:
                 if total <= ctx.target:
                     break
                 label = _label(_call_of(block, calls))
                 if shrunk is not None and apply(slot, replace(block, text=shrunk), "shrink", label):
                     originals[slot] = block
                     continue
-                if apply(slot, placeholder, "mask", label):
+                if apply(slot, stand_in, "mask", label):
                     originals[slot] = block
                     placeholders.add(slot)
 
@@ -120,11 +138,33 @@ class Mask:
             current = msgs[pos].blocks[bi]
             assert isinstance(current, ToolResultBlock)
             original = originals.get(slot, current)
-            call = _call_of(original, calls)
-            cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
-            if apply(slot, _placeholder_block(original, call, cite, ctx), "mask", _label(call)):
+            if apply(slot, placeholder(slot, original), "mask", _label(_call_of(original, calls))):
                 placeholders.add(slot)
         return StrategyResult(tuple(msgs), tuple(actions))
+
+
+def _out_of_reach(
+    msgs: Sequence[Message],
+    slots: Sequence[Slot],
+    placeholder: Callable[[Slot, ToolResultBlock], ToolResultBlock],
+    ctx: CompactContext,
+    total: int,
+) -> bool:
+    """Whether ``total`` stays over the target with every result that a placeholder makes smaller
+    replaced by it. Exact: a message costs its texts, framing and images, and a placeholder changes one
+    text and drops that result's images."""
+    blocks: list[ToolResultBlock] = []
+    stand_ins: list[str] = []
+    for slot in slots:
+        block = msgs[slot[0]].blocks[slot[1]]
+        if isinstance(block, ToolResultBlock) and not block.text.startswith(CTXC_MARK):
+            blocks.append(block)
+            stand_ins.append(placeholder(slot, block).text)
+    count = ctx.ledger.counter.count
+    saved = 0
+    for block, old, new in zip(blocks, count([b.text for b in blocks]), count(stand_ins), strict=True):
+        saved += max(0, old + sum(image_tokens(i) for i in block.images) - new)
+    return total - saved > ctx.target
 
 
 def eligible_slots(messages: Sequence[Message], ctx: CompactContext, keep_last_results: int) -> list[Slot]:
