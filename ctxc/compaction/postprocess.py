@@ -20,6 +20,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import orjson
@@ -37,11 +38,15 @@ MAX_LINE_CHARS = 1000
 #: At most this many request terms are matched (a pasted log as a request must not build a huge regex).
 MAX_TERMS = 64
 
-ERROR_RE = re.compile(r"error|exception|traceback|failed|fatal|panic|FAIL|Error:", re.IGNORECASE)
+# The case-insensitive patterns are matched against lowercased lines: re.IGNORECASE makes Python's
+# regex engine test every character both ways, which costs 4x over the lines of a 100 MB log.
+#: An error line, matched against the lowercased line.
+ERROR_RE = re.compile(r"error|exception|traceback|fail|fatal|panic")
 _TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\):")
 #: pytest's failure detail lines: ``E   assert 1 == 2`` and the failing source line ``>   assert x``.
 _PYTEST_DETAIL = re.compile(r"^[E>] {2,}")
-_STATUS_RE = re.compile(r"exit(?:ed with)? code|exit_code|exit status", re.IGNORECASE)
+#: An exit status line, matched against the lowercased line.
+_STATUS_RE = re.compile(r"exit(?:ed with)? code|exit_code|exit status")
 #: A numbered line as viewers print it: ``  12→x`` (Claude Code), ``  12\tx`` (cat -n), ``12:x``, ``12|x``.
 _NUMBERED = re.compile(r"^\s*\d+(?:→|\t|:|\|)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
@@ -107,9 +112,10 @@ class Request:
 
     @property
     def pattern(self) -> re.Pattern[str] | None:
+        """Any of the terms (which are lowercase), to search lowercased lines with."""
         if not self.terms:
             return None
-        return re.compile("|".join(re.escape(t) for t in self.terms), re.IGNORECASE)
+        return re.compile("|".join(re.escape(t) for t in self.terms))
 
 
 Processor = Callable[[str, ToolCall, Request], Shrunk | None]
@@ -298,24 +304,39 @@ def _elided(n: int) -> str:
     return f"… {n} line{'s' if n != 1 else ''} elided …"
 
 
-def keep_lines(lines: Sequence[str], keep: Iterable[int]) -> str:
-    """The kept lines in order, each run of dropped lines replaced by one elision marker."""
+def join_spans(spans: Iterable[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """Line spans ``[start, end)`` sorted, clipped to ``n`` lines and joined where they overlap, touch,
+    or leave a single line between them (its elision marker would cost as much as the line)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        a, b = max(0, start), min(n, end)
+        if a >= b:
+            continue
+        if out and a <= out[-1][1] + 1:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def keep_spans(lines: Sequence[str], spans: Sequence[tuple[int, int]]) -> str:
+    """The lines of ``spans`` (from :func:`join_spans`) in order, each run of dropped lines replaced by
+    one elision marker."""
     out: list[str] = []
-    last = -1
-    for i in sorted({i for i in keep if 0 <= i < len(lines)}):
-        if i > last + 1:
-            out.append(_elided(i - last - 1))
-        out.append(_clip(lines[i]))
-        last = i
-    if last < len(lines) - 1:
-        out.append(_elided(len(lines) - 1 - last))
+    last = 0
+    for a, b in spans:
+        if a > last:
+            out.append(_elided(a - last))
+        out.extend(map(_clip, lines[a:b]))
+        last = b
+    if last < len(lines):
+        out.append(_elided(len(lines) - last))
     return "\n".join(out)
 
 
-def fill_gaps(keep: Iterable[int], n: int) -> set[int]:
-    """``keep`` plus every single line between two kept ones: its elision marker would cost as much."""
-    wanted = {i for i in keep if 0 <= i < n}
-    return wanted | {i for i in range(1, n - 1) if i - 1 in wanted and i + 1 in wanted}
+def _covers(spans: Sequence[tuple[int, int]], n: int) -> bool:
+    return sum(b - a for a, b in spans) >= n
 
 
 def _plural(n: int, word: str) -> str:
@@ -450,36 +471,38 @@ def _link(item: Any) -> str:
 )  # fmt: skip
 def shrink_read(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     """Keep the lines that mention the current request's terms, with context, and any header."""
+    # Every per-line test is a map over the lines (the loop runs in C): a 100 MB log holds millions.
     body, _ = unwrap(text)
     lines = _split_lines(body)
-    numbered = [bool(_NUMBERED.match(x)) for x in lines]
-    content = [x for x in lines if x.strip()]
-    is_numbered = bool(content) and sum(numbered) * 2 >= len(content)
-    keep: set[int] = set()
-    if is_numbered:
+    n = len(lines)
+    marks = list(map(_NUMBERED.match, lines))
+    numbered = n - marks.count(None)
+    content = sum(map(bool, map(str.strip, lines)))
+    spans: list[tuple[int, int]] = []
+    if content and numbered * 2 >= content:
         # Viewer headers and footers ("Here's the result of running `cat -n` on f:", "(40 more lines below)").
-        first = numbered.index(True)
-        last = len(numbered) - 1 - numbered[::-1].index(True)
+        first = next(i for i, m in enumerate(marks) if m is not None)
+        last = n - 1 - next(i for i, m in enumerate(reversed(marks)) if m is not None)
         if first <= 3:
-            keep.update(range(first))
-        if len(lines) - 1 - last <= 3:
-            keep.update(range(last + 1, len(lines)))
+            spans.append((0, first))
+        if n - 1 - last <= 3:
+            spans.append((last + 1, n))
     pattern = request.pattern
-    hits = [i for i, x in enumerate(lines) if pattern is not None and pattern.search(x)]
-    for i in hits:
-        keep.update(range(max(0, i - READ_CONTEXT), min(len(lines), i + READ_CONTEXT + 1)))
-    keep = fill_gaps(keep, len(lines))
-    if len(keep) >= len(lines):
+    hits = [] if pattern is None else list(compress(range(n), map(pattern.search, map(str.lower, lines))))
+    spans.extend((i - READ_CONTEXT, i + READ_CONTEXT + 1) for i in hits)
+    spans = join_spans(spans, n)
+    if _covers(spans, n):
         return None
+    kept = sum(b - a for a, b in spans)
     if hits:
         hit_text = "\n".join(lines[i] for i in hits).lower()
         matched = [t for t in request.terms if t in hit_text]
         terms = ", ".join(matched[:5]) + (", …" if len(matched) > 5 else "")
         around = _plural(len(hits), "line")
-        note = f"kept {_plural(len(keep), 'line')} of {len(lines):,} around {around} mentioning {terms}"
+        note = f"kept {_plural(kept, 'line')} of {n:,} around {around} mentioning {terms}"
     else:
-        note = f"no line of {_plural(len(lines), 'line')} mentions the current request"
-    return Shrunk(keep_lines(lines, keep), note)
+        note = f"no line of {_plural(n, 'line')} mentions the current request"
+    return Shrunk(keep_spans(lines, spans), note)
 
 
 # ------------------------------------------------------------------------------------------- command
@@ -498,32 +521,38 @@ def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None
     """Keep the final output and every error line; a Python traceback is kept whole."""
     body, fact = unwrap(text)
     lines = _split_lines(body)
-    tail_start = max(0, len(lines) - COMMAND_TAIL)
-    keep: set[int] = set(range(tail_start, len(lines)))
+    n = len(lines)
+    tail_start = max(0, n - COMMAND_TAIL)
+    head = lines[:tail_start]
+    lows = list(map(str.lower, head))
+    tracebacks = set(compress(range(tail_start), map(_TRACEBACK_START.match, head)))
+    flagged = tracebacks.union(
+        compress(range(tail_start), map(ERROR_RE.search, lows)),
+        compress(range(tail_start), map(_PYTEST_DETAIL.match, head)),
+        compress(range(tail_start), map(_STATUS_RE.search, lows)),
+    )
+    spans = [(tail_start, n)]
     errors = 0
-    i = 0
-    while i < tail_start:
-        line = lines[i]
-        if _TRACEBACK_START.match(line):
-            end = _traceback_end(lines, i)
-            keep.update(range(i, end))
-            errors += 1
-            i = end
+    skip_to = 0  # lines of a traceback already kept are not looked at again
+    for i in sorted(flagged):
+        if i < skip_to:
             continue
-        if ERROR_RE.search(line) or _PYTEST_DETAIL.match(line) or _STATUS_RE.search(line):
-            keep.add(i)
-            errors += 1
-        i += 1
-    keep = fill_gaps(keep, len(lines))
-    if len(keep) >= len(lines):
+        if i in tracebacks:
+            skip_to = _traceback_end(lines, i)
+            spans.append((i, skip_to))
+        else:
+            spans.append((i, i + 1))
+        errors += 1
+    spans = join_spans(spans, n)
+    if _covers(spans, n):
         return None
-    note = f"kept the last {_plural(len(lines) - tail_start, 'line')}"
+    note = f"kept the last {_plural(n - tail_start, 'line')}"
     if errors:
         note += f" and {_plural(errors, 'error line')}"
-    note += f" of {len(lines):,}"
+    note += f" of {n:,}"
     if fact:
         note += f"; {fact}"
-    return Shrunk(keep_lines(lines, keep), note)
+    return Shrunk(keep_spans(lines, spans), note)
 
 
 def _traceback_end(lines: Sequence[str], start: int) -> int:
