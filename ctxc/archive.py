@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,10 +90,11 @@ class Archive:
         """The id :meth:`store` gives ``data``: its sha256."""
         return sha256_hex(data)
 
-    def store(self, data: bytes, digest: str | None = None) -> str:
+    def store(self, data: bytes, digest: str | None = None, *, sync: bool = True) -> str:
         """Store bytes under their sha256 (idempotent, atomic) and return the id.
 
-        ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`).
+        ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`). ``sync``
+        waits for the bytes to reach the disk, as an original must before any output is written.
         """
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
@@ -106,7 +107,8 @@ class Archive:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
                     handle.flush()
-                    os.fsync(handle.fileno())
+                    if sync:
+                        os.fsync(handle.fileno())
                 os.replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -187,11 +189,11 @@ class Archive:
 
         index_quietly(self, archive_id, transcript, source=source)
 
-    def index_blob(self, digest: str, *, origin: str, message: int, tool: str = "") -> None:
-        """Tell the search index that ``origin``'s message ``message`` was offloaded to ``digest``."""
-        from ctxc.search import note_blob_quietly
+    def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
+        """Tell the search index that outputs of ``origin`` were offloaded: ``(digest, message, tool)``."""
+        from ctxc.search import note_blobs_quietly
 
-        note_blob_quietly(self, digest, origin=origin, message=message, tool=tool)
+        note_blobs_quietly(self, origin, notes)
 
     def manifest(self) -> list[dict[str, Any]]:
         path = self.root / "manifest.jsonl"

@@ -17,7 +17,7 @@ the record's output is exactly the line ``ctxc compact FILE`` writes for it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -90,11 +90,11 @@ class _CitingArchive(Archive):
     def object_id(self, data: bytes) -> str:
         return self.cite_as if data == self.original else sha256_hex(data)
 
-    def store(self, data: bytes, digest: str | None = None) -> str:
+    def store(self, data: bytes, digest: str | None = None, *, sync: bool = True) -> str:
         if data == self.original:
             return self.cite_as
         if self.backing is not None:
-            return self.backing.store(data, digest)
+            return self.backing.store(data, digest, sync=sync)
         return digest or sha256_hex(data)
 
     # The search index beside an archive: kept only in an archive the caller gave.
@@ -102,9 +102,9 @@ class _CitingArchive(Archive):
         if self.backing is not None:
             self.backing.index(archive_id, transcript, source=source)
 
-    def index_blob(self, digest: str, *, origin: str, message: int, tool: str = "") -> None:
+    def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         if self.backing is not None:
-            self.backing.index_blob(digest, origin=origin, message=message, tool=tool)
+            self.backing.index_blobs(origin, notes)
 
 
 def _line_bytes(record: str | bytes | Mapping[str, Any]) -> bytes:

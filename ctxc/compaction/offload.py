@@ -86,6 +86,7 @@ class Offload:
         movable = [pos for pos in range(max(0, tail_start)) if msgs[pos].index not in ctx.pinned]
         calls = {b.id: b for m in msgs for b in m.blocks if isinstance(b, ToolUseBlock)}
         actions: list[Action] = []
+        notes: list[tuple[str, int, str]] = []  # for the search index, written at once at the end
 
         def swap(pos: int, bi: int, block: ToolResultBlock | ToolUseBlock, note: str) -> None:
             old = msgs[pos]
@@ -106,7 +107,7 @@ class Offload:
                     continue
                 use = calls.get(b.tool_use_id)
                 call = ToolCall(use.name, use.input) if use else ToolCall(b.name or "")
-                blob = store_blob(ctx, b.text, message=msgs[pos].index, tool=call.name)
+                blob = store_blob(ctx, b.text, message=msgs[pos].index, tool=call.name, notes=notes)
                 cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
                 text = result_pointer(b.text, call, blob, cite, tokens, cfg.preview_lines)
                 swap(pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
@@ -120,23 +121,37 @@ class Offload:
                     cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
                     moved: list[str] = []
                     new_input = _offload_input(
-                        b, keys, cfg.input_threshold_tokens, ctx, cite, moved, msgs[pos].index
+                        b, keys, cfg.input_threshold_tokens, ctx, cite, moved, msgs[pos].index, notes
                     )
                     if moved:
                         swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
+        if ctx.archive is not None and notes:
+            ctx.archive.index_blobs(ctx.archive_id, notes)
         return StrategyResult(tuple(msgs), tuple(actions))
 
 
-def store_blob(ctx: CompactContext, text: str, *, message: int = -1, tool: str = "") -> Blob:
+def store_blob(
+    ctx: CompactContext,
+    text: str,
+    *,
+    message: int = -1,
+    tool: str = "",
+    notes: list[tuple[str, int, str]] | None = None,
+) -> Blob:
     """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go.
 
-    ``message`` and ``tool`` tell the search index which message of the original the text came from.
+    ``message`` and ``tool`` tell the search index which message of the original the text came from:
+    at once, or appended to ``notes`` for the caller to write with the others in one transaction.
+    The file is not synced to disk one by one: it is a copy of part of the original, which is.
     """
     data = text.encode("utf-8")
     if ctx.archive is not None:
-        digest = ctx.archive.store(data)
-        ctx.archive.index_blob(digest, origin=ctx.archive_id, message=message, tool=tool)
-        return Blob(digest, ctx.archive.path_of(digest))
+        digest = ctx.archive.store(data, sync=False)
+        if notes is None:
+            ctx.archive.index_blobs(ctx.archive_id, [(digest, message, tool)])
+        else:
+            notes.append((digest, message, tool))
+        return Blob(digest, ctx.archive.object_path(digest))
     digest = sha256_hex(data)
     # Where the default archive would put it, so a dry run costs the same tokens as a real one.
     return Blob(digest, Archive(archive_root()).object_path(digest))
@@ -176,6 +191,7 @@ def _offload_input(
     cite: str,
     moved: list[str],
     message: int = -1,
+    notes: list[tuple[str, int, str]] | None = None,
 ) -> Any:
     """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
 
@@ -187,7 +203,8 @@ def _offload_input(
 
     def pointer(value: str, tokens: int, label: str) -> str:
         moved.append(label)
-        return input_pointer(tokens, store_blob(ctx, value, message=message, tool=block.name), cite)
+        blob = store_blob(ctx, value, message=message, tool=block.name, notes=notes)
+        return input_pointer(tokens, blob, cite)
 
     def walk(value: Any, key: str | None, path: str) -> Any:
         if isinstance(value, str):

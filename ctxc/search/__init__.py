@@ -2,7 +2,7 @@
 
 The index (``<archive>/search.sqlite``, :mod:`ctxc.search.index`) is updated when the archive is
 written: :meth:`ctxc.archive.Archive.index` is called by the compaction run right after the original
-is stored, :meth:`~ctxc.archive.Archive.index_blob` by offload for each offloaded output, and
+is stored, :meth:`~ctxc.archive.Archive.index_blobs` by offload for its offloaded outputs, and
 :meth:`~ctxc.archive.Archive.record_run` indexes a run's original if nothing did yet (``ctxc repair``).
 Those hooks never fail a run: the archive is the source of truth, so an indexing failure is one
 warning on stderr and the run goes on; :func:`search` catches up with the manifest before each query,
@@ -26,7 +26,7 @@ import io
 import logging
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -102,15 +102,16 @@ def index_quietly(
         _warn(archive.root, f"original {archive_id[:12]}", exc)
 
 
-def note_blob_quietly(archive: Archive, digest: str, *, origin: str, message: int, tool: str) -> None:
-    """Record where an offloaded output came from (a failure is a warning, never an exception)."""
-    if indexing_disabled():
+def note_blobs_quietly(archive: Archive, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
+    """Record where offloaded outputs came from, ``(digest, message, tool)`` each, in one transaction
+    (a failure is a warning, never an exception)."""
+    if indexing_disabled() or not notes:
         return
     try:
         with SearchIndex.for_archive(archive.root) as index:
-            index.add_blob(digest, origin=origin, message=message, tool=tool)
+            index.add_blobs(origin, notes)
     except (OSError, sqlite3.Error) as exc:
-        _warn(archive.root, f"offloaded output {digest[:12]}", exc)
+        _warn(archive.root, f"offloaded outputs of {origin[:12]}", exc)
 
 
 def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
@@ -257,7 +258,7 @@ def rebuild(archive: Archive) -> RebuildReport:
                 continue
             if ident in origins:
                 origin, message, tool = origins[ident]
-                index.add_blob(ident, origin=origin, message=message, tool=tool)
+                index.add_blobs(origin, [(ident, message, tool)])
                 blobs += 1
                 continue
             found: Transcript | None

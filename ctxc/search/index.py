@@ -253,10 +253,13 @@ class SearchIndex:
             )
         return len(rows)
 
-    def add_blob(self, digest: str, *, origin: str, message: int, tool: str) -> None:
-        """Record that ``origin``'s message ``message`` had its tool output offloaded to ``digest``."""
+    def add_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
+        """Record that ``origin``'s messages had tool outputs offloaded: ``(digest, message, tool)``."""
         with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)", (digest, origin, message, tool))
+            c.executemany(
+                "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)",
+                [(digest, origin, message, tool) for digest, message, tool in notes],
+            )
 
     def clear(self) -> None:
         with self._write() as c:

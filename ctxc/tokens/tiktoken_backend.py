@@ -18,6 +18,7 @@ import importlib.resources
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -236,6 +237,12 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 PROCESS_MIN_CHARS = 1 << 18
 
 _process_pool: list[tuple[ProcessPoolExecutor, int, str]] = []
+#: About what building an encoding costs here. Small batches are shipped to a worker until the time spent
+#: waiting for them adds up to this, and then this process builds its own: renting until the rent paid
+#: equals the price never costs more than twice the better of the two choices made in hindsight.
+BUILD_SECONDS = 0.4
+#: Seconds spent waiting for small shipped batches under the current pool.
+_small_wait = [0.0]
 #: Turned off in processes that are themselves workers of a batch (``--jobs``), which already fill
 #: the cores; a worker forking its own workers would only add processes.
 processes_allowed = True
@@ -286,6 +293,7 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
         # (or anyone else's thread) starts. Its result is not awaited: the workers build the encoding.
         pool.submit(int)
         _process_pool.append((pool, workers, tokenizer.name))
+        _small_wait[0] = 0.0
         yield True
     finally:
         _process_pool.clear()
@@ -351,16 +359,18 @@ class TiktokenTokenizer:
         """Send ``texts`` to the worker processes and return the function that collects their counts,
         or None to count here.
 
-        Large batches are split among every worker. Small ones stay here once this process has the
-        encoding, since shipping them costs more than counting; until then they go to one worker,
-        which is quicker than building the encoding for them.
+        Large batches are split among every worker. Small ones are counted here once this process has
+        the encoding, since shipping them costs more than counting. Until then they go to one worker,
+        which beats building the encoding for a few of them; when they keep coming (compaction counts
+        every text it shrinks), :data:`BUILD_SECONDS` of waiting for them decides to build it.
         """
         pool, workers, name = _process_pool[0]
         if name != self.name:
             return None
         large = sum(map(len, texts)) >= PROCESS_MIN_CHARS
-        if not large and (self._spec.name, self._path) in _encodings:
+        if not large and ((self._spec.name, self._path) in _encodings or _small_wait[0] >= BUILD_SECONDS):
             return None
+        started = time.perf_counter()
         try:
             futures = [
                 pool.submit(_count_in_worker, self.name, self._path, texts[a:b])
@@ -376,6 +386,8 @@ class TiktokenTokenizer:
                     out.extend(future.result())
             except BrokenProcessPool:
                 return self._count_here(texts)  # a worker could not build the encoding: this says why
+            if not large:
+                _small_wait[0] += time.perf_counter() - started
             return out
 
         return collect
