@@ -125,3 +125,24 @@ def test_workers_that_cannot_build_the_encoding_leave_the_error_to_this_process(
         [sys.executable, "-c", BROKEN, str(corrupt)], capture_output=True, check=True, timeout=120, text=True
     )
     assert "corrupt" in out.stdout
+
+
+SMALL = r"""
+from ctxc.tokens import tiktoken_backend as tb
+
+tok = tb.TiktokenTokenizer("o200k_base")
+with tb.worker_processes(tok, 2) as active:
+    assert active
+    first = tok.count_batch(["a few words", "more"])
+    shipped = not tb._encodings  # the first small batch went to a worker
+    tb.BUILD_SECONDS = tb._small_wait[0]  # as if waiting for workers had cost a build already
+    second = tok.count_batch(["a few words", "more"])
+    print(shipped, bool(tb._encodings), first == second)
+"""
+
+
+def test_small_batches_go_to_a_worker_until_waiting_costs_a_build() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", SMALL], capture_output=True, check=True, timeout=120, text=True
+    )
+    assert out.stdout.split() == ["True", "True", "True"]
