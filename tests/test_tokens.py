@@ -505,6 +505,26 @@ def test_batches_in_flight_count_a_repeated_text_once_in_any_finishing_order() -
     assert service.misses == 3
 
 
+def test_a_batch_that_fails_to_start_is_not_waited_for() -> None:
+    tok = _Deferred()
+    real_start = tok.start_count
+    calls = 0
+
+    def flaky(texts: Sequence[str]) -> Callable[[], list[int]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("the tokenizer could not start")
+        return real_start(texts)
+
+    tok.start_count = flaky  # type: ignore[method-assign]
+    service = CountingService(tok)  # type: ignore[arg-type]
+    text = "a text that failed once " * 10
+    with pytest.raises(RuntimeError):
+        service.start([text])
+    assert service.count([text]) == [tok.real.count(text)]  # counted afresh, not awaited from the failure
+
+
 def test_cached_counts_are_per_tokenizer(cache_dir: Path) -> None:
     text = "한국어 텍스트와 English words and code(x) " * 10
     o200k = CountingService(get_tokenizer("o200k_base"), TokenCache()).count([text])

@@ -164,8 +164,9 @@ class CountingService:
                         known[text] = n
                 self.hits += len(known)
                 todo = [t for t in todo if t not in known]
-        for text, n in known.items():
-            self._remember(text, n)
+        for text in keys:
+            if text in known:
+                self._remember(text, known[text])  # found in the disk cache
         started = _Started(self, todo, keys) if todo else None
 
         def finish() -> list[int]:
@@ -194,8 +195,6 @@ class _Started:
         self.service = service
         self.todo = todo
         self.keys = keys
-        for text in todo:
-            service._inflight[(hash(text), len(text))] = self
         start_count = getattr(service.tokenizer, "start_count", None)
         if callable(start_count):
             self._pending: Callable[[], list[int]] = start_count(todo)
@@ -203,6 +202,9 @@ class _Started:
             counts = service.tokenizer.count_batch(todo)
             self._pending = lambda: counts
         self._counts: dict[str, int] | None = None
+        # Only once started: a batch that failed to start must not be waited for.
+        for text in todo:
+            service._inflight[(hash(text), len(text))] = self
 
     def settle(self) -> dict[str, int]:
         """The counts, by text (waits for them the first time)."""

@@ -231,7 +231,7 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 # ctxc therefore forks worker processes that count while this process parses. They are forked (not
 # spawned) before any other thread exists, so they inherit no lock held by a thread, and each builds
 # the encoding while this process starts reading: the 0.4 s build is then off the critical path, and
-# this process, which sends them every batch, never builds it at all.
+# this process, which sends them its batches, builds it only if it goes on to count many small ones.
 
 #: Batches smaller than this stay in this process: shipping them to a worker costs more than counting.
 PROCESS_MIN_CHARS = 1 << 18
