@@ -241,6 +241,7 @@ def _run_forked(
     already imported and starts in a millisecond; each child sends back its outcomes, pickled, through
     a pipe, and exits without returning into the caller. Files of a child that died without sending them
     are run here, so a crash loses nothing (and a bug in ``work`` raises here, with its traceback).
+    With ``fail_fast`` each process stops at its own first failure.
     """
     import pickle
     import signal
