@@ -14,6 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import ROOT, SAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxc.archive import Archive, citation
 from ctxc.cli import main
@@ -91,6 +93,19 @@ def test_split_text_respects_the_limit_and_overlaps_short_lines() -> None:
         assert b.split("\n", 1)[0] == a.rsplit("\n", 1)[-1]
     # Every line of the text is in some piece.
     assert all(any(line in p for p in pieces) for line in text.split("\n"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "bb", " ", "\n", "\n\n", "word ", "x" * 7]), max_size=80),
+    st.integers(min_value=3, max_value=40),
+)
+def test_splitting_at_line_ends_equals_splitting_line_by_line(parts: list[str], limit: int) -> None:
+    from ctxc.search.chunks import _split_at_line_ends, _split_by_lines
+
+    text = "".join(parts).strip("\n")
+    if len(text) > limit and max(map(len, text.split("\n"))) <= limit:
+        assert _split_at_line_ends(text, limit) == _split_by_lines(text, limit)
 
 
 def test_split_text_cuts_a_huge_line_at_spaces() -> None:

@@ -95,6 +95,13 @@ def split_text(text: str, limit: int = MAX_CHARS) -> list[str]:
     text = text.strip("\n")
     if len(text) <= limit:
         return [text] if text.strip() else []
+    if limit > 2 and _longest_line(text) <= limit:
+        return _split_at_line_ends(text, limit)
+    return _split_by_lines(text, limit)
+
+
+def _split_by_lines(text: str, limit: int) -> list[str]:
+    """The general case of :func:`split_text`, line by line: lines over ``limit`` are cut first."""
     lines: list[str] = []
     for whole in text.split("\n"):
         line = whole
@@ -118,6 +125,41 @@ def split_text(text: str, limit: int = MAX_CHARS) -> list[str]:
     if current and any(x.strip() for x in current):
         pieces.append("\n".join(current))
     return [p for p in pieces if p.strip()]
+
+
+def _longest_line(text: str) -> int:
+    return max(map(len, text.split("\n")))
+
+
+def _split_at_line_ends(text: str, limit: int) -> list[str]:
+    """:func:`split_text` for a text with no line over ``limit``: the same pieces, found by searching for
+    line ends rather than by going through the lines one by one (a 100 MB log holds millions).
+
+    A piece from ``a`` holds its first line (or, after an overlap, the repeated line and the one after
+    it) and then every further line that keeps it under ``limit`` characters: it ends at the last line
+    end before ``a + limit``, or after what it must hold.
+    """
+    n = len(text)
+    pieces: list[str] = []
+    a = 0
+    held = _line_end(text, 0)
+    while n - a >= limit and held < n:
+        e = max(held, text.rfind("\n", a, a + limit))
+        pieces.append(text[a:e])
+        after = _line_end(text, e + 1)  # the line that did not fit: [e + 1, after)
+        before = text.rfind("\n", a, e)
+        last = a if before < 0 else before + 1  # the piece's last line: [last, e)
+        if 0 < e - last <= OVERLAP_CHARS and (e - last) + (after - e - 1) + 1 <= limit:
+            a, held = last, after  # the next piece repeats that short line
+        else:
+            a, held = e + 1, after
+    pieces.append(text[a:])
+    return [p for p in pieces if p.strip()]
+
+
+def _line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
 
 
 def is_request(m: Message) -> bool:
