@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 from conftest import SAMPLES
 
 SCRIPT = r"""
@@ -50,12 +51,18 @@ sys.stdout.write(orjson.dumps(doc).decode())
 """
 
 
-def test_worker_processes_count_exactly_like_threads(tmp_path: Path) -> None:
-    big = tmp_path / "big.jsonl"
+@pytest.fixture
+def big(tmp_path: Path) -> Path:
+    """A chat log over the 4 MB from which ctxc counts in worker processes."""
+    path = tmp_path / "big.jsonl"
     lines = (SAMPLES / "chat-anthropic.jsonl").read_bytes()
-    with big.open("wb") as f:
+    with path.open("wb") as f:
         while f.tell() < 5 << 20:
             f.write(lines)
+    return path
+
+
+def test_worker_processes_count_exactly_like_threads(big: Path) -> None:
     results = {}
     for mode in ("threads", "processes"):
         out = subprocess.run(
@@ -83,12 +90,7 @@ compact_file(CompactJob(path=src, output=out, archive=archive, options=opts, ind
 """
 
 
-def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path) -> None:
-    big = tmp_path / "big.jsonl"
-    lines = (SAMPLES / "chat-anthropic.jsonl").read_bytes()
-    with big.open("wb") as f:
-        while f.tell() < 5 << 20:
-            f.write(lines)
+def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path, big: Path) -> None:
     for strategy in ("fifo", "adaptive"):
         outs = {}
         for mode in ("threads", "processes"):
