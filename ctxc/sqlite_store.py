@@ -29,10 +29,15 @@ def cache_disabled_by_env() -> bool:
 
 
 def open_wal(
-    path: Path, timeout: float, setup: Callable[[sqlite3.Connection], object] = lambda conn: None
+    path: Path,
+    timeout: float,
+    setup: Callable[[sqlite3.Connection], object] = lambda conn: None,
+    *,
+    page_size: int | None = None,
 ) -> sqlite3.Connection:
     """Connect in autocommit mode, switch to WAL, then run ``setup`` (create tables), retrying while
-    another process sets up the same file.
+    another process sets up the same file. ``page_size`` applies to a file created now (SQLite fixes
+    it when the first table is made, and cannot change it in WAL mode).
 
     Two processes setting up a new file at once can get "database is locked" straight away, without the
     busy handler being consulted (the switch to WAL needs the file to itself), so the busy timeout alone
@@ -44,6 +49,8 @@ def open_wal(
         conn = sqlite3.connect(path, timeout=timeout, check_same_thread=False, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            if page_size is not None:
+                conn.execute(f"PRAGMA page_size = {int(page_size)}")
             conn.execute("PRAGMA journal_mode = WAL")
             # WAL + NORMAL never corrupts the file; a power cut may lose the last entries, which are
             # recomputed (caches) or rebuilt (the search index).
