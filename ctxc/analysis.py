@@ -407,7 +407,7 @@ def finish(
         by_kind=dict(by_kind.most_common()),
         by_tool=dict(by_tool.most_common()),
         largest=tuple(sorted(stats, key=lambda s: (-s.tokens, s.index))[:top]),
-        usage=_summarize_usage(scan.usage),
+        usage=summarize_usage(scan.usage),
         boundaries=scan.boundaries,
         problems=scan.problems,
         skipped_lines=scan.skipped_lines,
@@ -426,7 +426,8 @@ def _skeleton(m: Message) -> Message:
     return Message(role=m.role, blocks=tuple(blocks), line=m.line, index=m.index, conversation=m.conversation)
 
 
-def _summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
+def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
+    """Calls, token sums and the largest and last context of some recorded usage."""
     if not usage:
         return None
     windows = [u.window for u in usage if u.window]

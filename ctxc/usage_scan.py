@@ -35,9 +35,9 @@ from ctxc.analysis import (
     DEFAULT_THRESHOLDS,
     Analysis,
     UsageSummary,
-    _summarize_usage,
     check_thresholds,
     stage_for,
+    summarize_usage,
 )
 from ctxc.errors import CtxcError, InputError, UsageError
 from ctxc.model import Boundary, Record, Usage
@@ -364,11 +364,6 @@ def _codex(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]
 # ----------------------------------------------------------------------------------------- analysis
 
 
-def summarize(usage: Sequence[Usage]) -> UsageSummary | None:
-    """Calls, token sums and the largest and last context of some recorded usage (as analyze sums it)."""
-    return _summarize_usage(usage)
-
-
 def total_tokens(summary: UsageSummary) -> int:
     """Every token the calls were billed for: input, output, cache reads and cache writes (ccusage's
     ``totalTokens``)."""
@@ -388,7 +383,7 @@ def usage_analysis(
     context any recorded call sent, the recorded counterpart of the counted peak; ``total_tokens`` is
     every token billed (input, output, cache reads and writes).
     """
-    summary = summarize(scan.usage)
+    summary = summarize_usage(scan.usage)
     peak = summary.max_context if summary else 0
     return Analysis(
         path=scan.path,
@@ -480,7 +475,6 @@ __all__ = [
     "crossing_line",
     "render_usage",
     "scan_usage",
-    "summarize",
     "total_tokens",
     "usage_analysis",
 ]
