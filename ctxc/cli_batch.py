@@ -46,14 +46,13 @@ def run_files(
     fail_fast: bool = False,
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
-    report_errors: bool = True,
     light: bool = False,
 ) -> list[Outcome[R]]:
     """Run a per-file job over a batch with progress on stderr and each failure reported as it happens."""
     with BatchProgress(len(items), what, quiet=quiet) as progress:
 
         def on_outcome(outcome: Outcome[R]) -> None:
-            if not outcome.ok and report_errors:
+            if not outcome.ok:
                 stderr_console().print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
