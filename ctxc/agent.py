@@ -29,7 +29,6 @@ trigger with ``target_ratio`` below it gives wider hysteresis (compact at 80%, d
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -471,10 +470,9 @@ def _count(messages: Sequence[Message], counter: TextCounter) -> list[int]:
 def _load_lines(data: bytes, shape: Shape) -> Transcript:
     """A chat transcript of the given JSON lines, every message in ``shape``'s dialect."""
     from ctxc.formats import load
+    from ctxc.reader import named_bytes
 
-    stream = io.BytesIO(data)
-    stream.name = "<messages>"
-    transcript = load(stream, input_format="chat")
+    transcript = load(named_bytes("<messages>", data), input_format="chat")
     messages = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in transcript.messages)
     return replace(transcript, messages=messages)
 
