@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ctxc.agent import Compaction, ContextManager
 from ctxc.analysis import STAGE_NAMES, stage_for
 from ctxc.errors import UsageError
-from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
-from ctxc.reminders import Reminder, TurnState, reminder_message
+from ctxc.model import Message, Transcript
+from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -142,10 +142,9 @@ def replay(
     managed_tokens = 0
     raw_tokens = 0
     turns: list[Turn] = []
-    calls: list[str] = []
-    said: list[str] = []
+    started = 0  # where the previous turn's response began in ``msgs``
     prev_role = ""
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if m.role == "assistant" and prev_role != "assistant":
             number = len(turns) + 1
             began = managed_tokens
@@ -158,12 +157,13 @@ def replay(
                 managed_tokens = compaction.tokens_after
             fired: tuple[Reminder, ...] = ()
             if manager.rules is not None:
+                calls, said = last_response(msgs[started:i])
                 state = TurnState(
                     turn=number - 1,
                     tokens=began,
                     window=manager.window,
-                    tool_calls=tuple(calls),
-                    response="\n".join(said),
+                    tool_calls=calls,
+                    response=said,
                     compacted=compaction is not None and compaction.changed,
                 )
                 fired = manager.reminders_due(state)
@@ -184,13 +184,7 @@ def replay(
                     reminders=fired,
                 )
             )
-            calls, said = [], []
-        if m.role == "assistant":
-            for b in m.blocks:
-                if isinstance(b, ToolUseBlock):
-                    calls.append(b.name)
-                elif isinstance(b, TextBlock) and b.text:
-                    said.append(b.text)
+            started = i
         n = ledger.tokens(m)
         managed.append(m)
         managed_tokens += n
