@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -165,12 +165,7 @@ class ReminderState:
         """
         fired: dict[str, int] = {}
         last: dict[str, int] = {}
-        turn = 0
-        prev_role = ""
-        for m in messages:
-            if m.role == "assistant" and prev_role != "assistant":
-                turn += 1
-            prev_role = m.role
+        for turn, m in _numbered(messages):
             if m.role != "user":
                 continue
             for b in m.blocks:
@@ -340,15 +335,20 @@ def last_response(messages: Sequence[Message]) -> tuple[tuple[str, ...], str]:
     return tuple(names), "\n".join(texts)
 
 
-def count_turns(messages: Iterable[Message]) -> int:
-    """Model responses in a conversation: runs of consecutive assistant messages."""
-    turns = 0
+def _numbered(messages: Iterable[Message]) -> Iterator[tuple[int, Message]]:
+    """Each message with the number of model responses (runs of assistant messages) up to it."""
+    turn = 0
     prev = ""
     for m in messages:
         if m.role == "assistant" and prev != "assistant":
-            turns += 1
+            turn += 1
         prev = m.role
-    return turns
+        yield turn, m
+
+
+def count_turns(messages: Iterable[Message]) -> int:
+    """Model responses in a conversation: runs of consecutive assistant messages."""
+    return max((turn for turn, _ in _numbered(messages)), default=0)
 
 
 def turn_state_at_end(
