@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter
+from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, analyze, check_thresholds
 from ctxc.errors import ExitCode, UsageError
 from ctxc.reader import ReadOptions
 
@@ -167,12 +167,9 @@ def check_file(
     use_cache: bool = True,
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
-    from ctxc.analysis import analyze
     from ctxc.usage_scan import USAGE_TOKENIZER, crossing_line, scan_usage, usage_analysis
 
     if tokenizer == USAGE_TOKENIZER:
-        from ctxc.analysis import check_thresholds
-
         scan = scan_usage(path, input_format=input_format, options=options)
         a = usage_analysis(
             scan, window=budget.window, model=budget.model, thresholds=check_thresholds(thresholds)
