@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
 from ctxc.search.chunks import is_request
@@ -231,6 +232,25 @@ def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Tr
     return replace(load(stream, input_format=transcript.format), source=transcript.source)
 
 
+def _planted_copy(
+    t: Transcript, conv: int, messages: Sequence[Message], m: Message, sentence: str
+) -> Transcript | None:
+    """``t`` with ``sentence`` appended to ``m`` (one of ``messages``, conversation ``conv``), written by
+    the adapter and read back; None when the adapter cannot write it there, the reread message lacks it,
+    or the writer changed the transcript's shape (not a faithful plant): the caller tries another."""
+    changed = _with_sentence(m, sentence)
+    if changed is None:
+        return None
+    try:
+        candidate = _write(t, conv, [changed if x.index == m.index else x for x in messages])
+    except (CtxcError, ValueError):  # adapters raise ValueError for a message they cannot encode
+        return None
+    reread = next((x for x in candidate.messages if x.index == m.index), None)
+    if reread is None or sentence not in reread.text or len(candidate.messages) != len(t.messages):
+        return None
+    return candidate
+
+
 def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
     """The conversation with the most messages to plant in (then the largest): usually the only one,
     for datasets the line with the most removable messages."""
@@ -270,19 +290,9 @@ def plant(
         # Spread the needles over the early span: the k-th of n goes about k/n of the way in.
         cut = (len(planted) * len(early)) // max(1, len(needles))
         for m in early[cut:] + early[:cut] + later:
-            changed = _with_sentence(m, needle.sentence)
-            if changed is None:
+            candidate = _planted_copy(current, conv, messages, m, needle.sentence)
+            if candidate is None:
                 continue
-            msgs = [changed if x.index == m.index else x for x in messages]
-            try:
-                candidate = _write(current, conv, msgs)
-            except Exception:  # an adapter that cannot encode this message: try another one
-                continue
-            reread = next((x for x in candidate.messages if x.index == m.index), None)
-            if reread is None or needle.sentence not in reread.text:
-                continue
-            if len(candidate.messages) != len(current.messages):
-                continue  # the writer changed the conversation's shape: not a faithful plant
             current = candidate
             used.add(m.index)
             planted.append(replace(needle, message=m.index))
@@ -304,15 +314,7 @@ def _plant_instruction(
     first = next((m for m in messages if is_request(m)), None)
     order = [m for m in texts if first is None or m.index != first.index] + ([first] if first else []) + users
     for m in order:
-        changed = _with_sentence(m, instruction)
-        if changed is None:
-            continue
-        try:
-            candidate = _write(t, conv, [changed if x.index == m.index else x for x in messages])
-        except Exception:  # as in plant()
-            continue
-        reread = next((x for x in candidate.messages if x.index == m.index), None)
-        if reread is None or instruction not in reread.text or len(candidate.messages) != len(t.messages):
-            continue
-        return candidate, re.escape(instruction)
+        candidate = _planted_copy(t, conv, messages, m, instruction)
+        if candidate is not None:
+            return candidate, re.escape(instruction)
     return t, None
