@@ -121,6 +121,11 @@ def run_compact_batch(
     done_entries = {} if force or dry_run else journal.entries()
     for d in {str(Path(j.output).parent) for j in jobs_list}:
         sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
+    # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
+    by_output: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (_, o, out), e in done_entries.items():
+        if isinstance(e.get("output_sha256"), str):
+            by_output.setdefault((o, out, e["output_sha256"]), e)
 
     rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
     todo: list[tuple[int, Any, str, str]] = []
@@ -132,14 +137,7 @@ def run_compact_batch(
             sha = ""  # unreadable: let the job report it properly
         entry = done_entries.get((sha, opts, job.output))
         if entry is None and job.in_place:
-            entry = next(
-                (
-                    e
-                    for (_, o, out), e in done_entries.items()
-                    if o == opts and out == job.output and e.get("output_sha256") == sha
-                ),
-                None,
-            )
+            entry = by_output.get((opts, job.output, sha))
         if entry is not None and already_done(entry):
             rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
         else:
