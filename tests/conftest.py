@@ -46,3 +46,14 @@ def _private_cache_and_archive(tmp_path_factory: pytest.TempPathFactory) -> None
     # Tests never touch the user's ~/.cache/ctxc or a ./.ctxc archive in the checkout.
     os.environ.setdefault("CTXC_CACHE_DIR", str(tmp_path_factory.mktemp("ctxc-cache")))
     os.environ.setdefault("CTXC_ARCHIVE", str(tmp_path_factory.mktemp("ctxc-archive")))
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``ctxc ARGS`` in this process: its exit code, stdout and stderr."""
+    from ctxc.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = exc.value.code
+    return (code if isinstance(code, int) else 0), out, err

@@ -10,17 +10,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import run
 
-from ctxc.cli import main
 from ctxc.errors import ExitCode
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def one_line_error(err: str, *needles: str) -> None:

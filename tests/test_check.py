@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, run
 
 import ctxc
 from ctxc.check import (
@@ -22,18 +22,9 @@ from ctxc.check import (
     resolve_budget,
     workflow_command,
 )
-from ctxc.cli import main
 from ctxc.errors import ExitCode, UsageError
 
 CLAUDE = str(SAMPLES / "claude-code.jsonl")  # 12,577 tokens (o200k_base)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def tokens_of(path: str) -> int:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import run
 
-from ctxc.cli import main
 from ctxc.composer import (
     BACKGROUND,
     EXAMPLES,
@@ -48,14 +48,6 @@ SECTIONS = (
     Section("role", words(5, "role"), ROLE),
     Section("format", words(5, "fmt"), OUTPUT_FORMAT, required=True),
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def test_standard_priorities() -> None:

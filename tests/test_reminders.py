@@ -7,9 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import SAMPLES, corpus_params
+from conftest import SAMPLES, corpus_params, run
 
-from ctxc.cli import main
 from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -56,14 +55,6 @@ id = "pinned"
 after_compaction = true
 message = "Keep the public API unchanged."
 """
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def fire(rules: ReminderRules, turns: list[TurnState]) -> list[list[str]]:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import ROOT, SAMPLES, corpus_params
+from conftest import ROOT, SAMPLES, corpus_params, run
 from rich.console import Console
 
 import ctxc
 from ctxc.agent import ContextManager
-from ctxc.cli import main
 from ctxc.errors import ExitCode
 from ctxc.formats import load
 from ctxc.replay import Replay, events, replay, replay_to_json, terminal_chart
@@ -30,14 +29,6 @@ id = "every4"
 every_n_turns = 4
 message = "Run the tests."
 """
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 @pytest.fixture

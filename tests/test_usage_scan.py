@@ -9,10 +9,9 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import SAMPLES, corpus_files, corpus_params
+from conftest import SAMPLES, corpus_files, corpus_params, run
 
 import ctxc
-from ctxc.cli import main
 from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.reader import ReadOptions
 from ctxc.usage_scan import (
@@ -22,14 +21,6 @@ from ctxc.usage_scan import (
     scan_usage,
     total_tokens,
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 @pytest.mark.parametrize("path", corpus_params("claude-code/*") + corpus_params("codex/*"))
