@@ -75,19 +75,24 @@ def index_transcript(
     archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> int:
     """Index an archived original (by its archive id); returns the chunks added (0 if already there)."""
+    with SearchIndex.for_archive(archive.root) as index:
+        return _add_transcript(index, archive_id, transcript, source)
+
+
+def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript, source: str | None) -> int:
+    """:func:`index_transcript` into an index the caller has open."""
     from ctxc.search.chunks import chunk_transcript
 
-    with SearchIndex.for_archive(archive.root) as index:
-        if index.has(archive_id):
-            return 0
-        name = source if source is not None else transcript.source
-        return index.add(
-            archive_id,
-            chunk_transcript(transcript, source=name),
-            source=name,
-            fmt=transcript.format,
-            messages=len(transcript.messages),
-        )
+    if index.has(archive_id):
+        return 0
+    name = source if source is not None else transcript.source
+    return index.add(
+        archive_id,
+        chunk_transcript(transcript, source=name),
+        source=name,
+        fmt=transcript.format,
+        messages=len(transcript.messages),
+    )
 
 
 def index_quietly(
@@ -121,9 +126,8 @@ def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
         return
     try:
         with SearchIndex.for_archive(archive.root) as index:
-            if index.has(ident):
-                return
-        _index_object(archive, ident, entry)
+            if not index.has(ident):
+                _index_object(archive, index, ident, entry)
     except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
         _warn(archive.root, f"original {ident[:12]}", exc)
 
@@ -139,11 +143,13 @@ def _load_object(archive: Archive, ident: str, fmt: str | None) -> Transcript:
     return load(stream, input_format=fmt or None, options=options)
 
 
-def _index_object(archive: Archive, ident: str, entry: Mapping[str, Any]) -> int:
+def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mapping[str, Any]) -> Transcript:
+    """Load the archived original ``entry`` describes and index it; returns the transcript."""
     fmt = entry.get("format")
     transcript = _load_object(archive, ident, fmt if isinstance(fmt, str) else None)
     source = entry.get("input_path")
-    return index_transcript(archive, ident, transcript, source=source if isinstance(source, str) else None)
+    _add_transcript(index, ident, transcript, source if isinstance(source, str) else None)
+    return transcript
 
 
 def _manifest_originals(archive: Archive) -> dict[str, dict[str, Any]]:
@@ -167,7 +173,7 @@ def sync(archive: Archive, index: SearchIndex) -> int:
         if ident in have or not archive.object_path(ident).exists():
             continue
         try:
-            _index_object(archive, ident, entry)
+            _index_object(archive, index, ident, entry)
             added += 1
         except CtxcError as exc:
             log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], exc)
@@ -242,13 +248,10 @@ def rebuild(archive: Archive) -> RebuildReport:
             if not archive.object_path(ident).exists():
                 continue
             try:
-                fmt = entry.get("format")
-                transcript = _load_object(archive, ident, fmt if isinstance(fmt, str) else None)
+                transcript = _index_object(archive, index, ident, entry)
             except CtxcError as exc:
                 skipped.append(f"{ident[:12]}: {exc}")
                 continue
-            source = entry.get("input_path")
-            index_transcript(archive, ident, transcript, source=source if isinstance(source, str) else None)
             loaded.add(ident)
             for digest, message, tool in _blob_candidates(transcript):
                 origins.setdefault(digest, (ident, message, tool))
@@ -268,7 +271,7 @@ def rebuild(archive: Archive) -> RebuildReport:
                 found = None
             if found is not None and found.messages:
                 transcript = found
-                index_transcript(archive, ident, transcript, source=f"archive {ident[:12]}")
+                _add_transcript(index, ident, transcript, f"archive {ident[:12]}")
                 loaded.add(ident)
                 for digest, message, tool in _blob_candidates(transcript):
                     origins.setdefault(digest, (ident, message, tool))
