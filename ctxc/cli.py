@@ -246,13 +246,10 @@ def convert(
 
     inputs = collect_inputs(paths, glob=glob)
     ropts = read_options(skip_invalid, max_line_mb)
+    _batch_mode(paths, inputs, output, out_dir)
     if out_dir is None:
-        if len(inputs) > 1 or any(Path(p).is_dir() for p in paths or []):
-            raise UsageError("several inputs need --out-dir DIR (mirrors the input tree)")
         convert_file(ConvertJob(inputs[0].path, output, to.value, input_format, ropts))
         return
-    if output != "-":
-        raise UsageError("--output is for one input; a batch writes to --out-dir")
     jobs_list = [
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
         for i in inputs
@@ -268,6 +265,23 @@ def convert(
     rc = batch_exit_code(outcomes, single=fail_fast)
     if rc:
         raise typer.Exit(rc)
+
+
+def _batch_mode(
+    paths: list[str] | None, inputs: list[Any], output: str, out_dir: str | None, in_place: bool | None = None
+) -> bool:
+    """Whether the run is a batch (``--out-dir``, or ``--in-place`` for a command that has it, else None),
+    after refusing what makes no sense: several inputs or a directory without one, ``--output`` with one."""
+    if out_dir is not None and in_place:
+        raise UsageError("give --out-dir or --in-place, not both")
+    batch = out_dir is not None or bool(in_place)
+    if not batch and (len(inputs) > 1 or any(Path(p).is_dir() for p in paths or [])):
+        alt = "" if in_place is None else " or --in-place"
+        raise UsageError(f"several inputs need --out-dir DIR (mirrors the input tree){alt}")
+    if batch and output != "-":
+        where = "--out-dir" if in_place is None else "--out-dir or in place"
+        raise UsageError(f"--output is for one input; a batch writes to {where}")
+    return batch
 
 
 def _load_reminders(path: str | None) -> Any:
@@ -438,13 +452,7 @@ def compact(
     from ctxc.compaction.files import CompactJob, compact_file
 
     inputs = collect_inputs(paths, glob=glob)
-    batch = out_dir is not None or in_place
-    if out_dir is not None and in_place:
-        raise UsageError("give --out-dir or --in-place, not both")
-    if not batch and (len(inputs) > 1 or any(Path(p).is_dir() for p in paths or [])):
-        raise UsageError("several inputs need --out-dir DIR (mirrors the input tree) or --in-place")
-    if batch and output != "-":
-        raise UsageError("--output is for one input; a batch writes to --out-dir or in place")
+    batch = _batch_mode(paths, inputs, output, out_dir, in_place)
     ropts = read_options(skip_invalid, max_line_mb)
     if not batch:
         job = CompactJob(
