@@ -22,7 +22,6 @@ Library use::
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import sqlite3
@@ -132,15 +131,18 @@ def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
         _warn(archive.root, f"original {ident[:12]}", exc)
 
 
-def _load_object(archive: Archive, ident: str, fmt: str | None) -> Transcript:
+def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
+    """An archived object's bytes read as a transcript (in ``fmt``, else sniffed), named ``name``."""
     from ctxc.formats import load
-    from ctxc.reader import ReadOptions
+    from ctxc.reader import ReadOptions, named_bytes
 
-    stream = io.BytesIO(archive.read(ident))
-    stream.name = ident[:12]
     # Whatever the original run accepted (skipped lines, huge lines) must load again here.
     options = ReadOptions(skip_invalid=True, max_line_bytes=1 << 40)
-    return load(stream, input_format=fmt or None, options=options)
+    return load(named_bytes(name, data), input_format=fmt or None, options=options)
+
+
+def _load_object(archive: Archive, ident: str, fmt: str | None) -> Transcript:
+    return load_archived(archive.read(ident), ident[:12], fmt)
 
 
 def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mapping[str, Any]) -> Transcript:
@@ -264,9 +266,14 @@ def rebuild(archive: Archive) -> RebuildReport:
                 index.add_blobs(origin, [(ident, message, tool)])
                 blobs += 1
                 continue
+            try:
+                data = archive.read(ident)
+            except ArchiveError as exc:
+                skipped.append(f"{ident[:12]}: {exc}")
+                continue
             found: Transcript | None
             try:
-                found = _load_object(archive, ident, None)
+                found = load_archived(data, ident[:12])
             except CtxcError:
                 found = None
             if found is not None and found.messages:
@@ -277,8 +284,8 @@ def rebuild(archive: Archive) -> RebuildReport:
                     origins.setdefault(digest, (ident, message, tool))
                 continue
             try:
-                text = archive.read(ident).decode("utf-8")
-            except (UnicodeDecodeError, ArchiveError) as exc:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
                 skipped.append(f"{ident[:12]}: {exc}")
                 continue
             pieces = split_text(text)

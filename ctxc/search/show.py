@@ -14,7 +14,6 @@ text.
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from ctxc.model import (
     Transcript,
     UnknownBlock,
 )
+from ctxc.search import load_archived
 from ctxc.search.chunks import render_input
 
 if TYPE_CHECKING:
@@ -106,23 +106,15 @@ def _manifest_entry(archive: Archive, ident: str) -> dict[str, Any] | None:
 
 def show(ref: Ref | str, *, archive: Archive) -> Shown:
     """Read the messages ``ref`` names from ``archive`` (a missing id or index is an ArchiveError)."""
-    from ctxc.formats import load
-    from ctxc.reader import ReadOptions
-
     r = parse_ref(ref) if isinstance(ref, str) else ref
     ident = archive.resolve(r.archive_id)
     data = archive.read(ident)
     entry = _manifest_entry(archive, ident)
     fmt = entry.get("format") if entry else None
     source = entry.get("input_path") if entry else None
-    stream = io.BytesIO(data)
-    stream.name = f"archive {ident[:MIN_PREFIX]}"
+    name = f"archive {ident[:MIN_PREFIX]}"
     try:
-        transcript = load(
-            stream,
-            input_format=fmt if isinstance(fmt, str) else None,
-            options=ReadOptions(skip_invalid=True, max_line_bytes=1 << 40),
-        )
+        transcript = load_archived(data, name, fmt if isinstance(fmt, str) else None)
     except CtxcError:
         transcript = None
     if transcript is None or not transcript.messages:
