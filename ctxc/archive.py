@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -100,20 +99,10 @@ class Archive:
         path = self.object_path(digest)
         if path.exists() and path.stat().st_size == len(data):
             return digest
+        from ctxc.output import write_atomic
+
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    if sync:
-                        os.fsync(handle.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, data, sync=sync)
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)

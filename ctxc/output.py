@@ -26,6 +26,25 @@ SCHEMA_VERSION = 1
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
+def write_atomic(target: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` to ``target`` (its directory created if need be) through a temporary file beside
+    it and a rename, so a reader sees the old file or the whole new one, never part of it. ``sync``
+    waits for the bytes to reach the disk first. Raises ``OSError``: the caller knows what is lost."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def envelope(command: str, **payload: Any) -> dict[str, Any]:
     return {"schema": f"ctxc.{command}/{SCHEMA_VERSION}", "ctxc_version": __version__, **payload}
 

@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,18 +86,12 @@ def scan_key(
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = ""
+    from ctxc.output import write_atomic
+
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
+        write_atomic(target, data, sync=False)  # a cache: a lost entry is recomputed
     except OSError as exc:
         log.warning("ctxc: not caching the analysis: %s", exc)
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def load_scan(key: str, path: str) -> Scan | None:

@@ -156,15 +156,12 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
             pass
     ranks = parse_ranks(read_rank_file(spec, path))
     if cache is not None:
+        from ctxc.output import write_atomic
+
         payload = marshal.dumps(ranks)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-        try:  # an optimisation only: any failure leaves the next run parsing the file again
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(hashlib.blake2b(payload, digest_size=32).digest() + payload)
-            os.replace(tmp, cache)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        # An optimisation only: any failure leaves the next run parsing the file again.
+        with contextlib.suppress(OSError):
+            write_atomic(cache, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
     return ranks
 
 
