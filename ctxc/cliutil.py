@@ -6,6 +6,7 @@ whole command line, and so ``cli.py`` stays a list of commands.
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -18,6 +19,16 @@ class OutFormat(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
+
+
+class TableOrJson(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
+    """``--format`` as given; by default a table on a terminal and JSON for a pipe or a file."""
+    return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
 
 
 def stderr_console() -> Any:
@@ -101,3 +112,6 @@ def parse_sets(values: list[str]) -> dict[str, str]:
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
 WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
+TableOrJsonOpt = Annotated[
+    TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
+]

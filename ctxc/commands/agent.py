@@ -18,21 +18,19 @@ from ctxc.cliutil import (
     MaxLineOpt,
     ModelOpt,
     SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
     WindowOpt,
     parse_sets,
     parse_thresholds,
     read_options,
     stderr_console,
     stdout_console,
+    table_on_terminal,
 )
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
-
-
-class TableOrJson(StrEnum):
-    table = "table"
-    json = "json"
 
 
 class ComposeFormat(StrEnum):
@@ -77,10 +75,6 @@ def _load(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: 
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
 
 
-def _out_format(fmt: TableOrJson | None) -> TableOrJson:
-    return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
-
-
 # ------------------------------------------------------------------------------------------- remind
 
 
@@ -94,9 +88,7 @@ def remind_command(
         int | None,
         typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
     ] = None,
-    fmt: Annotated[
-        TableOrJson | None, typer.Option("--format", "-f", help="table (default on a terminal) or json.")
-    ] = None,
+    fmt: TableOrJsonOpt = None,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -113,7 +105,7 @@ def remind_command(
     r = replay(transcript, manager, conversation=conversation, compact=False)
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
-    if _out_format(fmt) is TableOrJson.json:
+    if table_on_terminal(fmt) is TableOrJson.json:
         doc = envelope(
             "remind",
             path=r.path,
@@ -275,9 +267,7 @@ def replay_command(
         int | None,
         typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
     ] = None,
-    fmt: Annotated[
-        TableOrJson | None, typer.Option("--format", "-f", help="table (default on a terminal) or json.")
-    ] = None,
+    fmt: TableOrJsonOpt = None,
     turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
     plot_file: Annotated[
         str | None, typer.Option("--plot", help="Also draw the replay to an .svg or .png file (ctxc[plot]).")
@@ -309,7 +299,7 @@ def replay_command(
     transcript = _load(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
     err = stderr_console()
-    if _out_format(fmt) is TableOrJson.json:
+    if table_on_terminal(fmt) is TableOrJson.json:
         sys.stdout.buffer.write(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)

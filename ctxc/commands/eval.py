@@ -8,12 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import SkipInvalidOpt, stderr_console, stdout_console
-
-
-class EvalFormat(StrEnum):
-    table = "table"
-    json = "json"
+from ctxc.cliutil import (
+    SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
+    stderr_console,
+    stdout_console,
+    table_on_terminal,
+)
 
 
 class Scope(StrEnum):
@@ -160,10 +162,7 @@ def eval_command(
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=20, help="Judge call retries.")] = 2,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one judge call may take.")] = 120.0,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    fmt: Annotated[
-        EvalFormat | None,
-        typer.Option("--format", "-f", help="table (the default on a terminal) or json."),
-    ] = None,
+    fmt: TableOrJsonOpt = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
     ] = False,
@@ -209,8 +208,7 @@ def eval_command(
                 markup=False,
                 soft_wrap=True,
             )
-    out = fmt or (EvalFormat.table if sys.stdout.isatty() else EvalFormat.json)
-    if out is EvalFormat.json:
+    if table_on_terminal(fmt) is TableOrJson.json:
         from dataclasses import asdict
 
         doc = envelope(

@@ -11,12 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import stderr_console, stdout_console
-
-
-class SearchFormat(StrEnum):
-    table = "table"
-    json = "json"
+from ctxc.cliutil import TableOrJson, TableOrJsonOpt, stderr_console, stdout_console, table_on_terminal
 
 
 class ShowFormat(StrEnum):
@@ -91,10 +86,7 @@ def search_command(
     ] = None,
     archive: ArchiveOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
-    fmt: Annotated[
-        SearchFormat | None,
-        typer.Option("--format", "-f", help="table (the default on a terminal) or json."),
-    ] = None,
+    fmt: TableOrJsonOpt = None,
     archive_id: Annotated[
         str | None, typer.Option("--id", help="Search only this original (an archive id or prefix).")
     ] = None,
@@ -135,8 +127,7 @@ def search_command(
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
-    out = fmt or (SearchFormat.table if sys.stdout.isatty() else SearchFormat.json)
-    if out is SearchFormat.json:
+    if table_on_terminal(fmt) is TableOrJson.json:
         doc = envelope(
             "search",
             query=query,
