@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from ctxc.analysis import TextCounter
     from ctxc.archive import Archive
     from ctxc.evaluate.judge import Judge, JudgeScore
+    from ctxc.search.embed import Embedder
+    from ctxc.search.index import SearchIndex
 
 DEFAULT_TARGETS = (0.10, 0.25)
 SURVIVAL_KINDS = ("paths", "errors", "decisions")
@@ -464,7 +466,6 @@ def run_eval(
     from ctxc.analysis import make_counter
     from ctxc.compaction import strategies as registry
     from ctxc.compaction.run import CompactOptions, compact_transcript
-    from ctxc.search import search
 
     names = options.strategies or tuple(registry())
     unknown = [n for n in names if n not in registry()]
@@ -557,21 +558,7 @@ def run_eval(
                     raw_cases.append((prep, case, retained))
 
         # Search once every original is archived and indexed: needles compete with all of it.
-        ranks: dict[tuple[str, int], int | None] = {}
-        for prep in prepared:
-            from ctxc.archive import sha256_hex
-
-            ident = sha256_hex(prep.planted.data)
-            for k, needle in enumerate(prep.planted.needles):
-                ranks[(prep.source.name, k)] = _search_rank(
-                    search,
-                    needle,
-                    ident,
-                    store,
-                    options.search_k,
-                    hybrid=options.hybrid,
-                    scoped=options.search_scope == "session",
-                )
+        ranks = _search_ranks(prepared, store, options)
 
     cases: list[Case] = []
     for prep, case, retained in raw_cases:
@@ -594,23 +581,54 @@ def run_eval(
     return EvalReport(options, tuple(cases), planted_counts)
 
 
+def _search_ranks(
+    prepared: Sequence[_Prepared], store: Archive, options: EvalOptions
+) -> dict[tuple[str, int], int | None]:
+    """(source, needle number) → :func:`_search_rank` of every planted needle, in one open index."""
+    from ctxc.archive import sha256_hex
+    from ctxc.search.index import open_index
+
+    ranks: dict[tuple[str, int], int | None] = {}
+    if not any(prep.planted.needles for prep in prepared):
+        return ranks
+    embedder: Embedder | None = None
+    if options.hybrid:
+        from ctxc.search.embed import default_embedder
+
+        embedder = default_embedder()
+    with open_index(store.root, must_exist=True) as index:
+        for prep in prepared:
+            ident = sha256_hex(prep.planted.data)
+            for k, needle in enumerate(prep.planted.needles):
+                ranks[(prep.source.name, k)] = _search_rank(
+                    index,
+                    needle,
+                    ident,
+                    options.search_k,
+                    embedder=embedder,
+                    scoped=options.search_scope == "session",
+                )
+    return ranks
+
+
 def _search_rank(
-    search: Callable[..., Any],
+    index: SearchIndex,
     needle: Needle,
     ident: str,
-    store: Archive,
     k: int,
     *,
-    hybrid: bool,
+    embedder: Embedder | None,
     scoped: bool,
 ) -> int | None:
-    hits = search(
+    from ctxc.search import search_index
+
+    hits = search_index(
+        index,
         needle.query,
-        archive=store,
         limit=k,
-        hybrid=hybrid,
+        hybrid=embedder is not None,
         archive_id=ident if scoped else None,
-        catch_up=False,
+        embedder=embedder,
     )
     for rank, hit in enumerate(hits, 1):
         if hit.archive_id == ident and needle.value in hit.text:

@@ -45,6 +45,7 @@ __all__ = [
     "index_transcript",
     "rebuild",
     "search",
+    "search_index",
     "sync",
 ]
 
@@ -330,15 +331,31 @@ def search(
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
             sync(store, index)
-        if hybrid:
-            from ctxc.search.embed import default_embedder, hybrid_search
+        return search_index(
+            index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
+        )
 
-            return hybrid_search(
-                index,
-                query,
-                limit=limit,
-                embedder=embedder or default_embedder(),
-                archive_id=archive_id,
-                raw=raw,
-            )
-        return index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)
+
+def search_index(
+    index: SearchIndex,
+    query: str,
+    *,
+    limit: int,
+    hybrid: bool = False,
+    archive_id: str | None = None,
+    raw: bool = False,
+    embedder: Embedder | None = None,
+) -> list[Hit]:
+    """:func:`search` in an index the caller has open (many queries, one connection), without catch-up."""
+    if hybrid:
+        from ctxc.search.embed import default_embedder, hybrid_search
+
+        return hybrid_search(
+            index,
+            query,
+            limit=limit,
+            embedder=embedder or default_embedder(),
+            archive_id=archive_id,
+            raw=raw,
+        )
+    return index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)
