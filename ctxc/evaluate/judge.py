@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from anthropic import Anthropic
 
     from ctxc.evaluate.needles import Planted
+    from ctxc.summarize.anthropic import SummaryCache
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters of tool results kept when the compacted context is rendered for the judge (far more
@@ -205,6 +206,7 @@ class AnthropicJudge:
         self.timeout = timeout
         self.use_cache = use_cache
         self._client: Anthropic | None = None
+        self._cache: SummaryCache | None = None
         self._lock = threading.Lock()
         self.calls = 0
         self.cache_hits = 0
@@ -221,6 +223,17 @@ class AnthropicJudge:
                 raise AuthError("ANTHROPIC_API_KEY is not set (--judge anthropic needs an API key)")
             self._client = client
         return self._client
+
+    @property
+    def cache(self) -> SummaryCache | None:
+        """The summary cache, opened once per judge (None with ``use_cache=False`` or when unusable)."""
+        if not self.use_cache:
+            return None
+        if self._cache is None:
+            from ctxc.summarize.anthropic import SummaryCache
+
+            self._cache = SummaryCache()
+        return self._cache if self._cache.enabled else None
 
     def _map(self, exc: BaseException) -> Exception:
         from ctxc.summarize.anthropic import map_api_error
@@ -244,11 +257,9 @@ class AnthropicJudge:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
         import anthropic
 
-        from ctxc.summarize.anthropic import SummaryCache
-
         key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
-        cache = SummaryCache(disabled=not self.use_cache)
-        hit = cache.get(key) if cache.enabled else None
+        cache = self.cache
+        hit = cache.get(key) if cache is not None else None
         if hit is not None:
             with self._lock:
                 self.cache_hits += 1
@@ -269,7 +280,7 @@ class AnthropicJudge:
         text = "".join(t for t in texts if isinstance(t, str))
         if not text.strip():
             raise SummarizerError(f"the judge model {self.model} returned an empty answer")
-        if cache.enabled:
+        if cache is not None:
             usage = getattr(resp, "usage", None)
             cache.put(
                 key,
@@ -278,7 +289,6 @@ class AnthropicJudge:
                 int(getattr(usage, "input_tokens", 0) or 0),
                 int(getattr(usage, "output_tokens", 0) or 0),
             )
-        cache.close()
         return text
 
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
