@@ -188,10 +188,11 @@ def record_sources(path: str | os.PathLike[str]) -> list[RecordSource | None]:
     :func:`compact_record` needs to write exactly what ``ctxc compact FILE`` writes. Reads the file once;
     the archive id is the file's sha256, as ``ctxc compact`` stores it."""
     from ctxc.formats import load
+    from ctxc.reader import named_bytes
 
     with open(path, "rb") as handle:
         data = handle.read()
-    transcript = load(path, input_format="dataset")
+    transcript = load(named_bytes(os.fspath(path), data), input_format="dataset")
     first: dict[int, int] = {}
     for m in transcript.messages:
         first.setdefault(m.line, m.index)
