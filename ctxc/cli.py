@@ -16,15 +16,21 @@ import typer
 
 from ctxc import __version__
 from ctxc.cliutil import (
+    ArchiveOpt,
     FailFastOpt,
     GlobOpt,
     InputFormatOpt,
     JobsOpt,
+    KeepLastOpt,
     MaxLineOpt,
     ModelOpt,
+    NoCacheOpt,
     OutFormat,
+    PathsArg,
     QuietOpt,
+    SetOpt,
     SkipInvalidOpt,
+    ThresholdsOpt,
     WindowOpt,
     expand_paths,
     parse_sets,
@@ -67,12 +73,7 @@ app = typer.Typer(
     )
 )
 def analyze(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Transcript files, directories (walked for *.jsonl), or - for stdin.", show_default=False
-        ),
-    ] = None,
+    paths: PathsArg = None,
     fmt: Annotated[
         OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
     ] = None,
@@ -85,16 +86,12 @@ def analyze(
     ] = "o200k_base",
     model: ModelOpt = None,
     window: WindowOpt = None,
-    thresholds: Annotated[
-        str, typer.Option(help="Window shares where stages 2-5 begin.")
-    ] = "0.6,0.7,0.8,0.9",
+    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
         bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
     ] = False,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
-    ] = False,
+    no_cache: NoCacheOpt = False,
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
@@ -216,10 +213,7 @@ class ConvertTarget(StrEnum):
     )
 )
 def convert(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(help="Transcript files, directories (walked), or - for stdin.", show_default=False),
-    ] = None,
+    paths: PathsArg = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
     to: Annotated[
         ConvertTarget,
@@ -309,10 +303,7 @@ def _load_reminders(path: str | None) -> Any:
     )
 )
 def compact(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(help="Transcript files, directories (walked), or - for stdin.", show_default=False),
-    ] = None,
+    paths: PathsArg = None,
     output: Annotated[
         str, typer.Option("--output", "-o", help="Output file, or - for stdout (the default).")
     ] = "-",
@@ -349,14 +340,12 @@ def compact(
     ] = None,
     model: ModelOpt = None,
     window: WindowOpt = None,
-    keep_last: Annotated[
-        int, typer.Option("--keep-last", min=1, help="Messages at the end always kept verbatim.")
-    ] = 4,
+    keep_last: KeepLastOpt = 4,
     pin: Annotated[
         list[str] | None,
         typer.Option("--pin", help="Keep messages: an index (12), a range (3-7) or a regex. Repeatable."),
     ] = None,
-    archive: Annotated[str | None, typer.Option("--archive", help="Archive directory.")] = None,
+    archive: ArchiveOpt = None,
     summarizer: Annotated[str, typer.Option(help="Summarizer for summarizing strategies.")] = "extractive",
     tokenizer: Annotated[
         str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
@@ -364,10 +353,7 @@ def compact(
     thresholds: Annotated[
         str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
     ] = "0.6,0.7,0.8,0.9",
-    settings: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
-    ] = None,
+    settings: SetOpt = None,
     allow_over: Annotated[
         bool, typer.Option("--allow-over", help="Write the output even if it stays over the target.")
     ] = False,
@@ -598,7 +584,7 @@ def strategies(
 def restore(
     ref: Annotated[str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
-    archive: Annotated[str | None, typer.Option("--archive", help="Archive directory.")] = None,
+    archive: ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
     from ctxc.archive import Archive
@@ -629,10 +615,7 @@ def restore(
     )
 )
 def validate(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(help="Transcript files, directories, or - for stdin.", show_default=False),
-    ] = None,
+    paths: PathsArg = None,
     loose: Annotated[
         bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
     ] = False,
@@ -691,7 +674,7 @@ def validate(
 def repair(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
-    archive: Annotated[str | None, typer.Option("--archive", help="Archive directory.")] = None,
+    archive: ArchiveOpt = None,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,

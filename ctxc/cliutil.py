@@ -115,3 +115,22 @@ WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (o
 TableOrJsonOpt = Annotated[
     TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
 ]
+PathsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Transcript files, directories (walked; see --glob), or - for stdin.", show_default=False
+    ),
+]
+ArchiveOpt = Annotated[
+    str | None,
+    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
+]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
+ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
+KeepLastOpt = Annotated[
+    int, typer.Option("--keep-last", min=1, help="Messages at the end always kept verbatim.")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
+]

@@ -15,11 +15,14 @@ import typer
 
 from ctxc.cliutil import (
     InputFormatOpt,
+    KeepLastOpt,
     MaxLineOpt,
     ModelOpt,
+    SetOpt,
     SkipInvalidOpt,
     TableOrJson,
     TableOrJsonOpt,
+    ThresholdsOpt,
     WindowOpt,
     parse_sets,
     parse_thresholds,
@@ -31,6 +34,12 @@ from ctxc.cliutil import (
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
+
+
+ConversationOpt = Annotated[
+    int | None,
+    typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
+]
 
 
 class ComposeFormat(StrEnum):
@@ -84,10 +93,7 @@ def remind_command(
     model: ModelOpt = None,
     window: WindowOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    conversation: Annotated[
-        int | None,
-        typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
-    ] = None,
+    conversation: ConversationOpt = None,
     fmt: TableOrJsonOpt = None,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
@@ -252,21 +258,11 @@ def replay_command(
     target_ratio: Annotated[
         float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
     ] = None,
-    keep_last: Annotated[
-        int, typer.Option("--keep-last", min=1, help="Messages at the end always kept verbatim.")
-    ] = 4,
-    thresholds: Annotated[
-        str, typer.Option(help="Window shares where stages 2-5 begin.")
-    ] = "0.6,0.7,0.8,0.9",
-    settings: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
-    ] = None,
+    keep_last: KeepLastOpt = 4,
+    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
+    settings: SetOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    conversation: Annotated[
-        int | None,
-        typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
-    ] = None,
+    conversation: ConversationOpt = None,
     fmt: TableOrJsonOpt = None,
     turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
     plot_file: Annotated[

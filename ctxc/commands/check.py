@@ -14,6 +14,8 @@ from ctxc.cliutil import (
     JobsOpt,
     MaxLineOpt,
     ModelOpt,
+    NoCacheOpt,
+    PathsArg,
     QuietOpt,
     SkipInvalidOpt,
     WindowOpt,
@@ -50,12 +52,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Transcript files, directories (walked for *.jsonl), or - for stdin.", show_default=False
-        ),
-    ] = None,
+    paths: PathsArg = None,
     max_usage: Annotated[
         float | None,
         typer.Option("--max-usage", help="Budget as a share of the window, e.g. 0.8.", show_default=False),
@@ -88,9 +85,7 @@ def check(
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
     ] = False,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")
-    ] = False,
+    no_cache: NoCacheOpt = False,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     quiet: QuietOpt = False,

@@ -11,7 +11,14 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import TableOrJson, TableOrJsonOpt, stderr_console, stdout_console, table_on_terminal
+from ctxc.cliutil import (
+    ArchiveOpt,
+    TableOrJson,
+    TableOrJsonOpt,
+    stderr_console,
+    stdout_console,
+    table_on_terminal,
+)
 
 
 class ShowFormat(StrEnum):
@@ -20,11 +27,6 @@ class ShowFormat(StrEnum):
     json = "json"
     raw = "raw"
 
-
-ArchiveOpt = Annotated[
-    str | None,
-    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
-]
 
 SEARCH_EPILOG = (
     "[bold]Examples[/bold]\n\n"
