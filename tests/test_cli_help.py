@@ -1,11 +1,15 @@
-"""Every command has help with examples, and the README documents it."""
+"""Every command has help with examples, the README documents it, and the batch options refuse bad input."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAMPLES, run
 
 from ctxc.cli import app, main
+from ctxc.errors import ExitCode
 
 COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands if c.callback is not None)
 
@@ -65,3 +69,26 @@ def test_readme_sections_appear_once() -> None:
     headings = [line for line in readme.splitlines() if line.startswith(("## ", "### "))]
     assert len(headings) == len(set(headings)), [h for h in headings if headings.count(h) > 1]
     assert "<!--" not in readme  # merge notes must not leak into the published README
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["convert", "{logs}"], ExitCode.USAGE, "several inputs need --out-dir"),
+        (["convert", "{logs}", "--out-dir", "{tmp}/o", "-o", "x.jsonl"], ExitCode.USAGE, "--output is for"),
+        (["analyze", "{logs}", "--jobs", "0"], ExitCode.USAGE, "--jobs"),
+        (["validate"], ExitCode.USAGE, "give a transcript file"),
+        (["analyze", "{logs}", "--glob", "*.nothing"], ExitCode.INPUT, "no transcripts (*.nothing)"),
+    ],
+)
+def test_batch_options_refuse_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], code: int, needle: str
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("codex.jsonl", "chat-anthropic.jsonl"):
+        shutil.copy(SAMPLES / name, logs / name)
+    got, _, err = run(capsys, *(a.replace("{logs}", str(logs)).replace("{tmp}", str(tmp_path)) for a in args))
+    assert got == code, err
+    assert needle in err
+    assert not (tmp_path / "o").exists()
