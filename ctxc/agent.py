@@ -340,13 +340,9 @@ class ContextManager:
 
     def _get_summarizer(self) -> Any:
         if self._summarizer is None:
-            from ctxc.compaction.run import SUMMARIZING
-            from ctxc.summarize import get_summarizer
+            from ctxc.compaction.run import ready_summarizer
 
-            self._summarizer = get_summarizer(self.options.summarizer, self.options.summarizer_options)
-            preflight = getattr(self._summarizer, "preflight", None)
-            if self.options.strategy in SUMMARIZING and callable(preflight):
-                preflight()
+            self._summarizer = ready_summarizer(self.options)
         return self._summarizer
 
     # ------------------------------------------------------------------------------------ reminders

@@ -181,6 +181,16 @@ def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     return int(options.thresholds[0] * window), False
 
 
+def ready_summarizer(options: CompactOptions) -> Any:
+    """The summarizer ``options`` name, checked first when the strategy may call it: a missing or
+    rejected key, or an unknown model, fails before any work."""
+    summarizer = get_summarizer(options.summarizer, options.summarizer_options)
+    preflight = getattr(summarizer, "preflight", None)
+    if options.strategy in SUMMARIZING and callable(preflight):
+        preflight()
+    return summarizer
+
+
 def compact_transcript(
     transcript: Transcript,
     options: CompactOptions = CompactOptions(),
@@ -200,10 +210,7 @@ def compact_transcript(
     target, explicit = resolve_target(options, window)
     strategy = get_strategy(options.strategy)
     configs = strategy_configs(options)
-    summarizer = get_summarizer(options.summarizer, options.summarizer_options)
-    preflight = getattr(summarizer, "preflight", None)
-    if options.strategy in SUMMARIZING and callable(preflight):
-        preflight()  # a missing or rejected key, or an unknown model, fails before any work
+    summarizer = ready_summarizer(options)
     counter = counter or make_counter(
         options.tokenizer,
         use_cache=options.use_cache,
@@ -367,13 +374,10 @@ def _verify(
     Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
     so the figures reported are those of the file as written, not of the strategy's message list.
     """
-    import io
-
     from ctxc.formats import load
+    from ctxc.reader import named_bytes
 
-    stream = io.BytesIO(written.to_bytes())
-    stream.name = source.source
-    reread = load(stream, input_format=source.format)
+    reread = load(named_bytes(source.source, written.to_bytes()), input_format=source.format)
     problems = pairing_problems(reread.messages, strict=True)
     if problems:
         raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
