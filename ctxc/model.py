@@ -174,6 +174,16 @@ class Message:
                 parts.append(f"{b.name} {b.input}")
         return "\n".join(parts)
 
+    @property
+    def is_request(self) -> bool:
+        """A user's own words: a user message with text (not only tool results) that the client did not
+        inject (meta text, a compaction summary, a demo)."""
+        if self.role != "user":
+            return False
+        if self.meta.get("is_meta") or self.meta.get("is_compact_summary") or self.meta.get("is_demo"):
+            return False
+        return any(isinstance(b, TextBlock) and b.text.strip() for b in self.blocks)
+
 
 @dataclass(frozen=True, slots=True)
 class Transcript:

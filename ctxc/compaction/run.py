@@ -19,7 +19,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.model import Message, TextBlock, Transcript
+from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
@@ -147,7 +147,7 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     for msg in messages:
         if msg.role == "system" or msg.importance == "critical":
             keep.add(msg.index)
-        if not first_user_seen and msg.role == "user" and _is_request(msg):
+        if not first_user_seen and msg.is_request:
             keep.add(msg.index)
             first_user_seen = True
         if any(lo <= msg.index <= hi for lo, hi in ranges):
@@ -157,13 +157,6 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
             if any(p.search(text) for p in patterns):
                 keep.add(msg.index)
     return frozenset(keep)
-
-
-def _is_request(m: Message) -> bool:
-    """A user's own words: text, not only tool results, not client-injected meta text."""
-    if m.meta.get("is_meta") or m.meta.get("is_compact_summary") or m.meta.get("is_demo"):
-        return False
-    return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
 
 
 def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ctxc.errors import CtxcError, UsageError
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
-from ctxc.search.chunks import is_request, render_input
+from ctxc.search.chunks import render_input
 
 if TYPE_CHECKING:
     from ctxc.analysis import TextCounter
@@ -402,7 +402,7 @@ def first_requests(transcript: Transcript) -> list[str]:
     """
     out: list[str] = []
     for conv in range(transcript.conversations):
-        m = next((x for x in transcript.conversation(conv) if is_request(x)), None)
+        m = next((x for x in transcript.conversation(conv) if x.is_request), None)
         if m is not None and not m.meta.get("is_sidechain"):
             out.append("\n".join(b.text for b in m.blocks if isinstance(b, TextBlock) and b.text.strip()))
     return out

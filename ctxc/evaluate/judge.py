@@ -114,10 +114,8 @@ def _changed_files(messages: Sequence[Message]) -> list[str]:
 
 
 def _last_request(messages: Sequence[Message]) -> str:
-    from ctxc.search.chunks import is_request
-
     for m in reversed(messages):
-        if is_request(m):
+        if m.is_request:
             return " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
     return ""
 

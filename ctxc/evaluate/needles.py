@@ -26,7 +26,6 @@ from typing import Any
 from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
-from ctxc.search.chunks import is_request
 
 #: Needles are planted among the first this share of a conversation's messages.
 EARLY_SHARE = 0.3
@@ -180,7 +179,7 @@ def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Messa
     n = len(messages)
     early = max(1, int(n * EARLY_SHARE))
     tail = n - max(keep_last, 1)
-    first_request = next((m.index for m in messages if is_request(m)), None)
+    first_request = next((m.index for m in messages if m.is_request), None)
     usual: list[tuple[int, Message]] = []
     other: list[tuple[int, Message]] = []
     for pos, m in enumerate(messages[: max(0, tail)]):
@@ -311,7 +310,7 @@ def _plant_instruction(
     half = messages[: max(1, len(messages) // 2)]
     users = [m for m in half if m.role == "user" and _target(m) is not None and m.index not in used]
     texts = [m for m in users if any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)]
-    first = next((m for m in messages if is_request(m)), None)
+    first = next((m for m in messages if m.is_request), None)
     order = [m for m in texts if first is None or m.index != first.index] + ([first] if first else []) + users
     for m in order:
         candidate = _planted_copy(t, conv, messages, m, instruction)

@@ -162,15 +162,6 @@ def _line_end(text: str, start: int) -> int:
     return len(text) if end < 0 else end
 
 
-def is_request(m: Message) -> bool:
-    """A user's own words: text, not only tool results, not client-injected meta text (as run.py)."""
-    if m.role != "user":
-        return False
-    if m.meta.get("is_meta") or m.meta.get("is_compact_summary") or m.meta.get("is_demo"):
-        return False
-    return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
-
-
 def _request_text(m: Message) -> str:
     text = " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
     return _clip(" ".join(text.split()), REQUEST_CHARS)
@@ -195,7 +186,7 @@ def _about(use: ToolUseBlock | None, tool: str) -> str:
 
 def _blocks(m: Message, calls: Mapping[str, ToolUseBlock]) -> Iterator[tuple[str, str, str, str]]:
     """(kind, tool, what the block is, its text) of each searchable block of ``m``."""
-    request = is_request(m)
+    request = m.is_request
     for b in m.blocks:
         if isinstance(b, TextBlock):
             yield "text", "", "user request" if request else f"{m.role} message", b.text
@@ -225,7 +216,7 @@ def chunk_messages(
     request: dict[int, str] = {}
     for m in messages:
         conv = m.conversation
-        asks = is_request(m)
+        asks = m.is_request
         if asks:
             turn[conv] = turn.get(conv, 0) + 1
             request[conv] = _request_text(m)
