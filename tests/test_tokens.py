@@ -164,6 +164,46 @@ def test_parse_ranks_matches_tiktoken_loader() -> None:
     assert ranks == load_tiktoken_bpe(str(DATA / spec.filename))
 
 
+LENGTH_CASES = [
+    "",
+    "hello world",
+    "안녕하세요, 세계! 토큰은 몇 개일까요?",
+    "<|endoftext|> and <|endofprompt|> are ordinary text to encode_ordinary",
+    "lone \ud800 surrogate",
+    "def f(x):\n    return x * 2  # code\n" * 50,
+    "=" * 3000,
+]
+
+
+@pytest.mark.parametrize("name", sorted(tb.SPECS))
+def test_length_counter_counts_what_encode_ordinary_encodes(name: str) -> None:
+    enc = tb._encoding(tb.SPECS[name], None)
+    count = tb.length_counter(enc)
+    texts = [*LENGTH_CASES, *(p.read_text("utf-8") for p in sorted((ROOT / "samples").glob("*.jsonl")))]
+    assert [count(t) for t in texts] == [len(enc.encode_ordinary(t)) for t in texts]
+
+    class Plain:  # a tiktoken whose core has no buffer call
+        encode_ordinary = staticmethod(enc.encode_ordinary)
+
+    plain = tb.length_counter(Plain())  # type: ignore[arg-type]
+    assert [plain(t) for t in LENGTH_CASES] == [count(t) for t in LENGTH_CASES]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_length_counter_on_any_text(text: str) -> None:
+    enc = tb._encoding(tb.SPECS["o200k_base"], None)
+    assert tb.length_counter(enc)(text) == len(enc.encode_ordinary(text))
+
+
+@pytest.mark.parametrize("name", sorted(tb.SPECS))
+def test_bundled_ranks_run_in_file_order(name: str) -> None:
+    # load_ranks reads the bundled files with in_order=True, which takes this for granted.
+    data = tb.read_rank_file(tb.SPECS[name])
+    assert tb.parse_ranks(data, in_order=True) == tb.parse_ranks(data)
+    assert tb.parse_ranks(b"YQ== 5\nYg== 6\n", in_order=True) == {b"a": 0, b"b": 1}
+
+
 def test_hashes_are_the_ones_tiktoken_pins() -> None:
     import inspect
 
@@ -562,7 +602,7 @@ def test_rank_table_marshal_copy_is_used_and_a_damaged_one_ignored(
     expected = tb.parse_ranks(tb.read_rank_file(spec, None))
     assert tb.load_ranks(spec) == expected  # parses, then writes the copy
     (copy,) = (tmp_path / "bpe").iterdir()
-    monkeypatch.setattr(tb, "parse_ranks", lambda data: pytest.fail("parsed again"))
+    monkeypatch.setattr(tb, "parse_ranks", lambda data, **_: pytest.fail("parsed again"))
     assert tb.load_ranks(spec) == expected
     monkeypatch.undo()
     monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path))
