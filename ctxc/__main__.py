@@ -1,3 +1,29 @@
-from ctxc.cli import main
+"""The ``ctxc`` console script and ``python -m ctxc``.
 
-main()
+This module stays light on purpose: ``--version`` is answered before anything else is imported, and a
+command that will count tokens gets a child building the tokenizer (:mod:`ctxc.tokens.prefork`)
+before ``ctxc.cli`` and typer, a tenth of a second of imports, are loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args in (["--version"], ["-V"]):  # scripts call this often
+        from ctxc import __version__
+
+        sys.stdout.write(f"ctxc {__version__}\n")
+        return
+    from ctxc.tokens.prefork import start_for
+
+    start_for(args)
+    from ctxc.cli import main as cli_main
+
+    cli_main(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -317,6 +317,9 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     ):
         yield False
         return
+    from ctxc.tokens import prefork
+
+    prefork.stop()  # the workers below count instead; the child would only take a core from them
     pool = ProcessPoolExecutor(
         workers,
         mp_context=multiprocessing.get_context("fork"),
@@ -372,8 +375,36 @@ class TiktokenTokenizer:
             shipped = self._ship(texts)
             if shipped is not None:
                 return shipped
+        elif texts and self._path is None:
+            sent = self._send_to_prebuilt(texts)
+            if sent is not None:
+                return sent
         counts = self._count_here(texts)
         return lambda: counts
+
+    def _send_to_prebuilt(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
+        """Send ``texts`` to the child that started building this encoding with the command (see
+        :mod:`ctxc.tokens.prefork`), or return None to count here.
+
+        Until this process has the encoding, every batch goes to the child, which had a head start on
+        the build. Once waiting for it adds up to :data:`BUILD_SECONDS` (the same rent as for
+        :meth:`_ship`), this process builds its own and stops the child, freeing its core.
+        """
+        from ctxc.tokens import prefork
+
+        child = prefork.child_for(self.name)
+        if child is None or (self._spec.name, None) in _encodings:
+            return None
+        if child.waited >= BUILD_SECONDS:
+            prefork.stop()
+            return None
+        pending = child.start(texts)
+
+        def collect() -> list[int]:
+            counts = pending()
+            return self._count_here(texts) if counts is None else counts  # None: the child failed
+
+        return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
         count = _counter(self._spec, self._path)

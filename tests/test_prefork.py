@@ -1,0 +1,206 @@
+"""The child that builds the tokenizer while the command line starts (ctxc.tokens.prefork).
+
+Children are forked in fresh interpreters: a test session runs threads (the fake API server), and a
+fork copies whatever lock one of them holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import ROOT, SAMPLES
+
+from ctxc.tokens.prefork import plan
+
+
+def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return orjson.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> None:
+    small = SAMPLES / "chat-anthropic.jsonl"
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as f:
+        f.truncate(5 << 20)
+    assert plan(["analyze", str(small)]) == "o200k_base"
+    assert plan(["compact", str(small), "--target", "0.5"]) == "o200k_base"
+    assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == "cl100k_base"
+    assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == "cl100k_base"
+    assert plan(["analyze", "-"]) == "o200k_base"  # stdin: size unknown, usually a pipe of one log
+    for args in (
+        [],
+        ["convert", str(small)],  # counts nothing
+        ["analyze", str(small), "--tokenizer", "approx"],
+        ["analyze", str(small), "--tokenizer", "usage"],
+        ["analyze", str(small), "--help"],
+        ["analyze", str(big)],  # worker processes of its own
+        ["analyze", str(small), str(big)],
+        ["analyze", str(tmp_path)],  # a folder is a batch
+        ["analyze", str(tmp_path / "missing.jsonl")],  # nothing to read: the CLI says so
+    ):
+        assert plan(args) is None, args
+
+
+COUNTS = r"""
+import sys, orjson, os, time
+from ctxc.tokens.prefork import Prebuilt
+from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
+
+texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000]
+child = Prebuilt("o200k_base")
+first = child.start(texts[:2])
+# The second batch is sent before the first answer is read: start() reads it first, in order.
+second = child.start(texts[2:])
+counts = (first() or []) + (second() or [])
+enc = build_encoding(SPECS["o200k_base"])
+pid = child.pid
+child.close()
+try:
+    os.waitpid(pid, os.WNOHANG)
+    reaped = False
+except ChildProcessError:
+    reaped = True
+after = child.start(["more"])()  # a closed child answers nothing: the caller counts itself
+print(orjson.dumps({
+    "counts": counts,
+    "expected": [len(enc.encode_ordinary(t)) for t in texts],
+    "reaped": reaped,
+    "after": after,
+}).decode())
+"""
+
+
+def test_child_counts_exactly_what_tiktoken_does_and_is_reaped() -> None:
+    doc = run_script(COUNTS)
+    assert doc["counts"] == doc["expected"]
+    assert doc["reaped"] is True
+    assert doc["after"] is None
+
+
+FAILURES = r"""
+import sys, orjson, os, signal
+from ctxc.tokens.prefork import Prebuilt
+
+def broken():
+    raise RuntimeError("corrupt ranks")
+
+failed = Prebuilt("o200k_base", build=broken).start(["a"])()
+
+def slow():
+    import time
+    time.sleep(60)
+
+victim = Prebuilt("o200k_base", build=slow)
+pending = victim.start(["a"])
+os.kill(victim.pid, signal.SIGKILL)  # dies before answering
+died = pending()
+
+# Another process (a batch worker forked later) inherits the object but may not use it.
+other = Prebuilt("o200k_base", build=lambda: (lambda texts: [1] * len(texts)))
+real_getpid = os.getpid
+os.getpid = lambda: real_getpid() + 1
+usable_elsewhere = other.usable
+other.close()  # not the owner: leaves the child alone
+os.getpid = real_getpid
+answer = other.start(["a", "b"])()
+other.close()
+print(orjson.dumps({"failed": failed, "died": died, "usable_elsewhere": usable_elsewhere,
+                    "answer": answer}).decode())
+"""
+
+
+def test_failed_build_dead_child_and_foreign_process() -> None:
+    doc = run_script(FAILURES)
+    assert doc["failed"] is None  # the caller then builds itself and raises the real error
+    assert doc["died"] is None
+    assert doc["usable_elsewhere"] is False
+    assert doc["answer"] == [1, 1]
+
+
+STREAMS = r"""
+import os, sys
+from ctxc.tokens.prefork import Prebuilt
+
+def hang():
+    import time
+    time.sleep(60)
+
+child = Prebuilt("o200k_base", build=hang)
+print(child.pid, flush=True)
+os._exit(0)  # no cleanup: the child is still building
+"""
+
+
+def test_child_holds_none_of_the_parents_streams() -> None:
+    # A pipe reading ctxc's output ends when ctxc exits, not when its child does: this would time out.
+    done = subprocess.run(
+        [sys.executable, "-c", STREAMS],
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    pid = int(done.stdout)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 9)
+
+
+TOKENIZER = r"""
+import sys, orjson
+from ctxc.tokens import prefork, tiktoken_backend as tb
+
+prefork.start_for(["analyze", sys.argv[1]])
+tok = tb.TiktokenTokenizer("o200k_base")
+texts = [f"line {i} of a log, 한국어 {i * 7}" for i in range(300)]
+counts = tok.count_batch(texts)
+sent_to_child = not tb._encodings and prefork.child_for("o200k_base") is not None
+# Waiting for the child past the price of a build: this process builds its own and stops the child.
+prefork.child_for("o200k_base").waited = tb.BUILD_SECONDS
+again = tok.count_batch(texts)
+print(orjson.dumps({
+    "same": counts == again == [tok.count(t) for t in texts],
+    "sent_to_child": sent_to_child,
+    "child_left": prefork.child_for("o200k_base") is not None,
+}).decode())
+"""
+
+
+def test_tokenizer_counts_through_the_child_until_waiting_costs_a_build() -> None:
+    doc = run_script(TOKENIZER, str(SAMPLES / "chat-anthropic.jsonl"))
+    assert doc == {"same": True, "sent_to_child": True, "child_left": False}
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["check", "--max-tokens", "2000"]])
+def test_cli_counts_match_without_the_child(tmp_path: Path, command: list[str]) -> None:
+    sample = SAMPLES / "claude-code.jsonl"
+    outs = []
+    for prebuild in ("1", "0"):
+        done = subprocess.run(
+            [sys.executable, "-m", "ctxc", *command, str(sample), "--format", "json", "--no-cache"],
+            capture_output=True,
+            timeout=120,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "CTXC_NO_PREBUILD": "0" if prebuild == "1" else "1",
+                "CTXC_CACHE_DIR": str(tmp_path / "cache"),
+            },
+            check=False,
+        )
+        assert done.stdout, done.stderr.decode()
+        outs.append((done.returncode, done.stdout))  # check exits non-zero over budget
+    assert outs[0] == outs[1]
