@@ -123,6 +123,10 @@ def analyze(
     # Recorded usage is a byte scan that holds no tokenizer: its workers are plain forks, which cost
     # milliseconds to start where a clean worker would spend longer importing ctxc than scanning.
     light = tokenizer == "usage"
+    if out_fmt is OutFormat.table:
+        # rich's table takes ~50 ms to import. Now, a small file's tokenizer is still being built by
+        # the child ctxc.tokens.prefork forked, which the counting waits for; after it, this is waited for.
+        import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
         "",
