@@ -122,6 +122,22 @@ def test_json_csv_and_table_outputs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "stage" in out
 
 
+def test_table_prints_names_verbatim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Tool names are data: "[/x]" is not rich markup (which would fail to render) and ":ok:" no emoji.
+    path = tmp_path / "t.jsonl"
+    call = {"type": "tool_use", "id": "c1", "name": "[/x]:ok:", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "c1", "content": "done " * 50}
+    lines = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    code, out = run(capsys, "analyze", str(path), "--format", "table", "--messages")
+    assert code == 0
+    assert out.count("[/x]:ok:") >= 2  # in the by-tool totals and in the messages' rows
+
+
 def test_many_paths_and_directories(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     sub = tmp_path / "logs" / "deep"
     sub.mkdir(parents=True)
