@@ -32,6 +32,7 @@ from ctxc.cliutil import (
     SkipInvalidOpt,
     ThresholdsOpt,
     WindowOpt,
+    cells,
     expand_paths,
     parse_sets,
     parse_thresholds,
@@ -532,14 +533,16 @@ def _emit_plan(doc: dict[str, Any]) -> None:
     for conv in doc["conversations"]:
         for a in conv["actions"]:
             table.add_row(
-                str(conv["conversation"]),
-                a["strategy"],
-                a["kind"],
-                f"{a['first']}-{a['last']}",
-                f"{a['tokens_before']:,}",
-                f"{a['tokens_after']:,}",
-                f"{a['tokens_before'] - a['tokens_after']:,}",
-                a["note"],
+                *cells(
+                    str(conv["conversation"]),
+                    a["strategy"],
+                    a["kind"],
+                    f"{a['first']}-{a['last']}",
+                    f"{a['tokens_before']:,}",
+                    f"{a['tokens_after']:,}",
+                    f"{a['tokens_before'] - a['tokens_after']:,}",
+                    a["note"],
+                )
             )
     console.print(table)
 

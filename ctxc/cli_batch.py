@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import OutFormat, stderr_console
+from ctxc.cliutil import OutFormat, cells, stderr_console
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -231,12 +231,14 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     table = Table("file", "status", "format", "before", "after", "archive")
     for r in rows:
         table.add_row(
-            r["path"],
-            r["status"],
-            r.get("format") or "",
-            f"{r['tokens_before']:,}" if r.get("tokens_before") is not None else "",
-            f"{r['tokens_after']:,}" if r.get("tokens_after") is not None else "",
-            (r.get("archive_id") or "")[:12],
+            *cells(
+                r["path"],
+                r["status"],
+                r.get("format") or "",
+                f"{r['tokens_before']:,}" if r.get("tokens_before") is not None else "",
+                f"{r['tokens_after']:,}" if r.get("tokens_after") is not None else "",
+                (r.get("archive_id") or "")[:12],
+            )
         )
     stdout_console().print(table)
 

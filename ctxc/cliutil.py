@@ -37,6 +37,14 @@ def stderr_console() -> Any:
     return Console(stderr=True, highlight=False)
 
 
+def cells(*values: str) -> list[Any]:
+    """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
+    data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print."""
+    from rich.text import Text
+
+    return [Text(v) for v in values]
+
+
 def stdout_console() -> Any:
     from rich.console import Console
 

@@ -528,3 +528,19 @@ def test_outputs_get_ordinary_permissions_and_in_place_keeps_the_files(tmp_path:
         assert kept.stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(old)
+
+
+def test_batch_table_prints_file_names_verbatim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Names are data, not rich markup or emoji codes: this printed as "logs/🆗.jsonl".
+    monkeypatch.setenv("COLUMNS", "400")
+    src = tmp_path / "[bold]logs"
+    src.mkdir()
+    shutil.copy(SAMPLES / "chat-openai.jsonl", src / "[draft]:ok:.jsonl")
+    out = tmp_path / "out"
+    rc = run(
+        "compact", str(src), "--out-dir", str(out), "--archive", str(tmp_path / "a"), "--format", "table"
+    )
+    assert rc == 0
+    assert "[bold]logs/[draft]:ok:.jsonl" in capsys.readouterr().out

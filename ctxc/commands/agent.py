@@ -24,6 +24,7 @@ from ctxc.cliutil import (
     TableOrJsonOpt,
     ThresholdsOpt,
     WindowOpt,
+    cells,
     parse_sets,
     parse_thresholds,
     read_options,
@@ -138,7 +139,6 @@ def remind_command(
         )
         sys.stdout.buffer.write(dumps(doc))
         return
-    from rich.markup import escape
     from rich.table import Table
 
     console = stdout_console()
@@ -149,12 +149,12 @@ def remind_command(
     )
     table = Table("turn", "line", "context", "rule", "trigger", "why")
     for t, x in rows:
-        table.add_row(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, escape(x.detail))
+        table.add_row(*cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail))
     console.print(table)
     summary = Table("rule", "trigger", "fired", "max repeats")
     for rule in rule_set.rules:
         summary.add_row(
-            rule.id, escape(rule.describe()), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-")
+            *cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         )
     console.print(summary)
 

@@ -15,6 +15,7 @@ from ctxc.cliutil import (
     ArchiveOpt,
     TableOrJson,
     TableOrJsonOpt,
+    cells,
     stderr_console,
     stdout_console,
     table_on_terminal,
@@ -78,7 +79,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append("\n")
         cell.append(Text(h.context.split(". Request:", 1)[0], style="dim"))  # the request: in --format json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
-        table.add_row(f"{h.ref}\nline {h.line}", what, score, cell)
+        table.add_row(*cells(f"{h.ref}\nline {h.line}", what, score), cell)
     console.print(table)
 
 
@@ -198,7 +199,7 @@ def _render_table(shown: Any) -> None:
                 cell.append("\n")
             cell.append(f"{label}\n", style="dim")
             cell.append(text)
-        table.add_row(str(m.index), str(m.line), m.role, cell)
+        table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
     console.print(table)
 
 
