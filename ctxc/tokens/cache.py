@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -44,12 +43,9 @@ def digest(text: str) -> bytes:
 
 
 def default_path() -> Path:
-    base = os.environ.get("CTXC_CACHE_DIR")
-    if base:
-        return Path(base) / "tokens.sqlite3"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "ctxc" / "tokens.sqlite3"
+    from ctxc.system import cache_dir
+
+    return cache_dir() / "tokens.sqlite3"
 
 
 class TokenCache(SqliteStore):

@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.resources
-import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxc.errors import CtxcError
-from ctxc.system import cpu_count
+from ctxc.system import cache_dir, cpu_count
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
     import tiktoken
+
+# multiprocessing and concurrent.futures are imported where they are used: the child that
+# ctxc.tokens.prefork forks to build the encoding imports this module on its critical path, and needs
+# neither (35 ms).
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,14 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
     """The rank file's bytes, refused unless its SHA-256 is the one tiktoken pins."""
     try:
         if path is None:
-            data = (importlib.resources.files("ctxc.tokens") / "data" / spec.filename).read_bytes()
             where = f"ctxc/tokens/data/{spec.filename}"
+            beside = Path(__file__).with_name("data") / spec.filename
+            if beside.is_file():  # an installed package is files: importlib.resources costs 22 ms
+                data = beside.read_bytes()
+            else:  # a zip
+                import importlib.resources
+
+                data = (importlib.resources.files("ctxc.tokens") / "data" / spec.filename).read_bytes()
         else:
             data = path.read_bytes()
             where = str(path)
@@ -134,9 +142,7 @@ def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
 def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
     if os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no"):
         return None
-    from ctxc.tokens.cache import default_path
-
-    return default_path().parent / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
+    return cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
 
 
 def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
@@ -238,6 +244,8 @@ def _executor() -> ThreadPoolExecutor:
     # One pool for the process: tiktoken's encode_ordinary_batch builds (and joins) a new pool per call,
     # which costs more than counting a typical message batch.
     if not _pools:
+        from concurrent.futures import ThreadPoolExecutor
+
         with _pool_lock:
             if not _pools:
                 _pools.append(ThreadPoolExecutor(cpu_count(), thread_name_prefix="ctxc-bpe"))
@@ -307,6 +315,8 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     when other threads are running (forking a process with threads may copy a lock some thread holds).
     Counts are identical either way; only the speed differs.
     """
+    import multiprocessing
+
     if (
         workers < 2
         or not isinstance(tokenizer, TiktokenTokenizer)
@@ -317,6 +327,8 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     ):
         yield False
         return
+    from concurrent.futures import ProcessPoolExecutor
+
     from ctxc.tokens import prefork
 
     prefork.stop()  # the workers below count instead; the child would only take a core from them
@@ -429,6 +441,8 @@ class TiktokenTokenizer:
         which beats building the encoding for a few of them; when they keep coming (compaction counts
         every text it shrinks), :data:`BUILD_SECONDS` of waiting for them decides to build it.
         """
+        from concurrent.futures.process import BrokenProcessPool  # loaded with the pool: a lookup
+
         pool, workers, name = _process_pool[0]
         if name != self.name:
             return None
