@@ -24,11 +24,11 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> di
         [sys.executable, "-c", script, *args],
         capture_output=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "CTXC_NO_PREBUILD": "", **(env or {})},
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
-    return orjson.loads(done.stdout)  # type: ignore[no-any-return]
+    return orjson.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> None:
@@ -41,6 +41,10 @@ def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> Non
     assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == "cl100k_base"
     assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == "cl100k_base"
     assert plan(["analyze", "-"]) == "o200k_base"  # stdin: size unknown, usually a pipe of one log
+    assert (
+        plan(["compact", str(small), "--archive", str(tmp_path), "--out-dir", str(tmp_path)]) == "o200k_base"
+    )
+    assert plan(["analyze", "-j", "2", str(small)]) == "o200k_base"
     for args in (
         [],
         ["convert", str(small)],  # counts nothing
@@ -49,6 +53,8 @@ def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> Non
         ["analyze", str(small), "--help"],
         ["analyze", str(big)],  # worker processes of its own
         ["analyze", str(small), str(big)],
+        ["analyze", "--jobs", "2", str(small), str(small)],  # batch workers count
+        ["analyze", "--jobs=2", str(small), str(small)],
         ["analyze", str(tmp_path)],  # a folder is a batch
         ["analyze", str(tmp_path / "missing.jsonl")],  # nothing to read: the CLI says so
     ):
@@ -129,6 +135,78 @@ def test_failed_build_dead_child_and_foreign_process() -> None:
     assert doc["died"] is None
     assert doc["usable_elsewhere"] is False
     assert doc["answer"] == [1, 1]
+
+
+STOPPED = r"""
+import os, sys, time, orjson
+from ctxc.tokens.prefork import Prebuilt
+
+marker = sys.argv[1]
+
+def slow_build():
+    # Stands for the build: the child is stopped before it answers.
+    open(marker, "w").close()
+    try:
+        time.sleep(60)
+    except BaseException:
+        os.unlink(marker)  # what write_atomic does with its temp file
+        raise
+
+child = Prebuilt("o200k_base", build=slow_build)
+while not os.path.exists(marker):
+    time.sleep(0.01)
+child.close()  # SIGTERM, not waited for
+_, status = os.waitpid(child.pid, 0)
+doc = {"marker_left": os.path.exists(marker), "code": os.waitstatus_to_exitcode(status)}
+print(orjson.dumps(doc).decode())
+"""
+
+
+def test_child_stopped_mid_build_unwinds(tmp_path: Path) -> None:
+    doc = run_script(STOPPED, str(tmp_path / "building"))
+    assert doc == {"marker_left": False, "code": 1}
+
+
+NO_FORK = r"""
+import os, sys, orjson
+from ctxc.tokens import prefork
+
+def refuse():
+    raise BlockingIOError(11, "Resource temporarily unavailable")
+
+fds = len(os.listdir("/proc/self/fd"))
+os.fork = refuse
+prefork.start_for(["analyze", sys.argv[1]])
+leaked = len(os.listdir("/proc/self/fd")) - fds
+print(orjson.dumps({"child": bool(prefork._current), "leaked": leaked}).decode())
+"""
+
+
+def test_no_child_when_no_process_can_be_forked() -> None:
+    doc = run_script(NO_FORK, str(SAMPLES / "chat-anthropic.jsonl"))
+    assert doc == {"child": False, "leaked": 0}
+
+
+USED = r"""
+import sys, orjson
+from ctxc import __main__ as entry
+from ctxc.tokens import prefork
+
+sys.argv = ["ctxc", "analyze", sys.argv[1], "--format", "json", "--no-cache"]
+try:
+    entry.main()
+except SystemExit:
+    pass
+child = prefork._current[0]
+print()
+print(orjson.dumps({"sent": child._sent, "answered": child._read}).decode())
+"""
+
+
+def test_cli_sends_a_small_files_counts_to_the_child(tmp_path: Path) -> None:
+    doc = run_script(USED, str(SAMPLES / "claude-code.jsonl"), env={"CTXC_CACHE_DIR": str(tmp_path)})
+    assert doc["sent"] >= 1
+    assert doc["answered"] == doc["sent"]
 
 
 STREAMS = r"""

@@ -16,8 +16,13 @@ identical whichever process makes them.
 
 The child holds none of the parent's standard streams (a pipe reading ctxc's stdout sees its end when
 ctxc exits), ignores Ctrl-C (the parent's to handle), and exits when the parent closes its end of the
-request pipe, which a killed parent does too. One request is in flight at a time: this process reads
-the answer to the last batch before sending the next, so neither side can block writing to the other.
+request pipe, which a killed parent does too. Stopped before it has answered, it may still be building
+(in Rust, deaf to signals): it is sent SIGTERM, which it acts on once back in Python, removing any
+half-written copy of the rank table, and is not waited for. One request is in flight at a time: this
+process reads the answer to the last batch before sending the next, so neither side can block writing
+to the other. Only the thread that forked the child talks to it. Linux only, with two or more cores:
+a fork this early, before any thread exists, is safe there, and on one core the build would compete
+with ctxc's start instead of overlapping it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pickle
 import signal
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
@@ -43,14 +49,14 @@ def plan(args: Sequence[str]) -> str | None:
     """The encoding to build early for ``ctxc ARGS``, or None where a child would not pay for itself.
 
     A scan, not a parse: any argument naming a regular file counts toward the input size (an existing
-    ``-o`` target too, which only errs toward no child). A folder means a batch, which sizes its own
-    workers.
+    ``-o`` target too, which only errs toward no child). A folder to read means a batch, which sizes
+    its own workers, as do ``--jobs`` over several files.
     """
     from ctxc.tokens import PROCESS_MIN_BYTES
 
     if not args or args[0] not in COUNTING_COMMANDS:
         return None
-    name, size, inputs = "o200k_base", 0, 0
+    name, size, inputs, jobs = "o200k_base", 0, 0, False
     rest = iter(args[1:])
     for arg in rest:
         if arg in ("--help", "-h"):
@@ -59,6 +65,10 @@ def plan(args: Sequence[str]) -> str | None:
             name = next(rest, "")
         elif arg.startswith("--tokenizer="):
             name = arg.partition("=")[2]
+        elif arg in ("--archive", "--out-dir"):  # folders written, not read
+            next(rest, "")
+        elif arg in ("--jobs", "-j") or arg.startswith("--jobs="):
+            jobs = True
         elif arg == "-":
             inputs += 1
         elif not arg.startswith("-"):
@@ -71,7 +81,7 @@ def plan(args: Sequence[str]) -> str | None:
             if stat.S_ISREG(st.st_mode):
                 size += st.st_size
                 inputs += 1
-    if name not in _BUNDLED or not inputs or size >= PROCESS_MIN_BYTES:
+    if name not in _BUNDLED or not inputs or size >= PROCESS_MIN_BYTES or (jobs and inputs > 1):
         return None
     return name
 
@@ -120,15 +130,22 @@ class Prebuilt:
     """This process's end of a child counting with encoding ``name`` (see the module docstring)."""
 
     def __init__(self, name: str, build: Builder | None = None) -> None:
+        """Fork the child. Raises OSError if there is no pipe or process to be had."""
         self.name = name
-        self.owner = os.getpid()
+        self.owner = (os.getpid(), threading.get_ident())
         requests_r, requests_w = os.pipe()
         answers_r, answers_w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (requests_r, requests_w, answers_r, answers_w):
+                os.close(fd)
+            raise
         if pid == 0:  # the child: never returns
             code = 0
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, _exit_on_signal)
                 devnull = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(devnull, fd)
@@ -148,26 +165,32 @@ class Prebuilt:
         self._sent = 0  # batches sent
         self._read = 0  # answers read
         self._answered: dict[int, list[int] | None] = {}
-        #: Seconds this process spent waiting for answers.
+        #: Seconds this process spent waiting on the child once it had answered a first batch: what
+        #: sending work costs. Waiting for the build is not counted; building here would cost more.
         self.waited = 0.0
 
     @property
     def usable(self) -> bool:
-        """Whether this process may send work: the child lives and this is the process that forked it
-        (a batch worker forked later inherits the object, not the right to use it)."""
-        return self._requests is not None and os.getpid() == self.owner
+        """Whether the caller may send work: the child lives and this is the process and thread that
+        forked it (a batch worker forked later inherits the object, not the right to use it)."""
+        return self._requests is not None and (os.getpid(), threading.get_ident()) == self.owner
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int] | None]:
         """Send ``texts``; the returned function waits for their counts, or None if the child failed."""
         self._read_through(self._sent)  # the previous answer first: one request in flight at a time
         ticket = self._sent
+        started, built = time.perf_counter(), self._read > 0
         try:
             if self._requests is None:
                 raise OSError("closed")
+            # Blocks while the child is still building and the batch is larger than the pipe holds.
             _write_frame(self._requests, list(texts))
         except OSError:
             self.close()
             return lambda: None
+        finally:
+            if built:
+                self.waited += time.perf_counter() - started
         self._sent += 1
 
         def collect() -> list[int] | None:
@@ -178,7 +201,7 @@ class Prebuilt:
 
     def _read_through(self, tickets: int) -> None:
         """Read answers until ``tickets`` of them are in (a dead child answers None for the rest)."""
-        started = time.perf_counter()
+        started, built = time.perf_counter(), self._read > 0
         while self._read < tickets:
             frame = _read_frame(self._answers) if self._answers is not None else None
             if frame is None:
@@ -188,42 +211,61 @@ class Prebuilt:
                 break
             self._answered[self._read] = pickle.loads(frame)
             self._read += 1
-        self.waited += time.perf_counter() - started
+        if built:
+            self.waited += time.perf_counter() - started
 
     def close(self) -> None:
-        """Stop the child (it may be mid-build: it is not waited for) and close the pipes."""
-        if os.getpid() != self.owner:
+        """Stop the child and close the pipes.
+
+        A child that has answered everything sent waits for requests: the closed pipe ends it, and it
+        is reaped. Any other may be deep in the build or a batch: it gets SIGTERM and is not waited for.
+        """
+        if os.getpid() != self.owner[0] or self._requests is None:
             return
         for stream in (self._requests, self._answers):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        if self._requests is not None:
-            self._requests = self._answers = None
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
+        self._requests = self._answers = None
+        with contextlib.suppress(OSError):
+            if self._read and self._read == self._sent:
                 os.waitpid(self.pid, 0)
+            else:
+                os.kill(self.pid, signal.SIGTERM)
+                os.waitpid(self.pid, os.WNOHANG)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through write_atomic, which removes its temp file
 
 
 _current: list[Prebuilt] = []
 
 
 def start_for(args: Sequence[str]) -> None:
-    """Fork the child for ``ctxc ARGS`` when :func:`plan` says it pays (Linux only: a fork this early,
-    before any thread, is safe there)."""
-    if sys.platform != "linux" or _current or os.environ.get("CTXC_NO_PREBUILD", "") not in ("", "0"):
+    """Fork the child for ``ctxc ARGS`` when :func:`plan` says it pays; ``CTXC_NO_PREBUILD=1`` never.
+
+    Only an optimisation: where no process can be forked, ctxc goes on without one.
+    """
+    from ctxc.system import cpu_count, env_flag
+
+    if sys.platform != "linux" or _current or env_flag("CTXC_NO_PREBUILD") or cpu_count() < 2:
+        return
+    if threading.active_count() > 1:  # a fork copies any lock another thread holds
         return
     name = plan(args)
     if name is None:
         return
-    child = Prebuilt(name)
+    try:
+        child = Prebuilt(name)
+    except OSError:
+        return
     _current.append(child)
     atexit.register(stop)
 
 
 def child_for(name: str) -> Prebuilt | None:
-    """The usable child counting with ``name``, if there is one."""
+    """The child counting with ``name``, if there is one the caller may use."""
     if _current and _current[0].name == name and _current[0].usable:
         return _current[0]
     return None

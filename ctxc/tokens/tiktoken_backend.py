@@ -6,15 +6,16 @@ tool that must run on an air-gapped machine cannot rely on. ctxc ships the two r
 the :class:`tiktoken.Encoding` with the same split pattern and special tokens as
 ``tiktoken_ext/openai_public.py``, so counts are identical to tiktoken's own.
 
-Nothing happens at import: tiktoken is imported and the ~3.6 MB o200k file parsed (about 0.5 s) on
-the first count, once per process, under a lock so concurrent first calls load it once.
+Nothing happens at import: tiktoken is imported and the encoding built (about 0.35 s for o200k, plus
+0.13 s to parse its ~3.6 MB rank file the first time ctxc runs on a machine) on the first count, once
+per process, under a lock so concurrent first calls load it once. Small inputs are usually counted by
+a child that started the build with the command (:mod:`ctxc.tokens.prefork`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxc.errors import CtxcError
-from ctxc.system import cache_dir, cpu_count
+from ctxc.system import cache_dir, cpu_count, env_flag
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -140,7 +141,7 @@ def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
 
 
 def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
-    if os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no"):
+    if env_flag("CTXC_NO_CACHE"):
         return None
     return cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
 
@@ -274,16 +275,17 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 # it while it turns each encoding into a Python list, and the parser needs the GIL too. For a large file
 # ctxc therefore forks worker processes that count while this process parses. They are forked (not
 # spawned) before any other thread exists, so they inherit no lock held by a thread, and each builds
-# the encoding while this process starts reading: the 0.4 s build is then off the critical path, and
+# the encoding while this process starts reading: the 0.35 s build is then off the critical path, and
 # this process, which sends them its batches, builds it only if it goes on to count many small ones.
 
 #: Batches smaller than this stay in this process: shipping them to a worker costs more than counting.
 PROCESS_MIN_CHARS = 1 << 18
 
 _process_pool: list[tuple[ProcessPoolExecutor, int, str]] = []
-#: About what building an encoding costs here. Small batches are shipped to a worker until the time spent
-#: waiting for them adds up to this, and then this process builds its own: renting until the rent paid
-#: equals the price never costs more than twice the better of the two choices made in hindsight.
+#: About what building an encoding costs here (0.35 s, more on a busy machine). Small batches are
+#: shipped to a worker until the time spent waiting for them adds up to this, and then this process
+#: builds its own: renting until the rent paid equals the price never costs more than twice the better
+#: of the two choices made in hindsight.
 BUILD_SECONDS = 0.4
 #: Seconds spent waiting for small shipped batches under the current pool.
 _small_wait = [0.0]
@@ -399,15 +401,16 @@ class TiktokenTokenizer:
         :mod:`ctxc.tokens.prefork`), or return None to count here.
 
         Until this process has the encoding, every batch goes to the child, which had a head start on
-        the build. Once waiting for it adds up to :data:`BUILD_SECONDS` (the same rent as for
-        :meth:`_ship`), this process builds its own and stops the child, freeing its core.
+        the build. Once waiting for its answers (after its first, which includes the build) adds up to
+        :data:`BUILD_SECONDS`, the same rent as for :meth:`_ship`, this process builds its own and
+        stops the child, freeing its core.
         """
         from ctxc.tokens import prefork
 
         child = prefork.child_for(self.name)
-        if child is None or (self._spec.name, None) in _encodings:
+        if child is None:
             return None
-        if child.waited >= BUILD_SECONDS:
+        if child.waited >= BUILD_SECONDS or (self._spec.name, None) in _encodings:
             prefork.stop()
             return None
         pending = child.start(texts)
