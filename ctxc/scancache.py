@@ -38,9 +38,9 @@ _STILL_NS = 2_000_000_000
 
 
 def _directory() -> Path:
-    from ctxc.tokens.cache import default_path
+    from ctxc.system import cache_dir
 
-    return default_path().parent / "analyses"
+    return cache_dir() / "analyses"
 
 
 def scan_key(

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
+
+from ctxc.system import env_flag
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ _warned_lock = threading.Lock()
 
 
 def cache_disabled_by_env() -> bool:
-    return os.environ.get("CTXC_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no")
+    return env_flag("CTXC_NO_CACHE")
 
 
 def open_wal(

@@ -25,3 +25,8 @@ def cache_dir() -> Path:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
+
+
+def env_flag(name: str) -> bool:
+    """Whether environment variable ``name`` is set to something other than "", 0, false or no."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")

@@ -93,9 +93,9 @@ def resolve_model(options: SummarizerOptions) -> str:
 
 
 def default_cache_path() -> Path:
-    from ctxc.tokens.cache import default_path
+    from ctxc.system import cache_dir
 
-    return default_path().with_name("summaries.sqlite3")
+    return cache_dir() / "summaries.sqlite3"
 
 
 class SummaryCache(SqliteStore):

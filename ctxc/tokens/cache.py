@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 #: Placeholders per ``IN (...)`` query: well under SQLite's variable limit (32766, 999 before 3.32).
 BATCH = 500
 #: Texts shorter than this are counted directly. Every text is cached: a warm run that finds every
-#: count in the cache never builds the BPE encoding (0.5-1 s), which matters more than the lookups.
+#: count in the cache never builds the BPE encoding (0.35-0.5 s), which matters more than the lookups.
 MIN_CACHED_CHARS = 1
 #: Tokenizers whose counts are not cached: recomputing the estimate is cheaper than looking it up,
 #: and its coefficients may change between versions without changing its name.
