@@ -214,17 +214,18 @@ def compose_command(
         sys.stdout.flush()
     if quiet:
         return
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table("section", "priority", "required", "tokens", "kept", title=None)
     for o in result.sections:
         table.add_row(
-            escape(o.section.id),
-            str(o.section.priority),
-            "yes" if o.section.required else "",
-            f"{o.tokens:,}",
-            "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
+            *cells(
+                o.section.id,
+                str(o.section.priority),
+                "yes" if o.section.required else "",
+                f"{o.tokens:,}",
+                "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
+            )
         )
     err = stderr_console()
     err.print(table)
@@ -317,7 +318,6 @@ def replay_command(
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from ctxc.replay import events, terminal_chart
@@ -346,18 +346,20 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
             marks.setdefault(turn, []).append(f"{kind}: {detail}")
         for t in r.turns:
             table.add_row(
-                str(t.turn),
-                str(t.line),
-                f"{t.raw_tokens:,}",
-                f"{t.tokens:,}",
-                str(t.stage),
-                f"{t.recorded:,}" if t.recorded is not None else "",
-                escape("\n".join(marks.get(t.turn, []))),
+                *cells(
+                    str(t.turn),
+                    str(t.line),
+                    f"{t.raw_tokens:,}",
+                    f"{t.tokens:,}",
+                    str(t.stage),
+                    f"{t.recorded:,}" if t.recorded is not None else "",
+                    "\n".join(marks.get(t.turn, [])),
+                )
             )
     else:
         table = Table("turn", "line", "event", "detail")
         for turn, line, kind, detail in events(r):
-            table.add_row(str(turn), str(line), kind, escape(detail))
+            table.add_row(*cells(str(turn), str(line), kind, detail))
     console.print(table)
 
 

@@ -70,7 +70,7 @@ def _render(report: Any) -> None:
     if judged:
         table.add_column("judge", justify="right")
     for r in rows:
-        cells = [
+        row = [
             r.strategy,
             f"{r.target_ratio:.0%}",
             _pct(r.needles_recovered, r.needles),
@@ -85,8 +85,8 @@ def _render(report: Any) -> None:
             f"{r.seconds:.1f}s",
         ]
         if judged:
-            cells.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*cells)
+            row.append("-" if r.judge is None else f"{r.judge:.2f}")
+        table.add_row(*row)
     console.print(table)
     console.print(
         "needles: recovered/planted (kept in the output + found only by search); intent: first requests "
