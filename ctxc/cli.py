@@ -125,8 +125,8 @@ def analyze(
     # milliseconds to start where a clean worker would spend longer importing ctxc than scanning.
     light = tokenizer == "usage"
     if out_fmt is OutFormat.table:
-        # rich's table takes ~50 ms to import. Now, a small file's tokenizer is still being built by
-        # the child ctxc.tokens.prefork forked, which the counting waits for; after it, this is waited for.
+        # rich's table takes ~50 ms to import: import it now, while the child ctxc.tokens.prefork forked
+        # is still building the encoding the counting will wait for, not after the counts.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
