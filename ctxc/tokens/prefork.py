@@ -134,7 +134,12 @@ class Prebuilt:
         self.name = name
         self.owner = (os.getpid(), threading.get_ident())
         requests_r, requests_w = os.pipe()
-        answers_r, answers_w = os.pipe()
+        try:
+            answers_r, answers_w = os.pipe()
+        except OSError:
+            os.close(requests_r)
+            os.close(requests_w)
+            raise
         try:
             pid = os.fork()
         except OSError:
