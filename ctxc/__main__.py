@@ -11,7 +11,21 @@ import sys
 
 
 def main() -> None:
-    args = sys.argv[1:]
+    from ctxc.errors import exit_interrupted, ignore_interrupts
+
+    try:
+        _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        # Ctrl-C before ctxc.cli's error boundary exists (while importing it) or while that boundary
+        # reports another error: still one line and the documented exit code, never a traceback.
+        exit_interrupted()
+    except SystemExit:
+        ignore_interrupts()
+        raise
+    ignore_interrupts()
+
+
+def _main(args: list[str]) -> None:
     if args in (["--version"], ["-V"]):  # scripts call this often
         from ctxc import __version__
 

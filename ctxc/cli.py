@@ -40,7 +40,7 @@ from ctxc.cliutil import (
     stderr_console,
     stdout_console,
 )
-from ctxc.errors import CtxcError, ExitCode, UsageError
+from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
 
 app = typer.Typer(
     name="ctxc",
@@ -833,8 +833,7 @@ def main(argv: list[str] | None = None) -> None:
         stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(int(exc.exit_code))
     except typer.Abort:
-        sys.stderr.write("ctxc: interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
+        exit_interrupted()
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
         show = getattr(exc, "show", None)
         if callable(show):
@@ -843,8 +842,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write(f"ctxc: error: {exc}\n")
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
-        sys.stderr.write("ctxc: interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
+        exit_interrupted()
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly and keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -860,5 +858,5 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(int(ExitCode.INTERNAL))
     if rc == ExitCode.INTERRUPTED:  # typer turns Ctrl-C inside a command into this return code
-        sys.stderr.write("ctxc: interrupted; no partial output was left\n")
+        exit_interrupted("ctxc: interrupted; no partial output was left")
     sys.exit(rc if isinstance(rc, int) else 0)

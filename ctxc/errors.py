@@ -6,7 +6,10 @@ one-line message on stderr and an exit code. Keep every code here so the README 
 
 from __future__ import annotations
 
+import signal
+import sys
 from enum import IntEnum
+from typing import NoReturn
 
 
 class ExitCode(IntEnum):
@@ -96,3 +99,20 @@ class AuthError(CtxcError):
 
 class ModelError(CtxcError):
     exit_code = ExitCode.MODEL
+
+
+def ignore_interrupts() -> None:
+    """From here on a Ctrl-C is ignored: the command is over, and one arriving while the process
+    exits would only replace its exit code by death from a signal."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def exit_interrupted(message: str = "ctxc: interrupted") -> NoReturn:
+    """Exit with :attr:`ExitCode.INTERRUPTED` after a Ctrl-C was handled."""
+    ignore_interrupts()
+    sys.stderr.write(message + "\n")
+    # CPython remembers a KeyboardInterrupt that escaped code run by exec() on a string (dataclasses
+    # and namedtuple build their methods so while modules import) and at exit kills the process with
+    # SIGINT instead of returning this code; each such exec() clears the note first.
+    exec("None")
+    sys.exit(int(ExitCode.INTERRUPTED))

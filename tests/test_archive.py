@@ -10,7 +10,7 @@ import pytest
 from conftest import SAMPLES
 
 from ctxc.archive import Archive, citation, sha256_hex
-from ctxc.errors import ArchiveError, OutputError
+from ctxc.errors import ArchiveError, ExitCode, OutputError
 from ctxc.output import atomic_output
 
 
@@ -141,6 +141,7 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
         str(out),
         "--window",
         "10000000",
+        "--allow-over",  # uninterrupted, it writes its output and exits 0
     ]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     time.sleep(1.0)
@@ -155,3 +156,32 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
         assert proc.returncode == 0
         assert out.read_bytes().endswith(b"\n")
     assert big.read_bytes() == line * 300
+
+
+@pytest.mark.parametrize("delay", [0.15, 0.2, 0.25, 0.3, 0.4, 0.6])
+def test_ctrl_c_while_starting_is_one_line_and_130(tmp_path: Path, delay: float) -> None:
+    """Ctrl-C while ctxc imports (before its error boundary exists) or while it works: no traceback,
+    and the documented code rather than death by SIGINT, which CPython picks at exit when the
+    interrupt escaped code that dataclasses ran through exec(). (The first ~50 ms, the interpreter's
+    own start before any of ctxc runs, are out of reach.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    big = tmp_path / "big.jsonl"
+    big.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes() * 100)
+    env = {**os.environ, "CTXC_NO_CACHE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxc", "analyze", str(big), "--format", "json"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err
+    assert proc.returncode in (ExitCode.INTERRUPTED, 0), err.decode()
+    if proc.returncode:
+        assert b"ctxc: interrupted" in err
