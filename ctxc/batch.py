@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.system import interrupts_held
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -251,7 +252,8 @@ def _run_forked(
     try:
         for share in shares[1:]:
             read_end, write_end = os.pipe()
-            pid = os.fork()
+            with interrupts_held():
+                pid = os.fork()
             if pid == 0:  # the child
                 code = 1
                 try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -30,3 +33,22 @@ def cache_dir() -> Path:
 def env_flag(name: str) -> bool:
     """Whether environment variable ``name`` is set to something other than "", 0, false or no."""
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C back while forking, and deliver it right after.
+
+    CPython runs the at-fork hooks (logging's among them) as Python code in this process too; an
+    interrupt raised inside one is printed as "Exception ignored" and then lost, and the run goes on.
+    Callers fork only while no other thread runs, so the mask of this thread is the process's. The
+    children inherit the mask and ignore SIGINT anyway: Ctrl-C is the parent's to handle.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -140,8 +140,11 @@ class Prebuilt:
             os.close(requests_r)
             os.close(requests_w)
             raise
+        from ctxc.system import interrupts_held
+
         try:
-            pid = os.fork()
+            with interrupts_held():
+                pid = os.fork()
         except OSError:
             for fd in (requests_r, requests_w, answers_r, answers_w):
                 os.close(fd)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxc.errors import CtxcError
-from ctxc.system import cache_dir, cpu_count, env_flag
+from ctxc.system import cache_dir, cpu_count, env_flag, interrupts_held
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -343,7 +343,8 @@ def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     try:
         # The first submit forks every worker now, from this thread, before the pool's manager thread
         # (or anyone else's thread) starts. Its result is not awaited: the workers build the encoding.
-        pool.submit(int)
+        with interrupts_held():
+            pool.submit(int)
         _process_pool.append((pool, workers, tokenizer.name))
         _small_wait[0] = 0.0
         yield True
