@@ -11,32 +11,37 @@ import sys
 
 
 def main() -> None:
-    from ctxc.errors import exit_interrupted, ignore_interrupts
+    args = sys.argv[1:]
+    if args in (["--version"], ["-V"]):  # scripts call this often: before any import
+        from ctxc import __version__
 
+        sys.stdout.write(f"ctxc {__version__}\n")
+        return
     try:
-        _main(sys.argv[1:])
+        from ctxc.errors import ignore_interrupts
+        from ctxc.system import interrupts_held
+        from ctxc.tokens.prefork import start_for
+
+        start_for(args)
+        # Ctrl-C is held while ctxc.cli and its dependencies import (0.1 s), then delivered where the
+        # CLI's boundary handles it. An interrupt inside an import can be lost (CPython ignores one
+        # raised in an import lock's callback), turn into a RuntimeError (in a class's __set_name__),
+        # or crash the process: orjson 3.13 segfaults when its module initialisation is interrupted.
+        with interrupts_held():
+            import orjson  # noqa: F401
+
+            from ctxc.cli import main as cli_main
+        cli_main(args)
     except KeyboardInterrupt:
-        # Ctrl-C before ctxc.cli's error boundary exists (while importing it) or while that boundary
-        # reports another error: still one line and the documented exit code, never a traceback.
+        # Ctrl-C before ctxc.cli's error boundary exists or while that boundary reports another
+        # error: still one line and the documented exit code, never a traceback.
+        from ctxc.errors import exit_interrupted
+
         exit_interrupted()
     except SystemExit:
         ignore_interrupts()
         raise
     ignore_interrupts()
-
-
-def _main(args: list[str]) -> None:
-    if args in (["--version"], ["-V"]):  # scripts call this often
-        from ctxc import __version__
-
-        sys.stdout.write(f"ctxc {__version__}\n")
-        return
-    from ctxc.tokens.prefork import start_for
-
-    start_for(args)
-    from ctxc.cli import main as cli_main
-
-    cli_main(args)
 
 
 if __name__ == "__main__":

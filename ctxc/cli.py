@@ -818,6 +818,20 @@ def _click_command(args: list[str]) -> Any:
     return typer.main.get_command(only)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
+    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
+    RuntimeError."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
@@ -849,6 +863,8 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(int(ExitCode.OK))
     except Exception as exc:
+        if _interrupted(exc):
+            exit_interrupted()
         if debug:
             raise
         stderr_console().print(

@@ -318,3 +318,16 @@ def test_new_commands_on_bad_input(
     got, _, err = run(capsys, *(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert got == code, err
     one_line_error(err, *needles)
+
+
+def test_an_interrupt_wrapped_by_python_is_still_an_interrupt() -> None:
+    from ctxc.cli import _interrupted
+
+    wrapped = RuntimeError("Error calling __set_name__ on 'Field' instance")
+    wrapped.__cause__ = KeyboardInterrupt()
+    assert _interrupted(wrapped)
+    looped = RuntimeError("a cause that leads back to itself")
+    looped.__context__ = ValueError("inner")
+    looped.__context__.__context__ = looped
+    assert not _interrupted(looped)
+    assert not _interrupted(RuntimeError("a real bug"))
