@@ -835,9 +835,6 @@ def _interrupted(exc: BaseException) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
-    if args in (["--version"], ["-V"]):  # answered before importing the rest: scripts call this often
-        sys.stdout.write(f"ctxc {__version__}\n")
-        return
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
     try:
         rc = _click_command(args).main(args=args, prog_name="ctxc", standalone_mode=False)
