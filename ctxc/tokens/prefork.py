@@ -36,7 +36,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 #: Commands that count tokens and default to o200k_base.
@@ -187,18 +187,15 @@ class Prebuilt:
         """Send ``texts``; the returned function waits for their counts, or None if the child failed."""
         self._read_through(self._sent)  # the previous answer first: one request in flight at a time
         ticket = self._sent
-        started, built = time.perf_counter(), self._read > 0
         try:
             if self._requests is None:
                 raise OSError("closed")
             # Blocks while the child is still building and the batch is larger than the pipe holds.
-            _write_frame(self._requests, list(texts))
+            with self._waiting():
+                _write_frame(self._requests, list(texts))
         except OSError:
             self.close()
             return lambda: None
-        finally:
-            if built:
-                self.waited += time.perf_counter() - started
         self._sent += 1
 
         def collect() -> list[int] | None:
@@ -209,18 +206,26 @@ class Prebuilt:
 
     def _read_through(self, tickets: int) -> None:
         """Read answers until ``tickets`` of them are in (a dead child answers None for the rest)."""
+        with self._waiting():
+            while self._read < tickets:
+                frame = _read_frame(self._answers) if self._answers is not None else None
+                if frame is None:
+                    self.close()
+                    self._answered.update(dict.fromkeys(range(self._read, tickets)))
+                    self._read = tickets
+                    break
+                self._answered[self._read] = pickle.loads(frame)
+                self._read += 1
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Add the time inside to :attr:`waited`, unless the child had not answered yet (its build)."""
         started, built = time.perf_counter(), self._read > 0
-        while self._read < tickets:
-            frame = _read_frame(self._answers) if self._answers is not None else None
-            if frame is None:
-                self.close()
-                self._answered.update(dict.fromkeys(range(self._read, tickets)))
-                self._read = tickets
-                break
-            self._answered[self._read] = pickle.loads(frame)
-            self._read += 1
-        if built:
-            self.waited += time.perf_counter() - started
+        try:
+            yield
+        finally:
+            if built:
+                self.waited += time.perf_counter() - started
 
     def close(self) -> None:
         """Stop the child and close the pipes.

@@ -191,7 +191,6 @@ def build_encoding(spec: EncodingSpec, path: Path | None = None) -> tiktoken.Enc
 
 
 _encodings: dict[tuple[str, Path | None], tiktoken.Encoding] = {}
-_counters: dict[tuple[str, Path | None], Callable[[str], int]] = {}
 _load_lock = threading.Lock()
 _pools: list[ThreadPoolExecutor] = []
 _pool_lock = threading.Lock()
@@ -234,11 +233,7 @@ def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
 
 
 def _counter(spec: EncodingSpec, path: Path | None) -> Callable[[str], int]:
-    key = (spec.name, path)
-    count = _counters.get(key)
-    if count is None:
-        count = _counters[key] = length_counter(_encoding(spec, path))
-    return count
+    return length_counter(_encoding(spec, path))  # two getattrs a batch: not worth a cache
 
 
 def _executor() -> ThreadPoolExecutor:
