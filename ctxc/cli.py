@@ -843,8 +843,6 @@ def main(argv: list[str] | None = None) -> None:
             raise
         stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(int(exc.exit_code))
-    except typer.Abort:
-        exit_interrupted()
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
         show = getattr(exc, "show", None)
         if callable(show):
@@ -852,7 +850,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             sys.stderr.write(f"ctxc: error: {exc}\n")
         sys.exit(int(ExitCode.USAGE))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly and keep Python from complaining at exit.

@@ -25,10 +25,6 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def cache_disabled_by_env() -> bool:
-    return env_flag("CTXC_NO_CACHE")
-
-
 def open_wal(
     path: Path,
     timeout: float,
@@ -84,7 +80,7 @@ class SqliteStore:
         self._timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._off = disabled or cache_disabled_by_env()
+        self._off = disabled or env_flag("CTXC_NO_CACHE")
 
     @property
     def enabled(self) -> bool:
