@@ -168,15 +168,8 @@ def run_batch(
     re-raises ``KeyboardInterrupt``.
     """
     notify = on_outcome or (lambda _o: None)
-    outcomes: dict[int, Outcome[R]] = {}
     if jobs <= 1 or len(items) <= 1:
-        for i, (path, item) in enumerate(items):
-            outcome = _call(work, i, path, item)
-            outcomes[i] = outcome
-            notify(outcome)
-            if fail_fast and not outcome.ok:
-                break
-        return [outcomes[i] for i in sorted(outcomes)]
+        return _run_share(items, work, range(len(items)), fail_fast, notify)
     if light and _fork_is_safe():
         return _run_forked(items, work, jobs, fail_fast, notify)
 
@@ -190,6 +183,7 @@ def run_batch(
     pool = ProcessPoolExecutor(
         max_workers=min(jobs, len(items)), mp_context=context, initializer=_worker_init
     )
+    outcomes: dict[int, Outcome[R]] = {}
     try:
         pending: dict[Future[Outcome[R]], int] = {
             pool.submit(_call, work, i, path, item): i for i, (path, item) in enumerate(items)
