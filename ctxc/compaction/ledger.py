@@ -21,8 +21,7 @@ class Ledger:
         """Count many messages in one batch (the tokenizer is fastest on batches)."""
         todo = [m for m in messages if id(m) not in self._memo]
         if todo:
-            for m, n in zip(todo, count_messages(todo, self.counter), strict=True):
-                self._memo[id(m)] = (m, n)
+            self.seed(todo, count_messages(todo, self.counter))
 
     def seed(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
         """Take counts made while the messages were read (:func:`ctxc.analysis.load_counted`)."""

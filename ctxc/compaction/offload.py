@@ -134,23 +134,20 @@ def store_blob(
     ctx: CompactContext,
     text: str,
     *,
-    message: int = -1,
-    tool: str = "",
-    notes: list[tuple[str, int, str]] | None = None,
+    message: int,
+    tool: str,
+    notes: list[tuple[str, int, str]],
 ) -> Blob:
     """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go.
 
-    ``message`` and ``tool`` tell the search index which message of the original the text came from:
-    at once, or appended to ``notes`` for the caller to write with the others in one transaction.
-    The file is not synced to disk one by one: it is a copy of part of the original, which is.
+    ``message`` and ``tool`` tell the search index which message of the original the text came from;
+    they are appended to ``notes`` for the caller to write with the others in one transaction. The
+    file is not synced to disk one by one: it is a copy of part of the original, which is.
     """
     data = text.encode("utf-8")
     if ctx.archive is not None:
         digest = ctx.archive.store(data, sync=False)
-        if notes is None:
-            ctx.archive.index_blobs(ctx.archive_id, [(digest, message, tool)])
-        else:
-            notes.append((digest, message, tool))
+        notes.append((digest, message, tool))
         return Blob(digest, ctx.archive.object_path(digest))
     digest = sha256_hex(data)
     # Where the default archive would put it, so a dry run costs the same tokens as a real one.
@@ -190,8 +187,8 @@ def _offload_input(
     ctx: CompactContext,
     cite: str,
     moved: list[str],
-    message: int = -1,
-    notes: list[tuple[str, int, str]] | None = None,
+    message: int,
+    notes: list[tuple[str, int, str]],
 ) -> Any:
     """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
 
