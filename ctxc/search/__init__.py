@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import ArchiveError, CtxcError
 from ctxc.search.index import Hit, SearchIndex, fts_query, open_index
+from ctxc.system import env_flag
 
 if TYPE_CHECKING:
     from ctxc.archive import Archive
@@ -57,7 +57,7 @@ _BLOB_MIN_CHARS = 200
 
 
 def indexing_disabled() -> bool:
-    return os.environ.get("CTXC_NO_INDEX", "").strip().lower() not in ("", "0", "false", "no")
+    return env_flag("CTXC_NO_INDEX")
 
 
 def _warn(root: Any, what: str, exc: BaseException) -> None:
