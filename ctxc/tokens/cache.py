@@ -140,7 +140,7 @@ class CountingService:
         elsewhere: list[tuple[str, _Started]] = []  # texts another started batch is counting
         todo: list[str] = []
         for text in where:
-            mkey = (hash(text), len(text))
+            mkey = _memo_key(text)
             n = self._memo.get(mkey)
             if n is not None:
                 known[text] = n
@@ -181,7 +181,13 @@ class CountingService:
     def _remember(self, text: str, n: int) -> None:
         if len(self._memo) > _MEMO_LIMIT:
             self._memo.clear()
-        self._memo[(hash(text), len(text))] = n
+        self._memo[_memo_key(text)] = n
+
+
+def _memo_key(text: str) -> tuple[int, int]:
+    # The in-process memo's key: Python's string hash (SipHash, keyed per process) and the length,
+    # cheaper than a BLAKE2b of every text; the disk cache keeps digests.
+    return (hash(text), len(text))
 
 
 class _Started:
@@ -200,7 +206,7 @@ class _Started:
         self._counts: dict[str, int] | None = None
         # Only once started: a batch that failed to start must not be waited for.
         for text in todo:
-            service._inflight[(hash(text), len(text))] = self
+            service._inflight[_memo_key(text)] = self
 
     def settle(self) -> dict[str, int]:
         """The counts, by text (waits for them the first time)."""
@@ -210,7 +216,7 @@ class _Started:
                 counts = self._pending()
             finally:
                 for text in self.todo:
-                    key = (hash(text), len(text))
+                    key = _memo_key(text)
                     if service._inflight.get(key) is self:
                         del service._inflight[key]
             self._counts = dict(zip(self.todo, counts, strict=True))
