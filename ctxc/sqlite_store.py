@@ -13,11 +13,22 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ctxc.system import env_flag
+
+T = TypeVar("T")
+
+
+def in_batches(values: Sequence[T], size: int = 500) -> Iterator[tuple[list[T], str]]:
+    """``values`` in slices of at most ``size`` (well under SQLite's limit on variables: 32766, 999
+    before 3.32), each with its ``?,?,...`` marks for an ``IN (...)``."""
+    for start in range(0, len(values), size):
+        part = list(values[start : start + size])
+        yield part, ",".join("?" * len(part))
+
 
 log = logging.getLogger(__name__)
 

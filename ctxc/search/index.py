@@ -24,6 +24,7 @@ from typing import Any
 
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
+from ctxc.sqlite_store import in_batches
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
@@ -330,7 +331,7 @@ class SearchIndex:
     def texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """(context, body) of chunks by id."""
         out: dict[int, tuple[str, str]] = {}
-        for part, marks in _in_batches(ids):
+        for part, marks in in_batches(ids):
             for row in self.conn.execute(
                 f"SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({marks})", part
             ):
@@ -340,7 +341,7 @@ class SearchIndex:
     def hits_by_id(self, ids: Sequence[int]) -> dict[int, Hit]:
         """Hits (without a BM25 score or highlight) for chunks found another way (embeddings)."""
         out: dict[int, Hit] = {}
-        for part, marks in _in_batches(ids):
+        for part, marks in in_batches(ids):
             sql = (
                 "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool,"
                 " c.part, c.parts, d.source, d.format, f.context, f.body, substr(f.body, 1, 200),"
@@ -356,7 +357,7 @@ class SearchIndex:
 
     def vectors(self, model: str, ids: Sequence[int]) -> dict[int, bytes]:
         out: dict[int, bytes] = {}
-        for part, marks in _in_batches(ids):
+        for part, marks in in_batches(ids):
             for row in self.conn.execute(
                 f"SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({marks})", [model, *part]
             ):
@@ -368,14 +369,6 @@ class SearchIndex:
             c.executemany(
                 "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", [(i, model, v) for i, v in vectors]
             )
-
-
-def _in_batches(ids: Sequence[int], size: int = 500) -> Iterator[tuple[list[int], str]]:
-    """``ids`` in slices of at most ``size`` (under SQLite's limit on variables), each with its
-    ``?,?,...`` marks for an ``IN (...)``."""
-    for start in range(0, len(ids), size):
-        part = list(ids[start : start + size])
-        yield part, ",".join("?" * len(part))
 
 
 def _hit(row: Sequence[Any]) -> Hit:

@@ -18,13 +18,11 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ctxc.sqlite_store import SqliteStore
+from ctxc.sqlite_store import SqliteStore, in_batches
 from ctxc.tokens import Tokenizer
 
 log = logging.getLogger(__name__)
 
-#: Placeholders per ``IN (...)`` query: well under SQLite's variable limit (32766, 999 before 3.32).
-BATCH = 500
 #: Texts shorter than this are counted directly. Every text is cached: a warm run that finds every
 #: count in the cache never builds the BPE encoding (0.35-0.5 s), which matters more than the lookups.
 MIN_CACHED_CHARS = 1
@@ -77,12 +75,8 @@ class TokenCache(SqliteStore):
                 return found
             try:
                 for tok, digests in by_tok.items():
-                    for i in range(0, len(digests), BATCH):
-                        part = digests[i : i + BATCH]
-                        sql = (
-                            "SELECT digest, tokens FROM counts WHERE tokenizer = ? AND digest IN "
-                            f"({','.join('?' * len(part))})"
-                        )
+                    for part, marks in in_batches(digests):
+                        sql = f"SELECT digest, tokens FROM counts WHERE tokenizer = ? AND digest IN ({marks})"
                         for d, n in conn.execute(sql, (tok, *part)):
                             found[(bytes(d), tok)] = int(n)
             except sqlite3.Error as exc:
