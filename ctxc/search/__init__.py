@@ -142,14 +142,10 @@ def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
     return load(named_bytes(name, data), input_format=fmt or None, options=options)
 
 
-def _load_object(archive: Archive, ident: str, fmt: str | None) -> Transcript:
-    return load_archived(archive.read(ident), ident[:12], fmt)
-
-
 def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mapping[str, Any]) -> Transcript:
     """Load the archived original ``entry`` describes and index it; returns the transcript."""
     fmt = entry.get("format")
-    transcript = _load_object(archive, ident, fmt if isinstance(fmt, str) else None)
+    transcript = load_archived(archive.read(ident), ident[:12], fmt if isinstance(fmt, str) else None)
     source = entry.get("input_path")
     _add_transcript(index, ident, transcript, source if isinstance(source, str) else None)
     return transcript
