@@ -31,6 +31,7 @@ What a summarize() call does:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -60,8 +61,6 @@ from ctxc.summarize.prompt import (
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
-    import asyncio
-
     from anthropic import AsyncAnthropic
 
 log = logging.getLogger(__name__)
@@ -204,15 +203,11 @@ class _LoopThread:
     calls only if it always runs on the same loop."""
 
     def __init__(self) -> None:
-        import asyncio  # here: compaction imports every summarizer module, and asyncio costs 40 ms
-
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="ctxc-anthropic", daemon=True)
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        import asyncio
-
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return fut.result()
@@ -229,8 +224,6 @@ class _LoopThread:
 
 async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
     """Run concurrently; on the first failure cancel the others and raise it."""
-    import asyncio
-
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         return list(await asyncio.gather(*tasks))
@@ -372,8 +365,6 @@ class AnthropicSummarizer:
 
     async def _preflight(self) -> None:
         if self._preflight_lock is None:
-            import asyncio
-
             self._preflight_lock = asyncio.Lock()
         async with self._preflight_lock:
             if self._preflighted:
@@ -451,8 +442,6 @@ class AnthropicSummarizer:
             return ExtractiveSummarizer().summarize(request, count)
         await self._preflight()
         if self._sem is None:
-            import asyncio
-
             self._sem = asyncio.Semaphore(self.options.concurrency)
         async with self._sem:
             text = await self._validated(request, prompt, max_tokens, count)
