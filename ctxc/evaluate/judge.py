@@ -33,12 +33,13 @@ import orjson
 
 from ctxc.errors import AuthError, SummarizerError
 from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
+from ctxc.summarize.cache import LazySummaryCache
 
 if TYPE_CHECKING:
     from anthropic import Anthropic
 
     from ctxc.evaluate.needles import Planted
-    from ctxc.summarize.anthropic import SummaryCache
+    from ctxc.summarize.cache import SummaryCache
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters of tool results kept when the compacted context is rendered for the judge (far more
@@ -204,7 +205,7 @@ class AnthropicJudge:
         self.timeout = timeout
         self.use_cache = use_cache
         self._client: Anthropic | None = None
-        self._cache: SummaryCache | None = None
+        self._cache = LazySummaryCache(use_cache)
         self._lock = threading.Lock()
         self.calls = 0
         self.cache_hits = 0
@@ -225,13 +226,7 @@ class AnthropicJudge:
     @property
     def cache(self) -> SummaryCache | None:
         """The summary cache, opened once per judge (None with ``use_cache=False`` or when unusable)."""
-        if not self.use_cache:
-            return None
-        if self._cache is None:
-            from ctxc.summarize.anthropic import SummaryCache
-
-            self._cache = SummaryCache()
-        return self._cache if self._cache.enabled else None
+        return self._cache.get()
 
     def _map(self, exc: BaseException) -> Exception:
         from ctxc.summarize.anthropic import map_api_error

@@ -40,7 +40,6 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -48,8 +47,8 @@ import orjson
 from ctxc.archive import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
-from ctxc.sqlite_store import SqliteStore
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
+from ctxc.summarize.cache import LazySummaryCache, SummaryCache
 from ctxc.summarize.prompt import (
     RESULT_CHARS,
     Prompt,
@@ -89,43 +88,6 @@ def resolve_model(options: SummarizerOptions) -> str:
 
 
 # ------------------------------------------------------------------------------------------- the cache
-
-
-def default_cache_path() -> Path:
-    from ctxc.system import cache_dir
-
-    return cache_dir() / "summaries.sqlite3"
-
-
-class SummaryCache(SqliteStore):
-    """Summaries by prompt hash in SQLite (WAL, busy timeout): thread-safe, safe for several processes.
-
-    Like the token cache, it is never a reason to fail: an unusable file turns it off with one warning.
-    """
-
-    NAME = "summary"
-    TABLE = "summaries"
-    SCHEMA = (
-        "CREATE TABLE IF NOT EXISTS summaries ("
-        " key BLOB PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,"
-        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
-    )
-    PURPOSE = "summarizing without it"
-
-    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        super().__init__(
-            path if path is not None else default_cache_path(), disabled=disabled, timeout=timeout
-        )
-
-    def get(self, key: bytes) -> str | None:
-        rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
-        return str(rows[0][0]) if rows else None
-
-    def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-            [(key, model, text, input_tokens, output_tokens)],
-        )
 
 
 def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:
@@ -271,7 +233,7 @@ class AnthropicSummarizer:
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
         self.max_output = max_output or (profile.max_output if profile else FALLBACK_MAX_OUTPUT)
         self.result_chars = result_chars
-        self._cache = cache
+        self._cache = LazySummaryCache(self.options.use_cache, cache)
         self._loop: _LoopThread | None = None
         self._client: AsyncAnthropic | None = None
         self._preflighted = False
@@ -300,11 +262,7 @@ class AnthropicSummarizer:
 
     @property
     def cache(self) -> SummaryCache | None:
-        if not self.options.use_cache:
-            return None
-        if self._cache is None:
-            self._cache = SummaryCache()
-        return self._cache if self._cache.enabled else None
+        return self._cache.get()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:

@@ -17,7 +17,7 @@ Failures are handled like API failures:
 * A summary without the archive citation gets it as its first line, so details stay recoverable.
 
 Summaries are cached in the Anthropic summarizer's on-disk cache
-(:class:`ctxc.summarize.anthropic.SummaryCache`), keyed by the SHA-256 of the command string and the
+(:class:`ctxc.summarize.cache.SummaryCache`), keyed by the SHA-256 of the command string and the
 prompt: the same command on the same input is not run twice. ``use_cache=False`` bypasses it.
 
 Size: each tool result is cut to :data:`ctxc.summarize.prompt.RESULT_CHARS` characters (head and tail,
@@ -38,16 +38,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
+from ctxc.summarize.cache import LazySummaryCache, SummaryCache
 from ctxc.summarize.prompt import Prompt, Validation, build_prompt
-
-if TYPE_CHECKING:
-    from ctxc.summarize.anthropic import SummaryCache
 
 #: Seconds before the first retry of a failed command; doubled for each further retry, at most MAX.
 BACKOFF = 0.5
@@ -81,7 +79,7 @@ class CommandSummarizer:
         if not command:
             raise UsageError("--summarizer command needs --summary-command")
         self.command = command
-        self._cache = cache
+        self._cache = LazySummaryCache(self.options.use_cache, cache)
         self._calls = 0
         self._runs = 0
         self._input_tokens = 0
@@ -105,13 +103,7 @@ class CommandSummarizer:
 
     @property
     def cache(self) -> SummaryCache | None:
-        if not self.options.use_cache:
-            return None
-        if self._cache is None:
-            from ctxc.summarize.anthropic import SummaryCache
-
-            self._cache = SummaryCache()
-        return self._cache if self._cache.enabled else None
+        return self._cache.get()
 
     # ------------------------------------------------------------------------------------- running
 

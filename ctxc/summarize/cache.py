@@ -1,0 +1,64 @@
+"""The summary cache the summarizers and the judge share: answers by prompt hash, in SQLite.
+
+Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading the
+Anthropic summarizer (and asyncio with it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ctxc.sqlite_store import SqliteStore
+
+
+def default_cache_path() -> Path:
+    from ctxc.system import cache_dir
+
+    return cache_dir() / "summaries.sqlite3"
+
+
+class SummaryCache(SqliteStore):
+    """Summaries by prompt hash in SQLite (WAL, busy timeout): thread-safe, safe for several processes.
+
+    Like the token cache, it is never a reason to fail: an unusable file turns it off with one warning.
+    """
+
+    NAME = "summary"
+    TABLE = "summaries"
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS summaries ("
+        " key BLOB PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,"
+        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    PURPOSE = "summarizing without it"
+
+    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
+        super().__init__(
+            path if path is not None else default_cache_path(), disabled=disabled, timeout=timeout
+        )
+
+    def get(self, key: bytes) -> str | None:
+        rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
+            [(key, model, text, input_tokens, output_tokens)],
+        )
+
+
+class LazySummaryCache:
+    """A :class:`SummaryCache` opened on first use, or the one given; None while caching is off
+    (``use`` false) or the file is unusable."""
+
+    def __init__(self, use: bool, cache: SummaryCache | None = None) -> None:
+        self._use = use
+        self._cache = cache
+
+    def get(self) -> SummaryCache | None:
+        if not self._use:
+            return None
+        if self._cache is None:
+            self._cache = SummaryCache()
+        return self._cache if self._cache.enabled else None
