@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Protocol
 
 from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Transcript, Usage
 from ctxc.reader import ReadOptions
+from ctxc.system import gc_paused
 from ctxc.validate import Problem, pairing_problems
 
 #: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
@@ -301,12 +302,13 @@ def _scan(
     skeletons: list[Message] = []
     inflight = _InFlight(counter)
     try:
-        for batch in _batches(stream.items, side):
-            for done, counts in inflight.add(batch):
+        with gc_paused():
+            for batch in _batches(stream.items, side):
+                for done, counts in inflight.add(batch):
+                    rows.extend(_rows(done, counts))
+                skeletons.extend(_skeleton(m) for m in batch)
+            for done, counts in inflight.drain():
                 rows.extend(_rows(done, counts))
-            skeletons.extend(_skeleton(m) for m in batch)
-        for done, counts in inflight.drain():
-            rows.extend(_rows(done, counts))
     finally:
         stream.close()
     return Scan(

@@ -23,6 +23,7 @@ from ctxc.model import Record
 
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 _SNIFF_BYTES = 8192
+_READ_BUFFER = 1 << 20
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -51,7 +52,9 @@ def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
     if path.is_dir():
         raise InputError("is a directory (give a file, or a directory to commands that walk them)", path=name)
     try:
-        return name, path.open("rb")
+        # A 1 MiB buffer: readline over 8 KiB reads costs 3x as much on logs whose lines run to
+        # kilobytes and megabytes.
+        return name, path.open("rb", buffering=_READ_BUFFER)
     except OSError as exc:
         raise InputError(f"cannot open: {exc.strerror or exc}", path=name) from exc
 
@@ -140,7 +143,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
         else:
             raw, eol = chunk, b""
         body = raw[3:] if line_no == 1 and raw.startswith(_BOM) else raw
-        if not body.strip():
+        if not body or (body[:1].isspace() and not body.strip()):  # strip() copies: only if it may be blank
             yield Record(line=line_no, raw=raw, eol=eol, kind="blank")
             continue
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -52,3 +53,21 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a bulk read of a transcript.
+
+    Reading allocates a few container objects per record (orjson's dicts and lists, blocks, messages),
+    almost none in a reference cycle, and the collector walks the young ones again every 700
+    allocations: about a fifth of parsing a 100 MB log. Reference counting frees what it always did;
+    whatever cycles the block leaves are collected as usual once it ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections import Counter
 from pathlib import Path
@@ -517,3 +518,23 @@ def test_sniff_scores() -> None:
     assert ADAPTER.sniff(sample({"type": "message", "role": "user", "content": []})) == 0
     assert ADAPTER.sniff(sample({"type": "user", "content": "no ids"})) == 0
     assert ADAPTER.sniff(sample({"timestamp": "t", "type": "session_meta", "payload": {}})) == 0
+
+
+def test_placed_is_replace_of_index_and_conversation() -> None:
+    # Message.placed builds the message positionally, for speed: it must stay in step with the fields.
+    m = Message(
+        role="assistant",
+        blocks=(TextBlock(text="hi"),),
+        line=7,
+        index=1,
+        records=(3, 4),
+        conversation=2,
+        importance="critical",
+        usage=Usage(input=1, output=2, cache_read=3, cache_write=4, line=7),
+        meta={"uuid": "u"},
+        raw={"type": "assistant"},
+    )
+    assert m.placed(9, 5) == dataclasses.replace(m, index=9, conversation=5)
+    assert [f.name for f in dataclasses.fields(Message)] == [
+        "role", "blocks", "line", "index", "records", "conversation", "importance", "usage", "meta", "raw"
+    ]  # fmt: skip

@@ -16,6 +16,7 @@ from ctxc.errors import FormatError, InputError
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
 from ctxc.reader import ReadOptions, iter_records, open_binary
+from ctxc.system import gc_paused
 
 _ADAPTERS: dict[str, FormatAdapter] = {}
 
@@ -132,23 +133,23 @@ def load(
     on while the rest of the file is parsed.
     """
     stream = open_stream(src, input_format=input_format, options=options)
-    try:
-        messages: list[Message] = []
-        usage: list[Usage] = []
-        boundaries: list[Boundary] = []
-        for item in stream.items:
-            if isinstance(item, Message):
-                messages.append(item)
-                if on_message is not None:
-                    on_message(item)
-            elif isinstance(item, Usage):
-                usage.append(item)
-            else:
-                boundaries.append(item)
-    finally:
-        stream.close()
-    records = tuple(stream.records)
-    marked = _mark_message_records(records, messages)
+    messages: list[Message] = []
+    usage: list[Usage] = []
+    boundaries: list[Boundary] = []
+    with gc_paused():
+        try:
+            for item in stream.items:
+                if isinstance(item, Message):
+                    messages.append(item)
+                    if on_message is not None:
+                        on_message(item)
+                elif isinstance(item, Usage):
+                    usage.append(item)
+                else:
+                    boundaries.append(item)
+        finally:
+            stream.close()
+        marked = _mark_message_records(tuple(stream.records), messages)
     problems = tuple(f"line {n}: skipped, not a JSON object" for n in stream.invalid_lines)
     return Transcript(
         format=stream.adapter.name,

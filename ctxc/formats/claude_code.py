@@ -207,7 +207,7 @@ class _Reader:
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
             self.record_conv.pop(i, None)
-        msg = replace(item, index=self.index, conversation=conv)
+        msg = item.placed(self.index, conv)
         self.index += 1
         yield msg
         if msg.usage is not None:
