@@ -130,14 +130,14 @@ def test_workers_that_cannot_build_the_encoding_leave_the_error_to_this_process(
 
 
 SMALL = r"""
-from ctxc.tokens import tiktoken_backend as tb
+from ctxc.tokens import prefork, tiktoken_backend as tb
 
 tok = tb.TiktokenTokenizer("o200k_base")
 with tb.worker_processes(tok, 2) as active:
     assert active
     first = tok.count_batch(["a few words", "more"])
     shipped = not tb._encodings  # the first small batch went to a worker
-    tb.BUILD_SECONDS = tb._small_wait[0]  # as if waiting for workers had cost a build already
+    prefork.crew_for("o200k_base").waited = tb.BUILD_SECONDS  # as if waiting had cost a build already
     second = tok.count_batch(["a few words", "more"])
     print(shipped, bool(tb._encodings), first == second)
 """

@@ -1,4 +1,4 @@
-"""The child that builds the tokenizer while the command line starts (ctxc.tokens.prefork).
+"""The crew of counting children forked as the command line starts (ctxc.tokens.prefork).
 
 Children are forked in fresh interpreters: a test session runs threads (the fake API server), and a
 fork copies whatever lock one of them holds.
@@ -15,8 +15,11 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import ROOT, SAMPLES
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ctxc.tokens.prefork import plan
+from ctxc.system import cpu_count
+from ctxc.tokens.prefork import plan, split
 
 
 def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -31,28 +34,29 @@ def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> di
     return orjson.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> None:
+def test_plan_forks_for_inputs_of_counting_commands(tmp_path: Path) -> None:
     small = SAMPLES / "chat-anthropic.jsonl"
     big = tmp_path / "big.jsonl"
     with big.open("wb") as f:
         f.truncate(5 << 20)
-    assert plan(["analyze", str(small)]) == "o200k_base"
-    assert plan(["compact", str(small), "--target", "0.5"]) == "o200k_base"
-    assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == "cl100k_base"
-    assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == "cl100k_base"
-    assert plan(["analyze", "-"]) == "o200k_base"  # stdin: size unknown, usually a pipe of one log
-    assert (
-        plan(["compact", str(small), "--archive", str(tmp_path), "--out-dir", str(tmp_path)]) == "o200k_base"
-    )
-    assert plan(["analyze", "-j", "2", str(small)]) == "o200k_base"
+    one = ("o200k_base", 1)
+    assert plan(["analyze", str(small)]) == one
+    assert plan(["compact", str(small), "--target", "0.5"]) == one
+    assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == ("cl100k_base", 1)
+    assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == ("cl100k_base", 1)
+    assert plan(["analyze", "-"]) == one  # stdin: size unknown, usually a pipe of one log
+    assert plan(["compact", str(small), "--archive", str(tmp_path), "--out-dir", str(tmp_path)]) == one
+    assert plan(["analyze", "-j", "2", str(small)]) == one
+    # A large input: a child per core, the first forking the others once it has built the encoding.
+    assert plan(["analyze", str(big)]) == ("o200k_base", cpu_count())
+    assert plan(["compact", "--jobs", "2", str(big)]) == ("o200k_base", cpu_count())
     for args in (
         [],
         ["convert", str(small)],  # counts nothing
         ["analyze", str(small), "--tokenizer", "approx"],
         ["analyze", str(small), "--tokenizer", "usage"],
         ["analyze", str(small), "--help"],
-        ["analyze", str(big)],  # worker processes of its own
-        ["analyze", str(small), str(big)],
+        ["analyze", str(small), str(big)],  # a batch of a large file: its workers count
         ["analyze", "--jobs", "2", str(small), str(small)],  # batch workers count
         ["analyze", "--jobs=2", str(small), str(small)],
         ["analyze", str(tmp_path)],  # a folder is a batch
@@ -63,11 +67,11 @@ def test_plan_forks_for_small_inputs_of_counting_commands(tmp_path: Path) -> Non
 
 COUNTS = r"""
 import sys, orjson, os, time
-from ctxc.tokens.prefork import Prebuilt
+from ctxc.tokens.prefork import Crew
 from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
 
 texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000]
-child = Prebuilt("o200k_base")
+child = Crew("o200k_base")
 first = child.start(texts[:2])
 # The second batch is sent before the first answer is read: start() reads it first, in order.
 second = child.start(texts[2:])
@@ -99,24 +103,24 @@ def test_child_counts_exactly_what_tiktoken_does_and_is_reaped() -> None:
 
 FAILURES = r"""
 import sys, orjson, os, signal
-from ctxc.tokens.prefork import Prebuilt
+from ctxc.tokens.prefork import Crew
 
 def broken():
     raise RuntimeError("corrupt ranks")
 
-failed = Prebuilt("o200k_base", build=broken).start(["a"])()
+failed = Crew("o200k_base", build=broken).start(["a"])()
 
 def slow():
     import time
     time.sleep(60)
 
-victim = Prebuilt("o200k_base", build=slow)
+victim = Crew("o200k_base", build=slow)
 pending = victim.start(["a"])
 os.kill(victim.pid, signal.SIGKILL)  # dies before answering
 died = pending()
 
 # Another process (a batch worker forked later) inherits the object but may not use it.
-other = Prebuilt("o200k_base", build=lambda: (lambda texts: [1] * len(texts)))
+other = Crew("o200k_base", build=lambda: (lambda texts: [1] * len(texts)))
 real_getpid = os.getpid
 os.getpid = lambda: real_getpid() + 1
 usable_elsewhere = other.usable
@@ -139,7 +143,7 @@ def test_failed_build_dead_child_and_foreign_process() -> None:
 
 STOPPED = r"""
 import os, sys, time, orjson
-from ctxc.tokens.prefork import Prebuilt
+from ctxc.tokens.prefork import Crew
 
 marker = sys.argv[1]
 
@@ -152,7 +156,7 @@ def slow_build():
         os.unlink(marker)  # what write_atomic does with its temp file
         raise
 
-child = Prebuilt("o200k_base", build=slow_build)
+child = Crew("o200k_base", build=slow_build)
 while not os.path.exists(marker):
     time.sleep(0.01)
 child.close()  # SIGTERM, not waited for
@@ -199,7 +203,7 @@ except SystemExit:
     pass
 child = prefork._current[0]
 print()
-print(orjson.dumps({"sent": child._sent, "answered": child._read}).decode())
+print(orjson.dumps({"sent": child.sent, "answered": child.answered}).decode())
 """
 
 
@@ -211,13 +215,13 @@ def test_cli_sends_a_small_files_counts_to_the_child(tmp_path: Path) -> None:
 
 STREAMS = r"""
 import os, sys
-from ctxc.tokens.prefork import Prebuilt
+from ctxc.tokens.prefork import Crew
 
 def hang():
     import time
     time.sleep(60)
 
-child = Prebuilt("o200k_base", build=hang)
+child = Crew("o200k_base", build=hang)
 print(child.pid, flush=True)
 os._exit(0)  # no cleanup: the child is still building
 """
@@ -245,21 +249,136 @@ prefork.start_for(["analyze", sys.argv[1]])
 tok = tb.TiktokenTokenizer("o200k_base")
 texts = [f"line {i} of a log, 한국어 {i * 7}" for i in range(300)]
 counts = tok.count_batch(texts)
-sent_to_child = not tb._encodings and prefork.child_for("o200k_base") is not None
-# Waiting for the child past the price of a build: this process builds its own and stops the child.
-prefork.child_for("o200k_base").waited = tb.BUILD_SECONDS
+sent_to_child = not tb._encodings and prefork.crew_for("o200k_base") is not None
+# Waiting for the child past the price of a build: this process builds its own and counts here.
+prefork.crew_for("o200k_base").waited = tb.BUILD_SECONDS
+sent = prefork.crew_for("o200k_base").sent
 again = tok.count_batch(texts)
 print(orjson.dumps({
     "same": counts == again == [tok.count(t) for t in texts],
     "sent_to_child": sent_to_child,
-    "child_left": prefork.child_for("o200k_base") is not None,
+    "built_here": bool(tb._encodings),
+    "sent_after": prefork.crew_for("o200k_base").sent - sent,
 }).decode())
 """
 
 
 def test_tokenizer_counts_through_the_child_until_waiting_costs_a_build() -> None:
     doc = run_script(TOKENIZER, str(SAMPLES / "chat-anthropic.jsonl"))
-    assert doc == {"same": True, "sent_to_child": True, "child_left": False}
+    assert doc == {"same": True, "sent_to_child": True, "built_here": True, "sent_after": 0}
+
+
+CREW = r"""
+import os, sys, time, orjson
+from ctxc.tokens.prefork import Crew
+from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
+
+log = sys.argv[1]
+
+def build():
+    from ctxc.tokens.prefork import _count_with
+    with open(log, "a") as f:
+        f.write(f"build {os.getpid()}\n")
+    count = _count_with("o200k_base", None)
+    def counting(texts):
+        with open(log, "a") as f:
+            f.write(f"count {os.getpid()}\n")
+        return count(texts)
+    return counting
+
+texts = [f"message {i}: " + "안녕하세요 world, tokens " * (i % 40) for i in range(400)]
+crew = Crew("o200k_base", 2, build=build)
+spread = crew.start(texts, spread=True)()
+small = crew.start(texts[:3])()
+enc = build_encoding(SPECS["o200k_base"])
+crew.close()
+lines = open(log).read().split()
+print(orjson.dumps({
+    "spread": spread == [len(enc.encode_ordinary(t)) for t in texts],
+    "small": small == [len(enc.encode_ordinary(t)) for t in texts[:3]],
+    "builds": lines.count("build"),
+    "counting_pids": len({lines[i + 1] for i, w in enumerate(lines) if w == "count"}),
+    "answered": crew.answered,
+}).decode())
+"""
+
+
+def test_a_crew_builds_once_and_counts_a_large_batch_in_every_member(tmp_path: Path) -> None:
+    doc = run_script(CREW, str(tmp_path / "log"))
+    assert doc == {"spread": True, "small": True, "builds": 1, "counting_pids": 2, "answered": 3}
+
+
+CREW_FAILURES = r"""
+import os, sys, time, signal, orjson
+from ctxc.tokens.prefork import Crew
+
+def broken():
+    raise RuntimeError("corrupt ranks")
+
+# The others are never forked: the parent sees their pipes close and counts everything itself.
+failed = Crew("o200k_base", 2, build=broken).start(["a", "b", "c"], spread=True)()
+
+pids = sys.argv[1]
+
+def slow():
+    def count(texts):
+        with open(pids, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(60)
+        return [0] * len(texts)
+    return count
+
+def counting():
+    return open(pids).read().split() if os.path.exists(pids) else []
+
+busy = Crew("o200k_base", 2, build=slow)
+busy.start(["a" * 10, "b" * 10], spread=True)
+deadline = time.time() + 30
+while len(counting()) < 2 and time.time() < deadline:
+    time.sleep(0.01)
+busy.close()  # busy: SIGTERM to the first, which ends the other on its way out
+members = [int(p) for p in counting()]
+deadline = time.time() + 30
+alive = members
+while alive and time.time() < deadline:
+    time.sleep(0.02)
+    alive = []
+    for pid in members:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            alive.append(pid)
+    try:
+        os.waitpid(busy.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+print(orjson.dumps({"failed": failed, "members": len(members), "alive": len(alive)}).decode())
+"""
+
+
+def test_a_failed_crew_answers_nothing_and_a_stopped_one_leaves_no_process(tmp_path: Path) -> None:
+    doc = run_script(CREW_FAILURES, str(tmp_path / "pids"))
+    assert doc == {"failed": None, "members": 2, "alive": 0}
+
+
+def test_split_makes_contiguous_ranges_of_about_equal_length() -> None:
+    assert split(["a" * 10, "b" * 10, "c"], 2) == [(0, 1), (1, 3)]
+    assert split([], 3) == [(0, 0), (0, 0), (0, 0)]
+    assert split(["x" * 100], 2) == [(0, 0), (0, 1)]
+
+
+@given(st.lists(st.text(max_size=30)), st.integers(min_value=1, max_value=5))
+def test_split_covers_every_text_once(texts: list[str], parts: int) -> None:
+    ranges = split(texts, parts)
+    assert len(ranges) == parts
+    assert [i for a, b in ranges for i in range(a, b)] == list(range(len(texts)))
+    total = sum(map(len, texts))
+    longest = max(map(len, texts), default=0)
+    # No range is more than one text away from its share.
+    assert all(sum(map(len, texts[a:b])) <= total / parts + longest for a, b in ranges)
 
 
 @pytest.mark.parametrize("command", [["analyze"], ["check", "--max-tokens", "2000"]])

@@ -16,24 +16,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxc.errors import CtxcError
-from ctxc.system import cache_dir, cpu_count, env_flag, interrupts_held
+from ctxc.system import cache_dir, cpu_count, env_flag
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     import tiktoken
 
-# multiprocessing and concurrent.futures are imported where they are used: the child that
-# ctxc.tokens.prefork forks to build the encoding imports this module on its critical path, and needs
-# neither (35 ms).
+# concurrent.futures is imported where it is used: the child that ctxc.tokens.prefork forks to build
+# the encoding imports this module on its critical path, and does not need it.
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,88 +263,58 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-# -- counting in worker processes ---------------------------------------------------------------------
+# -- counting in other processes ---------------------------------------------------------------------
 #
 # Threads cannot count faster than about one core: tiktoken releases the GIL while it encodes but holds
-# it while it turns each encoding into a Python list, and the parser needs the GIL too. For a large file
-# ctxc therefore forks worker processes that count while this process parses. They are forked (not
-# spawned) before any other thread exists, so they inherit no lock held by a thread, and each builds
-# the encoding while this process starts reading: the 0.35 s build is then off the critical path, and
-# this process, which sends them its batches, builds it only if it goes on to count many small ones.
+# it around each call, and the parser needs the GIL too. For a large file ctxc therefore counts in a
+# crew of child processes (ctxc.tokens.prefork) while this process parses: usually forked as the
+# command started, else by worker_processes below. Their first member builds the encoding and forks the
+# others from the built state, so it is built once, off the critical path, and this process, which
+# sends them its batches, builds it only if it goes on to count many small ones.
 
-#: Batches smaller than this stay in this process: shipping them to a worker costs more than counting.
+#: Batches smaller than this are not split among the crew: shipping them costs more than counting.
 PROCESS_MIN_CHARS = 1 << 18
-
-_process_pool: list[tuple[ProcessPoolExecutor, int, str]] = []
 #: About what building an encoding costs here (0.35 s, more on a busy machine). Small batches are
-#: shipped to a worker until the time spent waiting for them adds up to this, and then this process
+#: sent to the crew until the time spent waiting for them adds up to this, and then this process
 #: builds its own: renting until the rent paid equals the price never costs more than twice the better
 #: of the two choices made in hindsight.
 BUILD_SECONDS = 0.4
-#: Seconds spent waiting for small shipped batches under the current pool.
-_small_wait = [0.0]
 #: Turned off in processes that are themselves workers of a batch (``--jobs``), which already fill
-#: the cores; a worker forking its own workers would only add processes.
+#: the cores; a worker forking its own crew would only add processes.
 processes_allowed = True
-
-
-def _start_worker(name: str, path: Path | None) -> None:
-    import signal
-
-    # Ctrl-C is the parent's to handle: it stops feeding work and shuts the pool down.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Build the encoding now, while the parent is still reading its input. A failure (a corrupt rank
-    # file) breaks the pool; the parent then counts itself and raises the same error with its message.
-    _encoding(SPECS[name], path)
-
-
-def _count_in_worker(name: str, path: Path | None, texts: Sequence[str]) -> list[int]:
-    return list(map(_counter(SPECS[name], path), texts))  # the encoding was built by _start_worker
 
 
 @contextlib.contextmanager
 def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
     """Count large batches of ``tokenizer`` (a :class:`TiktokenTokenizer`) in ``workers`` processes.
 
-    Yields whether processes are in use. They are not when ``workers < 2``, when the tokenizer is not
-    a tiktoken one, when this process is a batch worker, when a pool is already active (nested use), or
-    when other threads are running (forking a process with threads may copy a lock some thread holds).
-    Counts are identical either way; only the speed differs.
+    Yields whether processes are in use: the crew the command started with when it has that many
+    members, else one forked now and stopped on exit. None is forked when ``workers < 2``, when the
+    tokenizer is not a tiktoken one, when this process is a batch worker, or when other threads are
+    running (forking a process with threads may copy a lock some thread holds). Counts are identical
+    either way; only the speed differs.
     """
-    import multiprocessing
-
-    if (
-        workers < 2
-        or not isinstance(tokenizer, TiktokenTokenizer)
-        or not processes_allowed
-        or _process_pool
-        or threading.active_count() > 1
-        or "fork" not in multiprocessing.get_all_start_methods()
-    ):
-        yield False
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
     from ctxc.tokens import prefork
 
-    prefork.stop()  # the workers below count instead; the child would only take a core from them
-    pool = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("fork"),
-        initializer=_start_worker,
-        initargs=(tokenizer.name, tokenizer.path),
-    )
+    if workers < 2 or not isinstance(tokenizer, TiktokenTokenizer):
+        yield False
+        return
+    crew = prefork.crew_for(tokenizer.name, tokenizer.path)
+    if crew is not None and crew.size >= workers:
+        yield True
+        return
+    if not processes_allowed or threading.active_count() > 1 or not hasattr(os, "fork"):
+        yield False
+        return
     try:
-        # The first submit forks every worker now, from this thread, before the pool's manager thread
-        # (or anyone else's thread) starts. Its result is not awaited: the workers build the encoding.
-        with interrupts_held():
-            pool.submit(int)
-        _process_pool.append((pool, workers, tokenizer.name))
-        _small_wait[0] = 0.0
+        prefork.start(tokenizer.name, workers, tokenizer.path)  # stops a smaller crew
+    except OSError:
+        yield False
+        return
+    try:
         yield True
     finally:
-        _process_pool.clear()
-        pool.shutdown(wait=True, cancel_futures=True)
+        prefork.stop()
 
 
 class TiktokenTokenizer:
@@ -378,42 +347,39 @@ class TiktokenTokenizer:
     def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """Start counting ``texts``; the returned function waits for the counts.
 
-        With worker processes (:func:`worker_processes`) a batch is shipped to them and this returns at
-        once, so the caller goes on parsing while they count. Otherwise the counting is done here, now.
+        With a crew of counting processes (:mod:`ctxc.tokens.prefork`) a batch is sent to it and this
+        returns at once, so the caller goes on parsing while they count. Otherwise the counting is
+        done here, now.
         """
-        if _process_pool and texts:
-            shipped = self._ship(texts)
-            if shipped is not None:
-                return shipped
-        elif texts and self._path is None:
-            sent = self._send_to_prebuilt(texts)
+        if texts:
+            sent = self._send_to_crew(texts)
             if sent is not None:
                 return sent
         counts = self._count_here(texts)
         return lambda: counts
 
-    def _send_to_prebuilt(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
-        """Send ``texts`` to the child that started building this encoding with the command (see
-        :mod:`ctxc.tokens.prefork`), or return None to count here.
+    def _send_to_crew(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
+        """Send ``texts`` to the crew counting with this encoding, or return None to count here.
 
-        Until this process has the encoding, every batch goes to the child, which had a head start on
-        the build. Once waiting for its answers (after its first, which includes the build) adds up to
-        :data:`BUILD_SECONDS`, the same rent as for :meth:`_ship`, this process builds its own and
-        stops the child, freeing its core.
+        A large batch is split among a crew of several. Other batches go to it until this process has
+        the encoding or waiting for their answers (after the first, which includes the build) adds up
+        to :data:`BUILD_SECONDS`; then this process builds its own, since shipping a small batch costs
+        more than counting it.
         """
         from ctxc.tokens import prefork
 
-        child = prefork.child_for(self.name)
-        if child is None:
+        crew = prefork.crew_for(self.name, self._path)
+        if crew is None:
             return None
-        if child.waited >= BUILD_SECONDS or (self._spec.name, None) in _encodings:
-            prefork.stop()
+        spread = crew.size > 1 and sum(map(len, texts)) >= PROCESS_MIN_CHARS
+        if not spread and (crew.waited >= BUILD_SECONDS or (self._spec.name, self._path) in _encodings):
             return None
-        pending = child.start(texts)
+        pending = crew.start(texts, spread=spread)
 
         def collect() -> list[int]:
             counts = pending()
-            return self._count_here(texts) if counts is None else counts  # None: the child failed
+            # None: a child failed (a corrupt rank file); counting here raises the real error.
+            return self._count_here(texts) if counts is None else counts
 
         return collect
 
@@ -430,42 +396,3 @@ class TiktokenTokenizer:
         for part in _executor().map(run, _chunks(texts, threads * 4)):
             counts.extend(part)
         return counts
-
-    def _ship(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
-        """Send ``texts`` to the worker processes and return the function that collects their counts,
-        or None to count here.
-
-        Large batches are split among every worker. Small ones are counted here once this process has
-        the encoding, since shipping them costs more than counting. Until then they go to one worker,
-        which beats building the encoding for a few of them; when they keep coming (compaction counts
-        every text it shrinks), :data:`BUILD_SECONDS` of waiting for them decides to build it.
-        """
-        from concurrent.futures.process import BrokenProcessPool  # loaded with the pool: a lookup
-
-        pool, workers, name = _process_pool[0]
-        if name != self.name:
-            return None
-        large = sum(map(len, texts)) >= PROCESS_MIN_CHARS
-        if not large and ((self._spec.name, self._path) in _encodings or _small_wait[0] >= BUILD_SECONDS):
-            return None
-        started = time.perf_counter()
-        try:
-            futures = [
-                pool.submit(_count_in_worker, self.name, self._path, texts[a:b])
-                for a, b in _chunks(texts, workers * 2 if large else 1)
-            ]
-        except BrokenProcessPool:
-            return None
-
-        def collect() -> list[int]:
-            out: list[int] = []
-            try:
-                for future in futures:
-                    out.extend(future.result())
-            except BrokenProcessPool:
-                return self._count_here(texts)  # a worker could not build the encoding: this says why
-            if not large:
-                _small_wait[0] += time.perf_counter() - started
-            return out
-
-        return collect
