@@ -211,6 +211,8 @@ def test_cli_sends_a_small_files_counts_to_the_child(tmp_path: Path) -> None:
     doc = run_script(USED, str(SAMPLES / "claude-code.jsonl"), env={"CTXC_CACHE_DIR": str(tmp_path)})
     assert doc["sent"] >= 1
     assert doc["answered"] == doc["sent"]
+    # The parsed rank table's copy, which the child writes after its first answer, not before.
+    assert [p.suffix for p in (tmp_path / "bpe").iterdir()] == [".marshal"]
 
 
 STREAMS = r"""

@@ -123,21 +123,37 @@ def _write_frame(stream: BinaryIO, obj: object) -> None:
 
 
 def _count_with(name: str, path: Path | None) -> Count:
-    from ctxc.tokens.tiktoken_backend import SPECS, _counter
+    from ctxc.tokens import tiktoken_backend
 
-    count = _counter(SPECS[name], path)
+    tiktoken_backend.defer_rank_saves = True  # written after the first answer (_after_first_answer)
+    count = tiktoken_backend._counter(tiktoken_backend.SPECS[name], path)
     return lambda texts: list(map(count, texts))
 
 
-def serve(requests: BinaryIO, answers: BinaryIO, count: Count | None) -> None:
+def _after_first_answer() -> None:
+    backend = sys.modules.get("ctxc.tokens.tiktoken_backend")
+    if backend is not None:
+        backend.save_pending_ranks()
+
+
+def serve(
+    requests: BinaryIO, answers: BinaryIO, count: Count | None, after_first: Callable[[], None] | None = None
+) -> None:
     """A child's loop: answer each batch of texts with its counts until end of input.
 
     Without a counting function (the build failed) every answer is None: the parent then counts
-    itself and raises the real error.
+    itself and raises the real error. ``after_first`` runs once the first answer is sent (or at the
+    end, if none was asked for): work that should not delay it.
     """
+    pending = after_first
     while (frame := _read_frame(requests)) is not None:
         texts = pickle.loads(frame)
         _write_frame(answers, None if count is None else count(texts))
+        if pending is not None:
+            pending()
+            pending = None
+    if pending is not None:
+        pending()
 
 
 #: One child's pipe ends: (requests read, requests write, answers read, answers write).
@@ -150,9 +166,11 @@ def _close(fds: Sequence[int]) -> None:
             os.close(fd)
 
 
-def _serve_fds(requests_fd: int, answers_fd: int, count: Count | None) -> None:
+def _serve_fds(
+    requests_fd: int, answers_fd: int, count: Count | None, after_first: Callable[[], None] | None = None
+) -> None:
     with open(requests_fd, "rb") as requests, open(answers_fd, "wb") as answers:
-        serve(requests, answers, count)
+        serve(requests, answers, count, after_first)
 
 
 def _first_child(pipes: Sequence[_Pipes], build: Builder) -> NoReturn:
@@ -180,7 +198,7 @@ def _first_child(pipes: Sequence[_Pipes], build: Builder) -> NoReturn:
                         _other_child(pipes, k, count)
                     others.append(pid)
         _close([fd for p in pipes[1:] for fd in (p[0], p[3])])  # theirs now (or nobody's: EOF)
-        _serve_fds(pipes[0][0], pipes[0][3], count)
+        _serve_fds(pipes[0][0], pipes[0][3], count, _after_first_answer)
     except BaseException:
         code = 1
     finally:

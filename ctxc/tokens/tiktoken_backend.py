@@ -19,9 +19,8 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ctxc.errors import CtxcError
 from ctxc.system import cache_dir, cpu_count, env_flag
@@ -35,8 +34,9 @@ if TYPE_CHECKING:
 # the encoding imports this module on its critical path, and does not need it.
 
 
-@dataclass(frozen=True, slots=True)
-class EncodingSpec:
+class EncodingSpec(NamedTuple):
+    # A NamedTuple, not a dataclass: the counting child imports this module on its critical path, and
+    # dataclasses (with inspect and ast) costs 15 ms to import.
     name: str
     filename: str
     sha256: str
@@ -168,13 +168,33 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
             pass
     ranks = parse_ranks(read_rank_file(spec, path), in_order=path is None)
     if cache is not None:
-        from ctxc.output import write_atomic
+        target = cache
 
-        payload = marshal.dumps(ranks)
-        # An optimisation only: any failure leaves the next run parsing the file again.
-        with contextlib.suppress(OSError):
-            write_atomic(cache, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
+        def save() -> None:
+            from ctxc.output import write_atomic
+
+            payload = marshal.dumps(ranks)
+            # An optimisation only: any failure leaves the next run parsing the file again.
+            with contextlib.suppress(OSError):
+                write_atomic(target, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
+
+        if defer_rank_saves:
+            _pending_saves.append(save)
+        else:
+            save()
     return ranks
+
+
+#: Set in the counting child (ctxc.tokens.prefork), which writes the cache copy of a rank table it
+#: parsed only after answering its first batch (save_pending_ranks): 25 ms off a first run's start.
+defer_rank_saves = False
+_pending_saves: list[Callable[[], None]] = []
+
+
+def save_pending_ranks() -> None:
+    """Write the rank-table copies :data:`defer_rank_saves` held back."""
+    while _pending_saves:
+        _pending_saves.pop()()
 
 
 def build_encoding(spec: EncodingSpec, path: Path | None = None) -> tiktoken.Encoding:
