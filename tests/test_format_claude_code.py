@@ -520,8 +520,9 @@ def test_sniff_scores() -> None:
     assert ADAPTER.sniff(sample({"timestamp": "t", "type": "session_meta", "payload": {}})) == 0
 
 
-def test_placed_is_replace_of_index_and_conversation() -> None:
-    # Message.placed builds the message positionally, for speed: it must stay in step with the fields.
+def test_placed_and_named_are_replace() -> None:
+    # Message.placed and ToolResultBlock.named build positionally, for speed: they must stay in step
+    # with the fields.
     m = Message(
         role="assistant",
         blocks=(TextBlock(text="hi"),),
@@ -537,4 +538,9 @@ def test_placed_is_replace_of_index_and_conversation() -> None:
     assert m.placed(9, 5) == dataclasses.replace(m, index=9, conversation=5)
     assert [f.name for f in dataclasses.fields(Message)] == [
         "role", "blocks", "line", "index", "records", "conversation", "importance", "usage", "meta", "raw"
+    ]  # fmt: skip
+    result = ToolResultBlock(tool_use_id="t", text="out", is_error=True, raw={"x": 1}, images=(ImageBlock(),))
+    assert result.named("Bash") == dataclasses.replace(result, name="Bash")
+    assert [f.name for f in dataclasses.fields(ToolResultBlock)] == [
+        "tool_use_id", "text", "is_error", "name", "raw", "images"
     ]  # fmt: skip

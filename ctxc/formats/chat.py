@@ -235,7 +235,7 @@ def parse_chat_message(
                 blocks.append(block)
             elif isinstance(block, ToolResultBlock):
                 _, name = state.answer(block.tool_use_id)
-                blocks.append(dataclasses.replace(block, name=name))
+                blocks.append(block.named(name))
             else:
                 blocks.append(block)
         return role, tuple(blocks), meta

@@ -266,7 +266,7 @@ class _Reader:
         if not any(isinstance(b, ToolResultBlock) for b in blocks):
             return blocks
         return tuple(
-            replace(b, name=self.tool_names[b.tool_use_id])
+            b.named(self.tool_names[b.tool_use_id])
             if isinstance(b, ToolResultBlock) and b.name is None and b.tool_use_id in self.tool_names
             else b
             for b in blocks
