@@ -8,7 +8,9 @@ process parses the next ones.
 
 from __future__ import annotations
 
+import heapq
 import os
+from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,12 +39,9 @@ _BATCH_MESSAGES = 4_000
 
 
 def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
-    """The stage (1-5) a context filled to ``share`` of the window is in."""
-    stage = 1
-    for t in thresholds:
-        if share >= t:
-            stage += 1
-    return stage
+    """The stage (1-5) a context filled to ``share`` of the window is in (thresholds ascending, as
+    :func:`check_thresholds` makes them)."""
+    return bisect_right(thresholds, share) + 1
 
 
 def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
@@ -307,6 +306,7 @@ def _scan(
                 for done, counts in inflight.add(batch):
                     rows.extend(_rows(done, counts))
                 skeletons.extend(_skeleton(m) for m in batch)
+            problems = tuple(pairing_problems(skeletons))  # needs no counts: while the last are made
             for done, counts in inflight.drain():
                 rows.extend(_rows(done, counts))
     finally:
@@ -318,7 +318,7 @@ def _scan(
         rows=tuple(rows),
         usage=tuple(i for i in side if isinstance(i, Usage)),
         boundaries=tuple(i for i in side if isinstance(i, Boundary)),
-        problems=tuple(pairing_problems(skeletons)),
+        problems=problems,
         skipped_lines=len(stream.invalid_lines),
     )
 
@@ -408,7 +408,7 @@ def finish(
         by_role=dict(by_role.most_common()),
         by_kind=dict(by_kind.most_common()),
         by_tool=dict(by_tool.most_common()),
-        largest=tuple(sorted(stats, key=lambda s: (-s.tokens, s.index))[:top]),
+        largest=tuple(heapq.nsmallest(top, stats, key=lambda s: (-s.tokens, s.index))),
         usage=summarize_usage(scan.usage),
         boundaries=scan.boundaries,
         problems=scan.problems,

@@ -9,6 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import CORPUS, SAMPLES
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxc.analysis import analyze, stage_for
 from ctxc.cli import main
@@ -30,6 +32,15 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 )
 def test_stage_boundaries(share: float, stage: int) -> None:
     assert stage_for(share) == stage
+
+
+@given(
+    st.lists(st.floats(min_value=0.01, max_value=1.4), min_size=4, max_size=4).map(sorted),
+    st.floats(min_value=0, max_value=2),
+)
+def test_stage_is_one_plus_the_thresholds_reached(thresholds: list[float], share: float) -> None:
+    # Equal thresholds (the adaptive strategy allows them) are each reached.
+    assert stage_for(share, thresholds) == 1 + sum(share >= t for t in thresholds)
 
 
 def test_custom_thresholds_move_the_stage(tmp_path: Path) -> None:
