@@ -98,12 +98,13 @@ def make_counting_service(
 __all__ = ["DEFAULT_TOKENIZER", "TOKENIZERS", "Tokenizer", "get_tokenizer", "make_counting_service"]
 
 
-#: Inputs smaller than this are counted in this process: forking workers would cost more than it saves.
+#: Inputs from this size on are counted by a crew of processes, one per core (ctxc.tokens.prefork);
+#: smaller ones by one child at most, which builds the encoding while ctxc starts.
 PROCESS_MIN_BYTES = 4 << 20
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
-    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
+    """Count in a crew of processes, one per core, while the caller parses an input of ``size`` bytes.
 
     For tiktoken counters and large inputs only (see
     :func:`ctxc.tokens.tiktoken_backend.worker_processes`); anything else gets a context that does

@@ -183,7 +183,8 @@ def _first_child(pipes: Sequence[_Pipes], build: Builder) -> NoReturn:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        os.close(devnull)
+        if devnull > 2:  # it is one of them when the parent ran with a standard stream closed
+            os.close(devnull)
         _close([fd for p in pipes for fd in (p[1], p[2])])  # the parent's ends
         try:
             count: Count | None = build()

@@ -8,8 +8,9 @@ the :class:`tiktoken.Encoding` with the same split pattern and special tokens as
 
 Nothing happens at import: tiktoken is imported and the encoding built (about 0.35 s for o200k, plus
 0.13 s to parse its ~3.6 MB rank file the first time ctxc runs on a machine) on the first count, once
-per process, under a lock so concurrent first calls load it once. Small inputs are usually counted by
-a child that started the build with the command (:mod:`ctxc.tokens.prefork`).
+per process, under a lock so concurrent first calls load it once. Counts are usually made by children
+that started the build with the command (:mod:`ctxc.tokens.prefork`): one for a small input, one per
+core for a large one.
 """
 
 from __future__ import annotations
