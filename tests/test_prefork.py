@@ -203,7 +203,7 @@ except SystemExit:
     pass
 child = prefork._current[0]
 print()
-print(orjson.dumps({"sent": child.sent, "answered": child.answered}).decode())
+print(orjson.dumps({"sent": child.sent, "answered": child.answered, "size": child.size}).decode())
 """
 
 
@@ -213,6 +213,23 @@ def test_cli_sends_a_small_files_counts_to_the_child(tmp_path: Path) -> None:
     assert doc["answered"] == doc["sent"]
     # The parsed rank table's copy, which the child writes after its first answer, not before.
     assert [p.suffix for p in (tmp_path / "bpe").iterdir()] == [".marshal"]
+    assert doc["size"] == 1
+
+
+def test_cli_counts_a_large_file_with_the_crew_it_started(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as f:
+        n = 0
+        while f.tell() < 5 << 20:  # distinct texts, so batches are large enough to be shared out
+            role = ("user", "assistant")[n % 2]
+            text = f"message {n}: " + " ".join(f"word{n * 7 + i}" for i in range(150))
+            f.write(orjson.dumps({"role": role, "content": text}) + b"\n")
+            n += 1
+    doc = run_script(USED, str(big), env={"CTXC_CACHE_DIR": str(tmp_path / "cache")})
+    # One child per core, started with the command and used by analyze (no second crew forked),
+    # each of them sent parts of the large batches.
+    assert doc["size"] == cpu_count()
+    assert doc["answered"] == doc["sent"] >= 2 * cpu_count()
 
 
 STREAMS = r"""
