@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import itertools
 import os
 import pickle
@@ -423,6 +422,8 @@ def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 def _widen(fd: int) -> None:
     """Let a request pipe hold a whole batch (1 MiB rather than 64 KiB), so that sending one to a
     child still building does not stop this process from parsing the next. Linux only; best effort."""
+    import fcntl
+
     setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
     if setpipe is not None:
         with contextlib.suppress(OSError):

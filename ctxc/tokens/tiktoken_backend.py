@@ -293,7 +293,8 @@ def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 # others from the built state, so it is built once, off the critical path, and this process, which
 # sends them its batches, builds it only if it goes on to count many small ones.
 
-#: Batches smaller than this are not split among the crew: shipping them costs more than counting.
+#: Batches smaller than this go to one child of a crew, not split among them all: splitting costs more
+#: than it saves.
 PROCESS_MIN_CHARS = 1 << 18
 #: About what building an encoding costs here (0.35 s, more on a busy machine). Small batches are
 #: sent to the crew until the time spent waiting for them adds up to this, and then this process
