@@ -4,6 +4,8 @@ process behaviour."""
 
 from __future__ import annotations
 
+import gc
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,9 @@ import orjson
 import pytest
 from conftest import run
 
-from ctxc.errors import ExitCode
+from ctxc.errors import ExitCode, InputError
+from ctxc.formats import load
+from ctxc.reader import iter_records
 
 
 def one_line_error(err: str, *needles: str) -> None:
@@ -331,3 +335,24 @@ def test_an_interrupt_wrapped_by_python_is_still_an_interrupt() -> None:
     looped.__context__.__context__ = looped
     assert not _interrupted(looped)
     assert not _interrupted(RuntimeError("a real bug"))
+
+
+def test_blank_and_indented_lines_and_the_collector_after_a_bad_line(tmp_path: Path) -> None:
+    data = b'  {"role":"user","content":"hi"}\n \t \n\n{"role":"assistant","content":"yes"}\n'
+    assert [r.kind for r in iter_records(io.BytesIO(data), "t")] == [
+        "passthrough",
+        "blank",
+        "blank",
+        "passthrough",
+    ]
+    # Reading pauses the cyclic collector; a read that fails leaves it as it found it.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(GOOD + b"{not json\n")
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with pytest.raises(InputError):
+                load(bad)
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
