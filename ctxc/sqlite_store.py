@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from ctxc.system import env_flag
+from ctxc.system import cache_dir, env_flag
 
 T = TypeVar("T")
 
@@ -77,17 +77,19 @@ def open_wal(
 
 
 class SqliteStore:
-    """Subclasses give ``NAME``, ``TABLE``, its ``SCHEMA`` (CREATE TABLE IF NOT EXISTS) and ``PURPOSE``."""
+    """Subclasses give ``NAME``, ``FILENAME``, ``TABLE``, its ``SCHEMA`` (CREATE TABLE IF NOT EXISTS) and
+    ``PURPOSE``. The file is ``FILENAME`` in ctxc's cache folder unless a ``path`` is given."""
 
     #: What the warning calls the store: "token", "summary".
     NAME: ClassVar[str]
+    FILENAME: ClassVar[str]
     TABLE: ClassVar[str]
     SCHEMA: ClassVar[str]
     #: How the warning names what is lost: "counting without it", "summarizing without it".
     PURPOSE: ClassVar[str]
 
-    def __init__(self, path: Path, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        self.path = path
+    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
+        self.path = path if path is not None else cache_dir() / self.FILENAME
         self._timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()

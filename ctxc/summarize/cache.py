@@ -6,15 +6,7 @@ Anthropic summarizer (and asyncio with it).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ctxc.sqlite_store import SqliteStore
-
-
-def default_cache_path() -> Path:
-    from ctxc.system import cache_dir
-
-    return cache_dir() / "summaries.sqlite3"
 
 
 class SummaryCache(SqliteStore):
@@ -24,6 +16,7 @@ class SummaryCache(SqliteStore):
     """
 
     NAME = "summary"
+    FILENAME = "summaries.sqlite3"
     TABLE = "summaries"
     SCHEMA = (
         "CREATE TABLE IF NOT EXISTS summaries ("
@@ -31,11 +24,6 @@ class SummaryCache(SqliteStore):
         " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
     )
     PURPOSE = "summarizing without it"
-
-    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        super().__init__(
-            path if path is not None else default_cache_path(), disabled=disabled, timeout=timeout
-        )
 
     def get(self, key: bytes) -> str | None:
         rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))

@@ -16,7 +16,6 @@ import hashlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 
 from ctxc.sqlite_store import SqliteStore, in_batches
 from ctxc.tokens import Tokenizer
@@ -40,16 +39,11 @@ def digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def default_path() -> Path:
-    from ctxc.system import cache_dir
-
-    return cache_dir() / "tokens.sqlite3"
-
-
 class TokenCache(SqliteStore):
     """Per-text token counts in SQLite. Thread-safe; safe for several processes at once."""
 
     NAME = "token"
+    FILENAME = "tokens.sqlite3"
     TABLE = "counts"
     SCHEMA = (
         "CREATE TABLE IF NOT EXISTS counts ("
@@ -57,9 +51,6 @@ class TokenCache(SqliteStore):
         " PRIMARY KEY (digest, tokenizer)) WITHOUT ROWID"
     )
     PURPOSE = "counting without it"
-
-    def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
-        super().__init__(path if path is not None else default_path(), disabled=disabled, timeout=timeout)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, int]:
         """Cached counts of those ``keys`` (digest, tokenizer) that are present."""
