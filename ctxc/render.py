@@ -119,6 +119,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
+    from ctxc.cliutil import cells
+
     out: list[Any] = []
     head = Text()
     head.append(a.path, style="bold")
@@ -152,7 +154,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
                 row += [("  " if group is not roles else "") + group[i][0], f"{group[i][1]:,}"]
             else:
                 row += ["", ""]
-        totals.add_row(*map(Text, row))
+        totals.add_row(*cells(*row))
     out.append(totals)
 
     rows = a.messages if show_messages else a.largest
@@ -172,22 +174,17 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for s in rows:
-        # Text, not str: a str cell is parsed for markup and emoji codes, and a tool named "[/x]" is
-        # no markup to render. Text is also 2x quicker to lay out.
         table.add_row(
-            *map(
-                Text,
-                (
-                    str(s.index),
-                    str(s.line),
-                    s.role,
-                    s.kind,
-                    s.tool or "",
-                    f"{s.tokens:,}",
-                    f"{s.cumulative:,}",
-                    _pct(s.share),
-                    str(s.stage),
-                ),
+            *cells(
+                str(s.index),
+                str(s.line),
+                s.role,
+                s.kind,
+                s.tool or "",
+                f"{s.tokens:,}",
+                f"{s.cumulative:,}",
+                _pct(s.share),
+                str(s.stage),
             )
         )
     out.append(table)
