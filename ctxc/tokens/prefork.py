@@ -44,7 +44,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
@@ -237,24 +237,22 @@ class _Member:
     def idle(self) -> bool:
         return self.read == self.sent
 
-    def start(self, texts: Sequence[str], meter: _Meter | None) -> Callable[[], list[int] | None]:
+    def start(self, texts: Sequence[str]) -> Callable[[], list[int] | None]:
         """Send ``texts``; the returned function waits for their counts, or None if the child failed."""
-        with _waiting(meter, self):
-            self._read_through(self.sent)  # the previous answer first: one request in flight at a time
+        self._read_through(self.sent)  # the previous answer first: one request in flight at a time
         ticket = self.sent
         try:
             if self.requests is None:
                 raise OSError("closed")
-            with _waiting(meter, self):  # blocks while the child builds and the batch fills the pipe
-                _write_frame(self.requests, list(texts))
+            # Blocks while the child builds and the batch fills the pipe.
+            _write_frame(self.requests, list(texts))
         except OSError:
             self.close()
             return lambda: None
         self.sent += 1
 
         def collect() -> list[int] | None:
-            with _waiting(meter, self):
-                self._read_through(ticket + 1)
+            self._read_through(ticket + 1)
             return self._answered.pop(ticket, None)
 
         return collect
@@ -277,24 +275,6 @@ class _Member:
                 with contextlib.suppress(OSError):
                     stream.close()
         self.requests = self.answers = None
-
-
-class _Meter:
-    """Seconds spent waiting on children that had already answered once: what sending work costs.
-    Waiting for the build is not counted; building here would cost more."""
-
-    def __init__(self) -> None:
-        self.waited = 0.0
-
-
-@contextlib.contextmanager
-def _waiting(meter: _Meter | None, member: _Member) -> Iterator[None]:
-    started, built = time.perf_counter(), member.read > 0
-    try:
-        yield
-    finally:
-        if meter is not None and built:
-            meter.waited += time.perf_counter() - started
 
 
 class Crew:
@@ -336,17 +316,10 @@ class Crew:
         _close([fd for p in pipes for fd in (p[0], p[3])])  # the children's ends
         self.pid = pid
         self._members = [_Member(p[1], p[2]) for p in pipes]
-        self._small = _Meter()
-
-    @property
-    def waited(self) -> float:
-        """Seconds spent waiting for small batches (:meth:`start` without ``spread``) once the crew had
-        answered: the rent that tells a caller when building its own encoding is cheaper."""
-        return self._small.waited
-
-    @waited.setter
-    def waited(self, value: float) -> None:
-        self._small.waited = value
+        #: Seconds spent waiting for batches sent to the first child (:meth:`start` without ``spread``)
+        #: once it had answered, so not for its build: the rent that tells a caller when building its
+        #: own encoding is cheaper.
+        self.waited = 0.0
 
     @property
     def usable(self) -> bool:
@@ -369,9 +342,9 @@ class Crew:
         """
         members = [m for m in self._members if m.requests is not None]
         if not spread or len(members) < 2 or len(texts) < 2:
-            return self._members[0].start(texts, self._small)
+            return self._timed(self._members[0], texts)
         parts = split(texts, len(members))
-        pending = [m.start(texts[a:b], None) for m, (a, b) in zip(members, parts, strict=True) if b > a]
+        pending = [m.start(texts[a:b]) for m, (a, b) in zip(members, parts, strict=True) if b > a]
 
         def collect() -> list[int] | None:
             out: list[int] = []
@@ -381,6 +354,24 @@ class Crew:
                 failed = failed or counts is None
                 out.extend(counts or ())
             return None if failed else out
+
+        return collect
+
+    def _timed(self, member: _Member, texts: Sequence[str]) -> Callable[[], list[int] | None]:
+        """``member.start(texts)``, the time spent waiting in it and for its answer added to
+        :attr:`waited` unless the member has not answered yet (it may still be building)."""
+        if not member.read:
+            return member.start(texts)
+        started = time.perf_counter()
+        pending = member.start(texts)
+        self.waited += time.perf_counter() - started
+
+        def collect() -> list[int] | None:
+            started = time.perf_counter()
+            try:
+                return pending()
+            finally:
+                self.waited += time.perf_counter() - started
 
         return collect
 

@@ -268,22 +268,6 @@ def _executor() -> ThreadPoolExecutor:
     return _pools[0]
 
 
-def _chunks(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
-    """Split ``texts`` into about ``parts`` contiguous ranges of similar total length."""
-    total = sum(map(len, texts))
-    target = max(1, total // parts)
-    ranges: list[tuple[int, int]] = []
-    start = acc = 0
-    for i, t in enumerate(texts):
-        acc += len(t)
-        if acc >= target:
-            ranges.append((start, i + 1))
-            start, acc = i + 1, 0
-    if start < len(texts):
-        ranges.append((start, len(texts)))
-    return ranges
-
-
 # -- counting in other processes ---------------------------------------------------------------------
 #
 # Threads cannot count faster than about one core: tiktoken releases the GIL while it encodes but holds
@@ -406,6 +390,8 @@ class TiktokenTokenizer:
         return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
+        from ctxc.tokens.prefork import split  # loaded with the command; shares out the crew's batches too
+
         count = _counter(self._spec, self._path)
         threads = cpu_count()
         if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
@@ -415,6 +401,6 @@ class TiktokenTokenizer:
             return list(map(count, texts[bounds[0] : bounds[1]]))
 
         counts: list[int] = []
-        for part in _executor().map(run, _chunks(texts, threads * 4)):
+        for part in _executor().map(run, split(texts, threads * 4)):
             counts.extend(part)
         return counts
