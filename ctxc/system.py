@@ -38,12 +38,13 @@ def env_flag(name: str) -> bool:
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C back while forking, and deliver it right after.
+    """Hold Ctrl-C back while forking or importing, and deliver it right after.
 
     CPython runs the at-fork hooks (logging's among them) as Python code in this process too; an
     interrupt raised inside one is printed as "Exception ignored" and then lost, and the run goes on.
-    Callers fork only while no other thread runs, so the mask of this thread is the process's. The
-    children inherit the mask and ignore SIGINT anyway: Ctrl-C is the parent's to handle.
+    An interrupt inside an import can be lost the same way, or worse (``ctxc/__main__.py`` says how).
+    Callers do this only while no other thread runs, so the mask of this thread is the process's.
+    Forked children inherit the mask and ignore SIGINT anyway: Ctrl-C is the parent's to handle.
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield
