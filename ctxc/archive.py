@@ -74,8 +74,9 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 @dataclass(frozen=True, slots=True)
 class Archive:
     root: Path
-    #: Index each stored original for ``ctxc search`` as it is written (about 0.1 s per MB). Off, the
-    #: next search indexes what the manifest lists instead: same results, the cost moved to that search.
+    #: Index each stored original for ``ctxc search`` as it is written (about 0.1 s per MB; a large one
+    #: by a background process, :mod:`ctxc.search.background`). Off, the next search indexes what the
+    #: manifest lists instead: same results, the cost moved to that search.
     index_on_write: bool = True
 
     @classmethod

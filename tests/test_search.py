@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,13 +18,14 @@ from conftest import ROOT, SAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ctxc.search
 from ctxc.archive import Archive, citation
 from ctxc.cli import main
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ArchiveError, ExitCode, UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
-from ctxc.search import index_transcript, rebuild, search
+from ctxc.search import background, index_transcript, rebuild, search
 from ctxc.search.chunks import MAX_CHARS, chunk_messages, chunk_transcript, split_text
 from ctxc.search.embed import hybrid_search
 from ctxc.search.index import SearchIndex, fts_query
@@ -340,6 +342,141 @@ def test_two_processes_index_one_archive_at_once(tmp_path: Path) -> None:
     for f in files:
         ident = f.encode().hex().ljust(64, "0")[:64]
         assert counts[ident] == len(list(chunk_transcript(load(f))))
+
+
+# ------------------------------------------------------------------------------- background indexing
+
+
+def indexed_within(root: Path, ident: str, timeout: float = 120.0) -> bool:
+    """Whether the index of ``root`` holds ``ident`` within ``timeout`` seconds (a background indexer
+    may be at work; the timeout only bounds a failing test)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (root / "search.sqlite").exists():
+            with SearchIndex.for_archive(root) as index:
+                if index.has(ident):
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_large_original_is_indexed_by_a_process_of_its_own(
+    archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ctxc.search, "BACKGROUND_BYTES", 1)  # every stored original counts as large
+
+    def not_here(*args: object, **kwargs: object) -> int:
+        raise AssertionError("indexed in the compacting process")
+
+    monkeypatch.setattr(ctxc.search, "index_transcript", not_here)
+    monkeypatch.setattr(ctxc.search, "_index_object", not_here)
+    started: list[str] = []
+
+    def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) -> None:
+        started.append(archive_id)
+        background.index_later(root, archive_id, fmt=fmt, source=source)
+
+    monkeypatch.setattr(ctxc.search, "index_later", index_later)
+    result = compact_transcript(
+        session(), CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2),
+        archive=archive,
+    )  # fmt: skip
+    assert background.handed_off(archive.root, result.archive_id)
+    # The manifest line's hook leaves it to that process too.
+    archive.record_run({"archive_id": result.archive_id, "format": "chat", "input_path": "session.jsonl"})
+    assert started == [result.archive_id]
+    assert indexed_within(archive.root, result.archive_id)
+    hits = search("staging bucket", archive=archive, catch_up=False)
+    assert (hits[0].archive_id, hits[0].message, hits[0].source) == (result.archive_id, 4, "session.jsonl")
+    assert not (archive.root / background.LOG_NAME).exists()
+
+
+def test_cli_compaction_of_a_large_log_returns_before_its_index_is_ready(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.write(b'{"role": "user", "content": "Deploy the service, then tidy up."}\n')
+        f.write(b'{"role": "assistant", "content": "Deploying with the key PELICAN-7731-ZULU."}\n')
+        n = 0
+        while f.tell() < background.BACKGROUND_BYTES + 4096:
+            role = ("assistant", "user")[n % 2]
+            text = f"step {n}: " + " ".join(f"word{n * 7 + i}" for i in range(150))
+            f.write(orjson.dumps({"role": role, "content": text}) + b"\n")
+            n += 1
+    arch = tmp_path / "archive"
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "CTXC_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxc", "compact", str(big), "-s", "fifo", "--target-tokens", "20000",
+         "--archive", str(arch), "-o", str(out), "--report", str(tmp_path / "report.json")],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr
+    assert b"PELICAN-7731" not in out.read_bytes()
+    ident = orjson.loads((tmp_path / "report.json").read_bytes())["run"]["archive_id"]
+    assert indexed_within(arch, ident)  # by the background process: nothing else indexes it
+    found = subprocess.run(
+        [sys.executable, "-m", "ctxc", "search", "PELICAN-7731", "--archive", str(arch), "--format", "json"],
+        capture_output=True, check=False, env=env,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    hits = orjson.loads(found.stdout)["hits"]
+    assert (hits[0]["archive_id"], hits[0]["message"]) == (ident, 1)
+    assert not (arch / background.LOG_NAME).exists()
+
+
+def test_a_background_indexer_that_fails_says_why_in_the_archive(tmp_path: Path) -> None:
+    arch = tmp_path / "archive"
+    arch.mkdir()
+    command = [sys.executable, "-m", "ctxc.search.background", str(arch), "ab" * 32, "chat", "t.jsonl"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 1
+    log = (arch / background.LOG_NAME).read_text()
+    assert "abababababab" in log
+    assert "ctxc search --reindex" in log
+    bad = subprocess.run(command[:4], capture_output=True, text=True, check=False, env=env)
+    assert bad.returncode == 2
+    assert "usage" in bad.stderr
+
+
+def test_search_catches_up_holding_the_index_lock(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    compact_transcript(
+        session(), CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2),
+        archive=archive,
+    )  # fmt: skip
+    held: list[bool] = []
+    real_sync = ctxc.search.sync
+
+    def sync(store: Archive, index: SearchIndex) -> int:
+        held.append(background.indexer_running(store.root))  # another descriptor: it cannot take it
+        return real_sync(store, index)
+
+    monkeypatch.setattr(ctxc.search, "sync", sync)
+    assert search("staging bucket", archive=archive)
+    assert held == [True]
+    assert not background.indexer_running(archive.root)
+
+
+def test_cli_search_says_it_waits_for_a_background_indexer(archive: Archive) -> None:
+    compact_transcript(
+        session(), CompactOptions(strategy="fifo", target_tokens=1500, window=10_000, keep_last=2),
+        archive=archive,
+    )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with background.writer_lock(archive.root):  # as a background indexer holds it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxc", "search", "staging bucket", "--archive", str(archive.root),
+             "--format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        note = proc.stderr.readline().decode()
+        assert "waiting for the background indexer" in note
+        assert proc.poll() is None  # still waiting
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert orjson.loads(out)["hits"]
 
 
 # ------------------------------------------------------------------------------------------ hybrid

@@ -113,8 +113,12 @@ def search_command(
     from ctxc.errors import UsageError
     from ctxc.output import dumps, envelope
     from ctxc.search import rebuild, search
+    from ctxc.search.background import indexer_running
 
     store = Archive.open(archive)
+    if indexer_running(store.root):
+        note = "ctxc: waiting for the background indexer to finish the search index"
+        stderr_console().print(note, markup=False, soft_wrap=True)
     if reindex:
         report = rebuild(store)
         for line in report.skipped:

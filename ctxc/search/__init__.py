@@ -2,11 +2,13 @@
 
 The index (``<archive>/search.sqlite``, :mod:`ctxc.search.index`) is updated when the archive is
 written: :meth:`ctxc.archive.Archive.index` is called by the compaction run right after the original
-is stored, :meth:`~ctxc.archive.Archive.index_blobs` by offload for its offloaded outputs, and
-:meth:`~ctxc.archive.Archive.record_run` indexes a run's original if nothing did yet (``ctxc repair``).
-Those hooks never fail a run: the archive is the source of truth, so an indexing failure is one
-warning on stderr and the run goes on; :func:`search` catches up with the manifest before each query,
-and :func:`rebuild` (``ctxc search --reindex``) makes the whole index again from the archive.
+is stored (an original of 4 MB or more is indexed by a process of its own, so that the run need not
+wait for it: :mod:`ctxc.search.background`), :meth:`~ctxc.archive.Archive.index_blobs` by offload for
+its offloaded outputs, and :meth:`~ctxc.archive.Archive.record_run` indexes a run's original if
+nothing did yet (``ctxc repair``). Those hooks never fail a run: the archive is the source of truth,
+so an indexing failure is one warning on stderr and the run goes on; :func:`search` waits for a
+background indexer and catches up with the manifest before each query, and :func:`rebuild`
+(``ctxc search --reindex``) makes the whole index again from the archive.
 
 ``CTXC_NO_INDEX=1`` turns the hooks off (the next search then indexes what the manifest lists).
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import ArchiveError, CtxcError
+from ctxc.search.background import BACKGROUND_BYTES, handed_off, index_later, writer_lock
 from ctxc.search.index import Hit, SearchIndex, fts_query, open_index
 from ctxc.system import env_flag
 
@@ -98,10 +101,16 @@ def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript,
 def index_quietly(
     archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> None:
-    """:func:`index_transcript` for the archive's hooks: any failure is a warning, never an exception."""
+    """:func:`index_transcript` for the archive's hooks: any failure is a warning, never an exception.
+
+    A large stored original is indexed by a background process instead (:mod:`ctxc.search.background`).
+    """
     if indexing_disabled():
         return
     try:
+        if _in_background(archive, archive_id):
+            index_later(archive.root, archive_id, fmt=transcript.format, source=source or transcript.source)
+            return
         index_transcript(archive, archive_id, transcript, source=source)
     except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
         _warn(archive.root, f"original {archive_id[:12]}", exc)
@@ -124,12 +133,31 @@ def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if indexing_disabled() or not isinstance(ident, str):
         return
+    if handed_off(archive.root, ident):
+        return
     try:
+        if _in_background(archive, ident):
+            fmt, source = entry.get("format"), entry.get("input_path")
+            index_later(
+                archive.root,
+                ident,
+                fmt=fmt if isinstance(fmt, str) else "",
+                source=source if isinstance(source, str) else None,
+            )
+            return
         with SearchIndex.for_archive(archive.root) as index:
             if not index.has(ident):
                 _index_object(archive, index, ident, entry)
     except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
         _warn(archive.root, f"original {ident[:12]}", exc)
+
+
+def _in_background(archive: Archive, archive_id: str) -> bool:
+    """Whether to hand this stored original to a background indexer: it is large, and on disk."""
+    try:
+        return archive.object_path(archive_id).stat().st_size >= BACKGROUND_BYTES
+    except OSError:  # not stored here (a library caller's citation): index what is in memory
+        return False
 
 
 def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
@@ -238,7 +266,7 @@ def rebuild(archive: Archive) -> RebuildReport:
     if not archive.root.is_dir():
         raise ArchiveError(f"no archive at {archive.root}")
     skipped: list[str] = []
-    with open_index(archive.root) as index:
+    with writer_lock(archive.root), open_index(archive.root) as index:
         index.clear()
         originals = _manifest_originals(archive)
         origins: dict[str, tuple[str, int, str]] = {}
@@ -326,7 +354,8 @@ def search(
     store = archive if archive is not None else ArchiveCls.open()
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
-            sync(store, index)
+            with writer_lock(store.root):  # after any background indexer, so nothing is done twice
+                sync(store, index)
         return search_index(
             index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
         )
