@@ -356,3 +356,14 @@ def test_blank_and_indented_lines_and_the_collector_after_a_bad_line(tmp_path: P
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
+
+
+def test_what_a_read_made_goes_to_the_oldest_generation(tmp_path: Path) -> None:
+    """The young collections after a 100 MB read would walk every object it made, twice."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(GOOD)
+    transcript = load(path)
+    message = transcript.messages[0]
+    assert gc.is_tracked(message)
+    assert any(o is message for o in gc.get_objects(generation=2))
+    assert not any(o is message for o in gc.get_objects(generation=0))
