@@ -119,6 +119,9 @@ def run(t: Transcript, strategy: str, target: int) -> bytes | None:
     except OverTargetError:
         return None
     assert result.tokens_after <= target
+    # The figure reported, partly carried over from the strategy's counts, is that of the output
+    # counted afresh.
+    assert result.tokens_after == Ledger(WordCounter()).total(result.transcript.messages)
     out = result.transcript
     assert pairing_problems(out.messages, strict=True) == []
     texts = [m.text for m in out.messages]
@@ -178,3 +181,36 @@ def test_every_strategy_meets_half_on_a_tool_heavy_session() -> None:
     target = Ledger(WordCounter()).total(t.messages) // 2
     for strategy in ("fifo", "selective", "mask", "recursive", "hierarchical", "adaptive"):
         assert run(t, strategy, target) is not None, strategy
+
+
+class Tally(WordCounter):
+    """:class:`WordCounter` that remembers what it was asked to count."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        self.seen.extend(texts)
+        return super().count(texts)
+
+
+def test_the_ledger_carries_counts_only_to_messages_with_equal_blocks() -> None:
+    data = b"".join(
+        orjson.dumps({"role": role, "content": f"{role} said {n} things"}) + b"\n"
+        for n, role in enumerate(["user", "assistant", "user"])
+    )
+    old = load(io.BytesIO(data)).messages
+    changed = data.replace(b"said 2", b"said two")
+    new = load(io.BytesIO(changed)).messages
+    ledger = Ledger(tally := Tally())
+    ledger.prime(old)
+    ledger.carry(new, old)
+    tally.seen.clear()
+    assert [ledger.tokens(m) for m in new] == [8, 8, 8]  # 4 words and 4 tokens of framing each
+    assert tally.seen == ["user said two things"]  # only the message whose blocks differ is counted
+    fresh = Ledger(tally := Tally())
+    fresh.prime(old)
+    fresh.carry(new[:2], old)  # not aligned: nothing is carried
+    tally.seen.clear()
+    fresh.total(new[:2])
+    assert len(tally.seen) == 2

@@ -391,7 +391,7 @@ def test_a_large_original_is_indexed_by_a_process_of_its_own(
     assert not (archive.root / background.LOG_NAME).exists()
 
 
-def test_cli_compaction_of_a_large_log_returns_before_its_index_is_ready(tmp_path: Path) -> None:
+def test_cli_compaction_of_a_large_log_has_it_indexed_in_the_background(tmp_path: Path) -> None:
     big = tmp_path / "big.jsonl"
     with open(big, "wb") as f:
         f.write(b'{"role": "user", "content": "Deploy the service, then tidy up."}\n')

@@ -35,6 +35,18 @@ class Ledger:
             hit = self._memo[id(message)]
         return hit[1]
 
+    def carry(self, new: Sequence[Message], old: Sequence[Message]) -> None:
+        """Give each of ``new`` the count of the message in its place in ``old``, where that one is
+        counted and has equal blocks: what a message costs depends on its blocks alone
+        (:func:`ctxc.tokens.cost.message_parts`), and comparing them is cheaper than hashing every text
+        again. Others are left to be counted."""
+        if len(new) != len(old):
+            return
+        for n, o in zip(new, old, strict=True):
+            hit = self._memo.get(id(o))
+            if hit is not None and id(n) not in self._memo and n.blocks == o.blocks:
+                self._memo[id(n)] = (n, hit[1])
+
     def total(self, messages: Iterable[Message]) -> int:
         messages = list(messages)
         self.prime(messages)

@@ -374,6 +374,7 @@ def _verify(
     problems = pairing_problems(reread.messages, strict=True)
     if problems:
         raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
+    ledger.carry(reread.messages, written.messages)  # most lines read back as they were written
     for k, outcome in enumerate(outcomes):
         after = ledger.total(reread.conversation(outcome.conversation))
         outcomes[k] = replace(outcome, tokens_after=after)
