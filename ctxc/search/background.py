@@ -7,10 +7,12 @@ stored, to ``python -m ctxc.search.background``: a process in a session of its o
 compaction does not reach it), at a lower priority, which reads the stored original back and indexes
 it. Smaller originals are indexed inline, where that costs less than starting a process.
 
-One indexer writes at a time: each holds :data:`LOCK_NAME` in the archive while it works, and a
-search holds it while it catches up with the manifest, so a search started while an indexer runs
-waits for it and then sees everything. Nothing depends on the indexer finishing: if it is killed, the
-next search indexes what the manifest lists and the index lacks, and the index's own transaction
+Background indexers work one at a time: each holds :data:`LOCK_NAME` in the archive while it works,
+and a search holds it while it catches up with the manifest, so a search started while an indexer
+runs waits for it and then sees everything. (A run indexing a small original inline takes no such
+lock: it must not wait behind a large one, and the index's own transactions keep concurrent writers
+correct.) Nothing depends on the indexer finishing: if it is killed, the next search indexes what the
+manifest lists and the index lacks, and the index's transaction per original
 (:meth:`ctxc.search.index.SearchIndex.add`) keeps it whole. Warnings go to :data:`LOG_NAME` in the
 archive, since the process has no terminal.
 """
