@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -428,16 +429,82 @@ def test_cli_compaction_of_a_large_log_has_it_indexed_in_the_background(tmp_path
 def test_a_background_indexer_that_fails_says_why_in_the_archive(tmp_path: Path) -> None:
     arch = tmp_path / "archive"
     arch.mkdir()
-    command = [sys.executable, "-m", "ctxc.search.background", str(arch), "ab" * 32, "chat", "t.jsonl"]
+    entry = {"archive_id": "ab" * 32, "format": "chat", "input_path": "t.jsonl"}  # never stored
+    (arch / background.QUEUE_NAME).write_bytes(orjson.dumps(entry) + b"\n")
+    command = [sys.executable, "-m", "ctxc.search.background", str(arch)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     assert proc.returncode == 1
     log = (arch / background.LOG_NAME).read_text()
     assert "abababababab" in log
     assert "ctxc search --reindex" in log
-    bad = subprocess.run(command[:4], capture_output=True, text=True, check=False, env=env)
+    assert not background.queued(arch)  # trying again would fail again
+    bad = subprocess.run(command[:3], capture_output=True, text=True, check=False, env=env)
     assert bad.returncode == 2
     assert "usage" in bad.stderr
+
+
+def stored_sessions(archive: Archive, count: int) -> list[str]:
+    """Store ``count`` sessions, each with its own detail ``HERON-<n>``; their archive ids."""
+    return [archive.store(session(f"the detail is HERON-{n}").to_bytes()) for n in range(count)]
+
+
+def test_one_indexer_takes_every_queued_original(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        child = real_popen(*args, **kwargs)
+        spawned.append(child)
+        return child
+
+    monkeypatch.setattr(background.subprocess, "Popen", popen)
+    ids = stored_sessions(archive, 3)
+    with background.writer_lock(archive.root):  # as an indexer at work holds it
+        for n, ident in enumerate(ids):
+            background.index_later(archive.root, ident, fmt="chat", source=f"s{n}.jsonl")
+        assert spawned == []  # the one at work takes the queue again once it lets go
+        assert [e["archive_id"] for e in background.queue_entries(archive.root)] == ids
+    background.start_indexer(archive.root)
+    assert len(spawned) == 1
+    assert spawned[0].wait(timeout=120) == 0
+    assert not background.queued(archive.root)
+    for n, ident in enumerate(ids):
+        hits = search(f"HERON-{n}", archive=archive, catch_up=False)
+        assert (hits[0].archive_id, hits[0].source) == (ident, f"s{n}.jsonl")
+
+
+def test_an_indexer_goes_round_again_for_what_was_queued_while_it_worked(
+    archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(background, "start_indexer", lambda root: None)  # no process: main runs here
+    monkeypatch.setattr(background.os, "nice", lambda n: 0)
+    first, second = stored_sessions(archive, 2)
+    background.index_later(archive.root, first, fmt="chat", source="first.jsonl")
+    rounds: list[list[str]] = []
+    real = ctxc.search.index_queued
+
+    def index_queued(store: Archive, index: SearchIndex | None = None) -> bool:
+        rounds.append([e["archive_id"] for e in background.queue_entries(store.root)])
+        done = real(store, index)
+        if len(rounds) == 1:  # another run queues one while this indexer holds the lock
+            background.index_later(store.root, second, fmt="chat", source="second.jsonl")
+        return done
+
+    monkeypatch.setattr(ctxc.search, "index_queued", index_queued)
+    assert background.main([str(archive.root)]) == 0
+    assert rounds == [[first], [second]]
+    assert search("HERON-1", archive=archive, catch_up=False)[0].archive_id == second
+    assert not logging.getLogger("ctxc").handlers  # the indexer's log handler is gone with it
+
+
+def test_search_indexes_what_waits_in_the_queue(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background, "start_indexer", lambda root: None)  # as if the indexer was killed
+    (ident,) = stored_sessions(archive, 1)
+    background.index_later(archive.root, ident, fmt="chat", source="lone.jsonl")
+    hits = search("HERON-0", archive=archive)  # no manifest line: only the queue names it
+    assert (hits[0].archive_id, hits[0].source) == (ident, "lone.jsonl")
+    assert not background.queued(archive.root)
 
 
 def test_search_catches_up_holding_the_index_lock(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ Library use::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -31,7 +32,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import ArchiveError, CtxcError
-from ctxc.search.background import BACKGROUND_BYTES, handed_off, index_later, writer_lock
+from ctxc.search.background import (
+    BACKGROUND_BYTES,
+    dequeue,
+    handed_off,
+    index_later,
+    queue_entries,
+    start_indexer,
+    writer_lock,
+)
 from ctxc.search.index import Hit, SearchIndex, fts_query, open_index
 from ctxc.system import env_flag
 
@@ -177,6 +186,32 @@ def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mappi
     source = entry.get("input_path")
     _add_transcript(index, ident, transcript, source if isinstance(source, str) else None)
     return transcript
+
+
+def index_queued(archive: Archive, index: SearchIndex | None = None) -> bool:
+    """Index the originals queued for the background indexer (:mod:`ctxc.search.background`), taking
+    each out of the queue once done; False if any failed (each failure a warning). The caller holds
+    the archive's writer lock."""
+    entries = queue_entries(archive.root)
+    if not entries:
+        return True
+    ok = True
+    done: set[str] = set()
+    opened = contextlib.nullcontext(index) if index is not None else SearchIndex.for_archive(archive.root)
+    try:
+        with opened as db:
+            for entry in entries:
+                ident = entry["archive_id"]
+                try:
+                    if not db.has(ident):
+                        _index_object(archive, db, ident, entry)
+                except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+                    _warn(archive.root, f"original {ident[:12]}", exc)
+                    ok = False
+                done.add(ident)  # failed too: retrying would fail again (`--reindex` says why)
+    finally:
+        dequeue(archive.root, done)
+    return ok
 
 
 def _manifest_originals(archive: Archive) -> dict[str, dict[str, Any]]:
@@ -325,6 +360,7 @@ def rebuild(archive: Archive) -> RebuildReport:
                 source=f"archive {ident[:12]}",
                 fmt="text",
             )
+        index_queued(archive, index)  # every stored object is indexed now: this empties the queue
         stats = index.stats()
     return RebuildReport(stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped))
 
@@ -355,7 +391,9 @@ def search(
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
             with writer_lock(store.root):  # after any background indexer, so nothing is done twice
+                index_queued(store, index)
                 sync(store, index)
+            start_indexer(store.root)  # for anything queued while this search held the lock
         return search_index(
             index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
         )

@@ -1,20 +1,23 @@
-"""Index a large original in a process of its own, so that a compaction does not wait for its index.
+"""Index large originals in a process of their own, so that a compaction does not wait for its index.
 
 Indexing an original for ``ctxc search`` costs about 0.1 s of CPU per MB: chunking, FTS5's tokenizer
 and the commit. For a 100 MB log that is as long as the whole fifo compaction, and a compaction's
-output does not depend on it. So an original of :data:`BACKGROUND_BYTES` or more is handed, once it is
-stored, to ``python -m ctxc.search.background``: a process in a session of its own (Ctrl-C on the
-compaction does not reach it), at a lower priority, which reads the stored original back and indexes
-it. Smaller originals are indexed inline, where that costs less than starting a process.
+output does not depend on it. So an original of :data:`BACKGROUND_BYTES` or more is, once stored,
+queued in the archive (:data:`QUEUE_NAME`) for ``python -m ctxc.search.background``: a process in a
+session of its own (Ctrl-C on the compaction does not reach it), at a lower priority, which reads the
+stored originals back and indexes them. Smaller originals are indexed inline, where that costs less
+than starting a process.
 
-Background indexers work one at a time: each holds :data:`LOCK_NAME` in the archive while it works,
-and a search holds it while it catches up with the manifest, so a search started while an indexer
-runs waits for it and then sees everything. (A run indexing a small original inline takes no such
-lock: it must not wait behind a large one, and the index's own transactions keep concurrent writers
-correct.) Nothing depends on the indexer finishing: if it is killed, the next search indexes what the
-manifest lists and the index lacks, and the index's transaction per original
-(:meth:`ctxc.search.index.SearchIndex.add`) keeps it whole. Warnings go to :data:`LOG_NAME` in the
-archive, since the process has no terminal.
+One indexer runs per archive, however many runs queue originals (a batch over thousands of logs
+starts one, not thousands): it holds :data:`LOCK_NAME` while it works, a run starts one only if
+nobody holds that lock, and an indexer looks at the queue again after letting go of the lock, so an
+original queued while it worked is not left behind. A search holds the lock while it catches up (the
+queue, then the manifest), so a search started while an indexer runs waits for it and then sees
+everything. (A run indexing a small original inline takes no such lock: it must not wait behind a
+large one, and the index's own transactions keep concurrent writers correct.) Nothing depends on the
+indexer finishing: an original leaves the queue only once indexed, the next search indexes what is
+left, and the index's transaction per original (:meth:`ctxc.search.index.SearchIndex.add`) keeps it
+whole. Warnings go to :data:`LOG_NAME` in the archive, since the process has no terminal.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
 
 #: Originals at least this large (bytes) are indexed in the background; indexing a smaller one inline
 #: costs under 0.4 s, not much more than the 0.1 s of starting a process to do it.
 BACKGROUND_BYTES = 4 << 20
 #: The lock file in the archive that the one index writer at a time holds.
 LOCK_NAME = "index.lock"
+#: Originals waiting for the background indexer, one JSON object a line.
+QUEUE_NAME = "index.queue"
 #: Where a background indexer's warnings go (created on the first one).
 LOG_NAME = "index.log"
 
@@ -44,15 +52,27 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) -> None:
-    """Start a background process that indexes the stored original ``archive_id`` of archive ``root``."""
+    """Queue the stored original ``archive_id`` of archive ``root`` for the background indexer, and
+    start one unless one is running."""
+    entry = {"archive_id": archive_id, "format": fmt, "input_path": source}
+    with _queue(root) as queue:
+        queue.write(orjson.dumps(entry) + b"\n")
+    _handed_off.add((str(root), archive_id))
+    start_indexer(root)
+
+
+def start_indexer(root: Path) -> None:
+    """Start a background indexer for archive ``root`` if originals are queued and none is running
+    (a running one takes the queue again after it lets go of the lock)."""
+    if not queued(root) or indexer_running(root):
+        return
     _children[:] = [child for child in _children if child.poll() is None]
-    command = [sys.executable, "-m", "ctxc.search.background", str(root), archive_id, fmt, source or ""]
     # The child must run this process's ctxc, wherever that was imported from (a checkout, say).
     home = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (home, os.environ.get("PYTHONPATH")) if p)
     _children.append(
         subprocess.Popen(
-            command,
+            [sys.executable, "-m", "ctxc.search.background", str(root)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -60,12 +80,68 @@ def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) ->
             env={**os.environ, "PYTHONPATH": path},
         )
     )
-    _handed_off.add((str(root), archive_id))
 
 
 def handed_off(root: Path, archive_id: str) -> bool:
-    """Whether this process started a background indexer for ``archive_id`` of archive ``root``."""
+    """Whether this process queued ``archive_id`` of archive ``root`` for the background indexer."""
     return (str(root), archive_id) in _handed_off
+
+
+@contextlib.contextmanager
+def _queue(root: Path) -> Iterator[BinaryIO]:
+    """The queue file, opened for appending and locked against other readers and writers."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / QUEUE_NAME, "a+b") as queue:
+        fcntl.flock(queue.fileno(), fcntl.LOCK_EX)
+        try:
+            yield queue
+        finally:
+            queue.flush()
+            fcntl.flock(queue.fileno(), fcntl.LOCK_UN)
+
+
+def queued(root: Path) -> bool:
+    """Whether any original waits in the queue of archive ``root``."""
+    try:
+        return (root / QUEUE_NAME).stat().st_size > 0
+    except OSError:
+        return False
+
+
+def queue_entries(root: Path) -> list[dict[str, Any]]:
+    """What the queue holds, oldest first (a torn last line, from a crash mid-write, is skipped)."""
+    if not queued(root):
+        return []
+    with _queue(root) as queue:
+        queue.seek(0)
+        data = queue.read()
+    entries: list[dict[str, Any]] = []
+    for line in data.splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            entry = orjson.loads(line)
+            if isinstance(entry, dict) and isinstance(entry.get("archive_id"), str):
+                entries.append(entry)
+    return entries
+
+
+def dequeue(root: Path, done: set[str]) -> None:
+    """Take the originals ``done`` (archive ids) out of the queue, keeping any queued meanwhile."""
+    if not done:
+        return
+    with _queue(root) as queue:
+        queue.seek(0)
+        kept = [line for line in queue.read().splitlines(keepends=True) if not _names(line, done)]
+        queue.seek(0)
+        queue.truncate()
+        queue.write(b"".join(kept))
+
+
+def _names(line: bytes, done: set[str]) -> bool:
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return True  # torn: drop it (the manifest still lists the run, and search catches up)
+    return not isinstance(entry, dict) or entry.get("archive_id") in done
 
 
 @contextlib.contextmanager
@@ -94,36 +170,34 @@ def indexer_running(root: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ctxc.search.background ROOT ARCHIVE_ID FORMAT SOURCE``: index one stored original."""
+    """``python -m ctxc.search.background ROOT``: index what the queue of archive ``ROOT`` holds."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4:
-        print("usage: python -m ctxc.search.background ROOT ARCHIVE_ID FORMAT SOURCE", file=sys.stderr)
+    if len(args) != 1:
+        print("usage: python -m ctxc.search.background ARCHIVE_ROOT", file=sys.stderr)
         return 2
-    root, ident, fmt, source = Path(args[0]), args[1], args[2], args[3]
+    root = Path(args[0])
     with contextlib.suppress(OSError):
         os.nice(10)  # the user's next command comes first
     handler = logging.FileHandler(root / LOG_NAME, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("ctxc").addHandler(handler)
 
-    import sqlite3
-
     from ctxc.archive import Archive
-    from ctxc.errors import CtxcError
-    from ctxc.search import _index_object, _warn
-    from ctxc.search.index import SearchIndex
+    from ctxc.search import index_queued
 
     archive = Archive(root)
     try:
-        with writer_lock(root), SearchIndex.for_archive(root) as index:
-            if not index.has(ident):
-                _index_object(archive, index, ident, {"format": fmt, "input_path": source or None})
-    except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
-        _warn(root, f"original {ident[:12]}", exc)
-        return 1
+        while True:
+            with writer_lock(root, wait=False) as held:
+                if not held:  # another writer holds it, and looks at the queue before it stops
+                    return 0
+                if not index_queued(archive):
+                    return 1  # said why in the log; what is left, the next search indexes
+            if not queued(root):  # anything queued while this process held the lock: go round again
+                return 0
     finally:
+        logging.getLogger("ctxc").removeHandler(handler)
         handler.close()
-    return 0
 
 
 if __name__ == "__main__":
