@@ -130,13 +130,14 @@ def dequeue(root: Path, done: set[str]) -> None:
         return
     with _queue(root) as queue:
         queue.seek(0)
-        kept = [line for line in queue.read().splitlines(keepends=True) if not _names(line, done)]
+        kept = [line for line in queue.read().splitlines(keepends=True) if not _is_done(line, done)]
         queue.seek(0)
         queue.truncate()
         queue.write(b"".join(kept))
 
 
-def _names(line: bytes, done: set[str]) -> bool:
+def _is_done(line: bytes, done: set[str]) -> bool:
+    """Whether a queue line names one of ``done``, or names nothing usable."""
     try:
         entry = orjson.loads(line)
     except orjson.JSONDecodeError:
