@@ -145,13 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         big.parent.mkdir()
         generate(big, args.big_mb, "claude-code", seed=99)
         print(f"big transcript: {big.stat().st_size / 1048576:.1f} MiB")
+        # --no-index: a 100 MB original is indexed for search by a background process of its own
+        # (ctxc.search.background), not by the worker; leaving it out keeps that process from
+        # running into the next measurement here (bench_compact times it).
         alone_cmd = [sys.executable, "-m", "ctxc", "compact", str(big), "-o", str(tmp / "big.out.jsonl")]
-        alone_cmd += ["--target-ratio", "0.3", "--no-cache", "--quiet", "--allow-over"]
+        alone_cmd += ["--target-ratio", "0.3", "--no-cache", "--quiet", "--allow-over", "--no-index"]
         wall, peaks = run(alone_cmd, env, watch=True)
         alone = max(peaks.values())
         print(f"one process, big transcript alone: {alone:.0f} MB peak RSS, {wall:.1f} s")
         (folder / "big.jsonl").symlink_to(big)
-        mixed = [*base, "--out-dir", str(tmp / "out-mixed"), "--jobs", "2"]
+        mixed = [*base, "--out-dir", str(tmp / "out-mixed"), "--jobs", "2", "--no-index"]
         wall, peaks = run(mixed, env, watch=True)
         workers = sorted(peaks.values(), reverse=True)
         print(

@@ -26,7 +26,7 @@ from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ArchiveError, ExitCode, UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
-from ctxc.search import background, index_transcript, rebuild, search
+from ctxc.search import background, index_transcript, indexer, rebuild, search
 from ctxc.search.chunks import MAX_CHARS, chunk_messages, chunk_transcript, split_text
 from ctxc.search.embed import hybrid_search
 from ctxc.search.index import SearchIndex, fts_query
@@ -431,7 +431,7 @@ def test_a_background_indexer_that_fails_says_why_in_the_archive(tmp_path: Path)
     arch.mkdir()
     entry = {"archive_id": "ab" * 32, "format": "chat", "input_path": "t.jsonl"}  # never stored
     (arch / background.QUEUE_NAME).write_bytes(orjson.dumps(entry) + b"\n")
-    command = [sys.executable, "-m", "ctxc.search.background", str(arch)]
+    command = [sys.executable, "-m", "ctxc.search.indexer", str(arch)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     assert proc.returncode == 1
@@ -478,7 +478,7 @@ def test_an_indexer_goes_round_again_for_what_was_queued_while_it_worked(
     archive: Archive, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(background, "start_indexer", lambda root: None)  # no process: main runs here
-    monkeypatch.setattr(background.os, "nice", lambda n: 0)
+    monkeypatch.setattr(indexer.os, "nice", lambda n: 0)
     first, second = stored_sessions(archive, 2)
     background.index_later(archive.root, first, fmt="chat", source="first.jsonl")
     rounds: list[list[str]] = []
@@ -492,7 +492,7 @@ def test_an_indexer_goes_round_again_for_what_was_queued_while_it_worked(
         return done
 
     monkeypatch.setattr(ctxc.search, "index_queued", index_queued)
-    assert background.main([str(archive.root)]) == 0
+    assert indexer.main([str(archive.root)]) == 0
     assert rounds == [[first], [second]]
     assert search("HERON-1", archive=archive, catch_up=False)[0].archive_id == second
     assert not logging.getLogger("ctxc").handlers  # the indexer's log handler is gone with it

@@ -3,7 +3,7 @@
 Indexing an original for ``ctxc search`` costs about 0.1 s of CPU per MB: chunking, FTS5's tokenizer
 and the commit. For a 100 MB log that is as long as the whole fifo compaction, and a compaction's
 output does not depend on it. So an original of :data:`BACKGROUND_BYTES` or more is, once stored,
-queued in the archive (:data:`QUEUE_NAME`) for ``python -m ctxc.search.background``: a process in a
+queued in the archive (:data:`QUEUE_NAME`) for ``python -m ctxc.search.indexer``: a process in a
 session of its own (Ctrl-C on the compaction does not reach it), at a lower priority, which reads the
 stored originals back and indexes them. Smaller originals are indexed inline, where that costs less
 than starting a process.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
 import subprocess
 import sys
@@ -72,7 +71,7 @@ def start_indexer(root: Path) -> None:
     path = os.pathsep.join(p for p in (home, os.environ.get("PYTHONPATH")) if p)
     _children.append(
         subprocess.Popen(
-            [sys.executable, "-m", "ctxc.search.background", str(root)],
+            [sys.executable, "-m", "ctxc.search.indexer", str(root)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -168,38 +167,3 @@ def indexer_running(root: Path) -> bool:
         return False
     with writer_lock(root, wait=False) as held:
         return not held
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ctxc.search.background ROOT``: index what the queue of archive ``ROOT`` holds."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m ctxc.search.background ARCHIVE_ROOT", file=sys.stderr)
-        return 2
-    root = Path(args[0])
-    with contextlib.suppress(OSError):
-        os.nice(10)  # the user's next command comes first
-    handler = logging.FileHandler(root / LOG_NAME, delay=True)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    logging.getLogger("ctxc").addHandler(handler)
-
-    from ctxc.archive import Archive
-    from ctxc.search import index_queued
-
-    archive = Archive(root)
-    try:
-        while True:
-            with writer_lock(root, wait=False) as held:
-                if not held:  # another writer holds it, and looks at the queue before it stops
-                    return 0
-                if not index_queued(archive):
-                    return 1  # said why in the log; what is left, the next search indexes
-            if not queued(root):  # anything queued while this process held the lock: go round again
-                return 0
-    finally:
-        logging.getLogger("ctxc").removeHandler(handler)
-        handler.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

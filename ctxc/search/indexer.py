@@ -1,0 +1,51 @@
+"""``python -m ctxc.search.indexer ARCHIVE_ROOT``: the background indexer of an archive.
+
+What it does and why is in :mod:`ctxc.search.background`, which starts it. It is a module of its own,
+which nothing imports, so that running it does not load it a second time: ``ctxc.search`` imports
+:mod:`ctxc.search.background`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ctxc.search.background import LOG_NAME, queued, writer_lock
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Index what the queue of the archive named on the command line holds."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m ctxc.search.indexer ARCHIVE_ROOT", file=sys.stderr)
+        return 2
+    root = Path(args[0])
+    with contextlib.suppress(OSError):
+        os.nice(10)  # the user's next command comes first
+    handler = logging.FileHandler(root / LOG_NAME, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logging.getLogger("ctxc").addHandler(handler)
+
+    from ctxc.archive import Archive
+    from ctxc.search import index_queued
+
+    archive = Archive(root)
+    try:
+        while True:
+            with writer_lock(root, wait=False) as held:
+                if not held:  # another writer holds it, and looks at the queue before it stops
+                    return 0
+                if not index_queued(archive):
+                    return 1  # said why in the log; what is left, the next search indexes
+            if not queued(root):  # anything queued while this process held the lock: go round again
+                return 0
+    finally:
+        logging.getLogger("ctxc").removeHandler(handler)
+        handler.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
