@@ -59,14 +59,19 @@ def citation(archive_id: str, first: int | None = None, last: int | None = None)
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if need be): one appender at a time, across
-    processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held."""
+def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if need be): one holder at a time, across
+    processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held.
+    Without ``wait``, yields False at once, holding nothing, if another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
@@ -141,7 +146,7 @@ class Archive:
             )
         return data
 
-    def _locked(self) -> contextlib.AbstractContextManager[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[bool]:
         return exclusive_lock(self.root / "manifest.lock")
 
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:

@@ -359,7 +359,7 @@ class Journal:
     def path(self) -> Path:
         return self.root / "journal.jsonl"
 
-    def _locked(self) -> contextlib.AbstractContextManager[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[bool]:
         from ctxc.archive import exclusive_lock
 
         return exclusive_lock(self.root / "journal.lock")

@@ -35,7 +35,6 @@ from ctxc.errors import ArchiveError, CtxcError
 from ctxc.search.background import (
     BACKGROUND_BYTES,
     dequeue,
-    handed_off,
     index_later,
     queue_entries,
     start_indexer,
@@ -142,20 +141,21 @@ def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if indexing_disabled() or not isinstance(ident, str):
         return
-    if handed_off(archive.root, ident):
-        return
     try:
-        if _in_background(archive, ident):
-            fmt, source = entry.get("format"), entry.get("input_path")
-            index_later(
-                archive.root,
-                ident,
-                fmt=fmt if isinstance(fmt, str) else "",
-                source=source if isinstance(source, str) else None,
-            )
-            return
+        if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
+            return  # the background indexer has it
         with SearchIndex.for_archive(archive.root) as index:
-            if not index.has(ident):
+            if index.has(ident):
+                return
+            if _in_background(archive, ident):
+                fmt, source = entry.get("format"), entry.get("input_path")
+                index_later(
+                    archive.root,
+                    ident,
+                    fmt=fmt if isinstance(fmt, str) else "",
+                    source=source if isinstance(source, str) else None,
+                )
+            else:
                 _index_object(archive, index, ident, entry)
     except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
         _warn(archive.root, f"original {ident[:12]}", exc)

@@ -23,7 +23,6 @@ whole. Warnings go to :data:`LOG_NAME` in the archive, since the process has no 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+
+from ctxc.archive import exclusive_lock
 
 #: Originals at least this large (bytes) are indexed in the background; indexing a smaller one inline
 #: costs under 0.4 s, not much more than the 0.1 s of starting a process to do it.
@@ -43,9 +44,6 @@ QUEUE_NAME = "index.queue"
 #: Where a background indexer's warnings go (created on the first one).
 LOG_NAME = "index.log"
 
-# What this process handed to background indexers, by (archive root, archive id), so that the hook
-# after the manifest line (``index_recorded_quietly``) does not index the same original inline.
-_handed_off: set[tuple[str, str]] = set()
 # Started indexers, kept so they are reaped (not left as zombies of a long-lived library caller).
 _children: list[subprocess.Popen[bytes]] = []
 
@@ -56,7 +54,6 @@ def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) ->
     entry = {"archive_id": archive_id, "format": fmt, "input_path": source}
     with _queue(root) as queue:
         queue.write(orjson.dumps(entry) + b"\n")
-    _handed_off.add((str(root), archive_id))
     start_indexer(root)
 
 
@@ -81,22 +78,12 @@ def start_indexer(root: Path) -> None:
     )
 
 
-def handed_off(root: Path, archive_id: str) -> bool:
-    """Whether this process queued ``archive_id`` of archive ``root`` for the background indexer."""
-    return (str(root), archive_id) in _handed_off
-
-
 @contextlib.contextmanager
 def _queue(root: Path) -> Iterator[BinaryIO]:
     """The queue file, opened for appending and locked against other readers and writers."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / QUEUE_NAME, "a+b") as queue:
-        fcntl.flock(queue.fileno(), fcntl.LOCK_EX)
-        try:
-            yield queue
-        finally:
-            queue.flush()
-            fcntl.flock(queue.fileno(), fcntl.LOCK_UN)
+    path = root / QUEUE_NAME
+    with exclusive_lock(path), open(path, "a+b") as queue:
+        yield queue
 
 
 def queued(root: Path) -> bool:
@@ -144,21 +131,10 @@ def _is_done(line: bytes, done: set[str]) -> bool:
     return not isinstance(entry, dict) or entry.get("archive_id") in done
 
 
-@contextlib.contextmanager
-def writer_lock(root: Path, *, wait: bool = True) -> Iterator[bool]:
+def writer_lock(root: Path, *, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
     """Hold the archive's index lock; yields False at once, holding nothing, if ``wait`` is off and
-    another process holds it. The kernel drops the lock when its holder dies."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / LOCK_NAME, "a+b") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    another process holds it."""
+    return exclusive_lock(root / LOCK_NAME, wait=wait)
 
 
 def indexer_running(root: Path) -> bool:

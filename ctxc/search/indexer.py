@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from ctxc.archive import Archive
+from ctxc.search import index_queued
 from ctxc.search.background import LOG_NAME, queued, writer_lock
 
 
@@ -28,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.FileHandler(root / LOG_NAME, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("ctxc").addHandler(handler)
-
-    from ctxc.archive import Archive
-    from ctxc.search import index_queued
 
     archive = Archive(root)
     try:
