@@ -122,7 +122,9 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
 
     big = tmp_path / "big.jsonl"
     line = (SAMPLES / "chat-openai.jsonl").read_bytes()
-    big.write_bytes(line * 300)
+    # 47 MB: about 2 s of work, so the signal at 1 s lands mid-run. At 14 MB the run (0.9 s since its
+    # index is built in the background) could end just before it, between the output and the exit.
+    big.write_bytes(line * 1000)
     out = tmp_path / "small.jsonl"
     env = {**os.environ, "CTXC_NO_CACHE": "1"}
     cmd = [
@@ -155,7 +157,7 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
     else:  # it finished before the signal arrived: then the output is whole
         assert proc.returncode == 0
         assert out.read_bytes().endswith(b"\n")
-    assert big.read_bytes() == line * 300
+    assert big.read_bytes() == line * 1000
 
 
 @pytest.mark.parametrize("delay", [0.15, 0.2, 0.25, 0.3, 0.4, 0.6])
