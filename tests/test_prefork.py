@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxc.system import cpu_count
-from ctxc.tokens.prefork import plan, split
+from ctxc.tokens.prefork import PARTIAL_INPUT_BYTES, Plan, plan, split
 
 
 def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -39,17 +39,25 @@ def test_plan_forks_for_inputs_of_counting_commands(tmp_path: Path) -> None:
     big = tmp_path / "big.jsonl"
     with big.open("wb") as f:
         f.truncate(5 << 20)
-    one = ("o200k_base", 1)
+    medium = tmp_path / "medium.jsonl"
+    with medium.open("wb") as f:
+        f.truncate(PARTIAL_INPUT_BYTES + 1)
+    # A small file: one child, which parses the rank table and counts with partial encodings.
+    one = Plan("o200k_base", 1, partial=True)
     assert plan(["analyze", str(small)]) == one
     assert plan(["compact", str(small), "--target", "0.5"]) == one
-    assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == ("cl100k_base", 1)
-    assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == ("cl100k_base", 1)
-    assert plan(["analyze", "-"]) == one  # stdin: size unknown, usually a pipe of one log
+    assert plan(["check", "--tokenizer", "cl100k_base", str(small)]) == ("cl100k_base", 1, True)
     assert plan(["compact", str(small), "--archive", str(tmp_path), "--out-dir", str(tmp_path)]) == one
     assert plan(["analyze", "-j", "2", str(small)]) == one
+    # Standard input is of unknown size, usually a pipe of one log; a medium file is too large to
+    # wait for its texts: the child builds the whole encoding at once.
+    assert plan(["analyze", "--tokenizer=cl100k_base", "-"]) == ("cl100k_base", 1, False)
+    assert plan(["analyze", "-"]) == ("o200k_base", 1, False)
+    assert plan(["analyze", str(small), "-"]) == ("o200k_base", 1, False)
+    assert plan(["analyze", str(medium)]) == ("o200k_base", 1, False)
     # A large input: a child per core, the first forking the others once it has built the encoding.
-    assert plan(["analyze", str(big)]) == ("o200k_base", cpu_count())
-    assert plan(["compact", "--jobs", "2", str(big)]) == ("o200k_base", cpu_count())
+    assert plan(["analyze", str(big)]) == ("o200k_base", cpu_count(), False)
+    assert plan(["compact", "--jobs", "2", str(big)]) == ("o200k_base", cpu_count(), False)
     for args in (
         [],
         ["convert", str(small)],  # counts nothing
@@ -268,15 +276,16 @@ prefork.start_for(["analyze", sys.argv[1]])
 tok = tb.TiktokenTokenizer("o200k_base")
 texts = [f"line {i} of a log, 한국어 {i * 7}" for i in range(300)]
 counts = tok.count_batch(texts)
-sent_to_child = not tb._encodings and prefork.crew_for("o200k_base") is not None
-# Waiting for the child past the price of a build: this process builds its own and counts here.
+sent_to_child = not (tb._encodings or tb._partials) and prefork.crew_for("o200k_base") is not None
+# Waiting for the child past the price of a build: this process counts here (with a partial encoding,
+# for so small a batch).
 prefork.crew_for("o200k_base").waited = tb.BUILD_SECONDS
 sent = prefork.crew_for("o200k_base").sent
 again = tok.count_batch(texts)
 print(orjson.dumps({
     "same": counts == again == [tok.count(t) for t in texts],
     "sent_to_child": sent_to_child,
-    "built_here": bool(tb._encodings),
+    "counted_here": bool(tb._encodings or tb._partials),
     "sent_after": prefork.crew_for("o200k_base").sent - sent,
 }).decode())
 """
@@ -284,7 +293,7 @@ print(orjson.dumps({
 
 def test_tokenizer_counts_through_the_child_until_waiting_costs_a_build() -> None:
     doc = run_script(TOKENIZER, str(SAMPLES / "chat-anthropic.jsonl"))
-    assert doc == {"same": True, "sent_to_child": True, "built_here": True, "sent_after": 0}
+    assert doc == {"same": True, "sent_to_child": True, "counted_here": True, "sent_after": 0}
 
 
 CREW = r"""

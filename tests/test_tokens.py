@@ -76,9 +76,13 @@ def test_import_is_lazy() -> None:
         "import ctxc.tokens, ctxc.tokens.tiktoken_backend as tb\n"
         "assert 'tiktoken' not in sys.modules, 'tiktoken imported at import time'\n"
         "tok = ctxc.tokens.get_tokenizer('o200k_base')\n"
-        "assert 'tiktoken' not in sys.modules and not tb._encodings, 'loaded before the first count'\n"
+        "assert 'tiktoken' not in sys.modules and not tb._partials, 'loaded before the first count'\n"
         "assert tok.count('hello world') == 2\n"
-        "assert 'tiktoken' in sys.modules and len(tb._encodings) == 1\n"
+        # A short text is counted with a partial encoding (ctxc.tokens.partial), a large batch with the
+        # whole one.
+        "assert 'tiktoken' in sys.modules and len(tb._partials) == 1 and not tb._encodings\n"
+        "assert tok.count_batch(['hello world'] * 100_000) == [2] * 100_000\n"
+        "assert len(tb._encodings) == 1 and not tb._partials\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -238,32 +242,49 @@ def test_missing_rank_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_encoding_loads_once_under_concurrent_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-    real = tb.build_encoding
+    loads: list[str] = []
+    builds: list[str] = []
+    real_load, real_build = tb.load_ranks, tb.build_encoding
 
-    def counting(spec: tb.EncodingSpec, path: Path | None = None) -> object:
-        calls.append(spec.name)
-        return real(spec, path)
+    def load(spec: tb.EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
+        loads.append(spec.name)
+        return real_load(spec, path)
 
-    monkeypatch.setattr(tb, "build_encoding", counting)
+    def build(
+        spec: tb.EncodingSpec, path: Path | None = None, ranks: dict[bytes, int] | None = None
+    ) -> object:
+        builds.append(spec.name)
+        return real_build(spec, path, ranks)
+
+    monkeypatch.setattr(tb, "load_ranks", load)
+    monkeypatch.setattr(tb, "build_encoding", build)
     path = DATA / "cl100k_base.tiktoken"  # an explicit path is its own cache entry: a cold start
-    monkeypatch.delitem(tb._encodings, ("cl100k_base", path), raising=False)
-    results: list[int] = []
+    key = ("cl100k_base", path)
+    monkeypatch.delitem(tb._encodings, key, raising=False)
+    monkeypatch.delitem(tb._partials, key, raising=False)
+    monkeypatch.delitem(tb._partial_seconds, key, raising=False)
+    results: list[list[int]] = []
     barrier = threading.Barrier(6)
+    # Small batches get partial encodings; one over PARTIAL_MAX_CHARS needs the whole encoding.
+    big = ["hello world"] * (tb.PARTIAL_MAX_CHARS // 11 + 1)
 
-    def worker() -> None:
+    def worker(texts: list[str]) -> None:
         tok = tb.TiktokenTokenizer("cl100k_base", path=path)
         barrier.wait()
-        results.append(tok.count("hello world"))
+        results.append(tok.count_batch(texts))
 
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == [2] * 6
-    assert calls == ["cl100k_base"]
-    monkeypatch.delitem(tb._encodings, ("cl100k_base", path))
+    for texts in (["hello world"], big):
+        results.clear()
+        threads = [threading.Thread(target=worker, args=(texts,)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [[2] * len(texts)] * 6
+    assert loads == ["cl100k_base"]  # parsed once, for the partial encodings, and reused by the build
+    assert builds == ["cl100k_base"]
+    assert key not in tb._partials  # dropped once the whole encoding is built
+    monkeypatch.delitem(tb._encodings, key)
 
 
 # --------------------------------------------------------------------------------------------- approx

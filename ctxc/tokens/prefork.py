@@ -3,8 +3,13 @@
 Building tiktoken's o200k encoding costs 0.35 s, 0.25 s of it in a Rust constructor that holds the
 GIL, so no thread of ctxc's can overlap it. So ``ctxc/__main__.py`` forks a child before ``ctxc.cli``
 and typer are even imported (a tenth of a second of imports): the child builds the encoding on the
-other core while this process starts, and then counts the batches this process sends it. A 100 KB
-``analyze`` takes the build off its critical path (issue 2 asks for under 600 ms).
+other core while this process starts, and then counts the batches this process sends it.
+
+For a small input (:data:`PARTIAL_INPUT_BYTES`) even that build is more than needed: the child parses
+the rank table while this process starts, then counts each batch with a partial encoding of the tokens
+its texts can use (:mod:`ctxc.tokens.partial`), built in milliseconds once they arrive. A 100 KB
+``analyze`` on a machine's first run took 0.54 s with the whole build, 0.32 s so (issue 2 asks for
+under 600 ms).
 
 A large input gets a crew: one child per core. The first builds the encoding and then forks the
 others, which inherit what it built, so the encoding is built once, not once per counting process,
@@ -46,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO, NoReturn
+from typing import BinaryIO, NamedTuple, NoReturn
 
 #: Commands that count tokens and default to o200k_base.
 COUNTING_COMMANDS = frozenset({"analyze", "compact", "check"})
@@ -61,20 +66,36 @@ Count = Callable[[Sequence[str]], list[int]]
 Builder = Callable[[], Count]
 
 
-def plan(args: Sequence[str]) -> tuple[str, int] | None:
-    """The encoding to build early for ``ctxc ARGS`` and how many children should count with it, or
-    None where a crew would not pay for itself.
+class Plan(NamedTuple):
+    """The crew to fork for a command."""
+
+    name: str  # the encoding
+    size: int  # how many children
+    #: Whether the child should wait for the texts and count them with partial encodings
+    #: (:mod:`ctxc.tokens.partial`) rather than build the whole encoding at once: for inputs known to
+    #: be small (:data:`PARTIAL_INPUT_BYTES`).
+    partial: bool = False
+
+
+#: Files up to this size in all are counted with partial encodings: finding the tokens of their texts
+#: costs less than building the whole encoding, even though it can only start once the texts arrive.
+PARTIAL_INPUT_BYTES = 256 << 10
+
+
+def plan(args: Sequence[str]) -> Plan | None:
+    """The crew to fork for ``ctxc ARGS``: the encoding, how many children count with it and whether
+    they use partial encodings; or None where a crew would not pay for itself.
 
     A scan, not a parse: any argument naming a regular file counts toward the input size (an existing
     ``-o`` target too, which only errs toward a larger crew). A folder to read means a batch, which
-    sizes its own workers, as do ``--jobs`` over several files.
+    sizes its own workers, as do ``--jobs`` over several files. Standard input is of unknown size.
     """
     from ctxc.system import cpu_count
     from ctxc.tokens import PROCESS_MIN_BYTES
 
     if not args or args[0] not in COUNTING_COMMANDS:
         return None
-    name, size, inputs, jobs = "o200k_base", 0, 0, False
+    name, size, inputs, jobs, stdin = "o200k_base", 0, 0, False, False
     rest = iter(args[1:])
     for arg in rest:
         if arg in ("--help", "-h"):
@@ -89,6 +110,7 @@ def plan(args: Sequence[str]) -> tuple[str, int] | None:
             jobs = True
         elif arg == "-":
             inputs += 1
+            stdin = True
         elif not arg.startswith("-"):
             try:
                 st = os.stat(arg)
@@ -102,8 +124,8 @@ def plan(args: Sequence[str]) -> tuple[str, int] | None:
     if name not in _BUNDLED or not inputs or (jobs and inputs > 1):
         return None
     if size < PROCESS_MIN_BYTES:
-        return name, 1
-    return (name, cpu_count()) if inputs == 1 else None  # several large files: a batch
+        return Plan(name, 1, partial=not stdin and size <= PARTIAL_INPUT_BYTES)
+    return Plan(name, cpu_count()) if inputs == 1 else None  # several large files: a batch
 
 
 def _read_frame(stream: BinaryIO) -> bytes | None:
@@ -121,12 +143,18 @@ def _write_frame(stream: BinaryIO, obj: object) -> None:
     stream.flush()
 
 
-def _count_with(name: str, path: Path | None) -> Count:
+def _count_with(name: str, path: Path | None, partial: bool = False) -> Count:
+    """Build the counting function: the whole encoding now, or, with ``partial``, only the rank table
+    now and a partial encoding for each batch (:mod:`ctxc.tokens.partial`) while those pay."""
     from ctxc.tokens import tiktoken_backend
 
     tiktoken_backend.defer_rank_saves = True  # written after the first answer (_after_first_answer)
-    count = tiktoken_backend._counter(tiktoken_backend.SPECS[name], path)
-    return lambda texts: list(map(count, texts))
+    spec = tiktoken_backend.SPECS[name]
+    if not partial:
+        count = tiktoken_backend.counter_for(spec, path)
+        return lambda texts: list(map(count, texts))
+    tiktoken_backend.prepare_partial(spec, path)
+    return lambda texts: list(map(tiktoken_backend.counter_for(spec, path, texts), texts))
 
 
 def _after_first_answer() -> None:
@@ -282,9 +310,19 @@ class Crew:
     docstring)."""
 
     def __init__(
-        self, name: str, size: int = 1, build: Builder | None = None, path: Path | None = None
+        self,
+        name: str,
+        size: int = 1,
+        build: Builder | None = None,
+        path: Path | None = None,
+        *,
+        partial: bool = False,
     ) -> None:
-        """Fork the first child. Raises OSError if there is no pipe or process to be had."""
+        """Fork the first child. Raises OSError if there is no pipe or process to be had.
+
+        ``build`` makes the counting function in the child (by default, :func:`_count_with` with
+        ``partial``).
+        """
         self.name = name
         self.path = path
         self.size = max(1, size)
@@ -312,7 +350,7 @@ class Crew:
             _close([fd for p in pipes for fd in p])
             raise
         if pid == 0:
-            _first_child(pipes, build or (lambda: _count_with(name, path)))
+            _first_child(pipes, build or (lambda: _count_with(name, path, partial)))
         _close([fd for p in pipes for fd in (p[0], p[3])])  # the children's ends
         self.pid = pid
         self._members = [_Member(p[1], p[2]) for p in pipes]
@@ -428,10 +466,10 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 _current: list[Crew] = []
 
 
-def start(name: str, size: int, path: Path | None = None) -> Crew:
+def start(name: str, size: int, path: Path | None = None, *, partial: bool = False) -> Crew:
     """Fork a crew and make it the one :func:`crew_for` finds (stopping any other). Raises OSError."""
     stop()
-    crew = Crew(name, size, path=path)
+    crew = Crew(name, size, path=path, partial=partial)
     _current.append(crew)
     return crew
 
@@ -451,7 +489,7 @@ def start_for(args: Sequence[str]) -> None:
     if planned is None:
         return
     try:
-        start(*planned)
+        start(planned.name, planned.size, partial=planned.partial)
     except OSError:
         return
     atexit.register(stop)

@@ -8,9 +8,10 @@ the :class:`tiktoken.Encoding` with the same split pattern and special tokens as
 
 Nothing happens at import: tiktoken is imported and the encoding built (about 0.35 s for o200k, plus
 0.13 s to parse its ~3.6 MB rank file the first time ctxc runs on a machine) on the first count, once
-per process, under a lock so concurrent first calls load it once. Counts are usually made by children
-that started the build with the command (:mod:`ctxc.tokens.prefork`): one for a small input, one per
-core for a large one.
+per process, under a lock so concurrent first calls load it once. Until then a small batch is counted
+with a partial encoding, of the tokens its texts can use (:mod:`ctxc.tokens.partial`), while those
+cost less than the build. Counts are usually made by children forked with the command
+(:mod:`ctxc.tokens.prefork`): one for a small input, one per core for a large one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     import tiktoken
+
+    from ctxc.tokens.partial import PartialVocabulary
 
 # concurrent.futures is imported where it is used: the child that ctxc.tokens.prefork forks to build
 # the encoding imports this module on its critical path, and does not need it.
@@ -43,6 +47,8 @@ class EncodingSpec(NamedTuple):
     sha256: str
     pat_str: str
     special_tokens: dict[str, int]
+    #: The longest token's length in bytes (both files: 128; a test holds them to it).
+    longest_token: int
 
 
 # The constants below are copied from tiktoken 0.14.0, tiktoken_ext/openai_public.py (MIT, OpenAI).
@@ -76,6 +82,7 @@ SPECS: dict[str, EncodingSpec] = {
         sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
         pat_str=_O200K_PAT,
         special_tokens={_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
+        longest_token=128,
     ),
     "cl100k_base": EncodingSpec(
         name="cl100k_base",
@@ -89,6 +96,7 @@ SPECS: dict[str, EncodingSpec] = {
             _FIM_SUFFIX: 100260,
             _ENDOFPROMPT: 100276,
         },
+        longest_token=128,
     ),
 }
 
@@ -198,10 +206,13 @@ def save_pending_ranks() -> None:
         _pending_saves.pop()()
 
 
-def build_encoding(spec: EncodingSpec, path: Path | None = None) -> tiktoken.Encoding:
+def build_encoding(
+    spec: EncodingSpec, path: Path | None = None, ranks: dict[bytes, int] | None = None
+) -> tiktoken.Encoding:
     import tiktoken
 
-    ranks = load_ranks(spec, path)
+    if ranks is None:
+        ranks = load_ranks(spec, path)
     return tiktoken.Encoding(
         name=spec.name,
         pat_str=spec.pat_str,
@@ -223,8 +234,59 @@ def _encoding(spec: EncodingSpec, path: Path | None) -> tiktoken.Encoding:
         with _load_lock:
             enc = _encodings.get(key)
             if enc is None:
-                enc = build_encoding(spec, path)
+                partial = _partials.pop(key, None)  # its rank table, parsed already; not needed after
+                enc = build_encoding(spec, path, partial.ranks if partial is not None else None)
                 _encodings[key] = enc
+    return enc
+
+
+# -- partial encodings (ctxc.tokens.partial) ---------------------------------------------------------
+#
+# A small batch is counted with an encoding of the tokens it can use, built in milliseconds, while this
+# process has not built the whole one (0.3 s). Each batch's partial encoding costs time in proportion to
+# its new text, so they are rented until the time spent on them reaches BUILD_SECONDS (below), and then
+# the whole encoding is bought: never much more than twice the better choice made in hindsight.
+
+#: Larger batches are counted with the whole encoding.
+PARTIAL_MAX_CHARS = 1 << 19
+#: The most byte strings a batch's partial encoding may look up (about 0.2 s here, what the whole
+#: build costs); a batch of long letter runs needs more, and gets the whole encoding.
+PARTIAL_MAX_WORK = 600_000
+_partials: dict[tuple[str, Path | None], PartialVocabulary] = {}
+_partial_seconds: dict[tuple[str, Path | None], float] = {}
+
+
+def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
+    """Import tiktoken and parse the rank table now, so that the first partial encoding costs only its
+    own tokens (the counting child does this while its parent starts)."""
+    import tiktoken  # noqa: F401 - imported for its cost, paid now
+
+    from ctxc.tokens.partial import PartialVocabulary
+
+    key = (spec.name, path)
+    with _load_lock:
+        if key not in _encodings and key not in _partials:
+            ranks = load_ranks(spec, path)
+            longest = spec.longest_token if path is None else max(map(len, ranks))
+            _partials[key] = PartialVocabulary(spec, ranks, longest)
+
+
+def _partial_encoding(
+    spec: EncodingSpec, path: Path | None, texts: Sequence[str]
+) -> tiktoken.Encoding | None:
+    """A partial encoding for ``texts``, or None where the whole one should be used."""
+    key = (spec.name, path)
+    if key in _encodings or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
+        return None
+    prepare_partial(spec, path)
+    with _load_lock:
+        vocab = _partials.get(key)
+        spent = _partial_seconds.get(key, 0.0)
+        if vocab is None or spent >= BUILD_SECONDS:
+            return None
+        started = time.perf_counter()
+        enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
+        _partial_seconds[key] = spent + time.perf_counter() - started
     return enc
 
 
@@ -252,8 +314,13 @@ def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
     return count
 
 
-def _counter(spec: EncodingSpec, path: Path | None) -> Callable[[str], int]:
-    return length_counter(_encoding(spec, path))  # two getattrs a batch: not worth a cache
+def counter_for(
+    spec: EncodingSpec, path: Path | None, texts: Sequence[str] | None = None
+) -> Callable[[str], int]:
+    """A function counting ``texts`` (or any text, when None) as encoding ``spec`` does: with a partial
+    encoding while those pay, else with the whole one."""
+    enc = _partial_encoding(spec, path, texts) if texts is not None else None
+    return length_counter(enc if enc is not None else _encoding(spec, path))  # two getattrs: no cache
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -392,7 +459,7 @@ class TiktokenTokenizer:
     def _count_here(self, texts: Sequence[str]) -> list[int]:
         from ctxc.tokens.prefork import split  # loaded with the command; shares out the crew's batches too
 
-        count = _counter(self._spec, self._path)
+        count = counter_for(self._spec, self._path, texts)
         threads = cpu_count()
         if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
             return list(map(count, texts))
