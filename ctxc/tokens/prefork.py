@@ -79,6 +79,10 @@ class Plan(NamedTuple):
 
 #: Files up to this size in all are counted with partial encodings: finding the tokens of their texts
 #: costs less than building the whole encoding, even though it can only start once the texts arrive.
+#: Measured on corpus files (a machine's first run, medians of 5): at 300 KB a Claude Code log took
+#: 433 ms so against 574 ms with the whole build, a Codex rollout 443 against 591; at 250 KB of a log
+#: that is nearly all text the two are even (564 against 538 ms, 543 against 601); at 1 MB of such
+#: text the whole build is faster (664 against 841 ms).
 PARTIAL_INPUT_BYTES = 256 << 10
 
 
