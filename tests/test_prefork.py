@@ -10,7 +10,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -180,29 +179,6 @@ def test_child_stopped_mid_build_unwinds(tmp_path: Path) -> None:
     assert doc == {"marker_left": False, "code": 1}
 
 
-AT_EXIT = r"""
-import os, signal, time, orjson
-from ctxc.tokens import prefork
-
-def still_writing():
-    # Stands for writing the rank table's cache copy, which the child does after its first answer.
-    time.sleep(60)
-
-prefork._after_first_answer = still_writing  # the child, forked next, inherits it
-child = prefork.Crew("o200k_base", build=lambda: (lambda texts: [7] * len(texts)))
-answer = child.start(["a"])()
-child.close(wait=False)  # at the command's exit: not waited for
-left_running = os.waitpid(child.pid, os.WNOHANG) == (0, 0)
-os.kill(child.pid, signal.SIGKILL)
-os.waitpid(child.pid, 0)
-print(orjson.dumps({"answer": answer, "left_running": left_running}).decode())
-"""
-
-
-def test_command_exit_does_not_wait_for_a_child_finishing_its_cache_write() -> None:
-    assert run_script(AT_EXIT) == {"answer": [7], "left_running": True}
-
-
 NO_FORK = r"""
 import os, sys, orjson
 from ctxc.tokens import prefork
@@ -243,11 +219,7 @@ def test_cli_sends_a_small_files_counts_to_the_child(tmp_path: Path) -> None:
     doc = run_script(USED, str(SAMPLES / "claude-code.jsonl"), env={"CTXC_CACHE_DIR": str(tmp_path)})
     assert doc["sent"] >= 1
     assert doc["answered"] == doc["sent"]
-    # The parsed rank table's copy, which the child writes after its first answer, not before, and
-    # may finish after ctxc has exited.
-    deadline = time.monotonic() + 30
-    while not list((tmp_path / "bpe").glob("*.marshal")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The parsed rank table's copy, which the child writes after its first answer, not before.
     assert [p.suffix for p in (tmp_path / "bpe").iterdir()] == [".marshal"]
     assert doc["size"] == 1
 

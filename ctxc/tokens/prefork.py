@@ -417,14 +417,12 @@ class Crew:
 
         return collect
 
-    def close(self, *, wait: bool = True) -> None:
+    def close(self) -> None:
         """Stop the crew and close the pipes.
 
         A first child that has answered everything sent waits for requests: the closed pipe ends it
-        (and it ends the others), and it is reaped, once done writing the rank table's cache copy
-        it may be writing. With ``wait`` false (at the command's exit, where no zombie can be left
-        behind) it is left to end on its own. Any other may be deep in the build or a batch: it gets
-        SIGTERM and is not waited for.
+        (and it ends the others), and it is reaped. Any other may be deep in the build or a batch: it
+        gets SIGTERM and is not waited for.
         """
         if os.getpid() != self.owner[0] or all(m.requests is None for m in self._members):
             return
@@ -434,7 +432,7 @@ class Crew:
             member.close()
         with contextlib.suppress(OSError):
             if quiet:
-                os.waitpid(self.pid, 0 if wait else os.WNOHANG)
+                os.waitpid(self.pid, 0)
             else:
                 os.kill(self.pid, signal.SIGTERM)
                 os.waitpid(self.pid, os.WNOHANG)
@@ -498,9 +496,7 @@ def start_for(args: Sequence[str]) -> None:
         start(planned.name, planned.size, partial=planned.partial)
     except OSError:
         return
-    # The command's output is complete by then: the 25-50 ms the child may still spend writing the rank
-    # table's cache copy after its first answer need not delay the exit.
-    atexit.register(stop, wait=False)
+    atexit.register(stop)
 
 
 def crew_for(name: str, path: Path | None = None) -> Crew | None:
@@ -510,7 +506,7 @@ def crew_for(name: str, path: Path | None = None) -> Crew | None:
     return None
 
 
-def stop(*, wait: bool = True) -> None:
-    """Stop the crew, if any: this process counts on its own from now on (see :meth:`Crew.close`)."""
+def stop() -> None:
+    """Stop the crew, if any: this process counts on its own from now on."""
     while _current:
-        _current.pop().close(wait=wait)
+        _current.pop().close()
