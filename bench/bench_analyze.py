@@ -22,9 +22,10 @@ What is measured:
 * count cache: the same command without ``--no-cache`` and an empty ``CTXC_CACHE_DIR``, then again
   with the cache filled: cold / warm (target >= 10x).
 * start-up: ``ctxc --version`` (median of 10, target < 150 ms) and ``ctxc analyze`` of a ~100 KB file
-  (medians of 5, target < 600 ms) with a fresh empty cache each time (a machine's first run), as a new
-  file with the rank table cached (every later run; also without the tokenizer child,
-  ``CTXC_NO_PREBUILD=1``) and with its counts cached, each in a fresh subprocess; and
+  (medians of ``--startup-repeat``, default 9, json and table in turn; target < 600 ms) with a fresh
+  empty cache each time (a machine's first run), as a new file with the rank table cached (every
+  later run; also without the tokenizer child, ``CTXC_NO_PREBUILD=1``) and with its counts cached,
+  each in a fresh subprocess; and
   ``python -X importtime`` proof that ``anthropic`` is not imported by ``--version``, ``analyze`` or a
   ``compact`` with the extractive summarizer.
 
@@ -289,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--input", type=Path, help="analyze this file instead of generating one")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (median taken)")
+    ap.add_argument(
+        "--startup-repeat", type=int, default=9, help="runs of each ~100 KB start-up figure (median taken)"
+    )
     args = ap.parse_args(argv)
 
     started = dt.datetime.now(dt.UTC)
@@ -382,32 +386,39 @@ def main(argv: list[str] | None = None) -> int:
             "json": ctxc_cmd("analyze", str(small), "--format", "json"),
             "table": ctxc_cmd("analyze", str(small), "--format", "table"),
         }
-        small_ms: dict[str, float] = {}
-        warm_small_ms: dict[str, float] = {}
-        new_file_ms: dict[str, float] = {}
-        no_child_ms: dict[str, float] = {}
-        for kind, cmd in small_cmds.items():
-            cold_runs = []
-            for i in range(5):
-                cold_runs.append(run_child(cmd, env=ctxc_env(tmp / f"small-cache-{kind}-{i}"), cwd=tmp).wall)
-            small_ms[kind] = statistics.median(cold_runs) * 1000
-            warm_env = ctxc_env(tmp / f"small-cache-{kind}-0")
-            warm_runs = [run_child(cmd, env=warm_env, cwd=tmp).wall for _ in range(5)]
-            warm_small_ms[kind] = statistics.median(warm_runs) * 1000
-            # A file ctxc has not seen, on a machine where it has run before: the parsed rank table is
-            # in the cache, the counts and the scan are not.
-            # The same without the child that builds the encoding while ctxc starts (ctxc.tokens.prefork),
-            # interleaved with the runs with it.
-            new_file_runs, no_child_runs = [], []
-            for i in range(5):
+        # Medians of --startup-repeat runs, json and table in turn, so that a busy stretch of the
+        # machine slows both alike rather than all runs of one.
+        n = args.startup_repeat
+        runs: dict[str, dict[str, list[float]]] = {
+            k: {"cold": [], "warm": [], "new": [], "no_child": []} for k in small_cmds
+        }
+        for i in range(n):  # a machine's first run: a new, empty cache each time
+            for kind, cmd in small_cmds.items():
                 cache = tmp / f"small-cache-{kind}-{i}"
-                for runs, extra in ((new_file_runs, {}), (no_child_runs, {"CTXC_NO_PREBUILD": "1"})):
+                runs[kind]["cold"].append(run_child(cmd, env=ctxc_env(cache), cwd=tmp).wall)
+        for _ in range(n):  # the counts and the scan cached
+            for kind, cmd in small_cmds.items():
+                cache = tmp / f"small-cache-{kind}-0"
+                runs[kind]["warm"].append(run_child(cmd, env=ctxc_env(cache), cwd=tmp).wall)
+        # A file ctxc has not seen, on a machine where it has run before: the parsed rank table is in
+        # the cache, the counts and the scan are not. The same without the child that builds the
+        # encoding while ctxc starts (ctxc.tokens.prefork), interleaved with the runs with it.
+        for i in range(n):
+            for kind, cmd in small_cmds.items():
+                cache = tmp / f"small-cache-{kind}-{i}"
+                for phase, extra in (("new", {}), ("no_child", {"CTXC_NO_PREBUILD": "1"})):
                     shutil.rmtree(cache / "analyses", ignore_errors=True)
                     for stale in cache.glob("tokens.sqlite3*"):
                         stale.unlink()
-                    runs.append(run_child(cmd, env=ctxc_env(cache, **extra), cwd=tmp).wall)
-            new_file_ms[kind] = statistics.median(new_file_runs) * 1000
-            no_child_ms[kind] = statistics.median(no_child_runs) * 1000
+                    runs[kind][phase].append(run_child(cmd, env=ctxc_env(cache, **extra), cwd=tmp).wall)
+
+        def median_ms(kind: str, phase: str) -> float:
+            return statistics.median(runs[kind][phase]) * 1000
+
+        small_ms = {k: median_ms(k, "cold") for k in small_cmds}
+        warm_small_ms = {k: median_ms(k, "warm") for k in small_cmds}
+        new_file_ms = {k: median_ms(k, "new") for k in small_cmds}
+        no_child_ms = {k: median_ms(k, "no_child") for k in small_cmds}
         print(
             f"start-up: --version {', '.join(f'{x * 1000:.0f}' for x in v_runs)} ms; {small.name} "
             f"{small.stat().st_size / 1024:.0f} KiB: "
@@ -479,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             ["cache cold / warm", ">= 10x", f"{cache_ratio:.1f}x", verdict(cache_ratio >= 10)],
             ["ctxc --version (median of 10)", "< 150 ms", f"{v_ms:.0f} ms", verdict(v_ms < 150)],
             [
-                "analyze ~100 KB, cold cache (median of 5)",
+                f"analyze ~100 KB, cold cache (median of {n})",
                 "< 600 ms",
                 f"{worst_small:.0f} ms (json {small_ms['json']:.0f}, table {small_ms['table']:.0f})",
                 verdict(worst_small < 600),
