@@ -8,7 +8,7 @@ other core while this process starts, and then counts the batches this process s
 For a small input (:data:`PARTIAL_INPUT_BYTES`) even that build is more than needed: the child parses
 the rank table while this process starts, then counts each batch with a partial encoding of the tokens
 its texts can use (:mod:`ctxc.tokens.partial`), built in milliseconds once they arrive. A 100 KB
-``analyze`` on a machine's first run took 0.54 s with the whole build, 0.31 s so (issue 2 asks for
+``analyze`` on a machine's first run took 0.57 s with the whole build, 0.37 s so (issue 2 asks for
 under 600 ms).
 
 A large input gets a crew: one child per core. The first builds the encoding and then forks the
