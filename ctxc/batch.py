@@ -20,7 +20,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -146,6 +146,22 @@ def _worker_init() -> None:
     from ctxc.tokens import tiktoken_backend
 
     tiktoken_backend.processes_allowed = False
+    # A worker counts many files: it builds the whole encoding at once.
+    tiktoken_backend.partial_allowed = False
+
+
+@contextlib.contextmanager
+def _counting_many() -> Iterator[None]:
+    """Count with the whole encoding from the first file on: several files need it, and renting
+    partial encodings first would only add to its cost (``tiktoken_backend.partial_allowed``)."""
+    from ctxc.tokens import tiktoken_backend
+
+    saved = tiktoken_backend.partial_allowed
+    tiktoken_backend.partial_allowed = False
+    try:
+        yield
+    finally:
+        tiktoken_backend.partial_allowed = saved
 
 
 def run_batch(
@@ -169,7 +185,8 @@ def run_batch(
     """
     notify = on_outcome or (lambda _o: None)
     if jobs <= 1 or len(items) <= 1:
-        return _run_share(items, work, range(len(items)), fail_fast, notify)
+        with _counting_many() if len(items) > 1 else contextlib.nullcontext():
+            return _run_share(items, work, range(len(items)), fail_fast, notify)
     if light and _fork_is_safe():
         return _run_forked(items, work, jobs, fail_fast, notify)
 

@@ -154,3 +154,31 @@ def test_policy_stops_renting_once_the_time_spent_reaches_a_build(monkeypatch: p
     assert tok.count("bought") == count(whole("o200k_base"), "bought")
     assert key in tb._encodings
     assert key not in tb._partials
+
+
+def test_a_batch_of_files_builds_the_whole_encoding_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxc.batch import _worker_init, run_batch
+
+    key = fresh_state(monkeypatch)
+    allowed: list[bool] = []
+
+    def work(text: str) -> int:
+        allowed.append(tb.partial_allowed)
+        return tb.TiktokenTokenizer("o200k_base").count(text)
+
+    texts = ["one transcript", "another one"]
+    outcomes = run_batch([("a.jsonl", texts[0]), ("b.jsonl", texts[1])], work)
+    assert [o.value for o in outcomes] == [count(whole("o200k_base"), t) for t in texts]
+    assert allowed == [False, False]  # no partial encodings rented: the whole one built at once
+    assert key in tb._encodings
+    assert key not in tb._partials
+    assert tb.partial_allowed  # as it was, after the batch
+    # A single file is no batch.
+    run_batch([("a.jsonl", texts[0])], work)
+    assert allowed[-1] is True
+    # A worker process of a --jobs batch counts many files too.
+    monkeypatch.setattr(tb, "processes_allowed", True)
+    monkeypatch.setattr(tb, "partial_allowed", True)
+    monkeypatch.setattr("signal.signal", lambda *_args: None)
+    _worker_init()
+    assert tb.partial_allowed is False

@@ -254,6 +254,10 @@ PARTIAL_MAX_CHARS = 1 << 19
 PARTIAL_MAX_WORK = 600_000
 _partials: dict[tuple[str, Path | None], PartialVocabulary] = {}
 _partial_seconds: dict[tuple[str, Path | None], float] = {}
+#: Turned off where many inputs will be counted, as by a batch of files (ctxc.batch): such work ends up
+#: building the whole encoding anyway, and renting partial ones first would only add their cost (up to
+#: BUILD_SECONDS a process) to the build.
+partial_allowed = True
 
 
 def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
@@ -276,7 +280,7 @@ def _partial_encoding(
 ) -> tiktoken.Encoding | None:
     """A partial encoding for ``texts``, or None where the whole one should be used."""
     key = (spec.name, path)
-    if key in _encodings or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
+    if not partial_allowed or key in _encodings or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
         return None
     prepare_partial(spec, path)
     with _load_lock:
