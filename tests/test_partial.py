@@ -4,6 +4,7 @@ vocabulary does, and the counting policy rents them until a whole build is cheap
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def test_bundled_vocabularies_hold_every_byte_and_their_stated_longest_token() -
 @example("  \tword 12345's\r\n\r\nfoo's'll")
 @example("a\u0301b\u0663\u0664x²³")
 def test_every_piece_lies_in_one_segment(text: str) -> None:
-    segments = partial.segments([text])
+    segments = partial.segments([text], 128)
     for name in NAMES:
         for piece in regex.findall(tb.SPECS[name].pat_str, text):
             assert any(piece in segment for segment in segments), (name, piece, segments)
@@ -81,6 +82,43 @@ def test_partial_counts_equal_the_whole_encoding(texts: list[str]) -> None:
         enc = vocabulary(name).encoding_for(texts, max_work=10**9)
         assert enc is not None
         assert [count(enc, t) for t in texts] == [count(whole(name), t) for t in texts]
+
+
+def substring_tokens(name: str, text: str) -> set[bytes]:
+    """The vocabulary's tokens found inside the exact pieces of ``text``: what encoding it may use."""
+    table, longest = ranks(name), tb.SPECS[name].longest_token
+    found: set[bytes] = set()
+    for piece in regex.findall(tb.SPECS[name].pat_str, text):
+        data = piece.encode()
+        for i in range(len(data)):
+            found.update(
+                t for t in (data[i:j] for j in range(i + 1, min(i + longest, len(data)) + 1)) if t in table
+            )
+    return found
+
+
+# A symbol piece's tail of CR, LF and slashes runs on without end: a chunk follows it only so far, and
+# long runs of those characters are cut into windows.
+LONG_TAILS = [
+    ";" + "\n/" * 3000,
+    "x;" + "\n\n/\r\n/" * 800 + "abc",
+    ";" + "\n" * 300 + "/" + "\n" * 200 + "//\n\n/abc",
+    "/" * 2000 + "\n" * 130 + "/x",
+    # Tails shorter than a window, with tokens (o200k's "\n\n\n//", "\r\n\r\n//") near their end.
+    ";" + "\n" * 90 + "//x",
+    "x;" + "\r\n" * 45 + "//y",
+    "".join(random.Random(7).choice("\r\n/;") for _ in range(6000)),
+]
+
+
+@pytest.mark.parametrize("text", LONG_TAILS, ids=range(len(LONG_TAILS)))
+def test_long_tails_keep_every_token_their_pieces_use(text: str) -> None:
+    for name in NAMES:
+        vocab = vocabulary(name)
+        enc = vocab.encoding_for([text], max_work=10**9)
+        assert enc is not None
+        assert substring_tokens(name, text) <= enc._mergeable_ranks.keys()
+        assert count(enc, text) == count(whole(name), text)
 
 
 def transcript_texts(path: Path) -> Iterator[str]:

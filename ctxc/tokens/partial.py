@@ -16,10 +16,15 @@ ASCII digits, other ASCII, White_Space (a fixed list of 25 code points, which is
 tiktoken's regex engine), and everything else, which might be a letter, a digit, a mark or a symbol
 and is never cut next to except where every one of those would be.
 
-1. :data:`_CHUNK`/:data:`_SPACE`: a piece is either all whitespace (inside a run of it), or at most
+1. :func:`_chunker`/:data:`_SPACE`: a piece is either all whitespace (inside a run of it), or at most
    one whitespace character, then non-whitespace, then a tail of CR, LF and ``/`` (the
    symbol pattern ``' ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*'``). Chunks of those shapes cover every piece; they
-   overlap, and are deduplicated (a transcript repeats its words).
+   overlap, and are deduplicated (a transcript repeats its words). Such a tail can run on without
+   end (``x;\\n/\\n/...``), and following it to its end from every slash in it would take time
+   quadratic in its length. Only a piece's byte strings up to the longest token matter, so a chunk
+   follows its tail for that many characters, and a run of CR, LF and ``/`` longer than that is
+   also cut into windows twice that long, each starting that far after the last: a byte string
+   starting before the tail then lies in the chunk, and one inside it in a window.
 2. :data:`_CUT` splits a chunk where a piece never has character x followed by character y: a
    letter before an ASCII symbol other than the apostrophe of o200k's ``'s``/``'ll`` (or before CR,
    LF), anything but a digit (or an unknown) next to a digit, non-whitespace before whitespace
@@ -36,6 +41,7 @@ None, and the caller builds that (:mod:`ctxc.tokens.tiktoken_backend` decides).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -53,10 +59,8 @@ _ASCII_NOT_DIGIT = "\\x00-\\x2f\\x3a-\\x7f"
 # ASCII that is neither a letter, a digit, whitespace nor the apostrophe; CR and LF added.
 _AFTER_LETTER = "\\r\\n\\x00-\\x08\\x0e-\\x1f!-&(-/:-@\\[-`{-\\x7f"
 
-#: One whitespace character at most, the non-whitespace after it, and the CR/LF/slash tail (looked at,
-#: not consumed, so the next chunk may start with it).
-_CHUNK = re.compile(f"([{_WS}]?[^{_WS}]+)(?=([\\r\\n/]*))")
 _SPACE = re.compile(f"[{_WS}]+")
+_TAIL_CHARS = "[\\r\\n/]"
 _CUT = re.compile(
     "|".join(
         (
@@ -72,12 +76,27 @@ _CUT = re.compile(
 _CUT_FROM = 8
 
 
-def segments(texts: Sequence[str]) -> set[str]:
-    """The distinct segments of ``texts``: every piece of o200k's or cl100k's pattern lies in one."""
+@functools.cache
+def _chunkers(longest: int) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Chunks: one whitespace character at most, the non-whitespace after it, and up to ``longest``
+    characters of its CR/LF/slash tail (looked at, not consumed, so the next chunk may start in it);
+    and the runs of tail characters longer than ``longest``, to be cut into windows."""
+    return (
+        re.compile(f"([{_WS}]?[^{_WS}]+)(?=({_TAIL_CHARS}{{0,{longest}}}))"),
+        re.compile(f"{_TAIL_CHARS}{{{longest + 1},}}"),
+    )
+
+
+def segments(texts: Sequence[str], longest: int) -> set[str]:
+    """The distinct segments of ``texts``: every byte string of at most ``longest`` bytes of a piece of
+    o200k's or cl100k's pattern lies in one (as does every piece of at most ``longest`` characters)."""
+    words, long_tails = _chunkers(longest)
     chunks: set[str] = set()
     for text in texts:
-        chunks.update(map("".join, _CHUNK.findall(text)))
+        chunks.update(map("".join, words.findall(text)))
         chunks.update(_SPACE.findall(text))
+        for run in long_tails.findall(text):
+            chunks.update(run[i : i + 2 * longest] for i in range(0, len(run) - longest, longest))
     out: set[str] = set()
     for chunk in chunks:
         if len(chunk) < _CUT_FROM:
@@ -116,7 +135,7 @@ class PartialVocabulary:
     def encoding_for(self, texts: Sequence[str], max_work: int) -> tiktoken.Encoding | None:
         """An encoding that counts ``texts`` exactly as the whole vocabulary does, or None if finding its
         tokens would take more than ``max_work`` byte strings looked up."""
-        new = segments(texts) - self._seen
+        new = segments(texts, self._longest) - self._seen
         longest = self._longest
         work = 0
         encoded: list[bytes] = []
