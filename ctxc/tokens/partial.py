@@ -16,7 +16,7 @@ ASCII digits, other ASCII, White_Space (a fixed list of 25 code points, which is
 tiktoken's regex engine), and everything else, which might be a letter, a digit, a mark or a symbol
 and is never cut next to except where every one of those would be.
 
-1. :func:`_chunker`/:data:`_SPACE`: a piece is either all whitespace (inside a run of it), or at most
+1. :func:`_chunkers`/:data:`_SPACE`: a piece is either all whitespace (inside a run of it), or at most
    one whitespace character, then non-whitespace, then a tail of CR, LF and ``/`` (the
    symbol pattern ``' ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*'``). Chunks of those shapes cover every piece; they
    overlap, and are deduplicated (a transcript repeats its words). Such a tail can run on without
@@ -31,8 +31,9 @@ and is never cut next to except where every one of those would be.
    other than CR and LF, and CR or LF before anything but whitespace and ``/``.
 
 Every token a piece uses is then a byte string of one segment no longer than the vocabulary's longest
-token. Those the vocabulary holds make the partial encoding. A test holds segments to the exact
-pieces (cut by the ``regex`` module, which tiktoken depends on) and counts to the full encoding's.
+token. Those the vocabulary holds make the partial encoding. Tests hold segments to the exact pieces
+(cut by the ``regex`` module, which tiktoken depends on), the tokens found to every token inside the
+pieces of long tails, and counts to the whole encoding's.
 
 Enumerating the byte strings of a segment costs its length times the longest token in the worst case
 (a run of letters), so a batch whose segments would take longer than building the whole encoding gets
