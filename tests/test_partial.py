@@ -160,7 +160,7 @@ def test_a_batch_that_costs_more_than_the_work_allowed_gets_none() -> None:
 def fresh_state(monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path | None]:
     """The backend as in a new process, for o200k_base: nothing built, nothing rented."""
     key = ("o200k_base", None)
-    for table in (tb._encodings, tb._partials, tb._partial_seconds):
+    for table in (tb._encodings, tb._partials):
         monkeypatch.delitem(table, key, raising=False)
     return key
 
@@ -178,7 +178,6 @@ def test_policy_rents_partial_encodings_then_builds_the_whole_one(monkeypatch: p
     assert key in tb._encodings
     assert key not in tb._partials
     # Once the whole encoding exists, even the smallest batch uses it.
-    tb._partial_seconds.pop(key, None)
     assert tok.count("hi") == count(whole("o200k_base"), "hi")
     assert key not in tb._partials
 
@@ -188,7 +187,7 @@ def test_policy_stops_renting_once_the_time_spent_reaches_a_build(monkeypatch: p
     tok = tb.TiktokenTokenizer("o200k_base")
     assert tok.count("rented") == count(whole("o200k_base"), "rented")
     assert key in tb._partials
-    tb._partial_seconds[key] = tb.BUILD_SECONDS
+    tb._partials[key].seconds = tb.BUILD_SECONDS
     assert tok.count("bought") == count(whole("o200k_base"), "bought")
     assert key in tb._encodings
     assert key not in tb._partials

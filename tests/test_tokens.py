@@ -262,7 +262,6 @@ def test_encoding_loads_once_under_concurrent_first_use(monkeypatch: pytest.Monk
     key = ("cl100k_base", path)
     monkeypatch.delitem(tb._encodings, key, raising=False)
     monkeypatch.delitem(tb._partials, key, raising=False)
-    monkeypatch.delitem(tb._partial_seconds, key, raising=False)
     results: list[list[int]] = []
     barrier = threading.Barrier(6)
     # Small batches get partial encodings; one over PARTIAL_MAX_CHARS needs the whole encoding.

@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from ctxc.tokens.tiktoken_backend import EncodingSpec
 
 # Unicode White_Space, stable since Unicode 6.3 (which dropped U+180E), and what \s matches in the
-# Rust regex crate tiktoken uses.
-_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# Rust regex crate tiktoken uses; CR and LF apart, since the cuts treat them differently.
 _WS_NOT_CRLF = "\t\x0b\x0c \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_WS = "\r\n" + _WS_NOT_CRLF
 _ASCII_NOT_DIGIT = "\\x00-\\x2f\\x3a-\\x7f"
 # ASCII that is neither a letter, a digit, whitespace nor the apostrophe; CR and LF added.
 _AFTER_LETTER = "\\r\\n\\x00-\\x08\\x0e-\\x1f!-&(-/:-@\\[-`{-\\x7f"
@@ -132,6 +132,9 @@ class PartialVocabulary:
         single = (bytes((i,)) for i in range(256))
         self._tokens = {byte: ranks[byte] for byte in single if byte in ranks}
         self._encoding: tiktoken.Encoding | None = None
+        #: Time spent making partial encodings, which the caller adds up to decide when to build the
+        #: whole one instead.
+        self.seconds = 0.0
 
     def encoding_for(self, texts: Sequence[str], max_work: int) -> tiktoken.Encoding | None:
         """An encoding that counts ``texts`` exactly as the whole vocabulary does, or None if finding its

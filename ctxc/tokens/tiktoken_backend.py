@@ -253,11 +253,26 @@ PARTIAL_MAX_CHARS = 1 << 19
 #: build costs); a batch of long letter runs needs more, and gets the whole encoding.
 PARTIAL_MAX_WORK = 600_000
 _partials: dict[tuple[str, Path | None], PartialVocabulary] = {}
-_partial_seconds: dict[tuple[str, Path | None], float] = {}
 #: Turned off where many inputs will be counted, as by a batch of files (ctxc.batch): such work ends up
 #: building the whole encoding anyway, and renting partial ones first would only add their cost (up to
 #: BUILD_SECONDS a process) to the build.
 partial_allowed = True
+
+
+def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary | None:
+    """The partial vocabulary of ``spec``, made (the rank table parsed) on first use; None once the
+    whole encoding is built. The caller holds ``_load_lock``."""
+    from ctxc.tokens.partial import PartialVocabulary
+
+    key = (spec.name, path)
+    if key in _encodings:
+        return None
+    vocab = _partials.get(key)
+    if vocab is None:
+        ranks = load_ranks(spec, path)
+        longest = spec.longest_token if path is None else max(map(len, ranks))
+        vocab = _partials[key] = PartialVocabulary(spec, ranks, longest)
+    return vocab
 
 
 def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
@@ -265,32 +280,23 @@ def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
     own tokens (the counting child does this while its parent starts)."""
     import tiktoken  # noqa: F401 - imported for its cost, paid now
 
-    from ctxc.tokens.partial import PartialVocabulary
-
-    key = (spec.name, path)
     with _load_lock:
-        if key not in _encodings and key not in _partials:
-            ranks = load_ranks(spec, path)
-            longest = spec.longest_token if path is None else max(map(len, ranks))
-            _partials[key] = PartialVocabulary(spec, ranks, longest)
+        _vocabulary(spec, path)
 
 
 def _partial_encoding(
     spec: EncodingSpec, path: Path | None, texts: Sequence[str]
 ) -> tiktoken.Encoding | None:
     """A partial encoding for ``texts``, or None where the whole one should be used."""
-    key = (spec.name, path)
-    if not partial_allowed or key in _encodings or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
+    if not partial_allowed or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
         return None
-    prepare_partial(spec, path)
     with _load_lock:
-        vocab = _partials.get(key)
-        spent = _partial_seconds.get(key, 0.0)
-        if vocab is None or spent >= BUILD_SECONDS:
+        vocab = _vocabulary(spec, path)
+        if vocab is None or vocab.seconds >= BUILD_SECONDS:
             return None
         started = time.perf_counter()
         enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
-        _partial_seconds[key] = spent + time.perf_counter() - started
+        vocab.seconds += time.perf_counter() - started
     return enc
 
 
