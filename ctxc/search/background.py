@@ -101,13 +101,16 @@ def queue_entries(root: Path) -> list[dict[str, Any]]:
     with _queue(root) as queue:
         queue.seek(0)
         data = queue.read()
-    entries: list[dict[str, Any]] = []
-    for line in data.splitlines():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            entry = orjson.loads(line)
-            if isinstance(entry, dict) and isinstance(entry.get("archive_id"), str):
-                entries.append(entry)
-    return entries
+    return [entry for entry in map(_entry, data.splitlines()) if entry is not None]
+
+
+def _entry(line: bytes) -> dict[str, Any] | None:
+    """A queue line's entry, or None for a line that names no original (torn by a crash mid-write)."""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("archive_id"), str) else None
 
 
 def dequeue(root: Path, done: set[str]) -> None:
@@ -116,19 +119,15 @@ def dequeue(root: Path, done: set[str]) -> None:
         return
     with _queue(root) as queue:
         queue.seek(0)
-        kept = [line for line in queue.read().splitlines(keepends=True) if not _is_done(line, done)]
+        # A torn line goes too: the manifest still lists its run, and search catches up with that.
+        kept = [
+            line
+            for line in queue.read().splitlines(keepends=True)
+            if (entry := _entry(line)) is not None and entry["archive_id"] not in done
+        ]
         queue.seek(0)
         queue.truncate()
         queue.write(b"".join(kept))
-
-
-def _is_done(line: bytes, done: set[str]) -> bool:
-    """Whether a queue line names one of ``done``, or names nothing usable."""
-    try:
-        entry = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return True  # torn: drop it (the manifest still lists the run, and search catches up)
-    return not isinstance(entry, dict) or entry.get("archive_id") in done
 
 
 def writer_lock(root: Path, *, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
