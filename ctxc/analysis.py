@@ -188,6 +188,10 @@ def _batches(
         yield batch
 
 
+#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation.
+Row = tuple[int, int, str, str, str | None, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Scan:
     """What reading and counting a file yields, before any window or threshold is applied.
@@ -199,8 +203,7 @@ class Scan:
     path: str
     format: str
     tokenizer: str
-    #: Per message: index, line, role, kind, tool, tokens, conversation.
-    rows: tuple[tuple[int, int, str, str, str | None, int, int], ...]
+    rows: tuple[Row, ...]
     usage: tuple[Usage, ...]
     boundaries: tuple[Boundary, ...]
     problems: tuple[Problem, ...]
@@ -245,13 +248,17 @@ def analyze(
 
         key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
         scan = load_scan(key, str(src)) if key else None
-    if scan is None:
-        scan = scan_file(src, counter, input_format=input_format, options=options)
-        if key:
-            from ctxc.scancache import store_scan
+    if scan is not None:
+        return finish(scan, window=win, model=model_name, thresholds=th, top=top)
+    # Tallied as the counts arrive, while the counting processes make the next ones: when the last
+    # count is in, the analysis is all but done.
+    tally = _Tally(win, th, top)
+    scan = scan_file(src, counter, input_format=input_format, options=options, on_rows=tally.add)
+    if key:
+        from ctxc.scancache import store_scan
 
-            store_scan(key, scan)
-    return finish(scan, window=win, model=model_name, thresholds=th, top=top)
+        store_scan(key, scan)
+    return tally.analysis(scan, model=model_name)
 
 
 def _caches(counter: TextCounter) -> bool:
@@ -265,12 +272,14 @@ def scan_file(
     *,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
+    on_rows: Callable[[list[Row]], None] | None = None,
 ) -> Scan:
-    """Read and count a file, streaming: only small per-message facts are kept."""
+    """Read and count a file, streaming: only small per-message facts are kept. ``on_rows`` is given
+    each batch's rows as its counts arrive."""
     from ctxc.tokens import counting_processes
 
     with counting_processes(counter, _size_of(src)):
-        return _scan(src, counter, input_format=input_format, options=options)
+        return _scan(src, counter, input_format=input_format, options=options, on_rows=on_rows)
 
 
 def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
@@ -290,25 +299,33 @@ def _scan(
     *,
     input_format: str | None,
     options: ReadOptions,
+    on_rows: Callable[[list[Row]], None] | None = None,
 ) -> Scan:
     # Imported here: `--tokenizer usage` and cached scans never read a transcript in full.
     from ctxc.formats import open_stream
 
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
-    rows: list[tuple[int, int, str, str, str | None, int, int]] = []
+    rows: list[Row] = []
     # Pairing needs only ids, roles and lines: keep skeletal messages rather than whole ones.
     skeletons: list[Message] = []
     inflight = _InFlight(counter)
+
+    def counted(done: list[Message], counts: list[int]) -> None:
+        new = list(_rows(done, counts))
+        rows.extend(new)
+        if on_rows is not None:
+            on_rows(new)
+
     try:
         with gc_paused():
             for batch in _batches(stream.items, side):
                 for done, counts in inflight.add(batch):
-                    rows.extend(_rows(done, counts))
+                    counted(done, counts)
                 skeletons.extend(_skeleton(m) for m in batch)
             problems = tuple(pairing_problems(skeletons))  # needs no counts: while the last are made
             for done, counts in inflight.drain():
-                rows.extend(_rows(done, counts))
+                counted(done, counts)
     finally:
         stream.close()
     return Scan(
@@ -360,9 +377,7 @@ def load_counted(
     return transcript, counts
 
 
-def _rows(
-    batch: list[Message], counts: list[int]
-) -> Iterator[tuple[int, int, str, str, str | None, int, int]]:
+def _rows(batch: list[Message], counts: list[int]) -> Iterator[Row]:
     for m, tokens in zip(batch, counts, strict=True):
         names = m.tool_names
         yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation)
@@ -377,44 +392,70 @@ def finish(
     top: int = 10,
 ) -> Analysis:
     """Apply a window and thresholds to a scan: cumulative tokens, shares, stages, totals."""
-    stats: list[MessageStat] = []
-    cumulative: dict[int, int] = {}
-    by_role: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    by_tool: Counter[str] = Counter()
-    for index, line, role, kind, tool, tokens, conv in scan.rows:
-        cum = cumulative.get(conv, 0) + tokens
-        cumulative[conv] = cum
-        share = cum / window
-        stats.append(
-            MessageStat(index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv)
+    tally = _Tally(window, thresholds, top)
+    tally.add(scan.rows)
+    return tally.analysis(scan, model=model)
+
+
+class _Tally:
+    """What a window and thresholds make of a scan's rows (:func:`finish`), added up as rows come."""
+
+    def __init__(self, window: int, thresholds: tuple[float, float, float, float], top: int) -> None:
+        self.window = window
+        self.thresholds = thresholds
+        self.top = top
+        self.stats: list[MessageStat] = []
+        self.cumulative: dict[int, int] = {}  # by conversation
+        self.by_role: Counter[str] = Counter()
+        self.by_kind: Counter[str] = Counter()
+        self.by_tool: Counter[str] = Counter()
+        # The `top` largest messages so far, smallest first: (tokens, -index, -order, stat), so that
+        # ties go to the earlier message, as a stable sort would have it.
+        self.largest: list[tuple[int, int, int, MessageStat]] = []
+
+    def add(self, rows: Iterable[Row]) -> None:
+        window, thresholds, top, stats = self.window, self.thresholds, self.top, self.stats
+        cumulative, largest = self.cumulative, self.largest
+        for index, line, role, kind, tool, tokens, conv in rows:
+            cum = cumulative.get(conv, 0) + tokens
+            cumulative[conv] = cum
+            share = cum / window
+            stat = MessageStat(
+                index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv
+            )
+            if len(largest) < top:
+                heapq.heappush(largest, (tokens, -index, -len(stats), stat))
+            elif top > 0 and (tokens, -index, -len(stats)) > largest[0][:3]:
+                heapq.heapreplace(largest, (tokens, -index, -len(stats), stat))
+            stats.append(stat)
+            self.by_role[role] += tokens
+            self.by_kind[kind] += tokens
+            if tool:
+                self.by_tool[tool] += tokens
+
+    def analysis(self, scan: Scan, *, model: str | None) -> Analysis:
+        max_context = max(self.cumulative.values(), default=0)
+        return Analysis(
+            path=scan.path,
+            format=scan.format,
+            tokenizer=scan.tokenizer,
+            window=self.window,
+            model=model,
+            thresholds=self.thresholds,
+            total_tokens=sum(self.cumulative.values()),
+            stage=stage_for(max_context / self.window, self.thresholds),
+            conversations=len(self.cumulative) or 1,
+            messages=tuple(self.stats),
+            by_role=dict(self.by_role.most_common()),
+            by_kind=dict(self.by_kind.most_common()),
+            by_tool=dict(self.by_tool.most_common()),
+            largest=tuple(entry[3] for entry in sorted(self.largest, reverse=True)),
+            usage=summarize_usage(scan.usage),
+            boundaries=scan.boundaries,
+            problems=scan.problems,
+            skipped_lines=scan.skipped_lines,
+            max_context=max_context,
         )
-        by_role[role] += tokens
-        by_kind[kind] += tokens
-        if tool:
-            by_tool[tool] += tokens
-    max_context = max(cumulative.values(), default=0)
-    return Analysis(
-        path=scan.path,
-        format=scan.format,
-        tokenizer=scan.tokenizer,
-        window=window,
-        model=model,
-        thresholds=thresholds,
-        total_tokens=sum(s.tokens for s in stats),
-        stage=stage_for(max_context / window, thresholds),
-        conversations=len(cumulative) or 1,
-        messages=tuple(stats),
-        by_role=dict(by_role.most_common()),
-        by_kind=dict(by_kind.most_common()),
-        by_tool=dict(by_tool.most_common()),
-        largest=tuple(heapq.nsmallest(top, stats, key=lambda s: (-s.tokens, s.index))),
-        usage=summarize_usage(scan.usage),
-        boundaries=scan.boundaries,
-        problems=scan.problems,
-        skipped_lines=scan.skipped_lines,
-        max_context=max_context,
-    )
 
 
 def _skeleton(m: Message) -> Message:

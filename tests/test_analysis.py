@@ -12,7 +12,7 @@ from conftest import CORPUS, SAMPLES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxc.analysis import analyze, stage_for
+from ctxc.analysis import Scan, analyze, finish, stage_for
 from ctxc.cli import main
 from ctxc.errors import UsageError
 from ctxc.formats import load
@@ -226,6 +226,39 @@ def test_scan_cache_serves_a_second_run_and_follows_content(
     with pytest.raises(AssertionError, match="counted again"):
         analyze(path, counter=Refuses())  # type: ignore[arg-type]
     assert len(analyze(path).messages) == len(first.messages) + 1
+
+
+def test_an_analysis_tallied_while_counting_is_the_one_made_from_its_cached_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    for path in sorted(SAMPLES.glob("*.jsonl")):
+        fresh = analyze(path, window=20_000, top=3)
+        cached = analyze(path, window=20_000, top=3)  # finish() applied to the stored scan
+        assert fresh == cached, path.name
+
+
+ROW = st.tuples(st.integers(0, 30), st.integers(0, 3), st.integers(0, 2))  # index, tokens, conversation
+
+
+@given(st.lists(ROW, max_size=40), st.integers(-1, 12))
+def test_largest_are_the_top_messages_ties_to_the_earlier(rows: list[tuple[int, int, int]], top: int) -> None:
+    scan = Scan(
+        path="t.jsonl",
+        format="chat",
+        tokenizer="o200k_base",
+        rows=tuple(
+            (index, i, "user", "text", None, tokens, conv) for i, (index, tokens, conv) in enumerate(rows)
+        ),
+        usage=(),
+        boundaries=(),
+        problems=(),
+        skipped_lines=0,
+    )
+    a = finish(scan, window=10, model=None, thresholds=(0.6, 0.7, 0.8, 0.9), top=top)
+    by_size = sorted(a.messages, key=lambda s: (-s.tokens, s.index))  # stable: ties keep file order
+    assert a.largest == tuple(by_size[: max(top, 0)])
+    assert a.total_tokens == sum(t for _, t, _ in rows)
 
 
 def test_scan_cache_by_file_identity_still_sees_a_same_size_rewrite(
