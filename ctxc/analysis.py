@@ -322,7 +322,7 @@ def _scan(
             for batch in _batches(stream.items, side):
                 for done, counts in inflight.add(batch):
                     counted(done, counts)
-                skeletons.extend(_skeleton(m) for m in batch)
+                skeletons.extend(s for s in map(_skeleton, batch) if s is not None)
             problems = tuple(pairing_problems(skeletons))  # needs no counts: while the last are made
             for done, counts in inflight.drain():
                 counted(done, counts)
@@ -458,14 +458,18 @@ class _Tally:
         )
 
 
-def _skeleton(m: Message) -> Message:
-    """Only what pairing checks read: ids, names, roles, lines. No texts or inputs stay alive."""
+def _skeleton(m: Message) -> Message | None:
+    """Only what pairing checks (as analyze runs them, not strict) read: the ids and names of the tool
+    calls and results, with the role, line, index and conversation. No texts or inputs stay alive, and
+    a message with neither calls nor results, which plays no part in them, is not kept at all."""
     blocks: list[Block] = []
     for b in m.blocks:
         if isinstance(b, ToolUseBlock):
             blocks.append(ToolUseBlock(id=b.id, name=b.name, input=None))
         elif isinstance(b, ToolResultBlock):
             blocks.append(ToolResultBlock(tool_use_id=b.tool_use_id, text=""))
+    if not blocks:
+        return None
     return Message(role=m.role, blocks=tuple(blocks), line=m.line, index=m.index, conversation=m.conversation)
 
 

@@ -55,8 +55,11 @@ def test_round_trip_is_byte_identical(path: Path) -> None:
 @pytest.mark.parametrize("path", ALL_FILES)
 def test_analyze_every_file(path: Path) -> None:
     a = analyze(path, window=200_000, use_cache=False)
+    transcript = load(path)
     assert a.total_tokens > 0
-    assert len(a.messages) == len(load(path).messages)
+    assert len(a.messages) == len(transcript.messages)
+    # analyze checks pairing on skeletal messages, keeping only those with calls or results
+    assert list(a.problems) == pairing_problems(transcript.messages)
     assert a.messages[-1].cumulative <= a.total_tokens
     assert sum(s.tokens for s in a.messages) == a.total_tokens
 
