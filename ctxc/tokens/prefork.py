@@ -30,9 +30,15 @@ when ctxc exits), ignore Ctrl-C (the parent's to handle), and exit when the pare
 their request pipes, which a killed parent does too. The first child, stopped before it has answered,
 may still be building (in Rust, deaf to signals): it is sent SIGTERM, which it acts on once back in
 Python, removing any half-written copy of the rank table, and is not waited for; on its way out it
-ends the others, which have nothing to clean up. Each child has one request in flight at a time: this
-process reads a child's answer to its last batch before sending the next, so neither side can block
-writing to the other. Only the thread that forked the crew talks to it. Linux only, with two or more
+ends the others, which have nothing to clean up.
+
+Batches wait in an outbox in this process until a child has room: up to two requests each, the one
+it counts and the next, already in its pipe. So this process never blocks while a child builds (it
+goes on parsing), and a child done with a batch finds the next without waiting for this process to
+come back from parsing. Requests are written without blocking; the rest of one the pipe does not
+take yet, and the answers, are seen to whenever this process starts a batch or waits for one. A
+child writes its answer whole and at once, so neither side can block writing to the other. Only the
+thread that forked the crew talks to it. Linux only, with two or more
 cores: a fork before any thread exists is safe there, and on one core the build would compete with
 ctxc's start instead of overlapping it.
 """
@@ -49,6 +55,7 @@ import stat
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, NoReturn
@@ -256,62 +263,94 @@ def _other_child(pipes: Sequence[_Pipes], k: int, count: Count) -> NoReturn:
 
 
 class _Member:
-    """This process's end of one child's pipes."""
+    """This process's end of one child's pipes.
+
+    Requests are written without blocking: what the pipe does not take yet waits in :attr:`unsent` and
+    goes out as the child reads (:meth:`Crew._pump`). Answers come back in the order of the requests.
+    """
 
     def __init__(self, requests_fd: int, answers_fd: int) -> None:
-        self.requests: BinaryIO | None = open(requests_fd, "wb")  # noqa: SIM115 - closed by close()
-        self.answers: BinaryIO | None = open(answers_fd, "rb")  # noqa: SIM115
-        self.sent = 0  # batches sent
-        self.read = 0  # answers read
-        self._answered: dict[int, list[int] | None] = {}
+        os.set_blocking(requests_fd, False)
+        self.requests: int | None = requests_fd
+        self.answers: int | None = answers_fd
+        self.tickets: deque[int] = deque()  # of the requests sent and not answered, oldest first
+        self.unsent = memoryview(b"")  # what is left to write of the newest request
+        self.sent = 0  # requests
+        self.read = 0  # answers
 
     @property
-    def idle(self) -> bool:
-        return self.read == self.sent
+    def alive(self) -> bool:
+        return self.requests is not None
 
-    def start(self, texts: Sequence[str]) -> Callable[[], list[int] | None]:
-        """Send ``texts``; the returned function waits for their counts, or None if the child failed."""
-        self._read_through(self.sent)  # the previous answer first: one request in flight at a time
-        ticket = self.sent
-        try:
-            if self.requests is None:
-                raise OSError("closed")
-            # Blocks while the child builds and the batch fills the pipe.
-            _write_frame(self.requests, list(texts))
-        except OSError:
-            self.close()
-            return lambda: None
+    @property
+    def room(self) -> bool:
+        """Whether it takes another request: fewer than :data:`DEPTH` outstanding, none half written."""
+        return self.requests is not None and len(self.tickets) < DEPTH and not self.unsent
+
+    def send(self, ticket: int, texts: Sequence[str]) -> None:
+        """Begin writing a request (raises OSError if the child is gone)."""
+        payload = pickle.dumps(list(texts), pickle.HIGHEST_PROTOCOL)
+        self.tickets.append(ticket)
         self.sent += 1
+        self.unsent = memoryview(len(payload).to_bytes(_HEADER, "little") + payload)
+        self.write()
 
-        def collect() -> list[int] | None:
-            self._read_through(ticket + 1)
-            return self._answered.pop(ticket, None)
+    def write(self) -> None:
+        """Write what the pipe takes of the request begun (raises OSError if the child is gone)."""
+        while self.unsent and self.requests is not None:
+            try:
+                n = os.write(self.requests, self.unsent)
+            except BlockingIOError:
+                return
+            self.unsent = self.unsent[n:]
 
-        return collect
-
-    def _read_through(self, tickets: int) -> None:
-        """Read answers until ``tickets`` of them are in (a dead child answers None for the rest)."""
-        while self.read < tickets:
-            frame = _read_frame(self.answers) if self.answers is not None else None
-            if frame is None:
-                self.close()
-                self._answered.update(dict.fromkeys(range(self.read, tickets)))
-                self.read = tickets
-                break
-            self._answered[self.read] = pickle.loads(frame)
-            self.read += 1
+    def receive(self) -> tuple[int, list[int] | None] | None:
+        """The oldest request's ticket and answer, or None if the child is gone. Called when its pipe
+        has data: an answer is written at once, so reading the rest of it does not wait long."""
+        header = _read_exact(self.answers, _HEADER)
+        payload = None if header is None else _read_exact(self.answers, int.from_bytes(header, "little"))
+        if payload is None:
+            return None
+        self.read += 1
+        return self.tickets.popleft(), pickle.loads(payload)
 
     def close(self) -> None:
-        for stream in (self.requests, self.answers):
-            if stream is not None:
+        for fd in (self.requests, self.answers):
+            if fd is not None:
                 with contextlib.suppress(OSError):
-                    stream.close()
+                    os.close(fd)
         self.requests = self.answers = None
+        self.unsent = memoryview(b"")
+
+
+def _read_exact(fd: int | None, size: int) -> bytes | None:
+    """``size`` bytes from ``fd``, or None at its end (or on an error: the child is gone)."""
+    parts: list[bytes] = []
+    while size > 0 and fd is not None:
+        try:
+            part = os.read(fd, size)
+        except OSError:
+            return None
+        if not part:
+            return None
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts) if size <= 0 else None
+
+
+#: Requests a child may have outstanding: the batch it counts and the next, already in its pipe, so
+#: that a child done with one does not wait for this process, busy parsing, to send it another.
+DEPTH = 2
 
 
 class Crew:
     """This process's end of ``size`` children counting with encoding ``name`` (see the module
-    docstring)."""
+    docstring).
+
+    Batches wait in an outbox here rather than block this process: a child takes up to :data:`DEPTH`
+    of them at a time, and each time this process comes back to the crew (to start a batch or to wait
+    for one) it reads the answers that are in and sends the children more.
+    """
 
     def __init__(
         self,
@@ -358,6 +397,11 @@ class Crew:
         _close([fd for p in pipes for fd in (p[0], p[3])])  # the children's ends
         self.pid = pid
         self._members = [_Member(p[1], p[2]) for p in pipes]
+        #: Batches not sent yet, oldest first: (ticket, texts, the member that must count them or
+        #: None for any).
+        self._outbox: deque[tuple[int, Sequence[str], _Member | None]] = deque()
+        self._answers: dict[int, list[int] | None] = {}  # by ticket, until collected
+        self._tickets = itertools.count()
         #: Seconds spent waiting for batches sent to the first child (:meth:`start` without ``spread``)
         #: once it had answered, so not for its build: the rent that tells a caller when building its
         #: own encoding is cheaper.
@@ -367,7 +411,7 @@ class Crew:
     def usable(self) -> bool:
         """Whether the caller may send work: the crew lives and this is the process and thread that
         forked it (a batch worker forked later inherits the object, not the right to use it)."""
-        return self._members[0].requests is not None and (os.getpid(), threading.get_ident()) == self.owner
+        return self._members[0].alive and (os.getpid(), threading.get_ident()) == self.owner
 
     @property
     def sent(self) -> int:
@@ -378,44 +422,96 @@ class Crew:
         return sum(m.read for m in self._members)
 
     def start(self, texts: Sequence[str], *, spread: bool = False) -> Callable[[], list[int] | None]:
-        """Send ``texts``; the returned function waits for their counts, or None if a child failed.
+        """Queue ``texts``; the returned function waits for their counts, or None if a child failed.
 
         ``spread`` splits them among the crew, for a large batch; otherwise they go to the first child.
         """
-        members = [m for m in self._members if m.requests is not None]
-        if not spread or len(members) < 2 or len(texts) < 2:
-            return self._timed(self._members[0], texts)
-        parts = split(texts, len(members))
-        pending = [m.start(texts[a:b]) for m, (a, b) in zip(members, parts, strict=True) if b > a]
-
-        def collect() -> list[int] | None:
-            out: list[int] = []
-            failed = False
-            for wait in pending:  # every part, even after a failure: each reply must be read
-                counts = wait()
-                failed = failed or counts is None
-                out.extend(counts or ())
-            return None if failed else out
-
-        return collect
-
-    def _timed(self, member: _Member, texts: Sequence[str]) -> Callable[[], list[int] | None]:
-        """``member.start(texts)``, the time spent waiting in it and for its answer added to
-        :attr:`waited` unless the member has not answered yet (it may still be building)."""
-        if not member.read:
-            return member.start(texts)
-        started = time.perf_counter()
-        pending = member.start(texts)
-        self.waited += time.perf_counter() - started
+        alive = sum(m.alive for m in self._members)
+        first = self._members[0]
+        if not spread or alive < 2 or len(texts) < 2:
+            timed = first.read > 0  # waiting for a child that has not answered is waiting for its build
+            tickets = [self._post(texts, first)]
+        else:
+            timed = False
+            tickets = [self._post(texts[a:b], None) for a, b in split(texts, alive) if b > a]
+        self._pump(block=False)
 
         def collect() -> list[int] | None:
             started = time.perf_counter()
-            try:
-                return pending()
-            finally:
+            while any(t not in self._answers for t in tickets):
+                self._pump(block=True)
+            if timed:
                 self.waited += time.perf_counter() - started
+            answers = [self._answers.pop(t) for t in tickets]
+            if any(a is None for a in answers):
+                return None
+            return [n for a in answers for n in a or ()]
 
         return collect
+
+    def _post(self, texts: Sequence[str], member: _Member | None) -> int:
+        ticket = next(self._tickets)
+        self._outbox.append((ticket, texts, member))
+        return ticket
+
+    def _dispatch(self) -> None:
+        """Send queued batches, oldest first, while a child they may go to has room (the emptier first).
+        A batch no living child may count is answered None."""
+        while self._outbox:
+            ticket, texts, target = self._outbox[0]
+            members = [m for m in ([target] if target is not None else self._members) if m.alive]
+            if not members:
+                self._outbox.popleft()
+                self._answers[ticket] = None
+                continue
+            ready = [m for m in members if m.room]
+            if not ready:
+                return
+            member = min(ready, key=lambda m: len(m.tickets))
+            self._outbox.popleft()
+            try:
+                member.send(ticket, texts)
+            except OSError:
+                self._lost(member)
+
+    def _pump(self, *, block: bool) -> None:
+        """Move the work along: send what the children have room for, write what their pipes take and
+        read the answers that are in. With ``block``, return only once an answer has been read (or
+        none is awaited)."""
+        import select
+
+        while True:
+            self._dispatch()
+            # A child's pipes by descriptor: its answers, when it owes some; its requests, when one is
+            # half written.
+            answers = {m.answers: m for m in self._members if m.tickets and m.answers is not None}
+            if not answers:
+                return
+            requests = {m.requests: m for m in answers.values() if m.unsent and m.requests is not None}
+            readable, writable, _ = select.select(list(answers), list(requests), [], None if block else 0)
+            for fd in writable:
+                try:
+                    requests[fd].write()
+                except OSError:
+                    self._lost(requests[fd])
+            for fd in readable:
+                member = answers[fd]
+                got = member.receive() if member.answers is not None else None
+                if got is None:
+                    self._lost(member)
+                else:
+                    self._answers[got[0]] = got[1]
+            if readable or not block:
+                self._dispatch()
+                return
+
+    def _lost(self, member: _Member) -> None:
+        """A child that died or closed its pipes: what it was sent is answered None (the caller then
+        counts that itself)."""
+        for ticket in member.tickets:
+            self._answers[ticket] = None
+        member.tickets.clear()
+        member.close()
 
     def close(self) -> None:
         """Stop the crew and close the pipes.
@@ -424,12 +520,13 @@ class Crew:
         (and it ends the others), and it is reaped. Any other may be deep in the build or a batch: it
         gets SIGTERM and is not waited for.
         """
-        if os.getpid() != self.owner[0] or all(m.requests is None for m in self._members):
+        if os.getpid() != self.owner[0] or not any(m.alive for m in self._members):
             return
         first = self._members[0]
-        quiet = first.read > 0 and first.idle
+        quiet = first.read > 0 and not first.tickets
         for member in self._members:
             member.close()
+        self._outbox.clear()
         with contextlib.suppress(OSError):
             if quiet:
                 os.waitpid(self.pid, 0)
