@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-from ctxc.model import Block, Boundary, Message, ToolResultBlock, ToolUseBlock, Transcript, Usage
+from ctxc.model import Boundary, Message, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.system import gc_paused
-from ctxc.validate import Problem, pairing_problems
+from ctxc.validate import Pairing, Problem
 
 #: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
 DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
@@ -307,8 +307,7 @@ def _scan(
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
     rows: list[Row] = []
-    # Pairing needs only ids, roles and lines: keep skeletal messages rather than whole ones.
-    skeletons: list[Message] = []
+    pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
     inflight = _InFlight(counter)
 
     def counted(done: list[Message], counts: list[int]) -> None:
@@ -322,8 +321,9 @@ def _scan(
             for batch in _batches(stream.items, side):
                 for done, counts in inflight.add(batch):
                     counted(done, counts)
-                skeletons.extend(s for s in map(_skeleton, batch) if s is not None)
-            problems = tuple(pairing_problems(skeletons))  # needs no counts: while the last are made
+                for m in batch:
+                    pairing.add(m)
+            problems = tuple(pairing.problems())  # while the last counts are made
             for done, counts in inflight.drain():
                 counted(done, counts)
     finally:
@@ -456,21 +456,6 @@ class _Tally:
             skipped_lines=scan.skipped_lines,
             max_context=max_context,
         )
-
-
-def _skeleton(m: Message) -> Message | None:
-    """Only what pairing checks (as analyze runs them, not strict) read: the ids and names of the tool
-    calls and results, with the role, line, index and conversation. No texts or inputs stay alive, and
-    a message with neither calls nor results, which plays no part in them, is not kept at all."""
-    blocks: list[Block] = []
-    for b in m.blocks:
-        if isinstance(b, ToolUseBlock):
-            blocks.append(ToolUseBlock(id=b.id, name=b.name, input=None))
-        elif isinstance(b, ToolResultBlock):
-            blocks.append(ToolResultBlock(tool_use_id=b.tool_use_id, text=""))
-    if not blocks:
-        return None
-    return Message(role=m.role, blocks=tuple(blocks), line=m.line, index=m.index, conversation=m.conversation)
 
 
 def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:

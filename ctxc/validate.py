@@ -39,52 +39,77 @@ class Problem:
         return f"line {self.line} (message {self.index}): {self.message}"
 
 
-def _by_conversation(messages: Iterable[Message]) -> dict[int, list[Message]]:
-    groups: dict[int, list[Message]] = {}
-    for m in messages:
-        groups.setdefault(m.conversation, []).append(m)
-    return groups
-
-
 def pairing_problems(messages: Iterable[Message], *, strict: bool = False) -> list[Problem]:
     """Every pairing problem, in message order. See the module docstring for ``strict``."""
-    problems: list[Problem] = []
-    for conv, msgs in _by_conversation(messages).items():
-        problems.extend(_check(msgs, conv, strict))
-    problems.sort(key=lambda p: (p.conversation, p.index, p.code))
-    return problems
+    pairing = Pairing(strict=strict)
+    for m in messages:
+        pairing.add(m)
+    return pairing.problems()
 
 
-def _check(msgs: Sequence[Message], conv: int, strict: bool) -> list[Problem]:
-    problems: list[Problem] = []
-    calls: dict[str, tuple[Message, str]] = {}
-    answered: set[str] = set()
-    # Calls of the latest assistant turn. Its results may come in any of the messages up to the next
-    # assistant turn: consecutive user or tool messages form one API message (Anthropic merges them,
-    # OpenAI sends one tool message per result).
-    open_calls: set[str] = set()
+class Pairing:
+    """The pairing checks of :func:`pairing_problems`, fed one message at a time in file order, so that
+    a reader streaming a large file need keep no message: only the ids, lines and names of the calls."""
 
-    reported: set[str] = set()
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._conversations: dict[int, _Conversation] = {}
 
-    def unanswered(ids: set[str], why: str) -> None:
-        for tid in sorted(ids - answered - reported):
-            reported.add(tid)
-            cm, name = calls[tid]
-            problems.append(
-                Problem("unanswered_call", f"tool call {tid!r} ({name}) {why}", cm.line, cm.index, tid, conv)
+    def add(self, m: Message) -> None:
+        conv = self._conversations.get(m.conversation)
+        if conv is None:
+            conv = self._conversations[m.conversation] = _Conversation(m.conversation)
+        conv.add(m, self.strict)
+
+    def problems(self) -> list[Problem]:
+        """The problems so far, calls not answered yet among them, in message order."""
+        problems: list[Problem] = []
+        for conv in self._conversations.values():
+            problems.extend(conv.problems)
+            problems.extend(conv.unanswered(set(conv.calls), "is never answered", mark=False))
+        problems.sort(key=lambda p: (p.conversation, p.index, p.code))
+        return problems
+
+
+class _Conversation:
+    """The pairing state of one conversation."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.problems: list[Problem] = []
+        self.calls: dict[str, tuple[int, int, str]] = {}  # id -> line, index and name of its call
+        self.answered: set[str] = set()
+        self.reported: set[str] = set()  # calls already reported unanswered
+        # Calls of the latest assistant turn. Its results may come in any of the messages up to the
+        # next assistant turn: consecutive user or tool messages form one API message (Anthropic merges
+        # them, OpenAI sends one tool message per result).
+        self.open_calls: set[str] = set()
+        self.prev_role = ""
+
+    def unanswered(self, ids: set[str], why: str, *, mark: bool = True) -> list[Problem]:
+        found: list[Problem] = []
+        for tid in sorted(ids - self.answered - self.reported):
+            if mark:
+                self.reported.add(tid)
+            line, index, name = self.calls[tid]
+            found.append(
+                Problem("unanswered_call", f"tool call {tid!r} ({name}) {why}", line, index, tid, self.number)
             )
+        return found
 
-    prev_role = ""
-    for m in msgs:
+    def add(self, m: Message, strict: bool) -> None:
+        conv = self.number
+        problems = self.problems
+        calls = self.calls
         # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item).
-        starts_turn = m.role == "assistant" and prev_role != "assistant"
+        starts_turn = m.role == "assistant" and self.prev_role != "assistant"
         if starts_turn and strict:
-            unanswered(open_calls, "has no result before the next assistant turn")
+            problems.extend(self.unanswered(self.open_calls, "has no result before the next assistant turn"))
         for b in m.blocks:
             if not isinstance(b, ToolResultBlock):
                 continue
             tid = b.tool_use_id
-            if tid in answered and tid in calls:
+            if tid in self.answered and tid in calls:
                 problems.append(
                     Problem(
                         "duplicate_result", f"second result for tool call {tid!r}", m.line, m.index, tid, conv
@@ -101,7 +126,7 @@ def _check(msgs: Sequence[Message], conv: int, strict: bool) -> list[Problem]:
                         conv,
                     )
                 )
-            elif strict and tid not in open_calls:
+            elif strict and tid not in self.open_calls:
                 problems.append(
                     Problem(
                         "result_not_adjacent",
@@ -112,22 +137,20 @@ def _check(msgs: Sequence[Message], conv: int, strict: bool) -> list[Problem]:
                         conv,
                     )
                 )
-            answered.add(tid)
+            self.answered.add(tid)
         if m.role != "system":
-            prev_role = m.role
+            self.prev_role = m.role
         if starts_turn:
-            open_calls = set()
+            self.open_calls = set()
         if m.role == "assistant":
             for b in m.blocks:
                 if isinstance(b, ToolUseBlock):
                     # An id used again is a new call (replayed or redacted logs reuse ids): its
                     # answer is still to come.
-                    calls[b.id] = (m, b.name)
-                    answered.discard(b.id)
-                    reported.discard(b.id)
-                    open_calls.add(b.id)
-    unanswered(set(calls), "is never answered")
-    return problems
+                    calls[b.id] = (m.line, m.index, b.name)
+                    self.answered.discard(b.id)
+                    self.reported.discard(b.id)
+                    self.open_calls.add(b.id)
 
 
 def role_problems(messages: Iterable[Message]) -> list[Problem]:

@@ -1,0 +1,98 @@
+"""Tool-call pairing checks (ctxc.validate), loose and strict, message by message."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxc.model import Block, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.validate import Pairing, pairing_problems
+
+
+def msg(role: Role, *blocks: Block, index: int = 0, conversation: int = 0) -> Message:
+    return Message(role=role, blocks=blocks, line=index + 1, index=index, conversation=conversation)
+
+
+def call(tid: str) -> ToolUseBlock:
+    return ToolUseBlock(id=tid, name=f"tool_{tid}", input={})
+
+
+def result(tid: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=tid, text="ok")
+
+
+def codes(messages: list[Message], strict: bool) -> list[tuple[str, int, str]]:
+    return [(p.code, p.index, p.tool_id) for p in pairing_problems(messages, strict=strict)]
+
+
+def test_each_problem_loose_and_strict() -> None:
+    messages = [
+        msg("user", TextBlock("go"), index=0),
+        msg("assistant", call("a"), call("b"), index=1),
+        msg("user", result("a"), index=2),
+        msg("assistant", TextBlock("thinking aloud"), index=3),
+        msg("user", result("b"), result("a"), result("z"), index=4),  # late, duplicate, orphan
+        msg("assistant", call("c"), index=5),  # never answered
+    ]
+    assert codes(messages, strict=False) == [
+        ("duplicate_result", 4, "a"),
+        ("orphan_result", 4, "z"),
+        ("unanswered_call", 5, "c"),
+    ]
+    assert codes(messages, strict=True) == [
+        ("unanswered_call", 1, "b"),  # no result before the next assistant turn (message 3)
+        ("duplicate_result", 4, "a"),
+        ("orphan_result", 4, "z"),
+        ("result_not_adjacent", 4, "b"),
+        ("unanswered_call", 5, "c"),
+    ]
+
+
+def test_consecutive_assistant_messages_are_one_turn_and_results_may_span_messages() -> None:
+    messages = [
+        msg("assistant", call("a"), index=0),
+        msg("assistant", call("b"), index=1),  # Codex writes parallel calls as items of their own
+        msg("tool", result("a"), index=2),
+        msg("system", TextBlock("a reminder"), index=3),  # does not end the turn
+        msg("tool", result("b"), index=4),
+    ]
+    assert codes(messages, strict=True) == []
+
+
+def test_a_reused_id_is_a_new_call_and_conversations_are_apart() -> None:
+    messages = [
+        msg("assistant", call("a"), index=0),
+        msg("user", result("a"), index=1),
+        msg("assistant", call("a"), index=2),  # replayed logs reuse ids: this one is unanswered
+        msg("user", result("a"), index=0, conversation=1),  # another conversation's orphan
+    ]
+    problems = pairing_problems(messages)
+    assert [(p.code, p.conversation, p.index) for p in problems] == [
+        ("unanswered_call", 0, 2),
+        ("orphan_result", 1, 0),
+    ]
+    assert problems[0].message == "tool call 'a' (tool_a) is never answered"
+
+
+ROLES: list[Role] = ["user", "assistant", "tool", "system"]
+BLOCK = st.one_of(
+    st.sampled_from("abc").map(call), st.sampled_from("abcd").map(result), st.just(TextBlock("x"))
+)
+MESSAGES = st.lists(
+    st.tuples(st.sampled_from(ROLES), st.lists(BLOCK, max_size=3), st.integers(0, 1)), max_size=10
+)
+
+
+@given(MESSAGES, st.booleans())
+def test_asking_twice_and_asking_midway_change_nothing(
+    spec: list[tuple[Role, list[Block], int]], strict: bool
+) -> None:
+    messages = [msg(role, *blocks, index=i, conversation=c) for i, (role, blocks, c) in enumerate(spec)]
+    pairing = Pairing(strict=strict)
+    for i, m in enumerate(messages):
+        pairing.add(m)
+        if i == len(messages) // 2:
+            pairing.problems()  # what analyze may ask before the end: it must not mark anything
+    assert pairing.problems() == pairing.problems() == pairing_problems(messages, strict=strict)
+    found = pairing.problems()
+    assert [(p.conversation, p.index) for p in found] == sorted((p.conversation, p.index) for p in found)
