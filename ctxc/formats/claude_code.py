@@ -109,9 +109,10 @@ def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
     model = _str(message.get("model"))
+    uuid = _str(rec.get("uuid"))
     return {
-        "uuid": _str(rec.get("uuid")),
-        "uuids": tuple(u for u in (_str(rec.get("uuid")),) if u),
+        "uuid": uuid,
+        "uuids": (uuid,) if uuid else (),
         "parent_uuid": _str(rec.get("parentUuid")),
         "logical_parent_uuid": _str(rec.get("logicalParentUuid")),
         "is_sidechain": rec.get("isSidechain") is True,
