@@ -127,6 +127,12 @@ pending = victim.start(["a"])
 os.kill(victim.pid, signal.SIGKILL)  # dies before answering
 died = pending()
 
+# Stopped with a batch still waited for: the wait ends (the caller counts that batch itself).
+stopped = Crew("o200k_base", build=slow)
+queued = [stopped.start(["a"]), stopped.start(["b"]), stopped.start(["c"])]  # the third is not sent
+stopped.close()
+after_close = [wait() for wait in queued]
+
 # Another process (a batch worker forked later) inherits the object but may not use it.
 other = Crew("o200k_base", build=lambda: (lambda texts: [1] * len(texts)))
 real_getpid = os.getpid
@@ -137,7 +143,7 @@ os.getpid = real_getpid
 answer = other.start(["a", "b"])()
 other.close()
 print(orjson.dumps({"failed": failed, "died": died, "usable_elsewhere": usable_elsewhere,
-                    "answer": answer}).decode())
+                    "answer": answer, "after_close": after_close}).decode())
 """
 
 
@@ -147,6 +153,7 @@ def test_failed_build_dead_child_and_foreign_process() -> None:
     assert doc["died"] is None
     assert doc["usable_elsewhere"] is False
     assert doc["answer"] == [1, 1]
+    assert doc["after_close"] == [None, None, None]
 
 
 STOPPED = r"""

@@ -525,8 +525,9 @@ class Crew:
         first = self._members[0]
         quiet = first.read > 0 and not first.tickets
         for member in self._members:
-            member.close()
-        self._outbox.clear()
+            self._lost(member)  # a batch still waited for is answered None: its caller counts it
+        while self._outbox:
+            self._answers[self._outbox.popleft()[0]] = None
         with contextlib.suppress(OSError):
             if quiet:
                 os.waitpid(self.pid, 0)
