@@ -420,24 +420,26 @@ class _Tally:
         self.largest: list[tuple[int, int, int, MessageStat]] = []
 
     def add(self, rows: Iterable[Row]) -> None:
+        # Once per message of a file, on every run (a cached one is mostly this): names held locally.
         window, thresholds, top, stats = self.window, self.thresholds, self.top, self.stats
         cumulative, largest = self.cumulative, self.largest
+        by_role, by_kind, by_tool = self.by_role, self.by_kind, self.by_tool
+        new_stat, append = MessageStat, stats.append
         for index, line, role, kind, tool, tokens, conv in rows:
             cum = cumulative.get(conv, 0) + tokens
             cumulative[conv] = cum
             share = cum / window
-            stat = MessageStat(
-                index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv
-            )
+            stage = bisect_right(thresholds, share) + 1  # stage_for(), inlined
+            stat = new_stat(index, line, role, kind, tool, tokens, cum, share, stage, conv)
             if len(largest) < top:
                 heapq.heappush(largest, (tokens, -index, -len(stats), stat))
-            elif top > 0 and (tokens, -index, -len(stats)) > largest[0][:3]:
+            elif top > 0 and tokens >= largest[0][0] and (tokens, -index, -len(stats)) > largest[0][:3]:
                 heapq.heapreplace(largest, (tokens, -index, -len(stats), stat))
-            stats.append(stat)
-            self.by_role[role] += tokens
-            self.by_kind[kind] += tokens
+            append(stat)
+            by_role[role] += tokens
+            by_kind[kind] += tokens
             if tool:
-                self.by_tool[tool] += tokens
+                by_tool[tool] += tokens
 
     def analysis(self, scan: Scan, *, model: str | None) -> Analysis:
         max_context = max(self.cumulative.values(), default=0)
