@@ -33,10 +33,11 @@ def _end_now() -> None:
     """End the process now, with the status :func:`run` saw, rather than let the interpreter free every
     object and module first: 40-60 ms after a 100 MB ``analyze``, where nothing else runs.
 
-    Every other exit handler has run (the counting children are stopped) and the standard streams are
-    flushed here; ctxc's files are written and closed before it exits. Without a status (an uncaught
-    exception, which ``CTXC_DEBUG=1`` lets through) or a stream that cannot be flushed (a reader that
-    went away), the usual teardown reports it.
+    Every handler ctxc registers has run (the counting children are stopped) and the standard streams
+    are flushed here; ctxc's files are written and closed before it exits. A handler registered before
+    :func:`run` started, by a ``.pth`` hook say, does not run. Without a status (an uncaught exception,
+    which ``CTXC_DEBUG=1`` lets through) or a stream that cannot be flushed (a reader that went away),
+    the usual teardown reports it.
     """
     if not _status:
         return
