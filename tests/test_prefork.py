@@ -163,12 +163,13 @@ from ctxc.tokens.prefork import Crew
 marker = sys.argv[1]
 
 def slow_build():
-    # Stands for the build: the child is stopped before it answers.
+    # Stands for the build: the child is stopped before it answers. A build writes nothing, so
+    # nothing needs undoing and the child ends at once (this handler is never reached).
     open(marker, "w").close()
     try:
         time.sleep(60)
     except BaseException:
-        os.unlink(marker)  # what write_atomic does with its temp file
+        os.unlink(marker)
         raise
 
 child = Crew("o200k_base", build=slow_build)
@@ -176,14 +177,17 @@ while not os.path.exists(marker):
     time.sleep(0.01)
 child.close()  # SIGTERM, not waited for
 _, status = os.waitpid(child.pid, 0)
-doc = {"marker_left": os.path.exists(marker), "code": os.waitstatus_to_exitcode(status)}
+doc = {"signal": os.WIFSIGNALED(status) and os.WTERMSIG(status), "marker_left": os.path.exists(marker)}
 print(orjson.dumps(doc).decode())
 """
 
 
-def test_child_stopped_mid_build_unwinds(tmp_path: Path) -> None:
+def test_child_stopped_mid_build_ends_at_once(tmp_path: Path) -> None:
+    # Killed by the signal itself, not unwound by a Python handler, which tiktoken's Rust constructor
+    # would not run until the build was done: a run served from the scan cache leaves no build
+    # running after it.
     doc = run_script(STOPPED, str(tmp_path / "building"))
-    assert doc == {"marker_left": False, "code": 1}
+    assert doc == {"signal": 15, "marker_left": True}
 
 
 NO_FORK = r"""

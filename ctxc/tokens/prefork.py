@@ -28,9 +28,9 @@ them. A library caller that counts a large input gets a crew from
 The children hold none of the parent's standard streams (a pipe reading ctxc's stdout sees its end
 when ctxc exits), ignore Ctrl-C (the parent's to handle), and exit when the parent closes its end of
 their request pipes, which a killed parent does too. The first child, stopped before it has answered,
-may still be building (in Rust, deaf to signals): it is sent SIGTERM, which it acts on once back in
-Python, removing any half-written copy of the rank table, and is not waited for; on its way out it
-ends the others, which have nothing to clean up.
+may still be building: it is sent SIGTERM and is not waited for. A build writes nothing, so a child
+stopped while building ends at once; later it unwinds, removing any half-written copy of the rank
+table, and on its way out ends the others, which have nothing to clean up.
 
 Batches wait in an outbox in this process until a child has room: up to two requests each, the one
 it counts and the next, already in its pipe. So this process never blocks while a child builds (it
@@ -217,7 +217,11 @@ def _first_child(pipes: Sequence[_Pipes], build: Builder) -> NoReturn:
     others: list[int] = []
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        # The build writes nothing (the rank table's copy is written after the first answer), so a
+        # child stopped while building ends at once, even deep in tiktoken's Rust constructor, rather
+        # than finish a build nobody will use on a core the next command needs (after a run served
+        # from the scan cache, say).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
@@ -228,6 +232,7 @@ def _first_child(pipes: Sequence[_Pipes], build: Builder) -> NoReturn:
             count: Count | None = build()
         except Exception:
             count = None
+        signal.signal(signal.SIGTERM, _exit_on_signal)  # from here on it may write that copy: unwind
         if count is not None:
             signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the others
             for k in range(1, len(pipes)):
