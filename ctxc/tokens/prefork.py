@@ -139,19 +139,31 @@ def plan(args: Sequence[str]) -> Plan | None:
     return Plan(name, cpu_count()) if inputs == 1 else None  # several large files: a batch
 
 
-def _read_frame(stream: BinaryIO) -> bytes | None:
-    header = stream.read(_HEADER)
-    if len(header) < _HEADER:
-        return None
-    size = int.from_bytes(header, "little")
-    payload = stream.read(size)
-    return payload if len(payload) == size else None
-
-
-def _write_frame(stream: BinaryIO, obj: object) -> None:
+def _frame(obj: object) -> bytes:
+    """What goes down a pipe, either way: ``obj`` pickled, after its length."""
     payload = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-    stream.write(len(payload).to_bytes(_HEADER, "little") + payload)
-    stream.flush()
+    return len(payload).to_bytes(_HEADER, "little") + payload
+
+
+def _read_frame(read: Callable[[int], bytes]) -> bytes | None:
+    """The payload of the next frame, read with ``read``; None at the end of the pipe, after a torn
+    frame or on a read error (the other side is gone)."""
+    header = _read_exact(read, _HEADER)
+    return None if header is None else _read_exact(read, int.from_bytes(header, "little"))
+
+
+def _read_exact(read: Callable[[int], bytes], size: int) -> bytes | None:
+    parts: list[bytes] = []
+    while size > 0:
+        try:
+            part = read(size)
+        except OSError:
+            return None
+        if not part:
+            return None
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
 
 
 def _count_with(name: str, path: Path | None, partial: bool = False) -> Count:
@@ -184,9 +196,10 @@ def serve(
     end, if none was asked for): work that should not delay it.
     """
     pending = after_first
-    while (frame := _read_frame(requests)) is not None:
+    while (frame := _read_frame(requests.read)) is not None:
         texts = pickle.loads(frame)
-        _write_frame(answers, None if count is None else count(texts))
+        answers.write(_frame(None if count is None else count(texts)))
+        answers.flush()
         if pending is not None:
             pending()
             pending = None
@@ -294,10 +307,9 @@ class _Member:
 
     def send(self, ticket: int, texts: Sequence[str]) -> None:
         """Begin writing a request (raises OSError if the child is gone)."""
-        payload = pickle.dumps(list(texts), pickle.HIGHEST_PROTOCOL)
         self.tickets.append(ticket)
         self.sent += 1
-        self.unsent = memoryview(len(payload).to_bytes(_HEADER, "little") + payload)
+        self.unsent = memoryview(_frame(list(texts)))
         self.write()
 
     def write(self) -> None:
@@ -312,8 +324,8 @@ class _Member:
     def receive(self) -> tuple[int, list[int] | None] | None:
         """The oldest request's ticket and answer, or None if the child is gone. Called when its pipe
         has data: an answer is written at once, so reading the rest of it does not wait long."""
-        header = _read_exact(self.answers, _HEADER)
-        payload = None if header is None else _read_exact(self.answers, int.from_bytes(header, "little"))
+        fd = self.answers
+        payload = None if fd is None else _read_frame(lambda size: os.read(fd, size))
         if payload is None:
             return None
         self.read += 1
@@ -326,21 +338,6 @@ class _Member:
                     os.close(fd)
         self.requests = self.answers = None
         self.unsent = memoryview(b"")
-
-
-def _read_exact(fd: int | None, size: int) -> bytes | None:
-    """``size`` bytes from ``fd``, or None at its end (or on an error: the child is gone)."""
-    parts: list[bytes] = []
-    while size > 0 and fd is not None:
-        try:
-            part = os.read(fd, size)
-        except OSError:
-            return None
-        if not part:
-            return None
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts) if size <= 0 else None
 
 
 #: Requests a child may have outstanding: the batch it counts and the next, already in its pipe, so
