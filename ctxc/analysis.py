@@ -424,13 +424,14 @@ class _Tally:
         window, thresholds, top, stats = self.window, self.thresholds, self.top, self.stats
         cumulative, largest = self.cumulative, self.largest
         by_role, by_kind, by_tool = self.by_role, self.by_kind, self.by_tool
-        new_stat, append = MessageStat, stats.append
+        new_stat, append, stage_of = MessageStat, stats.append, stage_for
         for index, line, role, kind, tool, tokens, conv in rows:
             cum = cumulative.get(conv, 0) + tokens
             cumulative[conv] = cum
             share = cum / window
-            stage = bisect_right(thresholds, share) + 1  # stage_for(), inlined
-            stat = new_stat(index, line, role, kind, tool, tokens, cum, share, stage, conv)
+            stat = new_stat(
+                index, line, role, kind, tool, tokens, cum, share, stage_of(share, thresholds), conv
+            )
             if len(largest) < top:
                 heapq.heappush(largest, (tokens, -index, -len(stats), stat))
             elif top > 0 and tokens >= largest[0][0] and (tokens, -index, -len(stats)) > largest[0][:3]:
