@@ -50,6 +50,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import select
 import signal
 import stat
 import sys
@@ -480,8 +481,6 @@ class Crew:
         """Move the work along: send what the children have room for, write what their pipes take and
         read the answers that are in. With ``block``, return only once an answer has been read (or
         none is awaited)."""
-        import select
-
         while True:
             self._dispatch()
             # A child's pipes by descriptor: its answers, when it owes some; its requests, when one is
