@@ -1,7 +1,10 @@
 """A fake Anthropic API on 127.0.0.1 for tests that drive the real ``anthropic`` SDK over real HTTP.
 
-The server implements just enough of the API for the SDK: ``POST /v1/messages``,
-``POST /v1/messages/count_tokens`` and ``GET /v1/models/{id}``. It records every request (path,
+The server implements just enough of the API for the SDK: ``POST /v1/messages`` (JSON, or the SSE
+event sequence when the body asks for ``"stream": true``), ``POST /v1/messages/count_tokens``,
+``GET /v1/models`` and ``GET /v1/models/{id}``; and, for the real Codex CLI (tests/realclient),
+OpenAI's ``POST /v1/responses`` as SSE, with a websocket upgrade answered 426 so Codex falls back to
+HTTP. It records every request (path,
 headers, JSON body, time), checks the API key (401 otherwise), counts requests in flight at once,
 and plays scripted responses per endpoint (status, body, headers such as ``retry-after``, a delay)
 before falling back to a default responder: for ``/v1/messages`` a valid summary that echoes the
@@ -51,7 +54,7 @@ KNOWN_MODELS = (
     "claude-sonnet-4-6",
 )
 #: Endpoint names for scripting.
-MESSAGES, COUNT_TOKENS, MODELS = "messages", "count_tokens", "models"
+MESSAGES, COUNT_TOKENS, MODELS, RESPONSES = "messages", "count_tokens", "models", "responses"
 
 _HEADING = re.compile(r"^## (.+?)\s*$", re.M)
 _CITATION = re.compile(r"ctxc archive [0-9a-f]{12,64}(?: messages \d+(?:-\d+)?)?")
@@ -141,18 +144,91 @@ def default_summary(body: dict[str, Any]) -> dict[str, Any]:
     return message_body(text, model=str(body.get("model", "")), input_tokens=estimate_tokens(body))
 
 
+def sse(events: list[dict[str, Any]]) -> bytes:
+    """Server-sent events, one per dict, each named by its ``type`` (as both APIs frame them)."""
+    return b"".join(
+        f"event: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n".encode() for e in events
+    )
+
+
+def message_events(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Messages API's stream for a complete ``message``: start, each text block, delta, stop."""
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for i, block in enumerate(message.get("content") or []):
+        text = str(block.get("text", ""))
+        events += [
+            {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": text}},
+            {"type": "content_block_stop", "index": i},
+        ]
+    events += [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens", 1)},
+        },
+        {"type": "message_stop"},
+    ]
+    return events
+
+
+def response_events(
+    text: str, *, model: str = "gpt-5.1-codex", input_tokens: int = 10
+) -> list[dict[str, Any]]:
+    """The Responses API's stream for one assistant message: created, the item, completed with usage."""
+    output_tokens = max(1, len(text) // 4)
+    response = {"id": "resp_fake_0001", "object": "response", "model": model, "status": "in_progress"}
+    item = {
+        "type": "message",
+        "id": "msg_fake_0001",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    usage = {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+    return [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {
+            "type": "response.completed",
+            "response": {**response, "status": "completed", "output": [item], "usage": usage},
+        },
+    ]
+
+
+def default_response(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A short assistant reply for ``/v1/responses``."""
+    chars = len(json.dumps([body.get("input") or [], body.get("instructions") or ""]))
+    return response_events(
+        "Done (reply from the fake API).", model=str(body.get("model", "")), input_tokens=chars // 4
+    )
+
+
 class FakeAnthropic:
     """The server. ``url`` is its base URL; ``requests`` every request received, in order."""
 
-    def __init__(self, api_key: str = API_KEY, models: tuple[str, ...] = KNOWN_MODELS) -> None:
+    def __init__(
+        self, api_key: str = API_KEY, models: tuple[str, ...] | None = KNOWN_MODELS, *, port: int = 0
+    ) -> None:
         self.api_key = api_key
-        self.models = set(models)
+        self.models = set(models) if models is not None else None  # None: every model id exists
         self.requests: list[Recorded] = []
         self.responder: Callable[[dict[str, Any]], dict[str, Any]] = default_summary
+        self.responses_responder: Callable[[dict[str, Any]], list[dict[str, Any]]] = default_response
         self._scripts: dict[str, deque[Scripted]] = {
             MESSAGES: deque(),
             COUNT_TOKENS: deque(),
             MODELS: deque(),
+            RESPONSES: deque(),
         }
         self._lock = threading.Lock()
         self.in_flight = 0
@@ -171,7 +247,7 @@ class FakeAnthropic:
             def do_POST(self) -> None:
                 fake._handle(self, "POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -228,6 +304,14 @@ class FakeAnthropic:
             status, payload, extra, delay = self._respond(method, path, headers, body)
             if delay:
                 time.sleep(delay)
+            content_type = "application/json"
+            if status == 200 and isinstance(body, dict) and isinstance(payload, dict) and path in _STREAMS:
+                # A streamed answer: the same message, framed as the API's event sequence.
+                if path == "/v1/responses":
+                    payload = sse(self.responses_responder(body))
+                elif body.get("stream") is True:
+                    payload = sse(message_events(payload))
+                content_type = "text/event-stream" if isinstance(payload, bytes) else content_type
             data = (
                 payload
                 if isinstance(payload, bytes)
@@ -237,7 +321,7 @@ class FakeAnthropic:
             )
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 h.send_response(status)
-                h.send_header("content-type", "application/json")
+                h.send_header("content-type", content_type)
                 h.send_header("content-length", str(len(data)))
                 h.send_header("request-id", f"req_fake_{len(self.requests)}")
                 for k, v in extra.items():
@@ -252,6 +336,9 @@ class FakeAnthropic:
     def _respond(
         self, method: str, path: str, headers: dict[str, str], body: Any
     ) -> tuple[int, Any, dict[str, str], float]:
+        if headers.get("upgrade", "").lower() == "websocket":
+            # Codex tries a websocket first; 426 makes it fall back to plain HTTP streaming.
+            return 426, error_body("upgrade_required", "websockets are not served here"), {}, 0.0
         key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
         if key != self.api_key:
             return 401, error_body("authentication_error", "invalid x-api-key"), {}, 0.0
@@ -259,8 +346,10 @@ class FakeAnthropic:
             endpoint = MESSAGES
         elif method == "POST" and path == "/v1/messages/count_tokens":
             endpoint = COUNT_TOKENS
-        elif method == "GET" and path.startswith("/v1/models/"):
+        elif method == "GET" and (path.startswith("/v1/models/") or path == "/v1/models"):
             endpoint = MODELS
+        elif method == "POST" and path == "/v1/responses":
+            endpoint = RESPONSES
         else:
             return 404, error_body("not_found_error", f"no route {method} {path}"), {}, 0.0
         with self._lock:
@@ -271,19 +360,35 @@ class FakeAnthropic:
             return 400, error_body("invalid_request_error", "body is not a JSON object"), {}, 0.0
         if endpoint == MESSAGES:
             return 200, self.responder(body), {}, 0.0
+        if endpoint == RESPONSES:
+            return 200, {}, {}, 0.0  # framed from ``responses_responder`` in _handle
         if endpoint == COUNT_TOKENS:
             return 200, {"input_tokens": estimate_tokens(body)}, {}, 0.0
+        if path == "/v1/models":
+            listed = [_model_info(m) for m in sorted(self.models or KNOWN_MODELS)]
+            return (
+                200,
+                {"data": listed, "has_more": False, "first_id": listed[0]["id"], "last_id": listed[-1]["id"]},
+                {},
+                0.0,
+            )
         model = path.removeprefix("/v1/models/")
-        if model not in self.models:
+        if self.models is not None and model not in self.models:
             return 404, error_body("not_found_error", f"model: {model}"), {}, 0.0
-        info = {
-            "type": "model",
-            "id": model,
-            "display_name": model.replace("-", " ").title(),
-            "created_at": "2025-10-01T00:00:00Z",
-            "lifecycle": "active",
-        }
-        return 200, info, {}, 0.0
+        return 200, _model_info(model), {}, 0.0
+
+
+_STREAMS = ("/v1/messages", "/v1/responses")
+
+
+def _model_info(model: str) -> dict[str, Any]:
+    return {
+        "type": "model",
+        "id": model,
+        "display_name": model.replace("-", " ").title(),
+        "created_at": "2025-10-01T00:00:00Z",
+        "lifecycle": "active",
+    }
 
 
 @pytest.fixture
