@@ -25,7 +25,7 @@ SANDBOX = Path(__file__).with_name("sandbox.py")
 PORT = 38080  # sandbox.py serves here; the namespace is new, so the port is always free
 API_KEY = "sk-test"
 PROMPT = "continue"  # what the resumed session is asked; it marks the client's first real request
-INSTALL_TIMEOUT = 900
+INSTALL_TIMEOUT = 600
 RUN_TIMEOUT = 180
 VERSION_TIMEOUT = 60
 
@@ -53,13 +53,14 @@ def clients_dir() -> Path:
     return Path(os.environ.get("CTXC_CLIENTS_DIR") or Path.home() / ".cache" / "ctxc-test-clients")
 
 
-def _run(argv: Sequence[str], *, timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def run_bounded(argv: Sequence[str], *, timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """``subprocess.run`` in its own process group, the whole group killed on timeout."""
     proc = subprocess.Popen(
         list(argv),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        encoding="utf-8",
+        errors="replace",
         start_new_session=True,
         **kwargs,
     )
@@ -79,7 +80,7 @@ def isolation_problem() -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (needed to run the clients without network)"
     try:
-        probe = _run(["unshare", "-n", "--", "ip", "link", "set", "lo", "up"], timeout=30)
+        probe = run_bounded(["unshare", "-n", "--", "ip", "link", "set", "lo", "up"], timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"`unshare -n` failed: {exc}"
     if probe.returncode != 0:
@@ -105,7 +106,7 @@ def _working(client: Client, prefix: Path) -> Path | None:
         if not (exe.is_file() and os.access(exe, os.X_OK)):
             continue
         try:
-            got = _run(_isolated([str(exe), "--version"]), timeout=VERSION_TIMEOUT)
+            got = run_bounded(_isolated([str(exe), "--version"]), timeout=VERSION_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if got.returncode == 0 and client.version in got.stdout:
@@ -140,7 +141,7 @@ def install(client: Client) -> Path:
         client.spec,
     ]
     try:
-        done = _run(argv, timeout=INSTALL_TIMEOUT)
+        done = run_bounded(argv, timeout=INSTALL_TIMEOUT)
     except subprocess.TimeoutExpired:
         shutil.rmtree(staging, ignore_errors=True)
         raise Unavailable(f"`npm install {client.spec}` took over {INSTALL_TIMEOUT} s") from None
@@ -201,7 +202,7 @@ def run_isolated(argv: Sequence[str], *, cwd: Path, env: dict[str, str], work: P
         )
     )
     try:
-        done = _run(_isolated([sys.executable, str(SANDBOX), str(spec)]), timeout=RUN_TIMEOUT + 60)
+        done = run_bounded(_isolated([sys.executable, str(SANDBOX), str(spec)]), timeout=RUN_TIMEOUT + 60)
     except subprocess.TimeoutExpired:
         return Run(None, True, "", "", (), problem="the sandbox itself timed out")
     if done.returncode != 0 or not result.is_file():

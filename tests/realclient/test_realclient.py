@@ -23,7 +23,18 @@ from typing import Any
 
 import pytest
 import wire
-from clients import CLAUDE, CODEX, PROMPT, Client, Run, Unavailable, install, resume_claude, resume_codex
+from clients import (
+    CLAUDE,
+    CODEX,
+    PROMPT,
+    Client,
+    Run,
+    Unavailable,
+    install,
+    resume_claude,
+    resume_codex,
+    run_bounded,
+)
 from conftest import CORPUS, ROOT, SAMPLES, corpus_files
 
 pytestmark = pytest.mark.realclient
@@ -219,19 +230,14 @@ class Outcome:
 
 
 def _ctxc(args: list[str], archive: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ctxc ARGS`` from this checkout, bounded (its worker processes die with it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_"))}
     env |= {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        "PYTHONIOENCODING": "utf-8",
         "CTXC_ARCHIVE": str(archive),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "ctxc", *args],
-        capture_output=True,
-        text=True,
-        timeout=CTXC_TIMEOUT,
-        env=env,
-        check=False,
-    )
+    return run_bounded([sys.executable, "-m", "ctxc", *args], timeout=CTXC_TIMEOUT, env=env)
 
 
 def live_context_tokens(path: Path, baseline: Resumed, archive: Path) -> int:
@@ -246,7 +252,7 @@ def live_context_tokens(path: Path, baseline: Resumed, archive: Path) -> int:
     return int(json.loads(done.stdout)["files"][0]["context_tokens"])
 
 
-_SHRANK = re.compile(r"([\d,]+) → ([\d,]+) tokens")
+_SHRANK = re.compile(r"([\d,]+) (?:→|->) ([\d,]+) tokens")
 
 
 class Lab:
@@ -432,3 +438,17 @@ def test_compacted_resume(lab: Lab, source: Source, strategy: str, target: float
     assert not outcome.error, outcome.error
     assert outcome.resumed is not None
     CHECK[check](source, outcome.resumed, baseline, outcome)
+
+
+def test_every_known_failure_names_real_cases() -> None:
+    """A stale KNOWN_FAILURES entry (a renamed file, a typo) would silently match nothing."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"no corpus at {CORPUS}")
+    cases = [
+        (src.id, s, _pct(t), c) for src in _sources() for s in STRATEGIES for t in TARGETS for c in CHECKS
+    ]
+    for entry in KNOWN_FAILURES:
+        fields = entry[:4]
+        for i, field in enumerate(fields):
+            for pattern in field.split():
+                assert any(fnmatch.fnmatchcase(case[i], pattern) for case in cases), (pattern, entry[4])
