@@ -19,6 +19,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
+from ctxc.live import last_request, live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
@@ -125,13 +126,18 @@ def strategy_configs(options: CompactOptions) -> dict[str, Any]:
 _INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
-def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
-    """Indexes that must survive: system messages, the first user request, pins, critical, the last."""
+def pinned_indexes(
+    messages: Sequence[Message], pins: Sequence[str], *, keep_log_summary: bool = False
+) -> frozenset[int]:
+    """Indexes that must survive: system messages, the session's first and last requests, pins,
+    critical messages, the last message and, with ``keep_log_summary``, the log's own compact summary."""
     keep: set[int] = set()
     if not messages:
         return frozenset()
     keep.add(messages[-1].index)
-    first_user_seen = False
+    for request in (session_intent(messages), last_request(messages)):
+        if request is not None:
+            keep.add(request.index)
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
@@ -147,9 +153,8 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     for msg in messages:
         if msg.role == "system" or msg.importance == "critical":
             keep.add(msg.index)
-        if not first_user_seen and msg.is_request:
+        if keep_log_summary and msg.meta.get("is_compact_summary"):
             keep.add(msg.index)
-            first_user_seen = True
         if any(lo <= msg.index <= hi for lo, hi in ranges):
             keep.add(msg.index)
         if patterns:
@@ -223,15 +228,26 @@ def compact_transcript(
     outputs: dict[int, tuple[Message, ...]] = {}
     adapter = get_adapter(transcript.format)
     tool_role_default = transcript.format in ("codex", "pi", "openhands")
+    # Only the live context is compacted: what the client no longer sends (before the log's own
+    # compaction, subagent runs written inline) stays as it is.
+    live = live_context(transcript.boundaries, transcript.messages)
     for conv in range(transcript.conversations):
-        messages = transcript.conversation(conv)
+        everything = transcript.conversation(conv)
+        if conv in live.side:
+            continue
+        history, messages = live.split(everything)
         if not messages:
             continue
-        pinned = pinned_indexes(messages, options.pins)
-        before = ledger.total(messages)
+        pinned = pinned_indexes(messages, options.pins, keep_log_summary=options.strategy not in SUMMARIZING)
+        reset = live.resets.get(conv)
+        intent = _intent_to_carry(everything, messages)
+        # What the log's compaction record carries into the live context counts, but stays as it is.
+        carried = ledger.total(reset.carried) if reset is not None else 0
+        before = carried + ledger.total(messages)
         # Reminders are appended after compaction, so the strategy aims below the target by their cost.
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
         reserve = ledger.total([compacted_note]) if compacted_note else 0
+        reserve += carried + (ledger.total([intent]) if intent is not None else 0)
         ctx = CompactContext(
             target=max(1, target - reserve),
             window=window,
@@ -252,6 +268,13 @@ def compact_transcript(
         else:
             res = strategy.compact(messages, ctx)
             result_messages, actions = res.messages, res.actions
+            result_messages = _keep_after_summary(
+                result_messages,
+                pinned,
+                intent,
+                reset.carried if reset is not None else (),
+                summary_resets=adapter.summary_resets,
+            )
         repaired_msgs, fixed = repair_messages(
             result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
         )
@@ -264,7 +287,7 @@ def compact_transcript(
             rules = ", ".join(note.meta["rules"])
             n = messages[-1].index
             actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = ledger.total(repaired_msgs)
+        after = carried + ledger.total(repaired_msgs)
         if fixed:
             actions = (
                 *actions,
@@ -279,7 +302,7 @@ def compact_transcript(
             )
         pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
         tail = {m.index for m in messages[-options.keep_last :]}
-        kept_tokens = ledger.total(m for m in messages if m.index in pinned or m.index in tail)
+        kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
         # falling short of the default target is then not an error.
         enforce = explicit or options.strategy != "adaptive"
@@ -288,14 +311,15 @@ def compact_transcript(
             raise OverTargetError(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
-                f"what is always kept (pinned messages and the last {options.keep_last}) is "
+                f"what is always kept (pinned messages, the last {options.keep_last} and what the log's "
+                f"own compaction carries) is "
                 f"{kept_tokens:,} tokens; lower --keep-last, or use --allow-over to write it anyway",
                 path=transcript.source,
             )
         leftover = pairing_problems(repaired_msgs, strict=True)
         if leftover:  # repair is meant to make this impossible: fail loudly rather than write it
             raise AssertionError(f"output still has pairing problems: {leftover[0]}")
-        outputs[conv] = repaired_msgs
+        outputs[conv] = (*history, *repaired_msgs)
         outcomes.append(ConversationOutcome(conv, before, after, target, pinned_tokens, actions, fixed))
 
     written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
@@ -321,6 +345,73 @@ def compact_transcript(
         conversations=tuple(outcomes),
         summarizer_usage=usage() if callable(usage) else None,
     )
+
+
+def _intent_to_carry(everything: Sequence[Message], live: Sequence[Message]) -> Message | None:
+    """A copy of the session's first request for the live context, when it lies before the log's own
+    compaction (it is placed unless what is kept already quotes it)."""
+    intent = session_intent(everything)
+    if intent is None or any(m.index == intent.index for m in live):
+        return None
+    return Message(
+        role="user",
+        blocks=intent.blocks,
+        line=intent.line,
+        index=intent.index,
+        conversation=intent.conversation,
+        meta={"ctxc": "intent", **{k: v for k, v in intent.meta.items() if k in _NEUTRAL_META}},
+    )
+
+
+#: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
+_NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
+
+
+def _keep_after_summary(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    intent: Message | None,
+    carried: Sequence[Message],
+    *,
+    summary_resets: bool,
+) -> tuple[Message, ...]:
+    """Place what must survive where the client sends it.
+
+    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
+    kept before the summary get a copy after it (the originals stay where they were, in the file's
+    history). The session's intent from before the log's own compaction goes after the last summary
+    (or first), unless what the client sends already quotes it.
+    """
+    out = list(messages)
+    summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
+    at = summaries[-1] + 1 if summaries else 0
+    if summary_resets and summaries:
+        copies = [_copy(m) for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
+        out[at:at] = copies
+        at += len(copies)
+        sent = [*carried, *out[summaries[-1] :]]
+    else:
+        sent = [*carried, *out]
+    if not summaries:
+        # After the log's own summary, which opens the live context.
+        while at < len(out) and out[at].meta.get("is_compact_summary"):
+            at += 1
+    if intent is not None and not any(request_text(intent) in m.text for m in sent):
+        out.insert(at, intent)
+    return tuple(out)
+
+
+def _plain(message: Message) -> bool:
+    """A user or assistant message of words only: a copy of it pairs with nothing."""
+    return message.role in ("user", "assistant") and not any(
+        b.kind in ("tool_use", "tool_result") for b in message.blocks
+    )
+
+
+def _copy(message: Message) -> Message:
+    """``message`` as a new message: the writer gives it a record (and identity) of its own."""
+    meta = {"ctxc": "pinned", **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
+    return replace(message, records=(), raw=None, meta=meta)
 
 
 def _reminder_messages(
@@ -371,12 +462,16 @@ def _verify(
     from ctxc.reader import named_bytes
 
     reread = load(named_bytes(source.source, written.to_bytes()), input_format=source.format)
-    problems = pairing_problems(reread.messages, strict=True)
-    if problems:
-        raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
+    live = live_context(reread.boundaries, reread.messages)
+    for conversation in {o.conversation for o in outcomes}:
+        problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)
+        if problems:
+            raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
     ledger.carry(reread.messages, written.messages)  # most lines read back as they were written
     for k, outcome in enumerate(outcomes):
-        after = ledger.total(reread.conversation(outcome.conversation))
+        reset = live.resets.get(outcome.conversation)
+        carried = ledger.total(reset.carried) if reset is not None else 0
+        after = carried + ledger.total(live.split(reread.conversation(outcome.conversation))[1])
         outcomes[k] = replace(outcome, tokens_after=after)
         if after > outcome.target and enforce and not allow_over:
             over = after - outcome.target

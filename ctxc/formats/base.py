@@ -27,6 +27,9 @@ class FormatAdapter(Protocol):
     name: str
     #: One line for ``ctxc formats`` and the README.
     description: str
+    #: Whether the client resumes from a summary ctxc writes and sends nothing before it (Claude Code's
+    #: compact_boundary): what must survive is then placed after the summary.
+    summary_resets: bool
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""

@@ -32,6 +32,7 @@ from ctxc.formats.shapes import (
     parse_openai_tool_call,
     parse_tool_arguments,
 )
+from ctxc.live import compaction_block_boundary
 from ctxc.model import (
     Block,
     ImageBlock,
@@ -461,6 +462,7 @@ def importance_of(obj: Mapping[str, Any]) -> str | None:
 
 class ChatAdapter:
     name = "chat"
+    summary_resets = False
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -516,7 +518,7 @@ class ChatAdapter:
                 continue
             msg_role, blocks, meta = parsed
             usage = parse_usage(obj.get("usage"), rec.line)
-            yield Message(
+            message = Message(
                 role=msg_role,
                 blocks=blocks,
                 line=rec.line,
@@ -528,6 +530,9 @@ class ChatAdapter:
                 meta=meta,
                 raw=obj,
             )
+            if (reset := compaction_block_boundary(message)) is not None:
+                yield reset
+            yield message
             if usage is not None:
                 yield usage
             index += 1

@@ -54,6 +54,7 @@ from ctxc.formats.shapes import (
     parse_openai_content,
     parse_tool_arguments,
 )
+from ctxc.live import compaction_block_boundary, request_text
 from ctxc.model import (
     Block,
     Boundary,
@@ -760,6 +761,7 @@ class _CompactedWriter:
 
 class CodexAdapter:
     name = "codex"
+    summary_resets = False
     description = (
         "OpenAI Codex CLI rollout (session_meta/response_item/event_msg lines, and the 2025 legacy form)"
     )
@@ -778,6 +780,8 @@ class CodexAdapter:
         call_names: dict[str, str] = {}
         last_total: list[Any] = [None]
         last_usage: Usage | None = None
+        model: str | None = None  # from the newest turn_context
+        requests: list[Message] = []  # the user's requests since the last compaction
         compacted_pending = False  # a `compacted` record whose context_compacted event has not come yet
         for rec_index, rec in records:
             data = rec.data
@@ -785,12 +789,18 @@ class CodexAdapter:
                 continue
             envelope = _is_envelope(data)
             rtype = data.get("type")
+            if envelope and rtype == "turn_context":
+                named = data["payload"].get("model") if isinstance(data["payload"], dict) else None
+                model = named if isinstance(named, str) and named else model
+                continue
             if envelope and rtype == "event_msg":
                 payload = data["payload"]
                 etype = payload.get("type")
                 if etype == "token_count":
                     usage = _usage(payload, rec.line, last_total)
                     if usage is not None:
+                        if model is not None:
+                            usage = replace(usage, model=model)
                         last_usage = usage
                         yield usage
                 elif etype == "context_compacted":
@@ -803,7 +813,16 @@ class CodexAdapter:
                 continue
             if envelope and rtype == "compacted":
                 compacted_pending = True
-                yield Boundary(kind="codex_compacted", line=rec.line, pre_tokens=_pre(last_usage))
+                carried = _carried(data["payload"], rec.line, requests)
+                requests = [m for m in carried if m.is_request]
+                yield Boundary(
+                    kind="codex_compacted",
+                    line=rec.line,
+                    pre_tokens=_pre(last_usage),
+                    resets=True,  # Codex resumes from its last compacted record
+                    index=index,
+                    carried=carried,
+                )
                 continue
             if envelope and rtype == "response_item":
                 payload, dialect = data["payload"], "current"
@@ -822,7 +841,7 @@ class CodexAdapter:
             if envelope and isinstance(data.get("timestamp"), str):
                 meta["timestamp"] = data["timestamp"]
             importance = data.get("importance", payload.get("importance"))
-            yield Message(
+            message = Message(
                 role=role,
                 blocks=blocks,
                 line=rec.line,
@@ -832,6 +851,11 @@ class CodexAdapter:
                 meta=meta,
                 raw=data,
             )
+            if message.is_request and request_text(message):
+                requests.append(message)
+            if (reset := compaction_block_boundary(message)) is not None:
+                yield reset
+            yield message
             index += 1
 
     def write_compacted(
@@ -867,6 +891,22 @@ class CodexAdapter:
         if _is_envelope(raw):
             return {**raw, "payload": _encode_item(raw["payload"], message)}
         return _encode_item(raw, message)
+
+
+def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Message, ...]:
+    """What Codex resumes with from a ``compacted`` record: its ``replacement_history`` or, for records
+    that have none (older clients), the user's requests so far and the summary as a user message."""
+    if not isinstance(payload, dict):
+        return ()
+    if isinstance(payload.get("replacement_history"), list):
+        return history_messages(payload, line)
+    summary = payload.get("message")
+    tail = (
+        (Message(role="user", blocks=(TextBlock(text=summary),), line=line),)
+        if isinstance(summary, str) and summary
+        else ()
+    )
+    return (*(replace(m, line=line) for m in requests), *tail)
 
 
 def _pre(usage: Usage | None) -> int | None:
