@@ -240,14 +240,14 @@ def compact_transcript(
             continue
         pinned = pinned_indexes(messages, options.pins, keep_log_summary=options.strategy not in SUMMARIZING)
         reset = live.resets.get(conv)
-        intent = _intent_to_carry(everything, messages)
+        requests = _requests_to_carry(everything, messages)
         # What the log's compaction record carries into the live context counts, but stays as it is.
         carried = ledger.total(reset.carried) if reset is not None else 0
         before = carried + ledger.total(messages)
         # Reminders are appended after compaction, so the strategy aims below the target by their cost.
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
         reserve = ledger.total([compacted_note]) if compacted_note else 0
-        reserve += carried + (ledger.total([intent]) if intent is not None else 0)
+        reserve += carried + ledger.total(requests)
         ctx = CompactContext(
             target=max(1, target - reserve),
             window=window,
@@ -271,7 +271,7 @@ def compact_transcript(
             result_messages = _keep_after_summary(
                 result_messages,
                 pinned,
-                intent,
+                requests,
                 reset.carried if reset is not None else (),
                 summary_resets=adapter.summary_resets,
             )
@@ -347,20 +347,16 @@ def compact_transcript(
     )
 
 
-def _intent_to_carry(everything: Sequence[Message], live: Sequence[Message]) -> Message | None:
-    """A copy of the session's first request for the live context, when it lies before the log's own
-    compaction (it is placed unless what is kept already quotes it)."""
-    intent = session_intent(everything)
-    if intent is None or any(m.index == intent.index for m in live):
-        return None
-    return Message(
-        role="user",
-        blocks=intent.blocks,
-        line=intent.line,
-        index=intent.index,
-        conversation=intent.conversation,
-        meta={"ctxc": "intent", **{k: v for k, v in intent.meta.items() if k in _NEUTRAL_META}},
-    )
+def _requests_to_carry(everything: Sequence[Message], live: Sequence[Message]) -> tuple[Message, ...]:
+    """Copies of the session's first and last requests for the live context, where they lie before the
+    log's own compaction (each is placed unless what is kept already quotes it)."""
+    in_live = {m.index for m in live}
+    out: list[Message] = []
+    for request in (session_intent(everything), last_request(everything)):
+        if request is None or request.index in in_live or any(m.index == request.index for m in out):
+            continue
+        out.append(_copy(request, "request"))
+    return tuple(out)
 
 
 #: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
@@ -370,7 +366,7 @@ _NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "t
 def _keep_after_summary(
     messages: Sequence[Message],
     pinned: frozenset[int],
-    intent: Message | None,
+    requests: Sequence[Message],
     carried: Sequence[Message],
     *,
     summary_resets: bool,
@@ -379,14 +375,14 @@ def _keep_after_summary(
 
     Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
     kept before the summary get a copy after it (the originals stay where they were, in the file's
-    history). The session's intent from before the log's own compaction goes after the last summary
-    (or first), unless what the client sends already quotes it.
+    history). The session's first and last requests from before the log's own compaction go after the
+    last summary (or first), each unless what the client sends already quotes it.
     """
     out = list(messages)
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
     at = summaries[-1] + 1 if summaries else 0
     if summary_resets and summaries:
-        copies = [_copy(m) for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
+        copies = [_copy(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
         out[at:at] = copies
         at += len(copies)
         sent = [*carried, *out[summaries[-1] :]]
@@ -396,8 +392,10 @@ def _keep_after_summary(
         # After the log's own summary, which opens the live context.
         while at < len(out) and out[at].meta.get("is_compact_summary"):
             at += 1
-    if intent is not None and not any(request_text(intent) in m.text for m in sent):
-        out.insert(at, intent)
+    for request in requests:
+        if not any(request_text(request) in m.text for m in sent):
+            out.insert(at, request)
+            at += 1
     return tuple(out)
 
 
@@ -408,9 +406,9 @@ def _plain(message: Message) -> bool:
     )
 
 
-def _copy(message: Message) -> Message:
+def _copy(message: Message, why: str) -> Message:
     """``message`` as a new message: the writer gives it a record (and identity) of its own."""
-    meta = {"ctxc": "pinned", **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
+    meta = {"ctxc": why, **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
     return replace(message, records=(), raw=None, meta=meta)
 
 
