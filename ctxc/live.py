@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxc.model import Boundary, Message, TextBlock, UnknownBlock
+from ctxc.model import Boundary, Message, TextBlock, Transcript, UnknownBlock
 
 #: Markup a client injects into user text: reminders, slash-command echoes and their output, Codex's
 #: environment and instructions. None of it is the user's own words.
@@ -93,6 +93,11 @@ def live_context(boundaries: Sequence[Boundary], messages: Sequence[Message]) ->
     """The live context of a whole transcript, from its boundaries and messages as read."""
     side = side_conversations((m.conversation, is_sidechain(m)) for m in messages)
     return LiveContext(resets=last_resets(boundaries), side=side)
+
+
+def live_messages(transcript: Transcript) -> tuple[Message, ...]:
+    """The messages of ``transcript`` its client sends next (what carried messages precede aside)."""
+    return live_context(transcript.boundaries, transcript.messages).split(transcript.messages)[1]
 
 
 def request_text(message: Message) -> str:

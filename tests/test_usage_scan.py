@@ -164,11 +164,17 @@ def test_analysis_from_usage(tmp_path: Path) -> None:
     assert a.messages == ()
     assert a.usage is not None
     assert a.usage.calls == 3
-    assert a.max_context == a.usage.max_context == 205
+    assert a.usage.max_context == 205
+    # Every call was made before the log's own compaction at line 9: none measures the live context.
+    assert (a.max_context, a.live_from_line) == (0, 9)
     assert a.total_tokens == total_tokens(a.usage) == (3 + 50 + 110) + (5 + 7 + 200) + (1 + 2)
-    assert a.stage == 1  # 20.5% of 1000
-    assert analyze_usage(str(path), window=220).stage == 5  # 93%
-    scan = scan_usage(path)
+    before = _write(tmp_path / "before.jsonl", TRICKY[:8])
+    b = analyze_usage(str(before), window=1000)
+    assert b.max_context == 205
+    assert b.stage == 1  # 20.5% of 1000
+    assert analyze_usage(str(before), window=220).stage == 5  # 93%
+    assert crossing_line(scan_usage(path), 150) is None  # only calls in the live context count
+    scan = scan_usage(before)
     assert crossing_line(scan, 150) == 5
     assert crossing_line(scan, 10_000) is None
 

@@ -126,11 +126,9 @@ def strategy_configs(options: CompactOptions) -> dict[str, Any]:
 _INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
-def pinned_indexes(
-    messages: Sequence[Message], pins: Sequence[str], *, keep_log_summary: bool = False
-) -> frozenset[int]:
+def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
     """Indexes that must survive: system messages, the session's first and last requests, pins,
-    critical messages, the last message and, with ``keep_log_summary``, the log's own compact summary."""
+    critical messages and the last message."""
     keep: set[int] = set()
     if not messages:
         return frozenset()
@@ -152,8 +150,6 @@ def pinned_indexes(
             raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
     for msg in messages:
         if msg.role == "system" or msg.importance == "critical":
-            keep.add(msg.index)
-        if keep_log_summary and msg.meta.get("is_compact_summary"):
             keep.add(msg.index)
         if any(lo <= msg.index <= hi for lo, hi in ranges):
             keep.add(msg.index)
@@ -238,9 +234,16 @@ def compact_transcript(
         history, messages = live.split(everything)
         if not messages:
             continue
-        pinned = pinned_indexes(messages, options.pins, keep_log_summary=options.strategy not in SUMMARIZING)
+        keep = pinned_indexes(everything, options.pins)
+        pinned = frozenset(
+            m.index
+            for m in messages
+            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
+            if m.index in keep or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
+        )
         reset = live.resets.get(conv)
-        requests = _requests_to_carry(everything, messages)
+        # What must survive but lies before the log's own compaction goes into the live context.
+        requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
         # What the log's compaction record carries into the live context counts, but stays as it is.
         carried = ledger.total(reset.carried) if reset is not None else 0
         before = carried + ledger.total(messages)
@@ -347,18 +350,6 @@ def compact_transcript(
     )
 
 
-def _requests_to_carry(everything: Sequence[Message], live: Sequence[Message]) -> tuple[Message, ...]:
-    """Copies of the session's first and last requests for the live context, where they lie before the
-    log's own compaction (each is placed unless what is kept already quotes it)."""
-    in_live = {m.index for m in live}
-    out: list[Message] = []
-    for request in (session_intent(everything), last_request(everything)):
-        if request is None or request.index in in_live or any(m.index == request.index for m in out):
-            continue
-        out.append(_copy(request, "request"))
-    return tuple(out)
-
-
 #: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
 _NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
 
@@ -375,8 +366,9 @@ def _keep_after_summary(
 
     Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
     kept before the summary get a copy after it (the originals stay where they were, in the file's
-    history). The session's first and last requests from before the log's own compaction go after the
-    last summary (or first), each unless what the client sends already quotes it.
+    history). Copies of pinned messages from before the log's own compaction (the session's first and
+    last requests among them) go after the last summary (or first), each unless what the client sends
+    already quotes it.
     """
     out = list(messages)
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]

@@ -676,8 +676,8 @@ class _CompactedWriter:
         return None
 
     def _after_compactions(self, anchor: int, limit: int) -> int:
-        # A recorded compaction later in the dropped run would reset Codex's history after ours and
-        # lose the summary: ours goes after it (and after its context_compacted event).
+        # A recorded compaction between here and the next kept message would reset Codex's history
+        # after a new message and lose it: new messages go after it (and its context_compacted event).
         for r in range(anchor, limit):
             if _is_compacted(self.records[r].data):
                 anchor = r + 1
@@ -720,12 +720,12 @@ class _CompactedWriter:
                 self.next_record = max(self.next_record, m.records[-1] + 1)
                 continue
             limit = next_kept[i]
-            # A new message goes where the first record it replaces was, else right after what is written.
+            # A new message goes where the first record it replaces was, else right after what is written;
+            # never before a compaction record Codex would then resume from without it.
             replaced = self._replaced(m, self.next_record, limit)
             anchor = self.next_record if replaced is None else replaced
             summary = m.meta.get("ctxc") == "summary" and not self.legacy
-            if summary:
-                anchor = self._after_compactions(anchor, limit)
+            anchor = self._after_compactions(anchor, limit)
             self._flush_until(anchor)
             ts = self._timestamp(m, anchor, limit)
             if m.raw is not None:
