@@ -54,6 +54,8 @@ def citation(archive_id: str, first: int | None = None, last: int | None = None)
     short = archive_id[:MIN_PREFIX]
     if first is None:
         return f"ctxc archive {short}"
+    # Below 0: messages a log's compaction record carries, copies of its history from message 0 on.
+    first, last = max(first, 0), None if last is None else max(last, 0)
     span = f"{first}" if last is None or last == first else f"{first}-{last}"
     return f"ctxc archive {short} messages {span}"
 

@@ -18,7 +18,7 @@ import ctxc
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.formats import load
 from ctxc.live import last_request, live_context, request_text, session_intent, side_conversations
-from ctxc.model import Message, TextBlock
+from ctxc.model import Message, TextBlock, Transcript
 from ctxc.validate import pairing_problems
 
 AUTO = CORPUS / "claude-code" / "entire-cli_auto-compact_summary-records_v2.1.5.jsonl"
@@ -154,13 +154,11 @@ def test_check_applies_the_share_to_each_logs_window(capsys: pytest.CaptureFixtu
 # ----------------------------------------------------------------------------------------- compact
 
 
-def _sent(path: Path | str, fmt: str) -> tuple[list[Message], list[Message]]:
+def _sent(t: Transcript) -> tuple[list[Message], list[Message]]:
     """What the client sends of a written log: carried messages, then the live messages."""
-    t = load(path, input_format=fmt)
     live = live_context(t.boundaries, t.messages)
     carried = [m for b in live.resets.values() for m in b.carried]
-    sent = [m for m in t.messages if live.is_live(m.index, m.conversation)]
-    return carried, sent
+    return carried, list(live.split(t.messages)[1])
 
 
 @needs_corpus
@@ -183,7 +181,7 @@ def test_every_strategy_keeps_the_intent_and_last_request_in_the_live_context(
         assert not out.exists()
         return
     assert exc.value.code in (0, None)
-    carried, sent = _sent(out, "claude-code")
+    carried, sent = _sent(load(out, input_format="claude-code"))
     text = "\n".join(m.text for m in (*carried, *sent))
     assert request_text(intent) in text
     assert request_text(last) in text
@@ -219,3 +217,24 @@ def test_ctxc_writes_its_codex_compaction_after_the_logs_own(tmp_path: Path) -> 
     assert resets[0] == own < resets[1]
     # Everything the log had before its own compaction is still there, unchanged.
     assert written.records[: own - 1] == t.records[: own - 1]
+
+
+@needs_corpus
+@pytest.mark.parametrize("strategy", ["fifo", "hierarchical"])
+def test_codex_replacement_history_is_compacted_with_the_rest(strategy: str) -> None:
+    """What the log's compacted record carries is part of the live context: at 10% of it, a new
+    compacted record after the log's own carries less."""
+    t = load(CODEX_COMPACTED)
+    own = max(b.line for b in t.boundaries if b.resets)
+    size = ctxc.analyze(CODEX_COMPACTED).total_tokens
+    result = compact_transcript(t, CompactOptions(strategy=strategy, target_tokens=size // 10))
+    assert result.tokens_after <= size // 10
+    written = result.transcript
+    ours = [b for b in written.boundaries if b.resets]
+    assert ours[-1].line > own
+    assert written.records[: own - 1] == t.records[: own - 1]
+    carried, sent = _sent(written)
+    text = "\n".join(m.text for m in (*carried, *sent))
+    intent = session_intent(t.messages)
+    assert intent is not None
+    assert request_text(intent) in text

@@ -244,8 +244,13 @@ def compact_transcript(
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
-        # What the log's compaction record carries into the live context counts, but stays as it is.
-        carried = ledger.total(reset.carried) if reset is not None else 0
+        # What the log's compaction record carries into the live context counts. Where the writer can
+        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
+        if as_is and adapter.rewrites_carried:
+            messages = (*_carried_copies(as_is, conv), *messages)
+            as_is = ()
+        carried = ledger.total(as_is)
         before = carried + ledger.total(messages)
         # Reminders are appended after compaction, so the strategy aims below the target by their cost.
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
@@ -275,7 +280,7 @@ def compact_transcript(
                 result_messages,
                 pinned,
                 requests,
-                reset.carried if reset is not None else (),
+                as_is,
                 summary_resets=adapter.summary_resets,
             )
         repaired_msgs, fixed = repair_messages(
@@ -389,6 +394,15 @@ def _keep_after_summary(
             out.insert(at, request)
             at += 1
     return tuple(out)
+
+
+def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
+    """What a compaction record carries, as messages a strategy may compact: indexes below the file's
+    own (they belong to no record), marked so the writer knows them."""
+    return tuple(
+        replace(m, index=k - len(carried), conversation=conversation, meta={**m.meta, "carried": True})
+        for k, m in enumerate(carried)
+    )
 
 
 def _plain(message: Message) -> bool:

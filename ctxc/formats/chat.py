@@ -462,6 +462,7 @@ def importance_of(obj: Mapping[str, Any]) -> str | None:
 
 class ChatAdapter:
     name = "chat"
+    rewrites_carried = False
     summary_resets = False
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 

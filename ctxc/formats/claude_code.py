@@ -417,6 +417,7 @@ class _Reader:
 
 class ClaudeCodeAdapter:
     name = "claude-code"
+    rewrites_carried = False
     summary_resets = True  # ctxc writes its summary as a compact_boundary
     description = "Claude Code session log (~/.claude/projects/*/<session>.jsonl, subagent files)"
 

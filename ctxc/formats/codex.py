@@ -560,6 +560,12 @@ class _CompactedWriter:
         ]
         kept = {r for m in self.out_messages for r in m.records}
         self.dropped = {r for r in self.by_record if r not in kept}
+        # The log's last compaction, whose replacement_history compaction may have changed.
+        reset = next((b for b in reversed(transcript.boundaries) if b.resets and b.carried), None)
+        self.reset_record = (
+            None if reset is None else next(r for r, rec in enumerate(self.records) if rec.line == reset.line)
+        )
+        self.carried = reset.carried if reset is not None else ()
         self.legacy = bool(originals) and originals[0].meta.get("dialect") == "legacy"
         self.removed = self._removed_events()
         # Call types by id: a result ctxc adds must be the output item its call's type expects.
@@ -700,13 +706,58 @@ class _CompactedWriter:
             m = replace(m, meta={**m.meta, "item_type": itype})
         return _new_item(m)
 
+    def _carried_part(self) -> tuple[int, int]:
+        """The output positions of what now stands for the log's carried history: the new messages
+        between the last message before its compaction record and the first after it, when the caller
+        compacted that history (they hold carried messages, or replace some: indexes below 0)."""
+        if self.reset_record is None:
+            return 0, 0
+        messages = self.out_messages
+        start = next(
+            (i + 1 for i in range(len(messages) - 1, -1, -1)
+             if messages[i].records and messages[i].records[0] < self.reset_record),
+            0,
+        )  # fmt: skip
+        end = start
+        while end < len(messages) and not messages[end].records:
+            end += 1
+        part = messages[start:end]
+        if not any(m.meta.get("carried") or (_replaces(m) or (0, 0))[0] < 0 for m in part):
+            return 0, 0
+        return start, end
+
+    def _rewrite_carried(self, part: Sequence[Message]) -> None:
+        """A ``compacted`` record after the log's own, carrying ``part`` as the history Codex resumes
+        with; nothing when ``part`` is what the log's record already carries."""
+        same = len(part) == len(self.carried) and all(
+            m.meta.get("carried") and m.blocks == c.blocks for m, c in zip(part, self.carried, strict=True)
+        )
+        if same:
+            return
+        assert self.reset_record is not None
+        anchor = self.reset_record + 1
+        if anchor < len(self.records) and _is_event(self.records[anchor].data, "context_compacted"):
+            anchor += 1
+        self._flush_until(anchor)
+        ts = self.records[self.reset_record].data.get("timestamp")
+        ts = ts if isinstance(ts, str) else DEFAULT_TIMESTAMP
+        items = [self._item(m) if m.raw is None else self.adapter.encode_message(m) for m in part]
+        text = "\n\n".join(m.text for m in part if m.meta.get("ctxc") == "summary")
+        self._emit_new(encode_compacted(text, items, ts))
+        self._emit_new({"timestamp": ts, "type": "event_msg", "payload": {"type": "context_compacted"}})
+
     def write(self) -> tuple[Record, ...]:
         messages = self.out_messages
         # The first input record of the next kept message at or after each output position.
         next_kept = [len(self.records)] * (len(messages) + 1)
         for i in range(len(messages) - 1, -1, -1):
             next_kept[i] = messages[i].records[0] if messages[i].records else next_kept[i + 1]
+        carried_from, carried_to = self._carried_part()
         for i, m in enumerate(messages):
+            if carried_from <= i < carried_to:
+                if i == carried_from:
+                    self._rewrite_carried(messages[carried_from:carried_to])
+                continue
             if m.records:
                 first = m.records[0]
                 self._flush_until(first)
@@ -762,6 +813,7 @@ class _CompactedWriter:
 class CodexAdapter:
     name = "codex"
     summary_resets = False
+    rewrites_carried = True  # a new compacted record replaces the last one's replacement_history
     description = (
         "OpenAI Codex CLI rollout (session_meta/response_item/event_msg lines, and the 2025 legacy form)"
     )

@@ -192,6 +192,7 @@ def _now_ms() -> int:
 
 class PiAdapter:
     name = "pi"
+    rewrites_carried = False
     summary_resets = False
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
 
