@@ -10,6 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
+
+from ctxc.archive import Archive, sha256_hex
+from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.errors import ArchiveError
+from ctxc.formats import load
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,3 +53,87 @@ def test_million_blank_lines_read_in_linear_time(tmp_path: Path) -> None:
     assert b'"message_count": 2' in done.stdout
     done = ctxc_subprocess("validate", str(f), tmp=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def test_temp_files_of_killed_stores_are_swept(tmp_path: Path) -> None:
+    # A store killed mid-write (SIGKILL skips every cleanup) leaves its temp file; the next store of
+    # any process removes those whose process is gone, and leaves a live one's alone.
+    bucket = tmp_path / "objects" / "ab"
+    bucket.mkdir(parents=True)
+    dead = bucket / f".tmp-{dead_pid()}-0123456789ab"
+    live = bucket / f".tmp-{os.getppid()}-0123456789ab"
+    dead.write_bytes(b"partial original")
+    live.write_bytes(b"being written")
+    ident = Archive(tmp_path).store(b'{"role":"user","content":"hi"}\n')
+    assert not dead.exists()
+    assert live.exists()
+    assert Archive(tmp_path).read(ident)
+    assert [p.name for p in (tmp_path / "objects").rglob(".tmp-*")] == [live.name]
+
+
+def test_a_store_killed_mid_write_is_swept_by_the_next(tmp_path: Path) -> None:
+    # A real SIGKILL while the original is on its way to disk (held in fsync here, to kill it there).
+    script = (
+        "import os, sys, time\n"
+        "from ctxc.archive import Archive\n"
+        "def stuck(fd):\n"
+        "    print('syncing', flush=True)\n"
+        "    time.sleep(60)\n"
+        "os.fsync = stuck\n"
+        "Archive.open(sys.argv[1]).store(b'original ' * 100_000)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"syncing\n"
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    left = list((tmp_path / "objects").rglob(".tmp-*"))
+    assert [p.name.startswith(f".tmp-{child.pid}-") for p in left] == [True]
+    Archive(tmp_path).store(b"next")
+    assert list((tmp_path / "objects").rglob(".tmp-*")) == []
+
+
+def test_a_failed_store_leaves_no_offloaded_blobs(tmp_path: Path) -> None:
+    # The original cannot be stored (here: a directory squats its object path, as a full disk
+    # would fail the write); the outputs offload stored meanwhile are cited by nothing: removed.
+    big = "\n".join(f"row {i:05d}: value={i * 7} status=ok" for i in range(3000))
+    lines = [
+        {"role": "user", "content": "export the table"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": '{"cmd":"x"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "thanks"},
+        {"role": "assistant", "content": "welcome"},
+        {"role": "user", "content": "bye"},
+        {"role": "assistant", "content": "bye"},
+    ]
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    archive = Archive(tmp_path / "archive")
+    archive.object_path(sha256_hex(src.read_bytes())).mkdir(parents=True)
+    options = CompactOptions(
+        strategy="offload", settings={"offload.threshold_tokens": "100"}, window=10**9, allow_over=True
+    )
+    with pytest.raises(ArchiveError, match="cannot write to the archive"):
+        compact_transcript(load(src), options, archive=archive, original_bytes=src.read_bytes())
+    assert [p for p in (tmp_path / "archive" / "objects").rglob("*") if p.is_file()] == []
+    # The same run with room to store keeps them (the blob is what the output points to).
+    archive.object_path(sha256_hex(src.read_bytes())).rmdir()
+    result = compact_transcript(load(src), options, archive=archive, original_bytes=src.read_bytes())
+    assert any(a.kind == "offload" for c in result.conversations for a in c.actions)
+    assert len([p for p in (tmp_path / "archive" / "objects").rglob("*") if p.is_file()]) == 2

@@ -172,8 +172,12 @@ class SearchIndex:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            from ctxc.archive import private_dir, private_file
             from ctxc.sqlite_store import open_wal
+
+            # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask, and
+            # SQLite gives its -wal and -shm files the mode of the database file.
+            private_file(private_dir(self.path.parent) / self.path.name)
 
             # Large pages: an original's text goes into FTS5 in one transaction, and with 16 KB pages
             # that is a fifth faster and the file a quarter smaller than with the 4 KB default.
