@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import SAMPLES, run
 
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactOptions, compact_transcript
@@ -137,3 +138,38 @@ def test_a_failed_store_leaves_no_offloaded_blobs(tmp_path: Path) -> None:
     result = compact_transcript(load(src), options, archive=archive, original_bytes=src.read_bytes())
     assert any(a.kind == "offload" for c in result.conversations for a in c.actions)
     assert len([p for p in (tmp_path / "archive" / "objects").rglob("*") if p.is_file()]) == 2
+
+
+@pytest.mark.parametrize("damage", ["not-a-database", "pages-overwritten"])
+def test_reindex_sets_a_damaged_index_aside_and_rebuilds(
+    damage: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "archive"
+    monkeypatch.setenv("CTXC_ARCHIVE", str(root))
+    for sample in ("chat-openai.jsonl", "codex.jsonl"):
+        code, _, err = run(
+            capsys, "compact", str(SAMPLES / sample), "-s", "mask", "-o", str(tmp_path / sample)
+        )
+        assert code == 0, err
+    index = root / "search.sqlite"
+    assert index.stat().st_size > 8192
+    if damage == "not-a-database":
+        index.write_bytes(os.urandom(8192))
+    else:  # the header survives, the pages after it do not
+        with open(index, "r+b") as f:
+            f.seek(100)
+            f.write(os.urandom(index.stat().st_size - 100))
+    # A compact with a damaged index still succeeds, and says so once (it used to say it twice).
+    done = ctxc_subprocess(
+        "compact", str(SAMPLES / "dataset.jsonl"), "-s", "mask", "-o", str(tmp_path / "d.jsonl"), tmp=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(b"--reindex") == 1, done.stderr
+    code, _, err = run(capsys, "search", "--reindex")
+    assert code == 0, err
+    assert "moved it to" in err
+    assert "indexed 3 original(s)" in err
+    assert len(list(root.glob("search.sqlite.corrupt-*"))) == 1
+    code, out, err = run(capsys, "search", "the", "-f", "json")
+    assert code == 0, err
+    assert orjson.loads(out)["hits"]

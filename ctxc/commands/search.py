@@ -121,6 +121,12 @@ def search_command(
         stderr_console().print(note, markup=False, soft_wrap=True)
     if reindex:
         report = rebuild(store)
+        if report.set_aside is not None:
+            stderr_console().print(
+                f"ctxc: the search index was damaged; moved it to {report.set_aside}",
+                markup=False,
+                soft_wrap=True,
+            )
         for line in report.skipped:
             stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
         stderr_console().print(
