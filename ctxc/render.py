@@ -120,10 +120,11 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.text import Text
 
     from ctxc.cliutil import cells
+    from ctxc.terminal import visible
 
     out: list[Any] = []
     head = Text()
-    head.append(a.path, style="bold")
+    head.append(visible(a.path), style="bold")
     head.append(f"  {a.format}  ·  {len(a.messages)} messages")
     if a.conversations > 1:
         head.append(f" in {a.conversations} conversations")
@@ -213,7 +214,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         out.append(fc)
     if a.problems:
         t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
-        t.append("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else ""))
+        t.append(visible("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")))
         out.append(t)
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))

@@ -43,6 +43,7 @@ from ctxc.search.background import (
 )
 from ctxc.search.index import Hit, SearchIndex, cleared_index, fts_query, open_index
 from ctxc.system import env_flag
+from ctxc.terminal import visible
 
 if TYPE_CHECKING:
     from ctxc.archive import Archive
@@ -85,9 +86,9 @@ def _warn(root: Any, what: str, exc: BaseException) -> None:
     log.warning(
         "ctxc: warning: the search index of %s was not updated (%s: %s); %s is safe in the archive, "
         "and `ctxc search --reindex` rebuilds the index",
-        root,
+        visible(str(root)),
         type(exc).__name__,
-        exc,
+        visible(str(exc)),
         what,
     )
 
@@ -248,7 +249,7 @@ def sync(archive: Archive, index: SearchIndex) -> int:
             _index_object(archive, index, ident, entry)
             added += 1
         except CtxcError as exc:
-            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], exc)
+            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], visible(str(exc)))
     return added
 
 
