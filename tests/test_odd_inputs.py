@@ -16,7 +16,7 @@ from conftest import SAMPLES, run
 
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactOptions, compact_transcript
-from ctxc.errors import ArchiveError
+from ctxc.errors import ArchiveError, ExitCode
 from ctxc.formats import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,3 +173,112 @@ def test_reindex_sets_a_damaged_index_aside_and_rebuilds(
     code, out, err = run(capsys, "search", "the", "-f", "json")
     assert code == 0, err
     assert orjson.loads(out)["hits"]
+
+
+def _call(ident: object) -> dict[str, object]:
+    return {"id": ident, "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+
+
+#: Transcripts an API would reject for their ids, with the problem validate must name.
+BAD_IDS: dict[str, tuple[str, list[dict[str, object]]]] = {
+    "duplicate-in-one-turn": (
+        "duplicate_call",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("c1"), _call("c1")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "first output"},
+            {"role": "assistant", "content": "done"},
+        ],
+    ),
+    "duplicate-across-turns": (
+        "duplicate_call",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("c1")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "first output"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("c1")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "second output"},
+            {"role": "assistant", "content": "done"},
+        ],
+    ),
+    "null-ids": (
+        "missing_id",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [_call(None)]},
+            {"role": "tool", "tool_call_id": None, "content": "first output"},
+            {"role": "assistant", "content": "done"},
+        ],
+    ),
+    "tool-message-without-tool-call-id": (
+        "missing_id",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("c1")]},
+            {"role": "tool", "content": "first output"},
+            {"role": "assistant", "content": "done"},
+        ],
+    ),
+    "anthropic-null-ids": (
+        "missing_id",
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "running it"},
+                    {"type": "tool_use", "id": None, "name": "sh", "input": {}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": None, "content": "x"}]},
+            {"role": "assistant", "content": "done"},
+        ],
+    ),
+}
+
+
+def _api_ids_valid(data: bytes) -> None:
+    """Every call id present, a string, unique; every tool message and result names one of them."""
+    calls: list[object] = []
+    answers: list[object] = []
+    for line in data.splitlines():
+        msg = orjson.loads(line)
+        for call in msg.get("tool_calls") or ():
+            calls.append(call.get("id"))
+        if msg["role"] == "tool":
+            answers.append(msg.get("tool_call_id"))
+        for block in msg["content"] if isinstance(msg.get("content"), list) else ():
+            if block.get("type") == "tool_use":
+                calls.append(block.get("id"))
+            if block.get("type") == "tool_result":
+                answers.append(block.get("tool_use_id"))
+    assert all(isinstance(c, str) and c for c in calls), calls
+    assert len(set(calls)) == len(calls), calls
+    assert all(a in calls for a in answers), (answers, calls)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_IDS))
+def test_api_invalid_ids_are_reported_and_repaired(
+    case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "archive"))
+    code_wanted, lines = BAD_IDS[case]
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    code, out, err = run(capsys, "validate", str(src), "-f", "json")
+    assert code == ExitCode.INVALID, (out, err)
+    assert code_wanted in {p["code"] for p in orjson.loads(out)["files"][0]["problems"]}
+    for command in (
+        ("repair", str(src), "-o", str(tmp_path / "repaired.jsonl")),
+        ("compact", str(src), "-s", "mask", "-o", str(tmp_path / "compacted.jsonl")),
+    ):
+        code, _, err = run(capsys, *command)
+        assert code == 0, err
+        written = Path(command[-1]).read_bytes()
+        _api_ids_valid(written)
+        code, out, err = run(capsys, "validate", command[-1])
+        assert code == 0, out + err
+        if case != "anthropic-null-ids":  # there nothing can tell what the result answers: it goes
+            assert b"first output" in written
+        if case == "duplicate-across-turns":
+            assert b"second output" in written
