@@ -120,11 +120,10 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.text import Text
 
     from ctxc.cliutil import cells
-    from ctxc.terminal import visible
 
     out: list[Any] = []
     head = Text()
-    head.append(visible(a.path), style="bold")
+    head.append(a.path, style="bold")
     head.append(f"  {a.format}  ·  {len(a.messages)} messages")
     if a.conversations > 1:
         head.append(f" in {a.conversations} conversations")
@@ -213,6 +212,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             fc.add_row(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}")
         out.append(fc)
     if a.problems:
+        from ctxc.terminal import visible
+
         t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
         t.append(visible("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")))
         out.append(t)
