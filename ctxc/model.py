@@ -143,6 +143,12 @@ class Record:
         return self.raw + self.eol
 
 
+#: ``Message.meta`` key: the tool ids of the message that its reader made up because the file gave a
+#: call or result none (null or absent) where the API needs one. Writers leave these ids out, as read;
+#: ``validate`` reports them and ``repair`` drops the key, so that the made-up ids are written.
+MISSING_IDS = "missing_ids"
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One logical message: a role and ordered content blocks.

@@ -233,8 +233,10 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             fc.add_row(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}")
         out.append(fc)
     if a.problems:
+        from ctxc.terminal import visible
+
         t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
-        t.append("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else ""))
+        t.append(visible("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")))
         out.append(t)
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
@@ -197,7 +197,29 @@ def compact_transcript(
     """Compact every conversation of ``transcript``. With an archive, the original is stored first.
 
     ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
+    A run that fails (the original cannot be stored on a full disk, say) leaves none of the objects it
+    offloaded in the archive.
     """
+    with discard_new_objects_on_failure():
+        return _compact_transcript(
+            transcript,
+            options,
+            archive=archive,
+            counter=counter,
+            original_bytes=original_bytes,
+            counts=counts,
+        )
+
+
+def _compact_transcript(
+    transcript: Transcript,
+    options: CompactOptions,
+    *,
+    archive: Archive | None,
+    counter: TextCounter | None,
+    original_bytes: bytes | None,
+    counts: Sequence[int] | None,
+) -> CompactionResult:
     from ctxc.profiles import resolve_window
 
     window, _ = resolve_window(model=options.model, window=options.window)
