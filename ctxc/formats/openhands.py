@@ -265,6 +265,8 @@ def _is_trajectory(data: Any) -> bool:
 
 class OpenHandsAdapter:
     name = "openhands"
+    rewrites_carried = False
+    summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
