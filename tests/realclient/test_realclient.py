@@ -50,100 +50,14 @@ JOBS = max(1, int(os.environ.get("CTXC_REALCLIENT_JOBS", "2")))  # client runs a
 # What fails today: (file ids, strategies, targets, checks, why), each field a space-separated list of
 # fnmatch patterns. The cases matched are strict xfails: when a fix makes one pass, its XPASS says to
 # narrow or remove the entry. Cases ctxc refuses (exit 6) are skipped before this table applies.
-_SIDECHAINS = "claude-code/claude-code-viewer_inline-sidechains_v1.0.98.jsonl"
-_SUMMARY_RECORDS = "claude-code/entire-cli_auto-compact_summary-records_v2.1.5.jsonl"
-_LOCALPUSH = "codex/localpush_rollout_compacted_text-redacted_0.104.jsonl"
-_AUTO_COMPACT = "claude-code/entire-cli_auto-compact_v2.0.76.jsonl"
-_MANUAL_COMPACT = "claude-code/entire-cli_manual-compact_v2.1.14.jsonl"
 KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = (
     (
-        "samples/claude-code.jsonl claude-code/kimi-cli-dev_images_microcompact_v2.1.56.jsonl",
-        "hierarchical recursive",
-        "*",
-        "intent",
-        "the first user request is pinned before ctxc's compact_boundary, where Claude never sends it: "
-        "issue 17 item 4",
-    ),
-    (
-        "samples/codex.jsonl codex/codex-session-view_rollout_cli-0.58.jsonl",
+        "codex/localpush_rollout_compacted_text-redacted_0.104.jsonl",
         "fifo",
         "*",
-        "intent",
-        "fifo pins <environment_context> as the first request and drops the real one: issue 17 item 4",
-    ),
-    (
-        "codex/codex-session-view_rollout_cli-0.58.jsonl",
-        "fifo",
-        "*",
-        "last_request",
-        "the session's one request is also its last, and fifo drops it: issue 17 item 4",
-    ),
-    (
-        f"{_AUTO_COMPACT} {_MANUAL_COMPACT}",
-        "fifo",
-        "*",
-        "own_summary last_request",
-        "fifo drops Claude's own compact summary and the last user request: issue 17 item 4",
-    ),
-    (
-        _AUTO_COMPACT,
-        "fifo",
-        "*",
-        "intent",
-        "fifo drops the first user request (it survives only in Claude's summary, which fifo drops): "
-        "issue 17 item 4",
-    ),
-    (
-        _SUMMARY_RECORDS,
-        "hierarchical recursive",
-        "*",
-        "ctxc_summary",
-        "ctxc's boundary is written before the log's own (line 432), and Claude resumes from the newest: "
-        "issue 17 item 6",
-    ),
-    (
-        _SUMMARY_RECORDS,
-        "hierarchical recursive",
-        "*",
-        "smaller",
-        "ctxc compacts history before the log's own boundary, which Claude does not send: issue 17 item 2",
-    ),
-    (
-        _SUMMARY_RECORDS,
-        "adaptive selective",
-        "50%",
-        "smaller",
-        "ctxc compacts history before the log's own boundary, which Claude does not send: issue 17 item 2",
-    ),
-    (
-        _SIDECHAINS,
-        "adaptive hierarchical recursive selective",
-        "50%",
-        "smaller",
-        "ctxc compacts the inline sidechains Claude never sends; the main chain stays whole: issue 17 item 6",
-    ),
-    (
-        _SIDECHAINS,
-        "fifo selective",
-        "10%",
-        "intent last_request",
-        "fifo and selective drop the main chain's user requests: issue 17 item 4",
-    ),
-    (
-        _LOCALPUSH,
-        "adaptive hierarchical recursive",
-        "*",
-        "ctxc_summary",
-        "ctxc's compacted record precedes the log's own (line 1787), and Codex resumes from the last: "
-        "issue 17 item 6",
-    ),
-    (
-        _LOCALPUSH,
-        "adaptive fifo hierarchical recursive",
-        "*",
-        "intent",
-        "the first user text lies before Codex's own compacted record and is not kept after it: "
-        "issue 17 item 4",
+        "own_summary",
+        "fifo drops the compaction item (Codex's own summary) from the replacement history it compacts, "
+        "and writes no summary of its own: issue 17 item 4",
     ),
 )
 
