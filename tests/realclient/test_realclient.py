@@ -157,13 +157,16 @@ def _ctxc(args: list[str], archive: Path) -> subprocess.CompletedProcess[str]:
 def live_context_tokens(path: Path, baseline: Resumed, archive: Path) -> int:
     """Tokens of what the client sends next, the base of the 10% / 50% targets.
 
-    Today ctxc's ``analyze`` figure (``context_tokens``); issue 17 makes that the live context after
-    the log's own last compaction. Switch here if the tier should measure ``baseline`` instead.
+    ctxc's own figure: ``analyze``'s ``live_context.tokens`` (the messages after the log's own last
+    compaction, issue 17 items 1-2), or ``context_tokens`` from an analyze without it. Switch here to
+    measure the ``baseline`` request instead.
     """
     del baseline
     done = _ctxc(["analyze", str(path), "-f", "json"], archive)
     assert done.returncode == 0, done.stderr
-    return int(json.loads(done.stdout)["files"][0]["context_tokens"])
+    report = json.loads(done.stdout)["files"][0]
+    live = report.get("live_context")
+    return int(live["tokens"] if isinstance(live, dict) else report["context_tokens"])
 
 
 _SHRANK = re.compile(r"([\d,]+) (?:→|->) ([\d,]+) tokens")
