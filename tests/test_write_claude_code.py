@@ -671,6 +671,51 @@ def test_old_boundary_in_a_dropped_span_goes_and_links_outside_the_file_stay() -
     assert chain_problems(data, source) == []
 
 
+def test_ctxc_boundary_after_the_logs_own_is_the_newest_main_boundary() -> None:
+    """Compacting what follows the log's own boundary (the part Claude Code still sends): ctxc's
+    boundary is the last main-chain compact_boundary in the file, the log's stays before it, and the
+    resumed chain runs from the last message through ctxc's summary to ctxc's boundary."""
+    old_boundary = _env(
+        "system",
+        "b0",
+        None,
+        4,
+        subtype="compact_boundary",
+        content="Conversation compacted",
+        logicalParentUuid="u1",
+        compactMetadata={"trigger": "auto", "preTokens": 9},
+    )
+    source = _jsonl(
+        _user("u0", None, 1, "start"),
+        _asst("a1", "u0", 2, "msg_A", [_text("one")]),
+        _user("u1", "a1", 3, "two"),
+        old_boundary,
+        _user("s0", "b0", 5, "old summary", isCompactSummary=True, isVisibleInTranscriptOnly=True),
+        _user("u2", "s0", 6, "three"),
+        _asst("a2", "u2", 7, "msg_B", [_text("four")]),
+        _user("u3", "a2", 8, "five"),
+        _asst("a3", "u3", 9, "msg_C", [_text("six")]),
+    )
+    t = _load(source)
+    m = t.messages
+    assert [x.text for x in m[3:6]] == ["old summary", "three", "four"]
+    data = _write(t, [*m[:3], m[3], _summary(m[4].index, m[5].index), *m[6:]])
+    objs = _objects(data)
+    boundaries = [o for o in objs if o.get("subtype") == "compact_boundary"]
+    assert [o["uuid"] for o in boundaries][0] == "b0"
+    ours = boundaries[-1]
+    assert ours["uuid"] != "b0"
+    assert not ours["isSidechain"]
+    by_uuid = {o["uuid"]: o for o in objs}
+    walk = [objs[-1]]
+    while walk[-1].get("parentUuid") in by_uuid:
+        walk.append(by_uuid[walk[-1]["parentUuid"]])
+    assert [o["uuid"] for o in walk][:3] == ["a3", "u3", walk[2]["uuid"]]
+    assert walk[2].get("isCompactSummary") is True
+    assert walk[-1] is ours
+    assert chain_problems(data, source) == []
+
+
 def test_final_line_ending_follows_the_input() -> None:
     source = _session().rstrip(b"\n")
     t = _load(source)
