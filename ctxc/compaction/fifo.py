@@ -208,8 +208,12 @@ class _Plan:
         if not self._keys_of(run):
             return False
         msg = self._candidate(run)
+        # Bounds that spare counting the candidate: a text has fewer tokens than characters, and (by
+        # far, for any tokenizer ctxc has) more than an eighth of them.
         if self.unit_tokens[u] > len(msg.text) + 16:
-            return False  # more tokens than the placeholder has characters: no need to count it
+            return False
+        if self.unit_tokens[u] * 8 < len(msg.text):
+            return True
         self._count([run])
         return self._text_cost[msg.text] >= self.unit_tokens[u]
 
