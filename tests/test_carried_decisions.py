@@ -166,3 +166,31 @@ def test_trimming_twice_quotes_what_the_first_placeholder_quoted() -> None:
     text = "\n".join(m.text for m in twice.transcript.messages)
     assert sum(_choice(k) in text for k in range(12)) >= 8
     assert "(user): [ctxc]" not in text
+
+
+def test_fifo_gives_up_quotes_in_steps_and_says_what_is_left_out() -> None:
+    """Standalone fifo meets its target: fewer quotes first, then only a count of what is not quoted,
+    then (only when even that does not fit) no placeholder; the action always counts the unquoted."""
+    t = _decisions_session()
+    counter = make_counter("o200k_base", use_cache=False)
+    total = Ledger(counter).total(t.messages)
+    seen: list[str] = []
+    for percent in (4, 2.5, 2):
+        target = int(total * percent / 100)
+        options = CompactOptions(strategy="fifo", target_tokens=target, keep_last=2)
+        result = compact_transcript(t, options, counter=counter)
+        assert result.tokens_after <= target
+        (action,) = result.actions
+        quoted = re.search(r"(\d+) instruction/decision sentence\(s\) quoted", action.note)
+        n = int(quoted.group(1)) if quoted else 0
+        assert f"{12 - n} not quoted (in the archive)" in action.note
+        text = "\n".join(m.text for m in result.transcript.messages)
+        if n:
+            seen.append("quotes")
+            assert f"({12 - n} more are only in the archive)" in text
+        elif "no placeholder" not in action.note:
+            seen.append("count")
+            assert "(12 instruction or decision sentence(s) in them are only in the archive)" in text
+        else:
+            seen.append("none")
+    assert seen == ["quotes", "count", "none"]

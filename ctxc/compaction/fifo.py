@@ -65,8 +65,10 @@ def placeholder_text(
     text = f"{PLACEHOLDER_PREFIX}{what} ({span}) {verb} removed to fit the context; {where}"
     if carried:
         text += f"\n{QUOTES_HEADING}\n" + "\n".join(f"- {k.line}" for k in carried)
-    if left_out:
+    if left_out and carried:
         text += f"\n({left_out} more {'is' if left_out == 1 else 'are'} only in the archive)"
+    elif left_out:  # quotes given up to meet the target: at least say that there were some
+        text += f"\n({left_out} instruction or decision sentence(s) in them are only in the archive)"
     return text
 
 
@@ -275,8 +277,8 @@ class _Plan:
         return out
 
     def _carried(self, run: _Run) -> tuple[tuple[KeySentence, ...], int]:
-        if self.level == 0:
-            return (), 0  # quoting is off (or given up to meet the target): a bare citation
+        if self.carry.cap == 0:
+            return (), 0  # quoting is off: a bare citation
         keys = self._keys_of(run)
         chosen = choose_carried(keys, self.level)
         return chosen, len(keys) - len(chosen)
