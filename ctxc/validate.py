@@ -6,6 +6,11 @@ answers *some* earlier call (what a log of a real session should satisfy, and wh
 right after its call, every call answered there (Anthropic's rule; OpenAI's ``tool`` messages must
 follow their ``tool_calls`` directly). Compaction output must pass ``strict``. A call its adapter
 marked ``terminal`` (it ends the agent's run) awaits no result in either.
+
+Both check the ids themselves too: an API rejects a request where two calls share an id
+(``duplicate_call``), or where a call or result has none (``missing_id``: the file's id is null or
+absent; the reader listed the id it made up in the message's ``meta["missing_ids"]``, or could not
+read the block as a call or result at all).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+from ctxc.model import MISSING_IDS, Message, ToolResultBlock, ToolUseBlock, UnknownBlock
 
 ProblemCode = Literal[
     "orphan_result",
@@ -24,7 +29,13 @@ ProblemCode = Literal[
     "result_outside_user_or_tool",
     "call_outside_assistant",
     "tool_message_without_result",
+    "duplicate_call",
+    "missing_id",
 ]
+
+#: Block types of an API's tool traffic: an unknown block of one of these is a call or result without
+#: a usable id.
+_TOOL_TYPES = frozenset({"tool_use", "tool_result"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +117,15 @@ class _Conversation:
         calls = self.calls
         # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item).
         starts_turn = m.role == "assistant" and self.prev_role != "assistant"
+        for tid in m.meta.get(MISSING_IDS, ()):
+            problems.append(
+                Problem("missing_id", "tool call or result without an id", m.line, m.index, tid, conv)
+            )
+        for b in m.blocks:
+            if isinstance(b, UnknownBlock) and b.type in _TOOL_TYPES:
+                problems.append(
+                    Problem("missing_id", f"{b.type} block without a usable id", m.line, m.index, "", conv)
+                )
         if starts_turn and strict:
             problems.extend(self.unanswered(self.open_calls, "has no result before the next assistant turn"))
         for b in m.blocks:
@@ -148,6 +168,18 @@ class _Conversation:
         if m.role == "assistant":
             for b in m.blocks:
                 if isinstance(b, ToolUseBlock):
+                    if b.id in calls:
+                        first = calls[b.id][0]
+                        problems.append(
+                            Problem(
+                                "duplicate_call",
+                                f"tool call id {b.id!r} ({b.name}) was already used at line {first}",
+                                m.line,
+                                m.index,
+                                b.id,
+                                conv,
+                            )
+                        )
                     # An id used again is a new call (replayed or redacted logs reuse ids): its
                     # answer is still to come.
                     calls[b.id] = (m.line, m.index, b.name)

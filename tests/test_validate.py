@@ -68,10 +68,11 @@ def test_a_reused_id_is_a_new_call_and_conversations_are_apart() -> None:
     ]
     problems = pairing_problems(messages)
     assert [(p.code, p.conversation, p.index) for p in problems] == [
+        ("duplicate_call", 0, 2),  # an API rejects the reused id itself (repair gives it a new one)
         ("unanswered_call", 0, 2),
         ("orphan_result", 1, 0),
     ]
-    assert problems[0].message == "tool call 'a' (tool_a) is never answered"
+    assert problems[1].message == "tool call 'a' (tool_a) is never answered"
 
 
 ROLES: list[Role] = ["user", "assistant", "tool", "system"]

@@ -96,6 +96,7 @@ def check(
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
     from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
     from ctxc.output import dumps
+    from ctxc.terminal import visible
 
     budget = resolve_budget(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
@@ -125,9 +126,9 @@ def check(
     if fmt is CheckFormat.json:
         sys.stdout.buffer.write(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
-        sys.stdout.write(render_github(report))
+        sys.stdout.write(visible(render_github(report)))
     else:
-        sys.stdout.write(render_table(report))
+        sys.stdout.write(visible(render_table(report)))
     sys.stdout.flush()
     if report.exit_code:
         raise typer.Exit(report.exit_code)

@@ -85,12 +85,15 @@ def _usage(message: Mapping[str, Any], line: int) -> Usage | None:
     u = message.get("usage")
     if not isinstance(u, dict):
         return None
+    model = _str(message.get("model"))
     return Usage(
         input=_int(u.get("input_tokens")),
         output=_int(u.get("output_tokens")),
         cache_read=_int(u.get("cache_read_input_tokens")),
         cache_write=_int(u.get("cache_creation_input_tokens")),
         line=line,
+        # "<synthetic>" marks a message the client made up (an error notice), not a model call.
+        model=model if model and not model.startswith("<") else None,
     )
 
 
@@ -105,6 +108,7 @@ def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
         cache_read=max(a.cache_read, b.cache_read),
         cache_write=max(a.cache_write, b.cache_write),
         line=a.line,
+        model=a.model or b.model,
     )
 
 
@@ -205,7 +209,7 @@ class _Reader:
 
     def _emit(self, item: Message | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
-            yield item
+            yield replace(item, index=self.index)
             return
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
@@ -352,6 +356,10 @@ class _Reader:
                     line=rec.line,
                     trigger=_str(md.get("trigger")),
                     pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+                    # Claude Code resumes from its newest compact_boundary; a microcompaction only
+                    # cleared old tool results in place.
+                    resets=subtype == "compact_boundary",
+                    conversation=self.record_conv.pop(i, 0),
                 )
             )
             return
@@ -410,6 +418,8 @@ class _Reader:
 
 class ClaudeCodeAdapter:
     name = "claude-code"
+    rewrites_carried = False
+    summary_resets = True  # ctxc writes its summary as a compact_boundary
     description = "Claude Code session log (~/.claude/projects/*/<session>.jsonl, subagent files)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -997,6 +1007,7 @@ class _CompactWriter:
             for r in replaced:
                 self.replacement.setdefault(r, (key, new_uuid))
             tails[thread] = new_uuid
+            prev_max = max(prev_max, anchor)  # what follows a new record is written after it
         return news
 
     def _relink(self, parent: str | None, key: _Key) -> str | None:

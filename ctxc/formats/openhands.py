@@ -271,6 +271,8 @@ def _is_trajectory(data: Any) -> bool:
 
 class OpenHandsAdapter:
     name = "openhands"
+    rewrites_carried = False
+    summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"
     #: Actions whose tool call ends the run and awaits no result (the reader marks them ``terminal``).
     terminal_actions = TERMINAL_ACTIONS
