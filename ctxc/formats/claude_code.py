@@ -942,7 +942,7 @@ class _CompactWriter:
             if anchor < 0:
                 later = next((n.records[0] for n in self.out_msgs[pos + 1 :] if n.records), len(self.records))
                 anchor = later - 0.5
-            prev_max[thread] = max(prev_max.get(thread, -1.0), anchor)
+            prev_max[thread] = max(prev_max.get(thread, -1.0), anchor)  # what follows is written after it
             template = self._template(pos, thread)
             last_replaced = self.datas[max(replaced)] if replaced else None
             stamp = _str((last_replaced or {}).get("timestamp")) or _str(template.get("timestamp"))
@@ -1007,7 +1007,6 @@ class _CompactWriter:
             for r in replaced:
                 self.replacement.setdefault(r, (key, new_uuid))
             tails[thread] = new_uuid
-            prev_max = max(prev_max, anchor)  # what follows a new record is written after it
         return news
 
     def _relink(self, parent: str | None, key: _Key) -> str | None:
