@@ -191,6 +191,8 @@ def test_two_inputs_with_one_output_path_are_refused(
     assert a in err
     assert b in err
     assert not out.exists()  # nothing started
+    assert run("convert", a, b, "--out-dir", str(out)) == ExitCode.USAGE
+    assert not out.exists()
 
 
 def test_two_folders_holding_the_same_relative_path_are_refused(
