@@ -205,7 +205,8 @@ def _listing_error(path: str) -> str:
         return exc.strerror or str(exc)
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int | None = None) -> None:
+    """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with."""
     global _busy  # noqa: PLW0603 - set once in each worker process, as it starts
     # Workers leave Ctrl-C to the parent: the parent cancels what has not started and waits for the
     # files in flight, whose outputs are atomic, so nothing partial is left either way. Without this
@@ -214,9 +215,10 @@ def _worker_init(parent: int) -> None:
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A worker's parent is the forkserver, not the batch: follow the batch's own process instead.
-    _busy = threading.Lock()
-    exit_with(parent, busy=_busy)
+    if parent is not None:
+        # A worker's parent is the forkserver, not the batch: follow the batch's own process instead.
+        _busy = threading.Lock()
+        exit_with(parent, busy=_busy)
     # The batch already runs one process per core; a worker forking counting processes of its own
     # for a large file would only oversubscribe them.
     from ctxc.tokens import tiktoken_backend
