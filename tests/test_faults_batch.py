@@ -281,6 +281,47 @@ def test_an_unreadable_subdirectory_is_a_failure_of_the_batch(
     assert run("analyze", str(src), "--jobs", "1", "-f", "json") == ExitCode.PARTIAL
 
 
+def _unprivileged() -> list[str] | None:
+    """A command prefix running as ``nobody``, where this test runs as root and ``setpriv`` works."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import ctxc"], capture_output=True, timeout=60, check=False
+    )
+    return prefix if probe.returncode == 0 else None
+
+
+def test_an_unreadable_subdirectory_fails_the_batch_for_a_real_user() -> None:
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("needs root, setpriv and a ctxc that user nobody can import")
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ctxc-unreadable-"))  # /tmp, which nobody can enter
+    try:
+        src = distinct_files(root / "logs", 2)
+        distinct_files(src / "secret", 1)
+        for p in [root, *root.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        root.chmod(0o755)
+        (src / "secret").chmod(0)
+        env = {
+            **os.environ,
+            "CTXC_CACHE_DIR": str(root / "cache"),
+            "PYTHONPATH": str(Path(__file__).parents[1]),
+        }
+        cmd = [*prefix, sys.executable, "-m", "ctxc", "compact", str(src), "--out-dir", str(root / "out")]
+        cmd += ["--archive", str(root / "arc"), "--jobs", "1", *COMPACT]
+        done = subprocess.run(cmd, env=env, capture_output=True, timeout=120, check=False)
+        err = done.stderr.decode(errors="replace")
+        assert done.returncode == ExitCode.PARTIAL, err
+        assert str(src / "secret") in err
+        assert "Permission denied" in err
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- processes: a killed batch leaves none behind ------------------------------------------------------
 
 
