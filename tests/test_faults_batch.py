@@ -31,12 +31,15 @@ COMPACT = ["--target-ratio", "0.5", "--window", "20000", "--quiet", "--no-cache"
 
 
 @pytest.fixture(autouse=True)
-def _sigint_restored() -> Iterator[None]:
-    # An interrupted in-process run ends by ignoring SIGINT (ctxc.errors.exit_interrupted), and an
-    # ignored signal stays ignored in every process started later: a subprocess's Ctrl-C would be lost.
+def _sigint_handled() -> Iterator[None]:
+    # An interrupted in-process run (here or in an earlier test file) ends by ignoring SIGINT
+    # (ctxc.errors.exit_interrupted), and an ignored signal stays ignored in every process started
+    # later: a subprocess's Ctrl-C would be lost.
     saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    signal.signal(signal.SIGINT, saved)
+    if saved is not None:
+        signal.signal(signal.SIGINT, saved)
 
 
 def run(*args: str) -> int:
