@@ -100,6 +100,13 @@ def live_messages(transcript: Transcript) -> tuple[Message, ...]:
     return live_context(transcript.boundaries, transcript.messages).split(transcript.messages)[1]
 
 
+def sent_messages(transcript: Transcript) -> tuple[Message, ...]:
+    """Everything the client sends next: what its compaction records carry, then the live messages."""
+    live = live_context(transcript.boundaries, transcript.messages)
+    carried = (m for b in live.resets.values() for m in b.carried)
+    return (*carried, *live.split(transcript.messages)[1])
+
+
 def request_text(message: Message) -> str:
     """The user's own words in ``message``: injected markup removed; for a slash command, its
     arguments. Empty when the message holds none (a reminder, an environment context, a tool result)."""

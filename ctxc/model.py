@@ -36,10 +36,14 @@ class ThinkingBlock:
 
 @dataclass(frozen=True, slots=True)
 class ToolUseBlock:
+    """A tool call. ``terminal``: the format's adapter says this call ends the agent's run (OpenHands
+    ``finish``), so no result is awaited and none is missing; pairing checks and repair skip it."""
+
     id: str
     name: str
     input: Any
     raw: Any = None
+    terminal: bool = False
     kind: ClassVar[str] = "tool_use"
 
 

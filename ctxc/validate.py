@@ -4,7 +4,8 @@ Two strengths of check exist because they answer different questions. ``loose`` 
 answers *some* earlier call (what a log of a real session should satisfy, and what analyze reports).
 ``strict`` asks whether an API would accept the messages as a request: each result in the message
 right after its call, every call answered there (Anthropic's rule; OpenAI's ``tool`` messages must
-follow their ``tool_calls`` directly). Compaction output must pass ``strict``.
+follow their ``tool_calls`` directly). Compaction output must pass ``strict``. A call its adapter
+marked ``terminal`` (it ends the agent's run) awaits no result in either.
 
 Both check the ids themselves too: an API rejects a request where two calls share an id
 (``duplicate_call``), or where a call or result has none (``missing_id``: the file's id is null or
@@ -91,6 +92,8 @@ class _Conversation:
         self.calls: dict[str, tuple[int, int, str]] = {}  # id -> line, index and name of its call
         self.answered: set[str] = set()
         self.reported: set[str] = set()  # calls already reported unanswered
+        # Calls the adapter marked terminal (they end the run): never reported unanswered.
+        self.terminal: set[str] = set()
         # Calls of the latest assistant turn. Its results may come in any of the messages up to the
         # next assistant turn: consecutive user or tool messages form one API message (Anthropic merges
         # them, OpenAI sends one tool message per result).
@@ -99,7 +102,7 @@ class _Conversation:
 
     def unanswered(self, ids: set[str], why: str, *, mark: bool = True) -> list[Problem]:
         found: list[Problem] = []
-        for tid in sorted(ids - self.answered - self.reported):
+        for tid in sorted(ids - self.answered - self.reported - self.terminal):
             if mark:
                 self.reported.add(tid)
             line, index, name = self.calls[tid]
@@ -183,6 +186,10 @@ class _Conversation:
                     self.answered.discard(b.id)
                     self.reported.discard(b.id)
                     self.open_calls.add(b.id)
+                    if b.terminal:
+                        self.terminal.add(b.id)
+                    else:
+                        self.terminal.discard(b.id)
 
 
 def role_problems(messages: Iterable[Message]) -> list[Problem]:

@@ -17,7 +17,15 @@ from conftest import CORPUS, SAMPLES, corpus_params, run
 import ctxc
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.formats import load
-from ctxc.live import last_request, live_context, request_text, session_intent, side_conversations
+from ctxc.live import (
+    last_request,
+    live_context,
+    live_messages,
+    request_text,
+    sent_messages,
+    session_intent,
+    side_conversations,
+)
 from ctxc.model import Message, TextBlock, Transcript
 from ctxc.validate import pairing_problems
 
@@ -154,11 +162,8 @@ def test_check_applies_the_share_to_each_logs_window(capsys: pytest.CaptureFixtu
 # ----------------------------------------------------------------------------------------- compact
 
 
-def _sent(t: Transcript) -> tuple[list[Message], list[Message]]:
-    """What the client sends of a written log: carried messages, then the live messages."""
-    live = live_context(t.boundaries, t.messages)
-    carried = [m for b in live.resets.values() for m in b.carried]
-    return carried, list(live.split(t.messages)[1])
+def _sent_text(t: Transcript) -> str:
+    return "\n".join(m.text for m in sent_messages(t))
 
 
 @needs_corpus
@@ -181,14 +186,13 @@ def test_every_strategy_keeps_the_intent_and_last_request_in_the_live_context(
         assert not out.exists()
         return
     assert exc.value.code in (0, None)
-    carried, sent = _sent(load(out, input_format="claude-code"))
-    text = "\n".join(m.text for m in (*carried, *sent))
+    written = load(out, input_format="claude-code")
+    text = _sent_text(written)
     assert request_text(intent) in text
     assert request_text(last) in text
-    assert pairing_problems(sent, strict=True) == []
+    assert pairing_problems(live_messages(written), strict=True) == []
     # What the client no longer sends is left as it was.
     before = live_context(t.boundaries, t.messages)
-    written = load(out)
     history = [m for m in t.messages if not before.is_live(m.index, m.conversation)]
     assert [m.text for m in written.messages[: len(history)]] == [m.text for m in history]
 
@@ -233,8 +237,7 @@ def test_codex_replacement_history_is_compacted_with_the_rest(strategy: str) -> 
     ours = [b for b in written.boundaries if b.resets]
     assert ours[-1].line > own
     assert written.records[: own - 1] == t.records[: own - 1]
-    carried, sent = _sent(written)
-    text = "\n".join(m.text for m in (*carried, *sent))
+    text = _sent_text(written)
     intent = session_intent(t.messages)
     assert intent is not None
     assert request_text(intent) in text

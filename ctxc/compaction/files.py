@@ -9,6 +9,7 @@ is the run recorded in the manifest. A job and its report are plain data so they
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ class CompactJob:
     make_dirs: bool = False
     #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
     index: bool = True
+    #: In a batch, its options fingerprint (:func:`ctxc.batch.fingerprint`): recorded in the manifest
+    #: with the resolved output path, so a re-run knows the file is done even if the journal missed it.
+    batch_options: str | None = None
 
 
 def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
@@ -111,6 +115,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     Order matters: archive the original (inside :func:`compact_transcript`), write the output
     atomically, then record the run. A failure or Ctrl-C at any point leaves the input as it was and
     no partial output; a run that died after writing is simply not in the manifest or journal yet.
+    In place, the run is recorded just before the rename instead, so a compacted file is always on
+    record as an output (a run killed in between is recorded though the input is unchanged).
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
@@ -139,8 +145,17 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     out_bytes = result.transcript.to_bytes()
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+    run = {**doc["run"], "output_sha256": sha256_hex(out_bytes)}
+    if job.batch_options is not None:
+        run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
+    entry: dict[str, Any] | None = None
     # In place is the one write allowed onto an input, and only because the original is archived.
     with atomic_output(job.output, inputs=() if job.in_place else (name,)) as handle:
         handle.write(out_bytes)
-    entry = store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)})
+        if job.in_place:
+            # Recorded before the rename: a kill between the two must not leave a compacted file that
+            # no record calls an output, which a re-run would take for an original and compact again.
+            entry = store.record_run(run)
+    if entry is None:
+        entry = store.record_run(run)
     return {**doc, "run": entry}

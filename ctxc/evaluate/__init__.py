@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import CtxcError, UsageError
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
-from ctxc.live import live_context, live_messages, request_text, session_intent
+from ctxc.live import live_context, live_messages, request_text, sent_messages, session_intent
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 from ctxc.search.chunks import render_input
 
@@ -502,6 +502,7 @@ def run_eval(
         for prep in prepared:
             t = prep.planted.transcript
             requests = first_requests(t)
+            sent_before = sent_messages(t)
             exclude = [n.value for n in prep.planted.needles] + (
                 [prep.planted.instruction] if prep.planted.instruction else []
             )
@@ -539,10 +540,7 @@ def run_eval(
                         continue
                     seconds = time.perf_counter() - start
                     out = result.transcript
-                    # What the client sends next: the live context and what its compaction carries.
-                    live = live_context(out.boundaries, out.messages)
-                    carried = [m for b in live.resets.values() for m in b.carried]
-                    out_text = text_of([*carried, *live.split(out.messages)[1]])
+                    out_text = text_of(sent_messages(out))  # what the client sends next
                     flat = _norm(out_text)
                     retained = tuple(n.value in out_text for n in prep.planted.needles)
                     pinned = (
@@ -557,7 +555,8 @@ def run_eval(
                         seconds=seconds,
                         first_requests=(sum(_norm(r) in flat for r in requests), len(requests)),
                         pinned=pinned,
-                        survival=survival(t.messages, out_text, exclude=exclude),
+                        # Of what the client sent before: history it no longer sends is not lost here.
+                        survival=survival(sent_before, out_text, exclude=exclude),
                         problems=_problems(live_messages(out), live_messages(t)),
                         budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
                         judge=judge.score(out.messages, prep.planted, t) if judge is not None else None,
