@@ -257,12 +257,6 @@ def _compact_transcript(
         if not messages:
             continue
         keep = pinned_indexes(everything, options.pins)
-        pinned = frozenset(
-            m.index
-            for m in messages
-            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
-            if m.index in keep or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
-        )
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
@@ -272,6 +266,14 @@ def _compact_transcript(
         if as_is and adapter.rewrites_carried:
             messages = (*_carried_copies(as_is, conv), *messages)
             as_is = ()
+        pinned = frozenset(
+            m.index
+            for m in messages
+            if m.index in keep
+            or (m.role == "system" and m.meta.get("carried"))
+            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
+            or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
+        )
         carried = ledger.total(as_is)
         before = carried + ledger.total(messages)
         # Reminders are appended after compaction, so the strategy aims below the target by their cost.

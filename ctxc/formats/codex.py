@@ -297,6 +297,8 @@ def history_messages(payload: Mapping[str, Any], line: int = 0) -> tuple[Message
         if parsed is None:
             continue
         role, blocks, meta = parsed
+        if item.get("type") in ("compaction", "compaction_summary"):
+            meta["is_compact_summary"] = True  # the summary the compaction made (encrypted, remotely)
         names.update((b.id, b.name) for b in blocks if isinstance(b, ToolUseBlock))
         out.append(Message(role=role, blocks=blocks, line=line, index=len(out), meta=meta, raw=item))
     return tuple(out)
@@ -954,7 +956,11 @@ def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Mess
         return history_messages(payload, line)
     summary = payload.get("message")
     tail = (
-        (Message(role="user", blocks=(TextBlock(text=summary),), line=line),)
+        (
+            Message(
+                role="user", blocks=(TextBlock(text=summary),), line=line, meta={"is_compact_summary": True}
+            ),
+        )
         if isinstance(summary, str) and summary
         else ()
     )

@@ -50,16 +50,7 @@ JOBS = max(1, int(os.environ.get("CTXC_REALCLIENT_JOBS", "2")))  # client runs a
 # What fails today: (file ids, strategies, targets, checks, why), each field a space-separated list of
 # fnmatch patterns. The cases matched are strict xfails: when a fix makes one pass, its XPASS says to
 # narrow or remove the entry. Cases ctxc refuses (exit 6) are skipped before this table applies.
-KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = (
-    (
-        "codex/localpush_rollout_compacted_text-redacted_0.104.jsonl",
-        "fifo",
-        "*",
-        "own_summary",
-        "fifo drops the compaction item (Codex's own summary) from the replacement history it compacts, "
-        "and writes no summary of its own: issue 17 item 4",
-    ),
-)
+KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
