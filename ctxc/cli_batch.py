@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -114,7 +113,7 @@ def run_compact_batch(
     from ctxc.archive import archive_root
     from ctxc.batch import Journal, already_done, file_sha256, fingerprint
     from ctxc.compaction.files import compact_file, options_fingerprint_doc
-    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
+    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps, write_stdout
 
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
     journal = Journal(archive_root(archive))
@@ -186,7 +185,7 @@ def run_compact_batch(
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))
     if fmt is OutFormat.json:
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     elif fmt is OutFormat.table:
         _print_table(finished)
     if not quiet:

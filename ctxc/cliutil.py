@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, cast
 
 import typer
 
@@ -49,7 +49,10 @@ def cells(*values: str) -> list[Any]:
 def stdout_console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False)
+    from ctxc.output import StdoutText
+
+    # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
+    return Console(file=cast(IO[str], StdoutText()), highlight=False)
 
 
 def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:

@@ -2,8 +2,9 @@
 
 ``ctxc compact`` calls :func:`compact_file` for a single input in its own process and, for a batch, in
 worker processes (:mod:`ctxc.batch`), so both paths share one sequence of safety steps: the original
-is archived before anything is written, the output is written by temp file and rename, and only then
-is the run recorded in the manifest. A job and its report are plain data so they cross processes.
+is archived before anything is written, the output is written to a temp file, the run is recorded in
+the manifest, and only then does the output take its name. A job and its report are plain data so
+they cross processes.
 """
 
 from __future__ import annotations
@@ -108,9 +109,10 @@ def compaction_report(
 def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report (with ``output_sha256`` once written).
 
-    Order matters: archive the original (inside :func:`compact_transcript`), write the output
-    atomically, then record the run. A failure or Ctrl-C at any point leaves the input as it was and
-    no partial output; a run that died after writing is simply not in the manifest or journal yet.
+    Order matters: archive the original (inside :func:`compact_transcript`), write the output to a
+    temporary file, record the run, then rename the output into place. A failure or Ctrl-C at any
+    point leaves the input as it was and no partial output; a run that died between the record and the
+    rename has a manifest entry and no output (its original is archived all the same).
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
@@ -129,6 +131,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
             named_bytes(name, data), counter, input_format=job.input_format, options=job.read_options
         )
         store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
+        if store is not None:
+            store.check_manifest()  # fail before archiving and compacting, not after the output
         result = compact_transcript(
             transcript, opts, archive=store, counter=counter, original_bytes=data, counts=counts
         )
@@ -139,8 +143,16 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     out_bytes = result.transcript.to_bytes()
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
-    # In place is the one write allowed onto an input, and only because the original is archived.
-    with atomic_output(job.output, inputs=() if job.in_place else (name,)) as handle:
+    recorded: list[dict[str, Any]] = []
+
+    def record() -> None:
+        recorded.append(store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)}))
+
+    # In place is the one write allowed onto an input, and only because the original is archived. The
+    # run is recorded before the output takes its place: no output exists that the manifest does not
+    # know, and a manifest that cannot be written leaves no output.
+    with atomic_output(
+        job.output, inputs=() if job.in_place else (name,), like=name, before_commit=record
+    ) as handle:
         handle.write(out_bytes)
-    entry = store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)})
-    return {**doc, "run": entry}
+    return {**doc, "run": recorded[0]}
