@@ -114,6 +114,11 @@ def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()
 # disk and raises nothing, and a text write through it drops the rest silently.
 
 
+#: Standard descriptors that were closed when ctxc started (now /dev/null): ``-o /dev/stdout`` to
+#: one of them is an error, as writing to stdout is.
+_CLOSED_AT_START: set[int] = set()
+
+
 class _ClosedStdout:
     """``sys.stdout`` when the process was started with it closed (``>&-``): any write is an error."""
 
@@ -148,6 +153,7 @@ def guard_standard_streams() -> None:
         try:
             os.fstat(fd)
         except OSError:
+            _CLOSED_AT_START.add(fd)
             null = os.open(os.devnull, os.O_RDWR)
             if null != fd:
                 os.dup2(null, fd)
@@ -256,6 +262,8 @@ def _open_directly(name: str) -> BinaryIO | None:
         if own:
             number = own[1] or own[3]
             fd = int(number) if number else (1 if own[2] == "stdout" else 2)
+            if fd in _CLOSED_AT_START:
+                raise OutputError("that descriptor is closed", path=name)
             return os.fdopen(os.dup(fd), "wb")
         try:
             if stat.S_ISREG(os.stat(name).st_mode):

@@ -85,7 +85,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     except FileNotFoundError:
         pytest.skip("no mount command: the full-disk tests need a small tmpfs")
     if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): the full-disk tests need root")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): the full-disk tests need root"
+        )
     try:
         yield where
     finally:
@@ -169,13 +171,34 @@ NO_ROOM_COMMANDS = [
 
 
 @pytest.mark.parametrize("args", NO_ROOM_COMMANDS, ids=lambda a: " ".join(a[:1] + a[2:]))
-def test_every_command_reports_a_full_disk_on_stdout(small_disk: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_every_command_reports_a_full_disk_on_stdout(
+    small_disk: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
     ident = archived(tmp_path) if "{id}" in args else ""
     fill(small_disk)
     with open(small_disk / "out", "wb") as out:
         done = ctxc(*(a.replace("{id}", ident) for a in args), tmp=tmp_path, stdout=out)
     assert done.returncode == ExitCode.OUTPUT, done.stderr
     one_line(done.stderr, "No space left on device")
+
+
+@pytest.mark.parametrize("fmt", ["json", "table", "csv"])
+def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path, fmt: str) -> None:
+    # `ctxc analyze ... | head -c 100`, for every way analyze writes (rich used to exit 1 on a table).
+    big = tmp_path / "many.jsonl"
+    big.write_bytes(
+        b"".join(orjson.dumps({"role": "user", "content": f"m{i}"}) + b"\n" for i in range(10_000))
+    )
+    cmd = [sys.executable, "-m", "ctxc", "analyze", str(big), "-f", fmt, "--messages", "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CTXC_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    assert proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=TIMEOUT) == ExitCode.OK, err
+    assert err == ""
 
 
 # ------------------------------------------------------------------------------------- special files
@@ -186,7 +209,9 @@ def expected_copy(tmp: Path) -> bytes:
     return SAMPLE.read_bytes()
 
 
-def test_o_onto_a_character_device_writes_through_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_o_onto_a_character_device_writes_through_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     dev = tmp_path / "null2"
     try:
         os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
@@ -351,10 +376,8 @@ def test_compact_skip_invalid_keeps_going_and_writes_bad_lines_back(
 def test_compact_skip_invalid_dry_run(
     capsys: pytest.CaptureFixture[str], with_bad_lines: Path, strategy: str
 ) -> None:
-    code, out, err = run(
-        capsys, "compact", str(with_bad_lines), "--skip-invalid", "--dry-run", "-s", strategy, "--target-ratio", "0.01",
-        "--allow-over",
-    )  # fmt: skip
+    args = ["--skip-invalid", "--dry-run", "-s", strategy, "--target-ratio", "0.01", "--allow-over"]
+    code, out, err = run(capsys, "compact", str(with_bad_lines), *args)
     assert code == 0, err
     assert orjson.loads(out)["run"]["tokens_after"] > 0
 
@@ -363,7 +386,12 @@ def test_compact_skip_invalid_dry_run(
 
 
 def sh(script: str, tmp: Path) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CTXC_ARCHIVE": str(tmp / "a"), "CTXC_CACHE_DIR": str(tmp / "c")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CTXC_ARCHIVE": str(tmp / "a"),
+        "CTXC_CACHE_DIR": str(tmp / "c"),
+    }
     return subprocess.run(
         ["sh", "-c", script, sys.executable, str(CHAT)],
         stderr=subprocess.PIPE,
@@ -391,6 +419,12 @@ def test_a_closed_stdout_is_an_output_error(tmp_path: Path, command: str) -> Non
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_o_dev_stdout_with_stdout_closed_is_an_output_error(tmp_path: Path) -> None:
+    done = sh('exec "$0" -m ctxc convert $1 -o /dev/stdout >&-', tmp_path)
+    assert done.returncode == ExitCode.OUTPUT
+    one_line(done.stderr, "/dev/stdout", "closed")
+
+
 def test_a_closed_stdout_does_not_matter_with_o(tmp_path: Path) -> None:
     done = sh(f'exec "$0" -m ctxc compact $1 -q -o {tmp_path}/o.jsonl >&-', tmp_path)
     assert done.returncode == 0, done.stderr
@@ -411,7 +445,9 @@ def test_report_onto_the_output_is_refused(capsys: pytest.CaptureFixture[str], t
     assert not out.exists()
 
 
-def test_report_onto_an_input_is_refused_before_any_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_report_onto_an_input_is_refused_before_any_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     src = tmp_path / "in.jsonl"
     src.write_bytes(CHAT.read_bytes())
     out = tmp_path / "x.jsonl"
@@ -451,7 +487,9 @@ def umask_022() -> Iterator[None]:
 
 @pytest.mark.usefixtures("umask_022")
 @pytest.mark.parametrize("command", ["compact", "convert", "repair"])
-def test_an_output_gets_the_inputs_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+def test_an_output_gets_the_inputs_mode(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
     src = tmp_path / "secret.jsonl"
     src.write_bytes(CHAT.read_bytes())
     src.chmod(0o600)
@@ -462,7 +500,9 @@ def test_an_output_gets_the_inputs_mode(capsys: pytest.CaptureFixture[str], tmp_
 
 
 @pytest.mark.usefixtures("umask_022")
-def test_a_replaced_output_is_never_more_open_than_the_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_replaced_output_is_never_more_open_than_the_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     src = tmp_path / "secret.jsonl"
     src.write_bytes(CHAT.read_bytes())
     src.chmod(0o600)
