@@ -167,31 +167,38 @@ class ReaderGone(Exception):
     click would turn into exit 1, nor a ``BrokenPipeError``, which rich would."""
 
 
+def _stdout_failure(exc: OSError) -> Exception:
+    if isinstance(exc, BrokenPipeError):
+        return ReaderGone()
+    return OutputError(f"cannot write: {exc.strerror or exc}", path="stdout")
+
+
 @contextlib.contextmanager
 def _stdout_errors() -> Iterator[None]:
     try:
         yield
-    except BrokenPipeError as exc:
-        raise ReaderGone() from exc
     except OSError as exc:
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+        raise _stdout_failure(exc) from exc
 
 
 def _write_all(stream: Any, data: bytes) -> None:
     """Write all of ``data`` to a binary stream, buffered or raw, blocking or not."""
-    view = memoryview(data)
-    while view:
+    rest: bytes | memoryview = data
+    while rest:
         try:
-            n = stream.write(view)
+            n = stream.write(rest)
         except BlockingIOError as exc:  # a non-blocking pipe is full: wait until it drains
-            n = exc.characters_written
+            rest = memoryview(rest)[exc.characters_written :]
             select.select([], [stream.fileno()], [])
+            continue
         if n is None:  # a raw non-blocking stream took nothing
             select.select([], [stream.fileno()], [])
             continue
-        if n == 0 and view:
+        if n == len(rest):  # the usual case: all of it at once
+            return
+        if n == 0:
             raise OSError(errno.EIO, "the stream took no bytes")
-        view = view[n:]
+        rest = memoryview(rest)[n:]
 
 
 def write_stdout(data: bytes | str) -> None:
@@ -237,8 +244,10 @@ class _StdoutSink:
     """The binary handle :func:`atomic_output` gives for ``-``: every byte written, or OutputError."""
 
     def write(self, data: bytes) -> int:
-        with _stdout_errors():
+        try:
             _write_all(sys.stdout.buffer, data)
+        except OSError as exc:  # inline rather than _stdout_errors: formats.dump writes each line
+            raise _stdout_failure(exc) from exc
         return len(data)
 
     def flush(self) -> None:

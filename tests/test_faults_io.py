@@ -534,3 +534,25 @@ def test_the_summary_prompt_states_a_length_its_token_budget_allows(budget: int)
     assert 1 <= words <= tokens
     assert word_unit == ("word" if words == 1 else "words")
     assert token_unit == ("token" if tokens == 1 else "tokens")
+
+
+def test_stdout_writes_survive_short_writes_and_a_non_blocking_pipe() -> None:
+    # A raw stdout (PYTHONUNBUFFERED) takes part of a write; a non-blocking one may take none for now.
+    from ctxc.output import _write_all
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    data = os.urandom(1 << 20)  # far more than a pipe holds
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    with open(write_end, "wb", buffering=0) as raw:
+        _write_all(raw, data)
+    reader.join(timeout=TIMEOUT)
+    os.close(read_end)
+    assert bytes(got) == data
