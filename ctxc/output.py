@@ -181,6 +181,13 @@ def _stdout_errors() -> Iterator[None]:
         raise _stdout_failure(exc) from exc
 
 
+def _wait_writable(fd: int) -> None:
+    # poll, not select: select cannot watch a descriptor numbered 1024 or more.
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
+
+
 def _write_all(stream: Any, data: bytes) -> None:
     """Write all of ``data`` to a binary stream, buffered or raw, blocking or not."""
     rest: bytes | memoryview = data
@@ -189,10 +196,10 @@ def _write_all(stream: Any, data: bytes) -> None:
             n = stream.write(rest)
         except BlockingIOError as exc:  # a non-blocking pipe is full: wait until it drains
             rest = memoryview(rest)[exc.characters_written :]
-            select.select([], [stream.fileno()], [])
+            _wait_writable(stream.fileno())
             continue
         if n is None:  # a raw non-blocking stream took nothing
-            select.select([], [stream.fileno()], [])
+            _wait_writable(stream.fileno())
             continue
         if n == len(rest):  # the usual case: all of it at once
             return
