@@ -445,13 +445,11 @@ def compact(
     inputs = collect_inputs(paths, glob=glob)
     batch = _batch_mode(paths, inputs, output, out_dir, in_place)
     ropts = read_options(skip_invalid, max_line_mb)
-    if report is not None and not dry_run:
+    if report is not None:
         outs = (
-            [output]
-            if not batch
-            else [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs]
+            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs] if batch else [output]
         )
-        _check_report(report, inputs=tuple(i.path for i in inputs), outputs=outs)
+        _check_report(report, inputs=tuple(i.path for i in inputs), outputs=[] if dry_run else outs)
     if not batch:
         job = CompactJob(
             inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run, index=not no_index

@@ -445,6 +445,18 @@ def test_report_onto_the_output_is_refused(capsys: pytest.CaptureFixture[str], t
     assert not out.exists()
 
 
+def test_report_onto_a_batch_output_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.jsonl").write_bytes(CHAT.read_bytes())
+    out = tmp_path / "out"
+    code, _, err = run(
+        capsys, "compact", str(tmp_path / "in"), "--out-dir", str(out), "--report", str(out / "x.jsonl")
+    )
+    assert code == ExitCode.USAGE, err
+    assert "--report" in err
+    assert not out.exists()
+
+
 def test_report_onto_an_input_is_refused_before_any_output(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
