@@ -469,6 +469,17 @@ def test_report_onto_an_input_is_refused_before_any_output(
     assert src.read_bytes() == CHAT.read_bytes()
 
 
+def test_an_output_that_cannot_be_written_fails_before_the_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    archive = tmp_path / "archive"
+    code, _, err = run(
+        capsys, "compact", str(CHAT), "-o", str(tmp_path / "missing" / "x.jsonl"), "--archive", str(archive)
+    )
+    assert code == ExitCode.OUTPUT, err
+    assert not archive.exists()  # nothing archived for a run that could never write its output
+
+
 @pytest.mark.parametrize("existing", [False, True])
 def test_an_unwritable_manifest_leaves_no_output(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, existing: bool

@@ -18,7 +18,7 @@ from ctxc.analysis import load_counted, make_counter
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.output import atomic_output, envelope
+from ctxc.output import atomic_output, check_output, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.tokens import counting_processes
 
@@ -116,6 +116,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
+    if not job.dry_run and not job.make_dirs:  # a bad -o fails now, not after the work
+        check_output(job.output, inputs=() if job.in_place else (job.path,))
     name, data = read_all(job.path)
     opts = job.options
     counter = make_counter(
