@@ -407,7 +407,6 @@ def compact(
     """Write a compacted transcript in the format it was read, archiving the original first."""
     from ctxc.analysis import check_thresholds
     from ctxc.compaction.run import CompactOptions
-    from ctxc.output import atomic_output, dumps
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)
@@ -452,15 +451,20 @@ def compact(
         _check_report(report, inputs=tuple(i.path for i in inputs), outputs=[] if dry_run else outs)
     if not batch:
         job = CompactJob(
-            inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run, index=not no_index
+            inputs[0].path,
+            output,
+            options,
+            archive,
+            input_format,
+            ropts,
+            dry_run=dry_run,
+            index=not no_index,
+            report=report,
         )
         doc = compact_file(job)
         if dry_run:
             _emit_plan(doc)
             return
-        if report:
-            with atomic_output(report, inputs=(doc["run"]["input_path"],)) as handle:
-                handle.write(dumps(doc))
         if not quiet:
             _summary_line(doc)
         return

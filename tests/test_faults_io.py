@@ -155,6 +155,16 @@ def test_an_output_file_on_a_full_disk_fails_and_leaves_nothing(
     assert left_behind(small_disk) == []
 
 
+def test_a_report_that_cannot_be_written_leaves_no_output(small_disk: Path, tmp_path: Path) -> None:
+    fill(small_disk)
+    out = tmp_path / "out.jsonl"
+    done = ctxc("compact", str(CHAT), "-o", str(out), "--report", str(small_disk / "r.json"), tmp=tmp_path)
+    assert done.returncode == ExitCode.OUTPUT
+    one_line(done.stderr, "r.json", "No space left on device")
+    assert not out.exists()
+    assert left_behind(small_disk) == []
+
+
 NO_ROOM_COMMANDS = [
     ("analyze", str(SAMPLE), "-f", "json"),
     ("analyze", str(SAMPLE), "-f", "csv"),

@@ -18,7 +18,7 @@ from ctxc.analysis import load_counted, make_counter
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.output import atomic_output, check_output, envelope
+from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.tokens import counting_processes
 
@@ -40,6 +40,8 @@ class CompactJob:
     make_dirs: bool = False
     #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
     index: bool = True
+    #: Write the run's report here (one file's ``--report``), before the output takes its name.
+    report: str | None = None
 
 
 def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
@@ -149,6 +151,9 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
 
     def record() -> None:
         recorded.append(store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)}))
+        if job.report is not None:  # a report that cannot be written fails the run: no output either
+            with atomic_output(job.report, inputs=(name,)) as handle:
+                handle.write(dumps({**doc, "run": recorded[0]}))
 
     # In place is the one write allowed onto an input, and only because the original is archived. The
     # run is recorded before the output takes its place: no output exists that the manifest does not
