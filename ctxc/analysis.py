@@ -13,9 +13,10 @@ import os
 from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
+from ctxc.live import LiveContext, is_sidechain, last_resets
 from ctxc.model import Boundary, Message, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.system import gc_paused
@@ -82,6 +83,8 @@ class MessageStat(NamedTuple):
     share: float
     stage: int
     conversation: int = 0
+    #: In the live context (after the log's own last compaction, not a sidechain run).
+    live: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,22 @@ class Analysis:
     forecast: tuple[Any, ...] = ()
     #: With ``--tokenizer anthropic``: (Claude's total, o200k's total, their ratio) on the same file.
     versus_o200k: tuple[int, int, float | None] | None = None
+    #: Where the window came from: ``flag``, ``log``, ``log model`` or ``default``.
+    window_source: str = "flag"
+    #: The live context's start: the line of the log's own last compaction, None when it has none.
+    live_from_line: int | None = None
+    #: Messages and tokens the client no longer sends: before the log's own compaction, and subagent
+    #: runs written inline (sidechains).
+    history_messages: int = 0
+    history_tokens: int = 0
+    side_messages: int = 0
+    side_tokens: int = 0
+    #: Tokens of what the log's compaction record itself carries into the live context.
+    carried_tokens: int = 0
+
+    @property
+    def live_messages(self) -> int:
+        return sum(1 for m in self.messages if m.live)
 
     @property
     def share(self) -> float:
@@ -214,6 +233,12 @@ class Scan:
     boundaries: tuple[Boundary, ...]
     problems: tuple[Problem, ...]
     skipped_lines: int
+    #: Conversations that are subagent runs written inline (not the log's own thread).
+    sidechains: tuple[int, ...] = ()
+
+    @property
+    def live(self) -> LiveContext:
+        return LiveContext(resets=last_resets(self.boundaries), side=frozenset(self.sidechains))
 
 
 def analyze(
@@ -234,7 +259,7 @@ def analyze(
     A file path is analyzed once per content: the scan is cached by the file's content hash (with the
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
-    from ctxc.profiles import resolve_window
+    from ctxc.profiles import resolve_window, window_for_log
 
     if tokenizer == "usage" or getattr(counter, "name", None) == "usage":  # recorded usage, no counting
         from ctxc.usage_scan import analyze_usage
@@ -243,7 +268,8 @@ def analyze(
             src, window=window, model=model, thresholds=thresholds, input_format=input_format, options=options
         )
     th = check_thresholds(thresholds)
-    win, model_name = resolve_window(model=model, window=window)
+    if window is not None or model is not None:
+        resolve_window(model=model, window=window)  # a bad flag fails before any reading
     if counter is None:
         counter = make_counter(tokenizer, use_cache=use_cache, model=model)
     scan = None
@@ -254,17 +280,16 @@ def analyze(
 
         key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
         scan = load_scan(key, str(src)) if key else None
-    if scan is not None:
-        return finish(scan, window=win, model=model_name, thresholds=th, top=top)
-    # Tallied as the counts arrive, while the counting processes make the next ones: when the last
-    # count is in, the analysis is all but done.
-    tally = _Tally(win, th, top)
-    scan = scan_file(src, counter, input_format=input_format, options=options, on_rows=tally.add)
-    if key:
-        from ctxc.scancache import store_scan
+    if scan is None:
+        scan = scan_file(src, counter, input_format=input_format, options=options)
+        if key:
+            from ctxc.scancache import store_scan
 
-        store_scan(key, scan)
-    return tally.analysis(scan, model=model_name)
+            store_scan(key, scan)
+    choice = window_for_log(model=model, window=window, usage=scan.usage)
+    return finish(
+        scan, window=choice.window, model=choice.model, thresholds=th, top=top, source=choice.source
+    )
 
 
 def _caches(counter: TextCounter) -> bool:
@@ -278,14 +303,12 @@ def scan_file(
     *,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
-    on_rows: Callable[[list[Row]], None] | None = None,
 ) -> Scan:
-    """Read and count a file, streaming: only small per-message facts are kept. ``on_rows`` is given
-    each batch's rows as its counts arrive."""
+    """Read and count a file, streaming: only small per-message facts are kept."""
     from ctxc.tokens import counting_processes
 
     with counting_processes(counter, _size_of(src)):
-        return _scan(src, counter, input_format=input_format, options=options, on_rows=on_rows)
+        return _scan(src, counter, input_format=input_format, options=options)
 
 
 def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
@@ -305,7 +328,6 @@ def _scan(
     *,
     input_format: str | None,
     options: ReadOptions,
-    on_rows: Callable[[list[Row]], None] | None = None,
 ) -> Scan:
     # Imported here: `--tokenizer usage` and cached scans never read a transcript in full.
     from ctxc.formats import open_stream
@@ -313,25 +335,21 @@ def _scan(
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []
     rows: list[Row] = []
+    sidechains: set[int] = set()
     pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
     inflight = _InFlight(counter)
-
-    def counted(done: list[Message], counts: list[int]) -> None:
-        new = list(_rows(done, counts))
-        rows.extend(new)
-        if on_rows is not None:
-            on_rows(new)
-
     try:
         with gc_paused():
             for batch in _batches(stream.items, side):
                 for done, counts in inflight.add(batch):
-                    counted(done, counts)
+                    rows.extend(_rows(done, counts))
                 for m in batch:
                     pairing.add(m)
+                    if m.conversation and is_sidechain(m):
+                        sidechains.add(m.conversation)
             problems = tuple(pairing.problems())  # while the last counts are made
             for done, counts in inflight.drain():
-                counted(done, counts)
+                rows.extend(_rows(done, counts))
     finally:
         stream.close()
     return Scan(
@@ -340,9 +358,15 @@ def _scan(
         tokenizer=counter.name,
         rows=tuple(rows),
         usage=tuple(i for i in side if isinstance(i, Usage)),
-        boundaries=tuple(i for i in side if isinstance(i, Boundary)),
+        # A scan keeps what the carried messages cost, not the messages.
+        boundaries=tuple(
+            replace(i, carried=(), carried_tokens=sum(count_messages(i.carried, counter))) if i.carried else i
+            for i in side
+            if isinstance(i, Boundary)
+        ),
         problems=problems,
         skipped_lines=len(stream.invalid_lines),
+        sidechains=tuple(sorted(sidechains)),
     )
 
 
@@ -396,75 +420,88 @@ def finish(
     model: str | None,
     thresholds: tuple[float, float, float, float],
     top: int = 10,
+    source: str = "flag",
 ) -> Analysis:
-    """Apply a window and thresholds to a scan: cumulative tokens, shares, stages, totals."""
-    tally = _Tally(window, thresholds, top)
-    tally.add(scan.rows)
-    return tally.analysis(scan, model=model)
-
-
-class _Tally:
-    """What a window and thresholds make of a scan's rows (:func:`finish`), added up as rows come."""
-
-    def __init__(self, window: int, thresholds: tuple[float, float, float, float], top: int) -> None:
-        self.window = window
-        self.thresholds = thresholds
-        self.top = top
-        self.stats: list[MessageStat] = []
-        self.cumulative: dict[int, int] = {}  # by conversation
-        self.by_role: Counter[str] = Counter()
-        self.by_kind: Counter[str] = Counter()
-        self.by_tool: Counter[str] = Counter()
-        # The `top` largest messages so far, smallest first: (tokens, -index, -order, stat), so that
-        # ties go to the earlier message, as a stable sort would have it.
-        self.largest: list[tuple[int, int, int, MessageStat]] = []
-
-    def add(self, rows: Iterable[Row]) -> None:
-        # Once per message of a file, on every run (a cached one is mostly this): names held locally.
-        window, thresholds, top, stats = self.window, self.thresholds, self.top, self.stats
-        cumulative, largest = self.cumulative, self.largest
-        by_role, by_kind, by_tool = self.by_role, self.by_kind, self.by_tool
-        new_stat, append, stage_of = MessageStat, stats.append, stage_for
-        for index, line, role, kind, tool, tokens, conv in rows:
-            cum = cumulative.get(conv, 0) + tokens
-            cumulative[conv] = cum
-            share = cum / window
-            stat = new_stat(
-                index, line, role, kind, tool, tokens, cum, share, stage_of(share, thresholds), conv
+    """Apply a window and thresholds to a scan: the live context's cumulative tokens, shares, stages
+    and totals, with what the client no longer sends counted apart."""
+    live = scan.live
+    stats: list[MessageStat] = []
+    running: dict[int, int] = {}  # context so far, by conversation
+    resets = sorted((b for b in scan.boundaries if b.resets), key=lambda b: b.index)
+    pending = 0
+    by_role: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    by_tool: Counter[str] = Counter()
+    history = [0, 0]
+    side = [0, 0]
+    for index, line, role, kind, tool, tokens, conv in scan.rows:
+        while pending < len(resets) and resets[pending].index <= index:
+            reset = resets[pending]
+            kept = sum(
+                s.tokens
+                for s in stats
+                if s.conversation == reset.conversation
+                and reset.kept_from is not None
+                and s.index >= reset.kept_from
             )
-            if len(largest) < top:
-                heapq.heappush(largest, (tokens, -index, -len(stats), stat))
-            elif top > 0 and tokens >= largest[0][0] and (tokens, -index, -len(stats)) > largest[0][:3]:
-                heapq.heapreplace(largest, (tokens, -index, -len(stats), stat))
-            append(stat)
+            running[reset.conversation] = reset.carried_tokens + kept
+            pending += 1
+        is_live = live.is_live(index, conv)
+        cum = running.get(conv, 0) + tokens
+        running[conv] = cum
+        share = cum / window
+        stats.append(
+            MessageStat(
+                index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv, is_live
+            )
+        )
+        if is_live:
             by_role[role] += tokens
             by_kind[kind] += tokens
             if tool:
                 by_tool[tool] += tokens
-
-    def analysis(self, scan: Scan, *, model: str | None) -> Analysis:
-        max_context = max(self.cumulative.values(), default=0)
-        return Analysis(
-            path=scan.path,
-            format=scan.format,
-            tokenizer=scan.tokenizer,
-            window=self.window,
-            model=model,
-            thresholds=self.thresholds,
-            total_tokens=sum(self.cumulative.values()),
-            stage=stage_for(max_context / self.window, self.thresholds),
-            conversations=len(self.cumulative) or 1,
-            messages=tuple(self.stats),
-            by_role=dict(self.by_role.most_common()),
-            by_kind=dict(self.by_kind.most_common()),
-            by_tool=dict(self.by_tool.most_common()),
-            largest=tuple(entry[3] for entry in sorted(self.largest, reverse=True)),
-            usage=summarize_usage(scan.usage),
-            boundaries=scan.boundaries,
-            problems=scan.problems,
-            skipped_lines=scan.skipped_lines,
-            max_context=max_context,
-        )
+        else:
+            tally = side if conv in live.side else history
+            tally[0] += 1
+            tally[1] += tokens
+    # A reset after the last message (a log that ends at its compaction) still starts a new context.
+    for reset in resets[pending:]:
+        running[reset.conversation] = reset.carried_tokens
+    carried = sum(b.carried_tokens for b in live.resets.values())
+    contexts = {c: t for c, t in running.items() if c not in live.side} or {0: 0}
+    max_context = max(contexts.values())
+    live_stats = [s for s in stats if s.live]
+    # Ties go to the earlier message, as a stable sort has it.
+    largest = heapq.nlargest(top, live_stats, key=lambda s: (s.tokens, -s.index)) if top > 0 else []
+    boundary = live.boundary
+    return Analysis(
+        path=scan.path,
+        format=scan.format,
+        tokenizer=scan.tokenizer,
+        window=window,
+        model=model,
+        thresholds=thresholds,
+        total_tokens=sum(contexts.values()),
+        stage=stage_for(max_context / window, thresholds),
+        conversations=len({s.conversation for s in stats}) or 1,
+        messages=tuple(stats),
+        by_role=dict(by_role.most_common()),
+        by_kind=dict(by_kind.most_common()),
+        by_tool=dict(by_tool.most_common()),
+        largest=tuple(largest),
+        usage=summarize_usage(scan.usage),
+        boundaries=scan.boundaries,
+        problems=scan.problems,
+        skipped_lines=scan.skipped_lines,
+        max_context=max_context,
+        window_source=source,
+        live_from_line=boundary.line if boundary is not None else None,
+        history_messages=history[0],
+        history_tokens=history[1],
+        side_messages=side[0],
+        side_tokens=side[1],
+        carried_tokens=carried,
+    )
 
 
 def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:

@@ -5,6 +5,12 @@ Layout under the archive root (``--archive``, ``$CTXC_ARCHIVE``, default ``./.ct
     objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
     manifest.jsonl            one line per run: what was read, what was written, with which options
     manifest.lock             taken (flock) while appending, so concurrent runs never interleave lines
+    search.sqlite             the search index (derived; ``ctxc search --reindex`` rebuilds it)
+
+Originals hold whatever the transcripts held, API keys included, so the archive is private whatever
+the umask: directories ctxc creates in it are 0700 and every file it creates 0600 (the objects
+folder, the manifest and the index are tightened to that if an older ctxc left them open). The root
+itself is tightened only when ctxc creates it: an existing folder given as ``--archive`` keeps its mode.
 
 Objects are content-addressed and written by temp file + rename, so two processes storing the same
 original at once both succeed and leave one intact copy. The archive id users see is the sha256 hex
@@ -14,15 +20,18 @@ original at once both succeed and leave one intact copy. The archive id users se
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import os
 import re
+import secrets
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import orjson
 
@@ -54,8 +63,140 @@ def citation(archive_id: str, first: int | None = None, last: int | None = None)
     short = archive_id[:MIN_PREFIX]
     if first is None:
         return f"ctxc archive {short}"
+    # Below 0: messages a log's compaction record carries, copies of its history from message 0 on.
+    first, last = max(first, 0), None if last is None else max(last, 0)
     span = f"{first}" if last is None or last == first else f"{first}-{last}"
     return f"ctxc archive {short} messages {span}"
+
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents mode 0700, whatever the umask (``mkdir(parents=True)``
+    would give the parents the umask's mode)."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            d.mkdir(mode=PRIVATE_DIR)
+    return path
+
+
+def tighten(path: Path, mode: int) -> None:
+    """Take group and other permissions off ``path`` if it has any (best effort: a file someone else
+    owns is left as it is)."""
+    with contextlib.suppress(OSError):
+        if stat.S_IMODE(path.stat().st_mode) & ~mode:
+            path.chmod(mode)
+
+
+def open_private(path: Path, mode: str = "ab") -> BinaryIO:
+    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), created 0600
+    whatever the umask, and tightened to 0600 if it exists with more."""
+    flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
+    fd = os.open(path, flags, PRIVATE_FILE)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & ~PRIVATE_FILE:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, PRIVATE_FILE)
+        return cast(BinaryIO, os.fdopen(fd, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` empty and 0600 if it is missing, else tighten it to 0600: for files another
+    library creates (SQLite gives its ``-wal`` and ``-shm`` files the mode of the database file)."""
+    open_private(path).close()
+    for extra in ("-wal", "-shm", "-journal"):
+        tighten(path.with_name(path.name + extra), PRIVATE_FILE)
+    return path
+
+
+#: Temp files of stores in progress are ``.tmp-<pid>-<random>`` beside their object.
+TMP_PREFIX = ".tmp-"
+#: A temp file without a pid in its name (ctxc before December 2026) older than this is a leftover.
+_LEGACY_TMP_AGE = 3600.0
+#: (pid, archive root) pairs whose objects folder was prepared (see ``Archive._prepare``).
+_prepared: set[tuple[int, str]] = set()
+#: Objects stored inside :func:`discard_new_objects_on_failure` (in this thread or task), or None.
+_created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ctxc_created", default=None)
+
+
+def _write_object(directory: Path, target: Path, data: bytes, *, sync: bool) -> None:
+    """Write through a temp file named by this pid and a rename: readers see the whole object or none."""
+    tmp = directory / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def sweep_dead_temps(objects: Path) -> list[Path]:
+    """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
+    from ctxc.output import _pid_alive  # the same test as for output temp files
+
+    removed: list[Path] = []
+    now = time.time()
+    with contextlib.suppress(OSError):
+        with os.scandir(objects) as found:
+            buckets = [e for e in found if e.is_dir(follow_symlinks=False)]
+        for bucket in buckets:
+            with os.scandir(bucket.path) as entries:
+                temps = [e for e in entries if e.name.startswith(TMP_PREFIX)]
+            for entry in temps:
+                pid, sep, _ = entry.name[len(TMP_PREFIX) :].partition("-")
+                dead = False
+                if sep and pid.isdigit():
+                    dead = int(pid) != os.getpid() and not _pid_alive(int(pid))
+                else:
+                    with contextlib.suppress(OSError):
+                        dead = now - entry.stat(follow_symlinks=False).st_mtime > _LEGACY_TMP_AGE
+                if dead:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def discard_new_objects_on_failure() -> Iterator[list[Path]]:
+    """Remove the objects stored in the body (by this thread) if it raises.
+
+    A run that fails (its original could not be stored on a full disk, its output over the target)
+    writes no output and no manifest line, so the outputs it offloaded meanwhile would be orphans.
+    Objects that were already there are not touched. Nested, the outer one takes over what the inner
+    one stored once the inner body succeeds.
+    """
+    outer = _created.get()
+    created: list[Path] = []
+    token = _created.set(created)
+    try:
+        yield created
+    except BaseException:
+        for path in created:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    else:
+        if outer is not None:
+            outer.extend(created)
+    finally:
+        _created.reset(token)
 
 
 @contextlib.contextmanager
@@ -63,8 +204,8 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created if need be): one holder at a time, across
     processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held.
     Without ``wait``, yields False at once, holding nothing, if another process holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as lock:
+    private_dir(path.parent)
+    with open_private(path, "a+b") as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -105,15 +246,28 @@ class Archive:
         path = self.object_path(digest)
         if path.exists() and path.stat().st_size == len(data):
             return digest
-        from ctxc.output import write_atomic
-
         try:
-            write_atomic(path, data, sync=sync)
+            self._prepare()
+            _write_object(private_dir(path.parent), path, data, sync=sync)
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
             ) from exc
+        created = _created.get()
+        if created is not None:
+            created.append(path)
         return digest
+
+    def _prepare(self) -> None:
+        """Once per process and archive, before the first store: the objects folder private, and
+        the temp files of stores killed mid-write (``SIGKILL`` skips every cleanup) removed."""
+        key = (os.getpid(), str(self.root))
+        if key in _prepared:
+            return
+        objects = private_dir(self.root / "objects")
+        tighten(objects, PRIVATE_DIR)
+        sweep_dead_temps(objects)
+        _prepared.add(key)
 
     def path_of(self, ref: str) -> Path:
         """The file of an object, given its id or a unique prefix of at least 12 hex characters."""
@@ -167,7 +321,7 @@ class Archive:
         }
         line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
         try:
-            with self._locked(), open(self.root / "manifest.jsonl", "ab") as handle:
+            with self._locked(), open_private(self.root / "manifest.jsonl") as handle:
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -397,7 +397,9 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        with self._locked(), open(self.path, "ab") as handle:
+        from ctxc.archive import open_private
+
+        with self._locked(), open_private(self.path) as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, analyze, check_thresholds
@@ -41,11 +41,25 @@ class Budget:
     #: What the user asked for: a share of the window (``--max-usage``) or tokens (``--max-tokens``).
     max_usage: float | None = None
     max_tokens: int | None = None
+    warn_usage: float = DEFAULT_WARN_USAGE
+    #: Neither --model nor --window given: each file is measured against the window its log records.
+    from_log: bool = False
 
     def describe(self) -> str:
         """``160,000 tokens (80% of the 200,000 window of claude-sonnet-4-5)``."""
+        if self.from_log and self.max_usage is not None:
+            return (
+                f"{self.max_usage:.0%} of each log's window (the default {self.window:,} when none is known)"
+            )
         of = f"the {self.window:,} window" + (f" of {self.model}" if self.model else "")
         return f"{self.limit:,} tokens ({self.limit / self.window:.0%} of {of})"
+
+    def at(self, window: int, model: str | None) -> Budget:
+        """This budget for a log measured against ``window``."""
+        limit = self.max_tokens if self.max_tokens is not None else round((self.max_usage or 0) * window)
+        return replace(
+            self, limit=max(limit, 1), warn_at=round(self.warn_usage * window), window=window, model=model
+        )
 
 
 def resolve_budget(
@@ -76,6 +90,8 @@ def resolve_budget(
         model=model_name,
         max_usage=max_usage,
         max_tokens=max_tokens,
+        warn_usage=warn_usage,
+        from_log=model is None and window is None,
     )
 
 
@@ -98,6 +114,8 @@ class FileCheck:
     line: int | None = None
     error: str | None = None
     exit_code: int = 0
+    #: The budget applied to this file (its log's window, unless --model or --window was given).
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +148,8 @@ class CheckReport:
 
 def verdict(a: Analysis, budget: Budget, *, line_over: int | None, line_near: int | None) -> FileCheck:
     """The verdict on an analysis, given the lines where the budget and warning levels were crossed."""
+    if budget.from_log:
+        budget = budget.at(a.window, a.model)
     tokens = a.max_context
     if tokens > budget.limit:
         status: Status = "over"
@@ -147,12 +167,13 @@ def verdict(a: Analysis, budget: Budget, *, line_over: int | None, line_near: in
         stage=a.stage,
         over_by=max(tokens - budget.limit, 0),
         line=line,
+        budget=budget,
     )
 
 
 def _first_line_over(a: Analysis, limit: int) -> int | None:
     """The source line of the first message whose conversation's running total passed ``limit``."""
-    return next((s.line for s in a.messages if s.cumulative > limit and s.line), None)
+    return next((s.line for s in a.messages if s.live and s.cumulative > limit and s.line), None)
 
 
 def check_file(
@@ -169,34 +190,35 @@ def check_file(
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
     from ctxc.usage_scan import USAGE_TOKENIZER, crossing_line, scan_usage, usage_analysis
 
+    window, model = (None, None) if budget.from_log else (budget.window, budget.model)
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
-        a = usage_analysis(
-            scan, window=budget.window, model=budget.model, thresholds=check_thresholds(thresholds)
-        )
+        a = usage_analysis(scan, window=window, model=model, thresholds=check_thresholds(thresholds))
+        applied = budget.at(a.window, a.model) if budget.from_log else budget
         return verdict(
             a,
-            budget,
-            line_over=crossing_line(scan, budget.limit),
-            line_near=crossing_line(scan, budget.warn_at - 1),
+            applied,
+            line_over=crossing_line(scan, applied.limit),
+            line_near=crossing_line(scan, applied.warn_at - 1),
         )
     a = analyze(
         path,
         counter=counter,
         tokenizer=tokenizer,
-        window=budget.window,
-        model=budget.model,
+        window=window,
+        model=model,
         thresholds=thresholds,
         input_format=input_format,
         options=options,
         top=0,
         use_cache=use_cache,
     )
+    applied = budget.at(a.window, a.model) if budget.from_log else budget
     return verdict(
         a,
-        budget,
-        line_over=_first_line_over(a, budget.limit),
-        line_near=_first_line_over(a, budget.warn_at - 1),
+        applied,
+        line_over=_first_line_over(a, applied.limit),
+        line_near=_first_line_over(a, applied.warn_at - 1),
     )
 
 
@@ -304,6 +326,8 @@ def report_to_json(report: CheckReport) -> dict[str, Any]:
                 "stage": f.stage,
                 "over_by": f.over_by,
                 "line": f.line,
+                "window": f.budget.window if f.budget else None,
+                "limit": f.budget.limit if f.budget else None,
                 "error": f.error,
                 "exit_code": f.exit_code or None,
             }
@@ -324,6 +348,7 @@ def message(f: FileCheck, budget: Budget) -> str:
     """One sentence on a verdict, for people (table) and for annotations (GitHub)."""
     if f.status == "error":
         return f.error or "could not be read"
+    budget = f.budget or budget
     figures = _figures(f, budget)
     if f.status == "over":
         pct = f.over_by / budget.limit

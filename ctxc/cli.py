@@ -41,6 +41,7 @@ from ctxc.cliutil import (
     stdout_console,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
+from ctxc.terminal import visible
 
 app = typer.Typer(
     name="ctxc",
@@ -874,7 +875,7 @@ def main(argv: list[str] | None = None) -> None:
         if callable(show):
             show()
         else:
-            sys.stderr.write(f"ctxc: error: {exc}\n")
+            sys.stderr.write(visible(f"ctxc: error: {exc}") + "\n")
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()

@@ -32,27 +32,31 @@ def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
 
 
 def stderr_console() -> Any:
-    from rich.console import Console
+    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
+    from ctxc.terminal import visible_console
 
-    return Console(stderr=True, highlight=False)
+    return visible_console(stderr=True, highlight=False)
 
 
 def cells(*values: str) -> list[Any]:
     """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
     data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
-    Text cells also lay out about 2x quicker."""
+    Text cells also lay out about 2x quicker. Control characters are shown as escapes before layout,
+    so the columns stay aligned."""
     from rich.text import Text
 
-    return [Text(v) for v in values]
+    from ctxc.terminal import visible
+
+    return [Text(visible(v)) for v in values]
 
 
 def stdout_console() -> Any:
-    from rich.console import Console
-
+    """The console of tables and other human-readable output (control characters shown, never obeyed)."""
     from ctxc.output import StdoutText
+    from ctxc.terminal import visible_console
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
-    return Console(file=cast(IO[str], StdoutText()), highlight=False)
+    return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
 
 
 def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:

@@ -72,13 +72,22 @@ class _Turn:
         return any(isinstance(b, ToolUseBlock) for b in self.blocks)
 
 
+def _said(block: Block) -> Block:
+    """A terminal call (it ended the run; no result follows) as the text it says: in a chat API a call
+    must be answered, and the agent's own client sends such a call as assistant text."""
+    if isinstance(block, ToolUseBlock) and block.terminal:
+        args = "" if block.input in ({}, None, "") else f" {dumps_compact(block.input)}"
+        return TextBlock(f"[{block.name}]{args}")
+    return block
+
+
 def _plan(messages: Iterable[Message]) -> list[_Turn]:
     turns: list[_Turn] = []
     call_turn: dict[str, _Turn] = {}
     for message in messages:
         source_role = message.meta.get("source_role")
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
-        rest = [b for b in message.blocks if not isinstance(b, ToolResultBlock)]
+        rest = [_said(b) for b in message.blocks if not isinstance(b, ToolResultBlock)]
         for result in results:
             owner = call_turn.get(result.tool_use_id)
             if owner is not None:

@@ -36,10 +36,14 @@ class ThinkingBlock:
 
 @dataclass(frozen=True, slots=True)
 class ToolUseBlock:
+    """A tool call. ``terminal``: the format's adapter says this call ends the agent's run (OpenHands
+    ``finish``), so no result is awaited and none is missing; pairing checks and repair skip it."""
+
     id: str
     name: str
     input: Any
     raw: Any = None
+    terminal: bool = False
     kind: ClassVar[str] = "tool_use"
 
 
@@ -98,6 +102,8 @@ class Usage:
     cache_write: int = 0
     line: int = 0
     window: int | None = None
+    #: The model the call was made with, when the log names it.
+    model: str | None = None
 
     @property
     def context(self) -> int:
@@ -106,12 +112,25 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Boundary:
-    """A compaction the log already records (Claude Code compact_boundary, Codex compacted, ...)."""
+    """A compaction the log already records (Claude Code compact_boundary, Codex compacted, ...).
+
+    A boundary that ``resets`` is one the client resumes from: it sends nothing read before it, except
+    the messages from index ``kept_from`` on (pi keeps a recent tail) and the ``carried`` messages the
+    compaction record itself holds (Codex's ``replacement_history``, pi's summary), which belong to no
+    record of their own. ``index`` is the index of the first message read after it, in ``conversation``.
+    """
 
     kind: str
     line: int
     trigger: str | None = None
     pre_tokens: int | None = None
+    resets: bool = False
+    index: int = 0
+    conversation: int = 0
+    kept_from: int | None = None
+    carried: tuple[Message, ...] = field(default=(), compare=False, repr=False)
+    #: What the carried messages cost, once counted (a cached scan keeps this, not the messages).
+    carried_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +145,12 @@ class Record:
 
     def to_bytes(self) -> bytes:
         return self.raw + self.eol
+
+
+#: ``Message.meta`` key: the tool ids of the message that its reader made up because the file gave a
+#: call or result none (null or absent) where the API needs one. Writers leave these ids out, as read;
+#: ``validate`` reports them and ``repair`` drops the key, so that the made-up ids are written.
+MISSING_IDS = "missing_ids"
 
 
 @dataclass(frozen=True, slots=True)

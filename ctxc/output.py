@@ -27,6 +27,9 @@ from ctxc import __version__
 from ctxc.errors import OutputError
 
 SCHEMA_VERSION = 1
+#: Commands whose documents changed meaning since version 1: analyze and check measure the live
+#: context (after the log's own compaction), no longer the whole file.
+_SCHEMA_VERSIONS = {"analyze": 2, "check": 2}
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
@@ -50,7 +53,8 @@ def write_atomic(target: Path, data: bytes, *, sync: bool = True) -> None:
 
 
 def envelope(command: str, **payload: Any) -> dict[str, Any]:
-    return {"schema": f"ctxc.{command}/{SCHEMA_VERSION}", "ctxc_version": __version__, **payload}
+    version = _SCHEMA_VERSIONS.get(command, SCHEMA_VERSION)
+    return {"schema": f"ctxc.{command}/{version}", "ctxc_version": __version__, **payload}
 
 
 def dumps(doc: Any) -> bytes:

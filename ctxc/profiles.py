@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxc.errors import UsageError
+from ctxc.model import Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,4 +162,42 @@ def resolve_window(*, model: str | None = None, window: int | None = None) -> tu
     return (window if window is not None else profile.window), profile.name
 
 
-__all__ = ["DEFAULT_MODEL", "PROFILES", "ModelProfile", "find_profile", "get_profile", "resolve_window"]
+@dataclass(frozen=True, slots=True)
+class WindowChoice:
+    """The window a log is measured against, the model it belongs to, and where it came from:
+    ``flag`` (--window/--model), ``log`` (the window the log records), ``log model`` (the profile of the
+    model the log records) or ``default``."""
+
+    window: int
+    model: str | None
+    source: str
+
+
+def window_for_log(
+    *, model: str | None = None, window: int | None = None, usage: Sequence[Usage] = ()
+) -> WindowChoice:
+    """:func:`resolve_window`, but with neither flag given, the model and window the log records."""
+    if model is not None or window is not None:
+        win, name = resolve_window(model=model, window=window)
+        return WindowChoice(win, name, "flag")
+    recorded_window = next((u.window for u in reversed(usage) if u.window), None)
+    recorded_model = next((u.model for u in reversed(usage) if u.model), None)
+    if recorded_window is not None:
+        return WindowChoice(recorded_window, recorded_model, "log")
+    profile = find_profile(recorded_model) if recorded_model else None
+    if profile is not None:
+        return WindowChoice(profile.window, recorded_model, "log model")
+    win, name = resolve_window()
+    return WindowChoice(win, name, "default")
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PROFILES",
+    "ModelProfile",
+    "WindowChoice",
+    "find_profile",
+    "get_profile",
+    "resolve_window",
+    "window_for_log",
+]

@@ -18,6 +18,7 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         "tokenizer": a.tokenizer,
         "model": a.model,
         "window": a.window,
+        "window_source": a.window_source,
         "thresholds": list(a.thresholds),
         "total_tokens": a.total_tokens,
         "context_tokens": a.max_context,
@@ -25,13 +26,31 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         "stage": a.stage,
         "stage_name": STAGE_NAMES[a.stage],
         "conversations": a.conversations,
-        "message_count": len(a.messages),
+        "message_count": a.live_messages,
+        "live_context": {
+            "from_line": a.live_from_line,
+            "messages": a.live_messages,
+            "tokens": a.total_tokens,
+            "carried_tokens": a.carried_tokens,
+        },
+        "history": {"messages": a.history_messages, "tokens": a.history_tokens},
+        "sidechains": {"messages": a.side_messages, "tokens": a.side_tokens},
         "by_role": a.by_role,
         "by_kind": a.by_kind,
         "by_tool": a.by_tool,
         "largest": [_stat(s) for s in a.largest],
         "recorded_usage": asdict(a.usage) if a.usage else None,
-        "boundaries": [asdict(b) for b in a.boundaries],
+        "boundaries": [
+            {
+                "kind": b.kind,
+                "line": b.line,
+                "trigger": b.trigger,
+                "pre_tokens": b.pre_tokens,
+                "resets": b.resets,
+                "carried_tokens": b.carried_tokens,
+            }
+            for b in a.boundaries
+        ],
         "problems": [
             {"code": p.code, "line": p.line, "index": p.index, "tool_id": p.tool_id, "message": p.message}
             for p in a.problems
@@ -68,6 +87,7 @@ def _stat(s: MessageStat) -> dict[str, Any]:
         "cumulative": s.cumulative,
         "share": round(s.share, 6),
         "stage": s.stage,
+        "live": s.live,
     }
 
 
@@ -124,7 +144,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     out: list[Any] = []
     head = Text()
     head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  {len(a.messages)} messages")
+    head.append(f"  {a.format}  ·  {a.live_messages} messages in context")
     if a.conversations > 1:
         head.append(f" in {a.conversations} conversations")
     head.append(f"  ·  {a.tokenizer}")
@@ -132,12 +152,13 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
     line = Text()
     line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
+    line.append(f" of a {a.window:,} window" + (f" ({a.model}" if a.model else " (") + _source(a) + ")")
     line.append(f"  {_pct(a.share)}  ")
     line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
     if a.conversations > 1:
         line.append(f"  (largest conversation; {a.total_tokens:,} tokens in all)")
     out.append(line)
+    out.extend(_apart_lines(a))
 
     totals = Table(title=None, show_edge=False, pad_edge=False, box=None)
     totals.add_column("by role", style="bold")
@@ -212,11 +233,44 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             fc.add_row(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}")
         out.append(fc)
     if a.problems:
+        from ctxc.terminal import visible
+
         t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
-        t.append("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else ""))
+        t.append(visible("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")))
         out.append(t)
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))
+    return out
+
+
+def _source(a: Analysis) -> str:
+    return {
+        "log": ", recorded in the log",
+        "log model": ", the log's model",
+        "default": "; no model in the log: the default",
+    }.get(a.window_source, "")
+
+
+def _apart_lines(a: Analysis) -> list[Any]:
+    """What the client no longer sends: the history before the log's own compaction, and sidechains."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    if a.live_from_line is not None:
+        text = (
+            f"{a.history_messages:,} messages, {a.history_tokens:,} tokens before the log's own compaction "
+            f"at line {a.live_from_line}; not in context"
+        )
+        if a.carried_tokens:
+            text += f" (its record carries {a.carried_tokens:,} tokens into it)"
+        out.append(Text(text, style="dim"))
+    if a.side_messages:
+        out.append(
+            Text(
+                f"{a.side_messages:,} messages, {a.side_tokens:,} tokens in subagent runs; not in context",
+                style="dim",
+            )
+        )
     return out
 
 

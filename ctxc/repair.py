@@ -4,15 +4,24 @@ Orphan tool results (their call is gone) are removed; calls left unanswered get 
 "no result recorded" result placed right after their turn, in the dialect the conversation already
 uses (a ``tool`` message per call for OpenAI-like logs, one user message of tool_result blocks for
 Anthropic-like ones). Compaction runs this as its last step; ``ctxc repair`` runs it on its own.
+
+Ids are fixed first: a call that reuses an earlier call's id gets a new one (``<id>-2``), and the
+results that answer it follow; ids the reader made up for calls and results the file gave none are
+written; tool blocks with no usable id at all are dropped (the original stays in the archive).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.model import MISSING_IDS, Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from ctxc.validate import Problem, pairing_problems
+
+#: The problems :func:`_fix_ids` removes before pairing is repaired.
+_ID_PROBLEMS = frozenset({"duplicate_call", "missing_id"})
+_TOOL_TYPES = frozenset({"tool_use", "tool_result"})
 
 NO_RESULT = "[ctxc] no result was recorded for this tool call"
 
@@ -35,9 +44,14 @@ def repair_messages(
     messages: Sequence[Message], *, tool_role: bool | None = None
 ) -> tuple[tuple[Message, ...], tuple[Problem, ...]]:
     """Return repaired messages (per conversation) and the problems that were fixed."""
-    problems = pairing_problems(messages, strict=True)
-    if not problems:
+    found = pairing_problems(messages, strict=True)
+    if not found:
         return tuple(messages), ()
+    if any(p.code in _ID_PROBLEMS for p in found):
+        messages = _fix_ids(messages)
+        problems = pairing_problems(messages, strict=True)
+    else:
+        problems = found
     use_tool_role = uses_tool_role(messages) if tool_role is None else tool_role
     drop_results = {(p.conversation, p.index, p.tool_id) for p in problems if p.code != "unanswered_call"}
     unanswered = {(p.conversation, p.tool_id) for p in problems if p.code == "unanswered_call"}
@@ -93,4 +107,52 @@ def repair_messages(
             )
         prev = m
     flush()
-    return tuple(out), tuple(problems)
+    return tuple(out), tuple(found)
+
+
+def _fix_ids(messages: Sequence[Message]) -> list[Message]:
+    """Messages whose calls all have ids of their own, written in the file (see the module doc)."""
+    taken: dict[int, set[str]] = defaultdict(set)  # every id a conversation uses, to make new ones
+    for m in messages:
+        for b in m.blocks:
+            if isinstance(b, ToolUseBlock):
+                taken[m.conversation].add(b.id)
+    seen: dict[int, set[str]] = defaultdict(set)
+    # Per conversation and id as read: the (new) ids of calls still to be answered, in call order,
+    # and the id the latest call took.
+    waiting: dict[tuple[int, str], list[str]] = defaultdict(list)
+    latest: dict[tuple[int, str], str] = {}
+    out: list[Message] = []
+    for m in messages:
+        conv = m.conversation
+        blocks: list[Block] = []
+        for block in m.blocks:
+            b = block
+            if isinstance(b, UnknownBlock) and b.type in _TOOL_TYPES:
+                continue  # a call or result without a usable id: nothing can pair with it
+            if isinstance(b, ToolUseBlock) and m.role == "assistant":
+                read_id = b.id
+                if read_id in seen[conv]:
+                    k = 2
+                    while f"{read_id}-{k}" in taken[conv]:
+                        k += 1
+                    b = replace(b, id=f"{read_id}-{k}")
+                    taken[conv].add(b.id)
+                seen[conv].add(b.id)
+                waiting[(conv, read_id)].append(b.id)
+                latest[(conv, read_id)] = b.id
+            elif isinstance(b, ToolResultBlock):
+                key = (conv, b.tool_use_id)
+                target = waiting[key].pop(0) if waiting.get(key) else latest.get(key, b.tool_use_id)
+                if target != b.tool_use_id:
+                    b = replace(b, tool_use_id=target)
+            blocks.append(b)
+        meta = m.meta
+        if MISSING_IDS in meta:
+            meta = {k: v for k, v in meta.items() if k != MISSING_IDS}
+        same = len(blocks) == len(m.blocks) and all(x is y for x, y in zip(blocks, m.blocks, strict=True))
+        if same and meta is m.meta:
+            out.append(m)
+        elif blocks:  # else only id-less tool blocks were there, and an empty message is invalid too
+            out.append(replace(m, blocks=tuple(blocks), meta=meta))
+    return out

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ctxc.agent import Compaction, ContextManager
 from ctxc.analysis import STAGE_NAMES, stage_for
 from ctxc.errors import UsageError
+from ctxc.live import live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
 
@@ -144,7 +145,13 @@ def replay(
     turns: list[Turn] = []
     started = 0  # where the previous turn's response began in ``msgs``
     prev_role = ""
+    # Where the log's own compaction reset the context, the replay resets too: to what it carried.
+    resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
     for i, m in enumerate(msgs):
+        if (reset := resets.get(m.index)) is not None:
+            kept = [x for x in msgs[:i] if reset.kept_from is not None and x.index >= reset.kept_from]
+            managed = [*reset.carried, *kept]
+            managed_tokens = raw_tokens = ledger.total(managed)
         if m.role == "assistant" and prev_role != "assistant":
             number = len(turns) + 1
             began = managed_tokens
@@ -216,11 +223,14 @@ def replay(
 
 
 def _pick_conversation(transcript: Transcript, ledger: Any) -> int:
+    """The largest conversation that is not a subagent run written inline."""
     if transcript.conversations == 1:
         return 0
+    side = live_context(transcript.boundaries, transcript.messages).side
     totals: dict[int, int] = {}
     for m in transcript.messages:
-        totals[m.conversation] = totals.get(m.conversation, 0) + ledger.tokens(m)
+        if m.conversation not in side:
+            totals[m.conversation] = totals.get(m.conversation, 0) + ledger.tokens(m)
     return max(sorted(totals), key=lambda c: totals[c])
 
 

@@ -33,7 +33,7 @@ from ctxc.validate import Problem
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 1
+_LAYOUT = 2
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 
@@ -118,6 +118,7 @@ def load_scan(key: str, path: str) -> Scan | None:
             boundaries=tuple(Boundary(**b) for b in data["boundaries"]),
             problems=tuple(Problem(**p) for p in data["problems"]),
             skipped_lines=int(data["skipped_lines"]),
+            sidechains=tuple(int(c) for c in data["sidechains"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         log.warning("ctxc: ignoring a malformed analysis cache entry: %s", exc)
@@ -130,9 +131,11 @@ def store_scan(key: str, scan: Scan) -> None:
         "tokenizer": scan.tokenizer,
         "rows": scan.rows,
         "usage": [_fields(u) for u in scan.usage],
-        "boundaries": [_fields(b) for b in scan.boundaries],
+        # A scan's boundaries carry no messages (their cost is in carried_tokens).
+        "boundaries": [{k: v for k, v in _fields(b).items() if k != "carried"} for b in scan.boundaries],
         "problems": [_fields(p) for p in scan.problems],
         "skipped_lines": scan.skipped_lines,
+        "sidechains": scan.sidechains,
     }
     _write_atomic(_directory() / f"{key}.json", orjson.dumps(doc))
 

@@ -118,7 +118,10 @@ class SqliteStore:
             return None
         if self._conn is None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                from ctxc.archive import private_dir, private_file
+
+                # Summaries quote transcripts: the file is 0600 (and its -wal, -shm) whatever the umask.
+                private_file(private_dir(self.path.parent) / self.path.name)
                 conn = self._open_with_retries()
             except (OSError, sqlite3.Error) as exc:
                 self._fail(exc)

@@ -270,6 +270,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
     closed_set: set[str] = set()
     open_id: str | None = None
     open_call: list[int] | None = None  # input, output, cache read, cache write, line
+    open_model: str | None = None
     open_records = 0
 
     def close() -> None:
@@ -277,7 +278,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         if open_id is not None:
             if open_call is not None:
                 i, o, r, w, first = open_call
-                usage.append(Usage(input=i, output=o, cache_read=r, cache_write=w, line=first))
+                usage.append(Usage(i, o, r, w, line=first, model=open_model))
             closed.append(open_id)
             closed_set.add(open_id)
             if len(closed) > _RECENT_IDS:
@@ -302,6 +303,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
                         line=line,
                         trigger=trigger if isinstance(trigger, str) else None,
                         pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+                        resets=subtype == "compact_boundary",
                     )
                 )
             continue
@@ -312,6 +314,8 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         mid = mid if isinstance(mid, str) else None
         u = message.get("usage")
         call = None
+        model = message.get("model")
+        model = model if isinstance(model, str) and model and not model.startswith("<") else None
         if isinstance(u, dict) and message.get("model") != _SYNTHETIC_MODEL:
             call = [
                 _int(u.get("input_tokens")),
@@ -332,11 +336,9 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         close()
         if mid is None:
             if call is not None:
-                usage.append(
-                    Usage(input=call[0], output=call[1], cache_read=call[2], cache_write=call[3], line=line)
-                )
+                usage.append(Usage(call[0], call[1], call[2], call[3], line=line, model=model))
             continue
-        open_id, open_records = mid, 1
+        open_id, open_records, open_model = mid, 1, model
         open_call = None if mid in closed_set else call
     close()
     return tuple(usage), tuple(boundaries), lines.skipped
@@ -347,13 +349,16 @@ def _int(value: Any) -> int:
 
 
 def _codex(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
-    """Codex's own reader over only the ``token_count`` and compaction lines: it yields exactly the
-    usage and boundaries it yields over the whole file, since those come from these lines alone."""
+    """Codex's own reader over only the ``token_count``, ``turn_context`` and compaction lines: it yields
+    the usage and boundaries it yields over the whole file, since those come from these lines alone
+    (bar the message indexes and carried messages of boundaries, which need the messages)."""
     from ctxc.formats import get_adapter
 
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
-    for item in get_adapter("codex").read(lines.records((b'"token_count"', b'compacted"'))):
+    for item in get_adapter("codex").read(
+        lines.records((b'"token_count"', b'compacted"', b'"turn_context"'))
+    ):
         if isinstance(item, Usage):
             usage.append(item)
         elif isinstance(item, Boundary):
@@ -373,27 +378,35 @@ def total_tokens(summary: UsageSummary) -> int:
 def usage_analysis(
     scan: UsageScan,
     *,
-    window: int,
-    model: str | None,
+    window: int | None = None,
+    model: str | None = None,
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
 ) -> Analysis:
     """An :class:`~ctxc.analysis.Analysis` from recorded usage alone.
 
     There are no per-message figures. ``max_context`` (and so the share and the stage) is the largest
-    context any recorded call sent, the recorded counterpart of the counted peak; ``total_tokens`` is
-    every token billed (input, output, cache reads and writes).
+    context a recorded call sent since the log's own last compaction (the live context), the recorded
+    counterpart of the counted peak; ``total_tokens`` is every token billed (input, output, cache reads
+    and writes). Without ``window`` and ``model``, the log's own are used.
     """
+    from ctxc.profiles import window_for_log
+
+    choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage)
-    peak = summary.max_context if summary else 0
+    since = max((b.line for b in scan.boundaries if b.resets), default=0)
+    live_calls = [u.context for u in scan.usage if u.line > since]
+    peak = max(live_calls, default=0)
     return Analysis(
         path=scan.path,
         format=scan.format,
         tokenizer=USAGE_TOKENIZER,
-        window=window,
-        model=model,
+        window=choice.window,
+        model=choice.model,
+        window_source=choice.source,
+        live_from_line=since or None,
         thresholds=thresholds,
         total_tokens=total_tokens(summary) if summary else 0,
-        stage=stage_for(peak / window, thresholds),
+        stage=stage_for(peak / choice.window, thresholds),
         conversations=1,
         messages=(),
         by_role={},
@@ -420,14 +433,16 @@ def analyze_usage(
     from ctxc.profiles import resolve_window
 
     th = check_thresholds(thresholds)
-    win, model_name = resolve_window(model=model, window=window)
+    if model is not None or window is not None:
+        resolve_window(model=model, window=window)  # a bad flag fails before any reading
     scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=win, model=model_name, thresholds=th)
+    return usage_analysis(scan, window=window, model=model, thresholds=th)
 
 
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
     """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
-    return next((u.line for u in scan.usage if u.context > limit), None)
+    since = max((b.line for b in scan.boundaries if b.resets), default=0)
+    return next((u.line for u in scan.usage if u.line > since and u.context > limit), None)
 
 
 def render_usage(a: Analysis) -> list[Any]:

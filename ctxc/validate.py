@@ -4,7 +4,13 @@ Two strengths of check exist because they answer different questions. ``loose`` 
 answers *some* earlier call (what a log of a real session should satisfy, and what analyze reports).
 ``strict`` asks whether an API would accept the messages as a request: each result in the message
 right after its call, every call answered there (Anthropic's rule; OpenAI's ``tool`` messages must
-follow their ``tool_calls`` directly). Compaction output must pass ``strict``.
+follow their ``tool_calls`` directly). Compaction output must pass ``strict``. A call its adapter
+marked ``terminal`` (it ends the agent's run) awaits no result in either.
+
+Both check the ids themselves too: an API rejects a request where two calls share an id
+(``duplicate_call``), or where a call or result has none (``missing_id``: the file's id is null or
+absent; the reader listed the id it made up in the message's ``meta["missing_ids"]``, or could not
+read the block as a call or result at all).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+from ctxc.model import MISSING_IDS, Message, ToolResultBlock, ToolUseBlock, UnknownBlock
 
 ProblemCode = Literal[
     "orphan_result",
@@ -23,7 +29,13 @@ ProblemCode = Literal[
     "result_outside_user_or_tool",
     "call_outside_assistant",
     "tool_message_without_result",
+    "duplicate_call",
+    "missing_id",
 ]
+
+#: Block types of an API's tool traffic: an unknown block of one of these is a call or result without
+#: a usable id.
+_TOOL_TYPES = frozenset({"tool_use", "tool_result"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +92,8 @@ class _Conversation:
         self.calls: dict[str, tuple[int, int, str]] = {}  # id -> line, index and name of its call
         self.answered: set[str] = set()
         self.reported: set[str] = set()  # calls already reported unanswered
+        # Calls the adapter marked terminal (they end the run): never reported unanswered.
+        self.terminal: set[str] = set()
         # Calls of the latest assistant turn. Its results may come in any of the messages up to the
         # next assistant turn: consecutive user or tool messages form one API message (Anthropic merges
         # them, OpenAI sends one tool message per result).
@@ -88,7 +102,7 @@ class _Conversation:
 
     def unanswered(self, ids: set[str], why: str, *, mark: bool = True) -> list[Problem]:
         found: list[Problem] = []
-        for tid in sorted(ids - self.answered - self.reported):
+        for tid in sorted(ids - self.answered - self.reported - self.terminal):
             if mark:
                 self.reported.add(tid)
             line, index, name = self.calls[tid]
@@ -103,6 +117,15 @@ class _Conversation:
         calls = self.calls
         # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item).
         starts_turn = m.role == "assistant" and self.prev_role != "assistant"
+        for tid in m.meta.get(MISSING_IDS, ()):
+            problems.append(
+                Problem("missing_id", "tool call or result without an id", m.line, m.index, tid, conv)
+            )
+        for b in m.blocks:
+            if isinstance(b, UnknownBlock) and b.type in _TOOL_TYPES:
+                problems.append(
+                    Problem("missing_id", f"{b.type} block without a usable id", m.line, m.index, "", conv)
+                )
         if starts_turn and strict:
             problems.extend(self.unanswered(self.open_calls, "has no result before the next assistant turn"))
         for b in m.blocks:
@@ -145,12 +168,28 @@ class _Conversation:
         if m.role == "assistant":
             for b in m.blocks:
                 if isinstance(b, ToolUseBlock):
+                    if b.id in calls:
+                        first = calls[b.id][0]
+                        problems.append(
+                            Problem(
+                                "duplicate_call",
+                                f"tool call id {b.id!r} ({b.name}) was already used at line {first}",
+                                m.line,
+                                m.index,
+                                b.id,
+                                conv,
+                            )
+                        )
                     # An id used again is a new call (replayed or redacted logs reuse ids): its
                     # answer is still to come.
                     calls[b.id] = (m.line, m.index, b.name)
                     self.answered.discard(b.id)
                     self.reported.discard(b.id)
                     self.open_calls.add(b.id)
+                    if b.terminal:
+                        self.terminal.add(b.id)
+                    else:
+                        self.terminal.discard(b.id)
 
 
 def role_problems(messages: Iterable[Message]) -> list[Problem]:

@@ -116,7 +116,7 @@ def test_json_csv_and_table_outputs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run(capsys, "analyze", path, "--format", "json", "--window", "20000")
     assert code == 0
     doc = orjson.loads(out)
-    assert doc["schema"] == "ctxc.analyze/1"
+    assert doc["schema"] == "ctxc.analyze/2"
     f = doc["files"][0]
     for key in ("path", "format", "tokenizer", "window", "total_tokens", "stage", "messages"):
         assert key in f

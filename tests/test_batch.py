@@ -24,6 +24,7 @@ from ctxc.batch import Input, collect_inputs, run_batch
 from ctxc.cli import main
 from ctxc.errors import ExitCode, InputError
 from ctxc.formats import load
+from ctxc.live import live_messages
 from ctxc.output import TEMP_SUFFIX
 from ctxc.validate import pairing_problems
 
@@ -103,7 +104,7 @@ def test_out_dir_mirrors_the_tree_and_one_bad_file_does_not_stop_the_batch(tmp_p
         assert written.is_file()
         assert sha256_hex(written.read_bytes()) == f["output_sha256"]
         assert archive.read(str(f["archive_id"])) == (src / rel).read_bytes()
-        assert not pairing_problems(load(written).messages, strict=True)
+        assert not pairing_problems(live_messages(load(written)), strict=True)
     assert not (out / "nested" / "broken.jsonl").exists()
     assert not list(out.rglob(f"*{TEMP_SUFFIX}"))
 
@@ -437,7 +438,7 @@ def test_a_killed_batch_resumes_where_it_stopped(tmp_path: Path, sig: signal.Sig
     assert not list(out.rglob(f"*{TEMP_SUFFIX}"))  # a killed run's temp files are swept
     _assert_archive_sound(archive)
     for p in src.iterdir():
-        assert not pairing_problems(load(out / p.name).messages, strict=True)
+        assert not pairing_problems(live_messages(load(out / p.name)), strict=True)
 
 
 def test_two_processes_share_one_archive(tmp_path: Path) -> None:
@@ -511,7 +512,7 @@ def test_a_folder_mixing_every_corpus_format_and_broken_files(tmp_path: Path) ->
     assert len(status) == len(corpus) + len(bad)
     for f in files:
         if f["status"] == "ok":
-            assert not pairing_problems(load(f["output"]).messages, strict=True)
+            assert not pairing_problems(live_messages(load(f["output"])), strict=True)
     # A re-run redoes only what failed (still failing) and skips the rest.
     assert run(*args) == ExitCode.PARTIAL
     totals = report(rep)["totals"]

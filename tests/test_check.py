@@ -134,7 +134,7 @@ def test_cli_json_envelope(capsys: pytest.CaptureFixture[str], logs: Path) -> No
     code, out, _ = run(capsys, "check", str(logs), "--max-usage", "0.06", "-f", "json")  # 12,000 tokens
     doc = orjson.loads(out)
     assert code == ExitCode.OVER_TARGET == doc["exit_code"]
-    assert doc["schema"] == "ctxc.check/1"
+    assert doc["schema"] == "ctxc.check/2"
     assert doc["budget"]["limit"] == 12_000
     assert doc["totals"] == {"files": 2, "over": 1, "near": 0, "ok": 1, "error": 0}
     by_name = {Path(f["path"]).name: f for f in doc["files"]}

@@ -378,7 +378,8 @@ def _counts(t: Transcript) -> tuple[int, int]:
 
 def _counts_of(messages: tuple[Message, ...]) -> tuple[int, int]:
     blocks = [b for m in messages for b in m.blocks]
-    return sum(isinstance(b, ToolUseBlock) for b in blocks), sum(
+    # A terminal call (OpenHands finish) is converted to text: a chat API call must be answered.
+    return sum(isinstance(b, ToolUseBlock) and not b.terminal for b in blocks), sum(
         isinstance(b, ToolResultBlock) for b in blocks
     )
 

@@ -60,8 +60,41 @@ def test_analyze_every_file(path: Path) -> None:
     assert len(a.messages) == len(transcript.messages)
     # analyze checks pairing on skeletal messages, keeping only those with calls or results
     assert list(a.problems) == pairing_problems(transcript.messages)
-    assert a.messages[-1].cumulative <= a.total_tokens
-    assert sum(s.tokens for s in a.messages) == a.total_tokens
+    live = sum(s.tokens for s in a.messages if s.live)
+    # The live context is what the client sends next: its messages plus what the log's own
+    # compaction record carries; everything else is counted apart, nothing twice.
+    assert live + a.carried_tokens == a.total_tokens
+    assert live + a.history_tokens + a.side_tokens == sum(s.tokens for s in a.messages)
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_live_context_starts_at_the_logs_own_last_compaction(path: Path) -> None:
+    """A log with its own compaction is measured from there; the history is reported apart."""
+    transcript = load(path)
+    a = analyze(path, use_cache=False)
+    resets = [b for b in transcript.boundaries if b.resets]
+    if not resets:
+        assert a.live_from_line is None
+        assert a.history_messages == 0
+        return
+    assert a.live_from_line == max(b.line for b in resets)
+    assert a.history_messages > 0
+    first_live = min(s.index for s in a.messages if s.live and s.conversation == resets[-1].conversation)
+    assert first_live in (resets[-1].index, resets[-1].kept_from)
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_window_comes_from_the_log(path: Path) -> None:
+    transcript = load(path)
+    a = analyze(path, use_cache=False)
+    recorded = [u.window for u in transcript.usage if u.window]
+    if recorded:
+        assert (a.window, a.window_source) == (recorded[-1], "log")
+    elif any(u.model for u in transcript.usage):
+        assert a.window_source in ("log model", "default")
+        assert a.model is not None
+    else:
+        assert a.window_source == "default"
 
 
 @pytest.mark.parametrize("path", ALL_FILES)

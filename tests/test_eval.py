@@ -23,6 +23,7 @@ from ctxc.evaluate.generate import generate, generate_session
 from ctxc.evaluate.judge import AnthropicJudge, parse_answers
 from ctxc.evaluate.needles import make_instruction, make_needles, plant
 from ctxc.formats import load
+from ctxc.live import live_messages
 from ctxc.validate import all_problems
 
 anthropic_server = fake_anthropic.anthropic_server
@@ -123,13 +124,18 @@ def test_eval_on_generated_sessions_recovers_every_needle() -> None:
         assert len(c.needles) == 4
     fifo = [c for c in report.cases if c.strategy == "fifo"]
     assert all(c.budget_ok and c.ratio <= 0.1 for c in fifo)
-    # fifo drops the early span: every needle comes back through search, not the output.
-    assert all(not n.retained and n.search_rank is not None for c in fifo for n in c.needles)
+    # fifo drops the early span: every needle comes back through search; the decisions are also still
+    # in the output, quoted by the placeholder that replaced their message (as are needles that were
+    # planted in a user's own turn: user instructions are quoted too).
+    assert all(n.search_rank is not None for c in fifo for n in c.needles)
+    assert all(n.retained for c in fifo for n in c.needles if n.kind == "decision")
+    assert not all(n.retained for c in fifo for n in c.needles)
     offload = [c for c in report.cases if c.strategy == "offload"]
     assert all(not c.budget_ok for c in offload)  # it only moves outputs over 20k tokens: a finding
     rows = {r.strategy: r for r in report.rows()}
     assert rows["fifo"].needles_recovered == rows["fifo"].needles == 8
-    assert rows["fifo"].by_search == 8
+    assert rows["fifo"].retained + rows["fifo"].by_search == 8
+    assert rows["fifo"].retained >= 2  # the two decisions
 
 
 def test_eval_is_deterministic_but_for_times() -> None:
@@ -145,7 +151,11 @@ def test_a_needle_search_cannot_find_is_reported_lost(monkeypatch: pytest.Monkey
     report = run_eval(sources_from([], options), options)
     lost = report.lost_needles()
     assert {c.strategy for c, _ in lost} == {"fifo"}  # offload kept them in the output
-    assert len(lost) == 4
+    # fifo loses what it neither kept nor quoted (its placeholder quotes the decision).
+    fifo = [(c, n) for c in report.cases if c.strategy == "fifo" for n in c.needles]
+    assert [n for _, n in lost] == [n for _, n in fifo if not n.retained]
+    assert 2 <= len(lost) < 4
+    assert all(n.kind != "decision" for _, n in lost)
 
 
 # ------------------------------------------------------------------------- the corpus: the bar
@@ -158,7 +168,10 @@ def test_every_needle_recoverable_for_every_strategy_at_10_percent(path: Path) -
     assert len(report.cases) == len(ALL)
     assert all(c.error is None for c in report.cases)
     planted, _asked = report.planted[str(path)]
-    assert planted >= 1
+    if planted == 0:
+        # Needles go into the live context only; this fixture's is a call, its result and one request.
+        assert len(live_messages(load(path))) <= 4
+        return
     assert report.lost_needles() == [], [(c.strategy, n.value, n.query) for c, n in report.lost_needles()]
     assert all(c.valid for c in report.cases)
     assert all(
@@ -228,10 +241,12 @@ def test_judge_scores_recall_from_the_compacted_context_alone(anthropic_server: 
     scores = {c.strategy: c.judge for c in report.cases}
     assert scores["offload"] is not None
     assert scores["fifo"] is not None
-    # offload keeps every planted fact in the output; fifo drops the early span that holds them.
+    # offload keeps every planted fact in the output; fifo drops the early span that holds them, but
+    # its placeholder quotes the decision (and what a user said), so only the other facts are gone.
     assert scores["offload"].scores["recall"] == 1.0
     assert scores["offload"].scores["decisions"] == 1.0
-    assert scores["fifo"].scores["recall"] == 0.0
+    assert scores["fifo"].scores["recall"] < 0.5
+    assert scores["fifo"].scores["decisions"] == 1.0
     assert set(scores["offload"].scores) >= {"recall", "decisions", "artifacts", "continuation"}
     sent = anthropic_server.message_requests
     assert len(sent) == 2

@@ -179,7 +179,11 @@ def test_manual_compact_facts() -> None:
     blocks = [b for m in t.messages for b in m.blocks]
     assert sum(isinstance(b, ToolUseBlock) for b in blocks) == 39
     assert sum(isinstance(b, ToolResultBlock) for b in blocks) == 39
-    assert t.boundaries == (Boundary(kind="compact_boundary", line=71, trigger="manual", pre_tokens=153739),)
+    assert t.boundaries == (
+        Boundary(
+            kind="compact_boundary", line=71, trigger="manual", pre_tokens=153739, resets=True, index=26
+        ),
+    )
     after = [m for m in t.messages if m.line > 71]
     summary = after[0]
     assert summary.role == "user"
@@ -192,7 +196,11 @@ def test_manual_compact_facts() -> None:
 
 def test_auto_compact_boundaries() -> None:
     t = load(_corpus("entire-cli_auto-compact_summary-records_v2.1.5.jsonl"))
-    assert t.boundaries == (Boundary(kind="compact_boundary", line=432, trigger="auto", pre_tokens=158105),)
+    assert t.boundaries == (
+        Boundary(
+            kind="compact_boundary", line=432, trigger="auto", pre_tokens=158105, resets=True, index=250
+        ),
+    )
     t2 = load(_corpus("entire-cli_auto-compact_v2.0.76.jsonl"))
     assert [(b.trigger, b.pre_tokens) for b in t2.boundaries] == [("auto", 155250)]
 
@@ -305,8 +313,11 @@ def test_interleaved_split_response_comes_before_its_results() -> None:
     assert [b.id for b in merged.blocks if isinstance(b, ToolUseBlock)] == ["t1", "t2"]
     assert merged.meta["uuids"] == ("a1", "a2")
     assert merged.meta["message_id"] == "msg_A"
-    assert merged.usage == Usage(input=3, output=40, cache_read=100, cache_write=20, line=3)
-    assert t.usage == (merged.usage, Usage(input=3, output=5, cache_read=100, cache_write=20, line=8))
+    assert merged.usage == Usage(input=3, output=40, cache_read=100, cache_write=20, line=3, model="claude-x")
+    assert t.usage == (
+        merged.usage,
+        Usage(input=3, output=5, cache_read=100, cache_write=20, line=8, model="claude-x"),
+    )
     names = [b.name for m in t.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
     assert names == ["Read", "Grep"]
     assert t.messages[2].meta["has_tool_use_result"] is True
@@ -347,7 +358,9 @@ def test_boundary_read_while_response_open_keeps_its_place() -> None:
     )
     items = list(ADAPTER.read(enumerate(iter_records(io.BytesIO(data), "x"))))
     assert [type(i).__name__ for i in items] == ["Message", "Usage", "Boundary"]
-    assert items[2] == Boundary(kind="compact_boundary", line=2, trigger="auto", pre_tokens=1234)
+    assert items[2] == Boundary(
+        kind="compact_boundary", line=2, trigger="auto", pre_tokens=1234, resets=True, index=1
+    )
     assert isinstance(items[0], Message)
     assert items[0].records == (0, 2)
 

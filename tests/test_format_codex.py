@@ -394,7 +394,7 @@ def test_compaction_boundaries_not_double_counted() -> None:
         _env({"type": "context_compacted"}, "event_msg"),  # a compaction with no compacted record
     )
     assert t.boundaries == (
-        Boundary(kind="codex_compacted", line=2, pre_tokens=1100),
+        Boundary(kind="codex_compacted", line=2, pre_tokens=1100, resets=True),
         Boundary(kind="codex_context_compacted", line=5, pre_tokens=1100),
     )
     assert len(t.messages) == 1

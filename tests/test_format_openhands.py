@@ -363,3 +363,60 @@ def test_sniff() -> None:
     assert OH.sniff([_record({"trajectory": [], "history": [], "instruction": "x"})]) == 0  # SWE-agent
     assert OH.sniff([_record({"messages": [{"role": "user", "content": "hi"}]})]) == 0
     assert OH.sniff([_record({"role": "user", "content": "hi"})]) == 0
+
+
+# ------------------------------------------------------------------------------- terminal actions
+
+
+def test_terminal_actions_are_the_adapters_fact() -> None:
+    assert OH.terminal_actions == frozenset({"finish", "reject"})
+    finish = {
+        "id": 1,
+        "source": "agent",
+        "action": "finish",
+        "message": "done",
+        "args": {"final_thought": "done", "thought": "all tests pass"},
+    }
+    run = {"id": 2, "source": "agent", "action": "run", "message": "", "args": {"command": "ls"}}
+    messages = _read_line({"instance_id": "i", "history": [run, finish]})
+    uses = [b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)]
+    assert [(b.name, b.terminal) for b in uses] == [("run", False), ("finish", True)]
+    assert OH.encode_message(messages[1]) == finish  # the flag is the reader's, never written
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_validate_accepts_every_corpus_file(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """finish ends the run: no observation follows it, and validate must not call that a problem."""
+    from conftest import run
+
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 0, out + err
+
+
+@pytest.mark.parametrize("path", FILES)
+@pytest.mark.parametrize("strategy", ["adaptive", "fifo", "selective", "mask", "hierarchical"])
+def test_compact_never_adds_tokens(path: Path, strategy: str, tmp_path: Path) -> None:
+    """No stand-in observation is appended for a finish call, so compaction never grows a file."""
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.validate import pairing_problems
+
+    t = load(path)
+    for options in (
+        CompactOptions(strategy=strategy),
+        CompactOptions(strategy=strategy, target_ratio=0.02, allow_over=True),
+    ):
+        result = compact_transcript(t, options)
+        assert result.tokens_after <= result.tokens_before, options
+        assert not any(a.strategy == "repair" for a in result.actions)
+        assert pairing_problems(result.transcript.messages, strict=True) == []
+
+
+@needs_corpus
+def test_convert_writes_a_terminal_call_as_text() -> None:
+    from ctxc.convert import convert_transcript
+
+    for target in ("chat-anthropic", "chat-openai"):
+        lines = [orjson.loads(x) for x in convert_transcript(load(MULTI), target).splitlines()]
+        texts = [orjson.dumps(x).decode() for x in lines if x.get("role") == "assistant"]
+        assert sum('[finish] {\\"final_thought\\"' in t for t in texts) == 2, target
+        assert not any('"name":"finish"' in t for t in texts)

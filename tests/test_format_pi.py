@@ -148,6 +148,7 @@ def test_usage_matches_the_recorded_fields() -> None:
             cache_read=raw["cacheRead"],
             cache_write=raw["cacheWrite"],
             line=m.line,
+            model=m.raw["message"]["model"],
         )
     # Every message usage is also an item, in file order.
     assert list(t.usage) == [m.usage for m in t.messages if m.usage is not None]
@@ -267,7 +268,7 @@ def test_non_message_entries() -> None:
         USER,
     )
     assert [type(x).__name__ for x in items] == ["Boundary", "Message"]
-    assert items[0] == Boundary(kind="pi_compaction", line=4, pre_tokens=99)
+    assert items[0] == Boundary(kind="pi_compaction", line=4, pre_tokens=99, resets=True, kept_from=0)
     assert items[1].index == 0  # indexes count messages only
 
 

@@ -117,7 +117,9 @@ def test_a_claude_code_log_with_its_own_compaction(path: Path) -> None:
 @pytest.mark.parametrize("path", corpus_params("chat-messages/pi-coding-agent_before*"))
 def test_a_long_log_compacts_rarely_and_stays_in_the_window(path: Path) -> None:
     r = replay(load(path), ContextManager(window=200_000))
-    assert r.peak_raw > 2 * r.window  # the run as recorded would not fit twice over
+    # Without pi's own two compactions the run would not fit; the replay resets where pi did.
+    assert r.window * 0.6 < r.peak_raw < r.window
+    assert r.final_raw < sum(1 for _ in load(path).messages) * 1000
     assert r.peak_tokens < r.window
     assert len(r.compactions) < len(r.turns) // 10  # min_growth keeps compactions apart
     assert len(r.boundaries) == 2

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxc.search
-from ctxc.archive import Archive, citation
+from ctxc.archive import Archive, citation, sha256_hex
 from ctxc.cli import main
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ArchiveError, ExitCode, UsageError
@@ -318,12 +318,13 @@ def test_two_processes_index_one_archive_at_once(tmp_path: Path) -> None:
     arch = tmp_path / "archive"
     script = (
         "import sys\n"
-        "from ctxc.archive import Archive\n"
+        "from ctxc.archive import Archive, sha256_hex\n"
         "from ctxc.formats import load\n"
         "from ctxc.search import index_transcript\n"
         "a = Archive.open(sys.argv[1])\n"
         "for f in sys.argv[2:]:\n"
-        "    index_transcript(a, f.encode().hex().ljust(64, '0')[:64], load(f))\n"
+        # An id from the path's hash: its hex spelling cut to 64 would collide in a deep checkout.
+        "    index_transcript(a, sha256_hex(f.encode()), load(f))\n"
     )
     files = [str(p) for p in sorted(SAMPLES.glob("*.jsonl"))]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -341,7 +342,7 @@ def test_two_processes_index_one_archive_at_once(tmp_path: Path) -> None:
         rows = index.conn.execute("SELECT archive_id, count(*) FROM chunks GROUP BY archive_id")
         counts = dict(rows.fetchall())
     for f in files:
-        ident = f.encode().hex().ljust(64, "0")[:64]
+        ident = sha256_hex(f.encode())
         assert counts[ident] == len(list(chunk_transcript(load(f))))
 
 

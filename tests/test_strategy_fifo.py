@@ -325,7 +325,9 @@ def test_drops_the_oldest_units_and_stops_as_soon_as_under_target() -> None:
     # Room for everything but three of the 10-word messages (plus a placeholder of about 25 words).
     ph = ledger.tokens(Message(role="user", blocks=(TextBlock(placeholder_text(3, 2, 4, ARCHIVE_ID)),)))
     target = total - 3 * per + ph
-    ctx = make_ctx(msgs, target, pinned={0, 1, 8}, ledger=ledger)
+    # The filler user turns here are not instructions worth quoting: this is about the arithmetic.
+    plain = {"fifo": FifoConfig(carry=0)}
+    ctx = make_ctx(msgs, target, pinned={0, 1, 8}, ledger=ledger, configs=plain)
     res = Fifo().compact(msgs, ctx)
     assert [m.index for m in originals(res.messages, msgs)] == [0, 1, 5, 6, 7, 8]
     (placeholder,) = placeholders(res.messages)
@@ -334,19 +336,19 @@ def test_drops_the_oldest_units_and_stops_as_soon_as_under_target() -> None:
         f"[ctxc] 3 earlier messages (indexes 2-4) were removed to fit the context; "
         f"the originals are in {citation(ARCHIVE_ID, 2, 4)}"
     )
-    assert placeholder.meta == {"ctxc": "placeholder", "replaces": (2, 4)}
+    assert placeholder.meta == {"ctxc": "placeholder", "replaces": (2, 4), "carried": ()}
     assert ledger.total(res.messages) == target
     (action,) = res.actions
     assert (action.strategy, action.kind, action.first, action.last) == ("fifo", "drop", 2, 4)
     assert (action.tokens_before, action.tokens_after) == (3 * per, ph)
     # One token less and a fourth message has to go.
-    res2 = Fifo().compact(msgs, make_ctx(msgs, target - 1, pinned={0, 1, 8}, ledger=ledger))
+    res2 = Fifo().compact(msgs, make_ctx(msgs, target - 1, pinned={0, 1, 8}, ledger=ledger, configs=plain))
     assert [m.index for m in originals(res2.messages, msgs)] == [0, 1, 6, 7, 8]
 
 
 def test_pinned_messages_stay_in_place_and_split_the_dropped_runs() -> None:
     msgs = story()
-    ctx = make_ctx(msgs, 0, pinned={0, 1, 4, 8})
+    ctx = make_ctx(msgs, 0, pinned={0, 1, 4, 8}, configs={"fifo": FifoConfig(carry=0)})
     res = Fifo().compact(msgs, ctx)
     assert [m.index for m in res.messages] == [0, 1, 2, 4, 5, 8]
     assert [m.meta.get("replaces") for m in res.messages] == [None, None, (2, 3), None, (5, 7), None]

@@ -13,6 +13,7 @@ from conftest import SAMPLES, corpus_files, corpus_params, run
 
 import ctxc
 from ctxc.errors import ExitCode, InputError, UsageError
+from ctxc.model import Boundary
 from ctxc.reader import ReadOptions
 from ctxc.usage_scan import (
     RecordedUsageOnly,
@@ -33,8 +34,13 @@ def test_fast_scan_equals_the_full_reader(path: Path) -> None:
     scan = scan_usage(path)
     assert scan.fast
     assert scan.format == transcript.format
-    assert scan.usage == transcript.usage  # figures and line numbers
-    assert scan.boundaries == transcript.boundaries
+    assert scan.usage == transcript.usage  # figures, line numbers and models
+    assert _facts(scan.boundaries) == _facts(transcript.boundaries)
+
+
+def _facts(boundaries: tuple[Boundary, ...]) -> list[tuple[object, ...]]:
+    """What a usage scan knows of a boundary (its message index needs the messages)."""
+    return [(b.kind, b.line, b.trigger, b.pre_tokens, b.resets) for b in boundaries]
 
 
 @pytest.mark.parametrize("path", corpus_params("chat-messages/*"))
@@ -115,7 +121,7 @@ def test_tricky_claude_code_shapes_match_the_full_reader(tmp_path: Path, eol: by
     transcript = ctxc.load(path)
     assert scan.fast
     assert scan.usage == transcript.usage
-    assert scan.boundaries == transcript.boundaries
+    assert _facts(scan.boundaries) == _facts(transcript.boundaries)
     assert [(u.output, u.line) for u in scan.usage] == [(50, 2), (7, 5), (2, 7)]
     assert scan.boundaries[0].pre_tokens == 321
 
@@ -158,11 +164,17 @@ def test_analysis_from_usage(tmp_path: Path) -> None:
     assert a.messages == ()
     assert a.usage is not None
     assert a.usage.calls == 3
-    assert a.max_context == a.usage.max_context == 205
+    assert a.usage.max_context == 205
+    # Every call was made before the log's own compaction at line 9: none measures the live context.
+    assert (a.max_context, a.live_from_line) == (0, 9)
     assert a.total_tokens == total_tokens(a.usage) == (3 + 50 + 110) + (5 + 7 + 200) + (1 + 2)
-    assert a.stage == 1  # 20.5% of 1000
-    assert analyze_usage(str(path), window=220).stage == 5  # 93%
-    scan = scan_usage(path)
+    before = _write(tmp_path / "before.jsonl", TRICKY[:8])
+    b = analyze_usage(str(before), window=1000)
+    assert b.max_context == 205
+    assert b.stage == 1  # 20.5% of 1000
+    assert analyze_usage(str(before), window=220).stage == 5  # 93%
+    assert crossing_line(scan_usage(path), 150) is None  # only calls in the live context count
+    scan = scan_usage(before)
     assert crossing_line(scan, 150) == 5
     assert crossing_line(scan, 10_000) is None
 
@@ -192,6 +204,8 @@ def test_a_folder_scanned_in_forked_workers_gives_the_same_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs = corpus_files("claude-code/**/*.jsonl") + corpus_files("codex/**/*.jsonl")
+    # Without the corpus beside the checkout, the samples with recorded usage stand in for it.
+    logs = logs or [SAMPLES / "codex.jsonl"]
     for k, path in enumerate([SAMPLES / "claude-code.jsonl", *logs]):
         (tmp_path / f"{k:02}.jsonl").write_bytes(path.read_bytes())
     docs, codes = [], []

@@ -68,10 +68,11 @@ def test_a_reused_id_is_a_new_call_and_conversations_are_apart() -> None:
     ]
     problems = pairing_problems(messages)
     assert [(p.code, p.conversation, p.index) for p in problems] == [
+        ("duplicate_call", 0, 2),  # an API rejects the reused id itself (repair gives it a new one)
         ("unanswered_call", 0, 2),
         ("orphan_result", 1, 0),
     ]
-    assert problems[0].message == "tool call 'a' (tool_a) is never answered"
+    assert problems[1].message == "tool call 'a' (tool_a) is never answered"
 
 
 ROLES: list[Role] = ["user", "assistant", "tool", "system"]
@@ -96,3 +97,27 @@ def test_asking_twice_and_asking_midway_change_nothing(
     assert pairing.problems() == pairing.problems() == pairing_problems(messages, strict=strict)
     found = pairing.problems()
     assert [(p.conversation, p.index) for p in found] == sorted((p.conversation, p.index) for p in found)
+
+
+def test_a_terminal_call_awaits_no_result() -> None:
+    """A call the adapter marked terminal (it ended the run) is never unanswered; an answer to it is fine."""
+    from ctxc.repair import repair_messages
+
+    finish = ToolUseBlock(id="f", name="finish", input={}, terminal=True)
+    messages = [
+        msg("user", TextBlock("go"), index=0),
+        msg("assistant", call("a"), index=1),
+        msg("tool", result("a"), index=2),
+        msg("assistant", TextBlock("done"), finish, index=3),
+    ]
+    for strict in (False, True):
+        assert codes(messages, strict) == []
+        answered = [*messages, msg("tool", result("f"), index=4)]
+        assert codes(answered, strict) == []
+        # Followed by another turn, it is still not waiting for anything.
+        assert codes([*messages, msg("user", TextBlock("again"), index=4)], strict) == []
+    assert repair_messages(messages) == (tuple(messages), ())
+    # The same call without the adapter's mark is a problem, and repair answers it.
+    plain = [*messages[:3], msg("assistant", TextBlock("done"), call("f"), index=3)]
+    assert codes(plain, True) == [("unanswered_call", 3, "f")]
+    assert len(repair_messages(plain)[0]) == 5

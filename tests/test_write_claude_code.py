@@ -20,7 +20,7 @@ from ctxc.compaction.units import units
 from ctxc.compaction.write import write_transcript
 from ctxc.formats import get_adapter, load
 from ctxc.formats.claude_code import ClaudeCodeAdapter
-from ctxc.model import Boundary, Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
+from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 from ctxc.repair import NO_RESULT, repair_messages
 from ctxc.validate import pairing_problems
 
@@ -245,14 +245,12 @@ def test_corpus_compacted_log_is_consistent_and_reads_back(path: Path) -> None:
     assert summaries[0].role == "user"
     assert summaries[0].meta["is_compact_summary"] is True
     assert (
-        Boundary(
-            kind="compact_boundary",
-            line=b_at + 1,
-            trigger="manual",
-            pre_tokens=boundary["compactMetadata"].get("preTokens"),
-        )
-        in back.boundaries
-    )
+        "compact_boundary",
+        b_at + 1,
+        "manual",
+        boundary["compactMetadata"].get("preTokens"),
+        True,
+    ) in [(b.kind, b.line, b.trigger, b.pre_tokens, b.resets) for b in back.boundaries]
     # Read back, the messages are the ones written, in order (inline sidechain runs cut by the span
     # are dropped with it, so there the written messages are a subsequence).
     written = [(m.role if m.role != "tool" else "user", m.text) for m in out_msgs]
@@ -603,14 +601,18 @@ def test_inline_sidechain_of_a_dropped_call_goes_with_it() -> None:
     assert chain_problems(data, source) == []
 
 
-def test_rest_of_a_cut_sidechain_run_goes() -> None:
+def test_rest_of_a_cut_sidechain_run_stays_in_its_run() -> None:
     source = _inline()
     t = _load(source)
     m = t.messages
-    # s0..s2 dropped (no summary), s3 kept: its run was cut, so it goes.
+    # s0..s2 dropped (no placeholder), s3 kept while its Task call stays: s3 stays a sidechain record,
+    # now the root of what is left of its run; nothing of the main chain hangs off it or it off that.
     data = _write(t, [m[0], m[1], m[5], m[6], m[7], m[8]])
-    assert [o["uuid"] for o in _objects(data)] == ["u0", "a1", "r1", "u2", "a3"]
-    assert data.splitlines() == [source.splitlines()[k] for k in (0, 1, 6, 7, 8)]
+    objs = _objects(data)
+    assert [o["uuid"] for o in objs] == ["u0", "a1", "s3", "r1", "u2", "a3"]
+    assert (objs[2]["isSidechain"], objs[2]["parentUuid"]) == (True, None)
+    assert [o["parentUuid"] for o in objs[3:]] == ["a1", "r1", "u2"]
+    assert chain_problems(data, source) == []
     # The run kept whole while its call stays: nothing changes.
     assert _write(t, m) == source
 
@@ -667,6 +669,52 @@ def test_old_boundary_in_a_dropped_span_goes_and_links_outside_the_file_stay() -
     assert chain_problems(data, source) == []
 
 
+def test_ctxc_boundary_after_the_logs_own_is_the_newest_main_boundary() -> None:
+    """Compacting what follows the log's own boundary (the part Claude Code still sends): ctxc's
+    boundary is the last main-chain compact_boundary in the file, the log's stays before it, and the
+    resumed chain runs from the last message through ctxc's summary to ctxc's boundary."""
+    old_boundary = _env(
+        "system",
+        "b0",
+        None,
+        4,
+        subtype="compact_boundary",
+        content="Conversation compacted",
+        logicalParentUuid="u1",
+        compactMetadata={"trigger": "auto", "preTokens": 9},
+    )
+    source = _jsonl(
+        _user("u0", None, 1, "start"),
+        _asst("a1", "u0", 2, "msg_A", [_text("one")]),
+        _user("u1", "a1", 3, "two"),
+        old_boundary,
+        _user("s0", "b0", 5, "old summary", isCompactSummary=True, isVisibleInTranscriptOnly=True),
+        _user("u2", "s0", 6, "three"),
+        _asst("a2", "u2", 7, "msg_B", [_text("four")]),
+        _user("u3", "a2", 8, "five"),
+        _asst("a3", "u3", 9, "msg_C", [_text("six")]),
+    )
+    t = _load(source)
+    m = t.messages
+    assert [x.text for x in m[3:6]] == ["old summary", "three", "four"]
+    data = _write(t, [*m[:3], m[3], _summary(m[4].index, m[5].index), *m[6:]])
+    objs = _objects(data)
+    boundaries = [o for o in objs if o.get("subtype") == "compact_boundary"]
+    assert len(boundaries) == 2
+    assert boundaries[0]["uuid"] == "b0"
+    ours = boundaries[-1]
+    assert ours["uuid"] != "b0"
+    assert not ours["isSidechain"]
+    by_uuid = {o["uuid"]: o for o in objs}
+    walk = [objs[-1]]
+    while walk[-1].get("parentUuid") in by_uuid:
+        walk.append(by_uuid[walk[-1]["parentUuid"]])
+    assert [o["uuid"] for o in walk][:3] == ["a3", "u3", walk[2]["uuid"]]
+    assert walk[2].get("isCompactSummary") is True
+    assert walk[-1] is ours
+    assert chain_problems(data, source) == []
+
+
 def test_final_line_ending_follows_the_input() -> None:
     source = _session().rstrip(b"\n")
     t = _load(source)
@@ -679,3 +727,100 @@ def test_final_line_ending_follows_the_input() -> None:
     data2 = _write(t2, [t2.messages[0], _summary(1, 7), t2.messages[8]])
     assert data2.endswith(b"\r\n")
     assert data2.count(b"\r\n") == len(_objects(data2))
+
+
+def test_a_summary_inside_a_kept_run_is_a_sidechain_record_of_that_run() -> None:
+    """The Task call stays, its run is summarized: the summary is an ordinary sidechain message of the
+    run (no boundary), chained inside it, and the main chain is untouched byte for byte."""
+    source = _inline()
+    t = _load(source)
+    m = t.messages
+    run = m[2].conversation
+    assert run != 0
+    assert m[3].conversation == run
+    data = _write(t, [m[0], m[1], m[2], _summary(m[3].index, m[4].index, run), m[5], m[6], m[7], m[8]])
+    objs = _objects(data)
+    assert not any(o.get("subtype") == "compact_boundary" for o in objs)
+    new = [o for o in objs if o["uuid"] not in {"u0", "a1", "s0", "s3", "r1", "u2", "a3"}]
+    assert len(new) == 1
+    (summary,) = new
+    assert (summary["isSidechain"], summary["parentUuid"], summary["type"]) == (True, "s0", "user")
+    assert "isCompactSummary" not in summary
+    s3 = next(o for o in objs if o["uuid"] == "s3")
+    assert s3["parentUuid"] == summary["uuid"]
+    main = [line for line, o in zip(data.splitlines(), objs, strict=True) if not o.get("isSidechain")]
+    assert main == [source.splitlines()[k] for k in (0, 1, 6, 7, 8)]
+    # In the file, the summary sits where the part it replaced was, inside its run.
+    assert [o["uuid"] for o in objs].index(summary["uuid"]) == 3
+    assert chain_problems(data, source) == []
+
+
+# ------------------------------------------------------------------ inline subagent runs, end to end
+
+INLINE = Path(
+    corpus_params("claude-code/claude-code-viewer_inline-sidechains_v1.0.98.jsonl")[0].values[0] or ""
+)
+
+
+def _resumed_chain(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Claude Code resumes: the newest main-chain message record, walked back by parentUuid."""
+    by_uuid = {o["uuid"]: o for o in objs if isinstance(o.get("uuid"), str)}
+    leaf = [o for o in objs if o.get("type") in ("user", "assistant") and not o.get("isSidechain")][-1]
+    chain = [leaf]
+    while isinstance(chain[-1].get("parentUuid"), str) and chain[-1]["parentUuid"] in by_uuid:
+        chain.append(by_uuid[chain[-1]["parentUuid"]])
+        assert len(chain) <= len(objs), "parentUuid cycle"
+    return chain[::-1]
+
+
+def _chain_tokens(chain: list[dict[str, Any]]) -> int:
+    from ctxc.analysis import make_counter
+
+    texts = [orjson.dumps((o.get("message") or {}).get("content")).decode() for o in chain]
+    return sum(make_counter("approx", use_cache=False).count(texts))
+
+
+@pytest.mark.skipif(not INLINE.is_file(), reason="no corpus")
+@pytest.mark.parametrize("ratio", [0.1, 0.5])
+@pytest.mark.parametrize(
+    "strategy", ["fifo", "selective", "hierarchical", "recursive", "adaptive", "mask", "offload"]
+)
+def test_inline_subagent_runs_never_become_the_resumed_chain(strategy: str, ratio: float) -> None:
+    """A 1.0.x log with subagent runs written inline: compacted at a tenth and a half of its main chain,
+    the chain Claude Code resumes (from the newest main-chain record) is the log's own thread, with no
+    sidechain record in it, ctxc's summary in it when one was written, and fewer tokens than before.
+    Whatever is left of a run stays sidechain records linked only among themselves."""
+    from ctxc.analysis import make_counter
+    from ctxc.compaction.ledger import Ledger
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+
+    source = INLINE.read_bytes()
+    t = load(INLINE)
+    counter = make_counter("approx", use_cache=False)
+    main_tokens = Ledger(counter).total(t.conversation(0))
+    options = CompactOptions(strategy=strategy, target_tokens=int(main_tokens * ratio), allow_over=True)
+    data = compact_transcript(t, options, counter=counter).transcript.to_bytes()
+    objs = _objects(data)
+    src_uuids = {o["uuid"] for o in _objects(source) if isinstance(o.get("uuid"), str)}
+    before, after = _resumed_chain(_objects(source)), _resumed_chain(objs)
+
+    assert not any(o.get("isSidechain") for o in after)
+    assert after[-1]["uuid"] == before[-1]["uuid"]  # the last message is always kept: it is the leaf
+    new_boundaries = [
+        o for o in objs if o.get("subtype") == "compact_boundary" and o["uuid"] not in src_uuids
+    ]
+    assert not any(o.get("isSidechain") for o in new_boundaries)
+    if strategy in ("hierarchical", "recursive"):
+        assert len(new_boundaries) == 1  # the main thread is summarized, not only the runs
+    if new_boundaries:  # ctxc summarized the log's own thread: resuming starts at its summary
+        assert after[0] is new_boundaries[-1]
+        assert after[1].get("isCompactSummary") is True
+    if strategy != "offload":  # (offload finds no tool output large enough to move in this thread)
+        assert _chain_tokens(after) < _chain_tokens(before)
+    # Runs stay apart: no link between a sidechain record and a main-chain one, in either direction.
+    side = {o["uuid"]: bool(o.get("isSidechain")) for o in objs if isinstance(o.get("uuid"), str)}
+    for o in objs:
+        parent = o.get("parentUuid")
+        if isinstance(parent, str) and parent in side and "uuid" in o:
+            assert side[parent] == bool(o.get("isSidechain")), o["uuid"]
+    assert chain_problems(data, source) == []

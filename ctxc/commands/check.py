@@ -95,6 +95,7 @@ def check(
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
     from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
     from ctxc.output import dumps, write_stdout
+    from ctxc.terminal import visible
 
     budget = resolve_budget(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
@@ -124,8 +125,8 @@ def check(
     if fmt is CheckFormat.json:
         write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
-        write_stdout(render_github(report))
+        write_stdout(visible(render_github(report)))
     else:
-        write_stdout(render_table(report))
+        write_stdout(visible(render_table(report)))
     if report.exit_code:
         raise typer.Exit(report.exit_code)

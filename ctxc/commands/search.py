@@ -56,15 +56,19 @@ def _highlight(snippet: str) -> Any:
     """A snippet with ``**`` markers as rich Text with the matches in bold."""
     from rich.text import Text
 
+    from ctxc.terminal import visible
+
     text = Text()
     for i, part in enumerate(snippet.split("**")):
-        text.append(part, style="bold yellow" if i % 2 else None)
+        text.append(visible(part), style="bold yellow" if i % 2 else None)
     return text
 
 
 def _render_hits(hits: list[Any], query: str) -> None:
     from rich.table import Table
     from rich.text import Text
+
+    from ctxc.terminal import visible
 
     console = stdout_console()
     if not hits:
@@ -77,7 +81,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
             what += f"\noffloaded to {h.blob[:12]}"
         cell = _highlight(h.snippet)
         cell.append("\n")
-        cell.append(Text(h.context.split(". Request:", 1)[0], style="dim"))  # the request: in --format json
+        cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         table.add_row(*cells(f"{h.ref}\nline {h.line}", what, score), cell)
     console.print(table)
@@ -121,6 +125,12 @@ def search_command(
         stderr_console().print(note, markup=False, soft_wrap=True)
     if reindex:
         report = rebuild(store)
+        if report.set_aside is not None:
+            stderr_console().print(
+                f"ctxc: the search index was damaged; moved it to {report.set_aside}",
+                markup=False,
+                soft_wrap=True,
+            )
         for line in report.skipped:
             stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
         stderr_console().print(
@@ -168,6 +178,7 @@ def show_command(
     from ctxc.archive import Archive
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search.show import plain, show, shown_json
+    from ctxc.terminal import visible
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
     out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
@@ -178,10 +189,10 @@ def show_command(
         write_stdout(dumps(envelope("show", **shown_json(shown))))
         return
     if shown.transcript is None:  # an offloaded output: its text is all there is
-        write_stdout(shown.text or "")
+        write_stdout(visible(shown.text or ""))
         return
     if out is ShowFormat.text:
-        write_stdout(plain(shown.messages) + "\n")
+        write_stdout(visible(plain(shown.messages)) + "\n")
         return
     _render_table(shown)
 
@@ -191,6 +202,7 @@ def _render_table(shown: Any) -> None:
     from rich.text import Text
 
     from ctxc.search.show import block_text
+    from ctxc.terminal import visible
 
     console = stdout_console()
     src = f" ({shown.source})" if shown.source else ""
@@ -201,8 +213,8 @@ def _render_table(shown: Any) -> None:
         for n, (label, text) in enumerate(block_text(b) for b in m.blocks):
             if n:
                 cell.append("\n")
-            cell.append(f"{label}\n", style="dim")
-            cell.append(text)
+            cell.append(f"{visible(label)}\n", style="dim")
+            cell.append(visible(text))
         table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
     console.print(table)
 

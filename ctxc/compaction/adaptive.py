@@ -15,6 +15,8 @@ stage  usage      what runs                                   loss
 Stages run in order and the pipeline stops as soon as the target is met. Without an explicit target it
 never goes beyond the stage the current usage calls for (a 72% full context is trimmed, never
 summarized); with ``--target-tokens``/``--target-ratio`` it escalates as far as the target needs.
+Trimming keeps the user instructions and decisions its placeholders quote; when they do not fit,
+stage 4 summarizes them (the summary quotes them again).
 """
 
 from __future__ import annotations
@@ -90,6 +92,12 @@ class Adaptive:
         name: str, msgs: tuple[Message, ...], ctx: CompactContext, cfg: AdaptiveConfig
     ) -> StrategyResult:
         """Run one of a stage's strategies (``essential`` is hierarchical in its stage-5 mode)."""
+        if name == "selective":
+            # Trimming never gives up the decisions its placeholders quote: when they do not fit, the
+            # next stage summarizes them (the summary quotes them again) rather than lose them.
+            selective = get_strategy(name)
+            trim_cfg = replace(ctx.config(selective), keep_quotes=True)
+            return selective.compact(msgs, replace(ctx, configs={**ctx.configs, name: trim_cfg}))
         if name != "essential":
             return get_strategy(name).compact(msgs, ctx)
         # Stage 5 is the hierarchical summarizer in its essential mode, keeping only the last few messages.

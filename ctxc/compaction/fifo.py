@@ -3,8 +3,11 @@
 Pinned units (system messages, the first request, ``--pin`` matches, critical messages) stay where
 they are, and so does the tail: the units holding the last ``keep_last`` messages are a floor that is
 never dropped, even when the target then cannot be met (the run reports how far over it is). Each
-contiguous dropped run leaves one short user message citing the archive range it came from, unless
-that placeholder would cost as much as the run itself, or the target can only be met without it.
+contiguous dropped run leaves one short user message citing the archive range it came from and quoting
+the user instructions and decisions in it verbatim (at most ``carry`` of them, found by the extractive
+summarizer's :func:`~ctxc.summarize.extractive.key_sentences`). A placeholder that quotes nothing is
+left out when it would cost as much as the run itself; quotes are given up only when the target can be
+met no other way (fewer first, then all), and never when the caller says ``Carry.keep``.
 
 The dropping machinery (:func:`drop_units`) is shared with ``selective``, which differs only in the
 order it offers units in.
@@ -21,6 +24,7 @@ from ctxc.archive import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
+from ctxc.summarize.extractive import PLACEHOLDER_PREFIX, QUOTES_HEADING, KeySentence, key_sentences
 
 
 def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:
@@ -37,8 +41,17 @@ def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: Com
     return out
 
 
-def placeholder_text(count: int, first: int, last: int, archive_id: str, tags: Sequence[str] = ()) -> str:
-    """The note left where ``count`` messages (original indexes ``first``-``last``) were dropped."""
+def placeholder_text(
+    count: int,
+    first: int,
+    last: int,
+    archive_id: str,
+    tags: Sequence[str] = (),
+    carried: Sequence[KeySentence] = (),
+    left_out: int = 0,
+) -> str:
+    """The note left where ``count`` messages (original indexes ``first``-``last``) were dropped, quoting
+    the instructions and decisions ``carried`` from them (``left_out`` more are only in the archive)."""
     what = "1 earlier message" if count == 1 else f"{count} earlier messages"
     span = f"index {first}" if first == last else f"indexes {first}-{last}"
     if tags:
@@ -49,19 +62,42 @@ def placeholder_text(count: int, first: int, last: int, archive_id: str, tags: S
         if archive_id
         else "no archive copy was recorded for this run"
     )
-    return f"[ctxc] {what} ({span}) {verb} removed to fit the context; {where}"
+    text = f"{PLACEHOLDER_PREFIX}{what} ({span}) {verb} removed to fit the context; {where}"
+    if carried:
+        text += f"\n{QUOTES_HEADING}\n" + "\n".join(f"- {k.line}" for k in carried)
+    if left_out and carried:
+        text += f"\n({left_out} more {'is' if left_out == 1 else 'are'} only in the archive)"
+    elif left_out:  # quotes given up to meet the target: at least say that there were some
+        text += f"\n({left_out} instruction or decision sentence(s) in them are only in the archive)"
+    return text
 
 
-def placeholder_message(removed: Sequence[Message], archive_id: str, tags: Sequence[str] = ()) -> Message:
+def placeholder_message(
+    removed: Sequence[Message],
+    archive_id: str,
+    tags: Sequence[str] = (),
+    carried: Sequence[KeySentence] = (),
+    left_out: int = 0,
+) -> Message:
     """A brand-new user message standing in for ``removed`` (a contiguous run, in order)."""
     first, last = removed[0].index, removed[-1].index
+    text = placeholder_text(len(removed), first, last, archive_id, tags, carried, left_out)
     return Message(
         role="user",
-        blocks=(TextBlock(placeholder_text(len(removed), first, last, archive_id, tags)),),
+        blocks=(TextBlock(text),),
         index=first,
         conversation=removed[0].conversation,
-        meta={"ctxc": "placeholder", "replaces": (first, last)},
+        meta={"ctxc": "placeholder", "replaces": (first, last), "carried": tuple(carried)},
     )
+
+
+def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, ...]:
+    """At most ``cap`` of a span's key sentences, in message order: instructions before decisions, the
+    newest of each first (a later instruction or decision is the one still in force)."""
+    if len(keys) <= cap:
+        return tuple(keys)
+    ranked = sorted(range(len(keys)), key=lambda i: (keys[i].kind != "instruction", -i))
+    return tuple(keys[i] for i in sorted(ranked[:cap]))
 
 
 @dataclass(slots=True)
@@ -78,6 +114,16 @@ class _Run:
     bare: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """What placeholders quote from the messages they replace: at most ``cap`` instruction and decision
+    sentences each. ``keep``: never give them up to meet the target (the adaptive pipeline summarizes
+    instead); else they are given up last, and only when the target cannot be met otherwise."""
+
+    cap: int = 8
+    keep: bool = False
+
+
 class _Plan:
     """Which units are dropped, as merged runs, with the output's token total kept up to date.
 
@@ -86,12 +132,20 @@ class _Plan:
     """
 
     def __init__(
-        self, messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext, placeholders: bool
+        self,
+        messages: Sequence[Message],
+        parts: Sequence[Unit],
+        ctx: CompactContext,
+        placeholders: bool,
+        carry: Carry = Carry(),
     ) -> None:
         self.messages = messages
         self.parts = parts
         self.ctx = ctx
         self.placeholders = placeholders
+        self.carry = carry
+        #: How many key sentences a placeholder quotes now (lowered only to meet the target).
+        self.level = carry.cap
         self.unit_tokens = [ctx.ledger.total(p.messages(messages)) for p in parts]
         self.kept = sum(self.unit_tokens)
         self.by_start: dict[int, _Run] = {}
@@ -99,6 +153,7 @@ class _Plan:
         self.known_cost = 0  # sum of the costs of runs whose cost is known
         self.unknown: set[int] = set()  # starts of runs whose cost is not yet known
         self._text_cost: dict[str, int] = {}
+        self._keys: dict[int, tuple[KeySentence, ...]] = {}  # message position -> its key sentences
 
     def drop(self, u: int, tag: str | None) -> None:
         tokens = self.unit_tokens[u]
@@ -138,24 +193,101 @@ class _Plan:
         self.unknown.clear()
         return self.kept + self.known_cost <= self.ctx.target
 
-    def shed_placeholders(self) -> None:
-        """With nothing left to drop, give up placeholders (oldest first) if that meets the target:
-        the target is the promise; the citation is a convenience (the manifest still has the range)."""
-        if self.kept > self.ctx.target or self.under_target():
+    def _recost(self) -> bool:
+        """Cost every run afresh (after the carry level changed); whether the output is then within."""
+        self.known_cost = 0
+        for run in self.by_start.values():
+            run.cost = None
+        self.unknown = set(self.by_start)
+        return self.under_target()
+
+    def cheaper_kept(self, u: int) -> bool:
+        """Whether unit ``u`` costs less than a placeholder quoting it would (a short instruction, say):
+        dropping it would only make the output longer, so it is kept unless the target needs it gone."""
+        if not self.placeholders or self.level == 0:
+            return False
+        run = _Run(u, u + 1, self.unit_tokens[u], frozenset())
+        if not self._keys_of(run):
+            return False
+        msg = self._candidate(run)
+        # Bounds that spare counting the candidate: a text has fewer tokens than characters, and (by
+        # far, for any tokenizer ctxc has) more than an eighth of them.
+        if self.unit_tokens[u] > len(msg.text) + 16:
+            return False
+        if self.unit_tokens[u] * 8 < len(msg.text):
+            return True
+        self._count([run])
+        return self._text_cost[msg.text] >= self.unit_tokens[u]
+
+    def shed_placeholders(self, spared: Sequence[tuple[int, str | None]] = ()) -> None:
+        """With nothing left to drop, give up what placeholders cost if that meets the target: first the
+        bare citations (oldest first), then, unless ``carry.keep``, fewer quoted sentences, then none
+        (and the ``spared`` units, which were kept only because quoting them cost more), then the
+        rest. The target is the promise; the citation is a convenience (the manifest has the range)."""
+        if self.kept > self.ctx.target and not spared:
+            return  # nothing placeholders give up can meet the target
+        if self.under_target():
             return  # (under_target has now costed every run)
+        if self.kept <= self.ctx.target:
+            quoting = {start for start, run in self.by_start.items() if self._keys_of(run)}
+            for start in sorted(self.by_start):
+                if start not in quoting and self._give_up(self.by_start[start]):
+                    return
+        if self.carry.keep:
+            return  # the caller summarizes rather than lose the decisions
+        while self.level > 0:
+            self.level //= 2
+            if self._recost():
+                return
+        for u, tag in spared:
+            self.drop(u, tag)
+            if self.under_target():
+                return
+        if self.kept > self.ctx.target:
+            return  # best effort: the undroppable alone is over the target
         for start in sorted(self.by_start):
-            if self.kept + self.known_cost <= self.ctx.target:
-                break
-            run = self.by_start[start]
-            assert run.cost is not None
-            self.known_cost -= run.cost
-            run.cost, run.bare = 0, True
+            if self._give_up(self.by_start[start]):
+                return
+
+    def _give_up(self, run: _Run) -> bool:
+        """Leave ``run`` without a placeholder; whether the output is now within the target."""
+        if self.kept + self.known_cost <= self.ctx.target:
+            return True
+        assert run.cost is not None
+        self.known_cost -= run.cost
+        run.cost, run.bare = 0, True
+        return self.kept + self.known_cost <= self.ctx.target
 
     def _removed(self, run: _Run) -> Sequence[Message]:
         return self.messages[self.parts[run.start].start : self.parts[run.stop - 1].stop]
 
+    def _keys_of(self, run: _Run) -> list[KeySentence]:
+        """The key sentences of the run's messages, in order (each message's found once, then cached)."""
+        out: list[KeySentence] = []
+        seen: set[str] = set()
+        msgs = self.messages
+        for pos in range(self.parts[run.start].start, self.parts[run.stop - 1].stop):
+            keys = self._keys.get(pos)
+            if keys is None:
+                keys = self._keys[pos] = key_sentences(msgs[pos], msgs[pos - 1] if pos else None)
+            for k in keys:
+                if k.text not in seen:
+                    seen.add(k.text)
+                    out.append(k)
+        return out
+
+    def _carried(self, run: _Run) -> tuple[tuple[KeySentence, ...], int]:
+        if self.carry.cap == 0:
+            return (), 0  # quoting is off: a bare citation
+        keys = self._keys_of(run)
+        chosen = choose_carried(keys, self.level)
+        return chosen, len(keys) - len(chosen)
+
     def _candidate(self, run: _Run) -> Message:
-        return placeholder_message(self._removed(run), self.ctx.archive_id, sorted(run.tags))
+        carried, left_out = self._carried(run)
+        return placeholder_message(
+            self._removed(run), self.ctx.archive_id, sorted(run.tags), carried, left_out
+        )
 
     def _count(self, runs: Sequence[_Run]) -> None:
         """Count the placeholders of ``runs`` in one batch (the tokenizer is fastest on batches).
@@ -170,7 +302,10 @@ class _Plan:
             self._text_cost.update(zip(todo, counts, strict=True))
 
     def _placeholder(self, run: _Run) -> tuple[Message | None, int]:
-        """The run's placeholder and its tokens, or (None, 0) when it is off or not worth its cost."""
+        """The run's placeholder and its tokens, or (None, 0) when it is off or not worth its cost.
+
+        A bare citation costing as much as the run is not worth it; one quoting the run's instructions
+        or decisions always is (they would otherwise be lost without a trace)."""
         if not self.placeholders or run.bare:
             return None, 0
         msg = self._candidate(run)
@@ -178,7 +313,8 @@ class _Plan:
         if tokens is None:
             self._count([run])
             tokens = self._text_cost[msg.text]
-        return (msg, tokens) if tokens < run.tokens else (None, 0)
+        worth = tokens < run.tokens or bool(msg.meta["carried"])
+        return (msg, tokens) if worth else (None, 0)
 
     def result(self, strategy: str) -> StrategyResult:
         out: list[Message] = []
@@ -200,6 +336,12 @@ class _Plan:
             note += ", placeholder" if msg is not None else ", no placeholder"
             if run.bare:
                 note += " (left out to meet the target)"
+            keys = len(self._keys_of(run)) if self.placeholders else 0
+            quoted = len(msg.meta["carried"]) if msg is not None else 0
+            if quoted:
+                note += f", {quoted} instruction/decision sentence(s) quoted"
+            if keys > quoted:
+                note += f", {keys - quoted} not quoted (in the archive)"
             actions.append(
                 Action(strategy, "drop", removed[0].index, removed[-1].index, run.tokens, after, note)
             )
@@ -215,20 +357,30 @@ def drop_units(
     *,
     strategy: str,
     placeholders: bool,
+    carry: Carry = Carry(),
 ) -> StrategyResult:
     """Drop units in ``order`` (unit positions, each with an optional tag named in its placeholder)
     until the output is within ``ctx.target``; if it never is, everything offered is dropped (best
-    effort: the caller's run decides whether over-target output may be written)."""
-    plan = _Plan(messages, parts, ctx, placeholders)
+    effort: the caller's run decides whether over-target output may be written). Placeholders quote
+    the instructions and decisions of what they replace, as ``carry`` says."""
+    plan = _Plan(messages, parts, ctx, placeholders, carry)
     if plan.under_target():
         return StrategyResult(tuple(messages))
+    spared: list[tuple[int, str | None]] = []
     for u, tag in order:
+        if plan.cheaper_kept(u):
+            spared.append((u, tag))
+            continue
         plan.drop(u, tag)
         if plan.under_target():
             break
     else:
-        plan.shed_placeholders()
+        plan.shed_placeholders(spared)
     return plan.result(strategy)
+
+
+#: The ``carry`` option of the trimming strategies.
+CARRY_HELP = "instruction and decision sentences each placeholder quotes from what it replaces (0: none)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +388,7 @@ class FifoConfig:
     placeholder: bool = option(
         True, "leave one short message citing the archive range where each run of messages was dropped"
     )
+    carry: int = option(8, CARRY_HELP, min=0, max=1000)
 
 
 @register
@@ -251,4 +404,12 @@ class Fifo:
         parts = units(messages)
         keep = protected_units(messages, parts, ctx)
         order = ((u, None) for u in range(len(parts)) if u not in keep)
-        return drop_units(messages, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder)
+        return drop_units(
+            messages,
+            ctx,
+            parts,
+            order,
+            strategy=self.name,
+            placeholders=cfg.placeholder,
+            carry=Carry(cfg.carry),
+        )

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
+from ctxc.live import last_request, live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
@@ -126,12 +127,15 @@ _INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
-    """Indexes that must survive: system messages, the first user request, pins, critical, the last."""
+    """Indexes that must survive: system messages, the session's first and last requests, pins,
+    critical messages and the last message."""
     keep: set[int] = set()
     if not messages:
         return frozenset()
     keep.add(messages[-1].index)
-    first_user_seen = False
+    for request in (session_intent(messages), last_request(messages)):
+        if request is not None:
+            keep.add(request.index)
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
@@ -147,9 +151,6 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     for msg in messages:
         if msg.role == "system" or msg.importance == "critical":
             keep.add(msg.index)
-        if not first_user_seen and msg.is_request:
-            keep.add(msg.index)
-            first_user_seen = True
         if any(lo <= msg.index <= hi for lo, hi in ranges):
             keep.add(msg.index)
         if patterns:
@@ -196,7 +197,29 @@ def compact_transcript(
     """Compact every conversation of ``transcript``. With an archive, the original is stored first.
 
     ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
+    A run that fails (the original cannot be stored on a full disk, say) leaves none of the objects it
+    offloaded in the archive.
     """
+    with discard_new_objects_on_failure():
+        return _compact_transcript(
+            transcript,
+            options,
+            archive=archive,
+            counter=counter,
+            original_bytes=original_bytes,
+            counts=counts,
+        )
+
+
+def _compact_transcript(
+    transcript: Transcript,
+    options: CompactOptions,
+    *,
+    archive: Archive | None,
+    counter: TextCounter | None,
+    original_bytes: bytes | None,
+    counts: Sequence[int] | None,
+) -> CompactionResult:
     from ctxc.profiles import resolve_window
 
     window, _ = resolve_window(model=options.model, window=options.window)
@@ -223,15 +246,38 @@ def compact_transcript(
     outputs: dict[int, tuple[Message, ...]] = {}
     adapter = get_adapter(transcript.format)
     tool_role_default = transcript.format in ("codex", "pi", "openhands")
+    # Only the live context is compacted: what the client no longer sends (before the log's own
+    # compaction, subagent runs written inline) stays as it is.
+    live = live_context(transcript.boundaries, transcript.messages)
     for conv in range(transcript.conversations):
-        messages = transcript.conversation(conv)
+        everything = transcript.conversation(conv)
+        if conv in live.side:
+            continue
+        history, messages = live.split(everything)
         if not messages:
             continue
-        pinned = pinned_indexes(messages, options.pins)
-        before = ledger.total(messages)
+        keep = pinned_indexes(everything, options.pins)
+        pinned = frozenset(
+            m.index
+            for m in messages
+            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
+            if m.index in keep or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
+        )
+        reset = live.resets.get(conv)
+        # What must survive but lies before the log's own compaction goes into the live context.
+        requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
+        # What the log's compaction record carries into the live context counts. Where the writer can
+        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
+        if as_is and adapter.rewrites_carried:
+            messages = (*_carried_copies(as_is, conv), *messages)
+            as_is = ()
+        carried = ledger.total(as_is)
+        before = carried + ledger.total(messages)
         # Reminders are appended after compaction, so the strategy aims below the target by their cost.
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
         reserve = ledger.total([compacted_note]) if compacted_note else 0
+        reserve += carried + ledger.total(requests)
         ctx = CompactContext(
             target=max(1, target - reserve),
             window=window,
@@ -252,6 +298,13 @@ def compact_transcript(
         else:
             res = strategy.compact(messages, ctx)
             result_messages, actions = res.messages, res.actions
+            result_messages = _keep_after_summary(
+                result_messages,
+                pinned,
+                requests,
+                as_is,
+                summary_resets=adapter.summary_resets,
+            )
         repaired_msgs, fixed = repair_messages(
             result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
         )
@@ -264,7 +317,7 @@ def compact_transcript(
             rules = ", ".join(note.meta["rules"])
             n = messages[-1].index
             actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = ledger.total(repaired_msgs)
+        after = carried + ledger.total(repaired_msgs)
         if fixed:
             actions = (
                 *actions,
@@ -279,7 +332,7 @@ def compact_transcript(
             )
         pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
         tail = {m.index for m in messages[-options.keep_last :]}
-        kept_tokens = ledger.total(m for m in messages if m.index in pinned or m.index in tail)
+        kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
         # falling short of the default target is then not an error.
         enforce = explicit or options.strategy != "adaptive"
@@ -288,14 +341,15 @@ def compact_transcript(
             raise OverTargetError(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
-                f"what is always kept (pinned messages and the last {options.keep_last}) is "
+                f"what is always kept (pinned messages, the last {options.keep_last} and what the log's "
+                f"own compaction carries) is "
                 f"{kept_tokens:,} tokens; lower --keep-last, or use --allow-over to write it anyway",
                 path=transcript.source,
             )
         leftover = pairing_problems(repaired_msgs, strict=True)
         if leftover:  # repair is meant to make this impossible: fail loudly rather than write it
             raise AssertionError(f"output still has pairing problems: {leftover[0]}")
-        outputs[conv] = repaired_msgs
+        outputs[conv] = (*history, *repaired_msgs)
         outcomes.append(ConversationOutcome(conv, before, after, target, pinned_tokens, actions, fixed))
 
     written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
@@ -321,6 +375,69 @@ def compact_transcript(
         conversations=tuple(outcomes),
         summarizer_usage=usage() if callable(usage) else None,
     )
+
+
+#: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
+_NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
+
+
+def _keep_after_summary(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    requests: Sequence[Message],
+    carried: Sequence[Message],
+    *,
+    summary_resets: bool,
+) -> tuple[Message, ...]:
+    """Place what must survive where the client sends it.
+
+    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
+    kept before the summary get a copy after it (the originals stay where they were, in the file's
+    history). Copies of pinned messages from before the log's own compaction (the session's first and
+    last requests among them) go after the last summary (or first), each unless what the client sends
+    already quotes it.
+    """
+    out = list(messages)
+    summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
+    at = summaries[-1] + 1 if summaries else 0
+    if summary_resets and summaries:
+        copies = [_copy(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
+        out[at:at] = copies
+        at += len(copies)
+        sent = [*carried, *out[summaries[-1] :]]
+    else:
+        sent = [*carried, *out]
+    if not summaries:
+        # After the log's own summary, which opens the live context.
+        while at < len(out) and out[at].meta.get("is_compact_summary"):
+            at += 1
+    for request in requests:
+        if not any(request_text(request) in m.text for m in sent):
+            out.insert(at, request)
+            at += 1
+    return tuple(out)
+
+
+def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
+    """What a compaction record carries, as messages a strategy may compact: indexes below the file's
+    own (they belong to no record), marked so the writer knows them."""
+    return tuple(
+        replace(m, index=k - len(carried), conversation=conversation, meta={**m.meta, "carried": True})
+        for k, m in enumerate(carried)
+    )
+
+
+def _plain(message: Message) -> bool:
+    """A user or assistant message of words only: a copy of it pairs with nothing."""
+    return message.role in ("user", "assistant") and not any(
+        b.kind in ("tool_use", "tool_result") for b in message.blocks
+    )
+
+
+def _copy(message: Message, why: str) -> Message:
+    """``message`` as a new message: the writer gives it a record (and identity) of its own."""
+    meta = {"ctxc": why, **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
+    return replace(message, records=(), raw=None, meta=meta)
 
 
 def _reminder_messages(
@@ -378,12 +495,16 @@ def _verify(
         max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, len(data)),
     )
     reread = load(named_bytes(source.source, data), input_format=source.format, options=options)
-    problems = pairing_problems(reread.messages, strict=True)
-    if problems:
-        raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
+    live = live_context(reread.boundaries, reread.messages)
+    for conversation in {o.conversation for o in outcomes}:
+        problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)
+        if problems:
+            raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
     ledger.carry(reread.messages, written.messages)  # most lines read back as they were written
     for k, outcome in enumerate(outcomes):
-        after = ledger.total(reread.conversation(outcome.conversation))
+        reset = live.resets.get(outcome.conversation)
+        carried = ledger.total(reset.carried) if reset is not None else 0
+        after = carried + ledger.total(live.split(reread.conversation(outcome.conversation))[1])
         outcomes[k] = replace(outcome, tokens_after=after)
         if after > outcome.target and enforce and not allow_over:
             over = after - outcome.target

@@ -10,7 +10,8 @@ made critical, keeps its result with it.
 
 Never dropped: critical units, pinned units, the units holding the last ``keep_last`` messages (and
 always the last message). Each contiguous dropped run leaves a placeholder citing the archive range and
-the importance levels it removed.
+the importance levels it removed, and quoting the run's user instructions and decisions verbatim (see
+:mod:`ctxc.compaction.fifo`).
 
 Rules file (first matching rule wins; a message matching none gets ``default``)::
 
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxc.compaction.base import CompactContext, StrategyResult, option, register
-from ctxc.compaction.fifo import drop_units, protected_units
+from ctxc.compaction.fifo import CARRY_HELP, Carry, drop_units, protected_units
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
 from ctxc.model import BLOCK_KINDS, ROLES, Message, ToolResultBlock, ToolUseBlock
@@ -296,6 +297,10 @@ class SelectiveConfig:
     placeholder: bool = option(
         True, "leave one short message citing the archive range where each run of messages was dropped"
     )
+    carry: int = option(8, CARRY_HELP, min=0, max=1000)
+    keep_quotes: bool = option(
+        False, "never give up quoted instructions and decisions to meet the target (report it over instead)"
+    )
 
     def __post_init__(self) -> None:
         load_rules(self.rules)  # a bad rules file is a usage error up front, not halfway through a run
@@ -322,4 +327,12 @@ class Selective:
             for u in range(len(parts))
             if u not in keep and unit_level[u] == level
         ]
-        return drop_units(messages, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder)
+        return drop_units(
+            messages,
+            ctx,
+            parts,
+            order,
+            strategy=self.name,
+            placeholders=cfg.placeholder,
+            carry=Carry(cfg.carry, keep=cfg.keep_quotes),
+        )

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import CtxcError, UsageError
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
+from ctxc.live import live_context, live_messages, request_text, sent_messages, session_intent
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 from ctxc.search.chunks import render_input
 
@@ -394,7 +395,7 @@ def survival(
 
 
 def first_requests(transcript: Transcript) -> list[str]:
-    """The text of each conversation's first request.
+    """The user's own words of each conversation's first request (:func:`ctxc.live.session_intent`).
 
     Subagent runs (Claude Code sidechains) are left out: their first "request" is the prompt the
     parent agent wrote into its Task call, not the user's intent, and a run goes with that call when
@@ -402,9 +403,9 @@ def first_requests(transcript: Transcript) -> list[str]:
     """
     out: list[str] = []
     for conv in range(transcript.conversations):
-        m = next((x for x in transcript.conversation(conv) if x.is_request), None)
+        m = session_intent(transcript.conversation(conv))
         if m is not None and not m.meta.get("is_sidechain"):
-            out.append("\n".join(b.text for b in m.blocks if isinstance(b, TextBlock) and b.text.strip()))
+            out.append(request_text(m))
     return out
 
 
@@ -435,7 +436,10 @@ class _Prepared:
 def _window_of(t: Transcript, counter: TextCounter) -> int:
     from ctxc.tokens.cost import count_messages
 
-    sizes = [sum(count_messages(t.conversation(c), counter.count)) for c in range(t.conversations)]
+    live = live_context(t.boundaries, t.messages)
+    sizes = [
+        sum(count_messages(live.split(t.conversation(c))[1], counter.count)) for c in range(t.conversations)
+    ]
     return max([*sizes, 1])
 
 
@@ -498,6 +502,7 @@ def run_eval(
         for prep in prepared:
             t = prep.planted.transcript
             requests = first_requests(t)
+            sent_before = sent_messages(t)
             exclude = [n.value for n in prep.planted.needles] + (
                 [prep.planted.instruction] if prep.planted.instruction else []
             )
@@ -535,7 +540,7 @@ def run_eval(
                         continue
                     seconds = time.perf_counter() - start
                     out = result.transcript
-                    out_text = text_of(out.messages)
+                    out_text = text_of(sent_messages(out))  # what the client sends next
                     flat = _norm(out_text)
                     retained = tuple(n.value in out_text for n in prep.planted.needles)
                     pinned = (
@@ -550,8 +555,9 @@ def run_eval(
                         seconds=seconds,
                         first_requests=(sum(_norm(r) in flat for r in requests), len(requests)),
                         pinned=pinned,
-                        survival=survival(t.messages, out_text, exclude=exclude),
-                        problems=_problems(out.messages, t.messages),
+                        # Of what the client sent before: history it no longer sends is not lost here.
+                        survival=survival(sent_before, out_text, exclude=exclude),
+                        problems=_problems(live_messages(out), live_messages(t)),
                         budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
                         judge=judge.score(out.messages, prep.planted, t) if judge is not None else None,
                     )

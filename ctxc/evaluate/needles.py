@@ -25,6 +25,7 @@ from typing import Any
 
 from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
+from ctxc.live import LiveContext, live_context
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
 
 #: Needles are planted among the first this share of a conversation's messages.
@@ -231,17 +232,15 @@ def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Tr
     return replace(load(stream, input_format=transcript.format), source=transcript.source)
 
 
-def _planted_copy(
-    t: Transcript, conv: int, messages: Sequence[Message], m: Message, sentence: str
-) -> Transcript | None:
-    """``t`` with ``sentence`` appended to ``m`` (one of ``messages``, conversation ``conv``), written by
+def _planted_copy(t: Transcript, conv: int, m: Message, sentence: str) -> Transcript | None:
+    """``t`` with ``sentence`` appended to ``m`` (of conversation ``conv``), written by
     the adapter and read back; None when the adapter cannot write it there, the reread message lacks it,
     or the writer changed the transcript's shape (not a faithful plant): the caller tries another."""
     changed = _with_sentence(m, sentence)
     if changed is None:
         return None
     try:
-        candidate = _write(t, conv, [changed if x.index == m.index else x for x in messages])
+        candidate = _write(t, conv, [changed if x.index == m.index else x for x in t.conversation(conv)])
     except (CtxcError, ValueError):  # adapters raise ValueError for a message they cannot encode
         return None
     reread = next((x for x in candidate.messages if x.index == m.index), None)
@@ -250,15 +249,24 @@ def _planted_copy(
     return candidate
 
 
+def _live(t: Transcript) -> LiveContext:
+    return live_context(t.boundaries, t.messages)
+
+
+def _live_part(t: Transcript, conv: int) -> tuple[Message, ...]:
+    """What the client sends of a conversation: needles go where compaction must deal with them."""
+    return _live(t).split(t.conversation(conv))[1]
+
+
 def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
     """The conversation with the most messages to plant in (then the largest): usually the only one,
     for datasets the line with the most removable messages."""
-    convs = sorted({m.conversation for m in t.messages})
+    convs = sorted({m.conversation for m in t.messages} - _live(t).side)
     if len(convs) <= 1:
         return convs[0] if convs else 0
 
     def room(conv: int) -> tuple[int, int, int]:
-        msgs = t.conversation(conv)
+        msgs = _live_part(t, conv)
         early, later = _candidates(msgs, keep_last)
         return len(early) + len(later), sum(len(m.text) for m in msgs), -conv
 
@@ -282,14 +290,14 @@ def plant(
     planted: list[Needle] = []
     used: set[int] = set()
     for needle in needles:
-        messages = current.conversation(conv)
+        messages = _live_part(current, conv)
         early, later = (
             [m for m in group if m.index not in used] for group in _candidates(messages, keep_last)
         )
         # Spread the needles over the early span: the k-th of n goes about k/n of the way in.
         cut = (len(planted) * len(early)) // max(1, len(needles))
         for m in early[cut:] + early[:cut] + later:
-            candidate = _planted_copy(current, conv, messages, m, needle.sentence)
+            candidate = _planted_copy(current, conv, m, needle.sentence)
             if candidate is None:
                 continue
             current = candidate
@@ -306,14 +314,14 @@ def _plant_instruction(
     t: Transcript, conv: int, instruction: str, used: set[int], keep_last: int
 ) -> tuple[Transcript, str | None]:
     """Append ``instruction`` to a user message in the first half (the first request if none other)."""
-    messages = t.conversation(conv)
+    messages = _live_part(t, conv)
     half = messages[: max(1, len(messages) // 2)]
     users = [m for m in half if m.role == "user" and _target(m) is not None and m.index not in used]
     texts = [m for m in users if any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)]
     first = next((m for m in messages if m.is_request), None)
     order = [m for m in texts if first is None or m.index != first.index] + ([first] if first else []) + users
     for m in order:
-        candidate = _planted_copy(t, conv, messages, m, instruction)
+        candidate = _planted_copy(t, conv, m, instruction)
         if candidate is not None:
             return candidate, re.escape(instruction)
     return t, None

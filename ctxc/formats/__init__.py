@@ -87,9 +87,11 @@ def open_stream(
     try:
         records_iter = iter_records(handle, name, options)
         sample: list[Record] = []
+        passthrough = 0  # a running count: recounting the sample per record is quadratic in blank lines
         for rec in records_iter:
             sample.append(rec)
-            if sum(1 for r in sample if r.kind == "passthrough") >= SNIFF_RECORDS:
+            passthrough += rec.kind == "passthrough"
+            if passthrough >= SNIFF_RECORDS:
                 break
         if not sample:
             raise InputError("empty file (no JSON records)", path=name)

@@ -27,6 +27,12 @@ class FormatAdapter(Protocol):
     name: str
     #: One line for ``ctxc formats`` and the README.
     description: str
+    #: Whether the client resumes from a summary ctxc writes and sends nothing before it (Claude Code's
+    #: compact_boundary): what must survive is then placed after the summary.
+    summary_resets: bool
+    #: Whether its writer can replace what the log's own compaction record carries into the live context
+    #: (Codex: a new compacted record): compaction then works on those messages too.
+    rewrites_carried: bool
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""

@@ -32,7 +32,9 @@ from ctxc.formats.shapes import (
     parse_openai_tool_call,
     parse_tool_arguments,
 )
+from ctxc.live import compaction_block_boundary
 from ctxc.model import (
+    MISSING_IDS,
     Block,
     ImageBlock,
     Message,
@@ -244,9 +246,12 @@ def parse_chat_message(
         call_id = obj.get("tool_call_id")
         given_name = obj.get("name") if isinstance(obj.get("name"), str) else None
         paired, name = state.answer(call_id if isinstance(call_id, str) else None, given_name)
+        result = _openai_tool_result(obj, paired or f"{synth_id}-result", name)
         if not isinstance(call_id, str):
             meta["synthesized_id"] = True
-        return role, (_openai_tool_result(obj, paired or f"{synth_id}-result", name),), meta
+            if source_role == "tool":  # a legacy ``function`` result has no id by design; this needs one
+                meta[MISSING_IDS] = (result.tool_use_id,)
+        return role, (result,), meta
 
     blocks = []
     for key in _REASONING_KEYS:
@@ -257,13 +262,18 @@ def parse_chat_message(
     blocks.extend(parse_openai_content(obj.get("content")))
     calls = obj.get("tool_calls")
     if isinstance(calls, list):
+        missing: list[str] = []
         for n, call in enumerate(calls):
             block = parse_openai_tool_call(call)
             if isinstance(block, ToolUseBlock):
-                if not block.id:
+                given = call.get("id")
+                if not isinstance(given, str) or not given:  # absent, empty or null
                     block = dataclasses.replace(block, id=f"{synth_id}-{n}")
+                    missing.append(block.id)
                 state.call(block.id, block.name)
             blocks.append(block)
+        if missing:
+            meta[MISSING_IDS] = tuple(missing)
     fc = obj.get("function_call")
     if isinstance(fc, dict):
         meta["function_call"] = True
@@ -348,8 +358,8 @@ def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]
     if out["role"] == "function":
         if block.name is not None:
             out["name"] = block.name
-    elif not message.meta.get("synthesized_id"):
-        out["tool_call_id"] = block.tool_use_id
+    elif block.tool_use_id not in message.meta.get(MISSING_IDS, ()):
+        out["tool_call_id"] = block.tool_use_id  # also an id made up on reading, once repair adopted it
     return out
 
 
@@ -366,11 +376,11 @@ def _encode_function_call(block: ToolUseBlock) -> Any:
     return {**base, "name": block.name, "arguments": args}
 
 
-def _encode_call(block: Block) -> Any:
+def _encode_call(block: Block, missing: Sequence[str]) -> Any:
     raw = block.raw
     if not isinstance(block, ToolUseBlock):
         return raw
-    if isinstance(raw, dict) and not raw.get("id"):
+    if isinstance(raw, dict) and not raw.get("id") and block.id in missing:
         # The id was synthesized on reading: the call is unchanged when all but the id match.
         again = parse_openai_tool_call(raw)
         if isinstance(again, ToolUseBlock) and dataclasses.replace(again, id=block.id) == block:
@@ -437,7 +447,8 @@ def _encode_openai(message: Message) -> dict[str, Any]:
         else:
             out.pop("function_call", None)
     if calls:
-        out["tool_calls"] = [_encode_call(c) for c in calls]
+        missing = meta.get(MISSING_IDS, ())
+        out["tool_calls"] = [_encode_call(c, missing) for c in calls]
     elif out.get("tool_calls"):
         del out["tool_calls"]  # every call was removed; an empty list or null the log wrote stays
     return out
@@ -461,6 +472,8 @@ def importance_of(obj: Mapping[str, Any]) -> str | None:
 
 class ChatAdapter:
     name = "chat"
+    rewrites_carried = False
+    summary_resets = False
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -516,7 +529,7 @@ class ChatAdapter:
                 continue
             msg_role, blocks, meta = parsed
             usage = parse_usage(obj.get("usage"), rec.line)
-            yield Message(
+            message = Message(
                 role=msg_role,
                 blocks=blocks,
                 line=rec.line,
@@ -528,6 +541,9 @@ class ChatAdapter:
                 meta=meta,
                 raw=obj,
             )
+            if (reset := compaction_block_boundary(message)) is not None:
+                yield reset
+            yield message
             if usage is not None:
                 yield usage
             index += 1

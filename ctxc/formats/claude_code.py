@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -84,12 +85,15 @@ def _usage(message: Mapping[str, Any], line: int) -> Usage | None:
     u = message.get("usage")
     if not isinstance(u, dict):
         return None
+    model = _str(message.get("model"))
     return Usage(
         input=_int(u.get("input_tokens")),
         output=_int(u.get("output_tokens")),
         cache_read=_int(u.get("cache_read_input_tokens")),
         cache_write=_int(u.get("cache_creation_input_tokens")),
         line=line,
+        # "<synthetic>" marks a message the client made up (an error notice), not a model call.
+        model=model if model and not model.startswith("<") else None,
     )
 
 
@@ -104,6 +108,7 @@ def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
         cache_read=max(a.cache_read, b.cache_read),
         cache_write=max(a.cache_write, b.cache_write),
         line=a.line,
+        model=a.model or b.model,
     )
 
 
@@ -204,7 +209,7 @@ class _Reader:
 
     def _emit(self, item: Message | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
-            yield item
+            yield replace(item, index=self.index)
             return
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
@@ -351,6 +356,10 @@ class _Reader:
                     line=rec.line,
                     trigger=_str(md.get("trigger")),
                     pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+                    # Claude Code resumes from its newest compact_boundary; a microcompaction only
+                    # cleared old tool results in place.
+                    resets=subtype == "compact_boundary",
+                    conversation=self.record_conv.pop(i, 0),
                 )
             )
             return
@@ -409,6 +418,8 @@ class _Reader:
 
 class ClaudeCodeAdapter:
     name = "claude-code"
+    rewrites_carried = False
+    summary_resets = True  # ctxc writes its summary as a compact_boundary
     description = "Claude Code session log (~/.claude/projects/*/<session>.jsonl, subagent files)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -544,6 +555,9 @@ _SUBAGENT_TOOLS = frozenset({"Task", "Agent"})
 
 #: Sort key of an output record: (file position, 0 for a source record / 1 for a new one, sequence).
 _Key = tuple[float, int, int]
+#: A thread of the output: the log's own (``_MAIN``), or an inline subagent run (its conversation).
+_Thread = int
+_MAIN: _Thread = -1
 
 
 @dataclass
@@ -607,8 +621,11 @@ class _CompactWriter:
     * Other new messages (placeholders, repair results, ``tool`` messages) are encoded with
       ``encode_message`` and chained to the message before them.
     * Inline sidechain records (subagent runs in 1.0.x logs) go with the span they belong to: a run
-      whose ``Task`` call was dropped, and the rest of a run whose earlier part was dropped, are
-      dropped too (they stay in the archive), with any new message answering their calls.
+      whose ``Task`` call was dropped is dropped too (it stays in the archive), with every new message
+      of that run or answering its calls. A run whose call is kept is its own thread: its new messages
+      (a summary of the run is an ordinary message there, not a compaction) are sidechain records
+      chained inside the run, so nothing of a run is ever linked into the log's own chain, and the
+      newest main-chain record, where Claude Code resumes, is always the log's own thread.
     * Non-message records: ``progress`` and others in the uuid chain go with their nearest message
       ancestor (a root goes with the message after it); snapshots and titles whose ``messageId`` or
       ``leafUuid`` names a dropped record are dropped; everything else stays in place.
@@ -705,10 +722,12 @@ class _CompactWriter:
     # ----------------------------------------------------------------------------- what is dropped
 
     def _drop_inline_sidechains(self) -> None:
-        """Drop kept inline sidechain runs that belong to a dropped span, and new messages answering them.
+        """Drop the inline subagent runs whose ``Task`` call was dropped: every record of the run, and
+        every new message of it (a summary or placeholder of a run whose call is gone stands for nothing).
 
-        A run belongs to the span that dropped the ``Task`` call whose prompt starts it (1.0.x logs
-        link a run to its call only by that prompt), and the rest of a run goes once part of it went.
+        A run starts with its call's prompt (1.0.x logs link a run to its call only by that prompt); a
+        run that starts mid-way (an excerpt) goes when the record it hangs off was dropped. A run whose
+        call is kept stays, compacted or not, as sidechain records of its own chain.
         """
         if self.main_side:
             return
@@ -722,28 +741,33 @@ class _CompactWriter:
             and isinstance(b.input, dict)
             and isinstance(b.input.get("prompt"), str)
         }
-        gone: list[Message] = []
-        for m in sorted((m for m in self.out_msgs if m.records), key=lambda m: m.records[0]):
-            first = m.records[0]
-            if not self._side(first):
+        gone: set[int] = set()
+        for conv, inline in self.inline_runs.items():
+            run = self.transcript.conversation(conv)
+            if not inline or not run or not run[0].records:
                 continue
-            data = self.datas[first] or {}
-            if _str(data.get("parentUuid")) is None:
-                belongs = m.text in prompts
+            first = run[0].records[0]
+            if _str((self.datas[first] or {}).get("parentUuid")) is None:
+                belongs = run[0].text in prompts
             else:
                 anc = self._message_ancestor(first)
                 belongs = anc is not None and anc in self.dropped
             if belongs:
-                gone.append(m)
-                self.dropped.update(m.records)
+                gone.add(conv)
+                self.dropped.update(i for m in run for i in m.records)
         if not gone:
             return
-        gone_ids = {id(m) for m in gone}
-        calls = {b.id for m in gone for b in m.blocks if isinstance(b, ToolUseBlock)}
+        calls = {
+            b.id
+            for c in gone
+            for m in self.transcript.conversation(c)
+            for b in m.blocks
+            if isinstance(b, ToolUseBlock)
+        }
         self.out_msgs = [
             m
             for m in self.out_msgs
-            if id(m) not in gone_ids
+            if m.conversation not in gone
             and not (
                 not m.records
                 and any(isinstance(b, ToolResultBlock) and b.tool_use_id in calls for b in m.blocks)
@@ -821,19 +845,30 @@ class _CompactWriter:
                 out[key] = value
         return out
 
-    def _template(self, pos: int, *, main: bool) -> dict[str, Any]:
-        """The record a new message at output position ``pos`` takes its envelope from."""
+    def _template(self, pos: int, thread: _Thread) -> dict[str, Any]:
+        """The record a new message at output position ``pos`` takes its envelope from: one of its own
+        thread (so a message of an inline subagent run is written as a sidechain record of that run)."""
         order = [*range(pos - 1, -1, -1), *range(pos + 1, len(self.out_msgs))]
-        for k in order:
-            m = self.out_msgs[k]
-            for i in reversed(m.records):
-                found: dict[str, Any] | None = self.datas[i]
-                if found is not None and "sessionId" in found and (not main or not self._side(i)):
-                    return found
+        candidates: Iterable[int] = (i for k in order for i in reversed(self.out_msgs[k].records))
+        if thread != _MAIN:  # also the run's records the strategy dropped
+            candidates = itertools.chain(
+                candidates, (i for m in self.transcript.conversation(thread) for i in m.records)
+            )
+        for i in candidates:
+            found: dict[str, Any] | None = self.datas[i]
+            if found is not None and "sessionId" in found and self._thread_of(i) == thread:
+                return found
         for data in self.datas:
             if data is not None and "sessionId" in data:
                 return data
         return {}
+
+    def _thread_of(self, i: int) -> _Thread:
+        """The thread record ``i`` belongs to: the log's own, or the inline run (conversation) it is in."""
+        if not self._side(i):
+            return _MAIN
+        owner = self.owner.get(i)
+        return owner.conversation if owner is not None else _MAIN
 
     def _pre_tokens(self, m: Message, span: tuple[int, int] | None) -> int | None:
         for key in ("pre_tokens", "tokens_before"):
@@ -868,14 +903,14 @@ class _CompactWriter:
     def _layout(self, outs: list[_Out]) -> dict[int, _New]:
         """Place every output message's records; returns the new records' placement by id(_Out)."""
         news: dict[int, _New] = {}
-        prev_max = -1.0
-        # The last uuid written per thread (main, inline sidechain), in output order.
-        tails: dict[bool, str | None] = {}
-        thread = False
+        # Per thread (the log's own, each inline subagent run), in output order: the last uuid written
+        # and the furthest source record placed (new records go after it, never before their thread).
+        tails: dict[_Thread, str | None] = {}
+        prev_max: dict[_Thread, float] = {}
         seq = 0
         for pos, m in enumerate(self.out_msgs):
             if m.records:
-                thread = self._side(m.records[0])
+                thread = self._thread_of(m.records[0])
                 self.prev_of[m.records[0]] = tails.get(thread)
                 encoded = (
                     [(i, None) for i in m.records] if id(m) in self.originals else self._encode_changed(m)
@@ -886,7 +921,7 @@ class _CompactWriter:
                     if u is not None:
                         self.out_uuids.add(u)
                         tails[thread] = u
-                prev_max = max(prev_max, float(max(m.records)))
+                prev_max[thread] = max(prev_max.get(thread, -1.0), float(max(m.records)))
                 continue
             span = _replaces(m)
             replaced = [
@@ -896,21 +931,19 @@ class _CompactWriter:
                 for r in orig.records
                 if r in self.dropped
             ]
-            anchor = prev_max
+            inline_run = self.inline_runs.get(m.conversation, False)
+            # A summary of the log's own thread is a compaction (boundary + summary record); inside an
+            # inline subagent run it is an ordinary message of that run, which must stay one chain.
+            summary = m.meta.get("ctxc") == "summary" and not inline_run
+            thread = m.conversation if inline_run else _MAIN
+            anchor = prev_max.get(thread, -1.0)
             if replaced:
                 anchor = max(anchor, min(replaced) - 0.5)
             if anchor < 0:
                 later = next((n.records[0] for n in self.out_msgs[pos + 1 :] if n.records), len(self.records))
                 anchor = later - 0.5
-            inline_run = self.inline_runs.get(m.conversation, False)
-            # A summary of the log's own thread is a compaction (boundary + summary record); inside an
-            # inline subagent run it is an ordinary message of that run, which must stay one chain.
-            summary = m.meta.get("ctxc") == "summary" and not inline_run
-            if summary:
-                thread = False  # a summary belongs to the log's own thread
-            elif not m.records:
-                thread = inline_run
-            template = self._template(pos, main=not thread)
+            prev_max[thread] = max(prev_max.get(thread, -1.0), anchor)  # what follows is written after it
+            template = self._template(pos, thread)
             last_replaced = self.datas[max(replaced)] if replaced else None
             stamp = _str((last_replaced or {}).get("timestamp")) or _str(template.get("timestamp"))
             after = tails.get(thread)

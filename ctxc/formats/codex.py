@@ -54,6 +54,7 @@ from ctxc.formats.shapes import (
     parse_openai_content,
     parse_tool_arguments,
 )
+from ctxc.live import compaction_block_boundary, request_text
 from ctxc.model import (
     Block,
     Boundary,
@@ -559,6 +560,12 @@ class _CompactedWriter:
         ]
         kept = {r for m in self.out_messages for r in m.records}
         self.dropped = {r for r in self.by_record if r not in kept}
+        # The log's last compaction, whose replacement_history compaction may have changed.
+        reset = next((b for b in reversed(transcript.boundaries) if b.resets and b.carried), None)
+        self.reset_record = (
+            None if reset is None else next(r for r, rec in enumerate(self.records) if rec.line == reset.line)
+        )
+        self.carried = reset.carried if reset is not None else ()
         self.legacy = bool(originals) and originals[0].meta.get("dialect") == "legacy"
         self.removed = self._removed_events()
         # Call types by id: a result ctxc adds must be the output item its call's type expects.
@@ -675,8 +682,8 @@ class _CompactedWriter:
         return None
 
     def _after_compactions(self, anchor: int, limit: int) -> int:
-        # A recorded compaction later in the dropped run would reset Codex's history after ours and
-        # lose the summary: ours goes after it (and after its context_compacted event).
+        # A recorded compaction between here and the next kept message would reset Codex's history
+        # after a new message and lose it: new messages go after it (and its context_compacted event).
         for r in range(anchor, limit):
             if _is_compacted(self.records[r].data):
                 anchor = r + 1
@@ -699,13 +706,58 @@ class _CompactedWriter:
             m = replace(m, meta={**m.meta, "item_type": itype})
         return _new_item(m)
 
+    def _carried_part(self) -> tuple[int, int]:
+        """The output positions of what now stands for the log's carried history: the new messages
+        between the last message before its compaction record and the first after it, when the caller
+        compacted that history (they hold carried messages, or replace some: indexes below 0)."""
+        if self.reset_record is None:
+            return 0, 0
+        messages = self.out_messages
+        start = next(
+            (i + 1 for i in range(len(messages) - 1, -1, -1)
+             if messages[i].records and messages[i].records[0] < self.reset_record),
+            0,
+        )  # fmt: skip
+        end = start
+        while end < len(messages) and not messages[end].records:
+            end += 1
+        part = messages[start:end]
+        if not any(m.meta.get("carried") or (_replaces(m) or (0, 0))[0] < 0 for m in part):
+            return 0, 0
+        return start, end
+
+    def _rewrite_carried(self, part: Sequence[Message]) -> None:
+        """A ``compacted`` record after the log's own, carrying ``part`` as the history Codex resumes
+        with; nothing when ``part`` is what the log's record already carries."""
+        same = len(part) == len(self.carried) and all(
+            m.meta.get("carried") and m.blocks == c.blocks for m, c in zip(part, self.carried, strict=True)
+        )
+        if same:
+            return
+        assert self.reset_record is not None
+        anchor = self.reset_record + 1
+        if anchor < len(self.records) and _is_event(self.records[anchor].data, "context_compacted"):
+            anchor += 1
+        self._flush_until(anchor)
+        ts = self.records[self.reset_record].data.get("timestamp")
+        ts = ts if isinstance(ts, str) else DEFAULT_TIMESTAMP
+        items = [self._item(m) if m.raw is None else self.adapter.encode_message(m) for m in part]
+        text = "\n\n".join(m.text for m in part if m.meta.get("ctxc") == "summary")
+        self._emit_new(encode_compacted(text, items, ts))
+        self._emit_new({"timestamp": ts, "type": "event_msg", "payload": {"type": "context_compacted"}})
+
     def write(self) -> tuple[Record, ...]:
         messages = self.out_messages
         # The first input record of the next kept message at or after each output position.
         next_kept = [len(self.records)] * (len(messages) + 1)
         for i in range(len(messages) - 1, -1, -1):
             next_kept[i] = messages[i].records[0] if messages[i].records else next_kept[i + 1]
+        carried_from, carried_to = self._carried_part()
         for i, m in enumerate(messages):
+            if carried_from <= i < carried_to:
+                if i == carried_from:
+                    self._rewrite_carried(messages[carried_from:carried_to])
+                continue
             if m.records:
                 first = m.records[0]
                 self._flush_until(first)
@@ -719,12 +771,12 @@ class _CompactedWriter:
                 self.next_record = max(self.next_record, m.records[-1] + 1)
                 continue
             limit = next_kept[i]
-            # A new message goes where the first record it replaces was, else right after what is written.
+            # A new message goes where the first record it replaces was, else right after what is written;
+            # never before a compaction record Codex would then resume from without it.
             replaced = self._replaced(m, self.next_record, limit)
             anchor = self.next_record if replaced is None else replaced
             summary = m.meta.get("ctxc") == "summary" and not self.legacy
-            if summary:
-                anchor = self._after_compactions(anchor, limit)
+            anchor = self._after_compactions(anchor, limit)
             self._flush_until(anchor)
             ts = self._timestamp(m, anchor, limit)
             if m.raw is not None:
@@ -760,6 +812,8 @@ class _CompactedWriter:
 
 class CodexAdapter:
     name = "codex"
+    summary_resets = False
+    rewrites_carried = True  # a new compacted record replaces the last one's replacement_history
     description = (
         "OpenAI Codex CLI rollout (session_meta/response_item/event_msg lines, and the 2025 legacy form)"
     )
@@ -778,6 +832,8 @@ class CodexAdapter:
         call_names: dict[str, str] = {}
         last_total: list[Any] = [None]
         last_usage: Usage | None = None
+        model: str | None = None  # from the newest turn_context
+        requests: list[Message] = []  # the user's requests since the last compaction
         compacted_pending = False  # a `compacted` record whose context_compacted event has not come yet
         for rec_index, rec in records:
             data = rec.data
@@ -785,12 +841,18 @@ class CodexAdapter:
                 continue
             envelope = _is_envelope(data)
             rtype = data.get("type")
+            if envelope and rtype == "turn_context":
+                named = data["payload"].get("model") if isinstance(data["payload"], dict) else None
+                model = named if isinstance(named, str) and named else model
+                continue
             if envelope and rtype == "event_msg":
                 payload = data["payload"]
                 etype = payload.get("type")
                 if etype == "token_count":
                     usage = _usage(payload, rec.line, last_total)
                     if usage is not None:
+                        if model is not None:
+                            usage = replace(usage, model=model)
                         last_usage = usage
                         yield usage
                 elif etype == "context_compacted":
@@ -803,7 +865,16 @@ class CodexAdapter:
                 continue
             if envelope and rtype == "compacted":
                 compacted_pending = True
-                yield Boundary(kind="codex_compacted", line=rec.line, pre_tokens=_pre(last_usage))
+                carried = _carried(data["payload"], rec.line, requests)
+                requests = [m for m in carried if m.is_request]
+                yield Boundary(
+                    kind="codex_compacted",
+                    line=rec.line,
+                    pre_tokens=_pre(last_usage),
+                    resets=True,  # Codex resumes from its last compacted record
+                    index=index,
+                    carried=carried,
+                )
                 continue
             if envelope and rtype == "response_item":
                 payload, dialect = data["payload"], "current"
@@ -822,7 +893,7 @@ class CodexAdapter:
             if envelope and isinstance(data.get("timestamp"), str):
                 meta["timestamp"] = data["timestamp"]
             importance = data.get("importance", payload.get("importance"))
-            yield Message(
+            message = Message(
                 role=role,
                 blocks=blocks,
                 line=rec.line,
@@ -832,6 +903,11 @@ class CodexAdapter:
                 meta=meta,
                 raw=data,
             )
+            if message.is_request and request_text(message):
+                requests.append(message)
+            if (reset := compaction_block_boundary(message)) is not None:
+                yield reset
+            yield message
             index += 1
 
     def write_compacted(
@@ -867,6 +943,22 @@ class CodexAdapter:
         if _is_envelope(raw):
             return {**raw, "payload": _encode_item(raw["payload"], message)}
         return _encode_item(raw, message)
+
+
+def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Message, ...]:
+    """What Codex resumes with from a ``compacted`` record: its ``replacement_history`` or, for records
+    that have none (older clients), the user's requests so far and the summary as a user message."""
+    if not isinstance(payload, dict):
+        return ()
+    if isinstance(payload.get("replacement_history"), list):
+        return history_messages(payload, line)
+    summary = payload.get("message")
+    tail = (
+        (Message(role="user", blocks=(TextBlock(text=summary),), line=line),)
+        if isinstance(summary, str) and summary
+        else ()
+    )
+    return (*(replace(m, line=line) for m in requests), *tail)
 
 
 def _pre(usage: Usage | None) -> int | None:

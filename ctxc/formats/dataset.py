@@ -138,6 +138,8 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any] | N
 
 class DatasetAdapter:
     name = "dataset"
+    rewrites_carried = False
+    summary_resets = False
     description = (
         "one conversation per line: {'messages': [...], 'tools'|'functions': [...]} (fine-tuning sets)"
     )

@@ -13,6 +13,9 @@ Events become messages the way OpenHands' ConversationMemory turns them into LLM
 ``thought`` is the assistant text beside it, except for ``think``, whose thought *is* the argument),
 observations are tool results. Decisions where OpenHands itself is not a tool exchange:
 
+* ``finish`` and ``reject`` (:data:`TERMINAL_ACTIONS`) end the run: their tool call is marked
+  ``terminal`` (no observation follows, and none is missing);
+
 * a ``recall`` action is not a message (OpenHands sends nothing for it; its query repeats the user's
   task); its observation is the workspace context OpenHands injects as a user message, kept as an
   UnknownBlock whose text is the injected knowledge (meta ``context_injection``);
@@ -52,6 +55,9 @@ _SILENT_ACTIONS = frozenset(
     {"recall", "change_agent_state", "null", "condensation_request", "pause", "resume"}
 )
 _SILENT_OBSERVATIONS = frozenset({"null", "agent_state_changed"})
+#: Agent actions that end the run (OpenHands' AgentFinishAction, AgentRejectAction): the runtime
+#: answers them with no observation, so their tool call awaits no result.
+TERMINAL_ACTIONS = frozenset({"finish", "reject"})
 #: Keys of a bare action dict that are bookkeeping, not the tool's arguments.
 _BARE_ACTION_META = frozenset({"action", "thought", "action_risk", "is_confirmed", "security_risk"})
 
@@ -226,7 +232,7 @@ def _parse_event(
             return "assistant", (ToolUseBlock(id=call_id, name=name, input=args),), meta
         tool_input = {k: v for k, v in args.items() if k != "thought"}
         thought = _thought(event)
-        use = ToolUseBlock(id=call_id, name=name, input=tool_input)
+        use = ToolUseBlock(id=call_id, name=name, input=tool_input, terminal=action in TERMINAL_ACTIONS)
         return "assistant", ((TextBlock(text=thought), use) if thought else (use,)), meta
     observation = event.get("observation")
     if not isinstance(observation, str):
@@ -265,7 +271,11 @@ def _is_trajectory(data: Any) -> bool:
 
 class OpenHandsAdapter:
     name = "openhands"
+    rewrites_carried = False
+    summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"
+    #: Actions whose tool call ends the run and awaits no result (the reader marks them ``terminal``).
+    terminal_actions = TERMINAL_ACTIONS
 
     def sniff(self, sample: Sequence[Record]) -> int:
         records = [r.data for r in sample if isinstance(r.data, dict)]

@@ -156,7 +156,7 @@ def _unwrap(text: str, prefix: str, suffix: str) -> str:
 # -------------------------------------------------------------------------------------------- usage
 
 
-def _usage(raw: Any, line: int) -> Usage | None:
+def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
     if not isinstance(raw, dict):
         return None
 
@@ -170,6 +170,7 @@ def _usage(raw: Any, line: int) -> Usage | None:
         cache_read=num("cacheRead"),
         cache_write=num("cacheWrite"),
         line=line,
+        model=model if isinstance(model, str) and model else None,
     )
 
 
@@ -191,6 +192,8 @@ def _now_ms() -> int:
 
 class PiAdapter:
     name = "pi"
+    rewrites_carried = False
+    summary_resets = False
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -218,6 +221,10 @@ class PiAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
+        # Where each message came from, to find the first entry a compaction keeps: by entry id (tree
+        # sessions) or by entry position (older sessions' firstKeptEntryIndex).
+        index_of_id: dict[str, int] = {}
+        positions: list[tuple[int, int]] = []  # (entry position, message index)
         for rec_index, record in records:
             entry = record.data
             if not isinstance(entry, dict):
@@ -230,6 +237,22 @@ class PiAdapter:
                     line=record.line,
                     trigger="hook" if entry.get("fromHook") else None,
                     pre_tokens=before if isinstance(before, int) else None,
+                    # pi resumes from its last compaction: the summary, the kept tail, what follows.
+                    resets=True,
+                    index=index,
+                    kept_from=_first_kept(entry, index, index_of_id, positions),
+                    carried=(
+                        Message(
+                            role="user",
+                            blocks=(
+                                TextBlock(
+                                    text=_wrap(entry.get("summary"), _COMPACTION_PREFIX, _COMPACTION_SUFFIX)
+                                ),
+                            ),
+                            line=record.line,
+                            meta={"is_compact_summary": True},
+                        ),
+                    ),
                 )
                 continue
             parsed = _parse_entry(entry, record.line)
@@ -237,6 +260,9 @@ class PiAdapter:
                 continue
             role, blocks, usage, meta = parsed
             importance = entry.get("importance")
+            if isinstance(entry.get("id"), str):
+                index_of_id[entry["id"]] = index
+            positions.append((rec_index, index))
             yield Message(
                 role=role,
                 blocks=blocks,
@@ -259,6 +285,19 @@ class PiAdapter:
             if parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks:
                 return raw
         return _build_entry(message, raw)
+
+
+def _first_kept(
+    entry: Mapping[str, Any], index: int, index_of_id: Mapping[str, int], positions: Sequence[tuple[int, int]]
+) -> int | None:
+    """The index of the first message before a compaction entry that pi still sends, if any."""
+    kept_id = entry.get("firstKeptEntryId")
+    if isinstance(kept_id, str) and kept_id in index_of_id:
+        return index_of_id[kept_id]
+    position = entry.get("firstKeptEntryIndex")
+    if isinstance(position, int) and not isinstance(position, bool):
+        return next((i for pos, i in positions if pos >= position), index)
+    return None
 
 
 def _entry_meta(entry: Mapping[str, Any], **facts: Any) -> dict[str, Any]:
@@ -309,7 +348,7 @@ def _parse_entry(
             stop_reason=msg.get("stopReason"),
             error_message=msg.get("errorMessage"),
         )
-        return "assistant", blocks, _usage(msg.get("usage"), line), meta
+        return "assistant", blocks, _usage(msg.get("usage"), line, msg.get("model")), meta
     if role == "toolResult":
         content = msg.get("content")
         result = ToolResultBlock(

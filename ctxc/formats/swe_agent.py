@@ -87,6 +87,8 @@ def _parse_message(
 
 class SweAgentAdapter:
     name = "swe-agent"
+    rewrites_carried = False
+    summary_resets = False
     description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
 
     def sniff(self, sample: Sequence[Record]) -> int:

@@ -29,6 +29,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import ArchiveError, CtxcError
@@ -40,8 +41,9 @@ from ctxc.search.background import (
     start_indexer,
     writer_lock,
 )
-from ctxc.search.index import Hit, SearchIndex, fts_query, open_index
+from ctxc.search.index import Hit, SearchIndex, cleared_index, fts_query, open_index
 from ctxc.system import env_flag
+from ctxc.terminal import visible
 
 if TYPE_CHECKING:
     from ctxc.archive import Archive
@@ -71,13 +73,22 @@ def indexing_disabled() -> bool:
     return env_flag("CTXC_NO_INDEX")
 
 
+#: Archive roots whose unusable index this process has warned about: once is enough (a compact tries
+#: the index twice, once as it stores the original and once as it records the run).
+_warned: set[str] = set()
+
+
 def _warn(root: Any, what: str, exc: BaseException) -> None:
+    key = str(root)
+    if key in _warned:
+        return
+    _warned.add(key)
     log.warning(
         "ctxc: warning: the search index of %s was not updated (%s: %s); %s is safe in the archive, "
         "and `ctxc search --reindex` rebuilds the index",
-        root,
+        visible(str(root)),
         type(exc).__name__,
-        exc,
+        visible(str(exc)),
         what,
     )
 
@@ -238,7 +249,7 @@ def sync(archive: Archive, index: SearchIndex) -> int:
             _index_object(archive, index, ident, entry)
             added += 1
         except CtxcError as exc:
-            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], exc)
+            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], visible(str(exc)))
     return added
 
 
@@ -249,6 +260,8 @@ class RebuildReport:
     blobs: int
     chunks: int
     skipped: tuple[str, ...] = ()
+    #: Where a damaged index file was moved before the rebuild, if it was.
+    set_aside: Path | None = None
 
 
 def _objects(archive: Archive) -> Iterator[str]:
@@ -301,8 +314,7 @@ def rebuild(archive: Archive) -> RebuildReport:
     if not archive.root.is_dir():
         raise ArchiveError(f"no archive at {archive.root}")
     skipped: list[str] = []
-    with writer_lock(archive.root), open_index(archive.root) as index:
-        index.clear()
+    with writer_lock(archive.root), cleared_index(archive.root) as (index, set_aside):
         originals = _manifest_originals(archive)
         origins: dict[str, tuple[str, int, str]] = {}
         loaded: set[str] = set()
@@ -362,7 +374,9 @@ def rebuild(archive: Archive) -> RebuildReport:
             )
         index_queued(archive, index)  # every stored object is indexed now: this empties the queue
         stats = index.stats()
-    return RebuildReport(stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped))
+    return RebuildReport(
+        stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped), set_aside
+    )
 
 
 def search(

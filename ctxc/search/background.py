@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.archive import exclusive_lock
+from ctxc.archive import exclusive_lock, open_private
 
 #: Originals at least this large (bytes) are indexed in the background; indexing a smaller one inline
 #: costs under 0.4 s, not much more than the 0.1 s of starting a process to do it.
@@ -82,7 +82,7 @@ def start_indexer(root: Path) -> None:
 def _queue(root: Path) -> Iterator[BinaryIO]:
     """The queue file, opened for appending and locked against other readers and writers."""
     path = root / QUEUE_NAME
-    with exclusive_lock(path), open(path, "a+b") as queue:
+    with exclusive_lock(path), open_private(path, "a+b") as queue:
         yield queue
 
 

@@ -14,6 +14,7 @@ two processes indexing the same original at once store it once, and readers neve
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
 import time
@@ -172,8 +173,12 @@ class SearchIndex:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            from ctxc.archive import private_dir, private_file
             from ctxc.sqlite_store import open_wal
+
+            # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask, and
+            # SQLite gives its -wal and -shm files the mode of the database file.
+            private_file(private_dir(self.path.parent) / self.path.name)
 
             # Large pages: an original's text goes into FTS5 in one transaction, and with 16 KB pages
             # that is a fifth faster and the file a quarter smaller than with the 4 KB default.
@@ -421,5 +426,42 @@ def open_index(root: Path, *, must_exist: bool = False) -> SearchIndex:
     try:
         _ = index.conn
     except (OSError, sqlite3.Error) as exc:
-        raise ArchiveError(f"cannot open the search index: {exc}", path=str(index.path)) from exc
+        advice = "; `ctxc search --reindex` sets it aside and rebuilds it" if is_corrupt(exc) else ""
+        raise ArchiveError(f"cannot open the search index: {exc}{advice}", path=str(index.path)) from exc
     return index
+
+
+#: SQLite's primary result codes for a damaged file (as opposed to a busy or locked one).
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """Whether an SQLite error says the file is damaged or not a database at all."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+@contextlib.contextmanager
+def cleared_index(root: Path) -> Iterator[tuple[SearchIndex, Path | None]]:
+    """The archive's index emptied for a rebuild (the caller holds the writer lock). A damaged file
+    is renamed ``search.sqlite.corrupt-<time>`` (with its -wal and -shm) and a new one made: it is
+    derived data, but renamed rather than deleted, in case someone wants to look at it."""
+    index = SearchIndex.for_archive(root)
+    try:
+        index.clear()
+    except sqlite3.DatabaseError as exc:
+        index.close()
+        if not is_corrupt(exc):
+            raise ArchiveError(f"cannot open the search index: {exc}", path=str(index.path)) from exc
+    else:
+        with index:
+            yield index, None
+        return
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = index.path.with_name(f"{index.path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{index.path}{suffix}", f"{aside}{suffix}")
+    with SearchIndex.for_archive(root) as fresh:
+        fresh.clear()  # creates the tables
+        yield fresh, aside

@@ -8,14 +8,22 @@ which nothing imports, so that running it does not load it a second time: ``ctxc
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sys
 from pathlib import Path
 
-from ctxc.archive import Archive
+from ctxc.archive import Archive, open_private
 from ctxc.search import index_queued
 from ctxc.search.background import LOG_NAME, queued, writer_lock
+
+
+class _PrivateFileHandler(logging.FileHandler):
+    """A log file created 0600, as every file of the archive (its warnings may quote transcripts)."""
+
+    def _open(self) -> io.TextIOWrapper:
+        return io.TextIOWrapper(open_private(Path(self.baseFilename)), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args[0])
     with contextlib.suppress(OSError):
         os.nice(10)  # the user's next command comes first
-    handler = logging.FileHandler(root / LOG_NAME, delay=True)
+    handler = _PrivateFileHandler(root / LOG_NAME, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("ctxc").addHandler(handler)
 

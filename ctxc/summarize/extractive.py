@@ -4,6 +4,8 @@ What it reads, by section:
 
 * Session intent: the user's own requests (the first verbatim, later ones shortened when long).
 * Decisions: sentences that state a choice ("we'll use X", "switch to", "결정", "하기로"), quoted verbatim.
+  :func:`key_sentences` gives these and the user's instructions per message, for the placeholders the
+  trimming strategies leave.
 * Artifacts and files touched: paths from tool inputs and shell commands, as created/edited/deleted
   lines, and routine work (reads, searches, listings, other commands) collapsed into counts.
 * Errors and fixes: the telling line of each failed tool result, paired with the next success of the
@@ -135,6 +137,8 @@ def _is_request(m: Message, prev: Message | None) -> bool:
         return False
     if meta.get("source") == "environment":
         return False  # OpenHands: the runtime speaking
+    if _is_placeholder_text(m):
+        return False  # ctxc's own note, read back from a file
     if prev is not None and prev.role == "assistant" and prev.meta.get("action") and "history_index" in meta:
         return False  # SWE-agent classic: the user turn after an action is that action's observation
     return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
@@ -192,6 +196,75 @@ def _decisions(text: str) -> Iterator[str]:
             _DECISION.search(s) or (_INTENT.search(s) and not _ROUTINE_INTENT.search(s))
         ):
             yield s
+
+
+# ------------------------------------------------------------------------------------- key sentences
+
+
+@dataclass(frozen=True, slots=True)
+class KeySentence:
+    """A user instruction or a stated decision, quoted from message ``index`` (long ones shortened)."""
+
+    index: int
+    role: str
+    text: str
+    kind: str  # "instruction" | "decision"
+
+    @property
+    def line(self) -> str:
+        return f"msg {self.index} ({self.role}): {self.text}"
+
+
+#: How a placeholder's text starts and how it lists what it quotes (see ctxc.compaction.fifo).
+PLACEHOLDER_PREFIX = "[ctxc] "
+QUOTES_HEADING = "Instructions and decisions in them, verbatim:"
+_QUOTED_LINE = re.compile(r"^- msg (\d+) \((\w+)\): (.*)$")
+
+
+def _is_placeholder_text(m: Message) -> bool:
+    """A placeholder read back from a file (its metadata is gone): ctxc's note, not a user's words."""
+    if m.role != "user" or len(m.blocks) != 1 or not isinstance(m.blocks[0], TextBlock):
+        return False
+    return m.blocks[0].text.startswith(PLACEHOLDER_PREFIX)
+
+
+def _quoted_lines(m: Message) -> tuple[KeySentence, ...]:
+    _, _, quoted = _text_of(m).partition(QUOTES_HEADING)
+    out: list[KeySentence] = []
+    for line in quoted.splitlines():
+        found = _QUOTED_LINE.match(line)
+        if found:
+            index, role, text = int(found.group(1)), found.group(2), found.group(3)
+            out.append(KeySentence(index, role, text, "instruction" if role == "user" else "decision"))
+    return tuple(out)
+
+
+def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence, ...]:
+    """The user instructions and decisions in one message, as the summary's tier 1 quotes them.
+
+    A placeholder that ctxc left for removed messages carries the ones it replaced (``meta["carried"]``),
+    so trimming twice loses none.
+    """
+    if m.meta.get("ctxc") == "placeholder":
+        carried = m.meta.get("carried")
+        return tuple(k for k in carried if isinstance(k, KeySentence)) if isinstance(carried, tuple) else ()
+    if _is_placeholder_text(m):
+        return _quoted_lines(m)
+    if m.meta.get("ctxc") or m.meta.get("is_demo") or m.meta.get("is_compact_summary"):
+        return ()
+    out: list[KeySentence] = []
+    request = _is_request(m, prev)
+    if request:
+        text = _request_text(m)
+        if text:
+            out.append(KeySentence(m.index, m.role, shorten(text, REQUEST_CHARS), "instruction"))
+    if m.role == "assistant" or request:
+        said = _text_of(m)
+        if said:
+            out.extend(
+                KeySentence(m.index, m.role, shorten(s, DECISION_CHARS), "decision") for s in _decisions(said)
+            )
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------- tool calls
@@ -638,6 +711,19 @@ def tier_messages(messages: Sequence[Message]) -> Tiers:
             earlier.extend(facts)
             for k, v in om.items():
                 omitted[k] = omitted.get(k, 0) + v
+            continue
+        if m.meta.get("ctxc") == "placeholder" or _is_placeholder_text(m):
+            # What a trimming strategy carried from the messages it removed: quoted again, verbatim.
+            for quote in key_sentences(m):
+                said_before = _norm(quote.text)
+                if quote.kind == "instruction":
+                    section, body = INTENT, quote.text
+                elif said_before in seen_decisions:
+                    continue
+                else:
+                    seen_decisions.add(said_before)
+                    section, body = DECISIONS, f'"{quote.text}"'
+                verbatim.append(Fact(section, body, pos, 1, f"msg {quote.index} ({quote.role}): "))
             continue
         if m.meta.get("is_compact_summary"):
             text = _text_of(m)
