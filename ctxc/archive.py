@@ -373,14 +373,32 @@ class Archive:
         return entries
 
     def find_original(self, data: bytes) -> str | None:
-        """The archive id of the original that produced ``data`` (a compacted output), if recorded."""
+        """The archive id of the first original that ``data`` (a compacted output) was made from.
+
+        A run's output may have been compacted again, and so be archived as an original itself: the
+        manifest's output-to-input links are followed back to the first original, and ``data`` is
+        returned as its own original only when no recorded run wrote it.
+        """
         digest = sha256_hex(data)
+        made_from: dict[str, str] = {}  # output sha256 -> input sha256, the newest run winning
+        for entry in self.manifest():
+            out, src = entry.get("output_sha256"), entry.get("input_sha256")
+            if isinstance(out, str) and isinstance(src, str) and out != src:
+                made_from[out] = src
+        if digest in made_from:
+            return _first(digest, made_from)
         if self.object_path(digest).exists():
             return digest
-        for entry in reversed(self.manifest()):
-            if entry.get("output_sha256") == digest and isinstance(entry.get("input_sha256"), str):
-                return str(entry["input_sha256"])
         match = CITATION_RE.search(data.decode("utf-8", errors="replace"))
         if match:
-            return self.resolve(match.group(1))
+            return _first(self.resolve(match.group(1)), made_from)
         return None
+
+
+def _first(digest: str, made_from: dict[str, str]) -> str:
+    """Follow output-to-input links from ``digest`` to where they end (stopping at a cycle)."""
+    seen = {digest}
+    while digest in made_from and made_from[digest] not in seen:
+        digest = made_from[digest]
+        seen.add(digest)
+    return digest

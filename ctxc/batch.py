@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
-from ctxc.system import interrupts_held
+from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
 
 if TYPE_CHECKING:
+    import threading
     from concurrent.futures import Future
 
 #: Suffixes a directory walk picks up when no ``--glob`` is given.
@@ -59,43 +60,92 @@ def _matches(rel: str, pattern: str | None) -> bool:
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 
 
-def collect_inputs(paths: Sequence[str] | None, *, glob: str | None = None) -> list[Input]:
+def collect_inputs(
+    paths: Sequence[str] | None,
+    *,
+    glob: str | None = None,
+    exclude: Sequence[str | os.PathLike[str]] = (),
+) -> list[Input]:
     """Files as given, directories walked recursively (sorted, so the order never depends on the disk).
 
     ``glob`` selects the files taken from directories (``*.json``, ``sessions/**/*.jsonl``); without
     it a walk takes transcript files (``*.jsonl``, ``*.traj``). With no paths at all, ``glob`` walks
     the current directory; with neither, there is nothing to do (a usage error). A file named on the
-    command line is always taken, whatever its name.
+    command line is always taken, whatever its name; one named twice (by any spelling) is taken once.
+    A walk never enters ``exclude`` (a batch's own ``--out-dir`` and archive). A directory the walk
+    cannot list is kept as an input of its own, so the batch reports it as a failure rather than
+    skip its files unseen (see :func:`_call`).
     """
     if not paths:
         if glob is None:
             raise UsageError("give a transcript file, a directory, or - for stdin")
         paths = ["."]
+    skip = {os.path.realpath(e) for e in exclude}
     out: list[Input] = []
     seen: set[str] = set()
+
+    def take(full: str, rel: str) -> None:
+        key = os.path.realpath(full)
+        if key not in seen:
+            seen.add(key)
+            out.append(Input(full, rel))
+
     for p in paths:
         if p == "-":
             out.append(Input("-", "-"))
             continue
         path = Path(p)
         if path.is_dir():
-            found = sorted(
-                rel
-                for rel in (f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file())
-                if _matches(rel, glob) and not Path(rel).name.startswith(".")
-            )
-            if not found:
+            found, unreadable = _walk(path, glob, skip)
+            if not found and not unreadable:
                 what = glob or "*.jsonl, *.traj"
                 raise InputError(f"directory holds no transcripts ({what})", path=p)
             for rel in found:
-                full = str(path / rel)
-                if full not in seen:
-                    seen.add(full)
-                    out.append(Input(full, rel))
-        elif str(path) not in seen:
-            seen.add(str(path))
-            out.append(Input(str(path), path.name))
+                take(str(path / rel), rel)
+            for rel in unreadable:
+                take(str(path / rel), path.name if rel == "." else rel)
+        else:
+            take(str(path), path.name)
     return out
+
+
+def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[str]]:
+    """Transcripts under ``top`` and the directories that could not be listed, both relative to it."""
+    found: list[str] = []
+    unreadable: list[str] = []
+
+    def failed(exc: OSError) -> None:
+        where = exc.filename if isinstance(exc.filename, str) else str(top)
+        unreadable.append(Path(os.path.relpath(where, top)).as_posix())
+
+    for directory, subdirs, files in os.walk(top, onerror=failed):
+        subdirs[:] = [d for d in subdirs if os.path.realpath(os.path.join(directory, d)) not in skip]
+        base = Path(os.path.relpath(directory, top))
+        for name in files:
+            rel = (base / name).as_posix()
+            if _matches(rel, glob) and not name.startswith(".") and os.path.isfile(Path(directory, name)):
+                found.append(rel)
+    return sorted(found), sorted(unreadable)
+
+
+def check_distinct_outputs(pairs: Sequence[tuple[str, str]]) -> None:
+    """Refuse a batch in which two inputs would write one output, or an output is another input.
+
+    ``pairs`` are ``(input, output)``; paths are compared resolved, so ``out/x`` and ``./out/x`` clash.
+    Raises :class:`UsageError` naming both inputs, before any file is touched.
+    """
+    inputs = {os.path.realpath(i): i for i, _ in pairs if i != "-"}
+    writers: dict[str, str] = {}
+    for src, dst in pairs:
+        if dst == "-":
+            continue
+        key = os.path.realpath(dst)
+        if key in writers:
+            raise UsageError(f"{writers[key]} and {src} would both be written to {dst}")
+        writers[key] = src
+        other = inputs.get(key)
+        if other is not None and os.path.realpath(src) != key:
+            raise UsageError(f"the output of {src} would overwrite the input {other} ({dst})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +167,22 @@ class Outcome(Generic[R]):
         return self.error is None
 
 
+#: In a worker process, held while a file is in work (see :func:`_worker_init`).
+_busy: threading.Lock | None = None
+
+
 def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
+    with _busy or contextlib.nullcontext():
+        return _call_now(work, index, path, item)
+
+
+def _call_now(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
     start = time.perf_counter()
     try:
+        if path != "-" and os.path.isdir(path):
+            # Only a directory the walk could not list reaches here (collect_inputs): its files are
+            # unknown, so the batch counts it as a failed input rather than finish as if complete.
+            raise InputError(f"cannot read this directory: {_listing_error(path)}", path=path)
         value = work(item)
     except CtxcError as exc:
         return Outcome(
@@ -134,13 +197,28 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
     return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
 
 
-def _worker_init() -> None:
+def _listing_error(path: str) -> str:
+    try:
+        with os.scandir(path):
+            return "it changed while the batch ran"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _worker_init(parent: int | None = None) -> None:
+    """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with."""
+    global _busy  # noqa: PLW0603 - set once in each worker process, as it starts
     # Workers leave Ctrl-C to the parent: the parent cancels what has not started and waits for the
     # files in flight, whose outputs are atomic, so nothing partial is left either way. Without this
     # every worker would print its own KeyboardInterrupt traceback.
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        # A worker's parent is the forkserver, not the batch: follow the batch's own process instead.
+        _busy = threading.Lock()
+        exit_with(parent, busy=_busy)
     # The batch already runs one process per core; a worker forking counting processes of its own
     # for a large file would only oversubscribe them.
     from ctxc.tokens import tiktoken_backend
@@ -181,8 +259,21 @@ def run_batch(
     are shared out by size between this process and ``jobs - 1`` forks of it (see :func:`_run_forked`).
     With ``fail_fast`` the first failure cancels every file not yet started; the result then holds only
     the files that ran. Ctrl-C cancels pending files, lets running ones finish or abort atomically, and
-    re-raises ``KeyboardInterrupt``.
+    re-raises ``KeyboardInterrupt``; SIGTERM does the same (:func:`~ctxc.system.terminate_as_interrupt`).
+    Workers end with this process, even one killed with SIGKILL (:func:`~ctxc.system.exit_with`).
     """
+    with terminate_as_interrupt():
+        return _run_batch(items, work, jobs, fail_fast, on_outcome, light)
+
+
+def _run_batch(
+    items: Sequence[tuple[str, T]],
+    work: Callable[[T], R],
+    jobs: int,
+    fail_fast: bool,
+    on_outcome: Callable[[Outcome[R]], None] | None,
+    light: bool,
+) -> list[Outcome[R]]:
     notify = on_outcome or (lambda _o: None)
     if jobs <= 1 or len(items) <= 1:
         with _counting_many() if len(items) > 1 else contextlib.nullcontext():
@@ -198,7 +289,10 @@ def run_batch(
     # tokenizer threads and SQLite connections, which fork would copy in an unknown state.
     context = multiprocessing.get_context("forkserver")
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(items)), mp_context=context, initializer=_worker_init
+        max_workers=min(jobs, len(items)),
+        mp_context=context,
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
     )
     outcomes: dict[int, Outcome[R]] = {}
     try:
@@ -259,6 +353,7 @@ def _run_forked(
     import signal
 
     shares = _share_by_size([path for path, _ in items], min(jobs, len(items)))
+    parent = os.getpid()
     children: list[tuple[int, int]] = []  # pid and the read end of its pipe
     try:
         for share in shares[1:]:
@@ -270,6 +365,7 @@ def _run_forked(
                 try:
                     os.close(read_end)
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+                    exit_with(parent)  # it writes nothing but its pipe: a killed parent ends it at once
                     done = _run_share(items, work, share, fail_fast, lambda _o: None)
                     with os.fdopen(write_end, "wb") as sink:
                         pickle.dump(done, sink, protocol=pickle.HIGHEST_PROTOCOL)
@@ -365,9 +461,10 @@ class Journal:
     """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished.
 
     A re-run skips an input when an entry has the same input sha256, options fingerprint and output
-    path, and the output file still holds the bytes that entry recorded. Lines are appended whole under
-    the archive's lock and fsynced, so a kill can at worst lose the last line (that file is redone)
-    and never corrupt earlier ones; a torn line is ignored when reading.
+    path (resolved, so ``out/x`` and ``./out/x`` are one), and the output file still holds the bytes
+    that entry recorded. Each worker appends its file's line as soon as the file is done, whole, under
+    the lock and fsynced, so a kill loses at most the files in flight and never corrupts earlier lines;
+    a torn line is ignored when reading.
     """
 
     root: Path
@@ -382,7 +479,7 @@ class Journal:
         return exclusive_lock(self.root / "journal.lock")
 
     def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
-        """The newest entry per (input sha256, options fingerprint, output path)."""
+        """The newest entry per (input sha256, options fingerprint, resolved output path)."""
         out: dict[tuple[str, str, str], dict[str, Any]] = {}
         if not self.path.exists():
             return out
@@ -391,8 +488,11 @@ class Journal:
                 entry = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(entry, dict) and {"input_sha256", "options", "output_path"} <= entry.keys():
-                out[(entry["input_sha256"], entry["options"], entry["output_path"])] = entry
+            if not isinstance(entry, dict) or not {"input_sha256", "options", "output_path"} <= entry.keys():
+                continue
+            if isinstance(entry["output_path"], str):
+                key = os.path.realpath(entry["output_path"])
+                out[(entry["input_sha256"], entry["options"], key)] = entry
         return out
 
     def record(self, entry: dict[str, Any]) -> None:

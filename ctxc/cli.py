@@ -240,11 +240,11 @@ def convert(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
-    from ctxc.batch import batch_exit_code, collect_inputs
+    from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
     from ctxc.cli_batch import run_files
     from ctxc.jobs import ConvertJob, convert_file
 
-    inputs = collect_inputs(paths, glob=glob)
+    inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
     ropts = read_options(skip_invalid, max_line_mb)
     _batch_mode(paths, inputs, output, out_dir)
     if out_dir is None:
@@ -254,6 +254,7 @@ def convert(
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
         for i in inputs
     ]
+    check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     outcomes = run_files(
         [(j.path, j) for j in jobs_list],
         convert_file,
@@ -439,10 +440,12 @@ def compact(
             segment_tokens=segment_tokens,
         ),
     )
+    from ctxc.archive import archive_root
     from ctxc.batch import collect_inputs
     from ctxc.compaction.files import CompactJob, compact_file
 
-    inputs = collect_inputs(paths, glob=glob)
+    # A walk never takes the batch's own outputs or archive for inputs (an --out-dir inside the tree).
+    inputs = collect_inputs(paths, glob=glob, exclude=[d for d in (out_dir, archive_root(archive)) if d])
     batch = _batch_mode(paths, inputs, output, out_dir, in_place)
     ropts = read_options(skip_invalid, max_line_mb)
     if report is not None:

@@ -107,17 +107,26 @@ def run_compact_batch(
     """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal. Returns the exit code.
 
     A file is skipped when the journal holds an entry with its input sha256, the same options and the
-    same output path whose output is still on disk unchanged; for ``--in-place`` also when the input *is*
-    that recorded output (the file was already compacted with these options).
+    same output path (resolved) whose output is still on disk unchanged; for ``--in-place`` also when
+    the input *is* that recorded output (the file was already compacted with these options). A file
+    the manifest records as done by a batch with these options but the journal missed (the run was
+    killed between the two lines) is journaled now and skipped too, so no file is compacted twice.
     """
-    from ctxc.archive import archive_root
-    from ctxc.batch import Journal, already_done, file_sha256, fingerprint
-    from ctxc.compaction.files import compact_file, options_fingerprint_doc
+    from dataclasses import replace
+
+    from ctxc.archive import Archive, archive_root
+    from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
+    from ctxc.compaction.files import options_fingerprint_doc
+    from ctxc.jobs import compact_journaled, journal_entry
     from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps, write_stdout
 
+    check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
-    journal = Journal(archive_root(archive))
-    done_entries = {} if force or dry_run else journal.entries()
+    root = archive_root(archive)
+    journal = Journal(root)
+    done_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if not (force or dry_run):
+        done_entries = {**_manifest_entries(Archive(root)), **journal.entries()}
     for d in {str(Path(j.output).parent) for j in jobs_list}:
         sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
     # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
@@ -127,24 +136,27 @@ def run_compact_batch(
             by_output.setdefault((o, out, e["output_sha256"]), e)
 
     rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
-    todo: list[tuple[int, Any, str, str]] = []
+    todo: list[tuple[int, Any]] = []
     for k, job in enumerate(jobs_list):
         opts = fingerprint(options_fingerprint_doc(job))
         try:
             sha = file_sha256(job.path)
         except OSError:
             sha = ""  # unreadable: let the job report it properly
-        entry = done_entries.get((sha, opts, job.output))
+        resolved = os.path.realpath(job.output)
+        entry = done_entries.get((sha, opts, resolved))
         if entry is None and job.in_place:
-            entry = by_output.get((opts, job.output, sha))
+            entry = by_output.get((opts, resolved, sha))
         if entry is not None and already_done(entry):
+            if entry.get("from_manifest"):
+                journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
             rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
         else:
-            todo.append((k, job, sha, opts))
+            todo.append((k, replace(job, batch_options=opts)))
 
     outcomes = run_files(
-        [(job.path, job) for _, job, _, _ in todo],
-        compact_file,
+        [(job.path, job) for _, job in todo],
+        compact_journaled,
         what="compacting",
         jobs=jobs,
         fail_fast=fail_fast,
@@ -152,12 +164,10 @@ def run_compact_batch(
         tokens_of=lambda doc: int(doc["run"]["tokens_before"]),
     )
     for outcome in outcomes:
-        k, job, sha, opts = todo[outcome.index]
+        k, job = todo[outcome.index]
         if outcome.ok and outcome.value is not None:
             run = outcome.value["run"]
             row = _row(job, run, status="planned" if dry_run else "ok", seconds=outcome.seconds)
-            if not dry_run:
-                journal.record({**row, "input_sha256": sha, "options": opts})
         else:
             row = {
                 "path": job.path,
@@ -193,6 +203,19 @@ def run_compact_batch(
     return rc
 
 
+def _manifest_entries(store: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The files batches recorded in the manifest, keyed as :meth:`ctxc.batch.Journal.entries` keys them."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for run in store.manifest():
+        batch = run.get("batch")
+        if not isinstance(batch, dict):
+            continue
+        sha, options, output = run.get("input_sha256"), batch.get("options"), batch.get("output")
+        if isinstance(sha, str) and isinstance(options, str) and isinstance(output, str):
+            out[(sha, options, output)] = {**run, "output_path": output, "from_manifest": True}
+    return out
+
+
 def _row(job: Any, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
     return {
         "path": job.path,
@@ -211,11 +234,12 @@ def _row(job: Any, run: dict[str, Any], *, status: str, seconds: float) -> dict[
 
 
 def _row_from_entry(job: Any, entry: dict[str, Any]) -> dict[str, Any]:
-    keys = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256", "output_path")
+    keys = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
     return {
         "path": job.path,
         "output": job.output,
         **{k: entry.get(k) for k in keys},
+        "output_path": job.output,
         "error": None,
         "exit_code": 0,
         "seconds": 0.0,

@@ -8,12 +8,17 @@ job is :func:`ctxc.compaction.files.compact_file`.
 from __future__ import annotations
 
 import functools
+import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, make_counter
 from ctxc.reader import ReadOptions, named_bytes, read_all
+
+if TYPE_CHECKING:
+    from ctxc.compaction.files import CompactJob
 
 
 @functools.lru_cache(maxsize=8)
@@ -147,3 +152,41 @@ def convert_file(job: ConvertJob) -> dict[str, Any]:
         else:
             handle.write(convert_transcript(transcript, job.to))
     return {"path": transcript.source, "format": transcript.format, "output": job.output, "to": job.to}
+
+
+def compact_journaled(job: CompactJob) -> dict[str, Any]:
+    """Compact one file of a batch and append its line to the run journal at once.
+
+    The worker that did the file writes the line, right after the manifest's: the batch's own process
+    may be killed at any moment, and each finished file must be on record when it is.
+    """
+    from ctxc.archive import archive_root
+    from ctxc.batch import Journal
+    from ctxc.compaction.files import compact_file
+
+    start = time.perf_counter()
+    doc = compact_file(job)
+    if not job.dry_run:
+        entry = journal_entry(doc["run"], path=job.path, output=job.output, options=job.batch_options or "")
+        Journal(archive_root(job.archive)).record({**entry, "seconds": round(time.perf_counter() - start, 3)})
+    return doc
+
+
+def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) -> dict[str, Any]:
+    """The journal's line for a finished file, from its manifest run."""
+    return {
+        "path": path,
+        "output": output,
+        "status": "ok",
+        "format": run.get("format"),
+        "tokens_before": run.get("tokens_before"),
+        "tokens_after": run.get("tokens_after"),
+        "archive_id": run.get("archive_id"),
+        "output_sha256": run.get("output_sha256"),
+        "output_path": os.path.realpath(output),
+        "error": None,
+        "exit_code": 0,
+        "seconds": 0.0,
+        "input_sha256": run.get("input_sha256"),
+        "options": options,
+    }

@@ -7,8 +7,13 @@ import functools
 import gc
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
 
 
 @functools.cache
@@ -77,3 +82,73 @@ def gc_paused() -> Iterator[None]:
         gc.unfreeze()
         if enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within, SIGTERM does what Ctrl-C does: it raises :class:`KeyboardInterrupt` in the main thread.
+
+    ``kill PID`` and a CI runner's cancel send SIGTERM; by default it ends the process at once, leaving
+    temp files, worker processes and their semaphores behind. As an interrupt it unwinds through the
+    same cleanup as Ctrl-C, and the command exits 130. Outside the main thread this does nothing (only
+    the main thread may set handlers).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_with(pid: int, *, busy: threading.Lock | None = None, grace: float = 60.0) -> None:
+    """End this process once process ``pid`` has ended, from a daemon thread.
+
+    For a batch's workers: their parent is the forkserver, not the batch, and a queue they all hold
+    keeps each other's pipes open, so a killed batch would leave them (and the forkserver and resource
+    tracker, which wait for them) running for ever, holding the caller's stdout and stderr. ``busy``
+    is held while a file is in work: that file is finished first (output, manifest, journal), for at
+    most ``grace`` seconds.
+    """
+    import threading
+
+    def watch() -> None:
+        _wait_gone(pid)
+        if busy is not None:
+            busy.acquire(timeout=grace)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ctxc-exit-with", daemon=True).start()
+
+
+def _wait_gone(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)  # Linux 5.3+: readable once the process has ended, no polling
+    except (AttributeError, OSError):
+        while _alive(pid):  # elsewhere, or already gone: ask once a second
+            time.sleep(1.0)
+        return
+    try:
+        import select
+
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

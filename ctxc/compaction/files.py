@@ -10,6 +10,7 @@ they cross processes.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ class CompactJob:
     index: bool = True
     #: Write the run's report here (one file's ``--report``), before the output takes its name.
     report: str | None = None
+    #: In a batch, its options fingerprint (:func:`ctxc.batch.fingerprint`): recorded in the manifest
+    #: with the resolved output path, so a re-run knows the file is done even if the journal missed it.
+    batch_options: str | None = None
 
 
 def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
@@ -113,8 +117,10 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
 
     Order matters: archive the original (inside :func:`compact_transcript`), write the output to a
     temporary file, record the run, then rename the output into place. A failure or Ctrl-C at any
-    point leaves the input as it was and no partial output; a run that died between the record and the
-    rename has a manifest entry and no output (its original is archived all the same).
+    point leaves the input as it was and no partial output. A run that died between the record and the
+    rename has a manifest entry and no output (its original is archived all the same); in place, this
+    order means a compacted file is always on record as an output, which a re-run must not take for an
+    original and compact again.
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
@@ -147,10 +153,13 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     out_bytes = result.transcript.to_bytes()
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+    run = {**doc["run"], "output_sha256": sha256_hex(out_bytes)}
+    if job.batch_options is not None:
+        run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
     recorded: list[dict[str, Any]] = []
 
     def record() -> None:
-        recorded.append(store.record_run({**doc["run"], "output_sha256": sha256_hex(out_bytes)}))
+        recorded.append(store.record_run(run))
         if job.report is not None:  # a report that cannot be written fails the run: no output either
             with atomic_output(job.report, inputs=(name,)) as handle:
                 handle.write(dumps({**doc, "run": recorded[0]}))
