@@ -303,6 +303,15 @@ class Archive:
     def _locked(self) -> contextlib.AbstractContextManager[bool]:
         return exclusive_lock(self.root / "manifest.lock")
 
+    def check_manifest(self) -> None:
+        """Raise :class:`ArchiveError` now if :meth:`record_run` is bound to fail (the manifest is a
+        directory, or cannot be written), so a run stops before it writes any output."""
+        path = self.root / "manifest.jsonl"
+        if path.exists() and not path.is_file():
+            raise ArchiveError("the manifest is not a file", path=str(path))
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ArchiveError("cannot write the manifest: permission denied", path=str(path))
+
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Append one manifest line (under the lock, one write, fsynced)."""
         full = {

@@ -179,16 +179,16 @@ def _emit_analyses(
     errors: list[dict[str, Any]],
     exit_code: int,
 ) -> None:
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
 
     if out_fmt is OutFormat.json:
         doc = envelope(
             "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
         )
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     elif out_fmt is OutFormat.csv:
-        sys.stdout.write(analyses_to_csv(results))
+        write_stdout(analyses_to_csv(results))
     else:
         console = stdout_console()
         for i, a in enumerate(results):
@@ -409,7 +409,6 @@ def compact(
     """Write a compacted transcript in the format it was read, archiving the original first."""
     from ctxc.analysis import check_thresholds
     from ctxc.compaction.run import CompactOptions
-    from ctxc.output import atomic_output, dumps
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)
@@ -449,17 +448,27 @@ def compact(
     inputs = collect_inputs(paths, glob=glob, exclude=[d for d in (out_dir, archive_root(archive)) if d])
     batch = _batch_mode(paths, inputs, output, out_dir, in_place)
     ropts = read_options(skip_invalid, max_line_mb)
+    if report is not None:
+        outs = (
+            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs] if batch else [output]
+        )
+        _check_report(report, inputs=tuple(i.path for i in inputs), outputs=[] if dry_run else outs)
     if not batch:
         job = CompactJob(
-            inputs[0].path, output, options, archive, input_format, ropts, dry_run=dry_run, index=not no_index
+            inputs[0].path,
+            output,
+            options,
+            archive,
+            input_format,
+            ropts,
+            dry_run=dry_run,
+            index=not no_index,
+            report=report,
         )
         doc = compact_file(job)
         if dry_run:
             _emit_plan(doc)
             return
-        if report:
-            with atomic_output(report, inputs=(doc["run"]["input_path"],)) as handle:
-                handle.write(dumps(doc))
         if not quiet:
             _summary_line(doc)
         return
@@ -494,6 +503,16 @@ def compact(
         raise typer.Exit(rc)
 
 
+def _check_report(report: str, *, inputs: tuple[str, ...], outputs: list[str]) -> None:
+    """Refuse a ``--report`` that would replace an output or an input, before any work is done."""
+    from ctxc.output import check_output, same_file
+
+    for out in outputs:
+        if out != "-" and same_file(report, out):
+            raise UsageError(f"--report {report} is also the output {out}; give the report another name")
+    check_output(report, inputs=inputs)
+
+
 def _summarizer_spend(run: dict[str, Any]) -> str:
     """'; anthropic: 3 calls, 41,200 input tokens (estimated)' when the summarizer reported its spend."""
     spend = run.get("summarizer") or {}
@@ -518,10 +537,10 @@ def _summary_line(doc: dict[str, Any]) -> None:
 
 
 def _emit_plan(doc: dict[str, Any]) -> None:
-    from ctxc.output import dumps
+    from ctxc.output import dumps, write_stdout
 
     if not sys.stdout.isatty():
-        sys.stdout.buffer.write(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
+        write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from rich.table import Table
 
@@ -613,7 +632,8 @@ def restore(
     else:
         ident = store.resolve(ref)
     data = store.read(ident)
-    with atomic_output(output, inputs=inputs) as handle:
+    # The restored file is as private as the archived original (cp's rule, from the archive's object).
+    with atomic_output(output, inputs=inputs, like=str(store.object_path(ident))) as handle:
         handle.write(data)
 
 
@@ -642,7 +662,7 @@ def validate(
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
     from ctxc.cli_batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
 
     options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
@@ -659,7 +679,7 @@ def validate(
     if fmt is OutFormat.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     else:
         console = stdout_console()
         for r in report:
@@ -702,6 +722,7 @@ def repair(
     options = read_options(skip_invalid, max_line_mb)
     transcript = load(named_bytes(name, data), input_format=input_format, options=options)
     store = Archive.open(archive)
+    store.check_manifest()
     archive_id = store.store(data)
     outputs: dict[int, Any] = {}
     fixed_total = 0
@@ -712,20 +733,21 @@ def repair(
         fixed_total += len(fixed)
     result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
     out_bytes = result.to_bytes()
-    with atomic_output(output, inputs=(name,)) as handle:
+    entry = {
+        "command": "repair",
+        "input_path": name,
+        "output_path": output,
+        "archive_id": archive_id,
+        "input_sha256": archive_id,
+        "output_sha256": sha256_hex(out_bytes),
+        "format": transcript.format,
+        "fixed": fixed_total,
+    }
+    # Recorded before the output takes its place: no output exists that the manifest does not know.
+    with atomic_output(
+        output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
+    ) as handle:
         handle.write(out_bytes)
-    store.record_run(
-        {
-            "command": "repair",
-            "input_path": name,
-            "output_path": output,
-            "archive_id": archive_id,
-            "input_sha256": archive_id,
-            "output_sha256": sha256_hex(out_bytes),
-            "format": transcript.format,
-            "fixed": fixed_total,
-        }
-    )
     stderr_console().print(
         f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
         markup=False,
@@ -748,7 +770,7 @@ def models(
     fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
 ) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
     if fmt is OutFormat.json or (fmt is None and not sys.stdout.isatty()):
@@ -756,7 +778,7 @@ def models(
             {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
             for p in PROFILES
         ]
-        sys.stdout.buffer.write(dumps(envelope("models", models=rows)))
+        write_stdout(dumps(envelope("models", models=rows)))
         return
     from rich.table import Table
 
@@ -840,8 +862,12 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
+    from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
+
+    guard_standard_streams()
     try:
         rc = _click_command(args).main(args=args, prog_name="ctxc", standalone_mode=False)
+        flush_stdout()  # inside the boundary: output that cannot be written is an error, not exit 0
     except CtxcError as exc:
         if debug:
             raise
@@ -856,7 +882,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderGone):
         # The reader went away (``| head``): stop quietly and keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -119,7 +118,7 @@ def run_compact_batch(
     from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
     from ctxc.compaction.files import options_fingerprint_doc
     from ctxc.jobs import compact_journaled, journal_entry
-    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
+    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps, write_stdout
 
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
@@ -196,7 +195,7 @@ def run_compact_batch(
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))
     if fmt is OutFormat.json:
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     elif fmt is OutFormat.table:
         _print_table(finished)
     if not quiet:

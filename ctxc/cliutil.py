@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, cast
 
 import typer
 
@@ -52,9 +52,11 @@ def cells(*values: str) -> list[Any]:
 
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
+    from ctxc.output import StdoutText
     from ctxc.terminal import visible_console
 
-    return visible_console(highlight=False)
+    # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
+    return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
 
 
 def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:

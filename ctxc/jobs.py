@@ -146,7 +146,7 @@ def convert_file(job: ConvertJob) -> dict[str, Any]:
     transcript = load(job.path, input_format=job.input_format, options=job.read_options)
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(job.output, inputs=(job.path,)) as handle:
+    with atomic_output(job.output, inputs=(job.path,), like=job.path) as handle:
         if job.to == "same":
             dump(transcript, handle)
         else:

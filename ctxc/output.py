@@ -9,13 +9,17 @@ interrupted run leaves the old file (or nothing), never half of a new one.
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
+import re
+import select
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO, cast
 
 import orjson
 
@@ -76,12 +80,20 @@ def _current_umask() -> int:
     return mask
 
 
-def _mode_for(target: str) -> int:
-    """An existing file keeps its permission bits; a new one gets 0666 less the umask."""
+def _mode_for(target: str, like: str | None) -> int:
+    """The permission bits of a new output, as ``cp`` gives them: the input's (``like``) less the umask,
+    else 0666 less the umask. A replaced file keeps its bits, less any the input lacks, so an output is
+    never readable by more people than its input."""
+    source = None
+    if like is not None and like != "-":
+        with contextlib.suppress(OSError):
+            source = stat.S_IMODE(os.stat(like).st_mode) & 0o777
     try:
-        return stat.S_IMODE(os.stat(target).st_mode)
+        existing = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:
-        return 0o666 & ~_current_umask()
+        base = 0o666 if source is None else source
+        return base & ~_current_umask()
+    return existing if source is None else existing & source
 
 
 def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> None:
@@ -99,35 +111,252 @@ def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()
         raise OutputError(f"directory {directory} does not exist", path=name)
 
 
+# ---------------------------------------------------------------------------------------- stdout
+#
+# Every byte for stdout goes through write_stdout, which writes all of it or raises OutputError: with
+# PYTHONUNBUFFERED, sys.stdout.buffer is the raw file, whose write() returns a short count on a full
+# disk and raises nothing, and a text write through it drops the rest silently.
+
+
+#: Standard descriptors that were closed when ctxc started (now /dev/null): ``-o /dev/stdout`` to
+#: one of them is an error, as writing to stdout is.
+_CLOSED_AT_START: set[int] = set()
+
+
+class _ClosedStdout:
+    """``sys.stdout`` when the process was started with it closed (``>&-``): any write is an error."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    @property
+    def buffer(self) -> _ClosedStdout:
+        return self
+
+    def write(self, data: object) -> int:
+        raise OutputError("stdout is closed; redirect it to a file, or write one with -o")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("stdout is closed")
+
+
+def guard_standard_streams() -> None:
+    """Make a process started with stdin, stdout or stderr closed safe to run.
+
+    The closed descriptors get ``/dev/null``, so a file ctxc opens never takes number 1 (where a child
+    process's or a stray write's output would land in it); a closed stdout stays an error to write to
+    (:class:`_ClosedStdout`), and a closed stdin one to read from (:func:`ctxc.reader.open_binary`).
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _CLOSED_AT_START.add(fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = cast(TextIO, _ClosedStdout())
+
+
+class ReaderGone(Exception):
+    """The reader of stdout went away (``| head``): the CLI stops quietly. Not an ``OSError``, which
+    click would turn into exit 1, nor a ``BrokenPipeError``, which rich would."""
+
+
+def _stdout_failure(exc: OSError) -> Exception:
+    if isinstance(exc, BrokenPipeError):
+        return ReaderGone()
+    return OutputError(f"cannot write: {exc.strerror or exc}", path="stdout")
+
+
 @contextlib.contextmanager
-def atomic_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> Iterator[BinaryIO]:
-    """Open ``target`` for writing atomically (``-`` is stdout). Refuses to overwrite any of ``inputs``."""
+def _stdout_errors() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise _stdout_failure(exc) from exc
+
+
+def _wait_writable(fd: int) -> None:
+    # poll, not select: select cannot watch a descriptor numbered 1024 or more.
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
+
+
+def _write_all(stream: Any, data: bytes) -> None:
+    """Write all of ``data`` to a binary stream, buffered or raw, blocking or not."""
+    rest: bytes | memoryview = data
+    while rest:
+        try:
+            n = stream.write(rest)
+        except BlockingIOError as exc:  # a non-blocking pipe is full: wait until it drains
+            rest = memoryview(rest)[exc.characters_written :]
+            _wait_writable(stream.fileno())
+            continue
+        if n is None:  # a raw non-blocking stream took nothing
+            _wait_writable(stream.fileno())
+            continue
+        if n == len(rest):  # the usual case: all of it at once
+            return
+        if n == 0:
+            raise OSError(errno.EIO, "the stream took no bytes")
+        rest = memoryview(rest)[n:]
+
+
+def write_stdout(data: bytes | str) -> None:
+    """Write ``data`` to stdout, all of it, and flush: a full disk or a closed stdout raises
+    :class:`OutputError`, a reader that went away :class:`ReaderGone`."""
+    stream = sys.stdout
+    with _stdout_errors():
+        stream.flush()  # whatever was written as text goes first
+        if isinstance(data, str):
+            data = data.encode(stream.encoding or "utf-8", stream.errors or "strict")
+        _write_all(stream.buffer, data)
+        stream.buffer.flush()
+
+
+def flush_stdout() -> None:
+    """Flush stdout, raising :class:`OutputError` if what was written cannot reach it."""
+    with _stdout_errors():
+        sys.stdout.flush()
+
+
+class StdoutText:
+    """A text stream over :func:`write_stdout`, for rich consoles: each write goes out whole, checked."""
+
+    def write(self, text: str) -> int:
+        write_stdout(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # write_stdout flushed
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return sys.stdout.encoding or "utf-8"
+
+
+class _StdoutSink:
+    """The binary handle :func:`atomic_output` gives for ``-``: every byte written, or OutputError."""
+
+    def write(self, data: bytes) -> int:
+        try:
+            _write_all(sys.stdout.buffer, data)
+        except OSError as exc:  # inline rather than _stdout_errors: formats.dump writes each line
+            raise _stdout_failure(exc) from exc
+        return len(data)
+
+    def flush(self) -> None:
+        with _stdout_errors():
+            sys.stdout.buffer.flush()
+
+
+# ------------------------------------------------------------------------------------------ files
+
+#: Names of this process's own descriptors: written through a copy of the descriptor, as a shell does.
+_OWN_FD = re.compile(r"/dev/(?:fd/(\d+)|(stdout|stderr))|/proc/(?:self|thread-self)/fd/(\d+)")
+
+
+def _open_directly(name: str) -> BinaryIO | None:
+    """A handle on ``name`` when it must be written in place rather than replaced: an existing device,
+    FIFO or socket (replacing ``/dev/null`` or a FIFO someone reads would break them), or one of this
+    process's descriptors (``/dev/stdout`` appended to a log must append to it). None for a regular
+    file or a new one, which :func:`atomic_output` replaces atomically."""
+    own = _OWN_FD.fullmatch(os.path.abspath(name))
+    try:
+        if own:
+            number = own[1] or own[3]
+            fd = int(number) if number else (1 if own[2] == "stdout" else 2)
+            if fd in _CLOSED_AT_START:
+                raise OutputError("that descriptor is closed", path=name)
+            return os.fdopen(os.dup(fd), "wb")
+        try:
+            if stat.S_ISREG(os.stat(name).st_mode):
+                return None
+        except FileNotFoundError:
+            return None
+        # No O_TRUNC (a device or FIFO has nothing to cut) and no O_CREAT (it exists).
+        return os.fdopen(os.open(name, os.O_WRONLY | os.O_CLOEXEC), "wb")
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+
+
+@contextlib.contextmanager
+def atomic_output(
+    target: str | os.PathLike[str],
+    *,
+    inputs: tuple[str, ...] = (),
+    like: str | None = None,
+    before_commit: Callable[[], object] | None = None,
+) -> Iterator[BinaryIO]:
+    """Open ``target`` for writing (``-`` is stdout). Refuses to overwrite any of ``inputs``.
+
+    A regular file is written to a temporary file beside it and renamed over it once complete, so it is
+    never seen half-written; a device, FIFO or ``/dev/stdout`` is written directly. A new file gets the
+    permission bits of ``like`` (the input), as ``cp`` does. ``before_commit`` runs once every byte is
+    written and synced, before the rename: if it fails (a manifest that cannot be written), the target
+    is left as it was. Any failure to write is an :class:`OutputError`.
+    """
     name = str(target)
     if name == "-":
-        yield sys.stdout.buffer
-        sys.stdout.buffer.flush()
+        sink = _StdoutSink()
+        yield cast(BinaryIO, sink)
+        sink.flush()
+        if before_commit is not None:
+            before_commit()
         return
     check_output(name, inputs=inputs)
-    directory = Path(name).resolve().parent
+    direct = _open_directly(name)
+    if direct is not None:
+        with direct:
+            try:
+                yield direct
+                direct.flush()
+            except OSError as exc:
+                raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+        if before_commit is not None:
+            before_commit()
+        return
+    # A link is followed, as a shell's > or cp does: the file it names is replaced, not the link.
+    final = Path(name).resolve()
     try:
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(
-            prefix=f".{Path(name).name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=directory
+            prefix=f".{final.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=final.parent
         )
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     try:
-        # mkstemp creates the file 0600; give it the mode a plain open() would (or the replaced file's).
-        os.fchmod(fd, _mode_for(name))
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, name)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+        try:
+            # mkstemp creates the file 0600; give it the mode cp would (or the replaced file's).
+            os.fchmod(fd, _mode_for(str(final), like))
+            with os.fdopen(fd, "wb") as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+        if before_commit is not None:
+            before_commit()
+        try:
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -45,6 +45,8 @@ def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
         return source_name(src), src
     name = str(src)
     if name == "-":
+        if sys.stdin is None:  # started with stdin closed (<&-)
+            raise InputError("stdin is closed; give a file, or pipe one in")
         return "-", sys.stdin.buffer
     path = Path(name)
     if not path.exists():

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ def _directory() -> Path:
 def scan_key(
     path: str | os.PathLike[str], tokenizer: str, input_format: str | None, options: ReadOptions
 ) -> str | None:
-    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why).
+    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why) or
+    is not a regular file (a pipe is read once, by the scan).
 
     The key hashes the content. Hashing 100 MB still takes a tenth of a second, so the key is also
     remembered under the file's identity (device, inode, size, mtime and ctime, all to the nanosecond):
@@ -60,6 +62,9 @@ def scan_key(
     try:
         st = os.stat(path)
     except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        # A FIFO or /dev/fd/N can be read once: hashing it would leave nothing for the scan.
         return None
     ident = hashlib.blake2b(
         f"{prefix}{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -99,38 +98,6 @@ def test_batch_options_refuse_bad_input(
     assert got == code, err
     assert needle in err
     assert not (tmp_path / "o").exists()
-
-
-# The console script's process ends with os._exit once its exit handlers have run (ctxc/__main__.py):
-# an object still alive then would print this from __del__ in the interpreter's teardown.
-TEARDOWN_PROBE = r"""
-import os, sys
-from ctxc import __main__ as entry
-
-class Probe:
-    def __del__(self):
-        os.write(2, b"TEARDOWN\n")
-
-probe = Probe()
-sys.argv = ["ctxc", *sys.argv[1:]]
-entry.run()
-"""
-
-
-@pytest.mark.parametrize("ok", [True, False])
-def test_the_process_ends_without_teardown_keeping_its_output_and_status(ok: bool, tmp_path: Path) -> None:
-    path = SAMPLES / "claude-code.jsonl" if ok else tmp_path / "missing.jsonl"
-    args = ["analyze", str(path), "--format", "json", "--no-cache"]
-    env = {**os.environ, "CTXC_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-c", TEARDOWN_PROBE, *args]
-    out = subprocess.run(cmd, capture_output=True, env=env, check=False)
-    assert "TEARDOWN" not in out.stderr.decode()
-    if ok:
-        assert out.returncode == ExitCode.OK
-        assert orjson.loads(out.stdout)["files"][0]["total_tokens"] > 0  # all of it, flushed
-    else:
-        assert out.returncode == ExitCode.INPUT
-        assert "missing.jsonl" in out.stderr.decode()
 
 
 def test_a_reader_that_goes_away_is_not_an_error(tmp_path: Path) -> None:

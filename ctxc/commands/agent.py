@@ -7,7 +7,6 @@ that registering them costs nothing at start-up.
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -102,7 +101,7 @@ def remind_command(
 ) -> None:
     """Show where in a transcript each reminder rule would have fired."""
     from ctxc.agent import ContextManager
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.reminders import ReminderRules
     from ctxc.replay import replay
 
@@ -137,7 +136,7 @@ def remind_command(
                 for t, x in rows
             ],
         )
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
         return
     from rich.table import Table
 
@@ -182,7 +181,7 @@ def compose_command(
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.analysis import make_counter
     from ctxc.composer import PromptComposer
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
 
     composer = PromptComposer.load(file)
     if base is not None:
@@ -208,10 +207,9 @@ def compose_command(
                 for o in result.sections
             ],
         )
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     else:
-        sys.stdout.write(result.prompt + "\n")
-        sys.stdout.flush()
+        write_stdout(result.prompt + "\n")
     if quiet:
         return
     from rich.table import Table
@@ -275,7 +273,7 @@ def replay_command(
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
-    from ctxc.output import atomic_output, check_output, dumps, envelope
+    from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json, terminal_chart
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
@@ -297,7 +295,7 @@ def replay_command(
     r = replay(transcript, manager, conversation=conversation)
     err = stderr_console()
     if table_on_terminal(fmt) is TableOrJson.json:
-        sys.stdout.buffer.write(dumps(envelope("replay", **replay_to_json(r))))
+        write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)
     if plot_file is None:

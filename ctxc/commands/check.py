@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import Annotated
 
@@ -95,7 +94,7 @@ def check(
 ) -> None:
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
     from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
-    from ctxc.output import dumps
+    from ctxc.output import dumps, write_stdout
     from ctxc.terminal import visible
 
     budget = resolve_budget(
@@ -124,11 +123,10 @@ def check(
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
             stderr_console().print(f"ctxc: error: {where}: {f.error}", markup=False, soft_wrap=True)
     if fmt is CheckFormat.json:
-        sys.stdout.buffer.write(dumps(report_to_json(report)))
+        write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
-        sys.stdout.write(visible(render_github(report)))
+        write_stdout(visible(render_github(report)))
     else:
-        sys.stdout.write(visible(render_table(report)))
-    sys.stdout.flush()
+        write_stdout(visible(render_table(report)))
     if report.exit_code:
         raise typer.Exit(report.exit_code)

@@ -170,7 +170,7 @@ def eval_command(
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, run_eval, sources_from
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
 
     options = EvalOptions(
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
@@ -227,7 +227,7 @@ def eval_command(
             ],
             cases=[c.to_json() for c in report.cases],
         )
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     else:
         _render(report)
 

@@ -115,7 +115,7 @@ def search_command(
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
     from ctxc.errors import UsageError
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search import rebuild, search
     from ctxc.search.background import indexer_running
 
@@ -152,7 +152,7 @@ def search_command(
             ranking="hybrid" if hybrid else "bm25",
             hits=[h.to_json(full=full) for h in hits],
         )
-        sys.stdout.buffer.write(dumps(doc))
+        write_stdout(dumps(doc))
     else:
         _render_hits(hits, query)
 
@@ -176,23 +176,23 @@ def show_command(
 ) -> None:
     """Print original messages from the archive, by the reference summaries, placeholders and hits give."""
     from ctxc.archive import Archive
-    from ctxc.output import dumps, envelope
+    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search.show import plain, show, shown_json
     from ctxc.terminal import visible
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
     out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
     if out is ShowFormat.raw:
-        sys.stdout.buffer.write(shown.raw_records())
+        write_stdout(shown.raw_records())
         return
     if out is ShowFormat.json:
-        sys.stdout.buffer.write(dumps(envelope("show", **shown_json(shown))))
+        write_stdout(dumps(envelope("show", **shown_json(shown))))
         return
     if shown.transcript is None:  # an offloaded output: its text is all there is
-        sys.stdout.write(visible(shown.text or ""))
+        write_stdout(visible(shown.text or ""))
         return
     if out is ShowFormat.text:
-        sys.stdout.write(visible(plain(shown.messages)) + "\n")
+        write_stdout(visible(plain(shown.messages)) + "\n")
         return
     _render_table(shown)
 

@@ -2,8 +2,9 @@
 
 ``ctxc compact`` calls :func:`compact_file` for a single input in its own process and, for a batch, in
 worker processes (:mod:`ctxc.batch`), so both paths share one sequence of safety steps: the original
-is archived before anything is written, the output is written by temp file and rename, and only then
-is the run recorded in the manifest. A job and its report are plain data so they cross processes.
+is archived before anything is written, the output is written to a temp file, the run is recorded in
+the manifest, and only then does the output take its name. A job and its report are plain data so
+they cross processes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ctxc.analysis import load_counted, make_counter
 from ctxc.archive import Archive, sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.output import atomic_output, envelope
+from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.tokens import counting_processes
 
@@ -40,6 +41,8 @@ class CompactJob:
     make_dirs: bool = False
     #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
     index: bool = True
+    #: Write the run's report here (one file's ``--report``), before the output takes its name.
+    report: str | None = None
     #: In a batch, its options fingerprint (:func:`ctxc.batch.fingerprint`): recorded in the manifest
     #: with the resolved output path, so a re-run knows the file is done even if the journal missed it.
     batch_options: str | None = None
@@ -112,14 +115,17 @@ def compaction_report(
 def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report (with ``output_sha256`` once written).
 
-    Order matters: archive the original (inside :func:`compact_transcript`), write the output
-    atomically, then record the run. A failure or Ctrl-C at any point leaves the input as it was and
-    no partial output; a run that died after writing is simply not in the manifest or journal yet.
-    In place, the run is recorded just before the rename instead, so a compacted file is always on
-    record as an output (a run killed in between is recorded though the input is unchanged).
+    Order matters: archive the original (inside :func:`compact_transcript`), write the output to a
+    temporary file, record the run, then rename the output into place. A failure or Ctrl-C at any
+    point leaves the input as it was and no partial output. A run that died between the record and the
+    rename has a manifest entry and no output (its original is archived all the same); in place, this
+    order means a compacted file is always on record as an output, which a re-run must not take for an
+    original and compact again.
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
+    if not job.dry_run and not job.make_dirs:  # a bad -o fails now, not after the work
+        check_output(job.output, inputs=() if job.in_place else (job.path,))
     name, data = read_all(job.path)
     opts = job.options
     counter = make_counter(
@@ -135,6 +141,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
             named_bytes(name, data), counter, input_format=job.input_format, options=job.read_options
         )
         store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
+        if store is not None:
+            store.check_manifest()  # fail before archiving and compacting, not after the output
         result = compact_transcript(
             transcript, opts, archive=store, counter=counter, original_bytes=data, counts=counts
         )
@@ -148,14 +156,19 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     run = {**doc["run"], "output_sha256": sha256_hex(out_bytes)}
     if job.batch_options is not None:
         run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
-    entry: dict[str, Any] | None = None
-    # In place is the one write allowed onto an input, and only because the original is archived.
-    with atomic_output(job.output, inputs=() if job.in_place else (name,)) as handle:
+    recorded: list[dict[str, Any]] = []
+
+    def record() -> None:
+        recorded.append(store.record_run(run))
+        if job.report is not None:  # a report that cannot be written fails the run: no output either
+            with atomic_output(job.report, inputs=(name,)) as handle:
+                handle.write(dumps({**doc, "run": recorded[0]}))
+
+    # In place is the one write allowed onto an input, and only because the original is archived. The
+    # run is recorded before the output takes its place: no output exists that the manifest does not
+    # know, and a manifest that cannot be written leaves no output.
+    with atomic_output(
+        job.output, inputs=() if job.in_place else (name,), like=name, before_commit=record
+    ) as handle:
         handle.write(out_bytes)
-        if job.in_place:
-            # Recorded before the rename: a kill between the two must not leave a compacted file that
-            # no record calls an output, which a re-run would take for an original and compact again.
-            entry = store.record_run(run)
-    if entry is None:
-        entry = store.record_run(run)
-    return {**doc, "run": entry}
+    return {**doc, "run": recorded[0]}

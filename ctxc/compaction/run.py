@@ -487,9 +487,16 @@ def _verify(
     so the figures reported are those of the file as written, not of the strategy's message list.
     """
     from ctxc.formats import load
-    from ctxc.reader import named_bytes
+    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions, named_bytes
 
-    reread = load(named_bytes(source.source, written.to_bytes()), input_format=source.format)
+    data = written.to_bytes()
+    # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
+    # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
+    options = ReadOptions(
+        skip_invalid=any(r.kind == "invalid" for r in source.records),
+        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, len(data)),
+    )
+    reread = load(named_bytes(source.source, data), input_format=source.format, options=options)
     live = live_context(reread.boundaries, reread.messages)
     for conversation in {o.conversation for o in outcomes}:
         problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)

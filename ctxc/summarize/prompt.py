@@ -146,9 +146,13 @@ def span_label(messages: Sequence[Message]) -> str:
 # -------------------------------------------------------------------------------------------- prompt
 
 
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+
+
 def _system(request: SummaryRequest, merging: bool) -> str:
     budget = max(1, request.budget)
-    words = max(20, int(budget * WORDS_PER_TOKEN))
+    words = max(1, int(budget * WORDS_PER_TOKEN))
     material = (
         "partial summaries of consecutive parts of one agent session, oldest first"
         if merging
@@ -176,8 +180,8 @@ def _system(request: SummaryRequest, merging: bool) -> str:
         "numbers and the user's own words where they matter.",
         "- Use only what the material says; never invent files, results or plans.",
         "- Later material wins: Current state and Next steps describe the end of the material.",
-        f"- Length: at most about {words} words ({budget} tokens). Drop routine detail before decisions, "
-        "user instructions and errors.",
+        f"- Length: at most about {_plural(words, 'word')} ({_plural(budget, 'token')}). Drop routine "
+        "detail before decisions, user instructions and errors.",
         "- Output only the summary: no preamble, no closing remarks, no code fence around it.",
     ]
     if request.previous:
