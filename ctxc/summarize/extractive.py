@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from ctxc.archive import CITATION_RE
+from ctxc.live import INJECTED_MARKUP
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import SECTIONS, SummaryRequest, register
 
@@ -84,13 +85,6 @@ class Tiers:
 
 _WS = re.compile(r"\s+")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
-# Client-injected markup inside user text: reminders, slash-command echoes and their output.
-_INJECTED = re.compile(
-    r"<(system-reminder|command-name|command-message|command-args|local-command-stdout|local-command-stderr"
-    r"|environment_context|user_instructions)>"
-    r".*?(?:</\1>|\Z)",
-    re.S,
-)
 # Sentence ends: Latin and CJK punctuation followed by space, or a line break.
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?。\uff01\uff1f])\s+|\n+")
 
@@ -145,7 +139,7 @@ def _is_request(m: Message, prev: Message | None) -> bool:
 
 
 def _request_text(m: Message) -> str:
-    return _INJECTED.sub("", _text_of(m)).strip()
+    return INJECTED_MARKUP.sub("", _text_of(m)).strip()
 
 
 # ------------------------------------------------------------------------------------------- decisions
