@@ -37,6 +37,7 @@ import orjson
 
 from ctxc import __version__
 from ctxc.errors import ArchiveError
+from ctxc.output import pid_alive, write_atomic
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
@@ -129,26 +130,8 @@ _prepared: set[tuple[int, str]] = set()
 _created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ctxc_created", default=None)
 
 
-def _write_object(directory: Path, target: Path, data: bytes, *, sync: bool) -> None:
-    """Write through a temp file named by this pid and a rename: readers see the whole object or none."""
-    tmp = directory / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def sweep_dead_temps(objects: Path) -> list[Path]:
     """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
-    from ctxc.output import _pid_alive  # the same test as for output temp files
 
     removed: list[Path] = []
     now = time.time()
@@ -162,7 +145,7 @@ def sweep_dead_temps(objects: Path) -> list[Path]:
                 pid, sep, _ = entry.name[len(TMP_PREFIX) :].partition("-")
                 dead = False
                 if sep and pid.isdigit():
-                    dead = int(pid) != os.getpid() and not _pid_alive(int(pid))
+                    dead = int(pid) != os.getpid() and not pid_alive(int(pid))
                 else:
                     with contextlib.suppress(OSError):
                         dead = now - entry.stat(follow_symlinks=False).st_mtime > _LEGACY_TMP_AGE
@@ -248,7 +231,9 @@ class Archive:
             return digest
         try:
             self._prepare()
-            _write_object(private_dir(path.parent), path, data, sync=sync)
+            # The temp file is named by this pid, so a store killed midway is swept by the next.
+            temp = private_dir(path.parent) / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+            write_atomic(path, data, sync=sync, temp=temp)
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)

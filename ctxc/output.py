@@ -33,12 +33,16 @@ _SCHEMA_VERSIONS = {"analyze": 2, "check": 2}
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
-def write_atomic(target: Path, data: bytes, *, sync: bool = True) -> None:
+def write_atomic(target: Path, data: bytes, *, sync: bool = True, temp: Path | None = None) -> None:
     """Write ``data`` to ``target`` (its directory created if need be) through a temporary file beside
     it and a rename, so a reader sees the old file or the whole new one, never part of it. ``sync``
-    waits for the bytes to reach the disk first. Raises ``OSError``: the caller knows what is lost."""
+    waits for the bytes to reach the disk first; ``temp`` names the temporary file (created owner-only,
+    never over an existing one). Raises ``OSError``: the caller knows what is lost."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    if temp is None:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    else:
+        fd, tmp = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), str(temp)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -363,7 +367,7 @@ def atomic_output(
         raise
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -388,7 +392,7 @@ def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
         return removed
     for tmp in root.rglob(f".*{TEMP_SUFFIX}"):
         parts = tmp.name.split(".")  # ['', name..., pid, random, 'ctxc-tmp']
-        if len(parts) >= 5 and parts[-3].isdigit() and not _pid_alive(int(parts[-3])):
+        if len(parts) >= 5 and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             with contextlib.suppress(OSError):
                 tmp.unlink()
                 removed.append(tmp)
