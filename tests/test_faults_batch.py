@@ -289,8 +289,16 @@ def _unprivileged() -> list[str] | None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return None
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # The whole command, not just the package: a virtual environment in a private folder (CI's
+    # mktemp -d) leaves nobody without ctxc's dependencies.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     probe = subprocess.run(
-        [*prefix, sys.executable, "-c", "import ctxc"], capture_output=True, timeout=60, check=False
+        [*prefix, sys.executable, "-m", "ctxc", "--version"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd="/",
     )
     return prefix if probe.returncode == 0 else None
 
@@ -527,9 +535,15 @@ def test_a_batch_killed_at_a_random_moment_resumes_to_the_same_outputs(
     runs = Archive(archive).manifest()
     outputs = {e["output_sha256"] for e in runs if e["output_sha256"] != e["input_sha256"]}
     assert not [e for e in runs if e["input_sha256"] in outputs], "an output was compacted again"
-    if not in_place:  # in place, a kill between the record and the rename may leave a second record
-        per_file: dict[str, int] = {}
-        for e in runs:
-            per_file[str(e["input_sha256"])] = per_file.get(str(e["input_sha256"]), 0) + 1
-        assert len(per_file) == n
-        assert set(per_file.values()) == {1}, "a file was compacted twice"
+    # A file is recorded once, or twice when the kill fell between its record and its output's rename
+    # (the record comes first, so no output is ever without one): then it was not done, and the
+    # re-run wrote the same output again.
+    per_file: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for e in runs:
+        per_file.setdefault(str(e["input_sha256"]), set()).add(str(e["output_sha256"]))
+        counts[str(e["input_sha256"])] = counts.get(str(e["input_sha256"]), 0) + 1
+    assert len(per_file) == n
+    assert all(len(outs) == 1 for outs in per_file.values()), "a file was compacted to two outputs"
+    assert max(counts.values()) <= 2
+    assert sum(counts.values()) - n <= 2, "files done before the kill were compacted again"
