@@ -16,10 +16,12 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from wire import records
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 PORT = 38080  # sandbox.py serves here; the namespace is new, so the port is always free
@@ -227,21 +229,10 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _records(log: Path) -> Iterator[dict[str, Any]]:
-    with log.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
-
-
 def claude_session_id(log: Path) -> str | None:
     """The session id Claude Code files the log under: the last main-chain record's ``sessionId``."""
     found = None
-    for record in _records(log):
+    for record in records(log):
         sid = record.get("sessionId")
         if isinstance(sid, str) and sid and not record.get("isSidechain"):
             found = sid
@@ -277,7 +268,7 @@ def resume_claude(exe: Path, log: Path, work: Path) -> Run:
 
 def codex_session(log: Path) -> tuple[str, str] | None:
     """The rollout's id and start time (from its ``session_meta``), or None when it has none."""
-    for record in _records(log):
+    for record in records(log):
         payload = record.get("payload")
         if record.get("type") == "session_meta" and isinstance(payload, dict):
             sid = payload.get("id")
