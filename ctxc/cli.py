@@ -347,7 +347,7 @@ def compact(
     ] = None,
     model: ModelOpt = None,
     window: WindowOpt = None,
-    keep_last: KeepLastOpt = 4,
+    keep_last: KeepLastOpt = None,
     pin: Annotated[
         list[str] | None,
         typer.Option("--pin", help="Keep messages: an index (12), a range (3-7) or a regex. Repeatable."),
@@ -408,7 +408,7 @@ def compact(
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
     from ctxc.analysis import check_thresholds
-    from ctxc.compaction.run import CompactOptions
+    from ctxc.compaction.run import DEFAULT_KEEP_LAST, CompactOptions
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)
@@ -419,7 +419,8 @@ def compact(
         target_ratio=target_ratio,
         model=model,
         window=window,
-        keep_last=keep_last,
+        keep_last=keep_last or DEFAULT_KEEP_LAST,
+        strict_keep_last=keep_last is not None,
         pins=tuple(pin or ()),
         summarizer=summarizer,
         tokenizer=tokenizer,

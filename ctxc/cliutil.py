@@ -144,7 +144,14 @@ ArchiveOpt = Annotated[
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
 KeepLastOpt = Annotated[
-    int, typer.Option("--keep-last", min=1, help="Messages at the end always kept verbatim.")
+    int | None,
+    typer.Option(
+        "--keep-last",
+        min=1,
+        help="Messages at the end always kept verbatim. Default: 4, or fewer (down to 1) when an explicit "
+        "target cannot be met otherwise.",
+        show_default=False,
+    ),
 ]
 SetOpt = Annotated[
     list[str] | None,

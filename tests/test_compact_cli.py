@@ -94,3 +94,23 @@ def test_every_strategy_on_every_file(path: Path, strategy: str, tmp_path: Path)
         assert rerun == 0
         assert out.read_bytes() == first
     assert path.read_bytes() == original  # the input is untouched
+
+
+def test_keep_last_gives_way_to_an_explicit_target_unless_given(tmp_path: Path) -> None:
+    """Without --keep-last, an explicit target that the last four messages alone exceed keeps fewer of
+    them (down to one); with --keep-last, it is what the user asked for, and the run refuses."""
+    words = " ".join(f"word{k}" for k in range(150))
+    lines = [{"role": "user", "content": "Fix the parser."}]
+    for k in range(10):
+        lines.append({"role": "assistant" if k % 2 == 0 else "user", "content": f"step {k}: {words}"})
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    out = tmp_path / "out.jsonl"
+    base = ("compact", str(src), "-s", "fifo", "--target-tokens", "400", "-o", str(out), "-q")
+    assert run(*base, "--keep-last", "4") == ExitCode.OVER_TARGET
+    assert not out.exists()
+    assert run(*base) == 0
+    written = load(out)
+    assert analyze(out).total_tokens <= 400
+    assert written.messages[0].text == "Fix the parser."  # the intent stays
+    assert written.messages[-1].text == lines[-1]["content"]  # and the last message

@@ -286,7 +286,7 @@ def replay_command(
         reminders=reminders,
         trigger=trigger,
         target_ratio=target_ratio,
-        keep_last=keep_last,
+        keep_last=4 if keep_last is None else keep_last,
         thresholds=parse_thresholds(thresholds),
         settings=parse_sets(settings or []),
         tokenizer=tokenizer,

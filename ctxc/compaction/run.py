@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
     from ctxc.reminders import ReminderRules
 
+#: The last messages kept verbatim unless the caller says otherwise.
+DEFAULT_KEEP_LAST = 4
+
 #: Strategies that may call the summarizer (adaptive does from stage 4 on).
 SUMMARIZING = frozenset({"recursive", "hierarchical", "adaptive"})
 
@@ -41,7 +44,10 @@ class CompactOptions:
     target_ratio: float | None = None
     model: str | None = None
     window: int | None = None
-    keep_last: int = 4
+    keep_last: int = DEFAULT_KEEP_LAST
+    #: Never keep fewer than ``keep_last`` (the CLI sets it when --keep-last is given). Otherwise an
+    #: explicit target that cannot be met keeps fewer of the last messages, down to one, before failing.
+    strict_keep_last: bool = False
     #: ``--pin`` values: a message index (``12``), an index range (``3-7``), or a regular expression.
     pins: tuple[str, ...] = ()
     summarizer: str = "extractive"
@@ -298,7 +304,11 @@ def _compact_transcript(
             result_messages: tuple[Message, ...] = tuple(messages)
             actions: tuple[Action, ...] = ()
         else:
-            res = strategy.compact(messages, ctx)
+            for keep_last in _keep_last_steps(options, explicit):
+                ctx = replace(ctx, keep_last=keep_last)
+                res = strategy.compact(messages, ctx)
+                if ledger.total(res.messages) <= ctx.target:
+                    break
             result_messages, actions = res.messages, res.actions
             result_messages = _keep_after_summary(
                 result_messages,
@@ -333,7 +343,7 @@ def _compact_transcript(
                 ),
             )
         pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
-        tail = {m.index for m in messages[-options.keep_last :]}
+        tail = {m.index for m in messages[-ctx.keep_last :]}
         kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
         # falling short of the default target is then not an error.
@@ -343,9 +353,10 @@ def _compact_transcript(
             raise OverTargetError(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
-                f"what is always kept (pinned messages, the last {options.keep_last} and what the log's "
-                f"own compaction carries) is "
-                f"{kept_tokens:,} tokens; lower --keep-last, or use --allow-over to write it anyway",
+                f"what is always kept (pinned messages, the last {ctx.keep_last} and what the log's "
+                f"own compaction carries) is {kept_tokens:,} tokens; "
+                + ("lower --keep-last, or " if ctx.keep_last > 1 else "")
+                + "use --allow-over to write it anyway",
                 path=transcript.source,
             )
         leftover = pairing_problems(repaired_msgs, strict=True)
@@ -418,6 +429,16 @@ def _keep_after_summary(
             out.insert(at, request)
             at += 1
     return tuple(out)
+
+
+def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
+    """The ``keep_last`` values to try in turn: the one asked for, then, under an explicit target and
+    unless it is strict, fewer down to one. Not with a summarizer that calls out: each try would be
+    paid for again."""
+    local = options.strategy not in SUMMARIZING or options.summarizer == "extractive"
+    if options.strict_keep_last or not explicit or not local:
+        return (options.keep_last,)
+    return tuple(range(options.keep_last, 0, -1)) or (1,)
 
 
 def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
