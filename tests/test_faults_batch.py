@@ -289,11 +289,11 @@ def _unprivileged() -> list[str] | None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return None
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    # The whole command, not just the package: a virtual environment in a private folder (CI's
-    # mktemp -d) leaves nobody without ctxc's dependencies.
+    # ctxc and its dependencies, not just the package: a virtual environment in a private folder (CI's
+    # mktemp -d) leaves nobody without them.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     probe = subprocess.run(
-        [*prefix, sys.executable, "-m", "ctxc", "--version"],
+        [*prefix, sys.executable, "-c", "import orjson, tiktoken, typer, ctxc.cli"],
         capture_output=True,
         timeout=60,
         check=False,
