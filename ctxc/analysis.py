@@ -437,13 +437,13 @@ def finish(
     for index, line, role, kind, tool, tokens, conv in scan.rows:
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
-            kept = sum(
-                s.tokens
-                for s in stats
-                if s.conversation == reset.conversation
-                and reset.kept_from is not None
-                and s.index >= reset.kept_from
-            )
+            kept = 0
+            if reset.kept_from is not None:  # pi: a tail from before the boundary stays
+                kept = sum(
+                    s.tokens
+                    for s in stats
+                    if s.conversation == reset.conversation and s.index >= reset.kept_from
+                )
             running[reset.conversation] = reset.carried_tokens + kept
             pending += 1
         is_live = live.is_live(index, conv)
