@@ -636,17 +636,22 @@ def test_subagent_file_keeps_its_own_thread() -> None:
     assert chain_problems(data, source) == []
 
 
-def test_old_boundary_in_a_dropped_span_goes_and_links_outside_the_file_stay() -> None:
-    old_boundary = _env(
+def _log_boundary(*, logical_parent: str) -> dict[str, Any]:
+    """The log's own compact_boundary record (uuid b0, line 4), as Claude Code writes it."""
+    return _env(
         "system",
         "b0",
         None,
         4,
         subtype="compact_boundary",
         content="Conversation compacted",
-        logicalParentUuid="a1",
+        logicalParentUuid=logical_parent,
         compactMetadata={"trigger": "auto", "preTokens": 9},
     )
+
+
+def test_old_boundary_in_a_dropped_span_goes_and_links_outside_the_file_stay() -> None:
+    old_boundary = _log_boundary(logical_parent="a1")
     source = _jsonl(
         _user("u0", "elsewhere", 1, "start"),  # its parent is in an earlier file
         _asst("a1", "u0", 2, "msg_A", [_text("one")]),
@@ -673,16 +678,7 @@ def test_ctxc_boundary_after_the_logs_own_is_the_newest_main_boundary() -> None:
     """Compacting what follows the log's own boundary (the part Claude Code still sends): ctxc's
     boundary is the last main-chain compact_boundary in the file, the log's stays before it, and the
     resumed chain runs from the last message through ctxc's summary to ctxc's boundary."""
-    old_boundary = _env(
-        "system",
-        "b0",
-        None,
-        4,
-        subtype="compact_boundary",
-        content="Conversation compacted",
-        logicalParentUuid="u1",
-        compactMetadata={"trigger": "auto", "preTokens": 9},
-    )
+    old_boundary = _log_boundary(logical_parent="u1")
     source = _jsonl(
         _user("u0", None, 1, "start"),
         _asst("a1", "u0", 2, "msg_A", [_text("one")]),
