@@ -35,7 +35,7 @@ def stderr_console() -> Any:
     """The console of progress, warnings and errors (control characters shown, never obeyed)."""
     from ctxc.terminal import visible_console
 
-    return visible_console(stderr=True, highlight=False)
+    return visible_console(stderr=True, highlight=False, **_width(sys.stderr))
 
 
 def cells(*values: str) -> list[Any]:
@@ -56,7 +56,19 @@ def stdout_console() -> Any:
     from ctxc.terminal import visible_console
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
-    return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
+    return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **_width(sys.stdout))
+
+
+def _width(stream: Any) -> dict[str, Any]:
+    """The width for a console on ``stream``: the terminal's, and none for a pipe or a file (a line is
+    never wrapped there, so grep and awk see one record a line)."""
+    from ctxc.terminal import UNWRAPPED
+
+    try:
+        terminal = stream is not None and stream.isatty()
+    except ValueError:  # a closed stream
+        terminal = False
+    return {} if terminal else {"width": UNWRAPPED}
 
 
 def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:

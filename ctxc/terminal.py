@@ -16,6 +16,10 @@ from typing import Any
 #: U+009B as CSI, the same as ESC [).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
+#: The width of a console that is not a terminal: a pipe or a file has no width, and its lines are never
+#: wrapped (grep and awk read one record a line).
+UNWRAPPED = 1 << 16
+
 
 def _escape(match: re.Match[str]) -> str:
     return f"\\x{ord(match.group()):02x}"

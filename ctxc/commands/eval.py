@@ -12,6 +12,7 @@ from ctxc.cliutil import (
     SkipInvalidOpt,
     TableOrJson,
     TableOrJsonOpt,
+    cells,
     stderr_console,
     stdout_console,
     table_on_terminal,
@@ -57,9 +58,9 @@ def _share(kept: int, total: int) -> str:
 def _render(report: Any) -> None:
     from rich.table import Table
 
+    from ctxc.render import print_table
+
     console = stdout_console()
-    if not console.is_terminal:  # a file or a pipe has no width: do not cut the table to 80 columns
-        console.width = 150
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
     table = Table(title="ctxc eval: each strategy at each target, over every transcript")
@@ -86,8 +87,9 @@ def _render(report: Any) -> None:
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*row)
-    console.print(table)
+        table.add_row(*cells(*row))
+    # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
+    print_table(console, table, keys=2)
     console.print(
         "needles: recovered/planted (kept in the output + found only by search); intent: first requests "
         "and pinned instructions kept; paths/errors/decisions: share surviving verbatim or in a summary; "

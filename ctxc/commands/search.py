@@ -68,6 +68,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ctxc.render import print_table
     from ctxc.terminal import visible
 
     console = stdout_console()
@@ -84,7 +85,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         table.add_row(*cells(f"{h.ref}\nline {h.line}", what, score), cell)
-    console.print(table)
+    print_table(console, table, fold=("snippet",))
 
 
 def search_command(
@@ -201,6 +202,7 @@ def _render_table(shown: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ctxc.render import print_table
     from ctxc.search.show import block_text
     from ctxc.terminal import visible
 
@@ -216,7 +218,7 @@ def _render_table(shown: Any) -> None:
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
         table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
-    console.print(table)
+    print_table(console, table, fold=("content",))
 
 
 def register(app: typer.Typer) -> None:
