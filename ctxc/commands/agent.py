@@ -339,7 +339,6 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
         f"({pct(r.peak_tokens)}) with; {len(r.compactions)} compaction(s) freed {freed:,} tokens; "
         f"{len(r.reminders)} reminder(s){recorded}",
         markup=False,
-        soft_wrap=True,
     )
     console.print(terminal_chart(r, width=max(20, min(100, console.width - 14))))
     if every_turn:
