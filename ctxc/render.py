@@ -310,6 +310,22 @@ def print_table(
     console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
 
 
+class Late:
+    """A renderable shown only once ``delay`` seconds have passed since it was made: a quick run ends
+    as quietly as it began, a long one still says what it is doing."""
+
+    def __init__(self, inner: Any, delay: float = 1.0) -> None:
+        import time
+
+        self.inner, self.delay, self.start = inner, delay, time.monotonic()
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        import time
+
+        if time.monotonic() - self.start >= self.delay:
+            yield self.inner
+
+
 class SideBySide:
     """Small tables side by side when they fit the width, else one after another."""
 

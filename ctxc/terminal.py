@@ -46,6 +46,10 @@ def visible_console(**options: Any) -> Any:
 
     class _VisibleConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
+            if self.is_terminal:
+                # rich wraps a long line between words; left to the terminal, it would break mid-number.
+                # Off a terminal the console is UNWRAPPED wide: no line is wrapped at all.
+                kwargs.pop("soft_wrap", None)
             # Strings before rich sees them: it would drop a BEL that should show as \x07.
             super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
 

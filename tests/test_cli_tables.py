@@ -87,6 +87,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 def piped(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ctxc", *args],
+        check=False,
         cwd=ws.root,
         env=ws.env,
         capture_output=True,

@@ -199,8 +199,18 @@ def eval_command(
     sources = sources_from(paths or [], options)
     err = stderr_console()
     if sys.stderr.isatty():
-        with err.status("evaluating") as status:
-            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=status.update)
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        from ctxc.render import Late
+
+        spinner = Spinner("dots", text="evaluating")
+
+        def progress(text: str) -> None:
+            spinner.update(text=text)
+
+        with Live(Late(spinner), console=err, transient=True, refresh_per_second=12.5):
+            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=progress)
     else:
         report = run_eval(sources, options, archive=archive, judge=the_judge)
     for name, (got, wanted) in report.planted.items():
