@@ -10,7 +10,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -30,6 +30,8 @@ from ctxc.cliutil import (
     QuietOpt,
     SetOpt,
     SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
     ThresholdsOpt,
     WindowOpt,
     cells,
@@ -39,6 +41,7 @@ from ctxc.cliutil import (
     read_options,
     stderr_console,
     stdout_console,
+    table_on_terminal,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
 from ctxc.terminal import visible
@@ -335,8 +338,13 @@ def compact(
         ),
     ] = False,
     fmt: Annotated[
-        OutFormat | None,
-        typer.Option("--format", "-f", help="Batch report on stdout: table or json."),
+        TableOrJson | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="With --out-dir, --in-place or --dry-run: the report on stdout, table (default on a "
+            "terminal) or json.",
+        ),
     ] = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
     target_tokens: Annotated[
@@ -413,6 +421,9 @@ def compact(
 
     th = parse_thresholds(thresholds)
     sets = parse_sets(settings or [])
+    if fmt is not None and not (dry_run or out_dir is not None or in_place):
+        # One file's output is the transcript itself: there is no report to format.
+        raise UsageError("--format is for a report: give it with --out-dir, --in-place or --dry-run")
     options = CompactOptions(
         strategy=strategy,
         target_tokens=target_tokens,
@@ -468,7 +479,7 @@ def compact(
         )
         doc = compact_file(job)
         if dry_run:
-            _emit_plan(doc)
+            _emit_plan(doc, table_on_terminal(fmt))
             return
         if not quiet:
             _summary_line(doc)
@@ -537,10 +548,10 @@ def _summary_line(doc: dict[str, Any]) -> None:
     )
 
 
-def _emit_plan(doc: dict[str, Any]) -> None:
+def _emit_plan(doc: dict[str, Any], fmt: TableOrJson) -> None:
     from ctxc.output import dumps, write_stdout
 
-    if not sys.stdout.isatty():
+    if fmt is TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from rich.table import Table
@@ -651,7 +662,10 @@ def validate(
     loose: Annotated[
         bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
     ] = False,
-    fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    fmt: Annotated[
+        TableOrJson | None,
+        typer.Option("--format", "-f", help="table (one line per file or problem) or json."),
+    ] = None,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
@@ -677,7 +691,7 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
-    if fmt is OutFormat.json:
+    if fmt is TableOrJson.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
@@ -768,13 +782,13 @@ def formats() -> None:
 
 @app.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
 def models(
-    fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    fmt: TableOrJsonOpt = None,
 ) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
-    if fmt is OutFormat.json or (fmt is None and not sys.stdout.isatty()):
+    if table_on_terminal(fmt) is TableOrJson.json:
         rows = [
             {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
             for p in PROFILES
@@ -845,18 +859,39 @@ def _click_command(args: list[str]) -> Any:
     return typer.main.get_command(only)
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
-    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
-    RuntimeError."""
+def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an exception it was raised from or while handling is one of ``kinds``."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
+        if isinstance(cause, kinds):
             return True
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return False
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
+    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
+    RuntimeError."""
+    return _caused_by(exc, (KeyboardInterrupt,))
+
+
+def _reader_gone() -> NoReturn:
+    """The reader of stdout went away (``| head``): stop quietly, exit 0, and keep Python from
+    complaining at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(int(ExitCode.OK))
+
+
+def _usage_message(exc: Exception) -> str:
+    """A bad command line as ctxc's one line, naming the help to read (not click's four lines)."""
+    ctx = getattr(exc, "ctx", None)
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"ctxc: error: {str(message).rstrip('.')}{hint}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -875,19 +910,20 @@ def main(argv: list[str] | None = None) -> None:
         stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(int(exc.exit_code))
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
-        show = getattr(exc, "show", None)
-        if callable(show):
-            show()
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``ctxc``: its message is the help
+            exc.show()  # type: ignore[attr-defined]
         else:
-            sys.stderr.write(visible(f"ctxc: error: {exc}") + "\n")
+            sys.stderr.write(visible(_usage_message(exc)) + "\n")
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()
     except (BrokenPipeError, ReaderGone):
-        # The reader went away (``| head``): stop quietly and keep Python from complaining at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(int(ExitCode.OK))
+        _reader_gone()
+    except SystemExit as exc:
+        # rich meets a closed pipe (help, tables printed by typer) with SystemExit(1): still a reader gone.
+        if _caused_by(exc, (BrokenPipeError, ReaderGone)):
+            _reader_gone()
+        raise
     except Exception as exc:
         if _interrupted(exc):
             exit_interrupted()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import OutFormat, cells, stderr_console
+from ctxc.cliutil import TableOrJson, cells, stderr_console
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -101,7 +101,7 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: OutFormat | None,
+    fmt: TableOrJson | None,
     report: str | None,
 ) -> int:
     """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal. Returns the exit code.
@@ -194,9 +194,9 @@ def run_compact_batch(
     if report:
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))
-    if fmt is OutFormat.json:
+    if fmt is TableOrJson.json:
         write_stdout(dumps(doc))
-    elif fmt is OutFormat.table:
+    elif fmt is TableOrJson.table:
         _print_table(finished)
     if not quiet:
         _print_totals(totals)
