@@ -721,6 +721,7 @@ def repair(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
     archive: ArchiveOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -763,6 +764,8 @@ def repair(
         output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
     ) as handle:
         handle.write(out_bytes)
+    if quiet:
+        return
     stderr_console().print(
         f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
         markup=False,

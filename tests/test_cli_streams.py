@@ -5,6 +5,7 @@ exit 0 with nothing on stderr, for every command and format."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,32 @@ def test_no_arguments_still_shows_the_help(capsys: pytest.CaptureFixture[str]) -
     code, out, err = run(capsys)
     assert code == ExitCode.USAGE
     assert "Usage: ctxc" in out + err
+
+
+# Every command that says anything on stderr besides errors, with what makes it talk.
+QUIET_CASES = [
+    ["analyze", "{logs}", "-f", "json"],
+    ["convert", "{logs}", "--out-dir", "{tmp}/conv"],
+    ["compact", CODEX, "-o", "{tmp}/small.jsonl"],
+    ["validate", "{logs}", "-f", "json"],
+    ["repair", CODEX, "-o", "{tmp}/fixed.jsonl"],
+    ["search", "the", "--reindex", "-f", "json"],
+    ["eval", "--generated", "1", "--strategies", "fifo", "--targets", "0.5", "-f", "json"],
+    ["check", "{logs}", "--max-usage", "0.9", "-f", "json"],
+    ["compose", PROMPT],
+    ["replay", CODEX, "--window", "20000", "-f", "json"],
+]
+
+
+@pytest.mark.parametrize("args", QUIET_CASES, ids=lambda a: a[0])
+def test_every_command_that_talks_on_stderr_has_quiet(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("codex.jsonl", "chat-anthropic.jsonl"):
+        shutil.copy(SAMPLES / name, logs / name)
+    argv = [a.replace("{logs}", str(logs)).replace("{tmp}", str(tmp_path)) for a in args]
+    code, _, err = run(capsys, *argv, "-q")
+    assert code == 0, err
+    assert err == ""

@@ -265,19 +265,24 @@ def replay_command(
     fmt: TableOrJsonOpt = None,
     turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
     plot_file: Annotated[
-        str | None, typer.Option("--plot", help="Also draw the replay to an .svg or .png file (ctxc[plot]).")
+        str | None,
+        typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
+    from ctxc.errors import UsageError
     from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
-    from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json, terminal_chart
+    from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
     if plot_file:
+        if not have_matplotlib():  # a file asked for and not written would be a silent failure
+            raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
         check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
     manager = ContextManager(
         model=model,
@@ -293,7 +298,6 @@ def replay_command(
     )
     transcript = _load(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
-    err = stderr_console()
     if table_on_terminal(fmt) is TableOrJson.json:
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
@@ -301,18 +305,10 @@ def replay_command(
     if plot_file is None:
         return
     assert fmt_of_plot is not None
-    if not have_matplotlib():
-        err.print(
-            f"ctxc: warning: matplotlib is not installed (pip install 'ctxc[plot]'): {plot_file} was not "
-            "written; a terminal chart instead:",
-            markup=False,
-            soft_wrap=True,
-        )
-        err.print(terminal_chart(r, width=max(20, min(100, err.width - 14))))
-        return
     with atomic_output(plot_file, inputs=(path,)) as handle:
         plot(r, handle, fmt=fmt_of_plot)
-    err.print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
+    if not quiet:
+        stderr_console().print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:

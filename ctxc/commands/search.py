@@ -111,6 +111,7 @@ def search_command(
         bool,
         typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
@@ -120,7 +121,7 @@ def search_command(
     from ctxc.search.background import indexer_running
 
     store = Archive.open(archive)
-    if indexer_running(store.root):
+    if indexer_running(store.root) and not quiet:
         note = "ctxc: waiting for the background indexer to finish the search index"
         stderr_console().print(note, markup=False, soft_wrap=True)
     if reindex:
@@ -133,12 +134,13 @@ def search_command(
             )
         for line in report.skipped:
             stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
-        stderr_console().print(
-            f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
-            f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in {store.root / 'search.sqlite'}",
-            markup=False,
-            soft_wrap=True,
-        )
+        if not quiet:
+            stderr_console().print(
+                f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
+                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in {store.root / 'search.sqlite'}",
+                markup=False,
+                soft_wrap=True,
+            )
         if query is None:
             return
     if query is None:
