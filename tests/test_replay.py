@@ -193,9 +193,8 @@ def test_plot_without_matplotlib_is_a_usage_error_before_any_work(
 
     monkeypatch.setattr(ctxc.replay, "have_matplotlib", lambda: False)
     target = tmp_path / "replay.svg"
-    code, out, err = run(
-        capsys, "replay", str(SAMPLES / "codex.jsonl"), "--window", "20000", "-f", "json", "--plot", str(target)
-    )
+    args = ["replay", str(SAMPLES / "codex.jsonl"), "--window", "20000", "-f", "json", "--plot", str(target)]
+    code, out, err = run(capsys, *args)
     # A file asked for and not written is an error (issue 20 item 9), said before any replay output.
     assert (code, out) == (ExitCode.USAGE, "")
     assert err == f"ctxc: error: --plot {target} needs matplotlib: pip install 'ctxc[plot]'\n"

@@ -137,7 +137,8 @@ def search_command(
         if not quiet:
             stderr_console().print(
                 f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
-                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in {store.root / 'search.sqlite'}",
+                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
+                f"{store.root / 'search.sqlite'}",
                 markup=False,
                 soft_wrap=True,
             )
