@@ -377,7 +377,7 @@ def compact(
     ] = False,
     report: Annotated[str | None, typer.Option("--report", help="Write a JSON report to this file.")] = None,
     instructions: Annotated[
-        str | None, typer.Option(help="Focus for summaries, like /compact [instructions].")
+        str | None, typer.Option(help="Focus for summaries, like /compact \\[instructions].")
     ] = None,
     reminders: Annotated[
         str | None,
@@ -624,7 +624,9 @@ def strategies(
     )
 )
 def restore(
-    ref: Annotated[str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.")],
+    ref: Annotated[
+        str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
+    ],
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
     archive: ArchiveOpt = None,
 ) -> None:
@@ -718,7 +720,7 @@ def validate(
     )
 )
 def repair(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
     archive: ArchiveOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
@@ -773,7 +775,16 @@ def repair(
     )
 
 
-@app.command(epilog="[bold]Example[/bold]\n\n  ctxc formats")
+@app.command(
+    epilog=(
+        "[bold]Examples[/bold]\n\n"
+        "  ctxc formats\n\n"
+        "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
+        "cannot tell\n\n"
+        "Every command sniffs the format from the first records; --input-format forces one, and a file "
+        "that the forced format reads as no messages at all is an error naming the format sniffing picks."
+    )
+)
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from ctxc.formats import adapters
@@ -829,11 +840,54 @@ def _root(
 COMMAND_MODULES: tuple[str, ...] = ("search", "eval", "check", "agent")
 
 
+#: Help panels of the commands with too many options for one list, by parameter name.
+HELP_PANELS: dict[str, dict[str, str]] = {
+    "compact": {
+        **dict.fromkeys(("input_format", "skip_invalid", "max_line_mb"), "Input"),
+        **dict.fromkeys(
+            ("target_tokens", "target_ratio", "model", "window", "keep_last", "pin", "allow_over"), "Target"
+        ),
+        **dict.fromkeys(("thresholds", "tokenizer", "no_cache"), "Target"),
+        **dict.fromkeys(("strategy", "settings", "summarizer", "instructions", "reminders"), "Strategy"),
+        **dict.fromkeys(
+            ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
+            "Strategy",
+        ),
+        **dict.fromkeys(("output", "fmt", "dry_run", "report", "quiet"), "Output"),
+        **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
+        **dict.fromkeys(("archive", "no_index"), "Archive"),
+    }
+}
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose usage line names a required argument plainly (``REF``, not typer's ``{REF}``),
+    and whose options go in the panels :data:`HELP_PANELS` gives it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        panels = HELP_PANELS.get(self.name or "", {})
+        for param in self.params:
+            if param.name in panels:
+                param.rich_help_panel = panels[param.name]  # type: ignore[attr-defined]
+        # Help shows panels in the order their first option comes; parsing only minds the arguments'
+        # order, which a stable sort keeps.
+        order = list(dict.fromkeys(panels.values()))
+        self.params.sort(key=lambda p: order.index(panels[p.name]) + 1 if p.name in panels else 0)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
 def _register_command_modules() -> None:
     import importlib
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"ctxc.commands.{name}").register(app)
+    for info in app.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = _Command
 
 
 _register_command_modules()

@@ -134,7 +134,9 @@ TableOrJsonOpt = Annotated[
 PathsArg = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Transcript files, directories (walked; see --glob), or - for stdin.", show_default=False
+        help="Transcript files, directories (walked; see --glob), or - for stdin.",
+        show_default=False,
+        metavar="[PATH]...",
     ),
 ]
 ArchiveOpt = Annotated[

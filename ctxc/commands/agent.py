@@ -51,7 +51,7 @@ REMIND_EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ctxc remind session.jsonl --rules rules.toml\n\n"
     "  ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json\n\n"
-    "Rules are [[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
+    "Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
     "a share of the window), tool_call, keyword_in_response or after_compaction; a message; and an "
     "optional max_repeats. A turn is one model call; the context is what that call would be sent."
 )
@@ -61,7 +61,7 @@ COMPOSE_EPILOG = (
     "  ctxc compose prompt.toml --budget 2000 > system.txt\n\n"
     "  ctxc compose prompt.toml --budget 800 --fill --format json\n\n"
     "  ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections\n\n"
-    "Sections are [[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
+    "Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
     "examples, background), required, and content or file. Exit 6 if the required sections alone "
     "exceed the budget."
 )
@@ -70,7 +70,7 @@ REPLAY_EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ctxc replay session.jsonl --window 100000\n\n"
     "  ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json\n\n"
-    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc[plot]\n\n"
+    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]\n\n"
     "  ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns\n\n"
     "Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
     "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
@@ -88,8 +88,10 @@ def _load(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: 
 
 
 def remind_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
-    rules: Annotated[str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [[reminder]] tables).")],
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    rules: Annotated[
+        str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [\\[reminder]] tables).")
+    ],
     model: ModelOpt = None,
     window: WindowOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
@@ -162,7 +164,9 @@ def remind_command(
 
 
 def compose_command(
-    file: Annotated[str, typer.Argument(help="Prompt sections (TOML, [[section]] tables).")],
+    file: Annotated[
+        str, typer.Argument(help="Prompt sections (TOML, [\\[section]] tables).", metavar="FILE")
+    ],
     budget: Annotated[
         int | None, typer.Option("--budget", "-b", min=1, help="Token budget (default: no limit).")
     ] = None,
@@ -243,7 +247,7 @@ def compose_command(
 
 
 def replay_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
     window: WindowOpt = None,
     model: ModelOpt = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",

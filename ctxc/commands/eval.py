@@ -112,7 +112,9 @@ def _render(report: Any) -> None:
 def eval_command(
     paths: Annotated[
         list[str] | None,
-        typer.Argument(help="Transcripts or directories; none: sessions generated from --seed."),
+        typer.Argument(
+            help="Transcripts or directories; none: sessions generated from --seed.", metavar="[PATH]..."
+        ),
     ] = None,
     strategies: Annotated[
         str | None, typer.Option("--strategies", help="Comma-separated strategies (default: all).")
@@ -145,7 +147,7 @@ def eval_command(
         ),
     ] = Scope.session,
     hybrid: Annotated[
-        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc[embed]).")
+        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
     archive: Annotated[
         str | None,

@@ -35,7 +35,7 @@ SEARCH_EPILOG = (
     "  ctxc search 'why did we drop redis' --limit 5 --format json\n\n"
     "  ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only\n\n"
     "  ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax\n\n"
-    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc[embed]\n\n"
+    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]\n\n"
     "  ctxc search --reindex                                  # rebuild the index from the archive\n\n"
     "Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
     "updated as compaction archives them). Each hit names its message: print it with "
@@ -89,7 +89,8 @@ def _render_hits(hits: list[Any], query: str) -> None:
 
 def search_command(
     query: Annotated[
-        str | None, typer.Argument(help="Words to look for (any order; rarer words weigh more).")
+        str | None,
+        typer.Argument(help="Words to look for (any order; rarer words weigh more).", metavar="QUERY"),
     ] = None,
     archive: ArchiveOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
@@ -103,7 +104,8 @@ def search_command(
     hybrid: Annotated[
         bool,
         typer.Option(
-            "--hybrid", help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc[embed]')."
+            "--hybrid",
+            help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]').",
         ),
     ] = False,
     full: Annotated[bool, typer.Option("--full", help="JSON: include each hit's whole chunk text.")] = False,
@@ -164,7 +166,8 @@ def show_command(
     ref: Annotated[
         list[str],
         typer.Argument(
-            help="<id12>:5, <id12>:3-17, an archive id, or a citation: ctxc archive <id12> messages 3-17."
+            help="<id12>:5, <id12>:3-17, an archive id, or a citation: ctxc archive <id12> messages 3-17.",
+            metavar="REF...",
         ),
     ],
     archive: ArchiveOpt = None,
