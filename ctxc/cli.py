@@ -33,6 +33,7 @@ from ctxc.cliutil import (
     TableOrJson,
     TableOrJsonOpt,
     ThresholdsOpt,
+    TranscriptOutputOpt,
     WindowOpt,
     cells,
     expand_paths,
@@ -42,6 +43,7 @@ from ctxc.cliutil import (
     stderr_console,
     stdout_console,
     table_on_terminal,
+    transcript_output,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
 from ctxc.terminal import visible
@@ -223,7 +225,7 @@ class ConvertTarget(StrEnum):
 )
 def convert(
     paths: PathsArg = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    output: TranscriptOutputOpt = None,
     to: Annotated[
         ConvertTarget,
         typer.Option(
@@ -249,9 +251,9 @@ def convert(
 
     inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
     ropts = read_options(skip_invalid, max_line_mb)
-    _batch_mode(paths, inputs, output, out_dir)
+    _batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, output, to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, transcript_output(output), to.value, input_format, ropts))
         return
     jobs_list = [
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
@@ -314,9 +316,7 @@ def _load_reminders(path: str | None) -> Any:
 )
 def compact(
     paths: PathsArg = None,
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="Output file, or - for stdout (the default).")
-    ] = "-",
+    output: TranscriptOutputOpt = None,
     out_dir: Annotated[
         str | None,
         typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
@@ -458,17 +458,21 @@ def compact(
 
     # A walk never takes the batch's own outputs or archive for inputs (an --out-dir inside the tree).
     inputs = collect_inputs(paths, glob=glob, exclude=[d for d in (out_dir, archive_root(archive)) if d])
-    batch = _batch_mode(paths, inputs, output, out_dir, in_place)
+    batch = _batch_mode(paths, inputs, output or "-", out_dir, in_place)
+    if not (batch or dry_run):
+        output = transcript_output(output)
     ropts = read_options(skip_invalid, max_line_mb)
     if report is not None:
         outs = (
-            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs] if batch else [output]
+            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs]
+            if batch
+            else [output or "-"]
         )
         _check_report(report, inputs=tuple(i.path for i in inputs), outputs=[] if dry_run else outs)
     if not batch:
         job = CompactJob(
             inputs[0].path,
-            output,
+            output or "-",
             options,
             archive,
             input_format,
@@ -627,17 +631,22 @@ def restore(
     ref: Annotated[
         str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
     ],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    output: TranscriptOutputOpt = None,
     archive: ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
+    import re
+
     from ctxc.archive import Archive
-    from ctxc.errors import ArchiveError
+    from ctxc.errors import ArchiveError, InputError
     from ctxc.output import atomic_output
 
+    is_file = Path(ref).is_file()
+    if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
+        raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
     inputs: tuple[str, ...] = ()
-    if Path(ref).is_file():
+    if is_file:
         found = store.find_original(Path(ref).read_bytes())
         if found is None:
             raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
@@ -647,7 +656,9 @@ def restore(
         ident = store.resolve(ref)
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
-    with atomic_output(output, inputs=inputs, like=str(store.object_path(ident))) as handle:
+    with atomic_output(
+        transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
+    ) as handle:
         handle.write(data)
 
 
@@ -721,7 +732,7 @@ def validate(
 )
 def repair(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    output: TranscriptOutputOpt = None,
     archive: ArchiveOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     input_format: InputFormatOpt = None,
@@ -736,6 +747,7 @@ def repair(
     from ctxc.reader import named_bytes, read_all
     from ctxc.repair import repair_messages
 
+    output = transcript_output(output)
     name, data = read_all(path)
     options = read_options(skip_invalid, max_line_mb)
     transcript = load(named_bytes(name, data), input_format=input_format, options=options)

@@ -183,6 +183,10 @@ def run_compact_batch(
     totals = {
         "files": len(jobs_list),
         "ok": sum(r["status"] == "ok" for r in finished),
+        # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
+        "unchanged": sum(
+            r["status"] == "ok" and r.get("output_sha256") == r.get("archive_id") for r in finished
+        ),
         "planned": sum(r["status"] == "planned" for r in finished),
         "skipped": sum(r["status"] == "skipped" for r in finished),
         "failed": sum(r["status"] == "failed" for r in finished),
@@ -267,8 +271,13 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def _print_totals(t: dict[str, Any]) -> None:
-    parts = [f"{t['ok']} compacted"]
-    for key, label in (("planned", "planned"), ("skipped", "already done"), ("failed", "failed")):
+    parts = [f"{t['ok'] - t['unchanged']} compacted"]
+    for key, label in (
+        ("unchanged", "unchanged"),
+        ("planned", "planned"),
+        ("skipped", "already done"),
+        ("failed", "failed"),
+    ):
         if t[key]:
             parts.append(f"{t[key]} {label}")
     if t["not_run"]:

@@ -285,9 +285,9 @@ def replay_command(
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
     if plot_file:
+        check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
-        check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
     manager = ContextManager(
         model=model,
         window=window,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Annotated, Any
 
 import typer
@@ -74,7 +75,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
-    table = Table("ref", "what", "score", "snippet", show_lines=True)
+    table = Table("ref", "file", "what", "score", "snippet", show_lines=True)
     for h in hits:
         what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
         if h.blob:
@@ -83,7 +84,9 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append("\n")
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
-        table.add_row(*cells(f"{h.ref}\nline {h.line}", what, score), cell)
+        # The original's file name (its folder is in the JSON): which session the hit is from.
+        file = PurePath(h.source).name or h.source
+        table.add_row(*cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
     console.print(table)
 
 
