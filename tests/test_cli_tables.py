@@ -437,3 +437,24 @@ def test_the_summary_line_signs_each_change(ws: Workspace, tmp_path: Path) -> No
     done = piped(ws, "compact", str(broken), "-o", str(tmp_path / "out.jsonl"))
     assert re.search(r"repair \+\d+", done.stderr), done.stderr
     assert "--" not in done.stderr.replace("--target", "")
+
+
+def test_a_table_no_column_layout_fits_becomes_one_record_a_row() -> None:
+    """The last resort of :class:`ctxc.render.Fitted`: a line per value, each whole."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ctxc.render import Fitted
+
+    table = Table("identifier", "tokens", "cumulative")
+    table.add_row("toolu_01QSKqXYVrtF1fVEjfHc7XPR", "6,300", "1,234,567")
+    table.add_row("toolu_01qQhMnf2tVyCbtXoam07aIy", "175", "1,234,742")
+    out = io.StringIO()
+    Console(file=out, width=44, color_system=None).print(Fitted(table, keys=1))
+    text = out.getvalue()
+    assert _too_wide(text, 44) == []
+    for value in ("toolu_01QSKqXYVrtF1fVEjfHc7XPR", "6,300", "1,234,567", "toolu_01qQhMnf2tVyCbtXoam07aIy"):
+        assert any(value in line for line in text.splitlines()), text
+    assert "cumulative  1,234,742" in text
