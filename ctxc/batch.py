@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ def collect_inputs(
                 take(str(path / rel), rel)
             for rel in unreadable:
                 take(str(path / rel), path.name if rel == "." else rel)
+        elif not path.exists() and looks_like_reference(p):
+            session = resolve_session(p)
+            take(str(session.path), session.path.name)
         else:
             take(str(path), path.name)
     return out

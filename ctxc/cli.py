@@ -809,7 +809,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ("search", "eval", "check", "agent")
+COMMAND_MODULES: tuple[str, ...] = ("sessions", "search", "eval", "check", "agent")
 
 
 def _register_command_modules() -> None:
