@@ -1,6 +1,9 @@
 """The archive: every original is stored before any output is written, so nothing is ever lost.
 
-Layout under the archive root (``--archive``, ``$CTXC_ARCHIVE``, default ``./.ctxc/archive``)::
+The archive root is ``--archive``, else ``$CTXC_ARCHIVE``, else a project-local ``.ctxc/archive`` in the
+current directory or one of its parents (where older ctxc versions put it), else one per user:
+``$XDG_DATA_HOME/ctxc/archive`` (``~/.local/share/ctxc/archive``), so a citation in any compacted file
+resolves from any directory. Layout under the root::
 
     objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
     manifest.jsonl            one line per run: what was read, what was written, with which options
@@ -42,7 +45,8 @@ from ctxc.output import pid_alive, write_atomic
 if TYPE_CHECKING:
     from ctxc.model import Transcript
 
-DEFAULT_ARCHIVE = Path(".ctxc") / "archive"
+#: A project-local archive, used where it exists (in the current directory or a parent).
+LOCAL_ARCHIVE = Path(".ctxc") / "archive"
 MIN_PREFIX = 12
 #: How summaries and placeholders cite what they replaced; ``ctxc restore``/``show`` parse it back.
 CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(\d+))?)?")
@@ -52,7 +56,19 @@ def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit:
         return Path(explicit)
     env = os.environ.get("CTXC_ARCHIVE")
-    return Path(env) if env else DEFAULT_ARCHIVE
+    if env:
+        return Path(env)
+    here = Path.cwd()
+    for directory in (here, *here.parents):
+        if (directory / LOCAL_ARCHIVE).is_dir():
+            return directory / LOCAL_ARCHIVE
+    return user_archive()
+
+
+def user_archive() -> Path:
+    """The per-user default: ``$XDG_DATA_HOME/ctxc/archive``, else ``~/.local/share/ctxc/archive``."""
+    data = os.environ.get("XDG_DATA_HOME")
+    return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
 def sha256_hex(data: bytes) -> str:

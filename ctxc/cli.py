@@ -304,7 +304,7 @@ def _load_reminders(path: str | None) -> Any:
         "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
         "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
         "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
-        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default ./.ctxc/archive) "
+        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default ~/.local/share/ctxc/archive) "
         "before any "
         "output is written; `ctxc restore` gives it back byte for byte."
     )

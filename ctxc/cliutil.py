@@ -139,7 +139,10 @@ PathsArg = Annotated[
 ]
 ArchiveOpt = Annotated[
     str | None,
-    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
+    typer.Option(
+        "--archive",
+        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, else ~/.local/share/ctxc/archive).",
+    ),
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
