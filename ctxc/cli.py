@@ -304,9 +304,9 @@ def _load_reminders(path: str | None) -> Any:
         "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
         "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
         "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
-        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default ~/.local/share/ctxc/archive) "
-        "before any "
-        "output is written; `ctxc restore` gives it back byte for byte."
+        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
+        "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte "
+        "for byte."
     )
 )
 def compact(
@@ -809,7 +809,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ("sessions", "search", "eval", "check", "agent")
+COMMAND_MODULES: tuple[str, ...] = ("sessions", "search", "eval", "check", "agent", "hooks")
 
 
 def _register_command_modules() -> None:

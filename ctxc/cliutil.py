@@ -141,7 +141,8 @@ ArchiveOpt = Annotated[
     str | None,
     typer.Option(
         "--archive",
-        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, else ~/.local/share/ctxc/archive).",
+        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, "
+        "else ~/.local/share/ctxc/archive).",
     ),
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
