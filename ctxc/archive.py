@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import orjson
 
-from ctxc import __version__
+from ctxc._version import __version__
 from ctxc.errors import ArchiveError
 from ctxc.output import pid_alive, write_atomic
 

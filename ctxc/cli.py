@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc import __version__
+from ctxc._version import __version__
 from ctxc.cliutil import (
     ArchiveOpt,
     FailFastOpt,

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from ctxc import __version__
+from ctxc._version import __version__
 from ctxc.analysis import Scan
 from ctxc.model import Boundary, Usage
 from ctxc.reader import ReadOptions
