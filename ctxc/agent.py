@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, check_thresholds, make_counter, stage_for
+from ctxc.analysis import make_counter
 from ctxc.errors import UsageError
 from ctxc.model import Message, Transcript
 from ctxc.reminders import (
@@ -47,6 +47,7 @@ from ctxc.reminders import (
     TurnState,
     last_response,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 
 if TYPE_CHECKING:
     from ctxc.analysis import TextCounter

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import heapq
 import os
-from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,42 +18,14 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 from ctxc.live import LiveContext, is_sidechain, last_resets
 from ctxc.model import Boundary, Message, Transcript, Usage
 from ctxc.reader import ReadOptions
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
 from ctxc.validate import Pairing, Problem
-
-#: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
-DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
-
-STAGE_NAMES = {
-    1: "none",
-    2: "tool-output post-processing",
-    3: "trim old messages",
-    4: "summarize history",
-    5: "essential summary only",
-}
 
 # A batch is flushed to the counter when it holds this many characters or messages. Large enough that
 # shipping it to the counting workers is noise, small enough that memory stays low on a 100 MB log.
 _BATCH_CHARS = 2_000_000
 _BATCH_MESSAGES = 4_000
-
-
-def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
-    """The stage (1-5) a context filled to ``share`` of the window is in (thresholds ascending, as
-    :func:`check_thresholds` makes them)."""
-    return bisect_right(thresholds, share) + 1
-
-
-def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
-    from ctxc.errors import UsageError
-
-    if (
-        len(thresholds) != 4
-        or any(not 0 < t < 1.5 for t in thresholds)
-        or list(thresholds) != sorted(thresholds)
-    ):
-        raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
-    return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])
 
 
 class TextCounter(Protocol):

@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, analyze, check_thresholds
+from ctxc.analysis import Analysis, TextCounter, analyze
 from ctxc.errors import ExitCode, UsageError
 from ctxc.reader import ReadOptions
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
 
 Status = Literal["ok", "near", "over", "error"]
 STATUSES: tuple[Status, ...] = ("over", "near", "ok", "error")

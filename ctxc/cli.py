@@ -41,6 +41,7 @@ from ctxc.cliutil import (
     stdout_console,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import visible
 
 app = typer.Typer(
@@ -88,7 +89,7 @@ def analyze(
     ] = "o200k_base",
     model: ModelOpt = None,
     window: WindowOpt = None,
-    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
+    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
         bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
@@ -359,7 +360,7 @@ def compact(
     ] = "o200k_base",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
-    ] = "0.6,0.7,0.8,0.9",
+    ] = DEFAULT_THRESHOLDS_TEXT,
     settings: SetOpt = None,
     allow_over: Annotated[
         bool, typer.Option("--allow-over", help="Write the output even if it stays over the target.")
@@ -407,8 +408,8 @@ def compact(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
-    from ctxc.analysis import check_thresholds
     from ctxc.compaction.run import DEFAULT_KEEP_LAST, CompactOptions
+    from ctxc.stages import check_thresholds
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, make_counter
+from ctxc.analysis import Analysis, TextCounter, make_counter
 from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.stages import DEFAULT_THRESHOLDS
 
 if TYPE_CHECKING:
     from ctxc.compaction.files import CompactJob

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ctxc.analysis import STAGE_NAMES, Analysis, MessageStat
+from ctxc.analysis import Analysis, MessageStat
+from ctxc.stages import STAGE_NAMES
 
 
 def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str, Any]:

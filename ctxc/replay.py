@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ctxc.agent import Compaction, ContextManager
-from ctxc.analysis import STAGE_NAMES, stage_for
 from ctxc.errors import UsageError
 from ctxc.live import live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
+from ctxc.stages import STAGE_NAMES, stage_for
 
 if TYPE_CHECKING:
     from rich.text import Text

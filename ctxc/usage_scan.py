@@ -31,17 +31,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.analysis import (
-    DEFAULT_THRESHOLDS,
-    Analysis,
-    UsageSummary,
-    check_thresholds,
-    stage_for,
-    summarize_usage,
-)
+from ctxc.analysis import Analysis, UsageSummary, summarize_usage
 from ctxc.errors import CtxcError, InputError, UsageError
 from ctxc.model import Boundary, Record, Usage
 from ctxc.reader import ReadOptions, named_bytes, parse_line
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 
 #: The ``--tokenizer`` name that selects this module instead of counting.
 USAGE_TOKENIZER = "usage"
@@ -449,8 +443,8 @@ def render_usage(a: Analysis) -> list[Any]:
     """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
     from rich.text import Text
 
-    from ctxc.analysis import STAGE_NAMES
     from ctxc.render import boundary_lines
+    from ctxc.stages import STAGE_NAMES
 
     u = a.usage
     head = Text()

@@ -31,6 +31,7 @@ from ctxc.cliutil import (
     stdout_console,
     table_on_terminal,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
@@ -258,7 +259,7 @@ def replay_command(
         float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
     ] = None,
     keep_last: KeepLastOpt = 4,
-    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
+    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     settings: SetOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
     conversation: ConversationOpt = None,

@@ -23,6 +23,7 @@ from ctxc.cliutil import (
     read_options,
     stderr_console,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
 
 class CheckFormat(StrEnum):
@@ -80,7 +81,7 @@ def check(
     ] = CheckFormat.table,
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
-    ] = "0.6,0.7,0.8,0.9",
+    ] = DEFAULT_THRESHOLDS_TEXT,
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
     ] = False,

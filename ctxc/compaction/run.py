@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
+from ctxc.analysis import TextCounter, make_counter
 from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
@@ -22,6 +22,7 @@ from ctxc.formats import get_adapter
 from ctxc.live import last_request, live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
+from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
 
