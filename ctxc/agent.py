@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ctxc.analysis import make_counter
 from ctxc.errors import UsageError
 from ctxc.model import Message, Transcript
 from ctxc.reminders import (
@@ -48,14 +47,15 @@ from ctxc.reminders import (
     last_response,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
-    from ctxc.analysis import TextCounter
     from ctxc.archive import Archive
     from ctxc.compaction.base import Action
     from ctxc.compaction.ledger import Ledger
     from ctxc.compaction.run import CompactOptions
     from ctxc.composer import Composition, PromptComposer
+    from ctxc.tokens import Counter
 
 Shape = Literal["anthropic", "openai"]
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
@@ -122,7 +122,7 @@ class ContextManager:
         settings: Mapping[str, str] | None = None,
         instructions: str | None = None,
         archive: Archive | str | Path | None = None,
-        counter: TextCounter | None = None,
+        counter: Counter | None = None,
         shape: Literal["auto", "anthropic", "openai"] = "auto",
         allow_over: bool = True,
         use_cache: bool = True,
@@ -163,7 +163,7 @@ class ContextManager:
         self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
         self._configs = strategy_configs(self.options)
         self.target, self._explicit = resolve_target(self.options, self.window)
-        self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
+        self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)
         self.rules = _rules(reminders)
         self.composer = _composer(composer)
@@ -458,10 +458,10 @@ def _role(obj: Any) -> Any:
     return obj.get("role") if isinstance(obj, Mapping) else None
 
 
-def _count(messages: Sequence[Message], counter: TextCounter) -> list[int]:
+def _count(messages: Sequence[Message], counter: Counter) -> list[int]:
     from ctxc.tokens.cost import count_messages
 
-    return count_messages(messages, counter.count)
+    return count_messages(messages, counter)
 
 
 def _load_lines(data: bytes, shape: Shape) -> Transcript:

@@ -8,32 +8,22 @@ process parses the next ones.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import os
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO, NamedTuple, Protocol
+from typing import Any, BinaryIO, NamedTuple
 
 from ctxc.live import LiveContext, is_sidechain, last_resets
-from ctxc.model import Boundary, Message, Transcript, Usage
+from ctxc.model import Boundary, Message, Usage
 from ctxc.reader import ReadOptions
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
+from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
+from ctxc.tokens.cost import count_messages
+from ctxc.tokens.reading import CountingQueue, message_batches
 from ctxc.validate import Pairing, Problem
-
-# A batch is flushed to the counter when it holds this many characters or messages. Large enough that
-# shipping it to the counting workers is noise, small enough that memory stays low on a 100 MB log.
-_BATCH_CHARS = 2_000_000
-_BATCH_MESSAGES = 4_000
-
-
-class TextCounter(Protocol):
-    """Counts many texts at once; the tokens package's counting service is the real one."""
-
-    name: str
-
-    def count(self, texts: Sequence[str]) -> list[int]: ...
 
 
 class MessageStat(NamedTuple):
@@ -119,71 +109,6 @@ class Analysis:
         return self.max_context / self.window if self.window else 0.0
 
 
-def count_messages(messages: Sequence[Message], counter: TextCounter) -> list[int]:
-    """Tokens of each message (its texts counted in one batch, plus framing and images)."""
-    from ctxc.tokens.cost import count_messages as count
-
-    return count(messages, counter.count)
-
-
-def start_counting(messages: Sequence[Message], counter: TextCounter) -> Callable[[], list[int]]:
-    """:func:`count_messages`, started: the returned function waits for the counts.
-
-    The counting service ships large batches to its worker processes and returns at once (see
-    :func:`ctxc.tokens.counting_processes`); other counters count before returning.
-    """
-    from ctxc.tokens.cost import start_count_messages
-
-    start = getattr(counter, "start", None)
-    if callable(start):
-        return start_count_messages(messages, start)
-    counts = count_messages(messages, counter)
-    return lambda: counts
-
-
-class _InFlight:
-    """Batches of messages being counted, oldest first, at most ``depth`` of them unfinished.
-
-    The parser keeps a few batches ahead of the workers, so they always have one queued; more would
-    only hold more messages in memory.
-    """
-
-    def __init__(self, counter: TextCounter, depth: int = 8) -> None:
-        self.counter = counter
-        self.depth = depth
-        self._queue: deque[tuple[list[Message], Callable[[], list[int]]]] = deque()
-
-    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int]]]:
-        """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
-        self._queue.append((batch, start_counting(batch, self.counter)))
-        while len(self._queue) > self.depth:
-            done, finish = self._queue.popleft()
-            yield done, finish()
-
-    def drain(self) -> Iterator[tuple[list[Message], list[int]]]:
-        while self._queue:
-            done, finish = self._queue.popleft()
-            yield done, finish()
-
-
-def _batches(
-    items: Iterable[Message | Usage | Boundary], sink: list[Usage | Boundary]
-) -> Iterator[list[Message]]:
-    batch: list[Message] = []
-    chars = 0
-    for item in items:
-        if not isinstance(item, Message):
-            sink.append(item)
-            continue
-        batch.append(item)
-        chars += sum(len(getattr(b, "text", "")) for b in item.blocks)
-        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
-
-
 #: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation.
 Row = tuple[int, int, str, str, str | None, int, int]
 
@@ -215,7 +140,7 @@ class Scan:
 def analyze(
     src: str | os.PathLike[str] | BinaryIO,
     *,
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     tokenizer: str = "o200k_base",
     window: int | None = None,
     model: str | None = None,
@@ -232,7 +157,7 @@ def analyze(
     """
     from ctxc.profiles import resolve_window, window_for_log
 
-    if tokenizer == "usage" or getattr(counter, "name", None) == "usage":  # recorded usage, no counting
+    if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
         from ctxc.usage_scan import analyze_usage
 
         return analyze_usage(
@@ -263,21 +188,19 @@ def analyze(
     )
 
 
-def _caches(counter: TextCounter) -> bool:
+def _caches(counter: Counter) -> bool:
     """Whole-scan caching follows the count cache: on when counts are cached (not for approx)."""
     return getattr(counter, "cache", None) is not None
 
 
 def scan_file(
     src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
+    counter: Counter,
     *,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> Scan:
     """Read and count a file, streaming: only small per-message facts are kept."""
-    from ctxc.tokens import counting_processes
-
     with counting_processes(counter, _size_of(src)):
         return _scan(src, counter, input_format=input_format, options=options)
 
@@ -295,7 +218,7 @@ def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
 
 def _scan(
     src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
+    counter: Counter,
     *,
     input_format: str | None,
     options: ReadOptions,
@@ -308,10 +231,10 @@ def _scan(
     rows: list[Row] = []
     sidechains: set[int] = set()
     pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
-    inflight = _InFlight(counter)
+    inflight = CountingQueue(counter)
     try:
         with gc_paused():
-            for batch in _batches(stream.items, side):
+            for batch in message_batches(stream.items, side):
                 for done, counts in inflight.add(batch):
                     rows.extend(_rows(done, counts))
                 for m in batch:
@@ -341,43 +264,6 @@ def _scan(
     )
 
 
-def load_counted(
-    src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
-    *,
-    input_format: str | None = None,
-    options: ReadOptions = ReadOptions(),
-) -> tuple[Transcript, list[int]]:
-    """Read a whole transcript and the tokens of each of its messages, in message order.
-
-    Batches are counted as they are read, as in :func:`scan_file`: inside
-    :func:`ctxc.tokens.counting_processes` the worker processes count while this one parses.
-    """
-    from ctxc.formats import load
-
-    inflight = _InFlight(counter)
-    counts: list[int] = []
-    batch: list[Message] = []
-    chars = 0
-
-    def take(message: Message) -> None:
-        nonlocal batch, chars
-        batch.append(message)
-        chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
-        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
-            for _, done in inflight.add(batch):
-                counts.extend(done)
-            batch, chars = [], 0
-
-    transcript = load(src, input_format=input_format, options=options, on_message=take)
-    if batch:
-        for _, done in inflight.add(batch):
-            counts.extend(done)
-    for _, done in inflight.drain():
-        counts.extend(done)
-    return transcript, counts
-
-
 def _rows(batch: list[Message], counts: list[int]) -> Iterator[Row]:
     for m, tokens in zip(batch, counts, strict=True):
         names = m.tool_names
@@ -400,9 +286,9 @@ def finish(
     running: dict[int, int] = {}  # context so far, by conversation
     resets = sorted((b for b in scan.boundaries if b.resets), key=lambda b: b.index)
     pending = 0
-    by_role: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    by_tool: Counter[str] = Counter()
+    by_role: collections.Counter[str] = collections.Counter()
+    by_kind: collections.Counter[str] = collections.Counter()
+    by_tool: collections.Counter[str] = collections.Counter()
     history = [0, 0]
     side = [0, 0]
     for index, line, role, kind, tool, tokens, conv in scan.rows:
@@ -490,20 +376,3 @@ def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
         max_context=max(u.context for u in usage),
         window=windows[-1] if windows else None,
     )
-
-
-def make_counter(
-    tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
-) -> TextCounter:
-    """The counting service for a tokenizer name, with the on-disk count cache unless disabled.
-
-    ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
-    tokenizer through the API, ``concurrency`` requests at a time.
-    """
-    if tokenizer == "usage":  # reads the usage a log recorded (ctxc/usage_scan.py); counts nothing
-        from ctxc.usage_scan import RecordedUsageOnly
-
-        return RecordedUsageOnly()
-    from ctxc.tokens import make_counting_service
-
-    return make_counting_service(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)

@@ -34,7 +34,7 @@ def count_tokens(
         messages = [obj]
     else:
         messages = list(obj.messages if isinstance(obj, Transcript) else obj)
-    return sum(count_messages(messages, counter.count))
+    return sum(count_messages(messages, counter))
 
 
 def compact(

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ctxc.analysis import Analysis, TextCounter, analyze
+from ctxc.analysis import Analysis, analyze
 from ctxc.errors import ExitCode, UsageError
 from ctxc.reader import ReadOptions
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
+from ctxc.tokens import Counter
 
 Status = Literal["ok", "near", "over", "error"]
 STATUSES: tuple[Status, ...] = ("over", "near", "ok", "error")
@@ -182,14 +183,15 @@ def check_file(
     budget: Budget,
     *,
     tokenizer: str = "o200k_base",
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
     use_cache: bool = True,
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
-    from ctxc.usage_scan import USAGE_TOKENIZER, crossing_line, scan_usage, usage_analysis
+    from ctxc.tokens import USAGE_TOKENIZER
+    from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
     if tokenizer == USAGE_TOKENIZER:

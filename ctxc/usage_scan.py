@@ -32,35 +32,18 @@ from typing import Any, BinaryIO
 import orjson
 
 from ctxc.analysis import Analysis, UsageSummary, summarize_usage
-from ctxc.errors import CtxcError, InputError, UsageError
+from ctxc.errors import CtxcError, InputError
 from ctxc.model import Boundary, Record, Usage
 from ctxc.reader import ReadOptions, named_bytes, parse_line
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.tokens.base import USAGE_TOKENIZER
 
-#: The ``--tokenizer`` name that selects this module instead of counting.
-USAGE_TOKENIZER = "usage"
 #: Formats whose usage lines are found by searching the bytes (the others are read in full).
 FAST_FORMATS = frozenset({"claude-code", "codex"})
 
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
 _BOM = b"\xef\xbb\xbf"
-
-
-class RecordedUsageOnly:
-    """What ``make_counter("usage")`` returns: it routes :func:`ctxc.analysis.analyze` here and counts
-    nothing, so a command that needs text counted (``--forecast``, ``compact``) fails with a clear
-    message instead of silently counting with another tokenizer."""
-
-    name = USAGE_TOKENIZER
-    #: No count cache: the scan is as fast as hashing the file would be, so nothing is cached either.
-    cache = None
-
-    def count(self, texts: Sequence[str]) -> list[int]:
-        raise UsageError(
-            "--tokenizer usage only reads the usage a log recorded and cannot count text; "
-            "use o200k_base (the default), cl100k_base, approx or anthropic for this"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,8 +460,6 @@ def render_usage(a: Analysis) -> list[Any]:
 
 __all__ = [
     "FAST_FORMATS",
-    "USAGE_TOKENIZER",
-    "RecordedUsageOnly",
     "UsageScan",
     "analyze_usage",
     "crossing_line",

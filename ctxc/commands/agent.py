@@ -180,9 +180,9 @@ def compose_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
-    from ctxc.analysis import make_counter
     from ctxc.composer import PromptComposer
     from ctxc.output import dumps, envelope, write_stdout
+    from ctxc.tokens import make_counter
 
     composer = PromptComposer.load(file)
     if base is not None:

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import TextCounter, make_counter
 from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
@@ -24,6 +23,7 @@ from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer
+from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ def compact_transcript(
     options: CompactOptions = CompactOptions(),
     *,
     archive: Archive | None = None,
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     original_bytes: bytes | None = None,
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
@@ -223,7 +223,7 @@ def _compact_transcript(
     options: CompactOptions,
     *,
     archive: Archive | None,
-    counter: TextCounter | None,
+    counter: Counter | None,
     original_bytes: bytes | None,
     counts: Sequence[int] | None,
 ) -> CompactionResult:

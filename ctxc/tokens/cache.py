@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
 from ctxc.sqlite_store import SqliteStore, in_batches
-from ctxc.tokens import Tokenizer
+from ctxc.tokens.base import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -103,7 +103,7 @@ def plan(args: Sequence[str]) -> Plan | None:
     sizes its own workers, as do ``--jobs`` over several files. Standard input is of unknown size.
     """
     from ctxc.system import cpu_count
-    from ctxc.tokens import PROCESS_MIN_BYTES
+    from ctxc.tokens.base import PROCESS_MIN_BYTES
 
     if not args or args[0] not in COUNTING_COMMANDS:
         return None
