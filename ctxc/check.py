@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ctxc.analysis import Analysis, analyze
+from ctxc.analysis import analyze
 from ctxc.errors import ExitCode, UsageError
 from ctxc.reader import ReadOptions
+from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
 from ctxc.tokens import Counter
 

@@ -196,7 +196,7 @@ def _emit_analyses(
             if i:
                 console.print()
             if a.tokenizer == "usage":  # recorded usage only: no messages to tabulate
-                from ctxc.usage_scan import render_usage
+                from ctxc.render import render_usage
 
                 parts = render_usage(a)
             else:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import Analysis
 from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.tokens import Counter, make_counter
 

@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 
 from ctxc._version import __version__
-from ctxc.analysis import Scan
 from ctxc.model import Boundary, Usage
 from ctxc.reader import ReadOptions
+from ctxc.report import Scan
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)

@@ -31,10 +31,10 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.analysis import Analysis, UsageSummary, summarize_usage
 from ctxc.errors import CtxcError, InputError
 from ctxc.model import Boundary, Record, Usage
 from ctxc.reader import ReadOptions, named_bytes, parse_line
+from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
 
@@ -359,7 +359,7 @@ def usage_analysis(
     model: str | None = None,
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
 ) -> Analysis:
-    """An :class:`~ctxc.analysis.Analysis` from recorded usage alone.
+    """An :class:`~ctxc.report.Analysis` from recorded usage alone.
 
     There are no per-message figures. ``max_context`` (and so the share and the stage) is the largest
     context a recorded call sent since the log's own last compaction (the live context), the recorded
@@ -422,48 +422,11 @@ def crossing_line(scan: UsageScan, limit: int) -> int | None:
     return next((u.line for u in scan.usage if u.line > since and u.context > limit), None)
 
 
-def render_usage(a: Analysis) -> list[Any]:
-    """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
-    from rich.text import Text
-
-    from ctxc.render import boundary_lines
-    from ctxc.stages import STAGE_NAMES
-
-    u = a.usage
-    head = Text()
-    head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  recorded usage")
-    out: list[Any] = [head]
-    if u is None:
-        return out
-    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
-    line = Text()
-    line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(" largest context" + f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
-    line.append(f"  {a.share * 100:.1f}%  ")
-    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
-    out.append(line)
-    body = Text()
-    body.append(f"{u.calls:,} API calls", style="bold")
-    body.append(
-        f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
-        f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
-    )
-    if u.window:
-        body.append(f"; recorded window {u.window:,}")
-    out.append(body)
-    out.extend(boundary_lines(a))
-    if a.skipped_lines:
-        out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
-    return out
-
-
 __all__ = [
     "FAST_FORMATS",
     "UsageScan",
     "analyze_usage",
     "crossing_line",
-    "render_usage",
     "scan_usage",
     "total_tokens",
     "usage_analysis",

@@ -17,7 +17,8 @@ from conftest import SAMPLES
 SCRIPT = r"""
 import sys, orjson
 import ctxc.tokens as tokens
-from ctxc.analysis import analyze, make_counter
+from ctxc.analysis import analyze
+from ctxc.tokens import make_counter
 from ctxc.tokens import tiktoken_backend
 
 path, mode = sys.argv[1], sys.argv[2]
