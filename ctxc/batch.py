@@ -109,6 +109,11 @@ def collect_inputs(
     return out
 
 
+def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
+    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
+    return [i.path for i in collect_inputs(paths, glob=glob)]
+
+
 def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[str]]:
     """Transcripts under ``top`` and the directories that could not be listed, both relative to it."""
     found: list[str] = []
@@ -561,7 +566,7 @@ class BatchProgress:
                 TimeRemainingColumn,
             )
 
-            from ctxc.cliutil import stderr_console
+            from ctxc.terminal import stderr_console
 
             self._bar = Progress(
                 TextColumn(self.what),

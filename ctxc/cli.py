@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxc._version import __version__
+from ctxc.batch import expand_paths
 from ctxc.cliutil import (
     ArchiveOpt,
     FailFastOpt,
@@ -33,16 +34,14 @@ from ctxc.cliutil import (
     ThresholdsOpt,
     WindowOpt,
     cells,
-    expand_paths,
     parse_sets,
     parse_thresholds,
     read_options,
-    stderr_console,
     stdout_console,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import visible
+from ctxc.terminal import stderr_console, visible
 
 app = typer.Typer(
     name="ctxc",

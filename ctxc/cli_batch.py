@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import OutFormat, cells, stderr_console
+from ctxc.cliutil import OutFormat, cells
 from ctxc.system import cpu_count
+from ctxc.terminal import stderr_console
 
 T = TypeVar("T")
 R = TypeVar("R")

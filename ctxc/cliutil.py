@@ -31,13 +31,6 @@ def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
     return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
 
 
-def stderr_console() -> Any:
-    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
-    from ctxc.terminal import visible_console
-
-    return visible_console(stderr=True, highlight=False)
-
-
 def cells(*values: str) -> list[Any]:
     """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
     data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
@@ -57,13 +50,6 @@ def stdout_console() -> Any:
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
-
-
-def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
-    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
-    from ctxc.batch import collect_inputs
-
-    return [i.path for i in collect_inputs(paths, glob=glob)]
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:

@@ -27,11 +27,11 @@ from ctxc.cliutil import (
     parse_sets,
     parse_thresholds,
     read_options,
-    stderr_console,
     stdout_console,
     table_on_terminal,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay

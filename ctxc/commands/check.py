@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ctxc.batch import expand_paths
 from ctxc.cliutil import (
     GlobOpt,
     InputFormatOpt,
@@ -18,12 +19,11 @@ from ctxc.cliutil import (
     QuietOpt,
     SkipInvalidOpt,
     WindowOpt,
-    expand_paths,
     parse_thresholds,
     read_options,
-    stderr_console,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console
 
 
 class CheckFormat(StrEnum):

@@ -293,7 +293,7 @@ def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
         from ctxc.evaluate.generate import generate
 
         return [Source(g.name, g.data) for g in generate(options.seed, options.generated)]
-    from ctxc.cliutil import expand_paths
+    from ctxc.batch import expand_paths
     from ctxc.errors import InputError
 
     out: list[Source] = []
