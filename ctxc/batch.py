@@ -479,7 +479,7 @@ class Journal:
         return self.root / "journal.jsonl"
 
     def _locked(self) -> contextlib.AbstractContextManager[bool]:
-        from ctxc.archive import exclusive_lock
+        from ctxc.archive_store import exclusive_lock
 
         return exclusive_lock(self.root / "journal.lock")
 
@@ -502,7 +502,7 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        from ctxc.archive import open_private
+        from ctxc.archive_store import open_private
 
         with self._locked(), open_private(self.path) as handle:
             handle.write(line)

@@ -441,7 +441,7 @@ def compact(
             segment_tokens=segment_tokens,
         ),
     )
-    from ctxc.archive import archive_root
+    from ctxc.archive_store import archive_root
     from ctxc.batch import collect_inputs
     from ctxc.compaction.files import CompactJob, compact_file
 
@@ -712,7 +712,8 @@ def repair(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
-    from ctxc.archive import Archive, sha256_hex
+    from ctxc.archive import Archive
+    from ctxc.archive_store import sha256_hex
     from ctxc.compaction.write import write_transcript
     from ctxc.formats import get_adapter, load
     from ctxc.output import atomic_output

@@ -115,7 +115,8 @@ def run_compact_batch(
     """
     from dataclasses import replace
 
-    from ctxc.archive import Archive, archive_root
+    from ctxc.archive import Archive
+    from ctxc.archive_store import archive_root
     from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
     from ctxc.compaction.files import options_fingerprint_doc
     from ctxc.jobs import compact_journaled, journal_entry

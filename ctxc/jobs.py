@@ -163,7 +163,7 @@ def compact_journaled(job: CompactJob) -> dict[str, Any]:
     The worker that did the file writes the line, right after the manifest's: the batch's own process
     may be killed at any moment, and each finished file must be on record when it is.
     """
-    from ctxc.archive import archive_root
+    from ctxc.archive_store import archive_root
     from ctxc.batch import Journal
     from ctxc.compaction.files import compact_file
 

@@ -121,7 +121,7 @@ def replay(
     The manager's reminder state is used and advanced, so pass a fresh manager per replay.
     ``compact=False`` only injects reminders (``ctxc remind``: where each rule fires in the log).
     """
-    from ctxc.archive import sha256_hex
+    from ctxc.archive_store import sha256_hex
     from ctxc.compaction.ledger import Ledger
 
     ledger = Ledger(manager.counter)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from ctxc.archive import Archive, citation, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import citation, sha256_hex
 from ctxc.errors import ArchiveError, ExitCode, OutputError
 from ctxc.output import atomic_output
 

@@ -17,7 +17,7 @@ from conftest import corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
 from ctxc.compaction.fifo import Fifo, FifoConfig, placeholder_text, protected_units
 from ctxc.compaction.ledger import Ledger

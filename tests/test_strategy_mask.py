@@ -12,7 +12,7 @@ from conftest import CORPUS, corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.compaction.base import CompactContext, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.mask import Mask, MaskConfig, eligible_slots

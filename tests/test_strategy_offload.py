@@ -13,7 +13,8 @@ from conftest import corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.archive import CITATION_RE, Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import CITATION_RE, sha256_hex
 from ctxc.compaction.base import CompactContext, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.offload import Offload, OffloadConfig

@@ -16,7 +16,7 @@ from conftest import corpus_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.recursive import Recursive, RecursiveConfig

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import corpus_params
 
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import ESSENTIAL_SECTIONS, SECTIONS, SummaryRequest, get_summarizer, summarizer_names

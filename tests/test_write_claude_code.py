@@ -15,7 +15,7 @@ import orjson
 import pytest
 from conftest import corpus_params
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.units import units
 from ctxc.compaction.write import write_transcript
 from ctxc.formats import get_adapter, load

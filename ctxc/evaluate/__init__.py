@@ -589,7 +589,7 @@ def _search_ranks(
     prepared: Sequence[_Prepared], store: Archive, options: EvalOptions
 ) -> dict[tuple[str, int], int | None]:
     """(source, needle number) → :func:`_search_rank` of every planted needle, in one open index."""
-    from ctxc.archive import sha256_hex
+    from ctxc.archive_store import sha256_hex
     from ctxc.search.index import open_index
 
     ranks: dict[tuple[str, int], int | None] = {}
