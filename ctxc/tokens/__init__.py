@@ -16,6 +16,7 @@ import threading
 
 from ctxc.errors import UsageError
 from ctxc.system import cpu_count
+from ctxc.tokens import prefork
 from ctxc.tokens.base import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_TOKENIZER,
@@ -102,15 +103,13 @@ def counting_processes(counter: object, size: int) -> contextlib.AbstractContext
     """Count in a crew of processes, one per core, while the caller parses an input of ``size`` bytes.
 
     For tiktoken counters and large inputs only (see
-    :func:`ctxc.tokens.tiktoken_backend.worker_processes`); anything else gets a context that does
+    :func:`ctxc.tokens.prefork.worker_processes`); anything else gets a context that does
     nothing. Use it around the whole read-and-count, before starting any thread of your own.
     """
     tokenizer = counter.tokenizer if isinstance(counter, CountingService) else counter
     if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
         return contextlib.nullcontext(False)
-    from ctxc.tokens.tiktoken_backend import worker_processes
-
-    return worker_processes(tokenizer, cpu_count())
+    return prefork.worker_processes(tokenizer, cpu_count())
 
 
 __all__ = [
