@@ -6,7 +6,7 @@ role ``tool``), exactly as an SDK takes them. Each turn the loop asks:
 
 * :meth:`~ContextManager.needs_compaction`: is the context past the trigger share of the window?
   Counting is cheap to repeat: each message is counted once (memoised by a hash of its JSON) and
-  texts are counted through the cached counting service;
+  texts are counted through the cached counter;
 * :meth:`~ContextManager.compact`: the compacted list, in the shape it was given, by the real
   strategies (``ctxc.compaction``, through :func:`~ctxc.compaction.run.compact_transcript`, so the
   output is repaired, read back and checked for tool pairing before it is returned);
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 Shape = Literal["anthropic", "openai"]
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
-#: holds far fewer; the counting service's own memo keeps texts cheap after a clear).
+#: holds far fewer; the cached counter's own memo keeps texts cheap after a clear).
 _MEMO_LIMIT = 200_000
 
 

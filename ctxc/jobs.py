@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=8)
 def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> Counter:
-    # One counting service per process and setting: a worker analyzing 200 files loads the BPE once.
+    # One cached counter per process and setting: a worker analyzing 200 files loads the BPE once.
     return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
 

@@ -26,9 +26,10 @@ from ctxc.tokens.base import (
     Counter,
     RecordedUsageOnly,
     StartingCounter,
+    StartingTokenizer,
     Tokenizer,
 )
-from ctxc.tokens.cache import CountingService, TokenCache
+from ctxc.tokens.cache import CachedCounter, TokenCache
 
 _instances: dict[str, Tokenizer] = {}
 _lock = threading.Lock()
@@ -76,19 +77,19 @@ def get_tokenizer(
     return tok
 
 
-def make_counting_service(
+def make_cached_counter(
     name: str = DEFAULT_TOKENIZER, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
-) -> CountingService:
-    """The counting service analyze and compact use: tokenizer ``name`` with the on-disk count cache
+) -> CachedCounter:
+    """The cached counter analyze and compact use: tokenizer ``name`` with the on-disk count cache
     (off when ``use_cache`` is false or ``CTXC_NO_CACHE=1``)."""
     tokenizer = get_tokenizer(name, model=model, concurrency=concurrency)
-    return CountingService(tokenizer, TokenCache(disabled=not use_cache))
+    return CachedCounter(tokenizer, TokenCache(disabled=not use_cache))
 
 
 def make_counter(
     tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
 ) -> Counter:
-    """The counter for a tokenizer name: its counting service, with the on-disk count cache unless
+    """The counter for a tokenizer name: its cached counter, with the on-disk count cache unless
     disabled; for ``usage`` (recorded usage, see :mod:`ctxc.usage_scan`) one that counts nothing.
 
     ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
@@ -96,7 +97,7 @@ def make_counter(
     """
     if tokenizer == USAGE_TOKENIZER:
         return RecordedUsageOnly()
-    return make_counting_service(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
+    return make_cached_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
@@ -106,7 +107,7 @@ def counting_processes(counter: object, size: int) -> contextlib.AbstractContext
     :func:`ctxc.tokens.prefork.worker_processes`); anything else gets a context that does
     nothing. Use it around the whole read-and-count, before starting any thread of your own.
     """
-    tokenizer = counter.tokenizer if isinstance(counter, CountingService) else counter
+    tokenizer = counter.tokenizer if isinstance(counter, CachedCounter) else counter
     if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
         return contextlib.nullcontext(False)
     return prefork.worker_processes(tokenizer, cpu_count())
@@ -121,9 +122,10 @@ __all__ = [
     "Counter",
     "RecordedUsageOnly",
     "StartingCounter",
+    "StartingTokenizer",
     "Tokenizer",
     "counting_processes",
     "get_tokenizer",
+    "make_cached_counter",
     "make_counter",
-    "make_counting_service",
 ]

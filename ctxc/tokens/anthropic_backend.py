@@ -2,7 +2,7 @@
 
 Claude's tokenizer is not published, so the only exact count is the API's. The endpoint returns one
 total per request, so each distinct text is sent as its own one-message request (a user message
-whose content is the text), ``concurrency`` requests at a time. The :class:`CountingService` in
+whose content is the text), ``concurrency`` requests at a time. The :class:`CachedCounter` in
 front of this tokenizer keeps counts on disk by content hash, so a text is paid for once per model.
 
 Per-text counts: a one-message request also counts the message's framing (role markers and the

@@ -36,6 +36,16 @@ class Tokenizer(Protocol):
         ...
 
 
+@runtime_checkable
+class StartingTokenizer(Tokenizer, Protocol):
+    """A :class:`Tokenizer` that can start counting and return at once (tiktoken with a crew of worker
+    processes); the cached counter uses it so that its callers parse on while it counts."""
+
+    def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """Start counting ``texts``; the returned function waits for the counts."""
+        ...
+
+
 class Counter(Protocol):
     """Counts many texts at once: the one interface everything above ``tokens/`` counts through."""
 
@@ -78,5 +88,6 @@ __all__ = [
     "Counter",
     "RecordedUsageOnly",
     "StartingCounter",
+    "StartingTokenizer",
     "Tokenizer",
 ]

@@ -22,7 +22,7 @@ from ctxc.model import (
     UnknownBlock,
 )
 from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
-from ctxc.tokens.cache import CountingService, TokenCache
+from ctxc.tokens.cache import CachedCounter, TokenCache
 
 #: Fixed tokens per message for its role and delimiters. OpenAI documents its chat framing as
 #: ``<|start|>{role}<|message|>{content}<|end|>``: 3 tokens per message plus the role (the
@@ -178,7 +178,7 @@ def messages_tokens(
     messages: Sequence[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
 ) -> list[int]:
     """:func:`message_tokens` of many messages with one batched (and cached) count of their texts."""
-    return count_messages(messages, CountingService(tokenizer, cache))
+    return count_messages(messages, CachedCounter(tokenizer, cache))
 
 
 def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:
