@@ -17,13 +17,16 @@ from typing import BinaryIO
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
+from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reader import ReadOptions
 from ctxc.report import Analysis, MessageStat, Row, Scan, summarize_usage
+from ctxc.scancache import load_scan, scan_key, store_scan
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
 from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
 from ctxc.tokens.cost import count_messages
 from ctxc.tokens.reading import CountingQueue, message_batches
+from ctxc.usage_scan import analyze_usage
 from ctxc.validate import Pairing
 
 
@@ -45,11 +48,7 @@ def analyze(
     A file path is analyzed once per content: the scan is cached by the file's content hash (with the
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
-    from ctxc.profiles import resolve_window, window_for_log
-
     if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
-        from ctxc.usage_scan import analyze_usage
-
         return analyze_usage(
             src, window=window, model=model, thresholds=thresholds, input_format=input_format, options=options
         )
@@ -62,15 +61,11 @@ def analyze(
     key = None
     cacheable = use_cache and isinstance(src, str | os.PathLike) and str(src) != "-" and _caches(counter)
     if cacheable:
-        from ctxc.scancache import load_scan, scan_key
-
         key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
         scan = load_scan(key, str(src)) if key else None
     if scan is None:
         scan = scan_file(src, counter, input_format=input_format, options=options)
         if key:
-            from ctxc.scancache import store_scan
-
             store_scan(key, scan)
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     return finish(

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
+from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
 from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
+from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     import threading
@@ -479,8 +481,6 @@ class Journal:
         return self.root / "journal.jsonl"
 
     def _locked(self) -> contextlib.AbstractContextManager[bool]:
-        from ctxc.archive_store import exclusive_lock
-
         return exclusive_lock(self.root / "journal.lock")
 
     def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -502,7 +502,6 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        from ctxc.archive_store import open_private
 
         with self._locked(), open_private(self.path) as handle:
             handle.write(line)
@@ -565,8 +564,6 @@ class BatchProgress:
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
-
-            from ctxc.terminal import stderr_console
 
             self._bar = Progress(
                 TextColumn(self.what),

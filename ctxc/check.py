@@ -21,11 +21,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ctxc.analysis import analyze
+from ctxc.batch import Outcome, run_batch
 from ctxc.errors import ExitCode, UsageError
+from ctxc.jobs import process_counter
+from ctxc.output import envelope
+from ctxc.profiles import resolve_window
 from ctxc.reader import ReadOptions
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
-from ctxc.tokens import Counter
+from ctxc.tokens import USAGE_TOKENIZER, Counter
+from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
 Status = Literal["ok", "near", "over", "error"]
 STATUSES: tuple[Status, ...] = ("over", "near", "ok", "error")
@@ -74,8 +79,6 @@ def resolve_budget(
     window: int | None = None,
 ) -> Budget:
     """The budget for ``--max-usage R`` or ``--max-tokens N`` (exactly one) at a model's window."""
-    from ctxc.profiles import resolve_window
-
     if (max_usage is None) == (max_tokens is None):
         raise UsageError("give exactly one budget: --max-usage R (a share of the window) or --max-tokens N")
     if max_usage is not None and not 0 < max_usage <= 10:
@@ -191,9 +194,6 @@ def check_file(
     use_cache: bool = True,
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
-    from ctxc.tokens import USAGE_TOKENIZER
-    from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
-
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
@@ -240,8 +240,6 @@ class CheckJob:
 
 
 def run_check_job(job: CheckJob) -> FileCheck:
-    from ctxc.jobs import process_counter
-
     counter = None
     if job.tokenizer != "usage":
         counter = process_counter(job.tokenizer, job.use_cache, job.budget.model, 1)
@@ -272,8 +270,6 @@ def check_paths(
 ) -> CheckReport:
     """Check every transcript, ``jobs`` files at a time in worker processes (the verdicts come back in
     input order); an unreadable one is an ``error`` verdict and the rest go on."""
-    from ctxc.batch import Outcome, run_batch
-
     items = [
         (p, CheckJob(p, budget, tokenizer, tuple(thresholds), input_format, options, use_cache))
         for p in paths
@@ -306,8 +302,6 @@ def check_paths(
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:
     """The ``ctxc.check/1`` envelope."""
-    from ctxc.output import envelope
-
     b = report.budget
     return envelope(
         "check",

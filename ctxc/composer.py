@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import InputError, OverTargetError, UsageError
+from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
     from ctxc.tokens import Counter
@@ -281,8 +282,6 @@ def _section(table: Any, n: int, root: Path) -> Section:
 
 def _count_fn(counter: Counter | None) -> Any:
     if counter is None:
-        from ctxc.tokens import make_counter
-
         counter = make_counter("o200k_base")
     return counter.count
 
