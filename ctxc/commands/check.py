@@ -22,7 +22,7 @@ from ctxc.cliutil import (
     parse_thresholds,
     read_options,
 )
-from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import stderr_console
 
 
@@ -66,7 +66,7 @@ def check(
             "--warn-usage",
             help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
         ),
-    ] = 0.6,
+    ] = DEFAULT_THRESHOLDS[0],
     model: ModelOpt = None,
     window: WindowOpt = None,
     tokenizer: Annotated[
