@@ -1,4 +1,4 @@
-"""What counting is: the tokenizer names, the two protocols, and the counter that counts nothing.
+"""What counting is: the tokenizer names, the protocols, and the counter that counts nothing.
 
 A :class:`Tokenizer` is one encoding (tiktoken's BPE, the approx estimate, Claude's API); a
 :class:`Counter` is what analysis, compaction and agent loops count with (the cached counter of
