@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from ctxc.archive import Archive, citation, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import citation, sha256_hex
 from ctxc.errors import ArchiveError, ExitCode, OutputError
 from ctxc.output import atomic_output
 
@@ -196,7 +197,7 @@ def test_the_default_archive_is_per_user_and_citations_resolve_from_any_director
 ) -> None:
     from conftest import run
 
-    from ctxc.archive import CITATION_RE, archive_root
+    from ctxc.archive_store import CITATION_RE, archive_root
 
     monkeypatch.delenv("CTXC_ARCHIVE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
@@ -233,7 +234,7 @@ def test_the_default_archive_is_per_user_and_citations_resolve_from_any_director
 def test_a_project_local_archive_is_used_where_it_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ctxc.archive import archive_root
+    from ctxc.archive_store import archive_root
 
     monkeypatch.delenv("CTXC_ARCHIVE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cliutil import ArchiveOpt, QuietOpt, stderr_console
+from ctxc.cliutil import ArchiveOpt, QuietOpt
+from ctxc.terminal import stderr_console
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
