@@ -9,6 +9,7 @@ there is no prefix matching, which would price ``claude-opus-4-7`` as ``claude-o
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -132,14 +133,25 @@ def _load(path: Path) -> Mapping[str, Any]:
 
 
 def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
-    """The shipped table, with the models of ``override`` (else ``$CTXC_PRICES``) replacing or added."""
+    """The shipped table, with the models of the ``override`` file replacing or added."""
     as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
-    extra = override or os.environ.get("CTXC_PRICES")
+    extra = override
     if extra:
         extra_as_of, extra_models = _parse(_load(Path(extra)), str(extra))
         models |= extra_models
         as_of = extra_as_of or as_of
     return PriceTable(as_of, models)
+
+
+def default_prices(override: str | None = None) -> PriceTable:
+    """The shipped table with the ``override`` file (else ``$CTXC_PRICES``) applied, read once per
+    process and file."""
+    return _cached_prices(override or os.environ.get("CTXC_PRICES") or None)
+
+
+@functools.cache
+def _cached_prices(override: str | None) -> PriceTable:
+    return load_prices(override)
 
 
 def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:

@@ -33,6 +33,7 @@ import orjson
 
 from ctxc.errors import CtxcError, InputError
 from ctxc.model import Boundary, Record, Usage
+from ctxc.pricing import PriceTable
 from ctxc.reader import ReadOptions, named_bytes, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
@@ -365,6 +366,7 @@ def usage_analysis(
     window: int | None = None,
     model: str | None = None,
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """An :class:`~ctxc.report.Analysis` from recorded usage alone.
 
@@ -376,7 +378,7 @@ def usage_analysis(
     from ctxc.profiles import window_for_log
 
     choice = window_for_log(model=model, window=window, usage=scan.usage)
-    summary = summarize_usage(scan.usage)
+    summary = summarize_usage(scan.usage, prices)
     since = max((b.line for b in scan.boundaries if b.resets), default=0)
     live_calls = [u.context for u in scan.usage if u.line > since]
     peak = max(live_calls, default=0)
@@ -412,6 +414,7 @@ def analyze_usage(
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
     from ctxc.profiles import resolve_window
@@ -420,7 +423,7 @@ def analyze_usage(
     if model is not None or window is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
     scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=window, model=model, thresholds=th)
+    return usage_analysis(scan, window=window, model=model, thresholds=th, prices=prices)
 
 
 def crossing_line(scan: UsageScan, limit: int) -> int | None:

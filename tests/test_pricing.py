@@ -8,7 +8,7 @@ import pytest
 
 from ctxc.errors import InputError
 from ctxc.model import Usage
-from ctxc.pricing import load_prices, price_usage, saving_per_turn
+from ctxc.pricing import default_prices, load_prices, price_usage, saving_per_turn
 
 
 def test_the_shipped_table_is_dated_and_prices_what_logs_name() -> None:
@@ -66,7 +66,7 @@ def test_an_override_file_replaces_and_adds_models(tmp_path: Path, monkeypatch: 
     assert price_usage([Usage(input=5, model="local-llama")], table).unpriced == ()
     assert table.find("gpt-5") is not None  # the shipped models are still there
     monkeypatch.setenv("CTXC_PRICES", str(mine))
-    assert load_prices().as_of == "2027-01-01"
+    assert default_prices().as_of == "2027-01-01"
 
 
 @pytest.mark.parametrize(
@@ -88,3 +88,69 @@ def test_a_saving_is_worth_its_tokens_at_input_and_cache_read_prices() -> None:
     table = load_prices()
     assert saving_per_turn(100_000, "claude-opus-4-5-20251101", table) == pytest.approx((0.5, 0.05))
     assert saving_per_turn(100_000, "mystery", table) is None
+
+
+def test_analyze_prices_the_recorded_usage_and_takes_a_price_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from conftest import SAMPLES, run
+
+    code, out, _ = run(capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "-f", "json")
+    assert code == 0
+    usage = json.loads(out)["files"][0]["recorded_usage"]
+    rates = load_prices().models["claude-sonnet-4-5"].rates
+    expected = 1e-6 * (
+        usage["input"] * rates.input
+        + usage["output"] * rates.output
+        + usage["cache_write"] * rates.cache_write
+        + usage["cache_read"] * rates.cache_read
+    )
+    assert usage["cost"]["usd"] == pytest.approx(expected)
+    assert usage["cost"]["models"][0]["model"] == "claude-sonnet-4-5-20250929"
+    mine = tmp_path / "p.toml"
+    mine.write_text(
+        "[models.claude-sonnet-4-5]\ninput = 0\noutput = 1000000\ncache_write = 0\ncache_read = 0\n"
+    )
+    code, out, _ = run(
+        capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "-f", "json", "--prices", str(mine)
+    )
+    assert json.loads(out)["files"][0]["recorded_usage"]["cost"]["usd"] == pytest.approx(usage["output"])
+    code, out, _ = run(capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "-f", "table")
+    assert f"cost: ${expected:,.2f} (claude-sonnet-4-5-20250929" in out
+    code, _, err = run(
+        capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "--prices", str(tmp_path / "none.toml")
+    )
+    assert code == 3
+    assert "none.toml" in err
+
+
+def test_compact_says_what_its_saving_is_worth_per_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from conftest import SAMPLES, run
+
+    report = tmp_path / "r.json"
+    code, _, err = run(
+        capsys,
+        "compact",
+        str(SAMPLES / "claude-code.jsonl"),
+        "-s",
+        "fifo",
+        "--target-tokens",
+        "4000",
+        "-o",
+        str(tmp_path / "o.jsonl"),
+        "--report",
+        str(report),
+    )
+    assert code == 0
+    worth = json.loads(report.read_text())["run"]["saving_per_turn"]
+    rates = load_prices().models["claude-sonnet-4-5"].rates
+    assert worth["model"] == "claude-sonnet-4-5-20250929"
+    assert worth["usd_input"] == pytest.approx(worth["tokens"] * rates.input * 1e-6)
+    assert worth["usd_cache_read"] == pytest.approx(worth["tokens"] * rates.cache_read * 1e-6)
+    assert "a turn at claude-sonnet-4-5-20250929 input prices" in err
