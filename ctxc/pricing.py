@@ -34,6 +34,8 @@ class Rates:
     output: float
     cache_write: float
     cache_read: float
+    #: Writes to the one-hour cache (Anthropic: twice the input price); the five-minute price if unset.
+    cache_write_1h: float
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class Price:
         return _PER_TOKEN * (
             usage.input * r.input
             + usage.output * r.output
-            + usage.cache_write * r.cache_write
+            + (usage.cache_write - usage.cache_write_1h) * r.cache_write
+            + usage.cache_write_1h * r.cache_write_1h
             + usage.cache_read * r.cache_read
         )
 
@@ -98,7 +101,10 @@ class Cost:
 
 def _rates(doc: Mapping[str, Any], where: str) -> Rates:
     try:
-        return Rates(*(float(doc[k]) for k in ("input", "output", "cache_write", "cache_read")))
+        given, output, written, read = (
+            float(doc[k]) for k in ("input", "output", "cache_write", "cache_read")
+        )
+        return Rates(given, output, written, read, float(doc.get("cache_write_1h", written)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(
             f"{where}: needs numbers input, output, cache_write and cache_read ({exc})"

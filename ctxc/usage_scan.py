@@ -247,14 +247,20 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
     API calls. Only records that carry usage are seen here, which every API response does. The loop
     keeps plain integers and builds one :class:`Usage` per call: it runs once per line of a 50 MB log.
     """
-    from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, _SYNTHETIC_MODEL
+    from ctxc.formats.claude_code import (
+        _BOUNDARIES,
+        _MAX_OPEN_RECORDS,
+        _RECENT_IDS,
+        _SYNTHETIC_MODEL,
+        hour_writes,
+    )
 
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
     closed: deque[str] = deque()  # the last _RECENT_IDS closed ids, with a set for fast membership
     closed_set: set[str] = set()
     open_id: str | None = None
-    open_call: list[int] | None = None  # input, output, cache read, cache write, line
+    open_call: list[int] | None = None  # input, output, cache read, cache write, 1h writes, line
     open_model: str | None = None
     open_records = 0
 
@@ -262,8 +268,8 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         nonlocal open_id, open_call
         if open_id is not None:
             if open_call is not None:
-                i, o, r, w, first = open_call
-                usage.append(Usage(i, o, r, w, line=first, model=open_model))
+                i, o, r, w, hour, first = open_call
+                usage.append(Usage(i, o, r, w, line=first, model=open_model, cache_write_1h=hour))
             closed.append(open_id)
             closed_set.add(open_id)
             if len(closed) > _RECENT_IDS:
@@ -307,6 +313,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
                 _int(u.get("output_tokens")),
                 _int(u.get("cache_read_input_tokens")),
                 _int(u.get("cache_creation_input_tokens")),
+                hour_writes(u),
                 line,
             ]
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
@@ -315,13 +322,14 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
             if open_call is None or call is None:
                 open_call = open_call or call
             else:
-                open_call = [max(a, b) for a, b in zip(open_call[:4], call[:4], strict=True)] + [open_call[4]]
+                open_call = [max(a, b) for a, b in zip(open_call[:5], call[:5], strict=True)] + [open_call[5]]
             open_records += 1
             continue
         close()
         if mid is None:
             if call is not None:
-                usage.append(Usage(call[0], call[1], call[2], call[3], line=line, model=model))
+                i, o, r, w, hour, _ = call
+                usage.append(Usage(i, o, r, w, line=line, model=model, cache_write_1h=hour))
             continue
         open_id, open_records, open_model = mid, 1, model
         open_call = None if mid in closed_set else call
