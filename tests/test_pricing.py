@@ -100,11 +100,15 @@ def test_analyze_prices_the_recorded_usage_and_takes_a_price_file(
     code, out, _ = run(capsys, "analyze", str(SAMPLES / "claude-code.jsonl"), "-f", "json")
     assert code == 0
     usage = json.loads(out)["files"][0]["recorded_usage"]
+    from ctxc.formats import load
+
     rates = load_prices().models["claude-sonnet-4-5"].rates
+    hour = sum(u.cache_write_1h for u in load(str(SAMPLES / "claude-code.jsonl")).usage)
     expected = 1e-6 * (
         usage["input"] * rates.input
         + usage["output"] * rates.output
-        + usage["cache_write"] * rates.cache_write
+        + (usage["cache_write"] - hour) * rates.cache_write
+        + hour * rates.cache_write_1h
         + usage["cache_read"] * rates.cache_read
     )
     assert usage["cost"]["usd"] == pytest.approx(expected)
@@ -154,3 +158,39 @@ def test_compact_says_what_its_saving_is_worth_per_turn(
     assert worth["usd_input"] == pytest.approx(worth["tokens"] * rates.input * 1e-6)
     assert worth["usd_cache_read"] == pytest.approx(worth["tokens"] * rates.cache_read * 1e-6)
     assert "a turn at claude-sonnet-4-5-20250929 input prices" in err
+
+
+def test_one_hour_cache_writes_are_read_and_priced_at_their_rate(tmp_path: Path) -> None:
+    import json
+
+    from ctxc.formats import load
+    from ctxc.usage_scan import scan_usage
+
+    table = load_prices()
+    cost = price_usage([Usage(cache_write=1_000_000, cache_write_1h=400_000, model="claude-opus-4-5")], table)
+    assert cost.usd == pytest.approx(0.6 * 6.25 + 0.4 * 10)
+    usage = {
+        "input_tokens": 3,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 700,
+        "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 500},
+    }
+    record = {
+        "type": "assistant",
+        "uuid": "a1",
+        "parentUuid": None,
+        "sessionId": "s",
+        "requestId": "r1",
+        "message": {
+            "id": "m1",
+            "role": "assistant",
+            "model": "claude-opus-4-5",
+            "content": [],
+            "usage": usage,
+        },
+    }
+    log = tmp_path / "s.jsonl"
+    log.write_text(json.dumps(record) + "\n")
+    assert [u.cache_write_1h for u in load(str(log)).usage] == [500]
+    assert [u.cache_write_1h for u in scan_usage(str(log)).usage] == [500]
