@@ -41,13 +41,6 @@ def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
     return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
 
 
-def stderr_console() -> Any:
-    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
-    from ctxc.terminal import visible_console
-
-    return visible_console(stderr=True, highlight=False, **_width(sys.stderr))
-
-
 def cells(*values: str) -> list[Any]:
     """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
     data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
@@ -63,29 +56,10 @@ def cells(*values: str) -> list[Any]:
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
     from ctxc.output import StdoutText
-    from ctxc.terminal import visible_console
+    from ctxc.terminal import visible_console, width_for
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
-    return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **_width(sys.stdout))
-
-
-def _width(stream: Any) -> dict[str, Any]:
-    """The width for a console on ``stream``: the terminal's, and none for a pipe or a file (a line is
-    never wrapped there, so grep and awk see one record a line)."""
-    from ctxc.terminal import UNWRAPPED
-
-    try:
-        terminal = stream is not None and stream.isatty()
-    except ValueError:  # a closed stream
-        terminal = False
-    return {} if terminal else {"width": UNWRAPPED}
-
-
-def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
-    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
-    from ctxc.batch import collect_inputs
-
-    return [i.path for i in collect_inputs(paths, glob=glob)]
+    return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
@@ -159,6 +133,16 @@ TranscriptOutputOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
 WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        envvar="CTXC_PRICES",
+        metavar="FILE",
+        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
+        show_default=False,
+    ),
+]
 TableOrJsonOpt = Annotated[
     TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
 ]
@@ -172,7 +156,11 @@ PathsArg = Annotated[
 ]
 ArchiveOpt = Annotated[
     str | None,
-    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
+    typer.Option(
+        "--archive",
+        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, "
+        "else ~/.local/share/ctxc/archive).",
+    ),
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]

@@ -10,6 +10,7 @@ and restored transcripts) are written byte for byte.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 #: C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F: a terminal may read
@@ -60,3 +61,18 @@ def visible_console(**options: Any) -> Any:
             )
 
     return _VisibleConsole(**options)
+
+
+def stderr_console() -> Any:
+    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
+    return visible_console(stderr=True, highlight=False, **width_for(sys.stderr))
+
+
+def width_for(stream: Any) -> dict[str, Any]:
+    """A console's width option for ``stream``: the terminal's own, and :data:`UNWRAPPED` for a pipe or
+    a file (a line is never wrapped there, so grep and awk see one record a line)."""
+    try:
+        terminal = stream is not None and stream.isatty()
+    except ValueError:  # a closed stream
+        terminal = False
+    return {} if terminal else {"width": UNWRAPPED}

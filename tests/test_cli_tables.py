@@ -29,8 +29,8 @@ import pytest
 from conftest import SAMPLES
 from rich.cells import cell_len
 
-#: Commands that print no table: they write transcripts (or originals) byte for byte.
-NOT_TABLES = {"convert", "restore", "repair"}
+#: Commands that print no table: they write transcripts (or originals) byte for byte, or change settings.
+NOT_TABLES = {"convert", "restore", "repair", "hooks"}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
@@ -60,6 +60,20 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     shutil.copy(SAMPLES.parent / "examples" / "reminders.toml", root / "rules.toml")
     shutil.copy(SAMPLES.parent / "examples" / "prompt.toml", root / "prompt.toml")
     env = _env(tmp_path_factory.mktemp("archive"))
+    # sessions lists what the clients keep: one Claude Code and one Codex session.
+    homes = tmp_path_factory.mktemp("homes")
+    from ctxc.sessions import claude_project_dir
+
+    project = homes / "claude" / "projects" / claude_project_dir("/home/jiwoo/src/minishop")
+    project.mkdir(parents=True)
+    shutil.copy(SAMPLES / "claude-code.jsonl", project / "68138cc8-ffd2-4577-9120-9a555bb4d510.jsonl")
+    day = homes / "codex" / "sessions" / "2026" / "03" / "23"
+    day.mkdir(parents=True)
+    shutil.copy(
+        SAMPLES / "codex.jsonl",
+        day / "rollout-2026-03-23T08-41-07-c6bfa837-fa0e-4785-88a9-2e0c04484712.jsonl",
+    )
+    env = {**env, "CLAUDE_CONFIG_DIR": str(homes / "claude"), "CODEX_HOME": str(homes / "codex")}
     small = root.parent / "small.jsonl"
     done = subprocess.run(
         [
@@ -261,6 +275,12 @@ def _batch(ws: Workspace) -> list[str]:
     return values
 
 
+def _sessions(ws: Workspace) -> list[str]:
+    rows = _json(ws, "sessions")["sessions"]
+    assert len(rows) == 2
+    return [x for r in rows for x in (r["agent"], f"{r['messages'] or 0:,}", f"{r['tokens'] or 0:,}")]
+
+
 BATCH = ("compact", "batch", "--out-dir", "../batch-out", "--dry-run", "-q", "-f", "table")
 
 
@@ -298,6 +318,7 @@ CASES: dict[str, Case] = {
     "replay": Case(REPLAY, (*REPLAY, "-f", "table"), _replay),
     "compact": Case((*DRY_RUN, "--messages"), None, _dry_run),
     "compact batch": Case(BATCH, BATCH, _batch),
+    "sessions": Case(("sessions",), ("sessions", "-f", "table"), _sessions),
 }
 
 

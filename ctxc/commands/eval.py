@@ -13,10 +13,10 @@ from ctxc.cliutil import (
     TableOrJson,
     TableOrJsonOpt,
     cells,
-    stderr_console,
     stdout_console,
     table_on_terminal,
 )
+from ctxc.terminal import stderr_console
 
 
 class Scope(StrEnum):
