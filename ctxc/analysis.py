@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
-from ctxc.live import LiveContext, is_sidechain, last_resets
+from ctxc.live import LiveContext, is_sidechain, scanned_live_context
 from ctxc.model import Boundary, Message, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.system import gc_paused
@@ -136,6 +136,9 @@ class Analysis:
     history_tokens: int = 0
     side_messages: int = 0
     side_tokens: int = 0
+    #: Messages and tokens on branches the client abandoned (Claude Code: a rewind, an edited prompt).
+    branch_messages: int = 0
+    branch_tokens: int = 0
     #: Tokens of what the log's compaction record itself carries into the live context.
     carried_tokens: int = 0
 
@@ -238,7 +241,7 @@ class Scan:
 
     @property
     def live(self) -> LiveContext:
-        return LiveContext(resets=last_resets(self.boundaries), side=frozenset(self.sidechains))
+        return scanned_live_context(self.boundaries, self.sidechains)
 
 
 def analyze(
@@ -434,6 +437,7 @@ def finish(
     by_tool: Counter[str] = Counter()
     history = [0, 0]
     side = [0, 0]
+    branches = [0, 0]
     for index, line, role, kind, tool, tokens, conv in scan.rows:
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
@@ -448,7 +452,8 @@ def finish(
             pending += 1
         is_live = live.is_live(index, conv)
         cum = running.get(conv, 0) + tokens
-        running[conv] = cum
+        if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
+            running[conv] = cum
         share = cum / window
         stats.append(
             MessageStat(
@@ -461,7 +466,7 @@ def finish(
             if tool:
                 by_tool[tool] += tokens
         else:
-            tally = side if conv in live.side else history
+            tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
             tally[1] += tokens
     # A reset after the last message (a log that ends at its compaction) still starts a new context.
@@ -500,6 +505,8 @@ def finish(
         history_tokens=history[1],
         side_messages=side[0],
         side_tokens=side[1],
+        branch_messages=branches[0],
+        branch_tokens=branches[1],
         carried_tokens=carried,
     )
 

@@ -131,6 +131,9 @@ class Boundary:
     carried: tuple[Message, ...] = field(default=(), compare=False, repr=False)
     #: What the carried messages cost, once counted (a cached scan keeps this, not the messages).
     carried_tokens: int = 0
+    #: Indexes of messages on branches the client abandoned (a rewind, an edited prompt): they are in
+    #: the file but on no chain it resumes. Only a ``branches`` item (Claude Code) carries them.
+    abandoned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,7 @@ def test_codex_carries_its_replacement_history() -> None:
 def test_analyze_reports_the_live_context_and_the_history_apart(capsys: pytest.CaptureFixture[str]) -> None:
     a = ctxc.analyze(AUTO, use_cache=False)
     assert a.live_from_line == 432
-    assert a.history_messages == 250
+    assert a.history_messages == 225
     assert a.total_tokens == a.max_context < 10_000  # what Claude Code sends after its boundary
     assert a.history_tokens > 100_000
     assert a.model is not None
@@ -136,7 +136,7 @@ def test_analyze_reports_the_live_context_and_the_history_apart(capsys: pytest.C
     code, out, _ = run(capsys, "analyze", str(AUTO), "-f", "table")
     assert code == 0
     flat = " ".join(out.split())
-    assert f"250 messages, {a.history_tokens:,} tokens before the log's own compaction at line 432" in flat
+    assert f"225 messages, {a.history_tokens:,} tokens before the log's own compaction at line 432" in flat
     assert "not in context" in flat
 
 

@@ -37,6 +37,7 @@ import orjson
 from ctxc.formats import register
 from ctxc.formats.base import Item
 from ctxc.formats.shapes import dumps_compact, encode_anthropic_block, parse_anthropic_content
+from ctxc.live import BRANCHES, abandoned_messages
 from ctxc.model import (
     Block,
     Boundary,
@@ -70,6 +71,10 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 
 _NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
+#: Flags (meta keys) that keep a user record a message of its own: ctxc recognizes the log's own summary
+#: and what the client injected by them, so such a record never joins a neighbouring user message.
+_OWN_FLAGS = ("is_compact_summary", "is_meta", "is_visible_in_transcript_only")
+_CONVERSATIONAL = ("user", "assistant")
 _SYNTHETIC_MODEL = "<synthetic>"
 
 
@@ -172,6 +177,98 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
 
 
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """One record of the ``parentUuid`` tree, as much as finding the resumed chain needs."""
+
+    index: int
+    line: int
+    uuid: str
+    parent: str | None  # through progress records, which the client skips
+    kind: str
+    side: bool
+    message_id: str | None = None  # an assistant record's response id
+    results: bool = False  # a user record holding tool results
+    compact: bool = False  # a compact_boundary record
+
+
+def _joined(held: Message, item: Message) -> Message:
+    """``held`` and the user message after it on its chain as one message; ``raw`` keeps every record's
+    dict (the writer splits changed blocks back over the records)."""
+    raws = held.raw if isinstance(held.raw, tuple) else (held.raw,)
+    meta = dict(held.meta)
+    meta["uuids"] = (*(held.meta.get("uuids") or ()), *(item.meta.get("uuids") or ()))
+    meta["content_string"] = False
+    meta["has_tool_use_result"] = any(m.meta.get("has_tool_use_result") for m in (held, item))
+    return replace(
+        held,
+        blocks=held.blocks + item.blocks,
+        records=held.records + item.records,
+        importance=held.importance or item.importance,
+        meta=meta,
+        raw=(*raws, item.raw),
+    )
+
+
+def _has_results(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
+
+
+def _resumed_chain(nodes: Mapping[str, _Node], start: _Node) -> tuple[set[int], _Node | None] | None:
+    """The records Claude Code resumes when ``start`` is the last main-chain row, and the record the
+    chain starts at; None when the chain breaks at a link to a record the file lacks (another tool
+    cut it: nothing can be said about branches then).
+
+    As the client does: from the row up to its nearest user or assistant record (the leaf), then up the
+    ``parentUuid`` links to the root (a compact_boundary has none); the leaf's non-message descendants
+    (hook notes after it); every record of a response on the chain (parts share ``message.id``) and the
+    tool results hanging off any of them (parallel calls answer each part separately).
+    """
+    leaf: _Node | None = start
+    seen: set[str] = set()
+    while leaf is not None and leaf.kind not in _CONVERSATIONAL and leaf.uuid not in seen:
+        seen.add(leaf.uuid)
+        leaf = nodes.get(leaf.parent) if leaf.parent else None
+    if leaf is None or leaf.kind not in _CONVERSATIONAL:
+        return None
+    chain: list[_Node] = []
+    seen = set()
+    node: _Node | None = leaf
+    root = leaf
+    while node is not None and node.uuid not in seen:
+        seen.add(node.uuid)
+        chain.append(node)
+        root = node
+        if node.parent is None:
+            break
+        node = nodes.get(node.parent)
+        if node is None:
+            return None
+    live = {n.index for n in chain}
+    children: dict[str, list[_Node]] = {}
+    responses: set[str] = {n.message_id for n in chain if n.message_id}
+    parts: set[str] = set()
+    for n in nodes.values():
+        if n.parent is not None and n.kind not in _CONVERSATIONAL:
+            children.setdefault(n.parent, []).append(n)
+        if n.message_id in responses and n.side == leaf.side:
+            live.add(n.index)
+            parts.add(n.uuid)
+    queue = [leaf.uuid]
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            if child.index not in live:
+                live.add(child.index)
+                queue.append(child.uuid)
+    for n in nodes.values():
+        if n.results and n.parent in parts:
+            live.add(n.index)
+    return live, root
+
+
 @dataclass
 class _Open:
     """An assistant response whose records may not all have been read yet."""
@@ -204,10 +301,40 @@ class _Reader:
         self.conv_numbers: dict[str, int] = {}
         self.record_conv: dict[int, int] = {}  # record index -> conversation, until its message is emitted
         self.last_side: str | None = None
+        # The parentUuid tree, to find the chain the client resumes (see _resumed_chain).
+        self.nodes: dict[str, _Node] = {}
+        self.through: dict[str, str | None] = {}  # progress record uuid -> the parent it stands for
+        self.last_row: dict[bool, str] = {}  # by sidechain flag: the last row in file order
+        # Per emitted message with a uuid: its index, records, conversation and sidechain flag.
+        self.emitted: list[tuple[int, tuple[int, ...], int, bool]] = []
+        # A user message not yet emitted: the next user record on its chain joins it, as the client
+        # sends consecutive user records as one message.
+        self.held: Message | None = None
+        self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
 
     # -------------------------------------------------------------------------------------- output
 
     def _emit(self, item: Message | Boundary) -> Iterator[Item]:
+        if isinstance(item, Message) and item.role == "user":
+            held = self.held
+            if held is not None and self._joins(held, item):
+                self.held = _joined(held, item)
+                return
+            yield from self.release()
+            if not any(item.meta.get(k) for k in _OWN_FLAGS):
+                self.held = item
+                return
+        else:
+            yield from self.release()
+        yield from self._place(item)
+
+    def release(self) -> Iterator[Item]:
+        """Emit the held user message."""
+        held, self.held = self.held, None
+        if held is not None:
+            yield from self._place(held)
+
+    def _place(self, item: Message | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
             yield replace(item, index=self.index)
             return
@@ -216,9 +343,99 @@ class _Reader:
             self.record_conv.pop(i, None)
         msg = item.placed(self.index, conv)
         self.index += 1
+        if msg.meta.get("uuid") is not None:
+            self.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
+        if msg.role == "assistant":
+            self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
         yield msg
         if msg.usage is not None:
             yield msg.usage
+
+    def _joins(self, held: Message, item: Message) -> bool:
+        """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
+        sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
+        the same response (parallel tool results hang off the response's parts)."""
+        if any(item.meta.get(k) for k in _OWN_FLAGS) or len(held.records) >= _MAX_OPEN_RECORDS:
+            return False
+        if not item.records or not held.records:
+            return False
+        conv = self.record_conv.get(held.records[0], 0)
+        if self.record_conv.get(item.records[0], 0) != conv:
+            return False
+        parent = self._resolved(_str(item.meta.get("parent_uuid")))
+        last = held.meta["uuids"][-1] if held.meta.get("uuids") else None
+        if last is None and _str(item.meta.get("uuid")) is None:
+            return True  # a log without uuids: file order is the chain
+        if parent is not None and parent == last:
+            return True
+        response = self.last_response.get(conv, frozenset())
+        return (
+            parent is not None
+            and parent in response
+            and any(isinstance(b, ToolResultBlock) for b in item.blocks)
+            and any(isinstance(b, ToolResultBlock) for b in held.blocks)
+        )
+
+    def _resolved(self, parent: str | None) -> str | None:
+        """``parent`` as the client links it: progress records are skipped."""
+        while parent is not None and parent in self.through:
+            parent = self.through[parent]
+        return parent
+
+    def _note(self, i: int, line: int, data: Mapping[str, Any]) -> None:
+        """Note record ``i`` in the parentUuid tree."""
+        uuid = _str(data.get("uuid"))
+        if uuid is None:
+            return
+        kind = _str(data.get("type")) or ""
+        parent = self._resolved(_str(data.get("parentUuid")))
+        if kind == "progress":
+            self.through[uuid] = parent
+            return
+        if kind in ("summary", "file-history-snapshot", "queue-operation", "pr-link", "last-prompt"):
+            return
+        side = data.get("isSidechain") is True
+        message = data.get("message")
+        message = message if isinstance(message, dict) else {}
+        self.nodes[uuid] = _Node(
+            index=i,
+            line=line,
+            uuid=uuid,
+            parent=parent,
+            kind=kind,
+            side=side,
+            message_id=_str(message.get("id")) if kind == "assistant" else None,
+            results=kind == "user" and _has_results(message),
+            compact=kind == "system" and data.get("subtype") == "compact_boundary",
+        )
+        if not (kind == "system" and data.get("subtype") == "file_snapshot"):
+            self.last_row[side] = uuid
+
+    def branches(self) -> Iterator[Item]:
+        """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
+        (after the chain's compact_boundary, if it starts at one: before it is history)."""
+        side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
+        start = self.nodes.get(self.last_row.get(side, ""))
+        if start is None:
+            return
+        found = _resumed_chain(self.nodes, start)
+        if found is None:
+            return
+        live, root = found
+        after = root.index if root is not None and root.compact else -1
+        off = [
+            (index, conv)
+            for index, records, conv, is_side in self.emitted
+            if is_side == side and records[0] > after and not any(i in live for i in records)
+        ]
+        if off:
+            yield Boundary(
+                kind=BRANCHES,
+                line=start.line,
+                index=self.index,
+                conversation=off[0][1],
+                abandoned=tuple(index for index, _ in off),
+            )
 
     def _queue(self, item: Message | Boundary) -> Iterator[Item]:
         if self.open is None:
@@ -405,6 +622,7 @@ class _Reader:
                 continue
             if "uuid" in data or data.get("isSidechain") is True:
                 self._chain(i, data)
+                self._note(i, rec.line, data)
             rtype = data.get("type")
             message = data.get("message")
             if rtype == "assistant" and isinstance(message, dict):
@@ -414,6 +632,8 @@ class _Reader:
             elif rtype == "system":
                 yield from self.system(i, rec, data)
         yield from self.flush()
+        yield from self.release()
+        yield from self.branches()
 
 
 class ClaudeCodeAdapter:
@@ -658,6 +878,11 @@ class _CompactWriter:
             (m.conversation, m.index): m for m in transcript.messages
         }
         self.originals = {id(m) for m in transcript.messages}
+        # Records of messages on branches the client abandoned: written as they are, linked to nothing new.
+        gone = abandoned_messages(transcript.boundaries)
+        self.abandoned: frozenset[int] = frozenset(
+            i for m in transcript.messages if m.index in gone for i in m.records
+        )
         # Conversations that are inline subagent runs: sidechain chains in a log that has a main chain.
         has_main = any(not m.meta.get("is_sidechain") for m in transcript.messages)
         self.inline_runs: dict[int, bool] = {
@@ -909,6 +1134,10 @@ class _CompactWriter:
         prev_max: dict[_Thread, float] = {}
         seq = 0
         for pos, m in enumerate(self.out_msgs):
+            if m.records and m.records[0] in self.abandoned:
+                outs.extend(_Out((i, 0, 0), i) for i in m.records)
+                self.out_uuids.update(u for i in m.records if (u := self.uuid_at[i]) is not None)
+                continue  # on no chain the client resumes: nothing is linked to it or after it
             if m.records:
                 thread = self._thread_of(m.records[0])
                 self.prev_of[m.records[0]] = tails.get(thread)
@@ -1034,6 +1263,8 @@ class _CompactWriter:
     ) -> dict[str, Any]:
         """The top-level fields of an output record that must change (links only)."""
         changes: dict[str, Any] = {}
+        if o.index in self.abandoned:
+            return changes  # an abandoned branch stays byte for byte, like the history
         if o.boundary:
             changes["logicalParentUuid"] = last
         elif new is not None:
@@ -1086,8 +1317,11 @@ def _dict(value: Any) -> dict[str, Any] | None:
 
 
 def _content_len(record: Mapping[str, Any]) -> int | None:
+    """How many blocks the reader made of a record's content (a string is one text block)."""
     message = record.get("message")
     content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return 1
     return len(content) if isinstance(content, list) else None
 
 
