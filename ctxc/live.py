@@ -144,6 +144,12 @@ def request_text(message: Message) -> str:
     return args.group(1).strip() if args else ""
 
 
+def quotes(text: str, words: str) -> bool:
+    """Whether ``text`` holds ``words`` verbatim, line breaks and indentation aside (a summary indents
+    the continuation lines of what it quotes)."""
+    return " ".join(words.split()) in " ".join(text.split())
+
+
 def session_intent(messages: Iterable[Message]) -> Message | None:
     """The session's first real user request: what every compaction must keep verbatim."""
     return next((m for m in messages if m.is_request and request_text(m)), None)

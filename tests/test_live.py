@@ -21,6 +21,7 @@ from ctxc.live import (
     last_request,
     live_context,
     live_messages,
+    quotes,
     request_text,
     sent_messages,
     session_intent,
@@ -188,8 +189,8 @@ def test_every_strategy_keeps_the_intent_and_last_request_in_the_live_context(
     assert exc.value.code in (0, None)
     written = load(out, input_format="claude-code")
     text = _sent_text(written)
-    assert request_text(intent) in text
-    assert request_text(last) in text
+    assert quotes(text, request_text(intent))  # verbatim; a summary indents the lines it quotes
+    assert quotes(text, request_text(last))
     assert pairing_problems(live_messages(written), strict=True) == []
     # What the client no longer sends is left as it was.
     before = live_context(t.boundaries, t.messages)
