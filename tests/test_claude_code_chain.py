@@ -8,6 +8,7 @@ its compact_boundary. Consecutive user records on that chain go to the model as 
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from conftest import corpus_params, run
 
 import ctxc
 from ctxc.compaction.run import CompactOptions, compact_transcript
-from ctxc.formats import dump, load
+from ctxc.formats import claude_code, dump, load
 from ctxc.live import BRANCHES, last_request, live_context, live_messages, session_intent
 from ctxc.model import ToolResultBlock, Transcript
 from ctxc.validate import pairing_problems
@@ -336,3 +337,19 @@ def test_a_changed_merged_message_is_written_record_by_record() -> None:
     back = _load(out)
     assert [m.records for m in back.messages] == [(0,), (1,), (2, 3), (4,), (5,), (6,)]
     assert isinstance(back.messages[2].blocks[0], ToolResultBlock)
+
+
+def test_a_merged_message_that_lost_a_record_s_blocks_becomes_one_record_with_a_note() -> None:
+    # Repair took the tool result out (its call was summarized away): the blocks no longer split over
+    # the records, so the message is one record; the client's copy of the removed output goes too.
+    t = _load(_interrupted())
+    merged = t.messages[2]
+    words = replace(merged, blocks=merged.blocks[1:])
+    records = claude_code.ClaudeCodeAdapter().write_compacted(
+        t, {0: (t.messages[0], t.messages[1], words, *t.messages[3:])}, archive_id="a" * 64
+    )
+    objs = [orjson.loads(r.raw) for r in records]
+    assert [o["uuid"] for o in objs] == ["u0", "a1", "u2", "a2", "u3", "a3"]
+    one = objs[2]
+    assert one["message"]["content"] == [{"type": "text", "text": "Now also seed the test data"}]
+    assert one["toolUseResult"].startswith("[ctxc] tool output compacted")

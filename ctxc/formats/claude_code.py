@@ -1031,7 +1031,7 @@ class _CompactWriter:
                     u = _str(r.get("uuid"))
                     if u is not None and keeper is not None and u != keeper:
                         self.absorbed[u] = keeper
-                return [(m.records[0], merged)]
+                return [(m.records[0], self._noted(merged, raw[0], m))]
             parts, at = [], 0
             for i, r, n in zip(m.records, raw, sizes, strict=True):
                 parts.append((i, r, m.blocks[at : at + (n or 0)]))
@@ -1044,15 +1044,19 @@ class _CompactWriter:
             if enc == self.datas[i]:
                 out.append((i, None))
                 continue
-            if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
-                # The client's copy of the full output would undo the compaction (and is often larger).
-                # (Imported here: reading a log must not load the archive and its file-writing modules.)
-                from ctxc.archive import citation
-
-                note = citation(self.archive_id, m.index)
-                enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
-            out.append((i, enc))
+            out.append((i, self._noted(enc, part, m)))
         return out
+
+    def _noted(self, enc: dict[str, Any], part: Mapping[str, Any], m: Message) -> dict[str, Any]:
+        """``enc`` with its ``toolUseResult`` made a note when its tool results changed: the client's copy
+        of the full output would undo the compaction (and is often larger)."""
+        if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
+            # (Imported here: reading a log must not load the archive and its file-writing modules.)
+            from ctxc.archive import citation
+
+            note = citation(self.archive_id, m.index)
+            enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
+        return enc
 
     def _envelope(
         self, body: dict[str, Any], template: Mapping[str, Any], *, boundary: bool = False
