@@ -16,6 +16,13 @@ unknown are not, and so stay in place byte for byte. Decisions worth knowing:
   model only sees the ``tool_result`` block, so the copy is not content (it stays in ``raw``).
 * ``model:"<synthetic>"`` turns are written by the client, not the API: their all-zero usage is not
   recorded usage (``usage`` is None and no Usage item is yielded).
+* Consecutive user records on one chain (a record hanging off the previous one, or the results of
+  parallel calls hanging off the parts of one response) are ONE message, as Claude Code sends them:
+  ``records`` all of them, ``raw`` the tuple of their dicts. The log's own summary and records the
+  client injected (``isMeta``) stay messages of their own.
+* The log is a tree (``parentUuid``). Claude Code resumes the chain from the last main-chain row back
+  to its root (a ``compact_boundary``): after the last record, a ``branches`` :class:`~ctxc.model.Boundary`
+  names the messages on other branches (a rewind, an edited prompt), when there are any.
 
 Compacted output is written by :meth:`ClaudeCodeAdapter.write_compacted` the way Claude Code records
 its own ``/compact`` (a ``compact_boundary`` record and an ``isCompactSummary`` user record, with the
@@ -75,6 +82,8 @@ _NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claud
 #: and what the client injected by them, so such a record never joins a neighbouring user message.
 _OWN_FLAGS = ("is_compact_summary", "is_meta", "is_visible_in_transcript_only")
 _CONVERSATIONAL = ("user", "assistant")
+#: The record types Claude Code loads into its conversation tree (progress records it skips).
+_ROWS = frozenset({"user", "assistant", "system", "attachment"})
 _SYNTHETIC_MODEL = "<synthetic>"
 
 
@@ -392,7 +401,7 @@ class _Reader:
         if kind == "progress":
             self.through[uuid] = parent
             return
-        if kind in ("summary", "file-history-snapshot", "queue-operation", "pr-link", "last-prompt"):
+        if kind not in _ROWS:
             return
         side = data.get("isSidechain") is True
         message = data.get("message")
