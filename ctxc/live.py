@@ -30,11 +30,13 @@ INJECTED_MARKUP = re.compile(
     re.S,
 )
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat.
+# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat and
+# its note that the user interrupted a turn.
 _HARNESS_OPENINGS = (
     "# AGENTS.md instructions",
     "<INSTRUCTIONS>",
     "Caveat: The messages below were generated",
+    "[Request interrupted by user",
 )
 
 
@@ -136,12 +138,19 @@ def sent_messages(transcript: Transcript) -> tuple[Message, ...]:
 def request_text(message: Message) -> str:
     """The user's own words in ``message``: injected markup removed; for a slash command, its
     arguments. Empty when the message holds none (a reminder, an environment context, a tool result)."""
-    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text)
-    own = INJECTED_MARKUP.sub("", text).strip()
-    if own and not own.startswith(_HARNESS_OPENINGS):
-        return own
-    args = _COMMAND_ARGS.search(text)
-    return args.group(1).strip() if args else ""
+    # Block by block: a Claude Code message may join several records (a tool result, the client's note
+    # of an interruption, then what the user typed).
+    own: list[str] = []
+    args: list[str] = []
+    for b in message.blocks:
+        if not isinstance(b, TextBlock) or not b.text:
+            continue
+        words = INJECTED_MARKUP.sub("", b.text).strip()
+        if words and not words.startswith(_HARNESS_OPENINGS):
+            own.append(words)
+        elif found := _COMMAND_ARGS.search(b.text):
+            args.append(found.group(1).strip())
+    return "\n".join(own) if own else next((a for a in args if a), "")
 
 
 def quotes(text: str, words: str) -> bool:

@@ -19,7 +19,7 @@ from conftest import corpus_params, run
 import ctxc
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.formats import claude_code, dump, load
-from ctxc.live import BRANCHES, last_request, live_context, live_messages, session_intent
+from ctxc.live import BRANCHES, last_request, live_context, live_messages, request_text, session_intent
 from ctxc.model import ToolResultBlock, Transcript
 from ctxc.validate import pairing_problems
 
@@ -353,3 +353,22 @@ def test_a_merged_message_that_lost_a_record_s_blocks_becomes_one_record_with_a_
     one = objs[2]
     assert one["message"]["content"] == [{"type": "text", "text": "Now also seed the test data"}]
     assert one["toolUseResult"].startswith("[ctxc] tool output compacted")
+
+
+def test_the_interruption_note_is_not_the_users_request() -> None:
+    data = _jsonl(
+        _user("u0", None, 1, "Run the suite"),
+        _asst("a1", "u0", 2, "m1", [_call("t1")]),
+        _user("r1", "a1", 3, [_result("t1", "The user doesn't want to proceed with this tool use.")]),
+        _user("i1", "r1", 4, [_text("[Request interrupted by user for tool use]")]),
+        _user("u2", "i1", 5, "Use pytest -x instead"),
+        _asst("a2", "u2", 6, "m2", [_text("Running pytest -x.")]),
+        _user("i2", "a2", 7, [_text("[Request interrupted by user]")]),
+    )
+    t = _load(data)
+    assert [m.records for m in t.messages] == [(0,), (1,), (2, 3, 4), (5,), (6,)]
+    assert request_text(t.messages[2]) == "Use pytest -x instead"
+    assert request_text(t.messages[4]) == ""
+    last = last_request(t.messages)
+    assert last is not None
+    assert last.index == 2
