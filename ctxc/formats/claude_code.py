@@ -18,8 +18,9 @@ unknown are not, and so stay in place byte for byte. Decisions worth knowing:
   recorded usage (``usage`` is None and no Usage item is yielded).
 * Consecutive user records on one chain (a record hanging off the previous one, or the results of
   parallel calls hanging off the parts of one response) are ONE message, as Claude Code sends them:
-  ``records`` all of them, ``raw`` the tuple of their dicts. The log's own summary and records the
-  client injected (``isMeta``) stay messages of their own.
+  ``records`` all of them, ``raw`` the tuple of their dicts. The log's own summary, records the client
+  injected (``isMeta``) and its note that the user interrupted stay messages of their own (what the
+  user typed after the note joins it).
 * The log is a tree (``parentUuid``). Claude Code resumes the chain from the last main-chain row back
   to its root (a ``compact_boundary``): after the last record, a ``branches`` :class:`~ctxc.model.Boundary`
   names the messages on other branches (a rewind, an edited prompt), when there are any.
@@ -219,6 +220,17 @@ def _joined(held: Message, item: Message) -> Message:
     )
 
 
+#: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
+_INTERRUPTED = "[Request interrupted by user"
+
+
+def _interruption(message: Message) -> bool:
+    """Whether ``message`` is only the client's note that the user interrupted the turn."""
+    return bool(message.blocks) and all(
+        isinstance(b, TextBlock) and b.text.startswith(_INTERRUPTED) for b in message.blocks
+    )
+
+
 def _has_results(message: Mapping[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, list) and any(
@@ -365,6 +377,10 @@ class _Reader:
         sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
         the same response (parallel tool results hang off the response's parts)."""
         if any(item.meta.get(k) for k in _OWN_FLAGS) or len(held.records) >= _MAX_OPEN_RECORDS:
+            return False
+        if _interruption(item):
+            # The client's note that the user interrupted: kept apart, so a strategy may drop the
+            # interrupted turn's results and keep the note (it costs a message's framing, no more).
             return False
         if not item.records or not held.records:
             return False
