@@ -36,9 +36,9 @@ import bisect
 import hashlib
 import itertools
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -79,9 +79,6 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 
 _NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
-#: Flags (meta keys) that keep a user record a message of its own: ctxc recognizes the log's own summary
-#: and what the client injected by them, so such a record never joins a neighbouring user message.
-_OWN_FLAGS = ("is_compact_summary", "is_meta", "is_visible_in_transcript_only")
 _CONVERSATIONAL = ("user", "assistant")
 #: The record types Claude Code loads into its conversation tree (progress records it skips).
 _ROWS = frozenset({"user", "assistant", "system", "attachment"})
@@ -187,19 +184,25 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
+class _Node(NamedTuple):
     """One record of the ``parentUuid`` tree, as much as finding the resumed chain needs."""
 
-    index: int
+    record: int  # its index in the file's records
     line: int
     uuid: str
     parent: str | None  # through progress records, which the client skips
     kind: str
     side: bool
     message_id: str | None = None  # an assistant record's response id
-    results: bool = False  # a user record holding tool results
     compact: bool = False  # a compact_boundary record
+
+
+def _own(meta: Mapping[str, Any]) -> bool:
+    """Whether a user record stays a message of its own: ctxc recognizes the log's own summary and what
+    the client injected by these flags, so such a record never joins a neighbouring user message."""
+    return bool(
+        meta.get("is_compact_summary") or meta.get("is_meta") or meta.get("is_visible_in_transcript_only")
+    )
 
 
 def _joined(held: Message, item: Message) -> Message:
@@ -231,14 +234,9 @@ def _interruption(message: Message) -> bool:
     )
 
 
-def _has_results(message: Mapping[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    )
-
-
-def _resumed_chain(nodes: Mapping[str, _Node], start: _Node) -> tuple[set[int], _Node | None] | None:
+def _resumed_chain(
+    nodes: Mapping[str, _Node], start: _Node, results: Container[int]
+) -> tuple[set[int], _Node | None] | None:
     """The records Claude Code resumes when ``start`` is the last main-chain row, and the record the
     chain starts at; None when the chain breaks at a link to a record the file lacks (another tool
     cut it: nothing can be said about branches then).
@@ -268,25 +266,24 @@ def _resumed_chain(nodes: Mapping[str, _Node], start: _Node) -> tuple[set[int], 
         node = nodes.get(node.parent)
         if node is None:
             return None
-    live = {n.index for n in chain}
-    children: dict[str, list[_Node]] = {}
+    live = {n.record for n in chain}
+    children: dict[str, list[_Node]] = {}  # non-message children, and tool results, by parent
     responses: set[str] = {n.message_id for n in chain if n.message_id}
-    parts: set[str] = set()
+    parts: list[str] = []
     for n in nodes.values():
-        if n.parent is not None and n.kind not in _CONVERSATIONAL:
+        if n.parent is not None and (n.kind not in _CONVERSATIONAL or n.record in results):
             children.setdefault(n.parent, []).append(n)
         if n.message_id in responses and n.side == leaf.side:
-            live.add(n.index)
-            parts.add(n.uuid)
+            live.add(n.record)
+            parts.append(n.uuid)
+    for part in parts:
+        live.update(c.record for c in children.get(part, ()) if c.record in results)
     queue = [leaf.uuid]
     while queue:
         for child in children.get(queue.pop(), ()):
-            if child.index not in live:
-                live.add(child.index)
+            if child.record not in live and child.kind not in _CONVERSATIONAL:
+                live.add(child.record)
                 queue.append(child.uuid)
-    for n in nodes.values():
-        if n.results and n.parent in parts:
-            live.add(n.index)
     return live, root
 
 
@@ -332,6 +329,7 @@ class _Reader:
         # sends consecutive user records as one message.
         self.held: Message | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
+        self.result_records: set[int] = set()  # user records holding tool results
 
     # -------------------------------------------------------------------------------------- output
 
@@ -342,7 +340,7 @@ class _Reader:
                 self.held = _joined(held, item)
                 return
             yield from self.release()
-            if not any(item.meta.get(k) for k in _OWN_FLAGS):
+            if not _own(item.meta):
                 self.held = item
                 return
         else:
@@ -376,7 +374,7 @@ class _Reader:
         """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
         sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
         the same response (parallel tool results hang off the response's parts)."""
-        if any(item.meta.get(k) for k in _OWN_FLAGS) or len(held.records) >= _MAX_OPEN_RECORDS:
+        if _own(item.meta) or len(held.records) >= _MAX_OPEN_RECORDS:
             return False
         if _interruption(item):
             # The client's note that the user interrupted: kept apart, so a strategy may drop the
@@ -408,32 +406,32 @@ class _Reader:
         return parent
 
     def _note(self, i: int, line: int, data: Mapping[str, Any]) -> None:
-        """Note record ``i`` in the parentUuid tree."""
-        uuid = _str(data.get("uuid"))
-        if uuid is None:
+        """Note record ``i`` in the parentUuid tree (once per record: kept cheap)."""
+        get = data.get
+        uuid = get("uuid")
+        if not isinstance(uuid, str):
             return
-        kind = _str(data.get("type")) or ""
-        parent = self._resolved(_str(data.get("parentUuid")))
+        kind = get("type")
+        parent = get("parentUuid")
+        if not isinstance(parent, str):
+            parent = None
+        elif parent in self.through:
+            parent = self._resolved(parent)
         if kind == "progress":
             self.through[uuid] = parent
             return
         if kind not in _ROWS:
             return
-        side = data.get("isSidechain") is True
-        message = data.get("message")
-        message = message if isinstance(message, dict) else {}
-        self.nodes[uuid] = _Node(
-            index=i,
-            line=line,
-            uuid=uuid,
-            parent=parent,
-            kind=kind,
-            side=side,
-            message_id=_str(message.get("id")) if kind == "assistant" else None,
-            results=kind == "user" and _has_results(message),
-            compact=kind == "system" and data.get("subtype") == "compact_boundary",
-        )
-        if not (kind == "system" and data.get("subtype") == "file_snapshot"):
+        side = get("isSidechain") is True
+        message_id, compact, snapshot = None, False, False
+        if kind == "assistant":
+            message = get("message")
+            message_id = _str(message.get("id")) if isinstance(message, dict) else None
+        elif kind == "system":
+            subtype = get("subtype")
+            compact, snapshot = subtype == "compact_boundary", subtype == "file_snapshot"
+        self.nodes[uuid] = _Node(i, line, uuid, parent, kind, side, message_id, compact)
+        if not snapshot:
             self.last_row[side] = uuid
 
     def branches(self) -> Iterator[Item]:
@@ -443,11 +441,11 @@ class _Reader:
         start = self.nodes.get(self.last_row.get(side, ""))
         if start is None:
             return
-        found = _resumed_chain(self.nodes, start)
+        found = _resumed_chain(self.nodes, start, self.result_records)
         if found is None:
             return
         live, root = found
-        after = root.index if root is not None and root.compact else -1
+        after = root.record if root is not None and root.compact else -1
         off = [
             (index, conv)
             for index, records, conv, is_side in self.emitted
@@ -573,6 +571,8 @@ class _Reader:
     def user(self, i: int, rec: Record, data: dict[str, Any], message: dict[str, Any]) -> Iterator[Item]:
         content = message.get("content")
         blocks = self._name_results(parse_anthropic_content(content))
+        if any(isinstance(b, ToolResultBlock) for b in blocks):
+            self.result_records.add(i)
         self._remember_tools(blocks)
         yield from self._queue(
             Message(
