@@ -374,3 +374,16 @@ def test_the_interruption_note_is_not_the_users_request() -> None:
     last = last_request(t.messages)
     assert last is not None
     assert last.index == 3
+
+
+def test_a_log_whose_records_name_no_parent_has_no_branches() -> None:
+    # Written by another tool without parentUuid links: there is no tree to follow, only file order.
+    data = _jsonl(
+        _user("u0", None, 1, "Start"),
+        _asst("a0", None, 2, "m0", [_text("ok")]),
+        _user("u1", None, 3, "Go on"),
+        _asst("a1", None, 4, "m1", [_text("ok")]),
+    )
+    t = _load(data)
+    assert not [b for b in t.boundaries if b.kind == BRANCHES]
+    assert len(live_messages(t)) == 4

@@ -338,6 +338,9 @@ class _Reader:
         self.held: Message | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
         self.result_records: set[int] = set()  # user records holding tool results
+        self.linked = (
+            False  # whether any message record names its parent (a log made by another tool may not)
+        )
 
     # -------------------------------------------------------------------------------------- output
 
@@ -439,6 +442,8 @@ class _Reader:
             subtype = get("subtype")
             compact, snapshot = subtype == "compact_boundary", subtype == "file_snapshot"
         self.nodes[uuid] = _Node(i, line, uuid, parent, kind, side, message_id, compact)
+        if parent is not None and kind in _CONVERSATIONAL:
+            self.linked = True
         if not snapshot:
             self.last_row[side] = uuid
 
@@ -447,8 +452,8 @@ class _Reader:
         (after the chain's compact_boundary, if it starts at one: before it is history)."""
         side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
         start = self.nodes.get(self.last_row.get(side, ""))
-        if start is None:
-            return
+        if start is None or not self.linked:
+            return  # no tree: file order is all there is
         found = _resumed_chain(self.nodes, start, self.result_records)
         if found is None:
             return
