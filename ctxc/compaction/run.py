@@ -507,17 +507,16 @@ def _verify(
     Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
     so the figures reported are those of the file as written, not of the strategy's message list.
     """
-    from ctxc.formats import load
-    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions, named_bytes
+    from ctxc.formats import reload
+    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
-    data = written.to_bytes()
     # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
     # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
-        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, len(data)),
+        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),
     )
-    reread = load(named_bytes(source.source, data), input_format=source.format, options=options)
+    reread = reload(written, source, options=options)
     live = live_context(reread.boundaries, reread.messages)
     for conversation in {o.conversation for o in outcomes}:
         problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)
