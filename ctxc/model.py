@@ -245,7 +245,8 @@ class Transcript:
     problems: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
-        return b"".join(r.to_bytes() for r in self.records)
+        # Joined from each record's parts: a copy of every line first would double the peak.
+        return b"".join([part for r in self.records for part in (r.raw, r.eol)])
 
     def conversation(self, n: int) -> tuple[Message, ...]:
         return tuple(m for m in self.messages if m.conversation == n)

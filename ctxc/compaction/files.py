@@ -10,15 +10,18 @@ they cross processes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxc.analysis import load_counted, make_counter
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
+from ctxc.formats import dump
+from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.tokens import counting_processes
@@ -150,10 +153,10 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     if job.dry_run:
         return doc
     assert store is not None
-    out_bytes = result.transcript.to_bytes()
+    written = result.transcript
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
-    run = {**doc["run"], "output_sha256": sha256_hex(out_bytes)}
+    run = {**doc["run"], "output_sha256": records_sha256(written)}
     if job.batch_options is not None:
         run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
     recorded: list[dict[str, Any]] = []
@@ -170,5 +173,14 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     with atomic_output(
         job.output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:
-        handle.write(out_bytes)
+        dump(written, handle)  # record by record: the output is never one large bytes object
     return {**doc, "run": recorded[0]}
+
+
+def records_sha256(transcript: Transcript) -> str:
+    """The sha256 of ``transcript.to_bytes()``, without making those bytes."""
+    digest = hashlib.sha256()
+    for rec in transcript.records:
+        digest.update(rec.raw)
+        digest.update(rec.eol)
+    return digest.hexdigest()
