@@ -21,6 +21,7 @@ from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
 from ctxc.live import last_request, live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
+from ctxc.output import Data
 from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
@@ -240,7 +241,7 @@ def _compact_transcript(
         concurrency=options.summarizer_options.concurrency,
     )
     ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.to_bytes()
+    data = original_bytes if original_bytes is not None else transcript.parts()
     archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
     stored = _store_in_background(archive, data, archive_id)
     if counts is not None:
@@ -478,7 +479,7 @@ def _reminder_messages(
     return out[0], out[1]
 
 
-def _store_in_background(archive: Archive | None, data: bytes, digest: str) -> Future[str] | None:
+def _store_in_background(archive: Archive | None, data: Data, digest: str) -> Future[str] | None:
     """Store the original in a thread: copying and syncing up to 100 MB to disk, without the GIL, while
     the strategy runs. A run that fails meanwhile still finishes storing it, as if it had failed just
     after an up-front store; the caller waits for it before writing any output."""
