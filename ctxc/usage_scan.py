@@ -136,13 +136,20 @@ def _scan_buffer(
             adapter = get_adapter(input_format) if input_format else sniff(sample, name)
     except CtxcError:
         adapter = None  # the full reader says exactly what is wrong (or reads a whole-document file)
+    scan = None
     if adapter is not None and adapter.name == "claude-code":
         usage, boundaries, skipped = _claude_code(_Lines(buf, name, options))
-        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
+        scan = UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
     if adapter is not None and adapter.name == "codex":
         usage, boundaries, skipped = _codex(_Lines(buf, name, options))
-        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
-    return _full_read(buf, name, input_format, options)
+        scan = UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
+    if scan is None:
+        return _full_read(buf, name, input_format, options)
+    if input_format and not (scan.usage or scan.boundaries):
+        from ctxc.formats import check_forced
+
+        check_forced(input_format, sample, name)
+    return scan
 
 
 def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
