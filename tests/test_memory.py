@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, corpus_params, sample_files
 
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.compaction import files
 from ctxc.compaction.files import CompactJob, compact_file
 from ctxc.compaction.run import CompactOptions, compact_transcript
