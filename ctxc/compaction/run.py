@@ -329,7 +329,7 @@ def _compact_transcript(
             rules = ", ".join(note.meta["rules"])
             n = messages[-1].index
             actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = carried + ledger.total(repaired_msgs)
+        after = carried + ledger.total(sent_part(repaired_msgs, summary_resets=adapter.summary_resets))
         if fixed:
             actions = (
                 *actions,
@@ -429,6 +429,16 @@ def _keep_after_summary(
             out.insert(at, request)
             at += 1
     return tuple(out)
+
+
+def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
+    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
+    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    if summary_resets:
+        for k in range(len(messages) - 1, -1, -1):
+            if messages[k].meta.get("ctxc") == "summary":
+                return messages[k:]
+    return messages
 
 
 def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
