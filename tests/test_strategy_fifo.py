@@ -665,6 +665,33 @@ def test_an_opaque_own_summary_is_not_shortened(strategy: Strategy) -> None:
     assert not [m for m in res.messages if m.meta.get("ctxc") == "summary"]
 
 
+def test_a_refusal_names_the_pinned_words_over_the_target() -> None:
+    """When what must stay is over the target, the error says what it is and by how much."""
+    import io
+
+    import orjson
+
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.errors import OverTargetError
+
+    lines = [
+        {"role": "user", "content": "Port the importer to Rust. " + words(300, "spec")},
+        {"role": "assistant", "content": words(200, "work")},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "Done. " + words(120, "report")},
+    ]
+    transcript = load(io.BytesIO(b"".join(orjson.dumps(line) + b"\n" for line in lines)))
+    counter = make_counter("o200k_base", use_cache=False)
+    with pytest.raises(OverTargetError) as caught:
+        compact_transcript(transcript, CompactOptions(strategy="fifo", target_tokens=100), counter=counter)
+    ledger = Ledger(counter)
+    intent, last = ledger.tokens(transcript.messages[0]), ledger.tokens(transcript.messages[3])
+    message = str(caught.value)
+    assert f"the session's first request (msg 0, {intent:,} tokens)" in message
+    assert f"the last message (msg 3, {last:,} tokens)" in message
+    assert "over the target)" in message
+
+
 # ---------------------------------------------------------------------------------------------------
 # The corpus
 
