@@ -513,3 +513,20 @@ def test_a_claude_code_run_counts_what_the_client_sends(strategy: str) -> None:
         transcript, CompactOptions(strategy=strategy, target_tokens=exact), counter=counter
     )
     assert result.tokens_after <= exact
+
+
+def test_the_last_request_is_the_users_not_claude_codes_interruption_marker() -> None:
+    """Claude Code records "[Request interrupted by user]" as a user message when the user stops a
+    turn: not a request, so the one before it is the last request every strategy keeps."""
+    msgs = numbered(
+        [
+            user("start the server"),
+            assistant("started"),
+            user("scrolling back still does not work"),
+            assistant("looking", ToolUseBlock(id="t1", name="Read", input={"path": "app.js"})),
+            *results(("t1", "import x", False)),
+            user("[Request interrupted by user]"),
+        ]
+    )
+    pinned = pinned_indexes(msgs, ())
+    assert {0, 2} <= pinned

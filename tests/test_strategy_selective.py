@@ -34,7 +34,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.selective import LEVELS, Selective, SelectiveConfig, classify, load_rules, parse_rules
 from ctxc.compaction.units import units
 from ctxc.errors import ExitCode, UsageError
-from ctxc.model import ImageBlock, Message, TextBlock
+from ctxc.model import ImageBlock, Message, TextBlock, UnknownBlock
 
 RANK = {level: n for n, level in enumerate(LEVELS)}
 
@@ -384,6 +384,28 @@ def test_images_stay_when_shedding_them_cannot_meet_the_target() -> None:
     assert msgs[1] in res.messages
     assert msgs[3] in res.messages
     assert all(a.kind == "drop" for a in res.actions)
+
+
+def test_within_adaptive_trimming_keeps_the_logs_own_summary() -> None:
+    """Adaptive's trimming stage keeps the log's own summary, as selective alone does (the run pins it
+    for selective, not for adaptive, which may fold it into a summary): a Codex remote compaction,
+    an opaque assistant item, is the oldest normal message, and trimming dropped it first."""
+    from ctxc.compaction.adaptive import Adaptive
+
+    own = Message(
+        role="assistant",
+        blocks=(UnknownBlock(raw={"type": "compaction"}, text=words(30, "enc"), type="compaction"),),
+        meta={"is_compact_summary": True},
+    )
+    msgs = numbered(
+        [user("port"), own, user("go on"), assistant(words(60, "idea")), user("ok"), assistant("done")]
+    )
+    ctx = make_ctx(msgs, 0, pinned={0, 4, 5})
+    target = ctx.ledger.total(msgs) - ctx.ledger.tokens(msgs[1]) - 1
+    res = Adaptive().compact(msgs, replace(ctx, target=target, explicit_target=True))
+    assert ctx.ledger.total(res.messages) <= target
+    assert msgs[1] in res.messages
+    assert msgs[3] not in res.messages
 
 
 # ---------------------------------------------------------------------------------------------------

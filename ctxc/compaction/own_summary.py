@@ -185,8 +185,10 @@ def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> M
             tiers.events,
             tiers.routine,
         )
-    text_budget = budget
-    for _ in range(4):  # the framing of the message is a few tokens the text budget must leave
+    # The message's framing is a few tokens the text budget must leave, and the shrinking goes in
+    # steps, so a smaller budget may give the same text: ask for less, by more each time.
+    text_budget, step = budget, 1
+    for _ in range(12):
         if text_budget < 1:
             return None
         request = SummaryRequest(messages=(message,), citation=cite, budget=text_budget)
@@ -194,7 +196,8 @@ def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> M
         over = ctx.ledger.tokens(out) - budget
         if over <= 0:
             return out
-        text_budget -= over
+        text_budget -= max(over, step)
+        step *= 2
     return None
 
 
@@ -216,25 +219,33 @@ def fit_own_summary(
         ),
         key=lambda pos: -ctx.ledger.tokens(messages[pos]),
     )
+    if not spots:
+        return result
     excess = ctx.tokens(result.messages) - ctx.target
-    out = list(messages)
-    actions: list[Action] = []
-    for pos in spots:
-        if excess <= 0:
-            break
-        own = messages[pos]
-        before = ctx.ledger.tokens(own)
-        short = shorten_own_summary(own, before - excess, ctx)
-        if short is None:
+    for _ in range(3):  # the rerun may place its placeholders a little differently: ask for that too
+        out = list(messages)
+        actions: list[Action] = []
+        left = excess
+        for pos in spots:
+            if left <= 0:
+                break
+            own = messages[pos]
+            before = ctx.ledger.tokens(own)
+            short = shorten_own_summary(own, before - left, ctx)
+            if short is None:
+                return result
+            after = ctx.ledger.tokens(short)
+            out[pos] = short
+            left -= before - after
+            note = (
+                "the log's own compaction summary, shortened extractively to fit (the original is archived)"
+            )
+            actions.append(Action(strategy, "summarize", own.index, own.index, before, after, note))
+        if left > 0:
             return result
-        after = ctx.ledger.tokens(short)
-        out[pos] = short
-        excess -= before - after
-        note = "the log's own compaction summary, shortened extractively to fit (the original is archived)"
-        actions.append(Action(strategy, "summarize", own.index, own.index, before, after, note))
-    if not actions or excess > 0:
-        return result
-    again = rerun(out)
-    if not ctx.under_target(again.messages):
-        return result
-    return StrategyResult(again.messages, (*actions, *again.actions))
+        again = rerun(out)
+        over = ctx.tokens(again.messages) - ctx.target
+        if over <= 0:
+            return StrategyResult(again.messages, (*actions, *again.actions))
+        excess += over
+    return result
