@@ -642,6 +642,47 @@ def test_an_own_summary_far_over_the_target_keeps_intent_requests_decisions_and_
     assert "the log's own compaction summary (msg 0), shortened" in text
 
 
+#: pi's compaction summary: markdown headings inside <summary> tags.
+PI_SUMMARY = "\n".join(
+    [
+        "The conversation history before this point was compacted into the following summary:",
+        "<summary>",
+        "## Goal",
+        "Make the importer idempotent.",
+        "## Constraints & Preferences",
+        "- Keep the public API unchanged",
+        "## Progress",
+        "### Done",
+        *(f"- [x] step {n}: " + words(20, "done") for n in range(4)),
+        "## Key Decisions",
+        "- **Upserts** for every row, keyed by the source id",
+        "## Next Steps",
+        "1. Run the test suite",
+        "## Critical Context",
+        *(f"- fact {n}: " + words(30, "context") for n in range(4)),
+        "</summary>",
+    ]
+)
+
+
+@TRIMMERS
+def test_a_markdown_own_summary_keeps_its_goal_decisions_and_next_steps(strategy: Strategy) -> None:
+    msgs = own_summary_session(user(PI_SUMMARY, meta={"is_compact_summary": True}))
+    ctx = own_summary_ctx(msgs, 0, strategy)
+    target = ctx.ledger.total([msgs[3]]) + 190
+    res = strategy.compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) <= target
+    text = written_summary(res.messages).text
+    for line in (
+        "Make the importer idempotent.",
+        "Keep the public API unchanged",
+        "**Upserts** for every row, keyed by the source id",  # under its Decisions heading: tier 1
+        "Run the test suite",
+    ):
+        assert line in text
+    assert "context context" not in text  # the rest goes first
+
+
 @TRIMMERS
 def test_an_own_summary_is_kept_whole_when_even_its_shortest_form_is_over(strategy: Strategy) -> None:
     msgs = own_summary_session()

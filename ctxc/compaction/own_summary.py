@@ -4,12 +4,14 @@ fifo and selective pin the summary the client wrote at its own compaction (Claud
 summary, the message of a Codex or pi compaction): it is the only account of what came before it.
 When it is over the target even with everything droppable gone (a 9,000-character Claude summary at a
 tenth of the live context), the run would fail. Since it is already a summary, it is shortened instead,
-extractively and only by as much as the target needs: its lines are sorted into the fixed sections of
-a ctxc summary, and the least important go first (its own chronological analysis, when it also has a
-summary part, before anything else; then code, routine detail, events), while its request and
-intent, the user's messages, decisions, pending tasks, current work and next step stay longest, each
-line verbatim until it must be shortened. The result is a ctxc summary citing the archived original,
-so nothing is lost for good. An opaque summary (Codex's encrypted compaction) cannot be shortened.
+extractively and only by as much as the target needs. The least change first: a summary that holds the
+model's chronological analysis and then its summary part (Claude Code's) loses the analysis, the
+summary part staying verbatim. If that is not enough, its lines are sorted into the fixed sections of a
+ctxc summary and shrunk the extractive summarizer's way: code, routine detail and events first; its
+request and intent, the user's messages, decisions, pending tasks, current work and next step last,
+each line verbatim until it must be shortened. The result is a ctxc summary citing the archived
+original, so nothing is lost for good. An opaque summary (Codex's encrypted compaction) cannot be
+shortened.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _SECTION_WORDS: tuple[tuple[tuple[str, ...], str, int], ...] = (
     (("pending", "next", "todo", "remaining", "open question"), NEXT, 1),
     (("user message", "intent", "request", "goal", "instruction", "constraint", "preference"), INTENT, 1),
     (("current", "progress", "state", "status", "done", "work"), STATE, 1),
-    (("decision", "problem solving", "solution", "approach"), DECISIONS, 2),
+    (("decision",), DECISIONS, 1),
+    (("problem solving", "solution", "approach"), DECISIONS, 2),
     (("error", "fix", "issue", "bug", "problem"), ERRORS, 2),
     (("concept", "technolog"), ARTIFACTS, 3),
     (("file", "code", "artifact", "change"), ARTIFACTS, 2),
@@ -49,7 +52,6 @@ _HEADING = re.compile(
 _BOILERPLATE = (
     "This session is being continued from a previous conversation",
     "If you need specific details from before compaction",
-    "Summary:",
 )
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _FENCE = "```"
@@ -151,7 +153,7 @@ def _without_analysis(message: Message, cite: str) -> str | None:
         if word in ("summary", "/analysis"):
             analysis = False
             continue
-        if not analysis and not raw.strip().startswith(_BOILERPLATE[:2]):
+        if not analysis and not raw.strip().startswith(_BOILERPLATE):
             kept.append(raw)
     body = "\n".join(kept).strip()
     index = max(message.index, 0)
