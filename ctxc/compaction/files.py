@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxc.analysis import load_counted, make_counter
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.reader import ReadOptions, named_bytes, read_all
-from ctxc.tokens import counting_processes
+from ctxc.tokens import counting_processes, make_counter
+from ctxc.tokens.reading import load_counted
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult
 from ctxc.compaction.recursive import summary_message
 from ctxc.model import Message, TextBlock

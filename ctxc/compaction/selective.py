@@ -44,7 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.fifo import CARRY_HELP, Carry, drop_units, protected_units
 from ctxc.compaction.own_summary import fit_own_summary

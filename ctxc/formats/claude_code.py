@@ -822,7 +822,7 @@ class _CompactWriter:
             if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
                 # The client's copy of the full output would undo the compaction (and is often larger).
                 # (Imported here: reading a log must not load the archive and its file-writing modules.)
-                from ctxc.archive import citation
+                from ctxc.archive_store import citation
 
                 note = citation(self.archive_id, m.index)
                 enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
