@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
+from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reader import ReadOptions
 from ctxc.report import Analysis, MessageStat, Row, Scan, summarize_usage
@@ -42,15 +43,23 @@ def analyze(
     options: ReadOptions = ReadOptions(),
     top: int = 10,
     use_cache: bool = True,
+    prices: PriceTable | None = None,
 ) -> Analysis:
-    """Analyze one transcript file (a path, ``-`` or a binary stream).
+    """Analyze one transcript file (a path, ``-`` or a binary stream); recorded usage is priced at
+    ``prices`` (default: the shipped table, see :mod:`ctxc.pricing`).
 
     A file path is analyzed once per content: the scan is cached by the file's content hash (with the
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
     if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
         return analyze_usage(
-            src, window=window, model=model, thresholds=thresholds, input_format=input_format, options=options
+            src,
+            window=window,
+            model=model,
+            thresholds=thresholds,
+            input_format=input_format,
+            options=options,
+            prices=prices,
         )
     th = check_thresholds(thresholds)
     if window is not None or model is not None:
@@ -69,7 +78,13 @@ def analyze(
             store_scan(key, scan)
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     return finish(
-        scan, window=choice.window, model=choice.model, thresholds=th, top=top, source=choice.source
+        scan,
+        window=choice.window,
+        model=choice.model,
+        thresholds=th,
+        top=top,
+        source=choice.source,
+        prices=prices,
     )
 
 
@@ -163,6 +178,7 @@ def finish(
     thresholds: tuple[float, float, float, float],
     top: int = 10,
     source: str = "flag",
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """Apply a window and thresholds to a scan: the live context's cumulative tokens, shares, stages
     and totals, with what the client no longer sends counted apart."""
@@ -231,7 +247,7 @@ def finish(
         by_kind=dict(by_kind.most_common()),
         by_tool=dict(by_tool.most_common()),
         largest=tuple(largest),
-        usage=summarize_usage(scan.usage),
+        usage=summarize_usage(scan.usage, prices),
         boundaries=scan.boundaries,
         problems=scan.problems,
         skipped_lines=scan.skipped_lines,

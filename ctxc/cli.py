@@ -28,6 +28,7 @@ from ctxc.cliutil import (
     NoCacheOpt,
     OutFormat,
     PathsArg,
+    PricesOpt,
     QuietOpt,
     SetOpt,
     SkipInvalidOpt,
@@ -102,6 +103,7 @@ def analyze(
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
+    prices: PricesOpt = None,
     forecast: Annotated[
         bool,
         typer.Option(
@@ -121,10 +123,13 @@ def analyze(
 
     from ctxc.cli_batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
+    from ctxc.pricing import default_prices
 
     options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    if prices:
+        default_prices(prices)  # a bad table fails now, once, not in every worker
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
     # Recorded usage is a byte scan that holds no tokenizer: its workers are plain forks, which cost
@@ -148,6 +153,7 @@ def analyze(
         # Worker processes already fill the cores; threads inside each would only contend.
         concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
         forecast=forecast,
+        prices=prices,
     )
     results, errors, failed = run_one_or_many(
         [(f, replace(job, path=f)) for f in files],
@@ -546,9 +552,22 @@ def _summary_line(doc: dict[str, Any]) -> None:
     stages = ", ".join(f"{k} -{v:,}" for k, v in run["savings"].items() if v) or "nothing to do"
     stderr_console().print(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens (-{pct:.1f}%) with {run['strategy']} "
-        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}",
+        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}",
         markup=False,
         soft_wrap=True,
+    )
+
+
+def _worth(run: dict[str, Any]) -> str:
+    """'; saves $0.50 a turn at claude-opus-4-5 input prices ($0.05 if cached)', when it can be priced."""
+    from ctxc.render import dollars
+
+    worth = run.get("saving_per_turn")
+    if not worth:
+        return ""
+    return (
+        f"; saves {dollars(worth['usd_input'])} a turn at {worth['model']} input prices "
+        f"({dollars(worth['usd_cache_read'])} if cached)"
     )
 
 

@@ -133,6 +133,16 @@ TranscriptOutputOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
 WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        envvar="CTXC_PRICES",
+        metavar="FILE",
+        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
+        show_default=False,
+    ),
+]
 TableOrJsonOpt = Annotated[
     TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
 ]

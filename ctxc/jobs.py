@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxc.pricing import default_prices
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS
@@ -43,6 +44,8 @@ class AnalyzeJob:
     concurrency: int = 4
     #: Also dry-run each adaptive stage (``--forecast``).
     forecast: bool = False
+    #: A price table to apply over the shipped one (``--prices``).
+    prices: str | None = None
 
 
 def analyze_file(job: AnalyzeJob) -> Analysis:
@@ -65,6 +68,7 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
         input_format=job.input_format,
         options=job.read_options,
         top=job.top,
+        prices=default_prices(job.prices),
     )
     if job.forecast:
         from ctxc.compaction.forecast import forecast

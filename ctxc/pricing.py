@@ -9,6 +9,7 @@ there is no prefix matching, which would price ``claude-opus-4-7`` as ``claude-o
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -33,6 +34,8 @@ class Rates:
     output: float
     cache_write: float
     cache_read: float
+    #: Writes to the one-hour cache (Anthropic: twice the input price); the five-minute price if unset.
+    cache_write_1h: float
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class Price:
         return _PER_TOKEN * (
             usage.input * r.input
             + usage.output * r.output
-            + usage.cache_write * r.cache_write
+            + (usage.cache_write - usage.cache_write_1h) * r.cache_write
+            + usage.cache_write_1h * r.cache_write_1h
             + usage.cache_read * r.cache_read
         )
 
@@ -97,7 +101,10 @@ class Cost:
 
 def _rates(doc: Mapping[str, Any], where: str) -> Rates:
     try:
-        return Rates(*(float(doc[k]) for k in ("input", "output", "cache_write", "cache_read")))
+        given, output, written, read = (
+            float(doc[k]) for k in ("input", "output", "cache_write", "cache_read")
+        )
+        return Rates(given, output, written, read, float(doc.get("cache_write_1h", written)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(
             f"{where}: needs numbers input, output, cache_write and cache_read ({exc})"
@@ -132,14 +139,25 @@ def _load(path: Path) -> Mapping[str, Any]:
 
 
 def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
-    """The shipped table, with the models of ``override`` (else ``$CTXC_PRICES``) replacing or added."""
+    """The shipped table, with the models of the ``override`` file replacing or added."""
     as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
-    extra = override or os.environ.get("CTXC_PRICES")
+    extra = override
     if extra:
         extra_as_of, extra_models = _parse(_load(Path(extra)), str(extra))
         models |= extra_models
         as_of = extra_as_of or as_of
     return PriceTable(as_of, models)
+
+
+def default_prices(override: str | None = None) -> PriceTable:
+    """The shipped table with the ``override`` file (else ``$CTXC_PRICES``) applied, read once per
+    process and file."""
+    return _cached_prices(override or os.environ.get("CTXC_PRICES") or None)
+
+
+@functools.cache
+def _cached_prices(override: str | None) -> PriceTable:
+    return load_prices(override)
 
 
 def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:

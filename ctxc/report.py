@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from ctxc.live import LiveContext, last_resets
 from ctxc.model import Boundary, Usage
+from ctxc.pricing import Cost, PriceTable, default_prices, price_usage
 from ctxc.validate import Problem
 
 
@@ -48,6 +49,8 @@ class UsageSummary:
     last_context: int
     max_context: int
     window: int | None
+    #: What the recorded calls cost, per model, at the price table's rates.
+    cost: Cost | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +128,9 @@ class Scan:
         return LiveContext(resets=last_resets(self.boundaries), side=frozenset(self.sidechains))
 
 
-def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
-    """Calls, token sums and the largest and last context of some recorded usage."""
+def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) -> UsageSummary | None:
+    """Calls, token sums, the largest and last context, and the cost of some recorded usage (at
+    ``prices``, else the shipped table with ``$CTXC_PRICES``)."""
     if not usage:
         return None
     windows = [u.window for u in usage if u.window]
@@ -139,6 +143,7 @@ def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
         last_context=usage[-1].context,
         max_context=max(u.context for u in usage),
         window=windows[-1] if windows else None,
+        cost=price_usage(usage, prices or default_prices()),
     )
 
 

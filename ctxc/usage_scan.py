@@ -33,6 +33,7 @@ import orjson
 
 from ctxc.errors import CtxcError, InputError
 from ctxc.model import Boundary, Record, Usage
+from ctxc.pricing import PriceTable
 from ctxc.reader import ReadOptions, named_bytes, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
@@ -246,14 +247,20 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
     API calls. Only records that carry usage are seen here, which every API response does. The loop
     keeps plain integers and builds one :class:`Usage` per call: it runs once per line of a 50 MB log.
     """
-    from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, _SYNTHETIC_MODEL
+    from ctxc.formats.claude_code import (
+        _BOUNDARIES,
+        _MAX_OPEN_RECORDS,
+        _RECENT_IDS,
+        _SYNTHETIC_MODEL,
+        hour_writes,
+    )
 
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
     closed: deque[str] = deque()  # the last _RECENT_IDS closed ids, with a set for fast membership
     closed_set: set[str] = set()
     open_id: str | None = None
-    open_call: list[int] | None = None  # input, output, cache read, cache write, line
+    open_call: list[int] | None = None  # input, output, cache read, cache write, 1h writes, line
     open_model: str | None = None
     open_records = 0
 
@@ -261,8 +268,8 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         nonlocal open_id, open_call
         if open_id is not None:
             if open_call is not None:
-                i, o, r, w, first = open_call
-                usage.append(Usage(i, o, r, w, line=first, model=open_model))
+                i, o, r, w, hour, first = open_call
+                usage.append(Usage(i, o, r, w, line=first, model=open_model, cache_write_1h=hour))
             closed.append(open_id)
             closed_set.add(open_id)
             if len(closed) > _RECENT_IDS:
@@ -306,6 +313,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
                 _int(u.get("output_tokens")),
                 _int(u.get("cache_read_input_tokens")),
                 _int(u.get("cache_creation_input_tokens")),
+                hour_writes(u),
                 line,
             ]
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
@@ -314,13 +322,14 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
             if open_call is None or call is None:
                 open_call = open_call or call
             else:
-                open_call = [max(a, b) for a, b in zip(open_call[:4], call[:4], strict=True)] + [open_call[4]]
+                open_call = [max(a, b) for a, b in zip(open_call[:5], call[:5], strict=True)] + [open_call[5]]
             open_records += 1
             continue
         close()
         if mid is None:
             if call is not None:
-                usage.append(Usage(call[0], call[1], call[2], call[3], line=line, model=model))
+                i, o, r, w, hour, _ = call
+                usage.append(Usage(i, o, r, w, line=line, model=model, cache_write_1h=hour))
             continue
         open_id, open_records, open_model = mid, 1, model
         open_call = None if mid in closed_set else call
@@ -365,6 +374,7 @@ def usage_analysis(
     window: int | None = None,
     model: str | None = None,
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """An :class:`~ctxc.report.Analysis` from recorded usage alone.
 
@@ -376,7 +386,7 @@ def usage_analysis(
     from ctxc.profiles import window_for_log
 
     choice = window_for_log(model=model, window=window, usage=scan.usage)
-    summary = summarize_usage(scan.usage)
+    summary = summarize_usage(scan.usage, prices)
     since = max((b.line for b in scan.boundaries if b.resets), default=0)
     live_calls = [u.context for u in scan.usage if u.line > since]
     peak = max(live_calls, default=0)
@@ -412,6 +422,7 @@ def analyze_usage(
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
     from ctxc.profiles import resolve_window
@@ -420,7 +431,7 @@ def analyze_usage(
     if model is not None or window is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
     scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=window, model=model, thresholds=th)
+    return usage_analysis(scan, window=window, model=model, thresholds=th, prices=prices)
 
 
 def crossing_line(scan: UsageScan, limit: int) -> int | None:

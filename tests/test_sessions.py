@@ -112,6 +112,7 @@ def test_sessions_lists_live_context_per_session(
     code, out, _ = run(capsys, "analyze", codex["path"], "-f", "json")
     analysis = json.loads(out)["files"][0]
     assert codex["tokens"] == analysis["total_tokens"] > 0
+    assert codex["cost_usd"] == analysis["recorded_usage"]["cost"]["usd"] > 0
     assert codex["resume"] == f"codex resume {CODEX_ID}"
     assert rows[1]["resume"] == f"claude --resume {CLAUDE_ID}"
     code, out, _ = run(capsys, "sessions", "--agent", "claude-code", "--since", "2025-01-01", "-f", "csv")

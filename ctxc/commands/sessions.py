@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import JobsOpt, NoCacheOpt, OutFormat, QuietOpt, stdout_console
+from ctxc.cliutil import JobsOpt, NoCacheOpt, OutFormat, PricesOpt, QuietOpt, stdout_console
 from ctxc.errors import UsageError
 
 EPILOG = (
@@ -55,6 +55,7 @@ def sessions(
     ] = None,
     no_cache: NoCacheOpt = False,
     jobs: JobsOpt = None,
+    prices: PricesOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
@@ -67,7 +68,7 @@ def sessions(
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
-    job = AnalyzeJob("", use_cache=not no_cache, top=0)
+    job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
     paths = [str(s.path) for s in found]
     analyses: list[Any] = []
     errors: list[dict[str, Any]] = []
@@ -101,6 +102,7 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
         "tokens": None,
         "window": None,
         "stage": None,
+        "cost_usd": None,
     }
     if analysis is not None:
         row.update(
@@ -108,6 +110,7 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
             tokens=analysis.total_tokens,
             window=analysis.window,
             stage=analysis.stage,
+            cost_usd=analysis.usage.cost.usd if analysis.usage and analysis.usage.cost else None,
         )
     return row
 
@@ -133,6 +136,7 @@ def _emit(
             "tokens",
             "window",
             "stage",
+            "cost_usd",
             "bytes",
             "path",
         ]
@@ -147,6 +151,8 @@ def _emit(
 def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.table import Table
+
+    from ctxc.render import dollars
 
     console = stdout_console()
     if not rows:
@@ -167,6 +173,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             ("msgs", "right"),
             ("tokens", "right"),
             ("stage", "right"),
+            ("cost", "right"),
             ("size", "right"),
         ):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
@@ -178,6 +185,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
                 _number(row["messages"]),
                 _number(row["tokens"]),
                 "?" if row["stage"] is None else str(row["stage"]),
+                "" if row["cost_usd"] is None else dollars(row["cost_usd"]),
                 _size(row["bytes"]),
             )
         console.print(table)
