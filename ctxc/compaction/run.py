@@ -331,7 +331,7 @@ def _compact_transcript(
             rules = ", ".join(note.meta["rules"])
             n = messages[-1].index
             actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = carried + ledger.total(repaired_msgs)
+        after = carried + ledger.total(sent_part(repaired_msgs, summary_resets=adapter.summary_resets))
         if fixed:
             actions = (
                 *actions,
@@ -356,7 +356,9 @@ def _compact_transcript(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
                 f"what is always kept (pinned messages, the last {ctx.keep_last} and what the log's "
-                f"own compaction carries) is {kept_tokens:,} tokens; "
+                f"own compaction carries) is {kept_tokens:,} tokens"
+                + (f" ({kept_tokens - target:,} over the target)" if kept_tokens > target else "")
+                + f"{_largest_kept(messages, pinned, tail, requests, everything, ledger)}; "
                 + ("lower --keep-last, or " if ctx.keep_last > 1 else "")
                 + "use --allow-over to write it anyway",
                 path=transcript.source,
@@ -431,6 +433,44 @@ def _keep_after_summary(
             out.insert(at, request)
             at += 1
     return tuple(out)
+
+
+def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
+    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
+    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    if summary_resets:
+        for k in range(len(messages) - 1, -1, -1):
+            if messages[k].meta.get("ctxc") == "summary":
+                return messages[k:]
+    return messages
+
+
+def _largest_kept(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    tail: set[int],
+    requests: Sequence[Message],
+    everything: Sequence[Message],
+    ledger: Ledger,
+) -> str:
+    """The largest of what must stay, named, for an over-target error: which words are in the way."""
+    intent, last = session_intent(everything), last_request(everything)
+
+    def name(m: Message) -> str:
+        if intent is not None and m.index == intent.index:
+            return "the session's first request"
+        if last is not None and m.index == last.index:
+            return "the last user request"
+        if m.meta.get("is_compact_summary"):
+            return "the log's own summary"
+        if m.role == "system":
+            return "a system message"
+        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
+
+    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
+    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
+    named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
+    return f"; the largest: {named}" if named else ""
 
 
 def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
