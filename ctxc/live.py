@@ -30,8 +30,8 @@ INJECTED_MARKUP = re.compile(
     re.S,
 )
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat and
-# its note that the user interrupted a turn.
+# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat
+# and the marker it records when the user interrupts a turn.
 _HARNESS_OPENINGS = (
     "# AGENTS.md instructions",
     "<INSTRUCTIONS>",
