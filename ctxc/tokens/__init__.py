@@ -98,22 +98,18 @@ def make_counting_service(
 __all__ = ["DEFAULT_TOKENIZER", "TOKENIZERS", "Tokenizer", "get_tokenizer", "make_counting_service"]
 
 
-#: Inputs from this size on are counted by a crew of processes, one per core (ctxc.tokens.prefork);
-#: smaller ones by one child at most, which builds the encoding while ctxc starts.
-PROCESS_MIN_BYTES = 4 << 20
-
-
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
-    """Count in a crew of processes, one per core, while the caller parses an input of ``size`` bytes.
+    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
 
-    For tiktoken counters and large inputs only (see
-    :func:`ctxc.tokens.tiktoken_backend.worker_processes`); anything else gets a context that does
-    nothing. Use it around the whole read-and-count, before starting any thread of your own.
+    For tiktoken counters and inputs of :data:`ctxc.tokens.workers.PROCESS_MIN_BYTES` or more only
+    (see :func:`ctxc.tokens.workers.worker_processes`); anything else gets a context that does nothing.
+    Use it around the whole read-and-count, before starting any thread of your own.
     """
-    tokenizer = getattr(counter, "tokenizer", counter)
-    if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
-        return contextlib.nullcontext(False)
     from ctxc.system import cpu_count
-    from ctxc.tokens.tiktoken_backend import worker_processes
+    from ctxc.tokens import workers
 
-    return worker_processes(tokenizer, cpu_count())
+    tokenizer = getattr(counter, "tokenizer", counter)
+    name, path = getattr(tokenizer, "name", ""), getattr(tokenizer, "path", None)
+    if size < workers.PROCESS_MIN_BYTES or name not in workers.BUNDLED:
+        return contextlib.nullcontext(False)
+    return workers.worker_processes(name, path, cpu_count())

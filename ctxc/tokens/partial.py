@@ -44,13 +44,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    import tiktoken
-
-    from ctxc.tokens.tiktoken_backend import EncodingSpec
+#: The encoding a vocabulary's builder makes (tiktoken.Encoding).
+E = TypeVar("E")
 
 # Unicode White_Space, stable since Unicode 6.3 (which dropped U+180E), and what \s matches in the
 # Rust regex crate tiktoken uses; CR and LF apart, since the cuts treat them differently.
@@ -115,28 +113,29 @@ def _utf8(segment: str) -> bytes:
         return segment.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
-class PartialVocabulary:
+class PartialVocabulary(Generic[E]):
     """Partial encodings of one vocabulary, grown batch by batch.
 
     The tokens found so far are kept, with the segments already looked through, so a later batch that
     repeats earlier text (compaction counts its output after its input) costs only what is new.
     """
 
-    def __init__(self, spec: EncodingSpec, ranks: dict[bytes, int], longest: int) -> None:
-        """``ranks`` is the whole vocabulary, ``longest`` the length of its longest token in bytes."""
-        self.spec = spec
+    def __init__(self, ranks: dict[bytes, int], longest: int, build: Callable[[dict[bytes, int]], E]) -> None:
+        """``ranks`` is the whole vocabulary, ``longest`` the length of its longest token in bytes, and
+        ``build`` makes an encoding of some of its tokens (it must copy the dict it is given)."""
         self.ranks = ranks
+        self._build = build
         self._longest = longest
         self._seen: set[str] = set()
         # Every byte is a token of both vocabularies; with them all, an encoding can be built for no text.
         single = (bytes((i,)) for i in range(256))
         self._tokens = {byte: ranks[byte] for byte in single if byte in ranks}
-        self._encoding: tiktoken.Encoding | None = None
+        self._encoding: E | None = None
         #: Time spent making partial encodings, which the caller adds up to decide when to build the
         #: whole one instead.
         self.seconds = 0.0
 
-    def encoding_for(self, texts: Sequence[str], max_work: int) -> tiktoken.Encoding | None:
+    def encoding_for(self, texts: Sequence[str], max_work: int) -> E | None:
         """An encoding that counts ``texts`` exactly as the whole vocabulary does, or None if finding its
         tokens would take more than ``max_work`` byte strings looked up."""
         new = segments(texts, self._longest) - self._seen
@@ -159,17 +158,5 @@ class PartialVocabulary:
         if found or self._encoding is None:
             ranks = self.ranks
             self._tokens.update({token: ranks[token] for token in found})
-            self._encoding = _build(self.spec, self._tokens)
+            self._encoding = self._build(self._tokens)
         return self._encoding
-
-
-def _build(spec: EncodingSpec, tokens: dict[bytes, int]) -> tiktoken.Encoding:
-    import tiktoken
-
-    return tiktoken.Encoding(
-        name=spec.name,
-        pat_str=spec.pat_str,
-        # A copy: the encoding keeps the dict it is given, and this one grows with the next batch.
-        mergeable_ranks=dict(tokens),
-        special_tokens=dict(spec.special_tokens),
-    )
