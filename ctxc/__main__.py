@@ -35,7 +35,7 @@ def main() -> None:
         from ctxc.tokens import workers
 
         workers.start_for(args)
-        # Ctrl-C is held while ctxc.cli and its dependencies import (0.1 s), then delivered where the
+        # Ctrl-C is held while ctxc.cli and its dependencies import, then delivered where the
         # CLI's boundary handles it. An interrupt inside an import can be lost (CPython ignores one
         # raised in an import lock's callback), turn into a RuntimeError (in a class's __set_name__),
         # or crash the process: orjson 3.13 segfaults when its module initialisation is interrupted.

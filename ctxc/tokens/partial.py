@@ -1,9 +1,9 @@
 """Exact counts from part of a BPE vocabulary: the tokens a batch of texts can use.
 
-Building tiktoken's encoding costs about 1.5 µs per token of its vocabulary, in a Rust constructor that
-holds the GIL: 0.3 s for o200k's 200,000 tokens, half of what a 100 KB ``analyze`` may take on a
-machine's first run. That text uses a few thousand of them, and an encoding built from those alone
-takes 10 ms and counts it identically. Why that holds:
+Building tiktoken's encoding costs time in proportion to its vocabulary (200,000 tokens for o200k), in
+a Rust constructor that holds the GIL: more than the rest of a small ``analyze``. A small input uses a
+few thousand of those tokens, and an encoding built from them alone is built far sooner and counts it
+identically (bench/README.md has the figures). Why that holds:
 
 tiktoken cuts a text into *pieces* with its encoding's regex, and encodes each piece by looking up byte
 strings of that piece only (the whole piece, then adjacent parts it merges). So an encoding that holds

@@ -100,7 +100,7 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
         if path is None:
             where = f"ctxc/tokens/data/{spec.filename}"
             beside = Path(__file__).with_name("data") / spec.filename
-            if beside.is_file():  # an installed package is files: importlib.resources costs 22 ms
+            if beside.is_file():  # an installed package is files: importlib.resources is a slow import
                 data = beside.read_bytes()
             else:  # a zip
                 import importlib.resources
@@ -123,9 +123,9 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
 
 
 def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
-    """``base64token rank`` lines to a rank table (what tiktoken's load_tiktoken_bpe does, 2x faster).
+    """``base64token rank`` lines to a rank table (what tiktoken's load_tiktoken_bpe does, faster).
 
-    ``in_order`` takes each token's rank to be its line number without reading it, a third faster. The
+    ``in_order`` takes each token's rank to be its line number without reading it. The
     bundled files, whose content their sha256 fixes, are such (a test holds them to it); a file given by
     path is read in full.
     """
@@ -292,10 +292,10 @@ def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
     """``len(enc.encode_ordinary(text))``, without building the list of tokens.
 
     tiktoken's core can also write the tokens to a buffer (what its ``encode_to_numpy`` uses) of four
-    bytes a token; its size is the count, and no Python int is made per token: counting runs about 5%
-    faster. The buffer call, given no allowed special tokens, encodes as ``encode_ordinary`` does (a
-    test holds it to that); a tiktoken without it, and text with lone surrogates, which
-    ``encode_ordinary`` repairs first, go through ``encode_ordinary``.
+    bytes a token; its size is the count, and no Python int is made per token. The buffer call, given
+    no allowed special tokens, encodes as ``encode_ordinary`` does (a test holds it to that); a
+    tiktoken without it, and text with lone surrogates, which ``encode_ordinary`` repairs first, go
+    through ``encode_ordinary``.
     """
     encode = enc.encode_ordinary
     to_buffer = getattr(getattr(enc, "_core_bpe", None), "encode_to_tiktoken_buffer", None)
