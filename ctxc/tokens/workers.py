@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ctxc.system import cpu_count, env_flag, exit_with
+from ctxc.system import cpu_count, env_flag, exit_with, interrupts_held
 from ctxc.tokens import tiktoken_backend as backend
 
 if TYPE_CHECKING:
@@ -156,8 +156,11 @@ class CountingPool:
             initargs=(name, path, partial, self.owner),
         )
         # With the fork start method, the first submit forks every worker (before the pool's threads
-        # start), so they build while this process goes on.
-        self._pool.submit(int)
+        # start), so they build while this process goes on. The pool's threads start with Ctrl-C held,
+        # and keep it so: delivered to one of them, it would reach the main thread even while that
+        # holds it (ctxc/__main__.py holds it while importing).
+        with interrupts_held():
+            self._pool.submit(int)
 
     @property
     def usable(self) -> bool:
