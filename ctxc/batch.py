@@ -387,7 +387,7 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        from ctxc.archive import open_private
+        from ctxc.output import open_private
 
         with self._locked(), open_private(self.path) as handle:
             handle.write(line)

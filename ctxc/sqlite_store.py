@@ -118,7 +118,7 @@ class SqliteStore:
             return None
         if self._conn is None:
             try:
-                from ctxc.archive import private_dir, private_file
+                from ctxc.output import private_dir, private_file  # not ctxc.archive: a slow import
 
                 # Summaries quote transcripts: the file is 0600 (and its -wal, -shm) whatever the umask.
                 private_file(private_dir(self.path.parent) / self.path.name)

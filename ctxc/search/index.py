@@ -173,7 +173,7 @@ class SearchIndex:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            from ctxc.archive import private_dir, private_file
+            from ctxc.output import private_dir, private_file
             from ctxc.sqlite_store import open_wal
 
             # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask, and

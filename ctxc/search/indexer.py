@@ -14,7 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from ctxc.archive import Archive, open_private
+from ctxc.archive import Archive
+from ctxc.output import open_private
 from ctxc.search import index_queued
 from ctxc.search.background import LOG_NAME, queued, writer_lock
 
