@@ -134,6 +134,7 @@ pool.start(["warm"])()
 pid = next(iter(pool._pool._processes))
 os.kill(pid, 9)  # dies between batches
 died = pool.start(["a"])()
+later = [pool.start(["b"])() for _ in range(3)]  # the pool is broken now: each is None at once
 
 # Another process (a batch worker forked later) inherits the object but may not use it.
 other = workers.CountingPool("o200k_base", 1)
@@ -144,8 +145,8 @@ other.close()  # not the owner: leaves the workers alone
 os.getpid = real_getpid
 answer = other.start(["a b", "c"])()
 other.close()
-print(orjson.dumps({"failed": failed, "died": died, "usable_elsewhere": usable_elsewhere,
-                    "answer": answer}).decode())
+print(orjson.dumps({"failed": failed, "died": died, "later": later,
+                    "usable_elsewhere": usable_elsewhere, "answer": answer}).decode())
 """
 
 
@@ -155,6 +156,7 @@ def test_failed_build_dead_worker_and_foreign_process(tmp_path: Path) -> None:
     doc = run_script(FAILURES, str(corrupt))
     assert doc["failed"] is None  # the caller then builds itself and raises the real error
     assert doc["died"] is None
+    assert doc["later"] == [None, None, None]
     assert doc["usable_elsewhere"] is False
     assert doc["answer"] == [2, 1]
 

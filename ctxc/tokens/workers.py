@@ -174,7 +174,10 @@ class CountingPool:
         """
         large = self.size > 1 and len(texts) > 1 and sum(map(len, texts)) >= SPLIT_MIN_CHARS
         parts = split(texts, self.size) if large else [(0, len(texts))]
-        futures = [self._pool.submit(_count_in_worker, texts[a:b]) for a, b in parts if b > a]
+        try:
+            futures = [self._pool.submit(_count_in_worker, texts[a:b]) for a, b in parts if b > a]
+        except RuntimeError:  # a worker died before (BrokenProcessPool), or the pool was stopped
+            return lambda: None
 
         def collect() -> list[int] | None:
             try:
