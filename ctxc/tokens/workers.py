@@ -220,7 +220,23 @@ def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 
 
 def _fork_is_safe() -> bool:
-    return sys.platform == "linux" and cpu_count() >= 2 and threading.active_count() == 1
+    return (
+        sys.platform == "linux"
+        and cpu_count() >= 2
+        and threading.active_count() == 1
+        and _standard_streams_open()
+    )
+
+
+def _standard_streams_open() -> bool:
+    """Whether descriptors 0-2 are open: the pool's pipes would otherwise take the number of a closed
+    one, which the CLI may close or replace under them."""
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def start(name: str, size: int, path: Path | None = None, *, partial: bool = False) -> CountingPool:
