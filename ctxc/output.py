@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TextIO, cast
 
 import orjson
 
-from ctxc import __version__
+from ctxc._version import __version__
 from ctxc.errors import OutputError
 
 SCHEMA_VERSION = 1
@@ -397,55 +397,3 @@ def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
                 tmp.unlink()
                 removed.append(tmp)
     return removed
-
-
-# -- private files (the archive, caches that quote transcripts) --------------------------------------
-
-PRIVATE_DIR = 0o700
-PRIVATE_FILE = 0o600
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents mode 0700, whatever the umask (``mkdir(parents=True)``
-    would give the parents the umask's mode)."""
-    missing: list[Path] = []
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
-            d.mkdir(mode=PRIVATE_DIR)
-    return path
-
-
-def tighten(path: Path, mode: int) -> None:
-    """Take group and other permissions off ``path`` if it has any (best effort: a file someone else
-    owns is left as it is)."""
-    with contextlib.suppress(OSError):
-        if stat.S_IMODE(path.stat().st_mode) & ~mode:
-            path.chmod(mode)
-
-
-def open_private(path: Path, mode: str = "ab") -> BinaryIO:
-    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), created 0600
-    whatever the umask, and tightened to 0600 if it exists with more."""
-    flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
-    fd = os.open(path, flags, PRIVATE_FILE)
-    try:
-        if stat.S_IMODE(os.fstat(fd).st_mode) & ~PRIVATE_FILE:
-            with contextlib.suppress(OSError):
-                os.fchmod(fd, PRIVATE_FILE)
-        return cast(BinaryIO, os.fdopen(fd, mode))
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def private_file(path: Path) -> Path:
-    """Create ``path`` empty and 0600 if it is missing, else tighten it to 0600: for files another
-    library creates (SQLite gives its ``-wal`` and ``-shm`` files the mode of the database file)."""
-    open_private(path).close()
-    for extra in ("-wal", "-shm", "-journal"):
-        tighten(path.with_name(path.name + extra), PRIVATE_FILE)
-    return path
