@@ -196,12 +196,12 @@ class CountingPool:
         """Stop the workers at once: a worker may still be building an encoding nobody will use."""
         if not self.usable:
             return
-        processes = list(getattr(self._pool, "_processes", None) or {})
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for pid in processes:
+        for pid in list(getattr(self._pool, "_processes", None) or {}):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)  # a worker dies at once (see _start_worker)
-        self._pool.shutdown(wait=True)
+        # Then wait for the pool's own thread, which closes its pipes: one still closing them when the
+        # interpreter exits races the exit's wake-up call ("Exception ignored ... Bad file descriptor").
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
