@@ -28,14 +28,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.formats import transcript_suffixes
 from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
 
 if TYPE_CHECKING:
     import threading
     from concurrent.futures import Future
-
-#: Suffixes a directory walk picks up when no ``--glob`` is given.
-TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -55,7 +53,7 @@ class Input:
 
 def _matches(rel: str, pattern: str | None) -> bool:
     if pattern is None:
-        return rel.endswith(TRANSCRIPT_SUFFIXES)
+        return rel.endswith(transcript_suffixes())  # each format's own
     # A pattern without a slash matches the file name at any depth, like .gitignore.
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 

@@ -27,16 +27,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ctxc.agent import Compaction, ContextManager
 from ctxc.analysis import STAGE_NAMES, stage_for
 from ctxc.errors import UsageError
+from ctxc.formats import get_adapter
 from ctxc.live import live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
 
 if TYPE_CHECKING:
     from rich.text import Text
-
-#: Formats whose recorded usage lines come *before* the response they measure (Kimi's ``_usage``
-#: is the running context size as the next call is made); elsewhere usage follows or sits on it.
-_USAGE_BEFORE_RESPONSE = frozenset({"chat"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +134,7 @@ def replay(
     # Placeholders and summaries cite the transcript by its content hash, as `compact` does without
     # an archive.
     archive_id = sha256_hex(transcript.to_bytes())
-    tool_role = True if transcript.format in ("codex", "pi", "openhands") else None
+    tool_role = True if get_adapter(transcript.format).tool_role else None
 
     managed: list[Message] = []
     managed_tokens = 0
@@ -257,7 +254,7 @@ def _recorded(
             if k and m.usage.context:
                 recorded.setdefault(k, m.usage.context)
     elif transcript.conversations == 1:
-        before = transcript.format in _USAGE_BEFORE_RESPONSE
+        before = get_adapter(transcript.format).usage_before_response
         for u in transcript.usage:
             k = _turn_after(starts, u.line) if before else bisect.bisect_right(starts, u.line)
             if 1 <= k <= len(turns) and u.context:

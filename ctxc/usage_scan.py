@@ -2,8 +2,8 @@
 
 Claude Code logs (``message.usage``) and Codex rollouts (``token_count`` events) record every API
 call's tokens. Reading those figures needs neither a tokenizer nor the conversation model, so this
-module does not build either: it searches the raw bytes for the few lines that carry usage
-(``"usage"``; ``"token_count"`` and ``compacted"`` for Codex) and parses only those, with orjson. On
+module does not build either: it searches the raw bytes for the few lines that carry usage (the
+adapter's ``usage_needles``: ``"usage"``, or Codex's ``"token_count"``) and parses only those. On
 54 MB of Claude Code logs that is about 6 MB parsed instead of 54 and no message objects at all, which
 is what keeps ``analyze --tokenizer usage`` within a small factor of ccusage (a native binary).
 
@@ -15,7 +15,7 @@ deduplicated by their running total. The tests hold the two paths equal on every
 
 Deliberate differences from a full read, for speed: lines that carry no usage are not parsed, so a
 broken line elsewhere in the file is not reported (``ctxc validate`` and plain ``analyze`` do that), and
-``--skip-invalid`` counts only skipped usage lines. Other formats that record usage (pi sessions, Kimi
+``--skip-invalid`` counts only skipped usage lines. Formats without ``usage_needles`` (pi sessions, Kimi
 chat logs, API responses stored as chat lines) go through the full reader, still without tokenizing.
 A file that records no usage at all is an error naming its format, not a silent zero.
 """
@@ -40,13 +40,12 @@ from ctxc.analysis import (
     summarize_usage,
 )
 from ctxc.errors import CtxcError, InputError, UsageError
+from ctxc.formats.base import FormatAdapter
 from ctxc.model import Boundary, Record, Usage
 from ctxc.reader import ReadOptions, named_bytes, parse_line
 
 #: The ``--tokenizer`` name that selects this module instead of counting.
 USAGE_TOKENIZER = "usage"
-#: Formats whose usage lines are found by searching the bytes (the others are read in full).
-FAST_FORMATS = frozenset({"claude-code", "codex"})
 
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
@@ -136,13 +135,14 @@ def _scan_buffer(
             adapter = get_adapter(input_format) if input_format else sniff(sample, name)
     except CtxcError:
         adapter = None  # the full reader says exactly what is wrong (or reads a whole-document file)
-    if adapter is not None and adapter.name == "claude-code":
-        usage, boundaries, skipped = _claude_code(_Lines(buf, name, options))
-        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
-    if adapter is not None and adapter.name == "codex":
-        usage, boundaries, skipped = _codex(_Lines(buf, name, options))
-        return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
-    return _full_read(buf, name, input_format, options)
+    if adapter is None or not adapter.usage_needles:
+        return _full_read(buf, name, input_format, options)
+    lines = _Lines(buf, name, options)
+    if adapter.name == "claude-code":  # a hand-written loop: it runs once per line of a 100 MB log
+        usage, boundaries, skipped = _claude_code(lines, adapter.usage_needles)
+    else:
+        usage, boundaries, skipped = _needle_lines(lines, adapter)
+    return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
 
 
 def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
@@ -253,7 +253,9 @@ class _Lines:
                 yield n, Record(line=line, raw=raw, eol=b"", data=data)
 
 
-def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+def _claude_code(
+    lines: _Lines, needles: Sequence[bytes]
+) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
     """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
 
     Mirrors the full reader's rules (:mod:`ctxc.formats.claude_code`): an open response takes the
@@ -287,7 +289,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
                     closed_set.discard(gone)
         open_id, open_call = None, None
 
-    for line, _raw, data in lines.parsed((b'"usage"', b'compact_boundary"')):
+    for line, _raw, data in lines.parsed(needles):
         if not isinstance(data, dict):
             continue
         rtype = data.get("type")
@@ -348,17 +350,15 @@ def _int(value: Any) -> int:
     return value if type(value) is int else 0  # not bool, which is an int subclass
 
 
-def _codex(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
-    """Codex's own reader over only the ``token_count``, ``turn_context`` and compaction lines: it yields
-    the usage and boundaries it yields over the whole file, since those come from these lines alone
-    (bar the message indexes and carried messages of boundaries, which need the messages)."""
-    from ctxc.formats import get_adapter
-
+def _needle_lines(
+    lines: _Lines, adapter: FormatAdapter
+) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+    """The adapter's own reader over only the lines holding its ``usage_needles``: it yields the usage
+    and boundaries it yields over the whole file, since those come from these lines alone (bar the
+    message indexes and carried messages of boundaries, which need the messages)."""
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
-    for item in get_adapter("codex").read(
-        lines.records((b'"token_count"', b'compacted"', b'"turn_context"'))
-    ):
+    for item in adapter.read(lines.records(adapter.usage_needles)):
         if isinstance(item, Usage):
             usage.append(item)
         elif isinstance(item, Boundary):
@@ -482,7 +482,6 @@ def render_usage(a: Analysis) -> list[Any]:
 
 
 __all__ = [
-    "FAST_FORMATS",
     "USAGE_TOKENIZER",
     "RecordedUsageOnly",
     "UsageScan",

@@ -251,7 +251,6 @@ def _compact_transcript(
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
     adapter = get_adapter(transcript.format)
-    tool_role_default = transcript.format in ("codex", "pi", "openhands")
     # Only the live context is compacted: what the client no longer sends (before the log's own
     # compaction, subagent runs written inline) stays as it is.
     live = live_context(transcript.boundaries, transcript.messages)
@@ -318,7 +317,7 @@ def _compact_transcript(
                 summary_resets=adapter.summary_resets,
             )
         repaired_msgs, fixed = repair_messages(
-            result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
+            result_messages, tool_role=None if any(m.role == "tool" for m in messages) else adapter.tool_role
         )
         # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
         # report never says "nothing to do" for an output smaller than its input.

@@ -32,6 +32,11 @@ def adapters() -> dict[str, FormatAdapter]:
     return dict(_ADAPTERS)
 
 
+def transcript_suffixes() -> tuple[str, ...]:
+    """The file name endings of every registered format, for a directory walk."""
+    return tuple(sorted({s for a in _ADAPTERS.values() for s in a.suffixes}))
+
+
 def get_adapter(name: str) -> FormatAdapter:
     try:
         return _ADAPTERS[name]
