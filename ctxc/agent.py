@@ -330,7 +330,7 @@ class ContextManager:
         if problems:  # repair makes this impossible; never hand a loop an invalid request
             raise AssertionError(f"compacted messages have a pairing problem: {problems[0]}")
         after = ledger.total(repaired)
-        enforce = self._explicit or self.options.strategy != "adaptive"
+        enforce = self._explicit or not self._strategy.best_effort
         if after > self.target and enforce and not self.options.allow_over:
             raise OverTargetError(
                 f"{self.options.strategy} reached {after:,} tokens, over the {self.target:,} target"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
 from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
-from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
+from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 
 #: The last messages kept verbatim unless the caller says otherwise.
 DEFAULT_KEEP_LAST = 4
-
-#: Strategies that may call the summarizer (adaptive does from stage 4 on).
-SUMMARIZING = frozenset({"recursive", "hierarchical", "adaptive"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +183,7 @@ def ready_summarizer(options: CompactOptions) -> Any:
     rejected key, or an unknown model, fails before any work."""
     summarizer = get_summarizer(options.summarizer, options.summarizer_options)
     preflight = getattr(summarizer, "preflight", None)
-    if options.strategy in SUMMARIZING and callable(preflight):
+    if get_strategy(options.strategy).uses_summarizer and callable(preflight):
         preflight()
     return summarizer
 
@@ -277,7 +274,7 @@ def _compact_transcript(
             if m.index in keep
             or (m.role == "system" and m.meta.get("carried"))
             # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
-            or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
+            or (m.meta.get("is_compact_summary") and not strategy.uses_summarizer)
         )
         carried = ledger.total(as_is)
         before = carried + ledger.total(messages)
@@ -299,11 +296,11 @@ def _compact_transcript(
             instructions=options.instructions,
         )
         quiet_cost = ledger.total([quiet_note]) if quiet_note else 0
-        if before + quiet_cost <= target and not explicit and options.strategy == "adaptive":
+        if before + quiet_cost <= target and not explicit and strategy.best_effort:
             result_messages: tuple[Message, ...] = tuple(messages)
             actions: tuple[Action, ...] = ()
         else:
-            for keep_last in _keep_last_steps(options, explicit):
+            for keep_last in _keep_last_steps(options, explicit, strategy):
                 ctx = replace(ctx, keep_last=keep_last)
                 res = strategy.compact(messages, ctx)
                 if ledger.total(res.messages) <= ctx.target:
@@ -346,7 +343,7 @@ def _compact_transcript(
         kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
         # falling short of the default target is then not an error.
-        enforce = explicit or options.strategy != "adaptive"
+        enforce = explicit or not strategy.best_effort
         if after > target and enforce and not options.allow_over:
             over = after - target
             raise OverTargetError(
@@ -370,7 +367,7 @@ def _compact_transcript(
         transcript,
         outcomes,
         ledger,
-        enforce=explicit or options.strategy != "adaptive",
+        enforce=explicit or not strategy.best_effort,
         allow_over=options.allow_over,
     )
     if archive is not None and stored is not None:
@@ -430,11 +427,11 @@ def _keep_after_summary(
     return tuple(out)
 
 
-def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
+def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy) -> tuple[int, ...]:
     """The ``keep_last`` values to try in turn: the one asked for, then, under an explicit target and
     unless it is strict, fewer down to one. Not with a summarizer that calls out: each try would be
     paid for again."""
-    local = options.strategy not in SUMMARIZING or options.summarizer == "extractive"
+    local = not strategy.uses_summarizer or options.summarizer == "extractive"
     if options.strict_keep_last or not explicit or not local:
         return (options.keep_last,)
     return tuple(range(options.keep_last, 0, -1)) or (1,)

@@ -28,6 +28,11 @@ def register(adapter: FormatAdapter) -> FormatAdapter:
     return adapter
 
 
+def unregister(name: str) -> None:
+    """Remove a format (a test's or a plugin's); unknown names are an error."""
+    del _ADAPTERS[name]
+
+
 def adapters() -> dict[str, FormatAdapter]:
     return dict(_ADAPTERS)
 
