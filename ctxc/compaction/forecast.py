@@ -17,8 +17,8 @@ from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter
 from ctxc.archive import sha256_hex
 from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
+from ctxc.compaction.kernel import pinned_indexes
 from ctxc.compaction.ledger import Ledger
-from ctxc.compaction.run import pinned_indexes
 from ctxc.model import Message, Transcript
 from ctxc.summarize import get_summarizer
 

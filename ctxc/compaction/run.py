@@ -7,7 +7,6 @@ validated (pairing) and measured (target) before it is written, and it is writte
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -15,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
 from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
+from ctxc.compaction.kernel import Plan, compact_conversation, copy_of, is_plain, pinned_indexes
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.live import last_request, live_context, request_text, session_intent
+from ctxc.formats.base import FormatAdapter
+from ctxc.live import live_context
 from ctxc.model import Message, Transcript
-from ctxc.repair import repair_messages
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.validate import Problem, pairing_problems
 
@@ -126,43 +126,6 @@ def strategy_configs(options: CompactOptions) -> dict[str, Any]:
     return parse_settings({**stages, **options.settings})
 
 
-_INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
-    """Indexes that must survive: system messages, the session's first and last requests, pins,
-    critical messages and the last message."""
-    keep: set[int] = set()
-    if not messages:
-        return frozenset()
-    keep.add(messages[-1].index)
-    for request in (session_intent(messages), last_request(messages)):
-        if request is not None:
-            keep.add(request.index)
-    patterns: list[re.Pattern[str]] = []
-    ranges: list[tuple[int, int]] = []
-    for pin in pins:
-        m = _INDEX_RANGE.match(pin.strip())
-        if m:
-            lo = int(m.group(1))
-            ranges.append((lo, int(m.group(2) or lo)))
-            continue
-        try:
-            patterns.append(re.compile(pin))
-        except re.error as exc:
-            raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
-    for msg in messages:
-        if msg.role == "system" or msg.importance == "critical":
-            keep.add(msg.index)
-        if any(lo <= msg.index <= hi for lo, hi in ranges):
-            keep.add(msg.index)
-        if patterns:
-            text = msg.text
-            if any(p.search(text) for p in patterns):
-                keep.add(msg.index)
-    return frozenset(keep)
-
-
 def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     if options.target_tokens is not None and options.target_ratio is not None:
         raise UsageError("give --target-tokens or --target-ratio, not both")
@@ -226,9 +189,7 @@ def _compact_transcript(
     from ctxc.profiles import resolve_window
 
     window, _ = resolve_window(model=options.model, window=options.window)
-    target, explicit = resolve_target(options, window)
-    strategy = get_strategy(options.strategy)
-    configs = strategy_configs(options)
+    resolve_target(options, window)  # a bad target fails before the summarizer is checked
     summarizer = ready_summarizer(options)
     counter = counter or make_counter(
         options.tokenizer,
@@ -244,132 +205,14 @@ def _compact_transcript(
         ledger.seed(transcript.messages, counts)
     else:
         ledger.prime(transcript.messages)
-
-    outcomes: list[ConversationOutcome] = []
-    outputs: dict[int, tuple[Message, ...]] = {}
     adapter = get_adapter(transcript.format)
-    # Only the live context is compacted: what the client no longer sends (before the log's own
-    # compaction, subagent runs written inline) stays as it is.
-    live = live_context(transcript.boundaries, transcript.messages)
-    for conv in range(transcript.conversations):
-        everything = transcript.conversation(conv)
-        if conv in live.side:
-            continue
-        history, messages = live.split(everything)
-        if not messages:
-            continue
-        keep = pinned_indexes(everything, options.pins)
-        reset = live.resets.get(conv)
-        # What must survive but lies before the log's own compaction goes into the live context.
-        requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
-        # What the log's compaction record carries into the live context counts. Where the writer can
-        # replace it, it is compacted with the rest; elsewhere it stays as it is.
-        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
-        if as_is and adapter.rewrites_carried:
-            messages = (*_carried_copies(as_is, conv), *messages)
-            as_is = ()
-        pinned = frozenset(
-            m.index
-            for m in messages
-            if m.index in keep
-            or (m.role == "system" and m.meta.get("carried"))
-            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
-            or (m.meta.get("is_compact_summary") and not strategy.uses_summarizer)
-        )
-        carried = ledger.total(as_is)
-        before = carried + ledger.total(messages)
-        # Reminders are appended after compaction, so the strategy aims below the target by their cost.
-        quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
-        reserve = ledger.total([compacted_note]) if compacted_note else 0
-        reserve += carried + ledger.total(requests)
-        ctx = CompactContext(
-            target=max(1, target - reserve),
-            window=window,
-            ledger=ledger,
-            summarizer=summarizer,
-            archive=archive,
-            archive_id=archive_id,
-            pinned=pinned,
-            keep_last=options.keep_last,
-            configs=configs,
-            explicit_target=explicit,
-            instructions=options.instructions,
-        )
-        quiet_cost = ledger.total([quiet_note]) if quiet_note else 0
-        if before + quiet_cost <= target and not explicit and strategy.best_effort:
-            result_messages: tuple[Message, ...] = tuple(messages)
-            actions: tuple[Action, ...] = ()
-        else:
-            for keep_last in _keep_last_steps(options, explicit, strategy):
-                ctx = replace(ctx, keep_last=keep_last)
-                res = strategy.compact(messages, ctx)
-                if ledger.total(res.messages) <= ctx.target:
-                    break
-            result_messages, actions = res.messages, res.actions
-            result_messages = _keep_after_summary(
-                result_messages,
-                pinned,
-                requests,
-                as_is,
-                summary_resets=adapter.summary_resets,
-            )
-        repaired_msgs, fixed = repair_messages(
-            result_messages, tool_role=None if any(m.role == "tool" for m in messages) else adapter.tool_role
-        )
-        # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
-        # report never says "nothing to do" for an output smaller than its input.
-        repair_tokens = (ledger.total(result_messages), ledger.total(repaired_msgs)) if fixed else (0, 0)
-        note = compacted_note if actions else quiet_note
-        if note is not None:
-            repaired_msgs = (*repaired_msgs, note)
-            rules = ", ".join(note.meta["rules"])
-            n = messages[-1].index
-            actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = carried + ledger.total(repaired_msgs)
-        if fixed:
-            actions = (
-                *actions,
-                Action(
-                    "repair",
-                    "repair",
-                    messages[0].index,
-                    messages[-1].index,
-                    *repair_tokens,
-                    f"{len(fixed)} pairing fix(es)",
-                ),
-            )
-        pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
-        tail = {m.index for m in messages[-ctx.keep_last :]}
-        kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
-        # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
-        # falling short of the default target is then not an error.
-        enforce = explicit or not strategy.best_effort
-        if after > target and enforce and not options.allow_over:
-            over = after - target
-            raise OverTargetError(
-                f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
-                f"{target:,} target; "
-                f"what is always kept (pinned messages, the last {ctx.keep_last} and what the log's "
-                f"own compaction carries) is {kept_tokens:,} tokens; "
-                + ("lower --keep-last, or " if ctx.keep_last > 1 else "")
-                + "use --allow-over to write it anyway",
-                path=transcript.source,
-            )
-        leftover = pairing_problems(repaired_msgs, strict=True)
-        if leftover:  # repair is meant to make this impossible: fail loudly rather than write it
-            raise AssertionError(f"output still has pairing problems: {leftover[0]}")
-        outputs[conv] = (*history, *repaired_msgs)
-        outcomes.append(ConversationOutcome(conv, before, after, target, pinned_tokens, actions, fixed))
-
-    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
-    out = _verify(
-        written,
-        transcript,
-        outcomes,
-        ledger,
-        enforce=explicit or not strategy.best_effort,
-        allow_over=options.allow_over,
+    plan = make_plan(
+        options, window=window, ledger=ledger, summarizer=summarizer, archive=archive, archive_id=archive_id
     )
+    plan = replace(plan, tool_role=adapter.tool_role, summary_resets=adapter.summary_resets)
+    outputs, outcomes = compact_live(transcript, options, plan, adapter)
+    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
+    out = _verify(written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over)
     if archive is not None and stored is not None:
         # The original is on disk before this returns, so before the caller writes any output.
         if stored.result() != archive_id:
@@ -386,45 +229,83 @@ def _compact_transcript(
     )
 
 
-#: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
-_NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
-
-
-def _keep_after_summary(
-    messages: Sequence[Message],
-    pinned: frozenset[int],
-    requests: Sequence[Message],
-    carried: Sequence[Message],
+def make_plan(
+    options: CompactOptions,
     *,
-    summary_resets: bool,
-) -> tuple[Message, ...]:
-    """Place what must survive where the client sends it.
+    window: int,
+    ledger: Ledger,
+    summarizer: Any,
+    archive: Archive | None = None,
+    archive_id: str = "",
+) -> Plan:
+    """The :class:`~ctxc.compaction.kernel.Plan` ``options`` describe at ``window``; the format's facts
+    (``tool_role``, ``summary_resets``) are left at their defaults for the caller to set."""
+    target, explicit = resolve_target(options, window)
+    strategy = get_strategy(options.strategy)
+    context = CompactContext(
+        target=target,
+        window=window,
+        ledger=ledger,
+        summarizer=summarizer,
+        archive=archive,
+        archive_id=archive_id,
+        keep_last=options.keep_last,
+        configs=strategy_configs(options),
+        explicit_target=explicit,
+        instructions=options.instructions,
+    )
+    steps = _keep_last_steps(options, explicit, strategy)
+    return Plan(strategy, context, steps, allow_over=options.allow_over)
 
-    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
-    kept before the summary get a copy after it (the originals stay where they were, in the file's
-    history). Copies of pinned messages from before the log's own compaction (the session's first and
-    last requests among them) go after the last summary (or first), each unless what the client sends
-    already quotes it.
+
+def compact_live(
+    transcript: Transcript, options: CompactOptions, plan: Plan, adapter: FormatAdapter
+) -> tuple[dict[int, tuple[Message, ...]], list[ConversationOutcome]]:
+    """Each conversation's live context compacted by the kernel; its history stays as it is.
+
+    Returns the messages of each conversation compacted (history first) and what became of it.
     """
-    out = list(messages)
-    summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
-    at = summaries[-1] + 1 if summaries else 0
-    if summary_resets and summaries:
-        copies = [_copy(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
-        out[at:at] = copies
-        at += len(copies)
-        sent = [*carried, *out[summaries[-1] :]]
-    else:
-        sent = [*carried, *out]
-    if not summaries:
-        # After the log's own summary, which opens the live context.
-        while at < len(out) and out[at].meta.get("is_compact_summary"):
-            at += 1
-    for request in requests:
-        if not any(request_text(request) in m.text for m in sent):
-            out.insert(at, request)
-            at += 1
-    return tuple(out)
+    ledger = plan.context.ledger
+    outcomes: list[ConversationOutcome] = []
+    outputs: dict[int, tuple[Message, ...]] = {}
+    # Only the live context is compacted: what the client no longer sends (before the log's own
+    # compaction, subagent runs written inline) stays as it is.
+    live = live_context(transcript.boundaries, transcript.messages)
+    for conv in range(transcript.conversations):
+        everything = transcript.conversation(conv)
+        if conv in live.side:
+            continue
+        history, messages = live.split(everything)
+        if not messages:
+            continue
+        keep = pinned_indexes(everything, options.pins)
+        reset = live.resets.get(conv)
+        # What must survive but lies before the log's own compaction goes into the live context.
+        requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
+        # What the log's compaction record carries into the live context counts. Where the writer can
+        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
+        if as_is and adapter.rewrites_carried:
+            messages = (*_carried_copies(as_is, conv), *messages)
+            as_is = ()
+        before = ledger.total(as_is) + ledger.total(messages)
+        notes = _reminder_messages(options, messages, before, plan.context.window)
+        done = compact_conversation(
+            messages, plan, keep=keep, carried=as_is, requests=requests, notes=notes, source=transcript.source
+        )
+        outputs[conv] = (*history, *done.messages)
+        outcomes.append(
+            ConversationOutcome(
+                conv,
+                done.tokens_before,
+                done.tokens_after,
+                plan.context.target,
+                done.pinned_tokens,
+                done.actions,
+                done.repaired,
+            )
+        )
+    return outputs, outcomes
 
 
 def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy) -> tuple[int, ...]:
@@ -444,19 +325,6 @@ def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Mess
         replace(m, index=k - len(carried), conversation=conversation, meta={**m.meta, "carried": True})
         for k, m in enumerate(carried)
     )
-
-
-def _plain(message: Message) -> bool:
-    """A user or assistant message of words only: a copy of it pairs with nothing."""
-    return message.role in ("user", "assistant") and not any(
-        b.kind in ("tool_use", "tool_result") for b in message.blocks
-    )
-
-
-def _copy(message: Message, why: str) -> Message:
-    """``message`` as a new message: the writer gives it a record (and identity) of its own."""
-    meta = {"ctxc": why, **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
-    return replace(message, records=(), raw=None, meta=meta)
 
 
 def _reminder_messages(
@@ -532,3 +400,19 @@ def _verify(
                 path=source.source,
             )
     return replace(reread, source=source.source)
+
+
+__all__ = [
+    "DEFAULT_KEEP_LAST",
+    "CompactOptions",
+    "CompactionResult",
+    "ConversationOutcome",
+    "compact_live",
+    "compact_transcript",
+    "make_plan",
+    "parse_settings",
+    "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
+    "ready_summarizer",
+    "resolve_target",
+    "strategy_configs",
+]
