@@ -5,7 +5,8 @@
     python examples/ray_compact.py dataset.jsonl compacted.jsonl --as-file     # cite the file, like the CLI
 
 Each line of a dataset (``{"messages": [...]}``) is one conversation and is compacted on its own, so
-the job is a plain ``map``: Ray spreads it over every core of a machine or a cluster. Each result row
+the job is a plain ``map``: Ray spreads it over every core of a machine or a cluster. Each record runs
+the per-conversation kernel of ``ctxc compact`` (``ctxc.compaction.kernel.compact_conversation``). Each result row
 carries the compacted line, the tokens before and after, and the status (``ok``, ``skipped`` for a line
 that is not a conversation, ``error`` with the message ctxc would print).
 
