@@ -123,14 +123,7 @@ def replay(
 
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
-    conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
-    if not 0 <= conv < transcript.conversations:
-        raise UsageError(
-            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
-        )
-    msgs = transcript.conversation(conv)
-    if not msgs:
-        raise UsageError(f"conversation {conv} has no messages")
+    conv, msgs = _chosen(transcript, ledger, conversation)
     # Placeholders and summaries cite the transcript by its content hash, as `compact` does without
     # an archive.
     archive_id = sha256_hex(transcript.to_bytes())
@@ -159,22 +152,11 @@ def replay(
                 )
                 managed = list(compacted)
                 managed_tokens = compaction.tokens_after
-            fired: tuple[Reminder, ...] = ()
-            if manager.rules is not None:
-                calls, said = last_response(msgs[started:i])
-                state = TurnState(
-                    turn=number - 1,
-                    tokens=began,
-                    window=manager.window,
-                    tool_calls=calls,
-                    response=said,
-                    compacted=compaction is not None and compaction.changed,
-                )
-                fired = manager.reminders_due(state)
-                if fired:
-                    note = reminder_message(fired, after=managed[-1] if managed else None)
-                    managed.append(note)
-                    managed_tokens += ledger.tokens(note)
+            fired = _fire_reminders(manager, msgs[started:i], number, began, compaction)
+            if fired:
+                note = reminder_message(fired, after=managed[-1] if managed else None)
+                managed.append(note)
+                managed_tokens += ledger.tokens(note)
             turns.append(
                 Turn(
                     turn=number,
@@ -195,6 +177,54 @@ def replay(
         raw_tokens += n
         prev_role = m.role
 
+    return _result(transcript, manager, conv, msgs, turns, raw_tokens, managed_tokens)
+
+
+def _chosen(transcript: Transcript, ledger: Any, conversation: int | None) -> tuple[int, tuple[Message, ...]]:
+    """The conversation to replay (default: the largest) and its messages."""
+    conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
+    if not 0 <= conv < transcript.conversations:
+        raise UsageError(
+            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
+        )
+    msgs = transcript.conversation(conv)
+    if not msgs:
+        raise UsageError(f"conversation {conv} has no messages")
+    return conv, msgs
+
+
+def _fire_reminders(
+    manager: ContextManager,
+    response: Sequence[Message],
+    number: int,
+    began: int,
+    compaction: Compaction | None,
+) -> tuple[Reminder, ...]:
+    """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
+    if manager.rules is None:
+        return ()
+    calls, said = last_response(response)
+    state = TurnState(
+        turn=number - 1,
+        tokens=began,
+        window=manager.window,
+        tool_calls=calls,
+        response=said,
+        compacted=compaction is not None and compaction.changed,
+    )
+    return manager.reminders_due(state)
+
+
+def _result(
+    transcript: Transcript,
+    manager: ContextManager,
+    conv: int,
+    msgs: Sequence[Message],
+    turns: list[Turn],
+    raw_tokens: int,
+    managed_tokens: int,
+) -> Replay:
+    """The replay of ``turns``: the usage the log recorded attached, its own compactions placed."""
     starts = [t.line for t in turns]
     with_usage = _recorded(transcript, msgs, turns, starts)
     marks = tuple(

@@ -296,18 +296,7 @@ def _claude_code(
         if rtype == "system":
             subtype = data.get("subtype")
             if subtype in _BOUNDARIES:
-                md = data.get(_BOUNDARIES[subtype])
-                md = md if isinstance(md, dict) else {}
-                pre, trigger = md.get("preTokens"), md.get("trigger")
-                boundaries.append(
-                    Boundary(
-                        kind=subtype,
-                        line=line,
-                        trigger=trigger if isinstance(trigger, str) else None,
-                        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
-                        resets=subtype == "compact_boundary",
-                    )
-                )
+                boundaries.append(_claude_boundary(data, subtype, _BOUNDARIES[subtype], line))
             continue
         message = data.get("message")
         if rtype != "assistant" or not isinstance(message, dict):
@@ -344,6 +333,20 @@ def _claude_code(
         open_call = None if mid in closed_set else call
     close()
     return tuple(usage), tuple(boundaries), lines.skipped
+
+
+def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
+    """A Claude Code compaction record as a boundary (its metadata under ``key``)."""
+    md = data.get(key)
+    md = md if isinstance(md, dict) else {}
+    pre, trigger = md.get("preTokens"), md.get("trigger")
+    return Boundary(
+        kind=subtype,
+        line=line,
+        trigger=trigger if isinstance(trigger, str) else None,
+        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+        resets=subtype == "compact_boundary",
+    )
 
 
 def _int(value: Any) -> int:
