@@ -138,7 +138,9 @@ def _scan_buffer(
     if adapter is None or not adapter.usage_needles:
         return _full_read(buf, name, input_format, options)
     lines = _Lines(buf, name, options)
-    if adapter.name == "claude-code":  # a hand-written loop: it runs once per line of a 100 MB log
+    # Claude Code's hand-written loop gives what its reader gives over these lines (a test holds
+    # them equal) in half the time: it runs once per line of a 100 MB log.
+    if adapter.name == "claude-code":
         usage, boundaries, skipped = _claude_code(lines, adapter.usage_needles)
     else:
         usage, boundaries, skipped = _needle_lines(lines, adapter)
