@@ -35,10 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
 from ctxc.analysis import DEFAULT_THRESHOLDS, check_thresholds, make_counter, stage_for
 from ctxc.errors import UsageError
+from ctxc.formats.dicts import Shape, detect_shape, from_messages, json_bytes, to_messages
 from ctxc.model import Message, Transcript
 from ctxc.reminders import (
     Reminder,
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from ctxc.compaction.run import CompactOptions
     from ctxc.composer import Composition, PromptComposer
 
-Shape = Literal["anthropic", "openai"]
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
 #: holds far fewer; the counting service's own memo keeps texts cheap after a clear).
 _MEMO_LIMIT = 200_000
@@ -161,9 +159,11 @@ class ContextManager:
             instructions=instructions,
             use_cache=use_cache,
         )
-        self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
-        self._configs = strategy_configs(self.options)
-        self.target, self._explicit = resolve_target(self.options, self.window)
+        # An unknown strategy, a bad setting or target fails here, not mid-run.
+        get_strategy(strategy)
+        strategy_configs(self.options)
+        #: The token target of a compaction at the full window (a system prompt lowers it).
+        self.target, _ = resolve_target(self.options, self.window)
         self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)
         self.rules = _rules(reminders)
@@ -192,7 +192,7 @@ class ContextManager:
             if isinstance(m, Message):
                 objects.append(m)
                 continue
-            key = hashlib.blake2b(_json(m), digest_size=16).digest()
+            key = hashlib.blake2b(json_bytes(m), digest_size=16).digest()
             n = self._memo.get(key)
             if n is None:
                 todo.append((key, m))
@@ -288,7 +288,7 @@ class ContextManager:
         from ctxc.formats import get_adapter
         from ctxc.live import compaction_block_boundary
 
-        data = b"".join(_json(m) + b"\n" for m in messages)
+        data = b"".join(json_bytes(m) + b"\n" for m in messages)
         archive_id = self.archive.store(data) if self.archive is not None else sha256_hex(data)
         boundaries = tuple(b for m in parsed if (b := compaction_block_boundary(m)) is not None)
         transcript = Transcript("chat", (), tuple(parsed), "<messages>", boundaries=boundaries)
@@ -406,75 +406,6 @@ class ContextManager:
         return detect_shape(messages)
 
 
-def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
-    """Anthropic when a message is Anthropic-only (tool_use/tool_result blocks...), else OpenAI.
-
-    A list whose every message is valid in both shapes (plain strings) is the same either way.
-    """
-    from ctxc.formats.chat import detect_dialect
-
-    for m in messages:
-        if isinstance(m, Mapping):
-            found = detect_dialect(m)
-            if found is not None:
-                return found
-    return "openai"
-
-
-def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = None) -> list[Message]:
-    """ctxc messages for a dict list (indexes are positions in the list; non-messages are skipped)."""
-    from ctxc.formats.chat import ChatState, importance_of, parse_chat_message
-
-    state = ChatState()
-    state.dialect = shape
-    out: list[Message] = []
-    for i, obj in enumerate(messages):
-        parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None
-        if parsed is None:
-            continue
-        role, blocks, meta = parsed
-        out.append(
-            Message(
-                role=role,
-                blocks=blocks,
-                index=i,
-                line=i + 1,
-                importance=importance_of(obj),
-                meta=meta,
-                raw=obj,
-            )
-        )
-    return out
-
-
-def from_messages(
-    result: Sequence[Message],
-    given: Sequence[Mapping[str, Any]],
-    parsed: Sequence[Message],
-    *,
-    shape: Shape,
-) -> list[dict[str, Any]]:
-    """Dicts for compacted ``result``: a message kept as it was is the very dict given (``parsed``
-    are the messages read from ``given``); a new or changed one is encoded in ``shape``."""
-    from ctxc.formats.chat import encode_chat_message
-
-    kept = {id(m): given[m.index] for m in parsed}
-    by_json: dict[bytes, Mapping[str, Any]] | None = None
-    out: list[dict[str, Any]] = []
-    for m in result:
-        original = kept.get(id(m))
-        if original is None:
-            new = m if "dialect" in m.meta else replace(m, meta={**m.meta, "dialect": shape})
-            encoded = encode_chat_message(new)
-            if by_json is None:
-                by_json = {}
-                for obj in reversed(given):  # the first of equal dicts wins
-                    by_json[_json(obj)] = obj
-            original = by_json.get(_json(encoded), encoded)
-        out.append(original if isinstance(original, dict) else dict(original))
-    return out
-
-
 def compact_messages(
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -517,13 +448,6 @@ def compact_messages(
         allow_over=allow_over,
     )
     return manager.compact(messages)
-
-
-def _json(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except TypeError as exc:
-        raise UsageError(f"messages must be JSON-serialisable dicts: {exc}") from None
 
 
 def _role(obj: Any) -> Any:
