@@ -265,7 +265,6 @@ def compact_live(
 
     Returns the messages of each conversation compacted (history first) and what became of it.
     """
-    ledger = plan.context.ledger
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
     # Only the live context is compacted: what the client no longer sends (before the log's own
@@ -288,8 +287,7 @@ def compact_live(
         if as_is and adapter.rewrites_carried:
             messages = (*_carried_copies(as_is, conv), *messages)
             as_is = ()
-        before = ledger.total(as_is) + ledger.total(messages)
-        notes = _reminder_messages(options, messages, before, plan.context.window)
+        notes = _reminder_messages(options, messages, as_is, plan)
         done = compact_conversation(
             messages, plan, keep=keep, carried=as_is, requests=requests, notes=notes, source=transcript.source
         )
@@ -328,13 +326,16 @@ def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Mess
 
 
 def _reminder_messages(
-    options: CompactOptions, messages: Sequence[Message], tokens: int, window: int
+    options: CompactOptions, messages: Sequence[Message], carried: Sequence[Message], plan: Plan
 ) -> tuple[Message | None, Message | None]:
-    """The reminder message to append if nothing is compacted, and the one if something is."""
+    """The reminder message to append if nothing is compacted, and the one if something is; the rules
+    measure the live context with what the log's compaction carries into it."""
     if options.reminders is None:
         return None, None
     from ctxc.reminders import due_at_end, reminder_message
 
+    ledger, window = plan.context.ledger, plan.context.window
+    tokens = ledger.total(carried) + ledger.total(messages)
     out: list[Message | None] = []
     for compacted in (False, True):
         due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
