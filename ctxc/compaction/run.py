@@ -207,9 +207,14 @@ def _compact_transcript(
         ledger.prime(transcript.messages)
     adapter = get_adapter(transcript.format)
     plan = make_plan(
-        options, window=window, ledger=ledger, summarizer=summarizer, archive=archive, archive_id=archive_id
+        options,
+        window=window,
+        ledger=ledger,
+        summarizer=summarizer,
+        archive=archive,
+        archive_id=archive_id,
+        adapter=adapter,
     )
-    plan = replace(plan, tool_role=adapter.tool_role, summary_resets=adapter.summary_resets)
     outputs, outcomes = compact_live(transcript, options, plan, adapter)
     written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
     out = _verify(written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over)
@@ -237,9 +242,10 @@ def make_plan(
     summarizer: Any,
     archive: Archive | None = None,
     archive_id: str = "",
+    adapter: FormatAdapter | None = None,
 ) -> Plan:
-    """The :class:`~ctxc.compaction.kernel.Plan` ``options`` describe at ``window``; the format's facts
-    (``tool_role``, ``summary_resets``) are left at their defaults for the caller to set."""
+    """The :class:`~ctxc.compaction.kernel.Plan` ``options`` describe at ``window``, with the facts of
+    the format written (``tool_role``, ``summary_resets``; without one, a chat list's)."""
     target, explicit = resolve_target(options, window)
     strategy = get_strategy(options.strategy)
     context = CompactContext(
@@ -255,7 +261,14 @@ def make_plan(
         instructions=options.instructions,
     )
     steps = _keep_last_steps(options, explicit, strategy)
-    return Plan(strategy, context, steps, allow_over=options.allow_over)
+    return Plan(
+        strategy,
+        context,
+        steps,
+        allow_over=options.allow_over,
+        tool_role=adapter.tool_role if adapter is not None else False,
+        summary_resets=adapter.summary_resets if adapter is not None else False,
+    )
 
 
 def compact_live(
