@@ -10,7 +10,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -30,7 +30,10 @@ from ctxc.cliutil import (
     QuietOpt,
     SetOpt,
     SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
     ThresholdsOpt,
+    TranscriptOutputOpt,
     WindowOpt,
     cells,
     expand_paths,
@@ -39,6 +42,8 @@ from ctxc.cliutil import (
     read_options,
     stderr_console,
     stdout_console,
+    table_on_terminal,
+    transcript_output,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
 from ctxc.terminal import visible
@@ -220,7 +225,7 @@ class ConvertTarget(StrEnum):
 )
 def convert(
     paths: PathsArg = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    output: TranscriptOutputOpt = None,
     to: Annotated[
         ConvertTarget,
         typer.Option(
@@ -246,9 +251,9 @@ def convert(
 
     inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
     ropts = read_options(skip_invalid, max_line_mb)
-    _batch_mode(paths, inputs, output, out_dir)
+    _batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, output, to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, transcript_output(output), to.value, input_format, ropts))
         return
     jobs_list = [
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
@@ -311,9 +316,7 @@ def _load_reminders(path: str | None) -> Any:
 )
 def compact(
     paths: PathsArg = None,
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="Output file, or - for stdout (the default).")
-    ] = "-",
+    output: TranscriptOutputOpt = None,
     out_dir: Annotated[
         str | None,
         typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
@@ -335,8 +338,13 @@ def compact(
         ),
     ] = False,
     fmt: Annotated[
-        OutFormat | None,
-        typer.Option("--format", "-f", help="Batch report on stdout: table or json."),
+        TableOrJson | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="With --out-dir, --in-place or --dry-run: the report on stdout, table (default on a "
+            "terminal) or json.",
+        ),
     ] = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
     target_tokens: Annotated[
@@ -369,7 +377,7 @@ def compact(
     ] = False,
     report: Annotated[str | None, typer.Option("--report", help="Write a JSON report to this file.")] = None,
     instructions: Annotated[
-        str | None, typer.Option(help="Focus for summaries, like /compact [instructions].")
+        str | None, typer.Option(help="Focus for summaries, like /compact \\[instructions].")
     ] = None,
     reminders: Annotated[
         str | None,
@@ -413,6 +421,9 @@ def compact(
 
     th = parse_thresholds(thresholds)
     sets = parse_sets(settings or [])
+    if fmt is not None and not (dry_run or out_dir is not None or in_place):
+        # One file's output is the transcript itself: there is no report to format.
+        raise UsageError("--format is for a report: give it with --out-dir, --in-place or --dry-run")
     options = CompactOptions(
         strategy=strategy,
         target_tokens=target_tokens,
@@ -447,17 +458,21 @@ def compact(
 
     # A walk never takes the batch's own outputs or archive for inputs (an --out-dir inside the tree).
     inputs = collect_inputs(paths, glob=glob, exclude=[d for d in (out_dir, archive_root(archive)) if d])
-    batch = _batch_mode(paths, inputs, output, out_dir, in_place)
+    batch = _batch_mode(paths, inputs, output or "-", out_dir, in_place)
+    if not (batch or dry_run):
+        output = transcript_output(output)
     ropts = read_options(skip_invalid, max_line_mb)
     if report is not None:
         outs = (
-            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs] if batch else [output]
+            [i.path if in_place else str(Path(out_dir or ".") / i.rel) for i in inputs]
+            if batch
+            else [output or "-"]
         )
         _check_report(report, inputs=tuple(i.path for i in inputs), outputs=[] if dry_run else outs)
     if not batch:
         job = CompactJob(
             inputs[0].path,
-            output,
+            output or "-",
             options,
             archive,
             input_format,
@@ -468,7 +483,7 @@ def compact(
         )
         doc = compact_file(job)
         if dry_run:
-            _emit_plan(doc)
+            _emit_plan(doc, table_on_terminal(fmt))
             return
         if not quiet:
             _summary_line(doc)
@@ -537,10 +552,10 @@ def _summary_line(doc: dict[str, Any]) -> None:
     )
 
 
-def _emit_plan(doc: dict[str, Any]) -> None:
+def _emit_plan(doc: dict[str, Any], fmt: TableOrJson) -> None:
     from ctxc.output import dumps, write_stdout
 
-    if not sys.stdout.isatty():
+    if fmt is TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from rich.table import Table
@@ -613,18 +628,25 @@ def strategies(
     )
 )
 def restore(
-    ref: Annotated[str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    ref: Annotated[
+        str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
+    ],
+    output: TranscriptOutputOpt = None,
     archive: ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
+    import re
+
     from ctxc.archive import Archive
-    from ctxc.errors import ArchiveError
+    from ctxc.errors import ArchiveError, InputError
     from ctxc.output import atomic_output
 
+    is_file = Path(ref).is_file()
+    if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
+        raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
     inputs: tuple[str, ...] = ()
-    if Path(ref).is_file():
+    if is_file:
         found = store.find_original(Path(ref).read_bytes())
         if found is None:
             raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
@@ -634,7 +656,9 @@ def restore(
         ident = store.resolve(ref)
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
-    with atomic_output(output, inputs=inputs, like=str(store.object_path(ident))) as handle:
+    with atomic_output(
+        transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
+    ) as handle:
         handle.write(data)
 
 
@@ -651,7 +675,10 @@ def validate(
     loose: Annotated[
         bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
     ] = False,
-    fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    fmt: Annotated[
+        TableOrJson | None,
+        typer.Option("--format", "-f", help="table (one line per file or problem) or json."),
+    ] = None,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
@@ -677,7 +704,7 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
-    if fmt is OutFormat.json:
+    if fmt is TableOrJson.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
@@ -704,9 +731,10 @@ def validate(
     )
 )
 def repair(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file, or - for stdout.")] = "-",
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    output: TranscriptOutputOpt = None,
     archive: ArchiveOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
@@ -719,6 +747,7 @@ def repair(
     from ctxc.reader import named_bytes, read_all
     from ctxc.repair import repair_messages
 
+    output = transcript_output(output)
     name, data = read_all(path)
     options = read_options(skip_invalid, max_line_mb)
     transcript = load(named_bytes(name, data), input_format=input_format, options=options)
@@ -749,6 +778,8 @@ def repair(
         output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
     ) as handle:
         handle.write(out_bytes)
+    if quiet:
+        return
     stderr_console().print(
         f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
         markup=False,
@@ -756,7 +787,16 @@ def repair(
     )
 
 
-@app.command(epilog="[bold]Example[/bold]\n\n  ctxc formats")
+@app.command(
+    epilog=(
+        "[bold]Examples[/bold]\n\n"
+        "  ctxc formats\n\n"
+        "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
+        "cannot tell\n\n"
+        "Every command sniffs the format from the first records; --input-format forces one, and a file "
+        "that the forced format reads as no messages at all is an error naming the format sniffing picks."
+    )
+)
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from ctxc.formats import adapters
@@ -768,13 +808,13 @@ def formats() -> None:
 
 @app.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
 def models(
-    fmt: Annotated[OutFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    fmt: TableOrJsonOpt = None,
 ) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
-    if fmt is OutFormat.json or (fmt is None and not sys.stdout.isatty()):
+    if table_on_terminal(fmt) is TableOrJson.json:
         rows = [
             {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
             for p in PROFILES
@@ -812,11 +852,54 @@ def _root(
 COMMAND_MODULES: tuple[str, ...] = ("search", "eval", "check", "agent")
 
 
+#: Help panels of the commands with too many options for one list, by parameter name.
+HELP_PANELS: dict[str, dict[str, str]] = {
+    "compact": {
+        **dict.fromkeys(("input_format", "skip_invalid", "max_line_mb"), "Input"),
+        **dict.fromkeys(
+            ("target_tokens", "target_ratio", "model", "window", "keep_last", "pin", "allow_over"), "Target"
+        ),
+        **dict.fromkeys(("thresholds", "tokenizer", "no_cache"), "Target"),
+        **dict.fromkeys(("strategy", "settings", "summarizer", "instructions", "reminders"), "Strategy"),
+        **dict.fromkeys(
+            ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
+            "Strategy",
+        ),
+        **dict.fromkeys(("output", "fmt", "dry_run", "report", "quiet"), "Output"),
+        **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
+        **dict.fromkeys(("archive", "no_index"), "Archive"),
+    }
+}
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose usage line names a required argument plainly (``REF``, not typer's ``{REF}``),
+    and whose options go in the panels :data:`HELP_PANELS` gives it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        panels = HELP_PANELS.get(self.name or "", {})
+        for param in self.params:
+            if param.name in panels:
+                param.rich_help_panel = panels[param.name]  # type: ignore[attr-defined]
+        # Help shows panels in the order their first option comes; parsing only minds the arguments'
+        # order, which a stable sort keeps.
+        order = list(dict.fromkeys(panels.values()))
+        self.params.sort(key=lambda p: order.index(panels[p.name]) + 1 if p.name in panels else 0)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
 def _register_command_modules() -> None:
     import importlib
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"ctxc.commands.{name}").register(app)
+    for info in app.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = _Command
 
 
 _register_command_modules()
@@ -845,18 +928,39 @@ def _click_command(args: list[str]) -> Any:
     return typer.main.get_command(only)
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
-    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
-    RuntimeError."""
+def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an exception it was raised from or while handling is one of ``kinds``."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
+        if isinstance(cause, kinds):
             return True
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return False
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
+    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
+    RuntimeError."""
+    return _caused_by(exc, (KeyboardInterrupt,))
+
+
+def _reader_gone() -> NoReturn:
+    """The reader of stdout went away (``| head``): stop quietly, exit 0, and keep Python from
+    complaining at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(int(ExitCode.OK))
+
+
+def _usage_message(exc: Exception) -> str:
+    """A bad command line as ctxc's one line, naming the help to read (not click's four lines)."""
+    ctx = getattr(exc, "ctx", None)
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"ctxc: error: {str(message).rstrip('.')}{hint}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -875,19 +979,20 @@ def main(argv: list[str] | None = None) -> None:
         stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(int(exc.exit_code))
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
-        show = getattr(exc, "show", None)
-        if callable(show):
-            show()
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``ctxc``: its message is the help
+            exc.show()  # type: ignore[attr-defined]
         else:
-            sys.stderr.write(visible(f"ctxc: error: {exc}") + "\n")
+            sys.stderr.write(visible(_usage_message(exc)) + "\n")
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()
     except (BrokenPipeError, ReaderGone):
-        # The reader went away (``| head``): stop quietly and keep Python from complaining at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(int(ExitCode.OK))
+        _reader_gone()
+    except SystemExit as exc:
+        # rich meets a closed pipe (help, tables printed by typer) with SystemExit(1): still a reader gone.
+        if _caused_by(exc, (BrokenPipeError, ReaderGone)):
+            _reader_gone()
+        raise
     except Exception as exc:
         if _interrupted(exc):
             exit_interrupted()

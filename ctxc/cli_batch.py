@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import OutFormat, cells, stderr_console
+from ctxc.cliutil import TableOrJson, cells, stderr_console
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -101,7 +101,7 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: OutFormat | None,
+    fmt: TableOrJson | None,
     report: str | None,
 ) -> int:
     """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal. Returns the exit code.
@@ -183,6 +183,10 @@ def run_compact_batch(
     totals = {
         "files": len(jobs_list),
         "ok": sum(r["status"] == "ok" for r in finished),
+        # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
+        "unchanged": sum(
+            r["status"] == "ok" and r.get("output_sha256") == r.get("archive_id") for r in finished
+        ),
         "planned": sum(r["status"] == "planned" for r in finished),
         "skipped": sum(r["status"] == "skipped" for r in finished),
         "failed": sum(r["status"] == "failed" for r in finished),
@@ -194,9 +198,9 @@ def run_compact_batch(
     if report:
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))
-    if fmt is OutFormat.json:
+    if fmt is TableOrJson.json:
         write_stdout(dumps(doc))
-    elif fmt is OutFormat.table:
+    elif fmt is TableOrJson.table:
         _print_table(finished)
     if not quiet:
         _print_totals(totals)
@@ -267,8 +271,13 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def _print_totals(t: dict[str, Any]) -> None:
-    parts = [f"{t['ok']} compacted"]
-    for key, label in (("planned", "planned"), ("skipped", "already done"), ("failed", "failed")):
+    parts = [f"{t['ok'] - t['unchanged']} compacted"]
+    for key, label in (
+        ("unchanged", "unchanged"),
+        ("planned", "planned"),
+        ("skipped", "already done"),
+        ("failed", "failed"),
+    ):
         if t[key]:
             parts.append(f"{t[key]} {label}")
     if t["not_run"]:

@@ -26,6 +26,16 @@ class TableOrJson(StrEnum):
     json = "json"
 
 
+def transcript_output(output: str | None) -> str:
+    """``--output`` of a command that writes a transcript: stdout by default, but not a terminal unless
+    ``-o -`` asks for it (gzip's rule: JSONL poured onto a screen helps nobody)."""
+    if output is not None:
+        return output
+    if sys.stdout.isatty():
+        raise UsageError("stdout is a terminal: give -o FILE for the transcript (or -o - to print it here)")
+    return "-"
+
+
 def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
     """``--format`` as given; by default a table on a terminal and JSON for a pipe or a file."""
     return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
@@ -125,6 +135,15 @@ def parse_sets(values: list[str]) -> dict[str, str]:
     return out
 
 
+TranscriptOutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Output file, or - for stdout (the default, unless stdout is a terminal).",
+        show_default=False,
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
 WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
@@ -134,7 +153,9 @@ TableOrJsonOpt = Annotated[
 PathsArg = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Transcript files, directories (walked; see --glob), or - for stdin.", show_default=False
+        help="Transcript files, directories (walked; see --glob), or - for stdin.",
+        show_default=False,
+        metavar="[PATH]...",
     ),
 ]
 ArchiveOpt = Annotated[

@@ -144,6 +144,10 @@ def _scan_buffer(
         usage, boundaries, skipped = _claude_code(lines, adapter.usage_needles)
     else:
         usage, boundaries, skipped = _needle_lines(lines, adapter)
+    if input_format and not (usage or boundaries):
+        from ctxc.formats import check_forced
+
+        check_forced(input_format, sample, name)
     return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
 
 

@@ -235,8 +235,8 @@ def test_restore_unknown_id_and_not_an_id(capsys: pytest.CaptureFixture[str], tm
     assert code == ExitCode.ARCHIVE
     one_line_error(err, "holds no object")
     code, _, err = run(capsys, "restore", "nope", "--archive", str(tmp_path))
-    assert code == ExitCode.ARCHIVE
-    one_line_error(err, "not an archive id")
+    assert code == ExitCode.INPUT  # not hex: a file name, mistyped (issue 20 item 10)
+    one_line_error(err, "nope: no such file")
 
 
 def test_compact_rejects_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from ctxc.formats import codex as codex_module
 from ctxc.formats import dump, get_adapter, load
-from ctxc.formats.codex import DEFAULT_TIMESTAMP, encode_compacted, history_messages
+from ctxc.formats.base import run_timestamp
+from ctxc.formats.codex import encode_compacted, history_messages
 from ctxc.model import (
     Boundary,
     ImageBlock,
@@ -529,7 +530,7 @@ def test_mismatched_blocks_are_refused() -> None:
 def test_new_messages() -> None:
     summary = ADAPTER.encode_message(Message(role="system", blocks=(TextBlock("summary"),)))
     assert summary == {
-        "timestamp": DEFAULT_TIMESTAMP,
+        "timestamp": run_timestamp(),  # no neighbour to take it from: the run's time, never 1970
         "type": "response_item",
         "payload": {
             "type": "message",

@@ -51,7 +51,7 @@ REMIND_EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ctxc remind session.jsonl --rules rules.toml\n\n"
     "  ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json\n\n"
-    "Rules are [[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
+    "Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
     "a share of the window), tool_call, keyword_in_response or after_compaction; a message; and an "
     "optional max_repeats. A turn is one model call; the context is what that call would be sent."
 )
@@ -61,7 +61,7 @@ COMPOSE_EPILOG = (
     "  ctxc compose prompt.toml --budget 2000 > system.txt\n\n"
     "  ctxc compose prompt.toml --budget 800 --fill --format json\n\n"
     "  ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections\n\n"
-    "Sections are [[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
+    "Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
     "examples, background), required, and content or file. Exit 6 if the required sections alone "
     "exceed the budget."
 )
@@ -70,7 +70,7 @@ REPLAY_EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ctxc replay session.jsonl --window 100000\n\n"
     "  ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json\n\n"
-    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc[plot]\n\n"
+    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]\n\n"
     "  ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns\n\n"
     "Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
     "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
@@ -88,8 +88,10 @@ def _load(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: 
 
 
 def remind_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
-    rules: Annotated[str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [[reminder]] tables).")],
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    rules: Annotated[
+        str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [\\[reminder]] tables).")
+    ],
     model: ModelOpt = None,
     window: WindowOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
@@ -162,7 +164,9 @@ def remind_command(
 
 
 def compose_command(
-    file: Annotated[str, typer.Argument(help="Prompt sections (TOML, [[section]] tables).")],
+    file: Annotated[
+        str, typer.Argument(help="Prompt sections (TOML, [\\[section]] tables).", metavar="FILE")
+    ],
     budget: Annotated[
         int | None, typer.Option("--budget", "-b", min=1, help="Token budget (default: no limit).")
     ] = None,
@@ -243,7 +247,7 @@ def compose_command(
 
 
 def replay_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.")],
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
     window: WindowOpt = None,
     model: ModelOpt = None,
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
@@ -265,20 +269,25 @@ def replay_command(
     fmt: TableOrJsonOpt = None,
     turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
     plot_file: Annotated[
-        str | None, typer.Option("--plot", help="Also draw the replay to an .svg or .png file (ctxc[plot]).")
+        str | None,
+        typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
     input_format: InputFormatOpt = None,
     skip_invalid: SkipInvalidOpt = False,
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
+    from ctxc.errors import UsageError
     from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
-    from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json, terminal_chart
+    from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
     if plot_file:
         check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
+        if not have_matplotlib():  # a file asked for and not written would be a silent failure
+            raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
     manager = ContextManager(
         model=model,
         window=window,
@@ -293,7 +302,6 @@ def replay_command(
     )
     transcript = _load(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
-    err = stderr_console()
     if table_on_terminal(fmt) is TableOrJson.json:
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
@@ -301,18 +309,10 @@ def replay_command(
     if plot_file is None:
         return
     assert fmt_of_plot is not None
-    if not have_matplotlib():
-        err.print(
-            f"ctxc: warning: matplotlib is not installed (pip install 'ctxc[plot]'): {plot_file} was not "
-            "written; a terminal chart instead:",
-            markup=False,
-            soft_wrap=True,
-        )
-        err.print(terminal_chart(r, width=max(20, min(100, err.width - 14))))
-        return
     with atomic_output(plot_file, inputs=(path,)) as handle:
         plot(r, handle, fmt=fmt_of_plot)
-    err.print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
+    if not quiet:
+        stderr_console().print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:

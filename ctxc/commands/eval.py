@@ -112,7 +112,9 @@ def _render(report: Any) -> None:
 def eval_command(
     paths: Annotated[
         list[str] | None,
-        typer.Argument(help="Transcripts or directories; none: sessions generated from --seed."),
+        typer.Argument(
+            help="Transcripts or directories; none: sessions generated from --seed.", metavar="[PATH]..."
+        ),
     ] = None,
     strategies: Annotated[
         str | None, typer.Option("--strategies", help="Comma-separated strategies (default: all).")
@@ -145,7 +147,7 @@ def eval_command(
         ),
     ] = Scope.session,
     hybrid: Annotated[
-        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc[embed]).")
+        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
     archive: Annotated[
         str | None,
@@ -167,6 +169,7 @@ def eval_command(
         bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
     ] = False,
     skip_invalid: SkipInvalidOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, run_eval, sources_from
@@ -196,13 +199,13 @@ def eval_command(
         )
     sources = sources_from(paths or [], options)
     err = stderr_console()
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not quiet:
         with err.status("evaluating") as status:
             report = run_eval(sources, options, archive=archive, judge=the_judge, progress=status.update)
     else:
         report = run_eval(sources, options, archive=archive, judge=the_judge)
     for name, (got, wanted) in report.planted.items():
-        if got < wanted:
+        if got < wanted and not quiet:
             err.print(
                 f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)",
                 markup=False,

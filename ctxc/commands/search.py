@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Annotated, Any
 
 import typer
@@ -35,7 +36,7 @@ SEARCH_EPILOG = (
     "  ctxc search 'why did we drop redis' --limit 5 --format json\n\n"
     "  ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only\n\n"
     "  ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax\n\n"
-    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc[embed]\n\n"
+    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]\n\n"
     "  ctxc search --reindex                                  # rebuild the index from the archive\n\n"
     "Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
     "updated as compaction archives them). Each hit names its message: print it with "
@@ -74,7 +75,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
-    table = Table("ref", "what", "score", "snippet", show_lines=True)
+    table = Table("ref", "file", "what", "score", "snippet", show_lines=True)
     for h in hits:
         what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
         if h.blob:
@@ -83,13 +84,16 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append("\n")
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
-        table.add_row(*cells(f"{h.ref}\nline {h.line}", what, score), cell)
+        # The original's file name (its folder is in the JSON): which session the hit is from.
+        file = PurePath(h.source).name or h.source
+        table.add_row(*cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
     console.print(table)
 
 
 def search_command(
     query: Annotated[
-        str | None, typer.Argument(help="Words to look for (any order; rarer words weigh more).")
+        str | None,
+        typer.Argument(help="Words to look for (any order; rarer words weigh more).", metavar="QUERY"),
     ] = None,
     archive: ArchiveOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
@@ -103,7 +107,8 @@ def search_command(
     hybrid: Annotated[
         bool,
         typer.Option(
-            "--hybrid", help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc[embed]')."
+            "--hybrid",
+            help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]').",
         ),
     ] = False,
     full: Annotated[bool, typer.Option("--full", help="JSON: include each hit's whole chunk text.")] = False,
@@ -111,6 +116,7 @@ def search_command(
         bool,
         typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
@@ -120,7 +126,7 @@ def search_command(
     from ctxc.search.background import indexer_running
 
     store = Archive.open(archive)
-    if indexer_running(store.root):
+    if indexer_running(store.root) and not quiet:
         note = "ctxc: waiting for the background indexer to finish the search index"
         stderr_console().print(note, markup=False, soft_wrap=True)
     if reindex:
@@ -133,12 +139,14 @@ def search_command(
             )
         for line in report.skipped:
             stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
-        stderr_console().print(
-            f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
-            f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in {store.root / 'search.sqlite'}",
-            markup=False,
-            soft_wrap=True,
-        )
+        if not quiet:
+            stderr_console().print(
+                f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
+                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
+                f"{store.root / 'search.sqlite'}",
+                markup=False,
+                soft_wrap=True,
+            )
         if query is None:
             return
     if query is None:
@@ -161,7 +169,8 @@ def show_command(
     ref: Annotated[
         list[str],
         typer.Argument(
-            help="<id12>:5, <id12>:3-17, an archive id, or a citation: ctxc archive <id12> messages 3-17."
+            help="<id12>:5, <id12>:3-17, an archive id, or a citation: ctxc archive <id12> messages 3-17.",
+            metavar="REF...",
         ),
     ],
     archive: ArchiveOpt = None,

@@ -94,6 +94,7 @@ def write_lines(
             next_record += 1
 
     dialect: Any = None
+    stamps = _Stamps(transcript.records, out)
     for message in out_messages:
         m = message
         if "dialect" in m.meta:
@@ -101,6 +102,11 @@ def write_lines(
         elif dialect is not None:
             # A message ctxc made speaks the dialect of the messages around it (chat files mix none).
             m = replace(m, meta={**m.meta, "dialect": dialect})
+        if not m.records and "timestamp" not in m.meta:
+            # ...and carries the time of the record it follows (pi), so viewers keep it in its place.
+            stamp = stamps.latest()
+            if stamp is not None:
+                m = replace(m, meta={**m.meta, "timestamp": stamp})
         if m.records:
             flush_until(m.records[0])
             if id(m) in originals:
@@ -114,6 +120,34 @@ def write_lines(
             out.append(encode_record(adapter.encode_message(m), eol))
     flush_until(len(transcript.records))
     return _fix_final_eol(out, transcript)
+
+
+class _Stamps:
+    """The ``timestamp`` of the last record written that has one (before any: of the first record that
+    has one), read as the output grows."""
+
+    def __init__(self, records: Sequence[Record], out: list[Record]) -> None:
+        self._records = records
+        self._out = out
+        self._seen = 0
+        self._stamp: str | None = None
+        self._first_done = False
+
+    def latest(self) -> str | None:
+        for rec in self._out[self._seen :]:
+            stamp = _stamp_of(rec)
+            if stamp is not None:
+                self._stamp = stamp
+        self._seen = len(self._out)
+        if self._stamp is None and not self._first_done:
+            self._first_done = True
+            self._stamp = next((t for t in map(_stamp_of, self._records) if t is not None), None)
+        return self._stamp
+
+
+def _stamp_of(rec: Record) -> str | None:
+    stamp = rec.data.get("timestamp") if isinstance(rec.data, dict) else None
+    return stamp if isinstance(stamp, str) else None
 
 
 def _fix_final_eol(out: list[Record], transcript: Transcript) -> tuple[Record, ...]:

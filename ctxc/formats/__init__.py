@@ -63,6 +63,33 @@ def sniff(sample: list[Record], name: str) -> FormatAdapter:
     return _ADAPTERS[scores[0][1]]
 
 
+def check_forced(forced: str, sample: list[Record], name: str) -> None:
+    """Refuse a forced ``--input-format`` that read nothing from a file sniffing gives to another format
+    (a Codex rollout read as Claude Code is 0 messages, not an empty session)."""
+    if not any(r.kind == "passthrough" for r in sample):
+        return
+    try:
+        guess = sniff(sample, name)
+    except FormatError:
+        return  # no format knows the file better: its emptiness is the forced format's answer
+    if guess.name != forced:
+        raise FormatError(
+            f"--input-format {forced} reads nothing in this file, which looks like {guess.name} "
+            f"(give --input-format {guess.name}, or none to sniff)",
+            path=name,
+        )
+
+
+def _forced(items: Iterator[Item], forced: str, sample: list[Record], name: str) -> Iterator[Item]:
+    """``items``, then :func:`check_forced` when no message was among them."""
+    messages = 0
+    for item in items:
+        messages += isinstance(item, Message)
+        yield item
+    if not messages:
+        check_forced(forced, sample, name)
+
+
 @dataclass
 class Stream:
     """An opened transcript being read lazily: its adapter, and its records and items as they come.
@@ -122,10 +149,11 @@ def open_stream(
             elif rec.kind == "invalid":
                 invalid.append(rec.line)
 
+    items = adapter.read(indexed())
     return Stream(
         name=name,
         adapter=adapter,
-        items=adapter.read(indexed()),
+        items=_forced(items, adapter.name, sample, name) if input_format else items,
         records=kept,
         invalid_lines=invalid,
         _handle=owned,

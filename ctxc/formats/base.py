@@ -12,7 +12,9 @@ or else one record per message). Adding a format is one module plus one line in 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
@@ -21,6 +23,18 @@ Item = Message | Usage | Boundary
 
 #: How many leading records sniffing looks at.
 SNIFF_RECORDS = 40
+
+
+@functools.cache
+def run_time() -> datetime:
+    """When this run started writing (one instant per process): the time of a record ctxc adds where no
+    record near it has one, so viewers never sort it to 1970."""
+    return datetime.now(UTC)
+
+
+def run_timestamp() -> str:
+    """:func:`run_time` as the ISO 8601 UTC text logs use: ``2026-12-01T16:57:05.123Z``."""
+    return run_time().strftime("%Y-%m-%dT%H:%M:%S.") + f"{run_time().microsecond // 1000:03d}Z"
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ Item mapping (the Responses-API item type is kept in ``meta["item_type"]``):
 Usage comes from ``token_count`` events (``last_token_usage``; a repeat with unchanged totals is a
 rate-limit refresh, not a call). A ``compacted`` record is one Boundary; the ``context_compacted`` event
 that follows it is the same compaction. New messages (``raw`` None) become current-format lines stamped
-``meta["timestamp"]`` or :data:`DEFAULT_TIMESTAMP`, or bare items when ``meta["dialect"] == "legacy"``.
+``meta["timestamp"]`` or the run's time, or bare items when ``meta["dialect"] == "legacy"``.
 
 Compacted output (:meth:`CodexAdapter.write_compacted`) is recorded the way Codex records its own
 compaction: a ``compacted`` record whose ``replacement_history`` is the history Codex would resume with
@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import Item, run_timestamp
 from ctxc.formats.shapes import (
     content_text,
     dumps_compact,
@@ -107,9 +107,6 @@ _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"
 _RESULT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 #: Items the harness records but never sends to the model.
 _NOT_CONVERSATION = frozenset({"ghost_snapshot"})
-#: Timestamp for a new message when the caller gives none in ``meta["timestamp"]``: fixed, so that
-#: writing the same compaction twice gives the same bytes (Codex only displays rollout timestamps).
-DEFAULT_TIMESTAMP = "1970-01-01T00:00:00.000Z"
 _NEW_ROLE = {"system": "developer", "user": "user", "assistant": "assistant"}
 
 
@@ -698,7 +695,7 @@ class _CompactedWriter:
         order with its neighbours."""
         r = self._replaced(m, anchor, limit)
         ts = None if r is None else self.records[r].data.get("timestamp")
-        return ts if isinstance(ts, str) else self.last_timestamp or DEFAULT_TIMESTAMP
+        return ts if isinstance(ts, str) else self.last_timestamp or run_timestamp()
 
     def _item(self, m: Message) -> dict[str, Any]:
         results = [b for b in m.blocks if isinstance(b, ToolResultBlock)]
@@ -742,7 +739,7 @@ class _CompactedWriter:
             anchor += 1
         self._flush_until(anchor)
         ts = self.records[self.reset_record].data.get("timestamp")
-        ts = ts if isinstance(ts, str) else DEFAULT_TIMESTAMP
+        ts = ts if isinstance(ts, str) else self.last_timestamp or run_timestamp()
         items = [self._item(m) if m.raw is None else self.adapter.encode_message(m) for m in part]
         text = "\n\n".join(m.text for m in part if m.meta.get("ctxc") == "summary")
         self._emit_new(encode_compacted(text, items, ts))
@@ -940,7 +937,7 @@ class CodexAdapter:
                 return item
             ts = message.meta.get("timestamp")
             return {
-                "timestamp": ts if isinstance(ts, str) else DEFAULT_TIMESTAMP,
+                "timestamp": ts if isinstance(ts, str) else run_timestamp(),
                 "type": "response_item",
                 "payload": item,
             }

@@ -31,10 +31,11 @@ A message's ``raw`` is its event dict and ``meta["event_index"]`` its position i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import Item, run_timestamp
 from ctxc.formats.shapes import content_text, dumps_compact
 from ctxc.model import (
     Block,
@@ -63,8 +64,9 @@ _BARE_ACTION_META = frozenset({"action", "thought", "action_risk", "is_confirmed
 
 
 def _now_iso() -> str:
-    # No clock time in new events: compaction output must be byte-identical across runs.
-    return "1970-01-01T00:00:00"
+    # Only for an event written with no neighbour: encode_line gives a new event the time of the event
+    # before it, so compaction output stays the same bytes for the same input.
+    return run_timestamp().removesuffix("Z")  # OpenHands writes naive ISO times
 
 
 def _dialect(event: Mapping[str, Any]) -> str:
@@ -484,6 +486,16 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     return [event]
 
 
+def _stamp_near(history: Sequence[Any], after: int) -> str | None:
+    """The time of the event at ``after`` or the nearest one before it, else of the first event after."""
+    order = [*range(min(after, len(history) - 1), -1, -1), *range(after + 1, len(history))]
+    for i in order:
+        event = history[i]
+        if isinstance(event, dict) and isinstance(event.get("timestamp"), str):
+            return str(event["timestamp"])
+    return None
+
+
 def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
     """A whole line's dict with its ``history`` rebuilt from ``messages`` (one conversation, in order).
 
@@ -506,9 +518,14 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) ->
     call_events: dict[str, dict[str, Any]] = {}  # tool-call id -> the action event written for it
     causes: list[tuple[dict[str, Any], str]] = []  # new observation events and the call they answer
     after = -1
-    for m in messages:
+    for message in messages:
+        m = message
         position = m.meta.get("event_index")
         is_kept = isinstance(m.raw, dict) and isinstance(position, int) and 0 <= position < len(history)
+        if not is_kept and "timestamp" not in m.meta:
+            stamp = _stamp_near(history, after)
+            if stamp is not None:
+                m = replace(m, meta={**m.meta, "timestamp": stamp})
         events = _encode_events(m, "bare" if bare else "events")
         uses = [b for b in m.blocks if isinstance(b, ToolUseBlock)]
         for use, ev in zip(uses, events, strict=False):

@@ -11,10 +11,11 @@ Newer files (session version 2+) add ``id``/``parentId`` to entries (a tree); th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import Item, run_time, run_timestamp
 from ctxc.formats.shapes import content_text, dumps_compact, image_from_base64
 from ctxc.model import (
     Block,
@@ -177,17 +178,17 @@ def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
 # ------------------------------------------------------------------------------------------ adapter
 
 
-# New entries carry no clock time: output must be byte-identical across runs. Writers that know a
-# better stamp (the replaced span's) pass it in ``meta["timestamp"]``.
-_EPOCH_ISO = "1970-01-01T00:00:00.000Z"
-
-
-def _now_iso() -> str:
-    return _EPOCH_ISO
-
-
-def _now_ms() -> int:
-    return 0
+# A new entry takes ``meta["timestamp"]``, which the writer fills with the time of the record it follows
+# (so the same input gives the same bytes); only an entry written with no neighbour gets the run's time.
+def _ms_of(stamp: str) -> int:
+    """Milliseconds since the epoch of an ISO 8601 time (pi's message timestamps), else the run's."""
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        when = run_time()
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
 
 
 class PiAdapter:
@@ -400,7 +401,7 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
     envelope: dict[str, Any] = (
         dict(raw)
         if raw is not None
-        else {"type": "message", "timestamp": str(message.meta.get("timestamp") or _now_iso())}
+        else {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
     )
     etype = envelope.get("type")
     old_msg = envelope.get("message") if isinstance(envelope.get("message"), dict) else {}
@@ -416,7 +417,7 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
         envelope = {"type": "message", **envelope}
         old_msg = {}
 
-    timestamp = old_msg.get("timestamp", _now_ms())
+    timestamp = old_msg.get("timestamp", _ms_of(str(envelope.get("timestamp") or run_timestamp())))
     old_role = old_msg.get("role")
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
