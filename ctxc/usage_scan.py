@@ -47,6 +47,8 @@ from ctxc.reader import ReadOptions, named_bytes, parse_line
 #: The ``--tokenizer`` name that selects this module instead of counting.
 USAGE_TOKENIZER = "usage"
 
+#: What a scan of the usage lines finds: the calls, the compaction boundaries, the lines skipped.
+_Found = tuple[tuple[Usage, ...], tuple[Boundary, ...], int]
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
 _BOM = b"\xef\xbb\xbf"
@@ -138,8 +140,7 @@ def _scan_buffer(
     if adapter is None or not adapter.usage_needles:
         return _full_read(buf, name, input_format, options)
     lines = _Lines(buf, name, options)
-    # Claude Code's hand-written loop gives what its reader gives over these lines (a test holds
-    # them equal) in half the time: it runs once per line of a 100 MB log.
+    # Claude Code's hand-written loop equals its reader over these lines (tested), in half the time.
     if adapter.name == "claude-code":
         usage, boundaries, skipped = _claude_code(lines, adapter.usage_needles)
     else:
@@ -259,9 +260,7 @@ class _Lines:
                 yield n, Record(line=line, raw=raw, eol=b"", data=data)
 
 
-def _claude_code(
-    lines: _Lines, needles: Sequence[bytes]
-) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
 
     Mirrors the full reader's rules (:mod:`ctxc.formats.claude_code`): an open response takes the
@@ -359,9 +358,7 @@ def _int(value: Any) -> int:
     return value if type(value) is int else 0  # not bool, which is an int subclass
 
 
-def _needle_lines(
-    lines: _Lines, adapter: FormatAdapter
-) -> tuple[tuple[Usage, ...], tuple[Boundary, ...], int]:
+def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
     """The adapter's own reader over only the lines holding its ``usage_needles``: it yields the usage
     and boundaries it yields over the whole file, since those come from these lines alone (bar the
     message indexes and carried messages of boundaries, which need the messages)."""
