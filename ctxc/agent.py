@@ -6,7 +6,7 @@ role ``tool``), exactly as an SDK takes them. Each turn the loop asks:
 
 * :meth:`~ContextManager.needs_compaction`: is the context past the trigger share of the window?
   Counting is cheap to repeat: each message is counted once (memoised by a hash of its JSON) and
-  texts are counted through the cached counting service;
+  texts are counted through the cached counter;
 * :meth:`~ContextManager.compact`: the compacted list, in the shape it was given, by the real
   strategies through the kernel ``ctxc compact`` runs (:func:`~ctxc.compaction.kernel.compact_conversation`:
   pins, strategy, repair, tool pairing checked before it is returned);
@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, check_thresholds, make_counter, stage_for
 from ctxc.errors import UsageError
 from ctxc.formats.dicts import Shape, detect_shape, from_messages, json_bytes, to_messages
 from ctxc.model import Message, Transcript
@@ -47,18 +46,20 @@ from ctxc.reminders import (
     TurnState,
     last_response,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
-    from ctxc.analysis import TextCounter
     from ctxc.archive import Archive
     from ctxc.compaction.base import Action
     from ctxc.compaction.kernel import Plan
     from ctxc.compaction.ledger import Ledger
     from ctxc.compaction.run import CompactOptions
     from ctxc.composer import Composition, PromptComposer
+    from ctxc.tokens import Counter
 
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
-#: holds far fewer; the counting service's own memo keeps texts cheap after a clear).
+#: holds far fewer; the cached counter's own memo keeps texts cheap after a clear).
 _MEMO_LIMIT = 200_000
 
 
@@ -121,7 +122,7 @@ class ContextManager:
         settings: Mapping[str, str] | None = None,
         instructions: str | None = None,
         archive: Archive | str | Path | None = None,
-        counter: TextCounter | None = None,
+        counter: Counter | None = None,
         shape: Literal["auto", "anthropic", "openai"] = "auto",
         allow_over: bool = True,
         use_cache: bool = True,
@@ -164,7 +165,7 @@ class ContextManager:
         strategy_configs(self.options)
         #: The token target of a compaction at the full window (a system prompt lowers it).
         self.target, _ = resolve_target(self.options, self.window)
-        self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
+        self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)
         self.rules = _rules(reminders)
         self.composer = _composer(composer)
@@ -259,7 +260,7 @@ class ContextManager:
         archive, the list is stored first and summaries cite it. A ``system`` prompt is taken off the
         window, as in :meth:`needs_compaction`. :attr:`last_compaction` says what was done.
         """
-        from ctxc.archive import discard_new_objects_on_failure
+        from ctxc.archive_store import discard_new_objects_on_failure
 
         room = self.room(system)
         if not messages:
@@ -282,7 +283,7 @@ class ContextManager:
     ) -> tuple[tuple[Message, ...], tuple[Action, ...]]:
         """The live context (from the provider's own compaction block on) compacted by the kernel;
         the list is stored in the archive first, and what is replaced cites it."""
-        from ctxc.archive import sha256_hex
+        from ctxc.archive_store import sha256_hex
         from ctxc.compaction.ledger import Ledger
         from ctxc.compaction.run import compact_live
         from ctxc.formats import get_adapter
@@ -411,7 +412,7 @@ def compact_messages(
     *,
     max_tokens: int,
     strategy: str = "adaptive",
-    token_counter: str | TextCounter = "o200k_base",
+    token_counter: str | Counter = "o200k_base",
     window: int | None = None,
     keep_last: int = 4,
     pins: Sequence[str] = (),
@@ -454,10 +455,10 @@ def _role(obj: Any) -> Any:
     return obj.get("role") if isinstance(obj, Mapping) else None
 
 
-def _count(messages: Sequence[Message], counter: TextCounter) -> list[int]:
+def _count(messages: Sequence[Message], counter: Counter) -> list[int]:
     from ctxc.tokens.cost import count_messages
 
-    return count_messages(messages, counter.count)
+    return count_messages(messages, counter)
 
 
 def _open_archive(archive: Archive | str | Path | None) -> Archive | None:
