@@ -27,11 +27,13 @@ INJECTED_MARKUP = re.compile(
     re.S,
 )
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat.
+# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat
+# and the marker it records when the user interrupts a turn.
 _HARNESS_OPENINGS = (
     "# AGENTS.md instructions",
     "<INSTRUCTIONS>",
     "Caveat: The messages below were generated",
+    "[Request interrupted by user",
 )
 
 

@@ -247,7 +247,12 @@ class Transcript:
     problems: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
-        return b"".join(r.to_bytes() for r in self.records)
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes]:
+        """The file's bytes as its records' lines and line ends, in order: what ``to_bytes`` joins,
+        for hashing or writing a large file without a second copy of it."""
+        return [part for r in self.records for part in (r.raw, r.eol)]
 
     def conversation(self, n: int) -> tuple[Message, ...]:
         return tuple(m for m in self.messages if m.conversation == n)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxc.compaction.base import Action, CompactContext, Strategy
+from ctxc.compaction.ledger import Ledger
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.live import last_request, request_text, session_intent
 from ctxc.model import Message
@@ -66,6 +67,7 @@ def compact_conversation(
     carried: Sequence[Message] = (),
     requests: Sequence[Message] = (),
     notes: tuple[Message | None, Message | None] = (None, None),
+    conversation: Sequence[Message] = (),
     source: str | None = None,
 ) -> ConversationResult:
     """Compact one conversation's live ``messages`` by ``plan``.
@@ -74,6 +76,8 @@ def compact_conversation(
     compaction carries into the live context, kept as it is but counted. ``requests``: copies of
     pinned messages from before that compaction, placed after the last summary unless quoted there.
     ``notes``: the reminder message to append if nothing is compacted, and the one if something is.
+    ``conversation``: the whole conversation, history included (default: ``messages``), to name what
+    is kept in an over-target error.
     Raises :class:`~ctxc.errors.OverTargetError` when the target is missed and the plan enforces it.
     """
     ledger = plan.context.ledger
@@ -106,11 +110,13 @@ def compact_conversation(
         actions = (*actions, remind)
     if repair is not None:
         actions = (*actions, repair)
-    after = as_is + ledger.total(repaired)
+    after = as_is + ledger.total(sent_part(repaired, summary_resets=plan.summary_resets))
     if after > target and plan.enforce and not plan.allow_over:
         tail = {m.index for m in messages[-ctx.keep_last :]}
         kept = as_is + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
-        raise _over_target(plan.strategy.name, after, target, kept, ctx.keep_last, source)
+        whole = conversation or messages
+        largest = _largest_kept(messages, pinned, tail, requests, whole, ledger)
+        raise _over_target(plan.strategy.name, after, target, kept, largest, ctx.keep_last, source)
     leftover = pairing_problems(repaired, strict=True)
     if leftover:  # repair is meant to make this impossible: fail loudly rather than hand it on
         raise AssertionError(f"output still has pairing problems: {leftover[0]}")
@@ -132,18 +138,58 @@ def _run_strategy(
 
 
 def _over_target(
-    strategy: str, after: int, target: int, kept: int, keep_last: int, source: str | None
+    strategy: str, after: int, target: int, kept: int, largest: str, keep_last: int, source: str | None
 ) -> OverTargetError:
     over = after - target
     return OverTargetError(
         f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
         f"{target:,} target; "
         f"what is always kept (pinned messages, the last {keep_last} and what the log's "
-        f"own compaction carries) is {kept:,} tokens; "
+        f"own compaction carries) is {kept:,} tokens"
+        + (f" ({kept - target:,} over the target)" if kept > target else "")
+        + f"{largest}; "
         + ("lower --keep-last, or " if keep_last > 1 else "")
         + "use --allow-over to write it anyway",
         path=source,
     )
+
+
+def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
+    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
+    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    if summary_resets:
+        for k in range(len(messages) - 1, -1, -1):
+            if messages[k].meta.get("ctxc") == "summary":
+                return messages[k:]
+    return messages
+
+
+def _largest_kept(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    tail: set[int],
+    requests: Sequence[Message],
+    everything: Sequence[Message],
+    ledger: Ledger,
+) -> str:
+    """The largest of what must stay, named, for an over-target error: which words are in the way."""
+    intent, last = session_intent(everything), last_request(everything)
+
+    def name(m: Message) -> str:
+        if intent is not None and m.index == intent.index:
+            return "the session's first request"
+        if last is not None and m.index == last.index:
+            return "the last user request"
+        if m.meta.get("is_compact_summary"):
+            return "the log's own summary"
+        if m.role == "system":
+            return "a system message"
+        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
+
+    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
+    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
+    named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
+    return f"; the largest: {named}" if named else ""
 
 
 def live_pins(messages: Sequence[Message], keep: frozenset[int], strategy: Strategy) -> frozenset[int]:
@@ -249,4 +295,4 @@ def copy_of(message: Message, why: str) -> Message:
     return replace(message, records=(), raw=None, meta=meta)
 
 
-__all__ = ["ConversationResult", "Plan", "compact_conversation", "live_pins", "pinned_indexes"]
+__all__ = ["ConversationResult", "Plan", "compact_conversation", "live_pins", "pinned_indexes", "sent_part"]

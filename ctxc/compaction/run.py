@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
-from ctxc.compaction.kernel import Plan, compact_conversation, copy_of, is_plain, pinned_indexes
+from ctxc.compaction.kernel import (
+    Plan,
+    compact_conversation,
+    copy_of,
+    is_plain,
+    pinned_indexes,
+    sent_part,
+)
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
@@ -21,6 +28,7 @@ from ctxc.formats import get_adapter
 from ctxc.formats.base import FormatAdapter
 from ctxc.live import live_context
 from ctxc.model import Message, Transcript
+from ctxc.output import Data
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer
 from ctxc.tokens import Counter, make_counter
@@ -199,7 +207,7 @@ def _compact_transcript(
         concurrency=options.summarizer_options.concurrency,
     )
     ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.to_bytes()
+    data = original_bytes if original_bytes is not None else transcript.parts()
     archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
     stored = _store_in_background(archive, data, archive_id)
     if counts is not None:
@@ -303,7 +311,14 @@ def compact_live(
             as_is = ()
         notes = _reminder_messages(options, messages, as_is, plan)
         done = compact_conversation(
-            messages, plan, keep=keep, carried=as_is, requests=requests, notes=notes, source=transcript.source
+            messages,
+            plan,
+            keep=keep,
+            carried=as_is,
+            requests=requests,
+            notes=notes,
+            conversation=everything,
+            source=transcript.source,
         )
         outputs[conv] = (*history, *done.messages)
         outcomes.append(
@@ -357,7 +372,7 @@ def _reminder_messages(
     return out[0], out[1]
 
 
-def _store_in_background(archive: ArchiveStore | None, data: bytes, digest: str) -> Future[str] | None:
+def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:
     """Store the original in a thread: copying and syncing up to 100 MB to disk, without the GIL, while
     the strategy runs. A run that fails meanwhile still finishes storing it, as if it had failed just
     after an up-front store; the caller waits for it before writing any output."""
@@ -386,17 +401,16 @@ def _verify(
     Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
     so the figures reported are those of the file as written, not of the strategy's message list.
     """
-    from ctxc.formats import load
-    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions, named_bytes
+    from ctxc.formats import reload
+    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
-    data = written.to_bytes()
     # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
     # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
-        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, len(data)),
+        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),
     )
-    reread = load(named_bytes(source.source, data), input_format=source.format, options=options)
+    reread = reload(written, source, options=options)
     live = live_context(reread.boundaries, reread.messages)
     for conversation in {o.conversation for o in outcomes}:
         problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)
@@ -429,5 +443,6 @@ __all__ = [
     "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
     "ready_summarizer",
     "resolve_target",
+    "sent_part",  # as pinned_indexes
     "strategy_configs",
 ]
