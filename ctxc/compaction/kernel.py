@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ctxc.compaction.base import Action, CompactContext, Strategy
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import OverTargetError, UsageError
-from ctxc.live import last_request, request_text, session_intent
+from ctxc.live import last_request, quotes, request_text, session_intent
 from ctxc.model import Message
 from ctxc.repair import repair_messages
 from ctxc.validate import Problem, pairing_problems
@@ -265,7 +265,12 @@ def _keep_after_summary(
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
     at = summaries[-1] + 1 if summaries else 0
     if summary_resets and summaries:
-        copies = [copy_of(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and is_plain(m)]
+        said = out[summaries[-1]].text
+        copies = [
+            copy_of(m, "pinned")
+            for m in out[: summaries[-1]]
+            if m.index in pinned and is_plain(m) and not (m.is_request and quotes(said, request_text(m)))
+        ]
         out[at:at] = copies
         at += len(copies)
         sent = [*carried, *out[summaries[-1] :]]
@@ -276,7 +281,7 @@ def _keep_after_summary(
         while at < len(out) and out[at].meta.get("is_compact_summary"):
             at += 1
     for request in requests:
-        if not any(request_text(request) in m.text for m in sent):
+        if not any(quotes(m.text, request_text(request)) for m in sent):
             out.insert(at, request)
             at += 1
     return tuple(out)

@@ -26,11 +26,11 @@ from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
 from ctxc.formats.base import FormatAdapter
-from ctxc.live import live_context
+from ctxc.live import live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.output import Data
 from ctxc.stages import DEFAULT_THRESHOLDS
-from ctxc.summarize import SummarizerOptions, get_summarizer
+from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
 from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
@@ -299,7 +299,9 @@ def compact_live(
         history, messages = live.split(everything)
         if not messages:
             continue
-        keep = pinned_indexes(everything, options.pins)
+        # Pins come from the chain the client resumes, not from abandoned branches.
+        chain = tuple(m for m in everything if m.index not in live.abandoned)
+        keep = pinned_indexes(chain, options.pins)
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
@@ -312,7 +314,7 @@ def compact_live(
         notes = _reminder_messages(options, messages, as_is, plan)
         done = compact_conversation(
             messages,
-            plan,
+            _quoting_intent(plan, chain, messages),
             keep=keep,
             carried=as_is,
             requests=requests,
@@ -333,6 +335,16 @@ def compact_live(
             )
         )
     return outputs, outcomes
+
+
+def _quoting_intent(plan: Plan, chain: Sequence[Message], messages: Sequence[Message]) -> Plan:
+    """``plan`` with a summarizer that quotes the session's intent whenever the client would not see it
+    otherwise: it lies before the log's own compaction, or ctxc's summary is itself where the client
+    resumes."""
+    intent = session_intent(chain)
+    hidden = intent is not None and (plan.summary_resets or all(m.index != intent.index for m in messages))
+    quoted = quoting_intent(plan.context.summarizer, request_text(intent) if intent and hidden else None)
+    return replace(plan, context=replace(plan.context, summarizer=quoted))
 
 
 def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy) -> tuple[int, ...]:
