@@ -29,6 +29,7 @@ import orjson
 
 from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.formats import transcript_suffixes
 from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
@@ -36,9 +37,6 @@ from ctxc.terminal import stderr_console
 if TYPE_CHECKING:
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor
-
-#: Suffixes a directory walk picks up when no ``--glob`` is given.
-TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -58,7 +56,7 @@ class Input:
 
 def _matches(rel: str, pattern: str | None) -> bool:
     if pattern is None:
-        return rel.endswith(TRANSCRIPT_SUFFIXES)
+        return rel.endswith(transcript_suffixes())  # each format's own
     # A pattern without a slash matches the file name at any depth, like .gitignore.
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 
