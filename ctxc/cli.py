@@ -327,6 +327,14 @@ def compact(
     in_place: Annotated[
         bool, typer.Option("--in-place", help="Replace each input, after its original is archived.")
     ] = False,
+    fork: Annotated[
+        bool,
+        typer.Option(
+            "--fork",
+            help="A Claude Code or Codex session: write the result as a new session beside it, and print "
+            "the command that resumes it.",
+        ),
+    ] = False,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
@@ -468,7 +476,11 @@ def compact(
     # A walk never takes the batch's own outputs or archive for inputs (an --out-dir inside the tree).
     inputs = collect_inputs(paths, glob=glob, exclude=[d for d in (out_dir, archive_root(archive)) if d])
     batch = _batch_mode(paths, inputs, output or "-", out_dir, in_place)
-    if not (batch or dry_run):
+    if fork and (batch or output is not None):
+        raise UsageError(
+            "--fork writes a new session beside the original: give no -o, --out-dir or --in-place"
+        )
+    if not (batch or dry_run or fork):
         output = transcript_output(output)
     ropts = read_options(skip_invalid, max_line_mb)
     if report is not None:
@@ -489,6 +501,7 @@ def compact(
             dry_run=dry_run,
             index=not no_index,
             report=report,
+            fork=fork,
         )
         doc = compact_file(job)
         if dry_run:
@@ -496,6 +509,10 @@ def compact(
             return
         if not quiet:
             _summary_line(doc)
+        if fork:  # the one thing the user needs next: data, on stdout
+            from ctxc.output import write_stdout
+
+            write_stdout(f"{doc['run']['resume']}\n".encode())
         return
     jobs_list = [
         CompactJob(
@@ -927,7 +944,7 @@ HELP_PANELS: dict[str, dict[str, str]] = {
             ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
             "Strategy",
         ),
-        **dict.fromkeys(("output", "fmt", "dry_run", "list_actions", "report", "quiet"), "Output"),
+        **dict.fromkeys(("output", "fork", "fmt", "dry_run", "list_actions", "report", "quiet"), "Output"),
         **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
         **dict.fromkeys(("archive", "no_index"), "Archive"),
     }

@@ -134,3 +134,47 @@ def test_sessions_table_fits_80_columns_with_whole_values(
     assert all(len(line) <= 80 for line in out.splitlines())
     for value in ("/home/dev/inkpost", "/home/jiwoo/src/minishop", "codex", "claude-code", CODEX_ID[:8]):
         assert value in out
+
+
+def test_fork_writes_a_new_session_beside_the_original(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    claude, _ = homes
+    original = next((claude / "projects").rglob(f"{CLAUDE_ID}.jsonl"))
+    before = original.read_bytes()
+    code, out, _ = run(capsys, "compact", CLAUDE_ID[:8], "--fork", "-s", "fifo", "--target-tokens", "4000")
+    assert code == 0
+    new_id = out.split()[-1]
+    assert out == f"claude --resume {new_id}\n"
+    fork = original.with_name(f"{new_id}.jsonl")
+    records = [json.loads(line) for line in fork.read_text().splitlines()]
+    assert {r["sessionId"] for r in records if "sessionId" in r} == {new_id}
+    assert original.read_bytes() == before
+    assert resolve_session(new_id).path == fork
+    # Codex: a new rollout, named by its new id, whose session_meta carries it.
+    code, out, _ = run(capsys, "compact", CODEX_ID, "--fork", "-s", "fifo", "--target-tokens", "4000")
+    assert code == 0
+    codex_id = out.split()[-1]
+    assert out == f"codex resume {codex_id}\n"
+    rollout = resolve_session(codex_id).path
+    assert rollout.name.endswith(f"-{codex_id}.jsonl")
+    meta = json.loads(rollout.read_text().splitlines()[0])
+    assert meta["payload"]["id"] == codex_id
+    assert CODEX_ID not in rollout.read_text()
+
+
+@pytest.mark.parametrize(
+    "extra", [["-o", "x.jsonl"], ["--in-place"], ["--out-dir", "out"]], ids=["output", "in-place", "out-dir"]
+)
+def test_fork_refuses_an_output_of_its_own(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    code, _, err = run(capsys, "compact", CLAUDE_ID, "--fork", *extra)
+    assert code == 2
+    assert "--fork" in err
+
+
+def test_fork_needs_a_session_format(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(SAMPLES / "chat-openai.jsonl"), "--fork")
+    assert code == 2
+    assert "--fork needs a Claude Code session or a Codex rollout" in err

@@ -19,7 +19,9 @@ from ctxc.archive import Archive
 from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.formats import dump
+from ctxc.formats import dump, get_adapter
+from ctxc.formats.base import ForksSessions
+from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, named_bytes, read_all
@@ -46,6 +48,9 @@ class CompactJob:
     index: bool = True
     #: Write the run's report here (one file's ``--report``), before the output takes its name.
     report: str | None = None
+    #: Write the compacted session as a new session beside the original (``--fork``): a new id in its
+    #: records and its file name, chosen by the format (``output`` is then unused).
+    fork: bool = False
     #: In a batch, its options fingerprint (:func:`ctxc.batch.fingerprint`): recorded in the manifest
     #: with the resolved output path, so a re-run knows the file is done even if the journal missed it.
     batch_options: str | None = None
@@ -147,7 +152,9 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
-    if not job.dry_run and not job.make_dirs:  # a bad -o fails now, not after the work
+    if job.fork and job.path == "-":
+        raise UsageError("--fork needs a session file, not stdin")
+    if not job.dry_run and not job.make_dirs and not job.fork:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
     # A file is parsed as it is read, and archived from the records read (the same bytes): holding the
     # whole file besides its records would add its size to the peak. Stdin is read whole first.
@@ -172,17 +179,23 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
             source, counter, input_format=job.input_format, options=job.read_options
         )
         name = transcript.source
+        fork = _fork(transcript, name, job) if job.fork else None
+        output = fork[1] if fork is not None else job.output
         store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
         if store is not None:
             store.check_manifest()  # fail before archiving and compacting, not after the output
         result = compact_transcript(
             transcript, opts, archive=store, counter=counter, original_bytes=original, counts=counts
         )
-    doc = compaction_report(result, job.options, name, job.output)
+    doc = compaction_report(result, job.options, name, output)
+    written = result.transcript
+    if fork is not None:
+        adapter, _, session_id = fork
+        written = adapter.with_session_id(written, session_id)
+        doc["run"] |= {"session_id": session_id, "resume": adapter.resume_command(session_id)}
     if job.dry_run:
         return doc
     assert store is not None
-    written = result.transcript
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
     run = {**doc["run"], "output_sha256": sha256_hex(written.parts())}
@@ -200,10 +213,24 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     # run is recorded before the output takes its place: no output exists that the manifest does not
     # know, and a manifest that cannot be written leaves no output.
     with atomic_output(
-        job.output, inputs=() if job.in_place else (name,), like=name, before_commit=record
+        output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:
         dump(written, handle)  # record by record: the output is never one large bytes object
     return {**doc, "run": recorded[0]}
+
+
+def _fork(transcript: Transcript, name: str, job: CompactJob) -> tuple[ForksSessions, str, str]:
+    """The adapter, the new session's path and its id, for ``--fork``."""
+    adapter = get_adapter(transcript.format)
+    if not isinstance(adapter, ForksSessions):
+        raise UsageError(
+            f"--fork needs a Claude Code session or a Codex rollout; {name} is {transcript.format}"
+        )
+    session_id = adapter.new_session_id()
+    path = adapter.fork_path(name, session_id)
+    if not job.dry_run:
+        check_output(path, inputs=(name,))
+    return adapter, path, session_id
 
 
 def _size(path: str) -> int:

@@ -12,10 +12,14 @@ or else one record per message). Adding a format is one module plus one line in 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
+
+import orjson
 
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
 
@@ -102,3 +106,45 @@ class EncodesConversations(Protocol):
     def encode_conversation(
         self, messages: Sequence[Message], template: dict[str, Any]
     ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ForksSessions(Protocol):
+    """An adapter whose logs are sessions a client resumes by id (Claude Code, Codex): ``compact --fork``
+    writes the compacted session as a new one beside the original."""
+
+    def new_session_id(self) -> str:
+        """A fresh id of the kind the client makes."""
+        ...
+
+    def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
+        """``transcript`` with every record that names its session naming ``session_id`` instead."""
+        ...
+
+    def fork_path(self, original: str, session_id: str) -> str:
+        """Where the client looks for session ``session_id``, beside the ``original`` log."""
+        ...
+
+    def resume_command(self, session_id: str) -> str:
+        """The command that resumes session ``session_id``."""
+        ...
+
+
+def rename_session(
+    transcript: Transcript, keys: Sequence[bytes], session_id: str, *, old: str | None = None
+) -> Transcript:
+    """``transcript`` with the string value of every ``"<key>": "..."`` of ``keys`` in its records' bytes
+    (only the values equal to ``old``, when given) set to ``session_id``. The bytes are edited where
+    they stand, so every other byte stays as it was; a key inside a JSON string is escaped
+    (``\\"key\\"``) and so never matches."""
+    value = rb"[^\"\\]*" if old is None else re.escape(old.encode())
+    names = b"|".join(re.escape(k) for k in keys)
+    pattern = re.compile(rb'("(?:' + names + rb')"\s*:\s*")' + value + rb'(")')
+    new = session_id.encode()
+    records = []
+    for record in transcript.records:
+        raw = pattern.sub(lambda m: m.group(1) + new + m.group(2), record.raw)
+        records.append(
+            record if raw == record.raw else dataclasses.replace(record, raw=raw, data=orjson.loads(raw))
+        )
+    return dataclasses.replace(transcript, records=tuple(records))

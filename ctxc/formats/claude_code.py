@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import os
 import uuid as uuidlib
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import Item, rename_session
 from ctxc.formats.shapes import dumps_compact, encode_anthropic_block, parse_anthropic_content
 from ctxc.live import BRANCHES, abandoned_messages
 from ctxc.model import (
@@ -695,6 +696,20 @@ class ClaudeCodeAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         return _Reader().run(records)
+
+    # Forking (``compact --fork``): a session is ``<project dir>/<sessionId>.jsonl``, every record naming
+    # the session in its ``sessionId``.
+    def new_session_id(self) -> str:
+        return str(uuidlib.uuid4())
+
+    def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
+        return rename_session(transcript, (b"sessionId",), session_id)
+
+    def fork_path(self, original: str, session_id: str) -> str:
+        return os.path.join(os.path.dirname(original), f"{session_id}.jsonl")
+
+    def resume_command(self, session_id: str) -> str:
+        return f"claude --resume {session_id}"
 
     def encode_message(self, message: Message) -> dict[str, Any]:
         """One record for ``message``.

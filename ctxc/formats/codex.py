@@ -37,6 +37,10 @@ at that point, a ``context_compacted`` event, then the summary as a user message
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
+import uuid
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -44,8 +48,9 @@ from typing import Any
 
 import orjson
 
+from ctxc.errors import FormatError
 from ctxc.formats import register
-from ctxc.formats.base import Item, run_timestamp
+from ctxc.formats.base import Item, rename_session, run_time, run_timestamp
 from ctxc.formats.shapes import (
     content_text,
     dumps_compact,
@@ -809,6 +814,13 @@ class _CompactedWriter:
 # ------------------------------------------------------------------------------------------- adapter
 
 
+def uuid7() -> str:
+    """A time-ordered UUID (version 7), the kind Codex names its sessions with."""
+    millis = time.time_ns() // 1_000_000
+    rand_a, rand_b = secrets.randbits(12), secrets.randbits(62)
+    return str(uuid.UUID(int=(millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b))
+
+
 class CodexAdapter:
     name = "codex"
     tool_role = True
@@ -820,6 +832,30 @@ class CodexAdapter:
     description = (
         "OpenAI Codex CLI rollout (session_meta/response_item/event_msg lines, and the 2025 legacy form)"
     )
+
+    # Forking (``compact --fork``): a rollout is ``rollout-<time>-<id>.jsonl``, its ``session_meta`` naming
+    # the id; Codex finds a session by the id in the file name.
+    def new_session_id(self) -> str:
+        return uuid7()
+
+    def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
+        metas = [
+            r for r in transcript.records if isinstance(r.data, dict) and r.data.get("type") == "session_meta"
+        ]
+        payload = metas[0].data.get("payload") if metas else None
+        old = payload.get("id") if isinstance(payload, dict) else None
+        if not isinstance(old, str) or not old:
+            raise FormatError(
+                "this rollout names no session id (session_meta.payload.id)", path=transcript.source
+            )
+        return rename_session(transcript, (b"id", b"session_id"), session_id, old=old)
+
+    def fork_path(self, original: str, session_id: str) -> str:
+        stamp = run_time().strftime("%Y-%m-%dT%H-%M-%S")
+        return os.path.join(os.path.dirname(original), f"rollout-{stamp}-{session_id}.jsonl")
+
+    def resume_command(self, session_id: str) -> str:
+        return f"codex resume {session_id}"
 
     def sniff(self, sample: Sequence[Record]) -> int:
         records = [r.data for r in sample if isinstance(r.data, dict)]
