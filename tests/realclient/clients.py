@@ -229,6 +229,23 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
+def run_ctxc(args: Sequence[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``ctxc ARGS`` as the user of a throwaway ``env`` (its HOME) runs it: none of the test run's own
+    session, archive or data locations, and ctxc imported from this checkout."""
+    mine = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CTXC_ARCHIVE", "XDG_DATA_HOME")
+    full = {k: v for k, v in os.environ.items() if k not in mine} | env
+    full["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        [sys.executable, "-m", "ctxc", *args],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def claude_session_id(log: Path) -> str | None:
     """The session id Claude Code files the log under: the last main-chain record's ``sessionId``."""
     found = None

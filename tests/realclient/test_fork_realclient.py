@@ -5,10 +5,7 @@ keeps the id."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,9 +24,10 @@ from clients import (
     codex_config,
     codex_session,
     install,
+    run_ctxc,
     run_isolated,
 )
-from conftest import ROOT, SAMPLES
+from conftest import SAMPLES
 
 pytestmark = pytest.mark.realclient
 
@@ -43,22 +41,8 @@ def _exe(client: Client) -> Path:
         pytest.skip(f"{client.spec} unavailable: {exc}")
 
 
-def _ctxc(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME")} | env
-    full["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "ctxc", *args],
-        env=full,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 def _half_of_live(lab: Claude | Codex) -> str:
-    done = _ctxc(["analyze", lab.session, "-f", "json"], lab.env, lab.cwd)
+    done = run_ctxc(["analyze", lab.session, "-f", "json"], lab.env, lab.cwd)
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["files"][0]["total_tokens"] // 2)
 
@@ -148,7 +132,7 @@ def test_a_fork_resumes_by_its_new_id_and_the_original_as_it_was(
     baseline = lab.resume(lab.session, "baseline")  # the client has now seen (and indexed) the original
     assert baseline is not None
     before = lab.original().read_bytes()  # as the client left it (a resume appends its turn)
-    done = _ctxc(
+    done = run_ctxc(
         ["compact", lab.session[:8], "--fork", "-s", "fifo", "--target-tokens", _half_of_live(lab)],
         lab.env,
         lab.cwd,
@@ -173,7 +157,7 @@ def test_a_fork_resumes_by_its_new_id_and_the_original_as_it_was(
 def test_in_place_keeps_the_id_after_archiving(client: type[Claude | Codex], tmp_path: Path) -> None:
     lab = client(tmp_path)
     archive = tmp_path / "archive"
-    done = _ctxc(
+    done = run_ctxc(
         [
             "compact",
             lab.session,
