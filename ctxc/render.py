@@ -143,7 +143,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    from ctxc.cliutil import cells
+    from ctxc.cli.options import cells
 
     out: list[Any] = []
     head = Text()

@@ -65,9 +65,8 @@ LAYERS: dict[str, int] = {
     "ctxc.hooks": 6,
     # 7: the command line
     "ctxc.cli": 7,
-    "ctxc.cliutil": 7,
-    "ctxc.cli_batch": 7,
-    "ctxc.commands": 7,
+    "ctxc.cli.options": 7,
+    "ctxc.cli.batch": 7,
     "ctxc.render": 7,
     "ctxc.__main__": 7,
     # 8: the package facade, which nothing inside ctxc imports

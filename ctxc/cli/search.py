@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import ArchiveOpt, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
+from ctxc.cli.options import ArchiveOpt, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
 from ctxc.terminal import stderr_console
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import TableOrJson, cells
+from ctxc.cli.options import TableOrJson, cells
 from ctxc.system import cpu_count
 from ctxc.terminal import stderr_console
 
@@ -252,7 +252,7 @@ def _row_from_entry(job: Any, entry: dict[str, Any]) -> dict[str, Any]:
 def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from ctxc.cliutil import stdout_console
+    from ctxc.cli.options import stdout_console
     from ctxc.render import print_table
 
     table = Table("file", "status", "format", "before", "after", "archive")

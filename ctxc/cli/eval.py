@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import (
+from ctxc.cli.options import (
     SkipInvalidOpt,
     TableOrJson,
     TableOrJsonOpt,

@@ -1,6 +1,6 @@
 """Pieces every ``ctxc`` command shares: output formats, consoles, path expansion, common options.
 
-Kept apart from :mod:`ctxc.cli` so command modules (``ctxc.commands.*``) can use them without importing the
+Kept apart from :mod:`ctxc.cli` so command modules (``ctxc.cli.*``) can use them without importing the
 whole command line, and so ``cli.py`` stays a list of commands.
 """
 

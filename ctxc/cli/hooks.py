@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cliutil import ArchiveOpt, QuietOpt
+from ctxc.cli.options import ArchiveOpt, QuietOpt
 from ctxc.terminal import stderr_console
 
 EPILOG = (

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import JobsOpt, NoCacheOpt, OutFormat, PricesOpt, QuietOpt, stdout_console
+from ctxc.cli.options import JobsOpt, NoCacheOpt, OutFormat, PricesOpt, QuietOpt, stdout_console
 from ctxc.errors import UsageError
 
 EPILOG = (
@@ -61,7 +61,7 @@ def sessions(
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
     import sys
 
-    from ctxc.cli_batch import resolve_jobs, run_one_or_many
+    from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.sessions import find_sessions
 
@@ -152,7 +152,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.table import Table
 
-    from ctxc.cliutil import cells
+    from ctxc.cli.options import cells
     from ctxc.render import dollars, print_table
 
     console = stdout_console()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ctxc.cliutil import (
+from ctxc.cli.options import (
     InputFormatOpt,
     KeepLastOpt,
     MaxLineOpt,

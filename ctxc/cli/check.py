@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxc.batch import expand_paths
-from ctxc.cliutil import (
+from ctxc.cli.options import (
     GlobOpt,
     InputFormatOpt,
     JobsOpt,
@@ -131,7 +131,7 @@ def check(
     options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     from ctxc.batch import BatchProgress
-    from ctxc.cli_batch import resolve_jobs
+    from ctxc.cli.batch import resolve_jobs
 
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(

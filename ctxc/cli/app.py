@@ -16,7 +16,7 @@ import typer
 
 from ctxc._version import __version__
 from ctxc.batch import expand_paths
-from ctxc.cliutil import (
+from ctxc.cli.options import (
     ArchiveOpt,
     FailFastOpt,
     GlobOpt,
@@ -121,7 +121,7 @@ def analyze(
     """Report token usage per message and per file, and the compaction stage each file is in."""
     from dataclasses import replace
 
-    from ctxc.cli_batch import resolve_jobs, run_one_or_many
+    from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.pricing import default_prices
 
@@ -249,7 +249,7 @@ def convert(
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
     from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
-    from ctxc.cli_batch import run_files
+    from ctxc.cli.batch import run_files
     from ctxc.jobs import ConvertJob, convert_file
 
     inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
@@ -529,7 +529,7 @@ def compact(
         )
         for i in inputs
     ]
-    from ctxc.cli_batch import run_compact_batch
+    from ctxc.cli.batch import run_compact_batch
 
     rc = run_compact_batch(
         jobs_list,
@@ -758,7 +758,7 @@ def validate(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
-    from ctxc.cli_batch import run_one_or_many
+    from ctxc.cli.batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
     from ctxc.output import dumps, envelope, write_stdout
 
@@ -926,7 +926,7 @@ def _root(
     """Global options; the commands do the work."""
 
 
-# Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
+# Commands that live in their own modules (``ctxc/cli/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
 COMMAND_MODULES: tuple[str, ...] = ("sessions", "search", "eval", "check", "agent", "hooks")
 
@@ -975,7 +975,7 @@ def _register_command_modules() -> None:
     import importlib
 
     for name in COMMAND_MODULES:
-        importlib.import_module(f"ctxc.commands.{name}").register(app)
+        importlib.import_module(f"ctxc.cli.{name}").register(app)
     for info in app.registered_commands:
         if info.cls in (None, typer.core.TyperCommand):
             info.cls = _Command
