@@ -1,18 +1,42 @@
 """Pieces every ``ctxc`` command shares: output formats, consoles, path expansion, common options.
 
-Kept apart from :mod:`ctxc.cli` so command modules (``ctxc.cli.*``) can use them without importing the
-whole command line, and so ``cli.py`` stays a list of commands.
+Kept apart from :mod:`ctxc.cli.app` so each command module (``ctxc.cli.*``) can use them without importing
+the whole command line.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
-from typing import IO, Annotated, Any, cast
+from pathlib import Path
+from typing import IO, Annotated, Any, TypeVar, cast
 
 import typer
 
 from ctxc.errors import UsageError
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Commands:
+    """The commands of one module, put on the app by :meth:`register` in the order they are defined."""
+
+    def __init__(self) -> None:
+        self._defined: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+
+    def command(self, **settings: Any) -> Callable[[_F], _F]:
+        """``@commands.command(...)``: as ``@app.command(...)``, once the registry registers the module."""
+
+        def define(fn: _F) -> _F:
+            self._defined.append((fn, settings))
+            return fn
+
+        return define
+
+    def register(self, app: typer.Typer) -> None:
+        for fn, settings in self._defined:
+            app.command(**settings)(fn)
 
 
 class OutFormat(StrEnum):
@@ -178,3 +202,33 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
 ]
+
+
+def batch_mode(
+    paths: list[str] | None, inputs: list[Any], output: str, out_dir: str | None, in_place: bool | None = None
+) -> bool:
+    """Whether the run is a batch (``--out-dir``, or ``--in-place`` for a command that has it, else None),
+    after refusing what makes no sense: several inputs or a directory without one, ``--output`` with one."""
+    if out_dir is not None and in_place:
+        raise UsageError("give --out-dir or --in-place, not both")
+    batch = out_dir is not None or bool(in_place)
+    if not batch and (len(inputs) > 1 or any(Path(p).is_dir() for p in paths or [])):
+        alt = "" if in_place is None else " or --in-place"
+        raise UsageError(f"several inputs need --out-dir DIR (mirrors the input tree){alt}")
+    if batch and output != "-":
+        where = "--out-dir" if in_place is None else "--out-dir or in place"
+        raise UsageError(f"--output is for one input; a batch writes to {where}")
+    return batch
+
+
+ConversationOpt = Annotated[
+    int | None,
+    typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
+]
+
+
+def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
+    """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
+    from ctxc.formats import load
+
+    return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))

@@ -1,18 +1,28 @@
-"""``ctxc search`` and ``ctxc show``: find what compaction removed, and print it back.
+"""``ctxc restore``, ``search`` and ``show``: an archived original back; what compaction removed, found and
+printed.
 
-Thin: options in, :mod:`ctxc.search` does the work, rendering out.
+Thin: options in, :mod:`ctxc.archive` and :mod:`ctxc.search` do the work, rendering out.
 """
 
 from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import ArchiveOpt, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
+from ctxc.cli.options import (
+    ArchiveOpt,
+    TableOrJson,
+    TableOrJsonOpt,
+    TranscriptOutputOpt,
+    cells,
+    stdout_console,
+    table_on_terminal,
+    transcript_output,
+)
 from ctxc.terminal import stderr_console
 
 
@@ -44,6 +54,48 @@ SHOW_EPILOG = (
     "  ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too\n\n"
     "  ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte"
 )
+
+
+RESTORE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc restore 3f2a9c1b4d5e -o original.jsonl\n\n"
+    "  ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file"
+)
+
+
+def restore_command(
+    ref: Annotated[
+        str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
+    ],
+    output: TranscriptOutputOpt = None,
+    archive: ArchiveOpt = None,
+) -> None:
+    """Write an archived original back, byte for byte."""
+    import re
+
+    from ctxc.archive import Archive
+    from ctxc.errors import ArchiveError, InputError
+    from ctxc.output import atomic_output
+
+    is_file = Path(ref).is_file()
+    if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
+        raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
+    store = Archive.open(archive)
+    inputs: tuple[str, ...] = ()
+    if is_file:
+        found = store.find_original(Path(ref).read_bytes())
+        if found is None:
+            raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
+        ident = found
+        inputs = (ref,)
+    else:
+        ident = store.resolve(ref)
+    data = store.read(ident)
+    # The restored file is as private as the archived original (cp's rule, from the archive's object).
+    with atomic_output(
+        transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
+    ) as handle:
+        handle.write(data)
 
 
 def _highlight(snippet: str) -> Any:
@@ -224,5 +276,6 @@ def _render_table(shown: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    app.command("restore", epilog=RESTORE_EPILOG)(restore_command)
     app.command("search", epilog=SEARCH_EPILOG)(search_command)
     app.command("show", epilog=SHOW_EPILOG)(show_command)

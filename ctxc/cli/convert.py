@@ -1,0 +1,224 @@
+"""``ctxc convert``, ``validate`` and ``repair``: a transcript in another format, checked, or fixed."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ctxc.batch import expand_paths
+from ctxc.cli.options import (
+    ArchiveOpt,
+    Commands,
+    FailFastOpt,
+    GlobOpt,
+    InputFormatOpt,
+    JobsOpt,
+    MaxLineOpt,
+    PathsArg,
+    QuietOpt,
+    SkipInvalidOpt,
+    TableOrJson,
+    TranscriptOutputOpt,
+    batch_mode,
+    read_options,
+    stdout_console,
+    transcript_output,
+)
+from ctxc.errors import ExitCode
+from ctxc.terminal import stderr_console
+
+commands = Commands()
+register = commands.register
+
+
+class ConvertTarget(StrEnum):
+    same = "same"
+    chat_anthropic = "chat-anthropic"
+    chat_openai = "chat-openai"
+
+
+@commands.command(
+    epilog=(
+        "[bold]Examples[/bold]\n\n"
+        "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
+        "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
+        "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
+    )
+)
+def convert(
+    paths: PathsArg = None,
+    output: TranscriptOutputOpt = None,
+    to: Annotated[
+        ConvertTarget,
+        typer.Option(
+            "--to", help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
+        ),
+    ] = ConvertTarget.same,
+    out_dir: Annotated[
+        str | None,
+        typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
+    ] = None,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    quiet: QuietOpt = False,
+    input_format: InputFormatOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    max_line_mb: MaxLineOpt = 32.0,
+) -> None:
+    """Write a transcript in another format, keeping every tool call paired with its result."""
+    from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
+    from ctxc.cli.batch import run_files
+    from ctxc.jobs import ConvertJob, convert_file
+
+    inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
+    ropts = read_options(skip_invalid, max_line_mb)
+    batch_mode(paths, inputs, output or "-", out_dir)
+    if out_dir is None:
+        convert_file(ConvertJob(inputs[0].path, transcript_output(output), to.value, input_format, ropts))
+        return
+    jobs_list = [
+        ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
+        for i in inputs
+    ]
+    check_distinct_outputs([(j.path, j.output) for j in jobs_list])
+    outcomes = run_files(
+        [(j.path, j) for j in jobs_list],
+        convert_file,
+        what="converting",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+    )
+    rc = batch_exit_code(outcomes, single=fail_fast)
+    if rc:
+        raise typer.Exit(rc)
+
+
+@commands.command(
+    epilog=(
+        "[bold]Examples[/bold]\n\n"
+        "  ctxc validate small.jsonl\n\n"
+        "  ctxc validate logs/ --format json\n\n"
+        "  ctxc validate session.jsonl --loose     # only results without any earlier call"
+    )
+)
+def validate(
+    paths: PathsArg = None,
+    loose: Annotated[
+        bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
+    ] = False,
+    fmt: Annotated[
+        TableOrJson | None,
+        typer.Option("--format", "-f", help="table (one line per file or problem) or json."),
+    ] = None,
+    glob: GlobOpt = None,
+    jobs: JobsOpt = None,
+    fail_fast: FailFastOpt = False,
+    quiet: QuietOpt = False,
+    input_format: InputFormatOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    max_line_mb: MaxLineOpt = 32.0,
+) -> None:
+    """Report every tool pairing and role problem with its line; exit 5 if there is any."""
+    from ctxc.cli.batch import run_one_or_many
+    from ctxc.jobs import ValidateJob, validate_file
+    from ctxc.output import dumps, envelope, write_stdout
+
+    options = read_options(skip_invalid, max_line_mb)
+    files = expand_paths(paths, glob)
+    jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
+    report, errors, failed = run_one_or_many(
+        [(j.path, j) for j in jobs_list],
+        validate_file,
+        what="validating",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+    )
+    total = sum(len(r["problems"]) for r in report)
+    if fmt is TableOrJson.json:
+        rc = failed or (int(ExitCode.INVALID) if total else 0)
+        doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
+        write_stdout(dumps(doc))
+    else:
+        console = stdout_console()
+        for r in report:
+            if not r["problems"]:
+                console.print(f"{r['path']}: ok ({r['format']}, {r['messages']} messages)", markup=False)
+            for p in r["problems"]:
+                console.print(
+                    f"{r['path']}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
+                )
+    if failed:
+        raise typer.Exit(failed)
+    if total:
+        raise typer.Exit(int(ExitCode.INVALID))
+
+
+@commands.command(
+    epilog=(
+        "[bold]Examples[/bold]\n\n"
+        "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
+        "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
+    )
+)
+def repair(
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    output: TranscriptOutputOpt = None,
+    archive: ArchiveOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+    input_format: InputFormatOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    max_line_mb: MaxLineOpt = 32.0,
+) -> None:
+    """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
+    from ctxc.archive import Archive
+    from ctxc.archive_store import sha256_hex
+    from ctxc.compaction.write import write_transcript
+    from ctxc.formats import get_adapter, load
+    from ctxc.output import atomic_output
+    from ctxc.reader import named_bytes, read_all
+    from ctxc.repair import repair_messages
+
+    output = transcript_output(output)
+    name, data = read_all(path)
+    options = read_options(skip_invalid, max_line_mb)
+    transcript = load(named_bytes(name, data), input_format=input_format, options=options)
+    store = Archive.open(archive)
+    store.check_manifest()
+    archive_id = store.store(data)
+    outputs: dict[int, Any] = {}
+    fixed_total = 0
+    for conv in range(transcript.conversations):
+        msgs = transcript.conversation(conv)
+        fixed_msgs, fixed = repair_messages(msgs)
+        outputs[conv] = fixed_msgs
+        fixed_total += len(fixed)
+    result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
+    out_bytes = result.to_bytes()
+    entry = {
+        "command": "repair",
+        "input_path": name,
+        "output_path": output,
+        "archive_id": archive_id,
+        "input_sha256": archive_id,
+        "output_sha256": sha256_hex(out_bytes),
+        "format": transcript.format,
+        "fixed": fixed_total,
+    }
+    # Recorded before the output takes its place: no output exists that the manifest does not know.
+    with atomic_output(
+        output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
+    ) as handle:
+        handle.write(out_bytes)
+    if quiet:
+        return
+    stderr_console().print(
+        f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,167 @@
+"""``ctxc replay``: a transcript replayed turn by turn as if ctxc had managed its context.
+
+Thin: options in, :mod:`ctxc.replay` does the work (through :class:`ctxc.agent.ContextManager`),
+rendering out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ctxc.cli.options import (
+    ConversationOpt,
+    InputFormatOpt,
+    KeepLastOpt,
+    MaxLineOpt,
+    ModelOpt,
+    SetOpt,
+    SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
+    ThresholdsOpt,
+    WindowOpt,
+    cells,
+    load_transcript,
+    parse_sets,
+    parse_thresholds,
+    stdout_console,
+    table_on_terminal,
+)
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console
+
+if TYPE_CHECKING:
+    from ctxc.replay import Replay
+
+
+REPLAY_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc replay session.jsonl --window 100000\n\n"
+    "  ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json\n\n"
+    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]\n\n"
+    "  ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns\n\n"
+    "Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
+    "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
+    "recorded usage (Claude Code, Codex, pi, Kimi) add the size the real run reported."
+)
+
+
+def replay_command(
+    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    window: WindowOpt = None,
+    model: ModelOpt = None,
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
+    reminders: Annotated[
+        str | None, typer.Option("--reminders", help="Reminder rules (TOML) to inject as the run goes.")
+    ] = None,
+    trigger: Annotated[
+        float | None,
+        typer.Option(help="Compact when the context reaches this share of the window (default: stage 2)."),
+    ] = None,
+    target_ratio: Annotated[
+        float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
+    ] = None,
+    keep_last: KeepLastOpt = 4,
+    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
+    settings: SetOpt = None,
+    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    conversation: ConversationOpt = None,
+    fmt: TableOrJsonOpt = None,
+    turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
+    plot_file: Annotated[
+        str | None,
+        typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
+    input_format: InputFormatOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    max_line_mb: MaxLineOpt = 32.0,
+) -> None:
+    """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
+    from ctxc.agent import ContextManager
+    from ctxc.errors import UsageError
+    from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
+    from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
+
+    fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
+    if plot_file:
+        check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
+        if not have_matplotlib():  # a file asked for and not written would be a silent failure
+            raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
+    manager = ContextManager(
+        model=model,
+        window=window,
+        strategy=strategy,
+        reminders=reminders,
+        trigger=trigger,
+        target_ratio=target_ratio,
+        keep_last=4 if keep_last is None else keep_last,
+        thresholds=parse_thresholds(thresholds),
+        settings=parse_sets(settings or []),
+        tokenizer=tokenizer,
+    )
+    transcript = load_transcript(path, input_format, skip_invalid, max_line_mb)
+    r = replay(transcript, manager, conversation=conversation)
+    if table_on_terminal(fmt) is TableOrJson.json:
+        write_stdout(dumps(envelope("replay", **replay_to_json(r))))
+    else:
+        _print_replay(r, turns)
+    if plot_file is None:
+        return
+    assert fmt_of_plot is not None
+    with atomic_output(plot_file, inputs=(path,)) as handle:
+        plot(r, handle, fmt=fmt_of_plot)
+    if not quiet:
+        stderr_console().print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
+
+
+def _print_replay(r: Replay, every_turn: bool) -> None:
+    from rich.table import Table
+
+    from ctxc.render import print_table
+    from ctxc.replay import events, terminal_chart
+
+    console = stdout_console()
+
+    def pct(n: int) -> str:
+        return f"{n / r.window:.0%}"
+
+    recorded = f"; the log recorded up to {r.recorded_peak:,}" if r.recorded_peak is not None else ""
+    freed = sum(t.compaction.freed for t in r.compactions if t.compaction is not None)
+    console.print(
+        f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  window {r.window:,}  ·  {r.strategy}, "
+        f"trigger {r.trigger:.0%}\n"
+        f"peak context {r.peak_raw:,} ({pct(r.peak_raw)}) without compaction, {r.peak_tokens:,} "
+        f"({pct(r.peak_tokens)}) with; {len(r.compactions)} compaction(s) freed {freed:,} tokens; "
+        f"{len(r.reminders)} reminder(s){recorded}",
+        markup=False,
+    )
+    console.print(terminal_chart(r, width=max(20, min(100, console.width - 14))))
+    if every_turn:
+        table = Table("turn", "line", "without", "with", "stage", "recorded", "events")
+        marks: dict[int, list[str]] = {}
+        for turn, _line, kind, detail in events(r):
+            marks.setdefault(turn, []).append(f"{kind}: {detail}")
+        for t in r.turns:
+            table.add_row(
+                *cells(
+                    str(t.turn),
+                    str(t.line),
+                    f"{t.raw_tokens:,}",
+                    f"{t.tokens:,}",
+                    str(t.stage),
+                    f"{t.recorded:,}" if t.recorded is not None else "",
+                    "\n".join(marks.get(t.turn, [])),
+                )
+            )
+    else:
+        table = Table("turn", "line", "event", "detail")
+        for turn, line, kind, detail in events(r):
+            table.add_row(*cells(str(turn), str(line), kind, detail))
+    print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay", epilog=REPLAY_EPILOG)(replay_command)
