@@ -1,4 +1,4 @@
-"""Per-file work of the batch commands (analyze, validate, convert), as picklable jobs.
+"""Per-file work of the commands (analyze, validate, convert, repair), as picklable jobs.
 
 Each ``*_file`` function takes a frozen job and returns plain data, so :func:`ctxc.batch.run_batch` can
 run it in a worker process; each raises :class:`~ctxc.errors.CtxcError` for a bad file. Compaction's
@@ -159,6 +159,57 @@ def convert_file(job: ConvertJob) -> dict[str, Any]:
         else:
             handle.write(convert_transcript(transcript, job.to))
     return {"path": transcript.source, "format": transcript.format, "output": job.output, "to": job.to}
+
+
+@dataclass(frozen=True, slots=True)
+class RepairJob:
+    path: str
+    output: str
+    #: The archive directory; None for ``$CTXC_ARCHIVE`` or the default.
+    archive: str | None = None
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+
+
+def repair_file(job: RepairJob) -> dict[str, Any]:
+    """Archive one transcript, then write it with its pairing problems fixed and record the run in the
+    manifest; returns the manifest entry."""
+    from ctxc.archive import Archive
+    from ctxc.archive_store import sha256_hex
+    from ctxc.compaction.write import write_transcript
+    from ctxc.formats import get_adapter, load
+    from ctxc.output import atomic_output
+    from ctxc.repair import repair_messages
+
+    name, data = read_all(job.path)
+    transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
+    store = Archive.open(job.archive)
+    store.check_manifest()
+    archive_id = store.store(data)
+    outputs: dict[int, Any] = {}
+    fixed_total = 0
+    for conv in range(transcript.conversations):
+        fixed_msgs, fixed = repair_messages(transcript.conversation(conv))
+        outputs[conv] = fixed_msgs
+        fixed_total += len(fixed)
+    result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
+    out_bytes = result.to_bytes()
+    entry = {
+        "command": "repair",
+        "input_path": name,
+        "output_path": job.output,
+        "archive_id": archive_id,
+        "input_sha256": archive_id,
+        "output_sha256": sha256_hex(out_bytes),
+        "format": transcript.format,
+        "fixed": fixed_total,
+    }
+    # Recorded before the output takes its place: no output exists that the manifest does not know.
+    with atomic_output(
+        job.output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
+    ) as handle:
+        handle.write(out_bytes)
+    return entry
 
 
 def compact_journaled(job: CompactJob) -> dict[str, Any]:

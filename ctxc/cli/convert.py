@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -176,45 +176,13 @@ def repair(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
-    from ctxc.archive import Archive
-    from ctxc.archive_store import sha256_hex
-    from ctxc.compaction.write import write_transcript
-    from ctxc.formats import get_adapter, load
-    from ctxc.output import atomic_output
-    from ctxc.reader import named_bytes, read_all
-    from ctxc.repair import repair_messages
+    from ctxc.jobs import RepairJob, repair_file
 
-    output = transcript_output(output)
-    name, data = read_all(path)
-    options = read_options(skip_invalid, max_line_mb)
-    transcript = load(named_bytes(name, data), input_format=input_format, options=options)
-    store = Archive.open(archive)
-    store.check_manifest()
-    archive_id = store.store(data)
-    outputs: dict[int, Any] = {}
-    fixed_total = 0
-    for conv in range(transcript.conversations):
-        msgs = transcript.conversation(conv)
-        fixed_msgs, fixed = repair_messages(msgs)
-        outputs[conv] = fixed_msgs
-        fixed_total += len(fixed)
-    result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
-    out_bytes = result.to_bytes()
-    entry = {
-        "command": "repair",
-        "input_path": name,
-        "output_path": output,
-        "archive_id": archive_id,
-        "input_sha256": archive_id,
-        "output_sha256": sha256_hex(out_bytes),
-        "format": transcript.format,
-        "fixed": fixed_total,
-    }
-    # Recorded before the output takes its place: no output exists that the manifest does not know.
-    with atomic_output(
-        output, inputs=(name,), like=name, before_commit=lambda: store.record_run(entry)
-    ) as handle:
-        handle.write(out_bytes)
+    job = RepairJob(
+        path, transcript_output(output), archive, input_format, read_options(skip_invalid, max_line_mb)
+    )
+    done = repair_file(job)
+    name, fixed_total, archive_id = done["input_path"], done["fixed"], done["archive_id"]
     if quiet:
         return
     stderr_console().print(
