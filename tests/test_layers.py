@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "ctxc.replay": 6,
     "ctxc.evaluate": 6,
     "ctxc.batch": 6,
+    "ctxc.compact_batch": 6,
     "ctxc.jobs": 6,
     "ctxc.check": 6,
     "ctxc.hooks": 6,

@@ -1,0 +1,178 @@
+"""A batch of compactions that resumes: the run journal says which files are done, so a batch run again
+(after a crash, a kill or a failure) compacts only the rest, and never a file twice.
+
+The caller runs the files (:class:`FileRunner`) and renders the document this returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ctxc.batch import Outcome, batch_exit_code
+
+if TYPE_CHECKING:
+    from ctxc.compaction.files import CompactJob
+
+
+class FileRunner(Protocol):
+    """Runs ``work`` over ``(path, job)`` items; one outcome per item run, in any order."""
+
+    def __call__(
+        self,
+        items: Sequence[tuple[str, CompactJob]],
+        work: Callable[[CompactJob], dict[str, Any]],
+        *,
+        tokens_of: Callable[[dict[str, Any]], int],
+    ) -> list[Outcome[dict[str, Any]]]: ...
+
+
+def compact_batch(
+    jobs_list: Sequence[CompactJob],
+    *,
+    archive: str | None,
+    force: bool,
+    fail_fast: bool,
+    report: str | None,
+    run_files: FileRunner,
+) -> dict[str, Any]:
+    """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal; returns the
+    ``compact-batch`` document (rows, totals, exit code), also written to ``report`` when given.
+
+    ``run_files`` runs the files left to do (in worker processes, with whatever progress the caller shows).
+
+    A file is skipped when the journal holds an entry with its input sha256, the same options and the
+    same output path (resolved) whose output is still on disk unchanged; for ``--in-place`` also when
+    the input *is* that recorded output (the file was already compacted with these options). A file
+    the manifest records as done by a batch with these options but the journal missed (the run was
+    killed between the two lines) is journaled now and skipped too, so no file is compacted twice.
+    """
+    from dataclasses import replace
+
+    from ctxc.archive import Archive
+    from ctxc.archive_store import archive_root
+    from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
+    from ctxc.compaction.files import options_fingerprint_doc
+    from ctxc.jobs import compact_journaled, journal_entry
+    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
+
+    check_distinct_outputs([(j.path, j.output) for j in jobs_list])
+    dry_run = bool(jobs_list) and jobs_list[0].dry_run
+    root = archive_root(archive)
+    journal = Journal(root)
+    done_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if not (force or dry_run):
+        done_entries = {**_manifest_entries(Archive(root)), **journal.entries()}
+    for d in {str(Path(j.output).parent) for j in jobs_list}:
+        sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
+    # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
+    by_output: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (_, o, out), e in done_entries.items():
+        if isinstance(e.get("output_sha256"), str):
+            by_output.setdefault((o, out, e["output_sha256"]), e)
+
+    rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
+    todo: list[tuple[int, Any]] = []
+    for k, job in enumerate(jobs_list):
+        opts = fingerprint(options_fingerprint_doc(job))
+        try:
+            sha = file_sha256(job.path)
+        except OSError:
+            sha = ""  # unreadable: let the job report it properly
+        resolved = os.path.realpath(job.output)
+        entry = done_entries.get((sha, opts, resolved))
+        if entry is None and job.in_place:
+            entry = by_output.get((opts, resolved, sha))
+        if entry is not None and already_done(entry):
+            if entry.get("from_manifest"):
+                journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
+            rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
+        else:
+            todo.append((k, replace(job, batch_options=opts)))
+
+    outcomes = run_files(
+        [(job.path, job) for _, job in todo],
+        compact_journaled,
+        tokens_of=lambda doc: int(doc["run"]["tokens_before"]),
+    )
+    for outcome in outcomes:
+        k, job = todo[outcome.index]
+        if outcome.ok and outcome.value is not None:
+            run = outcome.value["run"]
+            row = _row(job, run, status="planned" if dry_run else "ok", seconds=outcome.seconds)
+        else:
+            row = {
+                "path": job.path,
+                "output": None,
+                "status": "failed",
+                "error": outcome.error,
+                "exit_code": outcome.exit_code,
+                "seconds": round(outcome.seconds, 3),
+            }
+        rows[k] = row
+    finished = [r for r in rows if r is not None]
+    rc = batch_exit_code(outcomes, single=fail_fast)
+    totals = {
+        "files": len(jobs_list),
+        "ok": sum(r["status"] == "ok" for r in finished),
+        # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
+        "unchanged": sum(
+            r["status"] == "ok" and r.get("output_sha256") == r.get("archive_id") for r in finished
+        ),
+        "planned": sum(r["status"] == "planned" for r in finished),
+        "skipped": sum(r["status"] == "skipped" for r in finished),
+        "failed": sum(r["status"] == "failed" for r in finished),
+        "not_run": len(jobs_list) - len(finished),
+        "tokens_before": sum(r.get("tokens_before") or 0 for r in finished),
+        "tokens_after": sum(r.get("tokens_after") or 0 for r in finished),
+    }
+    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
+    if report:
+        with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
+            handle.write(dumps(doc))
+    return doc
+
+
+def _manifest_entries(store: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The files batches recorded in the manifest, keyed as :meth:`ctxc.batch.Journal.entries` keys them."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for run in store.manifest():
+        batch = run.get("batch")
+        if not isinstance(batch, dict):
+            continue
+        sha, options, output = run.get("input_sha256"), batch.get("options"), batch.get("output")
+        if isinstance(sha, str) and isinstance(options, str) and isinstance(output, str):
+            out[(sha, options, output)] = {**run, "output_path": output, "from_manifest": True}
+    return out
+
+
+def _row(job: Any, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
+    return {
+        "path": job.path,
+        "output": None if status == "planned" else job.output,
+        "status": status,
+        "format": run["format"],
+        "tokens_before": run["tokens_before"],
+        "tokens_after": run["tokens_after"],
+        "archive_id": run["archive_id"],
+        "output_sha256": run.get("output_sha256"),
+        "output_path": job.output,
+        "error": None,
+        "exit_code": 0,
+        "seconds": round(seconds, 3),
+    }
+
+
+def _row_from_entry(job: Any, entry: dict[str, Any]) -> dict[str, Any]:
+    keys = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
+    return {
+        "path": job.path,
+        "output": job.output,
+        **{k: entry.get(k) for k in keys},
+        "output_path": job.output,
+        "error": None,
+        "exit_code": 0,
+        "seconds": 0.0,
+    }
