@@ -49,49 +49,15 @@ def compact_batch(
     the manifest records as done by a batch with these options but the journal missed (the run was
     killed between the two lines) is journaled now and skipped too, so no file is compacted twice.
     """
-    from dataclasses import replace
-
-    from ctxc.archive import Archive
-    from ctxc.archive_store import archive_root
-    from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
-    from ctxc.compaction.files import options_fingerprint_doc
-    from ctxc.jobs import compact_journaled, journal_entry
+    from ctxc.batch import check_distinct_outputs
+    from ctxc.jobs import compact_journaled
     from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
-    root = archive_root(archive)
-    journal = Journal(root)
-    done_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if not (force or dry_run):
-        done_entries = {**_manifest_entries(Archive(root)), **journal.entries()}
     for d in {str(Path(j.output).parent) for j in jobs_list}:
         sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
-    # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
-    by_output: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for (_, o, out), e in done_entries.items():
-        if isinstance(e.get("output_sha256"), str):
-            by_output.setdefault((o, out, e["output_sha256"]), e)
-
-    rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
-    todo: list[tuple[int, Any]] = []
-    for k, job in enumerate(jobs_list):
-        opts = fingerprint(options_fingerprint_doc(job))
-        try:
-            sha = file_sha256(job.path)
-        except OSError:
-            sha = ""  # unreadable: let the job report it properly
-        resolved = os.path.realpath(job.output)
-        entry = done_entries.get((sha, opts, resolved))
-        if entry is None and job.in_place:
-            entry = by_output.get((opts, resolved, sha))
-        if entry is not None and already_done(entry):
-            if entry.get("from_manifest"):
-                journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
-            rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
-        else:
-            todo.append((k, replace(job, batch_options=opts)))
-
+    rows, todo = _plan(jobs_list, archive=archive, resume=not (force or dry_run))
     outcomes = run_files(
         [(job.path, job) for _, job in todo],
         compact_journaled,
@@ -114,8 +80,61 @@ def compact_batch(
         rows[k] = row
     finished = [r for r in rows if r is not None]
     rc = batch_exit_code(outcomes, single=fail_fast)
-    totals = {
-        "files": len(jobs_list),
+    totals = _totals(finished, files=len(jobs_list))
+    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
+    if report:
+        with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
+            handle.write(dumps(doc))
+    return doc
+
+
+def _plan(
+    jobs_list: Sequence[CompactJob], *, archive: str | None, resume: bool
+) -> tuple[list[dict[str, Any] | None], list[tuple[int, CompactJob]]]:
+    """The rows of the files already done (None for the others), and the jobs left to run by index."""
+    from dataclasses import replace
+
+    from ctxc.archive import Archive
+    from ctxc.archive_store import archive_root
+    from ctxc.batch import Journal, already_done, file_sha256, fingerprint
+    from ctxc.compaction.files import options_fingerprint_doc
+    from ctxc.jobs import journal_entry
+
+    root = archive_root(archive)
+    journal = Journal(root)
+    done_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if resume:
+        done_entries = {**_manifest_entries(Archive(root)), **journal.entries()}
+    # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
+    by_output: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (_, o, out), e in done_entries.items():
+        if isinstance(e.get("output_sha256"), str):
+            by_output.setdefault((o, out, e["output_sha256"]), e)
+
+    rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
+    todo: list[tuple[int, CompactJob]] = []
+    for k, job in enumerate(jobs_list):
+        opts = fingerprint(options_fingerprint_doc(job))
+        try:
+            sha = file_sha256(job.path)
+        except OSError:
+            sha = ""  # unreadable: let the job report it properly
+        resolved = os.path.realpath(job.output)
+        entry = done_entries.get((sha, opts, resolved))
+        if entry is None and job.in_place:
+            entry = by_output.get((opts, resolved, sha))
+        if entry is not None and already_done(entry):
+            if entry.get("from_manifest"):
+                journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
+            rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
+        else:
+            todo.append((k, replace(job, batch_options=opts)))
+    return rows, todo
+
+
+def _totals(finished: Sequence[dict[str, Any]], *, files: int) -> dict[str, Any]:
+    return {
+        "files": files,
         "ok": sum(r["status"] == "ok" for r in finished),
         # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
         "unchanged": sum(
@@ -124,15 +143,10 @@ def compact_batch(
         "planned": sum(r["status"] == "planned" for r in finished),
         "skipped": sum(r["status"] == "skipped" for r in finished),
         "failed": sum(r["status"] == "failed" for r in finished),
-        "not_run": len(jobs_list) - len(finished),
+        "not_run": files - len(finished),
         "tokens_before": sum(r.get("tokens_before") or 0 for r in finished),
         "tokens_after": sum(r.get("tokens_after") or 0 for r in finished),
     }
-    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
-    if report:
-        with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
-            handle.write(dumps(doc))
-    return doc
 
 
 def _manifest_entries(store: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
