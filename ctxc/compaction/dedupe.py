@@ -228,8 +228,9 @@ def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp,
     for slot, later_op, later_text in reversed(later):  # nearest first
         if _holds(later_text, text):
             return slot
-        if op.whole and later_op.whole and _numbered(text) == _numbered(later_text):
-            # Both read the whole file: the later one shows it as it is now (edited in between, or not).
+        if op.whole and later_op.whole and _numbered(text) and _numbered(later_text):
+            # Both read the whole file with numbered lines (not a stub, not an error): the later one shows
+            # it as it is now, edited in between or not.
             return slot
     return None
 
