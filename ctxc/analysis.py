@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from ctxc.live import LiveContext, is_sidechain, last_resets
-from ctxc.model import Boundary, Message, Transcript, Usage
+from ctxc.model import Boundary, Message, ThinkingBlock, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.system import gc_paused
 from ctxc.validate import Pairing, Problem
@@ -174,25 +174,64 @@ class _InFlight:
     """Batches of messages being counted, oldest first, at most ``depth`` of them unfinished.
 
     The parser keeps a few batches ahead of the workers, so they always have one queued; more would
-    only hold more messages in memory.
+    only hold more messages in memory. Each batch yields its messages, their tokens, and the tokens of
+    the thinking inside messages of another kind (see :func:`thinking_texts`).
     """
 
-    def __init__(self, counter: TextCounter, depth: int = 8) -> None:
+    def __init__(self, counter: TextCounter, depth: int = 8, *, thinking: bool = True) -> None:
         self.counter = counter
         self.depth = depth
-        self._queue: deque[tuple[list[Message], Callable[[], list[int]]]] = deque()
+        self.thinking = thinking
+        self._queue: deque[tuple[list[Message], Callable[[], list[int]], Callable[[], list[int]]]] = deque()
 
-    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int]]]:
+    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int], list[int]]]:
         """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
-        self._queue.append((batch, start_counting(batch, self.counter)))
+        thinking = _start_thinking(batch, self.counter) if self.thinking else _zeros(batch)
+        self._queue.append((batch, start_counting(batch, self.counter), thinking))
         while len(self._queue) > self.depth:
-            done, finish = self._queue.popleft()
-            yield done, finish()
+            done, finish, thinking = self._queue.popleft()
+            yield done, finish(), thinking()
 
-    def drain(self) -> Iterator[tuple[list[Message], list[int]]]:
+    def drain(self) -> Iterator[tuple[list[Message], list[int], list[int]]]:
         while self._queue:
-            done, finish = self._queue.popleft()
-            yield done, finish()
+            done, finish, thinking = self._queue.popleft()
+            yield done, finish(), thinking()
+
+
+def thinking_texts(message: Message) -> list[str]:
+    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
+    thinking beside text and calls): analyze counts them as kind ``thinking`` all the same."""
+    if message.kind == "thinking":
+        return []
+    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+
+
+def _zeros(batch: Sequence[Message]) -> Callable[[], list[int]]:
+    zeros = [0] * len(batch)
+    return lambda: zeros
+
+
+def _start_thinking(batch: Sequence[Message], counter: TextCounter) -> Callable[[], list[int]]:
+    per = [thinking_texts(m) for m in batch]
+    flat = [t for texts in per for t in texts]
+    if not flat:
+        return _zeros(batch)
+    start = getattr(counter, "start", None)
+    pending: Callable[[], list[int]]
+    if callable(start):
+        pending = start(flat)
+    else:
+        now = counter.count(flat)
+        pending = lambda: now  # noqa: E731
+
+    def finish() -> list[int]:
+        counts, out, at = pending(), [], 0
+        for texts in per:
+            out.append(sum(counts[at : at + len(texts)]))
+            at += len(texts)
+        return out
+
+    return finish
 
 
 def _batches(
@@ -213,8 +252,9 @@ def _batches(
         yield batch
 
 
-#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation.
-Row = tuple[int, int, str, str, str | None, int, int]
+#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation, and the
+#: tokens of thinking inside it when its kind is another (counted under kind ``thinking``).
+Row = tuple[int, int, str, str, str | None, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,15 +381,15 @@ def _scan(
     try:
         with gc_paused():
             for batch in _batches(stream.items, side):
-                for done, counts in inflight.add(batch):
-                    rows.extend(_rows(done, counts))
+                for done, counts, thinking in inflight.add(batch):
+                    rows.extend(_rows(done, counts, thinking))
                 for m in batch:
                     pairing.add(m)
                     if m.conversation and is_sidechain(m):
                         sidechains.add(m.conversation)
             problems = tuple(pairing.problems())  # while the last counts are made
-            for done, counts in inflight.drain():
-                rows.extend(_rows(done, counts))
+            for done, counts, thinking in inflight.drain():
+                rows.extend(_rows(done, counts, thinking))
     finally:
         stream.close()
     return Scan(
@@ -384,7 +424,7 @@ def load_counted(
     """
     from ctxc.formats import load
 
-    inflight = _InFlight(counter)
+    inflight = _InFlight(counter, thinking=False)
     counts: list[int] = []
     batch: list[Message] = []
     chars = 0
@@ -394,23 +434,23 @@ def load_counted(
         batch.append(message)
         chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
         if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
-            for _, done in inflight.add(batch):
+            for _, done, _ in inflight.add(batch):
                 counts.extend(done)
             batch, chars = [], 0
 
     transcript = load(src, input_format=input_format, options=options, on_message=take)
     if batch:
-        for _, done in inflight.add(batch):
+        for _, done, _ in inflight.add(batch):
             counts.extend(done)
-    for _, done in inflight.drain():
+    for _, done, _ in inflight.drain():
         counts.extend(done)
     return transcript, counts
 
 
-def _rows(batch: list[Message], counts: list[int]) -> Iterator[Row]:
-    for m, tokens in zip(batch, counts, strict=True):
+def _rows(batch: list[Message], counts: list[int], thinking: list[int]) -> Iterator[Row]:
+    for m, tokens, think in zip(batch, counts, thinking, strict=True):
         names = m.tool_names
-        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation)
+        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation, think)
 
 
 def finish(
@@ -434,7 +474,7 @@ def finish(
     by_tool: Counter[str] = Counter()
     history = [0, 0]
     side = [0, 0]
-    for index, line, role, kind, tool, tokens, conv in scan.rows:
+    for index, line, role, kind, tool, tokens, conv, thinking in scan.rows:
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
             kept = 0
@@ -457,7 +497,9 @@ def finish(
         )
         if is_live:
             by_role[role] += tokens
-            by_kind[kind] += tokens
+            by_kind[kind] += tokens - thinking
+            if thinking:
+                by_kind["thinking"] += thinking
             if tool:
                 by_tool[tool] += tokens
         else:

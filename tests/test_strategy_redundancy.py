@@ -17,6 +17,7 @@ from conftest import CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxc.analysis import analyze
 from ctxc.compaction.adaptive import STAGES
 from ctxc.compaction.dedupe import FileOp, file_op, shell_read
 from ctxc.compaction.ledger import Ledger
@@ -69,7 +70,7 @@ def result(cid: str, text: str, *extra: dict[str, Any]) -> dict[str, Any]:
 FILE = "\n".join(f"{n:>6}→line {n} of the module, with words enough to count" for n in range(1, 60))
 REMINDER = (
     "<system-reminder>The todo list is empty. Remember to use the todo tool when a task has several steps; "
-    "ignore this if it does not apply to the current work, and never mention it to the user.</system-reminder>"
+    "ignore this if it does not apply to the current work; never mention it to the user.</system-reminder>"
 )
 
 
@@ -386,3 +387,27 @@ def test_the_last_copy_of_anything_stays_and_outputs_stay_valid(
         for b in m.blocks:
             if isinstance(b, ThinkingBlock):
                 assert b.raw in after
+
+
+# -------------------------------------------------------------------------------------------- analyze
+
+
+def test_analyze_counts_thinking_as_its_own_kind_in_every_format() -> None:
+    """A Claude Code response (and an Anthropic chat message) holds thinking beside text and calls; its
+    thinking tokens are reported under ``thinking``, the rest under the message's kind."""
+    t = chat(
+        [
+            {"role": "user", "content": "go"},
+            call("a", "Bash", {"command": "ls"}, thinking="one two three four five"),
+            result("a", "a.py"),
+        ]
+    )
+    data = t.to_bytes()
+    report = analyze(io.BytesIO(data), counter=WordCounter(), window=1000)
+    assert report.by_kind["thinking"] == 5
+    assert sum(report.by_kind.values()) == report.total_tokens
+    log = CORPUS / "claude-code" / "entire-cli_manual-compact_v2.1.14.jsonl"
+    if log.is_file():
+        real = analyze(log, counter=WordCounter(), window=200_000)
+        assert real.by_kind.get("thinking", 0) > 0
+        assert sum(real.by_kind.values()) == real.total_tokens
