@@ -474,7 +474,8 @@ def finish(
     by_tool: Counter[str] = Counter()
     history = [0, 0]
     side = [0, 0]
-    for index, line, role, kind, tool, tokens, conv, thinking in scan.rows:
+    for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
+        thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
             kept = 0
