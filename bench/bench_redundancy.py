@@ -69,6 +69,8 @@ def ctxc_env(archive: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["CTXC_ARCHIVE"] = str(archive)
+    # A cache of this run's own: scans cached by other ctxc versions never stand in for a count.
+    env["CTXC_CACHE_DIR"] = str(archive.parent.parent / "cache")
     return env
 
 
