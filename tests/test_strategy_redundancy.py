@@ -174,6 +174,24 @@ def test_shell_reads_and_file_ops_are_recognised_conservatively() -> None:
         FileOp("edit", "a.py")
     )
     assert file_op("Read", {"file_path": "a.py", "offset": 5}) == FileOp("read", "a.py", False)
+    # A range in any spelling makes a read partial (kimi-cli's ReadFile: line_offset, n_lines).
+    assert file_op("ReadFile", {"path": "a.py", "line_offset": 5, "n_lines": 3}) == FileOp(
+        "read", "a.py", False
+    )
+
+
+def test_a_whole_read_is_not_superseded_by_a_later_partial_one() -> None:
+    head = "\n".join(FILE.splitlines()[:20])
+    lines = [
+        {"role": "user", "content": "Task: read it"},
+        call("r1", "ReadFile", {"path": "/p/m.py"}),
+        result("r1", FILE),
+        call("r2", "ReadFile", {"path": "/p/m.py", "n_lines": 20}),
+        result("r2", head.replace("line 3 ", "line three ")),
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "ok"},
+    ]
+    assert results_of(compact(chat(lines), "dedupe").transcript)["r1"] == FILE
 
 
 # ------------------------------------------------------------------------------------------- thinking

@@ -55,7 +55,12 @@ _SHELL_TOOLS = frozenset(
     {"bash", "shell", "exec_command", "execute_bash", "run_terminal_cmd", "terminal", "local_shell"}
 )
 _PATH_KEYS = ("file_path", "path", "filename", "filepath", "target_file")
-_RANGE_KEYS = ("offset", "limit", "view_range", "start_line", "end_line", "line_start", "lines", "pages")
+#: Input keys a read of the whole file may have; any other key (an offset, a line count, a range, in
+#: whatever spelling a tool uses) makes it a partial read.
+_WHOLE_READ_KEYS = frozenset(
+    {*("file_path", "path", "filename", "filepath", "target_file")}
+    | {"command", "description", "explanation", "encoding"}
+)
 _WRITE_CONTENT_KEYS = ("content", "file_text", "contents", "text")
 #: Shell characters that make a command more than a single read of one file.
 _SHELL_META = re.compile(r"[|;&<>`$()*?\[\]{}\n]")
@@ -228,7 +233,7 @@ def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp,
     for slot, later_op, later_text in reversed(later):  # nearest first
         if _holds(later_text, text):
             return slot
-        if op.whole and later_op.whole and _numbered(text) and _numbered(later_text):
+        if op.whole and later_op.whole and _from_line_one(text) and _from_line_one(later_text):
             # Both read the whole file with numbered lines (not a stub, not an error): the later one shows
             # it as it is now, edited in between or not.
             return slot
@@ -243,6 +248,14 @@ def _holds(later: str, earlier: str) -> bool:
         return False
     later_lines = set(later.splitlines())
     return all(ln in later_lines for ln in lines)
+
+
+def _from_line_one(text: str) -> bool:
+    """Whether ``text`` is a numbered file listing that starts at line 1."""
+    if not _numbered(text):
+        return False
+    first = next(ln for ln in text.splitlines() if ln.strip())
+    return first.lstrip().startswith("1") and not first.lstrip()[1:2].isdigit()
 
 
 def _numbered(text: str) -> bool:
@@ -281,14 +294,14 @@ def file_op(name: str, inp: Any) -> FileOp | None:
     if tool in _EDITOR_TOOLS:
         command = inp.get("command")
         if path and command == "view":
-            return FileOp("read", path, not inp.get("view_range"))
+            return FileOp("read", path, _whole(inp))
         if path and command == "create" and isinstance(inp.get("file_text"), str):
             return FileOp("write", path)
         if path and command in ("str_replace", "insert"):
             return FileOp("edit", path)
         return None
     if tool in _READ_TOOLS and path:
-        return FileOp("read", path, not any(inp.get(k) not in (None, "", 0) for k in _RANGE_KEYS))
+        return FileOp("read", path, _whole(inp))
     if tool in _WRITE_TOOLS and path and any(isinstance(inp.get(k), str) for k in _WRITE_CONTENT_KEYS):
         return FileOp("write", path)
     if tool in _EDIT_TOOLS and path:
@@ -296,6 +309,10 @@ def file_op(name: str, inp: Any) -> FileOp | None:
     if tool in _SHELL_TOOLS:
         return shell_read(inp.get("command", inp.get("cmd")), inp.get("workdir") or inp.get("cwd"))
     return None
+
+
+def _whole(inp: Mapping[str, Any]) -> bool:
+    return all(k in _WHOLE_READ_KEYS or v in (None, "", [], {}) for k, v in inp.items())
 
 
 def _path(inp: Mapping[str, Any]) -> str:
