@@ -1,4 +1,5 @@
-"""``ctxc analyze --tokenizer usage`` against ccusage over the same Claude Code logs (issue 5, section 4).
+"""``ctxc analyze --tokenizer usage`` against ccusage over the same Claude Code logs: speed, token sums
+(issue 5, section 4), and each session's cost to the cent (issue 21), saying why any differ.
 
     python bench/bench_usage.py                  # ~54 MiB of generated logs, 7 interleaved rounds
     python bench/bench_usage.py --mb 10 --repeat 3
@@ -107,6 +108,83 @@ def ctxc_totals(doc: dict[str, Any]) -> dict[str, int]:
     return sums
 
 
+def compare_costs(
+    files: Sequence[Path], ours: dict[str, Any], launcher: Path, env: dict[str, str], daily: dict[str, Any]
+) -> bool:
+    """Each session's cost by ctxc against ``ccusage session`` (to the cent), saying why any differ."""
+    done = subprocess.run(
+        [str(launcher), "claude", "session", "--offline", "--json"],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=600,
+    )
+    theirs = {s["sessionId"]: float(s["totalCost"]) for s in orjson.loads(done.stdout)["sessions"]}
+    mine = {
+        Path(f["path"]).stem: (f["recorded_usage"].get("cost") or {}).get("usd", 0.0) for f in ours["files"]
+    }
+    by_file = {f.stem: f for f in files}
+    print("cost per session, ccusage session --offline against ctxc analyze (to the cent):")
+    explained = True
+    for stem in sorted(mine):
+        their, our = theirs.get(stem, 0.0), mine[stem]
+        if round(their, 2) == round(our, 2):
+            verdict = "agree"
+        else:
+            calls, as_ccusage = ccusage_long_context_rule([by_file[stem]])
+            ok = calls > 0 and round(their, 2) == round(as_ccusage, 2)
+            explained &= ok
+            verdict = (
+                f"{calls} call(s) above 200k input tokens: ctxc bills each whole at the long-context "
+                "rates (Anthropic's rule), ccusage only the tokens above 200k; "
+                f"by its rule ${as_ccusage:,.2f}"
+                if ok
+                else "DIFFER, unexplained"
+            )
+        print(f"  {stem[:40]:40} ccusage ${their:,.2f}  ctxc ${our:,.2f}  {verdict}")
+    their_sum, our_sum = sum(theirs.values()), sum(mine.values())
+    print(f"  total: ccusage ${their_sum:,.2f}, ctxc ${our_sum:,.2f}")
+    if round(float(daily["totalCost"]), 2) != round(their_sum, 2):
+        print(
+            f"  (ccusage daily says ${float(daily['totalCost']):,.2f}: its daily view counts some records "
+            "more than once, those without a requestId; its session view does not)"
+        )
+    return explained
+
+
+def ccusage_long_context_rule(files: Sequence[Path]) -> tuple[int, float]:
+    """The calls above a model's long-context threshold, and every call priced at ctxc's rates but
+    with ccusage's rule for the long tier: each kind of token up to the threshold at the base rate,
+    the rest at the long-context rate."""
+    sys.path.insert(0, str(ROOT))
+    from ctxc.formats import load
+    from ctxc.pricing import default_prices
+
+    table = default_prices()
+    total, long_calls = 0.0, 0
+    for f in files:
+        for u in load(str(f)).usage:
+            found = table.find(u.model)
+            if found is None:
+                continue
+            price = found[1]
+            if price.long_rates is None or u.context <= price.long_above:
+                total += price.of(u)
+                continue
+            long_calls += 1
+            base, high, cut = price.rates, price.long_rates, price.long_above
+            five_minute = u.cache_write - u.cache_write_1h
+            for tokens, low_rate, high_rate in (
+                (u.input, base.input, high.input),
+                (u.output, base.output, high.output),
+                (five_minute, base.cache_write, high.cache_write),
+                (u.cache_write_1h, base.cache_write_1h, high.cache_write_1h),
+                (u.cache_read, base.cache_read, high.cache_read),
+            ):
+                total += 1e-6 * (min(tokens, cut) * low_rate + max(tokens - cut, 0) * high_rate)
+    return long_calls, total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -167,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  ctxc    " + ", ".join(f"{ours[k]:,}" for k in names))
         agree = all(theirs[k] == ours[k] for k in names)
         print("  agree" if agree else "  DIFFER")
-        return 0 if agree else 1
+        costs_agree = compare_costs(files, orjson.loads(outputs["ctxc"]), launcher, env, theirs)
+        return 0 if agree and costs_agree else 1
 
 
 if __name__ == "__main__":

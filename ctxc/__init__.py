@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ctxc._version import __version__
 
 _EXPORTS = {
     "load": "ctxc.formats",
     "dump": "ctxc.formats",
     "analyze": "ctxc.analysis",
-    "Analysis": "ctxc.analysis",
+    "Analysis": "ctxc.report",
     "count_tokens": "ctxc.api",
     "compact": "ctxc.api",
     "CompactOptions": "ctxc.compaction.run",
@@ -46,7 +46,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from ctxc.agent import ContextManager
-    from ctxc.analysis import Analysis, analyze
+    from ctxc.analysis import analyze
     from ctxc.api import compact, count_tokens
     from ctxc.archive import Archive
     from ctxc.compaction.run import CompactionResult, CompactOptions
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     )
     from ctxc.record import RecordResult, RecordSource, compact_record
     from ctxc.reminders import ReminderRule, ReminderRules, TurnState
+    from ctxc.report import Analysis
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ def run() -> None:
 def main() -> None:
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]):  # scripts call this often: before any import
-        from ctxc import __version__
+        from ctxc._version import __version__
 
         try:
             sys.stdout.write(f"ctxc {__version__}\n")

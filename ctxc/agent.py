@@ -6,7 +6,7 @@ role ``tool``), exactly as an SDK takes them. Each turn the loop asks:
 
 * :meth:`~ContextManager.needs_compaction`: is the context past the trigger share of the window?
   Counting is cheap to repeat: each message is counted once (memoised by a hash of its JSON) and
-  texts are counted through the cached counting service;
+  texts are counted through the cached counter;
 * :meth:`~ContextManager.compact`: the compacted list, in the shape it was given, by the real
   strategies (``ctxc.compaction``, through :func:`~ctxc.compaction.run.compact_transcript`, so the
   output is repaired, read back and checked for tool pairing before it is returned);
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, check_thresholds, make_counter, stage_for
 from ctxc.errors import UsageError
 from ctxc.model import Message, Transcript
 from ctxc.reminders import (
@@ -47,18 +46,20 @@ from ctxc.reminders import (
     TurnState,
     last_response,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
-    from ctxc.analysis import TextCounter
     from ctxc.archive import Archive
     from ctxc.compaction.base import Action
     from ctxc.compaction.ledger import Ledger
     from ctxc.compaction.run import CompactOptions
     from ctxc.composer import Composition, PromptComposer
+    from ctxc.tokens import Counter
 
 Shape = Literal["anthropic", "openai"]
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
-#: holds far fewer; the counting service's own memo keeps texts cheap after a clear).
+#: holds far fewer; the cached counter's own memo keeps texts cheap after a clear).
 _MEMO_LIMIT = 200_000
 
 
@@ -121,7 +122,7 @@ class ContextManager:
         settings: Mapping[str, str] | None = None,
         instructions: str | None = None,
         archive: Archive | str | Path | None = None,
-        counter: TextCounter | None = None,
+        counter: Counter | None = None,
         shape: Literal["auto", "anthropic", "openai"] = "auto",
         allow_over: bool = True,
         use_cache: bool = True,
@@ -162,7 +163,7 @@ class ContextManager:
         self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
         self._configs = strategy_configs(self.options)
         self.target, self._explicit = resolve_target(self.options, self.window)
-        self.counter: TextCounter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
+        self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)
         self.rules = _rules(reminders)
         self.composer = _composer(composer)
@@ -457,10 +458,10 @@ def _role(obj: Any) -> Any:
     return obj.get("role") if isinstance(obj, Mapping) else None
 
 
-def _count(messages: Sequence[Message], counter: TextCounter) -> list[int]:
+def _count(messages: Sequence[Message], counter: Counter) -> list[int]:
     from ctxc.tokens.cost import count_messages
 
-    return count_messages(messages, counter.count)
+    return count_messages(messages, counter)
 
 
 def _load_lines(data: bytes, shape: Shape) -> Transcript:

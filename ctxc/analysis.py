@@ -8,283 +8,33 @@ process parses the next ones.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import os
-from bisect import bisect_right
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO, NamedTuple, Protocol
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import BinaryIO
 
-from ctxc.live import LiveContext, is_sidechain, last_resets
-from ctxc.model import Boundary, Message, ThinkingBlock, Transcript, Usage
+from ctxc.live import is_sidechain
+from ctxc.model import Boundary, Message, ThinkingBlock, Usage
+from ctxc.pricing import PriceTable
+from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reader import ReadOptions
+from ctxc.report import Analysis, MessageStat, Row, Scan, summarize_usage
+from ctxc.scancache import load_scan, scan_key, store_scan
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
-from ctxc.validate import Pairing, Problem
-
-#: Window shares at which stages 2, 3, 4 and 5 begin (the adaptive pipeline's defaults).
-DEFAULT_THRESHOLDS: tuple[float, float, float, float] = (0.60, 0.70, 0.80, 0.90)
-
-STAGE_NAMES = {
-    1: "none",
-    2: "tool-output post-processing",
-    3: "trim old messages",
-    4: "summarize history",
-    5: "essential summary only",
-}
-
-# A batch is flushed to the counter when it holds this many characters or messages. Large enough that
-# shipping it to the counting workers is noise, small enough that memory stays low on a 100 MB log.
-_BATCH_CHARS = 2_000_000
-_BATCH_MESSAGES = 4_000
-
-
-def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
-    """The stage (1-5) a context filled to ``share`` of the window is in (thresholds ascending, as
-    :func:`check_thresholds` makes them)."""
-    return bisect_right(thresholds, share) + 1
-
-
-def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
-    from ctxc.errors import UsageError
-
-    if (
-        len(thresholds) != 4
-        or any(not 0 < t < 1.5 for t in thresholds)
-        or list(thresholds) != sorted(thresholds)
-    ):
-        raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
-    return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])
-
-
-class TextCounter(Protocol):
-    """Counts many texts at once; the tokens package's counting service is the real one."""
-
-    name: str
-
-    def count(self, texts: Sequence[str]) -> list[int]: ...
-
-
-class MessageStat(NamedTuple):
-    """One message's row of an analysis.
-
-    A named tuple rather than a frozen dataclass like the rest: an analysis makes one per message,
-    and a tuple is made in a quarter of the time (0.8 us against 3.7 us, a tenth of a cached run
-    over a 100 MB log).
-    """
-
-    index: int  # type: ignore[assignment]  # hides tuple.index(), which a row has no use for
-    line: int
-    role: str
-    kind: str
-    tool: str | None
-    tokens: int
-    cumulative: int
-    share: float
-    stage: int
-    conversation: int = 0
-    #: In the live context (after the log's own last compaction, not a sidechain run).
-    live: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class UsageSummary:
-    """What the log itself recorded about API calls (Claude Code, Codex, pi, Kimi)."""
-
-    calls: int
-    input: int
-    output: int
-    cache_read: int
-    cache_write: int
-    last_context: int
-    max_context: int
-    window: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Analysis:
-    path: str
-    format: str
-    tokenizer: str
-    window: int
-    model: str | None
-    thresholds: tuple[float, float, float, float]
-    total_tokens: int
-    stage: int
-    conversations: int
-    messages: tuple[MessageStat, ...]
-    by_role: dict[str, int]
-    by_kind: dict[str, int]
-    by_tool: dict[str, int]
-    largest: tuple[MessageStat, ...]
-    usage: UsageSummary | None
-    boundaries: tuple[Boundary, ...]
-    problems: tuple[Problem, ...] = ()
-    skipped_lines: int = 0
-    max_context: int = field(default=0)
-    #: Per-stage forecast (:class:`ctxc.compaction.forecast.StageForecast`), when asked for.
-    forecast: tuple[Any, ...] = ()
-    #: With ``--tokenizer anthropic``: (Claude's total, o200k's total, their ratio) on the same file.
-    versus_o200k: tuple[int, int, float | None] | None = None
-    #: Where the window came from: ``flag``, ``log``, ``log model`` or ``default``.
-    window_source: str = "flag"
-    #: The live context's start: the line of the log's own last compaction, None when it has none.
-    live_from_line: int | None = None
-    #: Messages and tokens the client no longer sends: before the log's own compaction, and subagent
-    #: runs written inline (sidechains).
-    history_messages: int = 0
-    history_tokens: int = 0
-    side_messages: int = 0
-    side_tokens: int = 0
-    #: Tokens of what the log's compaction record itself carries into the live context.
-    carried_tokens: int = 0
-
-    @property
-    def live_messages(self) -> int:
-        return sum(1 for m in self.messages if m.live)
-
-    @property
-    def share(self) -> float:
-        return self.max_context / self.window if self.window else 0.0
-
-
-def count_messages(messages: Sequence[Message], counter: TextCounter) -> list[int]:
-    """Tokens of each message (its texts counted in one batch, plus framing and images)."""
-    from ctxc.tokens.cost import count_messages as count
-
-    return count(messages, counter.count)
-
-
-def start_counting(messages: Sequence[Message], counter: TextCounter) -> Callable[[], list[int]]:
-    """:func:`count_messages`, started: the returned function waits for the counts.
-
-    The counting service ships large batches to its worker processes and returns at once (see
-    :func:`ctxc.tokens.counting_processes`); other counters count before returning.
-    """
-    from ctxc.tokens.cost import start_count_messages
-
-    start = getattr(counter, "start", None)
-    if callable(start):
-        return start_count_messages(messages, start)
-    counts = count_messages(messages, counter)
-    return lambda: counts
-
-
-class _InFlight:
-    """Batches of messages being counted, oldest first, at most ``depth`` of them unfinished.
-
-    The parser keeps a few batches ahead of the workers, so they always have one queued; more would
-    only hold more messages in memory. Each batch yields its messages, their tokens, and the tokens of
-    the thinking inside messages of another kind (see :func:`thinking_texts`).
-    """
-
-    def __init__(self, counter: TextCounter, depth: int = 8, *, thinking: bool = True) -> None:
-        self.counter = counter
-        self.depth = depth
-        self.thinking = thinking
-        self._queue: deque[tuple[list[Message], Callable[[], list[int]], Callable[[], list[int]]]] = deque()
-
-    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int], list[int]]]:
-        """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
-        thinking = _start_thinking(batch, self.counter) if self.thinking else _zeros(batch)
-        self._queue.append((batch, start_counting(batch, self.counter), thinking))
-        while len(self._queue) > self.depth:
-            done, finish, thinking = self._queue.popleft()
-            yield done, finish(), thinking()
-
-    def drain(self) -> Iterator[tuple[list[Message], list[int], list[int]]]:
-        while self._queue:
-            done, finish, thinking = self._queue.popleft()
-            yield done, finish(), thinking()
-
-
-def thinking_texts(message: Message) -> list[str]:
-    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
-    thinking beside text and calls): analyze counts them as kind ``thinking`` all the same."""
-    if message.kind == "thinking":
-        return []
-    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
-
-
-def _zeros(batch: Sequence[Message]) -> Callable[[], list[int]]:
-    zeros = [0] * len(batch)
-    return lambda: zeros
-
-
-def _start_thinking(batch: Sequence[Message], counter: TextCounter) -> Callable[[], list[int]]:
-    per = [thinking_texts(m) for m in batch]
-    flat = [t for texts in per for t in texts]
-    if not flat:
-        return _zeros(batch)
-    start = getattr(counter, "start", None)
-    pending: Callable[[], list[int]]
-    if callable(start):
-        pending = start(flat)
-    else:
-        now = counter.count(flat)
-        pending = lambda: now  # noqa: E731
-
-    def finish() -> list[int]:
-        counts, out, at = pending(), [], 0
-        for texts in per:
-            out.append(sum(counts[at : at + len(texts)]))
-            at += len(texts)
-        return out
-
-    return finish
-
-
-def _batches(
-    items: Iterable[Message | Usage | Boundary], sink: list[Usage | Boundary]
-) -> Iterator[list[Message]]:
-    batch: list[Message] = []
-    chars = 0
-    for item in items:
-        if not isinstance(item, Message):
-            sink.append(item)
-            continue
-        batch.append(item)
-        chars += sum(len(getattr(b, "text", "")) for b in item.blocks)
-        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
-
-
-#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation, and the
-#: tokens of thinking inside it when its kind is another (counted under kind ``thinking``).
-Row = tuple[int, int, str, str, str | None, int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Scan:
-    """What reading and counting a file yields, before any window or threshold is applied.
-
-    This is what the analysis cache stores: it depends only on the file's bytes, the tokenizer and the
-    read options, so the same scan serves any ``--window``, ``--model`` or ``--thresholds``.
-    """
-
-    path: str
-    format: str
-    tokenizer: str
-    rows: tuple[Row, ...]
-    usage: tuple[Usage, ...]
-    boundaries: tuple[Boundary, ...]
-    problems: tuple[Problem, ...]
-    skipped_lines: int
-    #: Conversations that are subagent runs written inline (not the log's own thread).
-    sidechains: tuple[int, ...] = ()
-
-    @property
-    def live(self) -> LiveContext:
-        return LiveContext(resets=last_resets(self.boundaries), side=frozenset(self.sidechains))
+from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
+from ctxc.tokens.cost import count_messages
+from ctxc.tokens.reading import CountingQueue, message_batches
+from ctxc.usage_scan import analyze_usage
+from ctxc.validate import Pairing
 
 
 def analyze(
     src: str | os.PathLike[str] | BinaryIO,
     *,
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     tokenizer: str = "o200k_base",
     window: int | None = None,
     model: str | None = None,
@@ -293,19 +43,23 @@ def analyze(
     options: ReadOptions = ReadOptions(),
     top: int = 10,
     use_cache: bool = True,
+    prices: PriceTable | None = None,
 ) -> Analysis:
-    """Analyze one transcript file (a path, ``-`` or a binary stream).
+    """Analyze one transcript file (a path, ``-`` or a binary stream); recorded usage is priced at
+    ``prices`` (default: the shipped table, see :mod:`ctxc.pricing`).
 
     A file path is analyzed once per content: the scan is cached by the file's content hash (with the
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
-    from ctxc.profiles import resolve_window, window_for_log
-
-    if tokenizer == "usage" or getattr(counter, "name", None) == "usage":  # recorded usage, no counting
-        from ctxc.usage_scan import analyze_usage
-
+    if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
         return analyze_usage(
-            src, window=window, model=model, thresholds=thresholds, input_format=input_format, options=options
+            src,
+            window=window,
+            model=model,
+            thresholds=thresholds,
+            input_format=input_format,
+            options=options,
+            prices=prices,
         )
     th = check_thresholds(thresholds)
     if window is not None or model is not None:
@@ -316,37 +70,37 @@ def analyze(
     key = None
     cacheable = use_cache and isinstance(src, str | os.PathLike) and str(src) != "-" and _caches(counter)
     if cacheable:
-        from ctxc.scancache import load_scan, scan_key
-
         key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
         scan = load_scan(key, str(src)) if key else None
     if scan is None:
         scan = scan_file(src, counter, input_format=input_format, options=options)
         if key:
-            from ctxc.scancache import store_scan
-
             store_scan(key, scan)
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     return finish(
-        scan, window=choice.window, model=choice.model, thresholds=th, top=top, source=choice.source
+        scan,
+        window=choice.window,
+        model=choice.model,
+        thresholds=th,
+        top=top,
+        source=choice.source,
+        prices=prices,
     )
 
 
-def _caches(counter: TextCounter) -> bool:
+def _caches(counter: Counter) -> bool:
     """Whole-scan caching follows the count cache: on when counts are cached (not for approx)."""
     return getattr(counter, "cache", None) is not None
 
 
 def scan_file(
     src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
+    counter: Counter,
     *,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> Scan:
     """Read and count a file, streaming: only small per-message facts are kept."""
-    from ctxc.tokens import counting_processes
-
     with counting_processes(counter, _size_of(src)):
         return _scan(src, counter, input_format=input_format, options=options)
 
@@ -364,7 +118,7 @@ def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
 
 def _scan(
     src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
+    counter: Counter,
     *,
     input_format: str | None,
     options: ReadOptions,
@@ -377,19 +131,19 @@ def _scan(
     rows: list[Row] = []
     sidechains: set[int] = set()
     pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
-    inflight = _InFlight(counter)
+    inflight = CountingQueue(counter)
     try:
         with gc_paused():
-            for batch in _batches(stream.items, side):
-                for done, counts, thinking in inflight.add(batch):
-                    rows.extend(_rows(done, counts, thinking))
+            for batch in message_batches(stream.items, side):
+                for done, counts in inflight.add(batch):
+                    rows.extend(_rows(done, counts, counter))
                 for m in batch:
                     pairing.add(m)
                     if m.conversation and is_sidechain(m):
                         sidechains.add(m.conversation)
             problems = tuple(pairing.problems())  # while the last counts are made
-            for done, counts, thinking in inflight.drain():
-                rows.extend(_rows(done, counts, thinking))
+            for done, counts in inflight.drain():
+                rows.extend(_rows(done, counts, counter))
     finally:
         stream.close()
     return Scan(
@@ -410,47 +164,33 @@ def _scan(
     )
 
 
-def load_counted(
-    src: str | os.PathLike[str] | BinaryIO,
-    counter: TextCounter,
-    *,
-    input_format: str | None = None,
-    options: ReadOptions = ReadOptions(),
-) -> tuple[Transcript, list[int]]:
-    """Read a whole transcript and the tokens of each of its messages, in message order.
-
-    Batches are counted as they are read, as in :func:`scan_file`: inside
-    :func:`ctxc.tokens.counting_processes` the worker processes count while this one parses.
-    """
-    from ctxc.formats import load
-
-    inflight = _InFlight(counter, thinking=False)
-    counts: list[int] = []
-    batch: list[Message] = []
-    chars = 0
-
-    def take(message: Message) -> None:
-        nonlocal batch, chars
-        batch.append(message)
-        chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
-        if chars >= _BATCH_CHARS or len(batch) >= _BATCH_MESSAGES:
-            for _, done, _ in inflight.add(batch):
-                counts.extend(done)
-            batch, chars = [], 0
-
-    transcript = load(src, input_format=input_format, options=options, on_message=take)
-    if batch:
-        for _, done, _ in inflight.add(batch):
-            counts.extend(done)
-    for _, done, _ in inflight.drain():
-        counts.extend(done)
-    return transcript, counts
-
-
-def _rows(batch: list[Message], counts: list[int], thinking: list[int]) -> Iterator[Row]:
+def _rows(batch: list[Message], counts: list[int], counter: Counter) -> Iterator[Row]:
+    thinking = _thinking_tokens(batch, counter)
     for m, tokens, think in zip(batch, counts, thinking, strict=True):
         names = m.tool_names
         yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation, think)
+
+
+def thinking_texts(message: Message) -> list[str]:
+    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
+    thinking beside text and calls): analyze reports them under kind ``thinking`` all the same."""
+    if message.kind == "thinking":
+        return []
+    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+
+
+def _thinking_tokens(batch: Sequence[Message], counter: Counter) -> list[int]:
+    """Tokens of each message's :func:`thinking_texts` (counted already with the message: a cache hit
+    for a caching counter)."""
+    per = [thinking_texts(m) for m in batch]
+    flat = [t for texts in per for t in texts]
+    if not flat:
+        return [0] * len(batch)
+    counts, out, at = counter.count(flat), [], 0
+    for texts in per:
+        out.append(sum(counts[at : at + len(texts)]))
+        at += len(texts)
+    return out
 
 
 def finish(
@@ -461,6 +201,7 @@ def finish(
     thresholds: tuple[float, float, float, float],
     top: int = 10,
     source: str = "flag",
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """Apply a window and thresholds to a scan: the live context's cumulative tokens, shares, stages
     and totals, with what the client no longer sends counted apart."""
@@ -469,9 +210,9 @@ def finish(
     running: dict[int, int] = {}  # context so far, by conversation
     resets = sorted((b for b in scan.boundaries if b.resets), key=lambda b: b.index)
     pending = 0
-    by_role: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    by_tool: Counter[str] = Counter()
+    by_role: collections.Counter[str] = collections.Counter()
+    by_kind: collections.Counter[str] = collections.Counter()
+    by_tool: collections.Counter[str] = collections.Counter()
     history = [0, 0]
     side = [0, 0]
     for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
@@ -532,7 +273,7 @@ def finish(
         by_kind=dict(by_kind.most_common()),
         by_tool=dict(by_tool.most_common()),
         largest=tuple(largest),
-        usage=summarize_usage(scan.usage),
+        usage=summarize_usage(scan.usage, prices),
         boundaries=scan.boundaries,
         problems=scan.problems,
         skipped_lines=scan.skipped_lines,
@@ -545,37 +286,3 @@ def finish(
         side_tokens=side[1],
         carried_tokens=carried,
     )
-
-
-def summarize_usage(usage: Sequence[Usage]) -> UsageSummary | None:
-    """Calls, token sums and the largest and last context of some recorded usage."""
-    if not usage:
-        return None
-    windows = [u.window for u in usage if u.window]
-    return UsageSummary(
-        calls=len(usage),
-        input=sum(u.input for u in usage),
-        output=sum(u.output for u in usage),
-        cache_read=sum(u.cache_read for u in usage),
-        cache_write=sum(u.cache_write for u in usage),
-        last_context=usage[-1].context,
-        max_context=max(u.context for u in usage),
-        window=windows[-1] if windows else None,
-    )
-
-
-def make_counter(
-    tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
-) -> TextCounter:
-    """The counting service for a tokenizer name, with the on-disk count cache unless disabled.
-
-    ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
-    tokenizer through the API, ``concurrency`` requests at a time.
-    """
-    if tokenizer == "usage":  # reads the usage a log recorded (ctxc/usage_scan.py); counts nothing
-        from ctxc.usage_scan import RecordedUsageOnly
-
-        return RecordedUsageOnly()
-    from ctxc.tokens import make_counting_service
-
-    return make_counting_service(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)

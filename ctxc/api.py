@@ -24,17 +24,17 @@ def count_tokens(
     A message costs its texts (text, thinking, tool name and compact-JSON input, tool result) plus a
     fixed framing overhead and its images; see :mod:`ctxc.tokens.cost`.
     """
-    from ctxc.tokens import make_counting_service
+    from ctxc.tokens import make_cached_counter
     from ctxc.tokens.cost import count_messages
 
-    counter = make_counting_service(tokenizer)
+    counter = make_cached_counter(tokenizer)
     if isinstance(obj, str):
         return counter.count([obj])[0]
     if isinstance(obj, Message):
         messages = [obj]
     else:
         messages = list(obj.messages if isinstance(obj, Transcript) else obj)
-    return sum(count_messages(messages, counter.count))
+    return sum(count_messages(messages, counter))
 
 
 def compact(

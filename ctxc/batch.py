@@ -27,8 +27,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
+from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
+from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     import threading
@@ -104,9 +107,17 @@ def collect_inputs(
                 take(str(path / rel), rel)
             for rel in unreadable:
                 take(str(path / rel), path.name if rel == "." else rel)
+        elif not path.exists() and looks_like_reference(p):
+            session = resolve_session(p)
+            take(str(session.path), session.path.name)
         else:
             take(str(path), path.name)
     return out
+
+
+def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
+    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
+    return [i.path for i in collect_inputs(paths, glob=glob)]
 
 
 def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[str]]:
@@ -474,8 +485,6 @@ class Journal:
         return self.root / "journal.jsonl"
 
     def _locked(self) -> contextlib.AbstractContextManager[bool]:
-        from ctxc.archive import exclusive_lock
-
         return exclusive_lock(self.root / "journal.lock")
 
     def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -497,7 +506,6 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        from ctxc.archive import open_private
 
         with self._locked(), open_private(self.path) as handle:
             handle.write(line)
@@ -560,8 +568,6 @@ class BatchProgress:
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
-
-            from ctxc.cliutil import stderr_console
 
             self._bar = Progress(
                 TextColumn(self.what),

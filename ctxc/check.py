@@ -20,9 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, analyze, check_thresholds
+from ctxc.analysis import analyze
+from ctxc.batch import Outcome, run_batch
 from ctxc.errors import ExitCode, UsageError
+from ctxc.jobs import process_counter
+from ctxc.output import envelope
+from ctxc.profiles import resolve_window
 from ctxc.reader import ReadOptions
+from ctxc.report import Analysis
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
+from ctxc.tokens import USAGE_TOKENIZER, Counter
+from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
 Status = Literal["ok", "near", "over", "error"]
 STATUSES: tuple[Status, ...] = ("over", "near", "ok", "error")
@@ -71,8 +79,6 @@ def resolve_budget(
     window: int | None = None,
 ) -> Budget:
     """The budget for ``--max-usage R`` or ``--max-tokens N`` (exactly one) at a model's window."""
-    from ctxc.profiles import resolve_window
-
     if (max_usage is None) == (max_tokens is None):
         raise UsageError("give exactly one budget: --max-usage R (a share of the window) or --max-tokens N")
     if max_usage is not None and not 0 < max_usage <= 10:
@@ -181,15 +187,13 @@ def check_file(
     budget: Budget,
     *,
     tokenizer: str = "o200k_base",
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
     use_cache: bool = True,
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
-    from ctxc.usage_scan import USAGE_TOKENIZER, crossing_line, scan_usage, usage_analysis
-
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
@@ -236,8 +240,6 @@ class CheckJob:
 
 
 def run_check_job(job: CheckJob) -> FileCheck:
-    from ctxc.jobs import process_counter
-
     counter = None
     if job.tokenizer != "usage":
         counter = process_counter(job.tokenizer, job.use_cache, job.budget.model, 1)
@@ -268,8 +270,6 @@ def check_paths(
 ) -> CheckReport:
     """Check every transcript, ``jobs`` files at a time in worker processes (the verdicts come back in
     input order); an unreadable one is an ``error`` verdict and the rest go on."""
-    from ctxc.batch import Outcome, run_batch
-
     items = [
         (p, CheckJob(p, budget, tokenizer, tuple(thresholds), input_format, options, use_cache))
         for p in paths
@@ -302,8 +302,6 @@ def check_paths(
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:
     """The ``ctxc.check/1`` envelope."""
-    from ctxc.output import envelope
-
     b = report.budget
     return envelope(
         "check",

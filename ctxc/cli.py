@@ -14,7 +14,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ctxc import __version__
+from ctxc._version import __version__
+from ctxc.batch import expand_paths
 from ctxc.cliutil import (
     ArchiveOpt,
     FailFastOpt,
@@ -27,6 +28,7 @@ from ctxc.cliutil import (
     NoCacheOpt,
     OutFormat,
     PathsArg,
+    PricesOpt,
     QuietOpt,
     SetOpt,
     SkipInvalidOpt,
@@ -36,17 +38,16 @@ from ctxc.cliutil import (
     TranscriptOutputOpt,
     WindowOpt,
     cells,
-    expand_paths,
     parse_sets,
     parse_thresholds,
     read_options,
-    stderr_console,
     stdout_console,
     table_on_terminal,
     transcript_output,
 )
 from ctxc.errors import CtxcError, ExitCode, UsageError, exit_interrupted
-from ctxc.terminal import visible
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console, visible
 
 app = typer.Typer(
     name="ctxc",
@@ -93,7 +94,7 @@ def analyze(
     ] = "o200k_base",
     model: ModelOpt = None,
     window: WindowOpt = None,
-    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
+    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
         bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
@@ -102,6 +103,7 @@ def analyze(
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
+    prices: PricesOpt = None,
     forecast: Annotated[
         bool,
         typer.Option(
@@ -121,10 +123,13 @@ def analyze(
 
     from ctxc.cli_batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
+    from ctxc.pricing import default_prices
 
     options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    if prices:
+        default_prices(prices)  # a bad table fails now, once, not in every worker
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
     # Recorded usage is a byte scan that holds no tokenizer: its workers are plain forks, which cost
@@ -148,6 +153,7 @@ def analyze(
         # Worker processes already fill the cores; threads inside each would only contend.
         concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
         forecast=forecast,
+        prices=prices,
     )
     results, errors, failed = run_one_or_many(
         [(f, replace(job, path=f)) for f in files],
@@ -200,7 +206,7 @@ def _emit_analyses(
             if i:
                 console.print()
             if a.tokenizer == "usage":  # recorded usage only: no messages to tabulate
-                from ctxc.usage_scan import render_usage
+                from ctxc.render import render_usage
 
                 parts = render_usage(a)
             else:
@@ -309,9 +315,9 @@ def _load_reminders(path: str | None) -> Any:
         "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
         "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
         "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
-        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default ./.ctxc/archive) "
-        "before any "
-        "output is written; `ctxc restore` gives it back byte for byte."
+        "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
+        "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte "
+        "for byte."
     )
 )
 def compact(
@@ -367,7 +373,7 @@ def compact(
     ] = "o200k_base",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
-    ] = "0.6,0.7,0.8,0.9",
+    ] = DEFAULT_THRESHOLDS_TEXT,
     settings: SetOpt = None,
     allow_over: Annotated[
         bool, typer.Option("--allow-over", help="Write the output even if it stays over the target.")
@@ -415,8 +421,8 @@ def compact(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
-    from ctxc.analysis import check_thresholds
     from ctxc.compaction.run import DEFAULT_KEEP_LAST, CompactOptions
+    from ctxc.stages import check_thresholds
     from ctxc.summarize import SummarizerOptions
 
     th = parse_thresholds(thresholds)
@@ -452,7 +458,7 @@ def compact(
             segment_tokens=segment_tokens,
         ),
     )
-    from ctxc.archive import archive_root
+    from ctxc.archive_store import archive_root
     from ctxc.batch import collect_inputs
     from ctxc.compaction.files import CompactJob, compact_file
 
@@ -546,9 +552,22 @@ def _summary_line(doc: dict[str, Any]) -> None:
     stages = ", ".join(f"{k} -{v:,}" for k, v in run["savings"].items() if v) or "nothing to do"
     stderr_console().print(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens (-{pct:.1f}%) with {run['strategy']} "
-        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}",
+        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}",
         markup=False,
         soft_wrap=True,
+    )
+
+
+def _worth(run: dict[str, Any]) -> str:
+    """'; saves $0.50 a turn at claude-opus-4-5 input prices ($0.05 if cached)', when it can be priced."""
+    from ctxc.render import dollars
+
+    worth = run.get("saving_per_turn")
+    if not worth:
+        return ""
+    return (
+        f"; saves {dollars(worth['usd_input'])} a turn at {worth['model']} input prices "
+        f"({dollars(worth['usd_cache_read'])} if cached)"
     )
 
 
@@ -740,7 +759,8 @@ def repair(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
-    from ctxc.archive import Archive, sha256_hex
+    from ctxc.archive import Archive
+    from ctxc.archive_store import sha256_hex
     from ctxc.compaction.write import write_transcript
     from ctxc.formats import get_adapter, load
     from ctxc.output import atomic_output
@@ -849,7 +869,7 @@ def _root(
 
 # Commands that live in their own modules (``ctxc/commands/``); each module has ``register(app)``.
 # A tuple rather than discovery, so the order of ``ctxc --help`` is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = ("search", "eval", "check", "agent")
+COMMAND_MODULES: tuple[str, ...] = ("sessions", "search", "eval", "check", "agent", "hooks")
 
 
 #: Help panels of the commands with too many options for one list, by parameter name.

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cliutil import TableOrJson, cells, stderr_console
+from ctxc.cliutil import TableOrJson, cells
 from ctxc.system import cpu_count
+from ctxc.terminal import stderr_console
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -114,7 +115,8 @@ def run_compact_batch(
     """
     from dataclasses import replace
 
-    from ctxc.archive import Archive, archive_root
+    from ctxc.archive import Archive
+    from ctxc.archive_store import archive_root
     from ctxc.batch import Journal, already_done, check_distinct_outputs, file_sha256, fingerprint
     from ctxc.compaction.files import options_fingerprint_doc
     from ctxc.jobs import compact_journaled, journal_entry

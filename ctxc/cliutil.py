@@ -41,13 +41,6 @@ def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
     return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
 
 
-def stderr_console() -> Any:
-    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
-    from ctxc.terminal import visible_console
-
-    return visible_console(stderr=True, highlight=False)
-
-
 def cells(*values: str) -> list[Any]:
     """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
     data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
@@ -67,13 +60,6 @@ def stdout_console() -> Any:
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
-
-
-def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
-    """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
-    from ctxc.batch import collect_inputs
-
-    return [i.path for i in collect_inputs(paths, glob=glob)]
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
@@ -147,6 +133,16 @@ TranscriptOutputOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
 WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        envvar="CTXC_PRICES",
+        metavar="FILE",
+        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
+        show_default=False,
+    ),
+]
 TableOrJsonOpt = Annotated[
     TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
 ]
@@ -160,7 +156,11 @@ PathsArg = Annotated[
 ]
 ArchiveOpt = Annotated[
     str | None,
-    typer.Option("--archive", help="Archive directory (default $CTXC_ARCHIVE or ./.ctxc/archive)."),
+    typer.Option(
+        "--archive",
+        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, "
+        "else ~/.local/share/ctxc/archive).",
+    ),
 ]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import InputError, OverTargetError, UsageError
+from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
-    from ctxc.analysis import TextCounter
+    from ctxc.tokens import Counter
 
 #: Standard priorities (the seed design's scale): safety constraints are never dropped in practice
 #: (make them required), background information goes first when the budget is tight.
@@ -143,7 +144,7 @@ class PromptComposer:
         return tuple(sorted(self.sections, key=lambda s: -s.priority))
 
     def compose(
-        self, budget: int | None = None, *, counter: TextCounter | None = None, fill: bool = False
+        self, budget: int | None = None, *, counter: Counter | None = None, fill: bool = False
     ) -> Composition:
         """The prompt within ``budget`` tokens (no limit when None). See the module docstring."""
         if budget is not None and budget < 1:
@@ -279,10 +280,8 @@ def _section(table: Any, n: int, root: Path) -> Section:
     return Section(sid, content.strip("\n"), priority, required)
 
 
-def _count_fn(counter: TextCounter | None) -> Any:
+def _count_fn(counter: Counter | None) -> Any:
     if counter is None:
-        from ctxc.analysis import make_counter
-
         counter = make_counter("o200k_base")
     return counter.count
 
@@ -292,7 +291,7 @@ def compose(
     budget: int | None = None,
     *,
     base: str | None = None,
-    counter: TextCounter | None = None,
+    counter: Counter | None = None,
     fill: bool = False,
 ) -> Composition:
     """Shorthand for ``PromptComposer(tuple(sections), base=base).compose(budget, ...)``."""

@@ -14,16 +14,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, Analysis, TextCounter, make_counter
+from ctxc.pricing import default_prices
 from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.report import Analysis
+from ctxc.stages import DEFAULT_THRESHOLDS
+from ctxc.tokens import Counter, make_counter
 
 if TYPE_CHECKING:
     from ctxc.compaction.files import CompactJob
 
 
 @functools.lru_cache(maxsize=8)
-def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> TextCounter:
-    # One counting service per process and setting: a worker analyzing 200 files loads the BPE once.
+def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> Counter:
+    # One cached counter per process and setting: a worker analyzing 200 files loads the BPE once.
     return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
 
@@ -41,6 +44,8 @@ class AnalyzeJob:
     concurrency: int = 4
     #: Also dry-run each adaptive stage (``--forecast``).
     forecast: bool = False
+    #: A price table to apply over the shipped one (``--prices``).
+    prices: str | None = None
 
 
 def analyze_file(job: AnalyzeJob) -> Analysis:
@@ -63,6 +68,7 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
         input_format=job.input_format,
         options=job.read_options,
         top=job.top,
+        prices=default_prices(job.prices),
     )
     if job.forecast:
         from ctxc.compaction.forecast import forecast
@@ -80,15 +86,16 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     return result
 
 
-def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: TextCounter) -> Any:
+def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> Any:
     """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
     from ctxc.formats import open_stream
     from ctxc.model import Message
-    from ctxc.tokens.anthropic_backend import compare_with_o200k
+    from ctxc.tokens.cost import compare_with_o200k
 
     stream = open_stream(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
     try:
-        return compare_with_o200k((m for m in stream.items if isinstance(m, Message)), counter)
+        o200k = make_counter("o200k_base")
+        return compare_with_o200k((m for m in stream.items if isinstance(m, Message)), counter, o200k)
     finally:
         stream.close()
 
@@ -160,7 +167,7 @@ def compact_journaled(job: CompactJob) -> dict[str, Any]:
     The worker that did the file writes the line, right after the manifest's: the batch's own process
     may be killed at any moment, and each finished file must be on record when it is.
     """
-    from ctxc.archive import archive_root
+    from ctxc.archive_store import archive_root
     from ctxc.batch import Journal
     from ctxc.compaction.files import compact_file
 

@@ -104,6 +104,8 @@ class Usage:
     window: int | None = None
     #: The model the call was made with, when the log names it.
     model: str | None = None
+    #: Of ``cache_write``, what was written for an hour rather than five minutes (priced higher).
+    cache_write_1h: int = 0
 
     @property
     def context(self) -> int:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TextIO, cast
 
 import orjson
 
-from ctxc import __version__
+from ctxc._version import __version__
 from ctxc.errors import OutputError
 
 SCHEMA_VERSION = 1

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
-from ctxc.archive import Archive, archive_root, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import archive_root, sha256_hex
 from ctxc.compaction.run import CompactOptions
 from ctxc.errors import CtxcError, ExitCode
 

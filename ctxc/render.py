@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ctxc.analysis import STAGE_NAMES, Analysis, MessageStat
+from ctxc.pricing import Cost
+from ctxc.report import Analysis, MessageStat
+from ctxc.stages import STAGE_NAMES
 
 
 def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str, Any]:
@@ -221,6 +223,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         if u.window:
             usage.append(f", window {u.window:,}")
         out.append(usage)
+        if u.cost is not None:
+            out.append(Text(cost_line(u.cost)))
     out.extend(boundary_lines(a))
     if a.versus_o200k is not None and a.versus_o200k[2] is not None:
         claude, o200k, ratio = a.versus_o200k
@@ -287,4 +291,56 @@ def boundary_lines(a: Analysis) -> list[Any]:
             + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
         )
         out.append(t)
+    return out
+
+
+def cost_line(cost: Cost) -> str:
+    """'cost: $8.94 (claude-opus-4-5 $8.94; prices of 2026-12-01)', naming what could not be priced."""
+    priced = [f"{m.model} {dollars(m.usd)}" for m in cost.models if m.usd is not None]
+    parts = ["; ".join(priced)] if priced else []
+    if cost.unpriced:
+        parts.append("not priced: " + ", ".join(cost.unpriced))
+    return f"cost: {dollars(cost.usd)} ({'; '.join([*parts, f'prices of {cost.as_of}'])})"
+
+
+def dollars(usd: float) -> str:
+    """Dollars to the cent; below a cent, to a tenth of one, so a small saving does not read $0.00."""
+    return f"${usd:,.2f}" if usd >= 0.01 or usd == 0 else f"${usd:.4f}"
+
+
+def render_usage(a: Analysis) -> list[Any]:
+    """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
+    from rich.text import Text
+
+    from ctxc.render import boundary_lines
+    from ctxc.stages import STAGE_NAMES
+
+    u = a.usage
+    head = Text()
+    head.append(a.path, style="bold")
+    head.append(f"  {a.format}  ·  recorded usage")
+    out: list[Any] = [head]
+    if u is None:
+        return out
+    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
+    line = Text()
+    line.append(f"{a.max_context:,} tokens", style="bold")
+    line.append(" largest context" + f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
+    line.append(f"  {a.share * 100:.1f}%  ")
+    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
+    out.append(line)
+    body = Text()
+    body.append(f"{u.calls:,} API calls", style="bold")
+    body.append(
+        f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
+        f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
+    )
+    if u.window:
+        body.append(f"; recorded window {u.window:,}")
+    out.append(body)
+    if u.cost is not None:
+        out.append(Text(cost_line(u.cost)))
+    out.extend(boundary_lines(a))
+    if a.skipped_lines:
+        out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
     return out

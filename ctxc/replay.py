@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ctxc.agent import Compaction, ContextManager
-from ctxc.analysis import STAGE_NAMES, stage_for
+from ctxc.archive_store import sha256_hex
+from ctxc.compaction.ledger import Ledger
 from ctxc.errors import UsageError
 from ctxc.live import live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
+from ctxc.stages import STAGE_NAMES, stage_for
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -121,9 +123,6 @@ def replay(
     The manager's reminder state is used and advanced, so pass a fresh manager per replay.
     ``compact=False`` only injects reminders (``ctxc remind``: where each rule fires in the log).
     """
-    from ctxc.archive import sha256_hex
-    from ctxc.compaction.ledger import Ledger
-
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
     conv = _pick_conversation(transcript, ledger) if conversation is None else conversation

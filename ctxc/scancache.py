@@ -24,23 +24,23 @@ from typing import Any
 
 import orjson
 
-from ctxc import __version__
-from ctxc.analysis import Scan
+from ctxc._version import __version__
 from ctxc.model import Boundary, Usage
+from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
+from ctxc.report import Scan
+from ctxc.system import cache_dir
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 3  # 3: rows carry the thinking tokens of messages of another kind
+_LAYOUT = 4  # 4: rows carry the thinking tokens of messages of another kind
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 
 
 def _directory() -> Path:
-    from ctxc.system import cache_dir
-
     return cache_dir() / "analyses"
 
 
@@ -91,8 +91,6 @@ def scan_key(
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
-    from ctxc.output import write_atomic
-
     try:
         write_atomic(target, data, sync=False)  # a cache: a lost entry is recomputed
     except OSError as exc:

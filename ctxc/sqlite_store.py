@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from ctxc.archive_store import private_dir, private_file
 from ctxc.system import cache_dir, env_flag
 
 T = TypeVar("T")
@@ -118,8 +119,6 @@ class SqliteStore:
             return None
         if self._conn is None:
             try:
-                from ctxc.archive import private_dir, private_file
-
                 # Summaries quote transcripts: the file is 0600 (and its -wal, -shm) whatever the umask.
                 private_file(private_dir(self.path.parent) / self.path.name)
                 conn = self._open_with_retries()

@@ -52,3 +52,8 @@ def visible_console(**options: Any) -> Any:
             )
 
     return _VisibleConsole(**options)
+
+
+def stderr_console() -> Any:
+    """The console of progress, warnings and errors (control characters shown, never obeyed)."""
+    return visible_console(stderr=True, highlight=False)

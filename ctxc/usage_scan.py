@@ -31,42 +31,20 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.analysis import (
-    DEFAULT_THRESHOLDS,
-    Analysis,
-    UsageSummary,
-    check_thresholds,
-    stage_for,
-    summarize_usage,
-)
-from ctxc.errors import CtxcError, InputError, UsageError
+from ctxc.errors import CtxcError, InputError
 from ctxc.model import Boundary, Record, Usage
+from ctxc.pricing import PriceTable
 from ctxc.reader import ReadOptions, named_bytes, parse_line
+from ctxc.report import Analysis, UsageSummary, summarize_usage
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.tokens.base import USAGE_TOKENIZER
 
-#: The ``--tokenizer`` name that selects this module instead of counting.
-USAGE_TOKENIZER = "usage"
 #: Formats whose usage lines are found by searching the bytes (the others are read in full).
 FAST_FORMATS = frozenset({"claude-code", "codex"})
 
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
 _BOM = b"\xef\xbb\xbf"
-
-
-class RecordedUsageOnly:
-    """What ``make_counter("usage")`` returns: it routes :func:`ctxc.analysis.analyze` here and counts
-    nothing, so a command that needs text counted (``--forecast``, ``compact``) fails with a clear
-    message instead of silently counting with another tokenizer."""
-
-    name = USAGE_TOKENIZER
-    #: No count cache: the scan is as fast as hashing the file would be, so nothing is cached either.
-    cache = None
-
-    def count(self, texts: Sequence[str]) -> list[int]:
-        raise UsageError(
-            "--tokenizer usage only reads the usage a log recorded and cannot count text; "
-            "use o200k_base (the default), cl100k_base, approx or anthropic for this"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,14 +247,20 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
     API calls. Only records that carry usage are seen here, which every API response does. The loop
     keeps plain integers and builds one :class:`Usage` per call: it runs once per line of a 50 MB log.
     """
-    from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, _SYNTHETIC_MODEL
+    from ctxc.formats.claude_code import (
+        _BOUNDARIES,
+        _MAX_OPEN_RECORDS,
+        _RECENT_IDS,
+        _SYNTHETIC_MODEL,
+        hour_writes,
+    )
 
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
     closed: deque[str] = deque()  # the last _RECENT_IDS closed ids, with a set for fast membership
     closed_set: set[str] = set()
     open_id: str | None = None
-    open_call: list[int] | None = None  # input, output, cache read, cache write, line
+    open_call: list[int] | None = None  # input, output, cache read, cache write, 1h writes, line
     open_model: str | None = None
     open_records = 0
 
@@ -284,8 +268,8 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
         nonlocal open_id, open_call
         if open_id is not None:
             if open_call is not None:
-                i, o, r, w, first = open_call
-                usage.append(Usage(i, o, r, w, line=first, model=open_model))
+                i, o, r, w, hour, first = open_call
+                usage.append(Usage(i, o, r, w, line=first, model=open_model, cache_write_1h=hour))
             closed.append(open_id)
             closed_set.add(open_id)
             if len(closed) > _RECENT_IDS:
@@ -329,6 +313,7 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
                 _int(u.get("output_tokens")),
                 _int(u.get("cache_read_input_tokens")),
                 _int(u.get("cache_creation_input_tokens")),
+                hour_writes(u),
                 line,
             ]
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
@@ -337,13 +322,14 @@ def _claude_code(lines: _Lines) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]
             if open_call is None or call is None:
                 open_call = open_call or call
             else:
-                open_call = [max(a, b) for a, b in zip(open_call[:4], call[:4], strict=True)] + [open_call[4]]
+                open_call = [max(a, b) for a, b in zip(open_call[:5], call[:5], strict=True)] + [open_call[5]]
             open_records += 1
             continue
         close()
         if mid is None:
             if call is not None:
-                usage.append(Usage(call[0], call[1], call[2], call[3], line=line, model=model))
+                i, o, r, w, hour, _ = call
+                usage.append(Usage(i, o, r, w, line=line, model=model, cache_write_1h=hour))
             continue
         open_id, open_records, open_model = mid, 1, model
         open_call = None if mid in closed_set else call
@@ -388,8 +374,9 @@ def usage_analysis(
     window: int | None = None,
     model: str | None = None,
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
+    prices: PriceTable | None = None,
 ) -> Analysis:
-    """An :class:`~ctxc.analysis.Analysis` from recorded usage alone.
+    """An :class:`~ctxc.report.Analysis` from recorded usage alone.
 
     There are no per-message figures. ``max_context`` (and so the share and the stage) is the largest
     context a recorded call sent since the log's own last compaction (the live context), the recorded
@@ -399,7 +386,7 @@ def usage_analysis(
     from ctxc.profiles import window_for_log
 
     choice = window_for_log(model=model, window=window, usage=scan.usage)
-    summary = summarize_usage(scan.usage)
+    summary = summarize_usage(scan.usage, prices)
     since = max((b.line for b in scan.boundaries if b.resets), default=0)
     live_calls = [u.context for u in scan.usage if u.line > since]
     peak = max(live_calls, default=0)
@@ -435,6 +422,7 @@ def analyze_usage(
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
+    prices: PriceTable | None = None,
 ) -> Analysis:
     """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
     from ctxc.profiles import resolve_window
@@ -443,7 +431,7 @@ def analyze_usage(
     if model is not None or window is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
     scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=window, model=model, thresholds=th)
+    return usage_analysis(scan, window=window, model=model, thresholds=th, prices=prices)
 
 
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
@@ -452,50 +440,11 @@ def crossing_line(scan: UsageScan, limit: int) -> int | None:
     return next((u.line for u in scan.usage if u.line > since and u.context > limit), None)
 
 
-def render_usage(a: Analysis) -> list[Any]:
-    """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
-    from rich.text import Text
-
-    from ctxc.analysis import STAGE_NAMES
-    from ctxc.render import boundary_lines
-
-    u = a.usage
-    head = Text()
-    head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  recorded usage")
-    out: list[Any] = [head]
-    if u is None:
-        return out
-    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
-    line = Text()
-    line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(" largest context" + f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
-    line.append(f"  {a.share * 100:.1f}%  ")
-    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
-    out.append(line)
-    body = Text()
-    body.append(f"{u.calls:,} API calls", style="bold")
-    body.append(
-        f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
-        f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
-    )
-    if u.window:
-        body.append(f"; recorded window {u.window:,}")
-    out.append(body)
-    out.extend(boundary_lines(a))
-    if a.skipped_lines:
-        out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
-    return out
-
-
 __all__ = [
     "FAST_FORMATS",
-    "USAGE_TOKENIZER",
-    "RecordedUsageOnly",
     "UsageScan",
     "analyze_usage",
     "crossing_line",
-    "render_usage",
     "scan_usage",
     "total_tokens",
     "usage_analysis",

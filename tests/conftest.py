@@ -46,6 +46,9 @@ def _private_cache_and_archive(tmp_path_factory: pytest.TempPathFactory) -> None
     # Tests never touch the user's ~/.cache/ctxc or a ./.ctxc archive in the checkout.
     os.environ.setdefault("CTXC_CACHE_DIR", str(tmp_path_factory.mktemp("ctxc-cache")))
     os.environ.setdefault("CTXC_ARCHIVE", str(tmp_path_factory.mktemp("ctxc-archive")))
+    # Nor the developer's own Claude Code and Codex sessions (session ids, ``latest``, ``ctxc sessions``).
+    os.environ.setdefault("CLAUDE_CONFIG_DIR", str(tmp_path_factory.mktemp("claude-home")))
+    os.environ.setdefault("CODEX_HOME", str(tmp_path_factory.mktemp("codex-home")))
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT
 
 from ctxc.agent import ContextManager, detect_shape, to_messages
-from ctxc.archive import CITATION_RE, Archive
+from ctxc.archive import Archive
+from ctxc.archive_store import CITATION_RE
 from ctxc.composer import PromptComposer, Section
 from ctxc.errors import UsageError
 from ctxc.reminders import ReminderRule, TurnState

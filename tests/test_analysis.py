@@ -12,10 +12,12 @@ from conftest import CORPUS, SAMPLES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxc.analysis import Scan, analyze, finish, stage_for
+from ctxc.analysis import analyze, finish
 from ctxc.cli import main
 from ctxc.errors import UsageError
 from ctxc.formats import load
+from ctxc.report import Scan
+from ctxc.stages import stage_for
 from ctxc.tokens.cost import image_tokens, message_images
 from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
 

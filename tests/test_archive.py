@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from ctxc.archive import Archive, citation, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import citation, sha256_hex
 from ctxc.errors import ArchiveError, ExitCode, OutputError
 from ctxc.output import atomic_output
 
@@ -189,3 +190,58 @@ def test_ctrl_c_while_starting_is_one_line_and_130(tmp_path: Path, delay: float)
     assert proc.returncode in (ExitCode.INTERRUPTED, 0), err.decode()
     if proc.returncode:
         assert b"ctxc: interrupted" in err
+
+
+def test_the_default_archive_is_per_user_and_citations_resolve_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import run
+
+    from ctxc.archive_store import CITATION_RE, archive_root
+
+    monkeypatch.delenv("CTXC_ARCHIVE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    repo.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(repo)
+    assert archive_root() == tmp_path / "data" / "ctxc" / "archive"
+    out = repo / "small.jsonl"
+    code, _, _ = run(
+        capsys,
+        "compact",
+        str(SAMPLES / "claude-code.jsonl"),
+        "-s",
+        "fifo",
+        "--target-tokens",
+        "4000",
+        "-o",
+        str(out),
+    )
+    assert code == 0
+    assert not (repo / ".ctxc").exists()  # nothing for `git add -A` to pick up
+    store = tmp_path / "data" / "ctxc"
+    assert store.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o077 == 0 for p in (store / "archive").rglob("*"))
+    match = CITATION_RE.search(out.read_text())
+    assert match is not None
+    monkeypatch.chdir(elsewhere)
+    code, shown, _ = run(capsys, "show", match.group(0), "-f", "json")
+    assert code == 0
+    assert shown.strip()
+
+
+def test_a_project_local_archive_is_used_where_it_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxc.archive_store import archive_root
+
+    monkeypatch.delenv("CTXC_ARCHIVE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (tmp_path / "proj" / ".ctxc" / "archive").mkdir(parents=True)
+    (tmp_path / "proj" / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "proj" / "src")
+    assert archive_root() == tmp_path / "proj" / ".ctxc" / "archive"
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "mine"))
+    assert archive_root() == tmp_path / "mine"
+    assert archive_root(tmp_path / "flag") == tmp_path / "flag"

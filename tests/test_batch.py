@@ -19,7 +19,8 @@ import orjson
 import pytest
 from conftest import SAMPLES, corpus_files
 
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.batch import Input, collect_inputs, run_batch
 from ctxc.cli import main
 from ctxc.errors import ExitCode, InputError

@@ -10,11 +10,11 @@ import re
 import orjson
 import pytest
 
-from ctxc.analysis import make_counter
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.formats import load
 from ctxc.model import Transcript
+from ctxc.tokens import make_counter
 
 DECISION = (
     "Decision: we will use Redis Streams rather than Kafka for the job queue, because the deployment "

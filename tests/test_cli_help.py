@@ -15,6 +15,14 @@ from ctxc.cli import app, main
 from ctxc.errors import ExitCode
 
 COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands if c.callback is not None)
+# Command groups (``ctxc hooks install``): each subcommand is a command of its own.
+SUBCOMMANDS = sorted(
+    f"{g.name} {c.name or c.callback.__name__}"
+    for g in app.registered_groups
+    if g.typer_instance is not None
+    for c in g.typer_instance.registered_commands
+    if c.callback is not None
+)
 
 
 def test_the_commands_we_expect() -> None:
@@ -38,17 +46,17 @@ def test_the_commands_we_expect() -> None:
     } <= set(COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS + SUBCOMMANDS)
 def test_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main([command, "--help"])
+        main([*command.split(), "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "Example" in out
     assert f"ctxc {command}" in out
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS + sorted({s.split()[0] for s in SUBCOMMANDS}))
 def test_readme_documents_every_command(command: str) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"ctxc {command}" in readme

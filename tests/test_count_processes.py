@@ -17,14 +17,15 @@ from conftest import SAMPLES
 SCRIPT = r"""
 import sys, orjson
 import ctxc.tokens as tokens
-from ctxc.analysis import analyze, make_counter
-from ctxc.tokens import tiktoken_backend
+from ctxc.analysis import analyze
+from ctxc.tokens import make_counter
+from ctxc.tokens import prefork, tiktoken_backend
 
 path, mode = sys.argv[1], sys.argv[2]
 if mode == "threads":
     tokens.PROCESS_MIN_BYTES = 1 << 62
 used = []
-original = tiktoken_backend.worker_processes
+original = prefork.worker_processes
 
 def spy(tokenizer, workers):
     cm = original(tokenizer, workers)
@@ -37,7 +38,7 @@ def spy(tokenizer, workers):
             return cm.__exit__(*exc)
     return Wrap()
 
-tiktoken_backend.worker_processes = spy
+prefork.worker_processes = spy
 counter = make_counter("o200k_base", use_cache=False)
 a = analyze(path, counter=counter, use_cache=False)
 doc = {
@@ -108,7 +109,8 @@ def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path, 
 BROKEN = r"""
 import sys
 from ctxc.errors import CtxcError
-from ctxc.tokens.tiktoken_backend import TiktokenTokenizer, worker_processes
+from ctxc.tokens.prefork import worker_processes
+from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
 
 tok = TiktokenTokenizer("o200k_base", path=__import__("pathlib").Path(sys.argv[1]))
 with worker_processes(tok, 2) as active:
@@ -133,7 +135,7 @@ SMALL = r"""
 from ctxc.tokens import prefork, tiktoken_backend as tb
 
 tok = tb.TiktokenTokenizer("o200k_base")
-with tb.worker_processes(tok, 2) as active:
+with prefork.worker_processes(tok, 2) as active:
     assert active
     first = tok.count_batch(["a few words", "more"])
     shipped = not (tb._encodings or tb._partials)  # the first small batch went to a worker

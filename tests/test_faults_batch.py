@@ -22,7 +22,8 @@ import orjson
 import pytest
 from conftest import SAMPLES
 
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.cli import main
 from ctxc.errors import ExitCode
 from ctxc.output import TEMP_SUFFIX

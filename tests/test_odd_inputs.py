@@ -14,7 +14,8 @@ import orjson
 import pytest
 from conftest import SAMPLES, run
 
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ArchiveError, ExitCode
 from ctxc.formats import load

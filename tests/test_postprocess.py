@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.postprocess import (
     ERROR_RE,
     Request,

@@ -12,7 +12,8 @@ import pytest
 from conftest import SAMPLES
 
 import ctxc
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.cli import main
 from ctxc.compaction.run import CompactOptions
 from ctxc.errors import ExitCode

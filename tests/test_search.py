@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxc.search
-from ctxc.archive import Archive, citation, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import citation, sha256_hex
 from ctxc.cli import main
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ArchiveError, ExitCode, UsageError
@@ -318,7 +319,8 @@ def test_two_processes_index_one_archive_at_once(tmp_path: Path) -> None:
     arch = tmp_path / "archive"
     script = (
         "import sys\n"
-        "from ctxc.archive import Archive, sha256_hex\n"
+        "from ctxc.archive import Archive\n"
+        "from ctxc.archive_store import sha256_hex\n"
         "from ctxc.formats import load\n"
         "from ctxc.search import index_transcript\n"
         "a = Archive.open(sys.argv[1])\n"

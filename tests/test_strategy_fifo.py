@@ -17,8 +17,7 @@ from conftest import corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.analysis import make_counter
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
 from ctxc.compaction.fifo import Fifo, FifoConfig, placeholder_text, protected_units
 from ctxc.compaction.ledger import Ledger
@@ -27,6 +26,7 @@ from ctxc.compaction.units import units
 from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from ctxc.tokens import make_counter
 from ctxc.validate import pairing_problems
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "0" * 52

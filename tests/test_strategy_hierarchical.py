@@ -184,7 +184,7 @@ def test_summarizer_gets_the_instructions_and_the_whole_span() -> None:
 
 @pytest.fixture(scope="module")
 def o200k_ledger() -> Ledger:
-    from ctxc.analysis import make_counter
+    from ctxc.tokens import make_counter
 
     return Ledger(make_counter("o200k_base", use_cache=False))
 

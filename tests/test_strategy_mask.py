@@ -12,14 +12,14 @@ from conftest import CORPUS, corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.analysis import make_counter
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.compaction.base import CompactContext, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.mask import Mask, MaskConfig, eligible_slots
 from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.tokens import make_counter
 from ctxc.validate import pairing_problems
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "0" * 52

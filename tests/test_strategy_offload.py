@@ -13,14 +13,15 @@ from conftest import corpus_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc.analysis import make_counter
-from ctxc.archive import CITATION_RE, Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import CITATION_RE, sha256_hex
 from ctxc.compaction.base import CompactContext, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.offload import Offload, OffloadConfig
 from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.tokens import make_counter
 from ctxc.validate import pairing_problems
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "0" * 52

@@ -16,8 +16,7 @@ from conftest import corpus_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxc.analysis import make_counter
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.recursive import Recursive, RecursiveConfig
@@ -27,6 +26,7 @@ from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import ESSENTIAL_SECTIONS, SECTIONS, SummaryRequest
 from ctxc.summarize.extractive import ExtractiveSummarizer
+from ctxc.tokens import make_counter
 from ctxc.validate import pairing_problems
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "7" * 52

@@ -30,7 +30,7 @@ from fake_anthropic import (
     user_text,
 )
 
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import AuthError, ModelError, SummarizerError
 from ctxc.formats import load

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import ExitCode, SummarizerError, UsageError
 from ctxc.formats import load

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from conftest import corpus_params
 
-from ctxc.analysis import make_counter
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import ESSENTIAL_SECTIONS, SECTIONS, SummaryRequest, get_summarizer, summarizer_names
@@ -32,6 +31,7 @@ from ctxc.summarize.extractive import (
     shorten,
     tier_messages,
 )
+from ctxc.tokens import make_counter
 
 CITATION = "ctxc archive 3f2a9c1b4d5e messages 0-40"
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from ctxc.errors import CtxcError, UsageError
 from ctxc.tokens import DEFAULT_TOKENIZER, TOKENIZERS, get_tokenizer
 from ctxc.tokens import approx as approx_mod
 from ctxc.tokens import tiktoken_backend as tb
-from ctxc.tokens.cache import CountingService, TokenCache, digest
+from ctxc.tokens.cache import CachedCounter, TokenCache, digest
 from tests.conftest import ROOT, corpus_params
 
 DATA = ROOT / "ctxc" / "tokens" / "data"
@@ -459,7 +459,7 @@ def test_unusable_cache_dir_works_uncached_and_warns_once(
     texts = ["x" * 100, "y" * 200]
     with caplog.at_level(logging.WARNING, logger="ctxc.sqlite_store"):
         for _ in range(3):
-            service = CountingService(tok, TokenCache(path))
+            service = CachedCounter(tok, TokenCache(path))
             assert service.count(texts) == tok.count_batch(texts)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -519,15 +519,15 @@ def test_counting_service(cache_dir: Path) -> None:
     long_b = json.dumps({"k": list(range(100))})
     texts = [long_a, "short", long_b, long_a, "", long_b]
     expected = [tok.count(t) for t in texts]
-    first = CountingService(tok, TokenCache())
+    first = CachedCounter(tok, TokenCache())
     assert first.count(texts) == expected
     assert (first.hits, first.misses) == (0, 3)  # repeats counted once
-    second = CountingService(tok, TokenCache())
+    second = CachedCounter(tok, TokenCache())
     assert second.count(texts) == expected
     assert (second.hits, second.misses) == (3, 0)  # every text, short ones too, comes from the cache
     assert second.counted_chars == 0
-    assert CountingService(tok).count(texts) == expected
-    assert CountingService(tok).count([]) == []
+    assert CachedCounter(tok).count(texts) == expected
+    assert CachedCounter(tok).count([]) == []
 
 
 class _Deferred:
@@ -552,7 +552,7 @@ class _Deferred:
 
 def test_batches_in_flight_count_a_repeated_text_once_in_any_finishing_order() -> None:
     tok = _Deferred()
-    service = CountingService(tok)
+    service = CachedCounter(tok)
     shared, a, b = "shared text " * 30, "only in the first", "only in the second"
     first = service.start([a, shared])
     second = service.start([shared, b, shared])
@@ -578,7 +578,7 @@ def test_a_batch_that_fails_to_start_is_not_waited_for() -> None:
         return real_start(texts)
 
     tok.start_count = flaky  # type: ignore[method-assign]
-    service = CountingService(tok)  # type: ignore[arg-type]
+    service = CachedCounter(tok)  # type: ignore[arg-type]
     text = "a text that failed once " * 10
     with pytest.raises(RuntimeError):
         service.start([text])
@@ -587,31 +587,31 @@ def test_a_batch_that_fails_to_start_is_not_waited_for() -> None:
 
 def test_cached_counts_are_per_tokenizer(cache_dir: Path) -> None:
     text = "한국어 텍스트와 English words and code(x) " * 10
-    o200k = CountingService(get_tokenizer("o200k_base"), TokenCache()).count([text])
-    cl100k = CountingService(get_tokenizer("cl100k_base"), TokenCache()).count([text])
+    o200k = CachedCounter(get_tokenizer("o200k_base"), TokenCache()).count([text])
+    cl100k = CachedCounter(get_tokenizer("cl100k_base"), TokenCache()).count([text])
     assert o200k == [get_tokenizer("o200k_base").count(text)]
     assert cl100k == [get_tokenizer("cl100k_base").count(text)]
     assert o200k != cl100k
 
 
 def test_approx_is_not_cached(cache_dir: Path) -> None:
-    service = CountingService(get_tokenizer("approx"), TokenCache())
+    service = CachedCounter(get_tokenizer("approx"), TokenCache())
     assert service.cache is None
     service.count(["x" * 500])
     assert not cache_dir.exists()
 
 
 def test_make_counting_service(cache_dir: Path) -> None:
-    from ctxc.tokens import make_counting_service
+    from ctxc.tokens import make_cached_counter
 
-    service = make_counting_service("cl100k_base")
+    service = make_cached_counter("cl100k_base")
     assert service.name == "cl100k_base"
     text = "counted through the cache " * 10
     assert service.count([text]) == [get_tokenizer("cl100k_base").count(text)]
     assert service.cache is not None
     assert service.cache.size() == 1
-    assert make_counting_service(use_cache=False).cache is None
-    assert make_counting_service().name == DEFAULT_TOKENIZER
+    assert make_cached_counter(use_cache=False).cache is None
+    assert make_cached_counter().name == DEFAULT_TOKENIZER
 
 
 def test_rank_table_marshal_copy_is_used_and_a_damaged_one_ignored(

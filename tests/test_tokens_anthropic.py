@@ -12,10 +12,10 @@ from fake_anthropic import COUNT_TOKENS, FakeAnthropic, Scripted, error_body, es
 
 from ctxc.errors import AuthError, ExitCode, ModelError
 from ctxc.formats import load
-from ctxc.tokens import make_counting_service
-from ctxc.tokens.anthropic_backend import AnthropicTokenizer, TokenCountError, compare_with_o200k
-from ctxc.tokens.cache import CountingService, TokenCache
-from ctxc.tokens.cost import MESSAGE_OVERHEAD, count_messages, message_parts
+from ctxc.tokens import make_cached_counter
+from ctxc.tokens.anthropic_backend import AnthropicTokenizer, TokenCountError
+from ctxc.tokens.cache import CachedCounter, TokenCache
+from ctxc.tokens.cost import MESSAGE_OVERHEAD, compare_with_o200k, count_messages, message_parts
 
 # The fake API's fixtures (no_internet is autouse: nothing here can reach beyond loopback).
 
@@ -98,18 +98,18 @@ def test_concurrency_is_bounded(anthropic_server: FakeAnthropic) -> None:
 def test_cache_hit_on_a_second_run_makes_no_request(anthropic_server: FakeAnthropic, tmp_path: Path) -> None:
     db = tmp_path / "tokens.sqlite3"
     with TokenCache(db) as cache:
-        first = CountingService(AnthropicTokenizer(MODEL), cache).count(TEXTS)
+        first = CachedCounter(AnthropicTokenizer(MODEL), cache).count(TEXTS)
     made = len(anthropic_server.requests)
     assert made == 2 + len(TEXTS)  # model check, probe, one per text
     with TokenCache(db) as cache:
-        service = CountingService(AnthropicTokenizer(MODEL), cache)
+        service = CachedCounter(AnthropicTokenizer(MODEL), cache)
         assert service.count(TEXTS) == first
         assert service.hits == len(TEXTS)
         assert service.misses == 0
     assert len(anthropic_server.requests) == made
     # Another model's counts are its own: nothing is reused across models.
     with TokenCache(db) as cache:
-        other = CountingService(AnthropicTokenizer("claude-sonnet-4-5"), cache)
+        other = CachedCounter(AnthropicTokenizer("claude-sonnet-4-5"), cache)
         other.count(TEXTS)
         assert other.hits == 0
     assert len(anthropic_server.requests) == made + 2 + len(TEXTS)
@@ -170,18 +170,19 @@ def test_a_slow_answer_past_the_timeout_fails(anthropic_server: FakeAnthropic) -
 
 def test_compare_with_o200k_on_a_sample(anthropic_server: FakeAnthropic, tmp_path: Path) -> None:
     messages = load(open(SAMPLES / "claude-code.jsonl", "rb")).messages  # noqa: SIM115
-    counter = CountingService(AnthropicTokenizer(MODEL), TokenCache(tmp_path / "t.sqlite3"))
-    a_total, o_total, ratio = compare_with_o200k(iter(messages), counter, batch=7)
+    counter = CachedCounter(AnthropicTokenizer(MODEL), TokenCache(tmp_path / "t.sqlite3"))
+    o200k = make_cached_counter("o200k_base")
+    a_total, o_total, ratio = compare_with_o200k(iter(messages), counter, o200k, batch=7)
     expected_a = 0
     for m in messages:
         parts, extra = message_parts(m)
         expected_a += extra + sum(max(0, raw_count(p) - OVERHEAD) for p in parts)
     assert a_total == expected_a
-    assert o_total == sum(count_messages(messages, make_counting_service("o200k_base").count))
+    assert o_total == sum(count_messages(messages, make_cached_counter("o200k_base")))
     assert o_total > 0
     assert ratio == pytest.approx(a_total / o_total)
     assert MESSAGE_OVERHEAD * len([m for m in messages if m.blocks]) < a_total
-    assert compare_with_o200k([], counter) == (0, 0, None)
+    assert compare_with_o200k([], counter, o200k) == (0, 0, None)
 
 
 def test_importing_the_backend_does_not_import_the_sdk() -> None:

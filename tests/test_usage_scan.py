@@ -15,13 +15,8 @@ import ctxc
 from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.model import Boundary
 from ctxc.reader import ReadOptions
-from ctxc.usage_scan import (
-    RecordedUsageOnly,
-    analyze_usage,
-    crossing_line,
-    scan_usage,
-    total_tokens,
-)
+from ctxc.tokens import RecordedUsageOnly
+from ctxc.usage_scan import analyze_usage, crossing_line, scan_usage, total_tokens
 
 
 @pytest.mark.parametrize("path", corpus_params("claude-code/*") + corpus_params("codex/*"))

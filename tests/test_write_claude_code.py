@@ -15,7 +15,7 @@ import orjson
 import pytest
 from conftest import corpus_params
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.units import units
 from ctxc.compaction.write import write_transcript
 from ctxc.formats import get_adapter, load
@@ -770,7 +770,7 @@ def _resumed_chain(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _chain_tokens(chain: list[dict[str, Any]]) -> int:
-    from ctxc.analysis import make_counter
+    from ctxc.tokens import make_counter
 
     texts = [orjson.dumps((o.get("message") or {}).get("content")).decode() for o in chain]
     return sum(make_counter("approx", use_cache=False).count(texts))
@@ -786,9 +786,9 @@ def test_inline_subagent_runs_never_become_the_resumed_chain(strategy: str, rati
     the chain Claude Code resumes (from the newest main-chain record) is the log's own thread, with no
     sidechain record in it, ctxc's summary in it when one was written, and fewer tokens than before.
     Whatever is left of a run stays sidechain records linked only among themselves."""
-    from ctxc.analysis import make_counter
     from ctxc.compaction.ledger import Ledger
     from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.tokens import make_counter
 
     source = INLINE.read_bytes()
     t = load(INLINE)

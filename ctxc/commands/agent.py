@@ -27,10 +27,11 @@ from ctxc.cliutil import (
     parse_sets,
     parse_thresholds,
     read_options,
-    stderr_console,
     stdout_console,
     table_on_terminal,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
@@ -183,9 +184,9 @@ def compose_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
-    from ctxc.analysis import make_counter
     from ctxc.composer import PromptComposer
     from ctxc.output import dumps, envelope, write_stdout
+    from ctxc.tokens import make_counter
 
     composer = PromptComposer.load(file)
     if base is not None:
@@ -262,7 +263,7 @@ def replay_command(
         float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
     ] = None,
     keep_last: KeepLastOpt = 4,
-    thresholds: ThresholdsOpt = "0.6,0.7,0.8,0.9",
+    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     settings: SetOpt = None,
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
     conversation: ConversationOpt = None,

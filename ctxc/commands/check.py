@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ctxc.batch import expand_paths
 from ctxc.cliutil import (
     GlobOpt,
     InputFormatOpt,
@@ -18,11 +19,11 @@ from ctxc.cliutil import (
     QuietOpt,
     SkipInvalidOpt,
     WindowOpt,
-    expand_paths,
     parse_thresholds,
     read_options,
-    stderr_console,
 )
+from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import stderr_console
 
 
 class CheckFormat(StrEnum):
@@ -65,7 +66,7 @@ def check(
             "--warn-usage",
             help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
         ),
-    ] = 0.6,
+    ] = DEFAULT_THRESHOLDS[0],
     model: ModelOpt = None,
     window: WindowOpt = None,
     tokenizer: Annotated[
@@ -80,7 +81,7 @@ def check(
     ] = CheckFormat.table,
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
-    ] = "0.6,0.7,0.8,0.9",
+    ] = DEFAULT_THRESHOLDS_TEXT,
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
     ] = False,

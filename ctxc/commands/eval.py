@@ -8,14 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import (
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    stderr_console,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cliutil import SkipInvalidOpt, TableOrJson, TableOrJsonOpt, stdout_console, table_on_terminal
+from ctxc.terminal import stderr_console
 
 
 class Scope(StrEnum):

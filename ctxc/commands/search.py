@@ -12,15 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import (
-    ArchiveOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    cells,
-    stderr_console,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cliutil import ArchiveOpt, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
+from ctxc.terminal import stderr_console
 
 
 class ShowFormat(StrEnum):

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ctxc.analysis import stage_for
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, get_strategy, option, register
 from ctxc.model import Message
+from ctxc.stages import DEFAULT_THRESHOLDS, stage_for
 
 #: Which strategies each stage runs, in order.
 STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -42,10 +42,18 @@ STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    stage2: float = option(0.60, "window share where tool-output post-processing starts", min=0.0, max=1.5)
-    stage3: float = option(0.70, "window share where trimming old messages starts", min=0.0, max=1.5)
-    stage4: float = option(0.80, "window share where summarizing the history starts", min=0.0, max=1.5)
-    stage5: float = option(0.90, "window share where only an essential summary is kept", min=0.0, max=1.5)
+    stage2: float = option(
+        DEFAULT_THRESHOLDS[0], "window share where tool-output post-processing starts", min=0.0, max=1.5
+    )
+    stage3: float = option(
+        DEFAULT_THRESHOLDS[1], "window share where trimming old messages starts", min=0.0, max=1.5
+    )
+    stage4: float = option(
+        DEFAULT_THRESHOLDS[2], "window share where summarizing the history starts", min=0.0, max=1.5
+    )
+    stage5: float = option(
+        DEFAULT_THRESHOLDS[3], "window share where only an essential summary is kept", min=0.0, max=1.5
+    )
     essential_keep_last: int = option(
         3, "messages kept verbatim after the essential summary", min=1, max=1000
     )

@@ -20,7 +20,7 @@ from ctxc.errors import UsageError
 from ctxc.model import Message
 
 if TYPE_CHECKING:
-    from ctxc.archive import Archive
+    from ctxc.archive_store import ArchiveStore
     from ctxc.compaction.ledger import Ledger
     from ctxc.summarize import Summarizer
 
@@ -56,7 +56,7 @@ class CompactContext:
     window: int
     ledger: Ledger
     summarizer: Summarizer
-    archive: Archive | None = None
+    archive: ArchiveStore | None = None
     archive_id: str = ""
     pinned: frozenset[int] = frozenset()
     keep_last: int = 4

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 

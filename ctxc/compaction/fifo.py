@@ -19,12 +19,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.analysis import count_messages
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize.extractive import PLACEHOLDER_PREFIX, QUOTES_HEADING, KeySentence, key_sentences
+from ctxc.tokens.cost import count_messages
 
 
 def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:

@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxc.analysis import load_counted, make_counter
-from ctxc.archive import Archive, sha256_hex
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
 from ctxc.output import atomic_output, check_output, dumps, envelope
+from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, named_bytes, read_all
-from ctxc.tokens import counting_processes
+from ctxc.tokens import counting_processes, make_counter
+from ctxc.tokens.reading import load_counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,25 @@ def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
     }
 
 
+def _saving_worth(result: CompactionResult, options: CompactOptions) -> dict[str, Any] | None:
+    """What the tokens removed save on every following call, at the model's input and cache-read
+    prices (the model given, else the one the log's last call names); None when it is unpriced."""
+    models = [u.model for u in result.transcript.usage if u.model]
+    model = options.model or (models[-1] if models else None)
+    saved = result.tokens_before - result.tokens_after
+    table = default_prices()
+    worth = saving_per_turn(saved, model, table)
+    if worth is None or saved <= 0:
+        return None
+    return {
+        "model": model,
+        "tokens": saved,
+        "usd_input": worth[0],
+        "usd_cache_read": worth[1],
+        "as_of": table.as_of,
+    }
+
+
 def compaction_report(
     result: CompactionResult, options: CompactOptions, name: str, output: str
 ) -> dict[str, Any]:
@@ -96,6 +117,7 @@ def compaction_report(
             "tokens_after": result.tokens_after,
             "savings": result.savings_by_strategy(),
             "summarizer": {"name": options.summarizer, **dict(result.summarizer_usage or {})},
+            "saving_per_turn": _saving_worth(result, options),
         },
         conversations=[
             {

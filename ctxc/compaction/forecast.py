@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter
-from ctxc.archive import sha256_hex
+from ctxc.archive_store import sha256_hex
 from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import pinned_indexes
 from ctxc.model import Message, Transcript
+from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import get_summarizer
+from ctxc.tokens import Counter
 
 STAGE_OF = {"offload": 2, "mask": 2, "selective": 3, "hierarchical": 4, "essential": 5}
 
@@ -37,7 +38,7 @@ def forecast(
     transcript: Transcript,
     *,
     window: int,
-    counter: TextCounter,
+    counter: Counter,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     keep_last: int = 4,
 ) -> tuple[StageForecast, ...]:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ctxc.analysis import TextCounter, count_messages
 from ctxc.model import Message
+from ctxc.tokens import Counter
+from ctxc.tokens.cost import count_messages
 
 
 class Ledger:
-    def __init__(self, counter: TextCounter) -> None:
+    def __init__(self, counter: Counter) -> None:
         self.counter = counter
         self._memo: dict[int, tuple[Message, int]] = {}
 
@@ -24,7 +25,7 @@ class Ledger:
             self.seed(todo, count_messages(todo, self.counter))
 
     def seed(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
-        """Take counts made while the messages were read (:func:`ctxc.analysis.load_counted`)."""
+        """Take counts made while the messages were read (:func:`ctxc.tokens.reading.load_counted`)."""
         for m, n in zip(messages, counts, strict=True):
             self._memo[id(m)] = (m, n)
 

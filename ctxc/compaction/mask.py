@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.postprocess import Request, ToolCall, call_summary, current_request, postprocess
 from ctxc.model import Message, ToolResultBlock, ToolUseBlock

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive import Archive, archive_root, citation, sha256_hex
+from ctxc.archive_store import ArchiveStore, archive_root, citation, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.postprocess import ToolCall, call_summary
 from ctxc.model import Message, ToolResultBlock, ToolUseBlock
@@ -151,7 +151,7 @@ def store_blob(
         return Blob(digest, ctx.archive.object_path(digest))
     digest = sha256_hex(data)
     # Where the default archive would put it, so a dry run costs the same tokens as a real one.
-    return Blob(digest, Archive(archive_root()).object_path(digest))
+    return Blob(digest, ArchiveStore(archive_root()).object_path(digest))
 
 
 def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int, preview_lines: int) -> str:

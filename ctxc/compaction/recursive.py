@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.analysis import count_messages
-from ctxc.archive import citation
+from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize import SummaryRequest
+from ctxc.tokens.cost import count_messages
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ctxc.analysis import DEFAULT_THRESHOLDS, TextCounter, make_counter
-from ctxc.archive import Archive, discard_new_objects_on_failure, sha256_hex
+from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
@@ -22,7 +21,9 @@ from ctxc.formats import get_adapter
 from ctxc.live import last_request, live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.repair import repair_messages
+from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer
+from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
 if TYPE_CHECKING:
@@ -195,8 +196,8 @@ def compact_transcript(
     transcript: Transcript,
     options: CompactOptions = CompactOptions(),
     *,
-    archive: Archive | None = None,
-    counter: TextCounter | None = None,
+    archive: ArchiveStore | None = None,
+    counter: Counter | None = None,
     original_bytes: bytes | None = None,
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
@@ -221,8 +222,8 @@ def _compact_transcript(
     transcript: Transcript,
     options: CompactOptions,
     *,
-    archive: Archive | None,
-    counter: TextCounter | None,
+    archive: ArchiveStore | None,
+    counter: Counter | None,
     original_bytes: bytes | None,
     counts: Sequence[int] | None,
 ) -> CompactionResult:
@@ -478,7 +479,7 @@ def _reminder_messages(
     return out[0], out[1]
 
 
-def _store_in_background(archive: Archive | None, data: bytes, digest: str) -> Future[str] | None:
+def _store_in_background(archive: ArchiveStore | None, data: bytes, digest: str) -> Future[str] | None:
     """Store the original in a thread: copying and syncing up to 100 MB to disk, without the GIL, while
     the strategy runs. A run that fails meanwhile still finishes storing it, as if it had failed just
     after an up-front store; the caller waits for it before writing any output."""

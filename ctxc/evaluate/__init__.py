@@ -41,11 +41,11 @@ from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transc
 from ctxc.search.chunks import render_input
 
 if TYPE_CHECKING:
-    from ctxc.analysis import TextCounter
     from ctxc.archive import Archive
     from ctxc.evaluate.judge import Judge, JudgeScore
     from ctxc.search.embed import Embedder
     from ctxc.search.index import SearchIndex
+    from ctxc.tokens import Counter
 
 DEFAULT_TARGETS = (0.10, 0.25)
 SURVIVAL_KINDS = ("paths", "errors", "decisions")
@@ -293,7 +293,7 @@ def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
         from ctxc.evaluate.generate import generate
 
         return [Source(g.name, g.data) for g in generate(options.seed, options.generated)]
-    from ctxc.cliutil import expand_paths
+    from ctxc.batch import expand_paths
     from ctxc.errors import InputError
 
     out: list[Source] = []
@@ -433,13 +433,11 @@ class _Prepared:
     window: int
 
 
-def _window_of(t: Transcript, counter: TextCounter) -> int:
+def _window_of(t: Transcript, counter: Counter) -> int:
     from ctxc.tokens.cost import count_messages
 
     live = live_context(t.boundaries, t.messages)
-    sizes = [
-        sum(count_messages(live.split(t.conversation(c))[1], counter.count)) for c in range(t.conversations)
-    ]
+    sizes = [sum(count_messages(live.split(t.conversation(c))[1], counter)) for c in range(t.conversations)]
     return max([*sizes, 1])
 
 
@@ -467,9 +465,9 @@ def run_eval(
     ``archive`` keeps the evaluation's archive (originals, index) in that directory; by default it is
     a temporary one, removed at the end.
     """
-    from ctxc.analysis import make_counter
     from ctxc.compaction import strategies as registry
     from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.tokens import make_counter
 
     names = options.strategies or tuple(registry())
     unknown = [n for n in names if n not in registry()]
@@ -591,7 +589,7 @@ def _search_ranks(
     prepared: Sequence[_Prepared], store: Archive, options: EvalOptions
 ) -> dict[tuple[str, int], int | None]:
     """(source, needle number) → :func:`_search_rank` of every planted needle, in one open index."""
-    from ctxc.archive import sha256_hex
+    from ctxc.archive_store import sha256_hex
     from ctxc.search.index import open_index
 
     ranks: dict[tuple[str, int], int | None] = {}

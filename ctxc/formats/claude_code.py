@@ -91,10 +91,17 @@ def _usage(message: Mapping[str, Any], line: int) -> Usage | None:
         output=_int(u.get("output_tokens")),
         cache_read=_int(u.get("cache_read_input_tokens")),
         cache_write=_int(u.get("cache_creation_input_tokens")),
+        cache_write_1h=hour_writes(u),
         line=line,
         # "<synthetic>" marks a message the client made up (an error notice), not a model call.
         model=model if model and not model.startswith("<") else None,
     )
+
+
+def hour_writes(usage: Mapping[str, Any]) -> int:
+    """The tokens a call wrote to the one-hour cache (``cache_creation.ephemeral_1h_input_tokens``)."""
+    detail = usage.get("cache_creation")
+    return _int(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
 
 
 def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
@@ -109,6 +116,7 @@ def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
         cache_write=max(a.cache_write, b.cache_write),
         line=a.line,
         model=a.model or b.model,
+        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
     )
 
 
@@ -822,7 +830,7 @@ class _CompactWriter:
             if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
                 # The client's copy of the full output would undo the compaction (and is often larger).
                 # (Imported here: reading a log must not load the archive and its file-writing modules.)
-                from ctxc.archive import citation
+                from ctxc.archive_store import citation
 
                 note = citation(self.archive_id, m.index)
                 enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxc.archive_store import ArchiveStore
 from ctxc.errors import ArchiveError, CtxcError
 from ctxc.search.background import (
     BACKGROUND_BYTES,
@@ -46,7 +47,6 @@ from ctxc.system import env_flag
 from ctxc.terminal import visible
 
 if TYPE_CHECKING:
-    from ctxc.archive import Archive
     from ctxc.model import Transcript
     from ctxc.search.embed import Embedder
 
@@ -73,7 +73,7 @@ def indexing_disabled() -> bool:
     return env_flag("CTXC_NO_INDEX")
 
 
-#: Archive roots whose unusable index this process has warned about: once is enough (a compact tries
+#: ArchiveStore roots whose unusable index this process has warned about: once is enough (a compact tries
 #: the index twice, once as it stores the original and once as it records the run).
 _warned: set[str] = set()
 
@@ -94,7 +94,7 @@ def _warn(root: Any, what: str, exc: BaseException) -> None:
 
 
 def index_transcript(
-    archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
+    archive: ArchiveStore, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> int:
     """Index an archived original (by its archive id); returns the chunks added (0 if already there)."""
     with SearchIndex.for_archive(archive.root) as index:
@@ -118,7 +118,7 @@ def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript,
 
 
 def index_quietly(
-    archive: Archive, archive_id: str, transcript: Transcript, *, source: str | None = None
+    archive: ArchiveStore, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> None:
     """:func:`index_transcript` for the archive's hooks: any failure is a warning, never an exception.
 
@@ -135,7 +135,7 @@ def index_quietly(
         _warn(archive.root, f"original {archive_id[:12]}", exc)
 
 
-def note_blobs_quietly(archive: Archive, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
+def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
     """Record where offloaded outputs came from, ``(digest, message, tool)`` each, in one transaction
     (a failure is a warning, never an exception)."""
     if indexing_disabled() or not notes:
@@ -147,7 +147,7 @@ def note_blobs_quietly(archive: Archive, origin: str, notes: Sequence[tuple[str,
         _warn(archive.root, f"offloaded outputs of {origin[:12]}", exc)
 
 
-def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
+def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> None:
     """After a manifest line: index the run's original if no hook did (``ctxc repair``, other tools)."""
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if indexing_disabled() or not isinstance(ident, str):
@@ -172,7 +172,7 @@ def index_recorded_quietly(archive: Archive, entry: Mapping[str, Any]) -> None:
         _warn(archive.root, f"original {ident[:12]}", exc)
 
 
-def _in_background(archive: Archive, archive_id: str) -> bool:
+def _in_background(archive: ArchiveStore, archive_id: str) -> bool:
     """Whether to hand this stored original to a background indexer: it is large, and on disk."""
     try:
         return archive.object_path(archive_id).stat().st_size >= BACKGROUND_BYTES
@@ -190,7 +190,9 @@ def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
     return load(named_bytes(name, data), input_format=fmt or None, options=options)
 
 
-def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mapping[str, Any]) -> Transcript:
+def _index_object(
+    archive: ArchiveStore, index: SearchIndex, ident: str, entry: Mapping[str, Any]
+) -> Transcript:
     """Load the archived original ``entry`` describes and index it; returns the transcript."""
     fmt = entry.get("format")
     transcript = load_archived(archive.read(ident), ident[:12], fmt if isinstance(fmt, str) else None)
@@ -199,7 +201,7 @@ def _index_object(archive: Archive, index: SearchIndex, ident: str, entry: Mappi
     return transcript
 
 
-def index_queued(archive: Archive, index: SearchIndex | None = None) -> bool:
+def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> bool:
     """Index the originals queued for the background indexer (:mod:`ctxc.search.background`), taking
     each out of the queue once done; False if any failed (each failure a warning). The caller holds
     the archive's writer lock."""
@@ -225,7 +227,7 @@ def index_queued(archive: Archive, index: SearchIndex | None = None) -> bool:
     return ok
 
 
-def _manifest_originals(archive: Archive) -> dict[str, dict[str, Any]]:
+def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
     """The latest manifest entry of each archived original (by full archive id)."""
     out: dict[str, dict[str, Any]] = {}
     for entry in archive.manifest():
@@ -235,7 +237,7 @@ def _manifest_originals(archive: Archive) -> dict[str, dict[str, Any]]:
     return out
 
 
-def sync(archive: Archive, index: SearchIndex) -> int:
+def sync(archive: ArchiveStore, index: SearchIndex) -> int:
     """Index every original the manifest lists that the index lacks; returns how many were added.
 
     What cannot be read back is skipped with a warning (the rest of the archive stays searchable).
@@ -264,7 +266,7 @@ class RebuildReport:
     set_aside: Path | None = None
 
 
-def _objects(archive: Archive) -> Iterator[str]:
+def _objects(archive: ArchiveStore) -> Iterator[str]:
     base = archive.root / "objects"
     if not base.is_dir():
         return
@@ -302,7 +304,7 @@ def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
                     yield hashlib.sha256(s.encode("utf-8")).hexdigest(), m.index, b.name
 
 
-def rebuild(archive: Archive) -> RebuildReport:
+def rebuild(archive: ArchiveStore) -> RebuildReport:
     """Make the index again from the archive: the manifest's originals, then every other object.
 
     An object the manifest does not list is, in order: an offloaded output of an indexed original (its
@@ -382,7 +384,7 @@ def rebuild(archive: Archive) -> RebuildReport:
 def search(
     query: str,
     *,
-    archive: Archive | None = None,
+    archive: ArchiveStore | None = None,
     limit: int = 10,
     hybrid: bool = False,
     archive_id: str | None = None,
@@ -396,12 +398,11 @@ def search(
     ``hybrid`` ranks by 0.4 * BM25 + 0.6 * embedding similarity (needs ``ctxc[embed]``). Before
     searching, originals the manifest lists but the index lacks are indexed (``catch_up``).
     """
-    from ctxc.archive import Archive as ArchiveCls
     from ctxc.errors import UsageError
 
     if limit < 1:
         raise UsageError("--limit must be at least 1")
-    store = archive if archive is not None else ArchiveCls.open()
+    store = archive if archive is not None else ArchiveStore.open()
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
             with writer_lock(store.root):  # after any background indexer, so nothing is done twice

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.archive import exclusive_lock, open_private
+from ctxc.archive_store import exclusive_lock, open_private
 
 #: Originals at least this large (bytes) are indexed in the background; indexing a smaller one inline
 #: costs under 0.4 s, not much more than the 0.1 s of starting a process to do it.

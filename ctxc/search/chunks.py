@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from ctxc.compaction.postprocess import ToolCall, call_summary
 from ctxc.model import (
     Message,
     TextBlock,
@@ -178,8 +179,6 @@ def session_label(source: str, fmt: str) -> str:
 
 def _about(use: ToolUseBlock | None, tool: str) -> str:
     """ "Bash `pytest -q`": the tool and what it worked on (its file, command or query)."""
-    from ctxc.compaction.postprocess import ToolCall, call_summary
-
     summary = call_summary(ToolCall(use.name, use.input)) if use is not None else ""
     return f"{tool or 'tool'} {summary}".strip()
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxc.archive_store import private_dir, private_file
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
-from ctxc.sqlite_store import in_batches
+from ctxc.sqlite_store import in_batches, open_wal
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
@@ -173,9 +174,6 @@ class SearchIndex:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            from ctxc.archive import private_dir, private_file
-            from ctxc.sqlite_store import open_wal
-
             # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask, and
             # SQLite gives its -wal and -shm files the mode of the database file.
             private_file(private_dir(self.path.parent) / self.path.name)

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from ctxc.archive import Archive, open_private
+from ctxc.archive_store import ArchiveStore, open_private
 from ctxc.search import index_queued
 from ctxc.search.background import LOG_NAME, queued, writer_lock
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("ctxc").addHandler(handler)
 
-    archive = Archive(root)
+    archive = ArchiveStore(root)
     try:
         while True:
             with writer_lock(root, wait=False) as held:

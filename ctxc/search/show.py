@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ctxc.archive import CITATION_RE, MIN_PREFIX
+from ctxc.archive_store import CITATION_RE, MIN_PREFIX
 from ctxc.errors import ArchiveError, CtxcError, UsageError
 from ctxc.model import (
     ImageBlock,
@@ -35,7 +35,7 @@ from ctxc.search import load_archived
 from ctxc.search.chunks import render_input
 
 if TYPE_CHECKING:
-    from ctxc.archive import Archive
+    from ctxc.archive_store import ArchiveStore
 
 _SHORT_REF = re.compile(rf"^\s*([0-9a-fA-F]{{{MIN_PREFIX},64}})(?::(\d+)(?:-(\d+))?)?\s*$")
 
@@ -97,14 +97,14 @@ class Shown:
         return b"".join(self.transcript.records[i].to_bytes() for i in wanted)
 
 
-def _manifest_entry(archive: Archive, ident: str) -> dict[str, Any] | None:
+def _manifest_entry(archive: ArchiveStore, ident: str) -> dict[str, Any] | None:
     for entry in reversed(archive.manifest()):
         if ident in (entry.get("archive_id"), entry.get("input_sha256")):
             return dict(entry)
     return None
 
 
-def show(ref: Ref | str, *, archive: Archive) -> Shown:
+def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
     """Read the messages ``ref`` names from ``archive`` (a missing id or index is an ArchiveError)."""
     r = parse_ref(ref) if isinstance(ref, str) else ref
     ident = archive.resolve(r.archive_id)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from ctxc.archive import CITATION_RE, citation
+from ctxc.archive_store import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register

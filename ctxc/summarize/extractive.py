@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from ctxc.archive import CITATION_RE
+from ctxc.archive_store import CITATION_RE
 from ctxc.live import INJECTED_MARKUP
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import SECTIONS, SummaryRequest, register

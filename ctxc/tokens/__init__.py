@@ -1,8 +1,9 @@
-"""Offline token counting: the tokenizers ctxc can count with, behind one small protocol.
+"""Offline token counting: the tokenizers ctxc can count with, and the counters built on them.
 
 ``o200k_base`` (the default) and ``cl100k_base`` are OpenAI's BPE encodings, run by tiktoken from
 files shipped in ``ctxc/tokens/data`` (no network, ever). ``approx`` is a fitted character-class
-estimate for when speed matters more than exactness (see ``ctxc/tokens/APPROX.md``).
+estimate for when speed matters more than exactness (see ``ctxc/tokens/APPROX.md``). ``anthropic``
+counts with Claude's own tokenizer through the API.
 
 Importing this package is cheap: it neither imports tiktoken nor reads an encoding file. The BPE
 ranks are loaded, once per process, on the first count.
@@ -12,31 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
 
 from ctxc.errors import UsageError
-
-if TYPE_CHECKING:
-    from ctxc.tokens.cache import CountingService
-
-DEFAULT_TOKENIZER = "o200k_base"
-TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic")
-#: The Claude model ``anthropic`` counts for when no Claude ``--model`` is given.
-DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
-
-
-class Tokenizer(Protocol):
-    """Counts tokens of plain text. Special-token text such as ``<|endoftext|>`` counts as text."""
-
-    name: str
-
-    def count(self, text: str) -> int: ...
-
-    def count_batch(self, texts: Sequence[str]) -> list[int]:
-        """Counts of ``texts`` in order; may use threads (tiktoken releases the GIL)."""
-        ...
-
+from ctxc.system import cpu_count
+from ctxc.tokens import prefork
+from ctxc.tokens.base import (
+    DEFAULT_ANTHROPIC_MODEL,
+    DEFAULT_TOKENIZER,
+    PROCESS_MIN_BYTES,
+    TOKENIZERS,
+    USAGE_TOKENIZER,
+    Counter,
+    RecordedUsageOnly,
+    StartingCounter,
+    StartingTokenizer,
+    Tokenizer,
+)
+from ctxc.tokens.cache import CachedCounter, TokenCache
 
 _instances: dict[str, Tokenizer] = {}
 _lock = threading.Lock()
@@ -84,36 +77,55 @@ def get_tokenizer(
     return tok
 
 
-def make_counting_service(
+def make_cached_counter(
     name: str = DEFAULT_TOKENIZER, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
-) -> CountingService:
-    """The counting service analyze and compact use: tokenizer ``name`` with the on-disk count cache
+) -> CachedCounter:
+    """The cached counter analyze and compact use: tokenizer ``name`` with the on-disk count cache
     (off when ``use_cache`` is false or ``CTXC_NO_CACHE=1``)."""
-    from ctxc.tokens.cache import CountingService, TokenCache
-
     tokenizer = get_tokenizer(name, model=model, concurrency=concurrency)
-    return CountingService(tokenizer, TokenCache(disabled=not use_cache))
+    return CachedCounter(tokenizer, TokenCache(disabled=not use_cache))
 
 
-__all__ = ["DEFAULT_TOKENIZER", "TOKENIZERS", "Tokenizer", "get_tokenizer", "make_counting_service"]
+def make_counter(
+    tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
+) -> Counter:
+    """The counter for a tokenizer name: its cached counter, with the on-disk count cache unless
+    disabled; for ``usage`` (recorded usage, see :mod:`ctxc.usage_scan`) one that counts nothing.
 
-
-#: Inputs from this size on are counted by a crew of processes, one per core (ctxc.tokens.prefork);
-#: smaller ones by one child at most, which builds the encoding while ctxc starts.
-PROCESS_MIN_BYTES = 4 << 20
+    ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
+    tokenizer through the API, ``concurrency`` requests at a time.
+    """
+    if tokenizer == USAGE_TOKENIZER:
+        return RecordedUsageOnly()
+    return make_cached_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
     """Count in a crew of processes, one per core, while the caller parses an input of ``size`` bytes.
 
     For tiktoken counters and large inputs only (see
-    :func:`ctxc.tokens.tiktoken_backend.worker_processes`); anything else gets a context that does
+    :func:`ctxc.tokens.prefork.worker_processes`); anything else gets a context that does
     nothing. Use it around the whole read-and-count, before starting any thread of your own.
     """
-    tokenizer = getattr(counter, "tokenizer", counter)
+    tokenizer = counter.tokenizer if isinstance(counter, CachedCounter) else counter
     if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
         return contextlib.nullcontext(False)
-    from ctxc.system import cpu_count
-    from ctxc.tokens.tiktoken_backend import worker_processes
+    return prefork.worker_processes(tokenizer, cpu_count())
 
-    return worker_processes(tokenizer, cpu_count())
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_TOKENIZER",
+    "PROCESS_MIN_BYTES",
+    "TOKENIZERS",
+    "USAGE_TOKENIZER",
+    "Counter",
+    "RecordedUsageOnly",
+    "StartingCounter",
+    "StartingTokenizer",
+    "Tokenizer",
+    "counting_processes",
+    "get_tokenizer",
+    "make_cached_counter",
+    "make_counter",
+]

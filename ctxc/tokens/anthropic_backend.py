@@ -2,7 +2,7 @@
 
 Claude's tokenizer is not published, so the only exact count is the API's. The endpoint returns one
 total per request, so each distinct text is sent as its own one-message request (a user message
-whose content is the text), ``concurrency`` requests at a time. The :class:`CountingService` in
+whose content is the text), ``concurrency`` requests at a time. The :class:`CachedCounter` in
 front of this tokenizer keeps counts on disk by content hash, so a text is paid for once per model.
 
 Per-text counts: a one-message request also counts the message's framing (role markers and the
@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxc.errors import AuthError, CtxcError, ExitCode, ModelError
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
-    from ctxc.model import Message
 
 T = TypeVar("T")
 
@@ -236,44 +235,4 @@ def _halves(text: str) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-class _Counter(Protocol):
-    def count(self, texts: Sequence[str]) -> list[int]: ...
-
-
-def compare_with_o200k(
-    messages: Iterable[Message],
-    anthropic_counter: _Counter,
-    *,
-    o200k_counter: _Counter | None = None,
-    batch: int = 2_000,
-) -> tuple[int, int, float | None]:
-    """``(anthropic_total, o200k_total, ratio)`` of the same messages, ratio = anthropic / o200k.
-
-    Both totals are message costs as analyze reports them (:func:`ctxc.tokens.cost.count_messages`:
-    framing + texts + images), so the framing and image estimates, identical on both sides, are in
-    both. ``messages`` may be a stream: they are counted ``batch`` at a time. The ratio is None when
-    there is nothing to count.
-    """
-    from ctxc.tokens import make_counting_service
-    from ctxc.tokens.cost import count_messages
-
-    o200k = o200k_counter if o200k_counter is not None else make_counting_service("o200k_base")
-    a_total = o_total = 0
-    pending: list[Message] = []
-
-    def flush() -> None:
-        nonlocal a_total, o_total
-        a_total += sum(count_messages(pending, anthropic_counter.count))
-        o_total += sum(count_messages(pending, o200k.count))
-        pending.clear()
-
-    for m in messages:
-        pending.append(m)
-        if len(pending) >= batch:
-            flush()
-    if pending:
-        flush()
-    return a_total, o_total, (a_total / o_total if o_total else None)
-
-
-__all__ = ["AnthropicTokenizer", "TokenCountError", "compare_with_o200k"]
+__all__ = ["AnthropicTokenizer", "TokenCountError"]

@@ -1,4 +1,4 @@
-"""An on-disk cache of token counts, and the service that counts texts through it.
+"""An on-disk cache of token counts, and the counter that counts texts through it.
 
 Agent logs repeat themselves (the same file read twice, a transcript re-analyzed after each edit), and
 exact BPE counting runs at ~5-10 MB/s, so counts are kept per text in SQLite, keyed by a 128-bit
@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
 from ctxc.sqlite_store import SqliteStore, in_batches
-from ctxc.tokens import Tokenizer
+from ctxc.tokens.base import StartingTokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ MIN_CACHED_CHARS = 1
 UNCACHED_TOKENIZERS = frozenset({"approx"})
 
 Key = tuple[bytes, str]
-#: Counts remembered in memory per service (about 150 bytes each).
+#: Counts remembered in memory per counter (about 150 bytes each).
 _MEMO_LIMIT = 2_000_000
 
 
@@ -80,7 +80,7 @@ class TokenCache(SqliteStore):
         self._write("INSERT OR IGNORE INTO counts VALUES (?, ?, ?)", [(d, tok, n) for (d, tok), n in items])
 
 
-class CountingService:
+class CachedCounter:
     """Counts a batch of texts: repeated texts once, cached ones from disk, the rest with count_batch.
 
     This is the one path analyze and the strategies use, so every count is cached the same way.
@@ -178,37 +178,36 @@ def _memo_key(text: str) -> tuple[int, int]:
 class _Started:
     """The texts of one batch the tokenizer is counting, and their counts once it is done."""
 
-    def __init__(self, service: CountingService, todo: list[str], keys: dict[str, Key]) -> None:
-        self.service = service
+    def __init__(self, counter: CachedCounter, todo: list[str], keys: dict[str, Key]) -> None:
+        self.counter = counter
         self.todo = todo
         self.keys = keys
-        start_count = getattr(service.tokenizer, "start_count", None)
-        if callable(start_count):
-            self._pending: Callable[[], list[int]] = start_count(todo)
+        if isinstance(counter.tokenizer, StartingTokenizer):
+            self._pending: Callable[[], list[int]] = counter.tokenizer.start_count(todo)
         else:
-            counts = service.tokenizer.count_batch(todo)
+            counts = counter.tokenizer.count_batch(todo)
             self._pending = lambda: counts
         self._counts: dict[str, int] | None = None
         # Only once started: a batch that failed to start must not be waited for.
         for text in todo:
-            service._inflight[_memo_key(text)] = self
+            counter._inflight[_memo_key(text)] = self
 
     def settle(self) -> dict[str, int]:
         """The counts, by text (waits for them the first time)."""
         if self._counts is None:
-            service = self.service
+            counter = self.counter
             try:
                 counts = self._pending()
             finally:
                 for text in self.todo:
                     key = _memo_key(text)
-                    if service._inflight.get(key) is self:
-                        del service._inflight[key]
+                    if counter._inflight.get(key) is self:
+                        del counter._inflight[key]
             self._counts = dict(zip(self.todo, counts, strict=True))
-            service.misses += len(self.todo)
-            service.counted_chars += sum(map(len, self.todo))
+            counter.misses += len(self.todo)
+            counter.counted_chars += sum(map(len, self.todo))
             for text, n in self._counts.items():
-                service._remember(text, n)
-            if service.cache is not None and self.keys:
-                service.cache.put_many((self.keys[t], n) for t, n in self._counts.items() if t in self.keys)
+                counter._remember(text, n)
+            if counter.cache is not None and self.keys:
+                counter.cache.put_many((self.keys[t], n) for t, n in self._counts.items() if t in self.keys)
         return self._counts

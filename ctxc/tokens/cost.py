@@ -9,7 +9,7 @@ its own markup, and JSON keys and escapes never reach the model.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ctxc.formats.shapes import dumps_compact
 from ctxc.model import (
@@ -21,8 +21,8 @@ from ctxc.model import (
     ToolUseBlock,
     UnknownBlock,
 )
-from ctxc.tokens import Tokenizer
-from ctxc.tokens.cache import CountingService, TokenCache
+from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
+from ctxc.tokens.cache import CachedCounter, TokenCache
 
 #: Fixed tokens per message for its role and delimiters. OpenAI documents its chat framing as
 #: ``<|start|>{role}<|message|>{content}<|end|>``: 3 tokens per message plus the role (the
@@ -102,14 +102,25 @@ def message_parts(message: Message) -> tuple[list[str], int]:
     return message_texts(message), MESSAGE_OVERHEAD + sum(image_tokens(i) for i in message_images(message))
 
 
-def count_messages(messages: Sequence[Message], count: Callable[[Sequence[str]], list[int]]) -> list[int]:
-    """Tokens of each message, with every text of every message counted in one ``count`` call."""
+def count_messages(messages: Sequence[Message], counter: Counter) -> list[int]:
+    """Tokens of each message (framing, texts and images), every text counted in one ``count`` call."""
+    return start_counting(messages, counter)()
+
+
+def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[], list[int]]:
+    """:func:`count_messages`, started: the returned function waits for the counts.
+
+    A :class:`~ctxc.tokens.base.StartingCounter` returns at once when its tokenizer counts in worker
+    processes (see :func:`ctxc.tokens.counting_processes`); other counters count before returning.
+    """
+    if isinstance(counter, StartingCounter):
+        return start_count_messages(messages, counter.start)
 
     def now(texts: Sequence[str]) -> Callable[[], list[int]]:
-        counts = count(texts)
+        counts = counter.count(texts)
         return lambda: counts
 
-    return start_count_messages(messages, now)()
+    return start_count_messages(messages, now)
 
 
 def start_count_messages(
@@ -131,11 +142,43 @@ def start_count_messages(
     return finish
 
 
+def compare_with_o200k(
+    messages: Iterable[Message],
+    anthropic_counter: Counter,
+    o200k_counter: Counter,
+    *,
+    batch: int = 2_000,
+) -> tuple[int, int, float | None]:
+    """``(anthropic_total, o200k_total, ratio)`` of the same messages, ratio = anthropic / o200k.
+
+    Both totals are message costs as analyze reports them (:func:`count_messages`:
+    framing + texts + images), so the framing and image estimates, identical on both sides, are in
+    both. ``messages`` may be a stream: they are counted ``batch`` at a time. The ratio is None when
+    there is nothing to count.
+    """
+    a_total = o_total = 0
+    pending: list[Message] = []
+
+    def flush() -> None:
+        nonlocal a_total, o_total
+        a_total += sum(count_messages(pending, anthropic_counter))
+        o_total += sum(count_messages(pending, o200k_counter))
+        pending.clear()
+
+    for m in messages:
+        pending.append(m)
+        if len(pending) >= batch:
+            flush()
+    if pending:
+        flush()
+    return a_total, o_total, (a_total / o_total if o_total else None)
+
+
 def messages_tokens(
     messages: Sequence[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
 ) -> list[int]:
     """:func:`message_tokens` of many messages with one batched (and cached) count of their texts."""
-    return count_messages(messages, CountingService(tokenizer, cache).count)
+    return count_messages(messages, CachedCounter(tokenizer, cache))
 
 
 def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:

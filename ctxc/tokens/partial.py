@@ -45,12 +45,22 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import tiktoken
 
-    from ctxc.tokens.tiktoken_backend import EncodingSpec
+
+class EncodingSpec(Protocol):
+    """What a partial encoding needs of :class:`ctxc.tokens.tiktoken_backend.EncodingSpec`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pat_str(self) -> str: ...
+    @property
+    def special_tokens(self) -> dict[str, int]: ...
+
 
 # Unicode White_Space, stable since Unicode 6.3 (which dropped U+180E), and what \s matches in the
 # Rust regex crate tiktoken uses; CR and LF apart, since the cuts treat them differently.

@@ -23,7 +23,7 @@ The crew is forked where it pays for itself: a command that counts (``analyze``,
 made before the command line is parsed: a wrong one costs a core for 0.35 s and nothing else, since
 only a tokenizer of the same name ever uses the crew, and counts are identical whichever process makes
 them. A library caller that counts a large input gets a crew from
-:func:`~ctxc.tokens.tiktoken_backend.worker_processes`, forked then.
+:func:`worker_processes`, forked then.
 
 The children hold none of the parent's standard streams (a pipe reading ctxc's stdout sees its end
 when ctxc exits), ignore Ctrl-C (the parent's to handle), and exit when the parent closes its end of
@@ -57,9 +57,12 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, NoReturn
+
+from ctxc.tokens import tiktoken_backend
+from ctxc.tokens.tiktoken_backend import split
 
 #: Commands that count tokens and default to o200k_base.
 COUNTING_COMMANDS = frozenset({"analyze", "compact", "check"})
@@ -103,7 +106,7 @@ def plan(args: Sequence[str]) -> Plan | None:
     sizes its own workers, as do ``--jobs`` over several files. Standard input is of unknown size.
     """
     from ctxc.system import cpu_count
-    from ctxc.tokens import PROCESS_MIN_BYTES
+    from ctxc.tokens.base import PROCESS_MIN_BYTES
 
     if not args or args[0] not in COUNTING_COMMANDS:
         return None
@@ -170,8 +173,6 @@ def _read_exact(read: Callable[[int], bytes], size: int) -> bytes | None:
 def _count_with(name: str, path: Path | None, partial: bool = False) -> Count:
     """Build the counting function: the whole encoding now, or, with ``partial``, only the rank table
     now and a partial encoding for each batch (:mod:`ctxc.tokens.partial`) while those pay."""
-    from ctxc.tokens import tiktoken_backend
-
     tiktoken_backend.defer_rank_saves = True  # written after the first answer (_after_first_answer)
     spec = tiktoken_backend.SPECS[name]
     if not partial:
@@ -537,20 +538,6 @@ class Crew:
                 os.waitpid(self.pid, os.WNOHANG)
 
 
-def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges of ``texts`` (some maybe empty) of about equal total length."""
-    total = sum(map(len, texts))
-    bounds = [0]
-    before = 0  # characters before text i
-    for i, text in enumerate(texts):
-        # A range ends before the text whose middle lies past the range's share of the total.
-        while len(bounds) < parts and (2 * before + len(text)) * parts >= 2 * total * len(bounds):
-            bounds.append(i)
-        before += len(text)
-    bounds += [len(texts)] * (parts + 1 - len(bounds))
-    return list(itertools.pairwise(bounds))
-
-
 def _widen(fd: int) -> None:
     """Let a request pipe hold a whole batch (1 MiB rather than 64 KiB), so that sending one to a
     child still building does not stop this process from parsing the next. Linux only; best effort."""
@@ -609,3 +596,37 @@ def stop() -> None:
     """Stop the crew, if any: this process counts on its own from now on."""
     while _current:
         _current.pop().close()
+
+
+@contextlib.contextmanager
+def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
+    """Count large batches of ``tokenizer`` (a tiktoken tokenizer) in ``workers`` processes.
+
+    Yields whether processes are in use: the crew the command started with when it has that many
+    members, else one forked now and stopped on exit. None is forked when ``workers < 2``, when the
+    tokenizer is not a tiktoken one, when this process is a batch worker, or when other threads are
+    running (forking a process with threads may copy a lock some thread holds). Counts are identical
+    either way; only the speed differs.
+    """
+    if workers < 2 or not isinstance(tokenizer, tiktoken_backend.TiktokenTokenizer):
+        yield False
+        return
+    crew = crew_for(tokenizer.name, tokenizer.path)
+    if crew is not None and crew.size >= workers:
+        yield True
+        return
+    if not tiktoken_backend.processes_allowed or threading.active_count() > 1 or not hasattr(os, "fork"):
+        yield False
+        return
+    try:
+        start(tokenizer.name, workers, tokenizer.path)  # stops a smaller crew
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        stop()
+
+
+tiktoken_backend.find_crew = crew_for

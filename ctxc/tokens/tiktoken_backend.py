@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
+import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ctxc.errors import CtxcError
 from ctxc.system import cache_dir, cpu_count, env_flag
@@ -350,7 +350,7 @@ def _executor() -> ThreadPoolExecutor:
 # Threads cannot count faster than about one core: tiktoken releases the GIL while it encodes but holds
 # it around each call, and the parser needs the GIL too. For a large file ctxc therefore counts in a
 # crew of child processes (ctxc.tokens.prefork) while this process parses: usually forked as the
-# command started, else by worker_processes below. Their first member builds the encoding and forks the
+# command started, else by prefork.worker_processes. Their first member builds the encoding and forks the
 # others from the built state, so it is built once, off the critical path, and this process, which
 # sends them its batches, builds it only if it goes on to count many small ones.
 
@@ -367,37 +367,27 @@ BUILD_SECONDS = 0.4
 processes_allowed = True
 
 
-@contextlib.contextmanager
-def worker_processes(tokenizer: object, workers: int) -> Iterator[bool]:
-    """Count large batches of ``tokenizer`` (a :class:`TiktokenTokenizer`) in ``workers`` processes.
+#: The crew counting with an encoding and rank file, if there is one this process may use. Set by
+#: :mod:`ctxc.tokens.prefork`, which owns the crews (there is none before it is imported).
+def _no_crew(name: str, path: Path | None) -> Any:
+    return None
 
-    Yields whether processes are in use: the crew the command started with when it has that many
-    members, else one forked now and stopped on exit. None is forked when ``workers < 2``, when the
-    tokenizer is not a tiktoken one, when this process is a batch worker, or when other threads are
-    running (forking a process with threads may copy a lock some thread holds). Counts are identical
-    either way; only the speed differs.
-    """
-    from ctxc.tokens import prefork
 
-    if workers < 2 or not isinstance(tokenizer, TiktokenTokenizer):
-        yield False
-        return
-    crew = prefork.crew_for(tokenizer.name, tokenizer.path)
-    if crew is not None and crew.size >= workers:
-        yield True
-        return
-    if not processes_allowed or threading.active_count() > 1 or not hasattr(os, "fork"):
-        yield False
-        return
-    try:
-        prefork.start(tokenizer.name, workers, tokenizer.path)  # stops a smaller crew
-    except OSError:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        prefork.stop()
+find_crew: Callable[[str, Path | None], Any] = _no_crew
+
+
+def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ranges of ``texts`` (some maybe empty) of about equal total length."""
+    total = sum(map(len, texts))
+    bounds = [0]
+    before = 0  # characters before text i
+    for i, text in enumerate(texts):
+        # A range ends before the text whose middle lies past the range's share of the total.
+        while len(bounds) < parts and (2 * before + len(text)) * parts >= 2 * total * len(bounds):
+            bounds.append(i)
+        before += len(text)
+    bounds += [len(texts)] * (parts + 1 - len(bounds))
+    return list(itertools.pairwise(bounds))
 
 
 class TiktokenTokenizer:
@@ -449,9 +439,7 @@ class TiktokenTokenizer:
         to :data:`BUILD_SECONDS`; then this process builds its own, since shipping a small batch costs
         more than counting it.
         """
-        from ctxc.tokens import prefork
-
-        crew = prefork.crew_for(self.name, self._path)
+        crew = find_crew(self.name, self._path)
         if crew is None:
             return None
         spread = crew.size > 1 and sum(map(len, texts)) >= PROCESS_MIN_CHARS
@@ -467,8 +455,6 @@ class TiktokenTokenizer:
         return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
-        from ctxc.tokens.prefork import split  # loaded with the command; shares out the crew's batches too
-
         count = counter_for(self._spec, self._path, texts)
         threads = cpu_count()
         if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:

@@ -1,0 +1,389 @@
+"""The archive's store: every original is stored before any output is written, so nothing is ever lost.
+
+The archive root is ``--archive``, else ``$CTXC_ARCHIVE``, else a project-local ``.ctxc/archive`` in the
+current directory or one of its parents (where older ctxc versions put it), else one per user:
+``$XDG_DATA_HOME/ctxc/archive`` (``~/.local/share/ctxc/archive``), so a citation in any compacted file
+resolves from any directory. Layout under the root::
+
+    objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
+    manifest.jsonl            one line per run: what was read, what was written, with which options
+    manifest.lock             taken (flock) while appending, so concurrent runs never interleave lines
+    search.sqlite             the search index (derived; ``ctxc search --reindex`` rebuilds it)
+
+Originals hold whatever the transcripts held, API keys included, so the archive is private whatever
+the umask: directories ctxc creates in it are 0700 and every file it creates 0600 (the objects
+folder, the manifest and the index are tightened to that if an older ctxc left them open). The root
+itself is tightened only when ctxc creates it: an existing folder given as ``--archive`` keeps its mode.
+
+Objects are content-addressed and written by temp file + rename, so two processes storing the same
+original at once both succeed and leave one intact copy. The archive id users see is the sha256 hex
+(a unique prefix of 12 or more characters is accepted anywhere an id is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+import orjson
+
+from ctxc._version import __version__
+from ctxc.errors import ArchiveError
+from ctxc.output import pid_alive, write_atomic
+
+if TYPE_CHECKING:
+    from ctxc.model import Transcript
+
+#: A project-local archive, used where it exists (in the current directory or a parent).
+LOCAL_ARCHIVE = Path(".ctxc") / "archive"
+MIN_PREFIX = 12
+#: How summaries and placeholders cite what they replaced; ``ctxc restore``/``show`` parse it back.
+CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(\d+))?)?")
+
+
+def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("CTXC_ARCHIVE")
+    if env:
+        return Path(env)
+    here = Path.cwd()
+    for directory in (here, *here.parents):
+        if (directory / LOCAL_ARCHIVE).is_dir():
+            return directory / LOCAL_ARCHIVE
+    return user_archive()
+
+
+def user_archive() -> Path:
+    """The per-user default: ``$XDG_DATA_HOME/ctxc/archive``, else ``~/.local/share/ctxc/archive``."""
+    data = os.environ.get("XDG_DATA_HOME")
+    return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def citation(archive_id: str, first: int | None = None, last: int | None = None) -> str:
+    """The marker text placed in outputs: ``ctxc archive <id12> messages 3-17``."""
+    short = archive_id[:MIN_PREFIX]
+    if first is None:
+        return f"ctxc archive {short}"
+    # Below 0: messages a log's compaction record carries, copies of its history from message 0 on.
+    first, last = max(first, 0), None if last is None else max(last, 0)
+    span = f"{first}" if last is None or last == first else f"{first}-{last}"
+    return f"ctxc archive {short} messages {span}"
+
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents mode 0700, whatever the umask (``mkdir(parents=True)``
+    would give the parents the umask's mode)."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            d.mkdir(mode=PRIVATE_DIR)
+    return path
+
+
+def tighten(path: Path, mode: int) -> None:
+    """Take group and other permissions off ``path`` if it has any (best effort: a file someone else
+    owns is left as it is)."""
+    with contextlib.suppress(OSError):
+        if stat.S_IMODE(path.stat().st_mode) & ~mode:
+            path.chmod(mode)
+
+
+def open_private(path: Path, mode: str = "ab") -> BinaryIO:
+    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), created 0600
+    whatever the umask, and tightened to 0600 if it exists with more."""
+    flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
+    fd = os.open(path, flags, PRIVATE_FILE)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & ~PRIVATE_FILE:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, PRIVATE_FILE)
+        return cast(BinaryIO, os.fdopen(fd, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` empty and 0600 if it is missing, else tighten it to 0600: for files another
+    library creates (SQLite gives its ``-wal`` and ``-shm`` files the mode of the database file)."""
+    open_private(path).close()
+    for extra in ("-wal", "-shm", "-journal"):
+        tighten(path.with_name(path.name + extra), PRIVATE_FILE)
+    return path
+
+
+#: Temp files of stores in progress are ``.tmp-<pid>-<random>`` beside their object.
+TMP_PREFIX = ".tmp-"
+#: A temp file without a pid in its name (ctxc before December 2026) older than this is a leftover.
+_LEGACY_TMP_AGE = 3600.0
+#: (pid, archive root) pairs whose objects folder was prepared (see ``Archive._prepare``).
+_prepared: set[tuple[int, str]] = set()
+#: Objects stored inside :func:`discard_new_objects_on_failure` (in this thread or task), or None.
+_created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ctxc_created", default=None)
+
+
+def sweep_dead_temps(objects: Path) -> list[Path]:
+    """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
+
+    removed: list[Path] = []
+    now = time.time()
+    with contextlib.suppress(OSError):
+        with os.scandir(objects) as found:
+            buckets = [e for e in found if e.is_dir(follow_symlinks=False)]
+        for bucket in buckets:
+            with os.scandir(bucket.path) as entries:
+                temps = [e for e in entries if e.name.startswith(TMP_PREFIX)]
+            for entry in temps:
+                pid, sep, _ = entry.name[len(TMP_PREFIX) :].partition("-")
+                dead = False
+                if sep and pid.isdigit():
+                    dead = int(pid) != os.getpid() and not pid_alive(int(pid))
+                else:
+                    with contextlib.suppress(OSError):
+                        dead = now - entry.stat(follow_symlinks=False).st_mtime > _LEGACY_TMP_AGE
+                if dead:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def discard_new_objects_on_failure() -> Iterator[list[Path]]:
+    """Remove the objects stored in the body (by this thread) if it raises.
+
+    A run that fails (its original could not be stored on a full disk, its output over the target)
+    writes no output and no manifest line, so the outputs it offloaded meanwhile would be orphans.
+    Objects that were already there are not touched. Nested, the outer one takes over what the inner
+    one stored once the inner body succeeds.
+    """
+    outer = _created.get()
+    created: list[Path] = []
+    token = _created.set(created)
+    try:
+        yield created
+    except BaseException:
+        for path in created:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    else:
+        if outer is not None:
+            outer.extend(created)
+    finally:
+        _created.reset(token)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if need be): one holder at a time, across
+    processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held.
+    Without ``wait``, yields False at once, holding nothing, if another process holds it."""
+    private_dir(path.parent)
+    with open_private(path, "a+b") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveStore:
+    """The objects and the manifest, without the search index: what compaction, the search index
+    itself and the formats need. :class:`ctxc.archive.Archive` adds the index kept beside them."""
+
+    root: Path
+
+    @classmethod
+    def open(cls, explicit: str | os.PathLike[str] | None = None) -> ArchiveStore:
+        return cls(archive_root(explicit))
+
+    def object_path(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest
+
+    def object_id(self, data: bytes) -> str:
+        """The id :meth:`store` gives ``data``: its sha256."""
+        return sha256_hex(data)
+
+    def store(self, data: bytes, digest: str | None = None, *, sync: bool = True) -> str:
+        """Store bytes under their sha256 (idempotent, atomic) and return the id.
+
+        ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`). ``sync``
+        waits for the bytes to reach the disk, as an original must before any output is written.
+        """
+        digest = digest or sha256_hex(data)
+        path = self.object_path(digest)
+        if path.exists() and path.stat().st_size == len(data):
+            return digest
+        try:
+            self._prepare()
+            # The temp file is named by this pid, so a store killed midway is swept by the next.
+            temp = private_dir(path.parent) / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+            write_atomic(path, data, sync=sync, temp=temp)
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
+            ) from exc
+        created = _created.get()
+        if created is not None:
+            created.append(path)
+        return digest
+
+    def _prepare(self) -> None:
+        """Once per process and archive, before the first store: the objects folder private, and
+        the temp files of stores killed mid-write (``SIGKILL`` skips every cleanup) removed."""
+        key = (os.getpid(), str(self.root))
+        if key in _prepared:
+            return
+        objects = private_dir(self.root / "objects")
+        tighten(objects, PRIVATE_DIR)
+        sweep_dead_temps(objects)
+        _prepared.add(key)
+
+    def path_of(self, ref: str) -> Path:
+        """The file of an object, given its id or a unique prefix of at least 12 hex characters."""
+        digest = self.resolve(ref)
+        return self.object_path(digest)
+
+    def resolve(self, ref: str) -> str:
+        ref = ref.strip().lower()
+        if not re.fullmatch(rf"[0-9a-f]{{{MIN_PREFIX},64}}", ref):
+            raise ArchiveError(f"not an archive id: {ref!r} (ids are {MIN_PREFIX}+ hex characters)")
+        if len(ref) == 64:
+            if self.object_path(ref).exists():
+                return ref
+            raise ArchiveError(f"archive {self.root} holds no object {ref[:MIN_PREFIX]}")
+        bucket = self.root / "objects" / ref[:2]
+        matches = sorted(p.name for p in bucket.glob(ref + "*")) if bucket.is_dir() else []
+        matches = [m for m in matches if not m.startswith(".tmp-")]
+        if not matches:
+            raise ArchiveError(f"archive {self.root} holds no object {ref}")
+        if len(matches) > 1:
+            raise ArchiveError(f"archive id prefix {ref} is ambiguous ({len(matches)} objects)")
+        return matches[0]
+
+    def read(self, ref: str) -> bytes:
+        path = self.path_of(ref)
+        data = path.read_bytes()
+        if sha256_hex(data) != path.name:
+            raise ArchiveError(
+                f"archive object {path.name[:MIN_PREFIX]} is corrupt (sha256 mismatch)", path=str(path)
+            )
+        return data
+
+    def _locked(self) -> contextlib.AbstractContextManager[bool]:
+        return exclusive_lock(self.root / "manifest.lock")
+
+    def check_manifest(self) -> None:
+        """Raise :class:`ArchiveError` now if :meth:`record_run` is bound to fail (the manifest is a
+        directory, or cannot be written), so a run stops before it writes any output."""
+        path = self.root / "manifest.jsonl"
+        if path.exists() and not path.is_file():
+            raise ArchiveError("the manifest is not a file", path=str(path))
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ArchiveError("cannot write the manifest: permission denied", path=str(path))
+
+    def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Append one manifest line (under the lock, one write, fsynced)."""
+        full = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "ctxc_version": __version__,
+            **entry,
+        }
+        line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        try:
+            with self._locked(), open_private(self.root / "manifest.jsonl") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write the manifest: {exc.strerror or exc}", path=str(self.root)
+            ) from exc
+        return full
+
+    def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
+        """Add a stored original to the search index: a store keeps none (:class:`ctxc.archive.Archive`
+        does)."""
+
+    def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
+        """Note outputs of ``origin`` that were offloaded; a store keeps no index to note them in."""
+
+    def manifest(self) -> list[dict[str, Any]]:
+        path = self.root / "manifest.jsonl"
+        if not path.exists():
+            return []
+        entries: list[dict[str, Any]] = []
+        for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                # A torn last line can only come from a crash mid-write on a filesystem without atomic
+                # appends; earlier entries stay usable, so skip it rather than refuse the whole archive.
+                continue
+            if isinstance(entry, dict):
+                entry.setdefault("_line", n)
+                entries.append(entry)
+        return entries
+
+    def find_original(self, data: bytes) -> str | None:
+        """The archive id of the first original that ``data`` (a compacted output) was made from.
+
+        A run's output may have been compacted again, and so be archived as an original itself: the
+        manifest's output-to-input links are followed back to the first original, and ``data`` is
+        returned as its own original only when no recorded run wrote it.
+        """
+        digest = sha256_hex(data)
+        made_from: dict[str, str] = {}  # output sha256 -> input sha256, the newest run winning
+        for entry in self.manifest():
+            out, src = entry.get("output_sha256"), entry.get("input_sha256")
+            if isinstance(out, str) and isinstance(src, str) and out != src:
+                made_from[out] = src
+        if digest in made_from:
+            return _first(digest, made_from)
+        if self.object_path(digest).exists():
+            return digest
+        match = CITATION_RE.search(data.decode("utf-8", errors="replace"))
+        if match:
+            return _first(self.resolve(match.group(1)), made_from)
+        return None
+
+
+def _first(digest: str, made_from: dict[str, str]) -> str:
+    """Follow output-to-input links from ``digest`` to where they end (stopping at a cycle)."""
+    seen = {digest}
+    while digest in made_from and made_from[digest] not in seen:
+        digest = made_from[digest]
+        seen.add(digest)
+    return digest

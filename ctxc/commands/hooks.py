@@ -1,0 +1,93 @@
+"""``ctxc hooks``: archive Claude Code sessions before Claude compacts them (library: :mod:`ctxc.hooks`)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from ctxc.cliutil import ArchiveOpt, QuietOpt
+from ctxc.terminal import stderr_console
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc hooks install claude-code              # in ~/.claude/settings.json\n\n"
+    "  ctxc hooks install claude-code --project --dry-run\n\n"
+    "  ctxc hooks uninstall claude-code\n\n"
+    "The hooks run [bold]ctxc hooks run[/bold] on PreCompact and SessionEnd: the session is stored in the "
+    "archive before /compact or auto-compact drops part of it, and ctxc search finds it afterwards."
+)
+
+
+class Agent(StrEnum):
+    claude_code = "claude-code"
+
+
+AgentArg = Annotated[Agent, typer.Argument(help="The client whose settings to change: claude-code.")]
+ProjectOpt = Annotated[
+    bool,
+    typer.Option("--project/--user", help="The project's .claude/settings.json, or the user's (default)."),
+]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the change as a diff; write nothing.")]
+
+hooks_app = typer.Typer(
+    help="Claude Code hooks that archive a session before it is compacted.", epilog=EPILOG
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(hooks_app, name="hooks")
+
+
+def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
+    from ctxc.hooks import change_settings, settings_path
+    from ctxc.output import write_stdout
+
+    change = change_settings(
+        settings_path("project" if project else "user"), install=install, dry_run=dry_run
+    )
+    if dry_run:
+        write_stdout(change.diff().encode())
+    elif not quiet:
+        done = ("installed in" if install else "removed from") if change.changed else "nothing to change in"
+        stderr_console().print(f"ctxc: hooks {done} {change.path}", markup=False, soft_wrap=True)
+
+
+@hooks_app.command(epilog=EPILOG)
+def install(
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+) -> None:
+    """Add ctxc's PreCompact and SessionEnd hooks to Claude Code's settings (idempotent)."""
+    _change(True, project, dry_run, quiet)
+
+
+@hooks_app.command(epilog=EPILOG)
+def uninstall(
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+) -> None:
+    """Remove exactly the hooks ctxc added; other hooks stay as they are."""
+    _change(False, project, dry_run, quiet)
+
+
+@hooks_app.command(epilog=EPILOG)
+def run(archive: ArchiveOpt = None, quiet: QuietOpt = False) -> None:
+    """What the hooks call: store the transcript the hook's JSON on stdin names in the archive.
+
+    Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
+    """
+    from ctxc.errors import CtxcError
+    from ctxc.hooks import archive_from_hook
+
+    try:
+        done = archive_from_hook(sys.stdin.buffer.read(), archive)
+    except (CtxcError, OSError) as exc:
+        stderr_console().print(f"ctxc: hooks run: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if not quiet:
+        stderr_console().print(
+            f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}",
+            markup=False,
+            soft_wrap=True,
+        )

@@ -1,0 +1,184 @@
+"""Claude Code hooks that archive a session before Claude's own compaction drops part of it.
+
+``ctxc hooks install claude-code`` adds a ``PreCompact`` and a ``SessionEnd`` hook to Claude Code's
+settings; each runs ``ctxc hooks run``, which reads the hook's JSON on stdin (``transcript_path``,
+``session_id``, ``hook_event_name``) and stores the transcript in the archive, where ``ctxc search``
+finds what ``/compact`` and auto-compact removed. ctxc's entries are recognised by their command
+(it ends with :data:`RUN_COMMAND`), so installing twice changes nothing and uninstalling removes
+exactly those entries, whatever other hooks the settings hold.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxc.archive import Archive
+from ctxc.errors import InputError, OutputError
+from ctxc.output import write_atomic
+from ctxc.sessions import claude_home
+
+EVENTS = ("PreCompact", "SessionEnd")
+RUN_COMMAND = "-m ctxc hooks run"
+SCOPES = ("user", "project")
+#: A hook's input is a small JSON object; anything larger is not one.
+MAX_HOOK_INPUT = 1 << 20
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """What installing or uninstalling does to one settings file."""
+
+    path: Path
+    before: str
+    after: str
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        lines = difflib.unified_diff(
+            self.before.splitlines(keepends=True),
+            self.after.splitlines(keepends=True),
+            fromfile=str(self.path),
+            tofile=str(self.path),
+        )
+        return "".join(lines)
+
+
+def settings_path(scope: str, cwd: str | os.PathLike[str] | None = None) -> Path:
+    """Claude Code's user settings (``~/.claude/settings.json``) or the project's (``./.claude/...``)."""
+    if scope == "user":
+        return claude_home() / "settings.json"
+    if scope == "project":
+        return Path(cwd or os.getcwd()) / ".claude" / "settings.json"
+    raise ValueError(f"unknown scope {scope!r}")
+
+
+def run_command() -> str:
+    """The command the hooks run: this very Python, so a venv's ctxc is found whatever PATH holds."""
+    return f"{shlex.quote(sys.executable)} {RUN_COMMAND}"
+
+
+def _is_ours(hook: Any) -> bool:
+    return isinstance(hook, dict) and str(hook.get("command", "")).endswith(RUN_COMMAND)
+
+
+def with_hooks(settings: Mapping[str, Any], command: str) -> dict[str, Any]:
+    """``settings`` with ctxc's hook on every event of :data:`EVENTS` (unchanged where one is there)."""
+    out = orjson.loads(orjson.dumps(settings))  # a deep copy of plain JSON
+    hooks = out.setdefault("hooks", {})
+    for event in EVENTS:
+        groups = hooks.setdefault(event, [])
+        if not any(_is_ours(h) for g in groups if isinstance(g, dict) for h in g.get("hooks", [])):
+            groups.append({"matcher": "", "hooks": [{"type": "command", "command": command, "timeout": 120}]})
+    return dict(out)
+
+
+def without_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without ctxc's hooks (and without the groups and events they leave empty)."""
+    out = orjson.loads(orjson.dumps(settings))
+    hooks = out.get("hooks")
+    if not isinstance(hooks, dict):
+        return dict(out)
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                inner = [h for h in group["hooks"] if not _is_ours(h)]
+                if not inner and group["hooks"]:
+                    continue  # only ctxc's hooks were in it
+                kept.append({**group, "hooks": inner})
+            else:
+                kept.append(group)
+        if kept:
+            hooks[event] = kept
+        elif groups:
+            del hooks[event]
+    if not hooks:
+        del out["hooks"]
+    return dict(out)
+
+
+def _read_settings(path: Path) -> tuple[str, dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "", {}
+    except OSError as exc:
+        raise InputError(
+            f"cannot read Claude Code's settings: {exc.strerror or exc}", path=str(path)
+        ) from exc
+    try:
+        settings = orjson.loads(text) if text.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise InputError(
+            f"not valid JSON ({exc}); fix it first, ctxc leaves it as it is", path=str(path)
+        ) from None
+    if not isinstance(settings, dict):
+        raise InputError("Claude Code's settings are not a JSON object", path=str(path))
+    return text, settings
+
+
+def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> SettingsChange:
+    """Add (``install``) or remove ctxc's hooks in the settings at ``path``; ``dry_run`` writes nothing."""
+    before, settings = _read_settings(path)
+    new = with_hooks(settings, run_command()) if install else without_hooks(settings)
+    after = before if new == settings else orjson.dumps(new, option=orjson.OPT_INDENT_2).decode() + "\n"
+    change = SettingsChange(path, before, after)
+    if change.changed and not dry_run:
+        try:
+            write_atomic(path, after.encode())
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write Claude Code's settings: {exc.strerror or exc}", path=str(path)
+            ) from exc
+    return change
+
+
+@dataclass(frozen=True)
+class Archived:
+    archive_id: str
+    transcript: str
+    event: str
+
+
+def archive_from_hook(payload: bytes, archive: str | None = None) -> Archived:
+    """Store the transcript a hook's JSON names in the archive (and so the search index)."""
+    try:
+        event = orjson.loads(payload[:MAX_HOOK_INPUT])
+    except orjson.JSONDecodeError:
+        raise InputError("the hook's input on stdin is not JSON", path="-") from None
+    transcript = event.get("transcript_path") if isinstance(event, dict) else None
+    if not isinstance(transcript, str) or not transcript:
+        raise InputError("the hook's input names no transcript_path", path="-")
+    try:
+        data = Path(transcript).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the transcript: {exc.strerror or exc}", path=transcript) from exc
+    store = Archive.open(archive)
+    ident = store.store(data)
+    name = str(event.get("hook_event_name") or "hook")
+    store.record_run(
+        {
+            "input_path": transcript,
+            "archive_id": ident,
+            "input_sha256": ident,
+            "format": "claude-code",
+            "hook": name,
+            "session_id": event.get("session_id"),
+        }
+    )
+    return Archived(ident, transcript, name)

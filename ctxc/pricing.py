@@ -1,0 +1,193 @@
+"""What the usage a log recorded cost, from a dated price table (``prices.toml``, overridable).
+
+Prices are per model and per kind of token (fresh input, cache writes, cache reads, output). A call
+is priced at its model's rates; a model the table does not know is reported as unpriced, never
+guessed. Names are matched after dropping a provider prefix (``anthropic/``) and a date or version
+suffix (``-20250929``, ``@20250929``), so ``claude-sonnet-4-5-20250929`` is ``claude-sonnet-4-5``;
+there is no prefix matching, which would price ``claude-opus-4-7`` as ``claude-opus-4``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxc.errors import InputError
+from ctxc.model import Usage
+
+SHIPPED = Path(__file__).with_name("prices.toml")
+_PER_TOKEN = 1e-6  # the table is in dollars per million tokens
+_SUFFIX = re.compile(r"(?:[-@]\d{8}|[-@]v\d+(?::\d+)?)$")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Dollars per million tokens of each kind."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+    #: Writes to the one-hour cache (Anthropic: twice the input price); the five-minute price if unset.
+    cache_write_1h: float
+
+
+@dataclass(frozen=True)
+class Price:
+    rates: Rates
+    #: Rates of a call whose whole input is above ``long_above`` tokens (None: no such tier).
+    long_rates: Rates | None = None
+    long_above: int = 0
+
+    def of(self, usage: Usage) -> float:
+        """The dollars one call cost."""
+        r = self.long_rates if self.long_rates is not None and usage.context > self.long_above else self.rates
+        return _PER_TOKEN * (
+            usage.input * r.input
+            + usage.output * r.output
+            + (usage.cache_write - usage.cache_write_1h) * r.cache_write
+            + usage.cache_write_1h * r.cache_write_1h
+            + usage.cache_read * r.cache_read
+        )
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    as_of: str
+    models: Mapping[str, Price]
+
+    def find(self, model: str | None) -> tuple[str, Price] | None:
+        """The table's name and price for ``model`` as a log names it, or None when unknown."""
+        if not model:
+            return None
+        name = model.rsplit("/", 1)[-1].lower()
+        for candidate in (name, _SUFFIX.sub("", name)):
+            if candidate in self.models:
+                return candidate, self.models[candidate]
+        return None
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """One model's recorded calls, their tokens, and what they cost (None when the model is unpriced)."""
+
+    model: str
+    calls: int
+    input: int
+    output: int
+    cache_write: int
+    cache_read: int
+    usd: float | None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a log's recorded usage cost: the priced total, per model, and the models left unpriced."""
+
+    usd: float
+    as_of: str
+    models: tuple[ModelCost, ...]
+
+    @property
+    def unpriced(self) -> tuple[str, ...]:
+        return tuple(m.model for m in self.models if m.usd is None)
+
+
+def _rates(doc: Mapping[str, Any], where: str) -> Rates:
+    try:
+        given, output, written, read = (
+            float(doc[k]) for k in ("input", "output", "cache_write", "cache_read")
+        )
+        return Rates(given, output, written, read, float(doc.get("cache_write_1h", written)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(
+            f"{where}: needs numbers input, output, cache_write and cache_read ({exc})"
+        ) from None
+
+
+def _parse(doc: Mapping[str, Any], source: str) -> tuple[str, dict[str, Price]]:
+    models = doc.get("models", {})
+    if not isinstance(models, dict):
+        raise InputError("[models] must be a table of models", path=source)
+    out: dict[str, Price] = {}
+    for name, entry in models.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"models.{name} must be a table", path=source)
+        long = entry.get("long_context")
+        out[name.lower()] = Price(
+            _rates(entry, f"{source}: models.{name}"),
+            _rates(long, f"{source}: models.{name}.long_context") if isinstance(long, dict) else None,
+            int(long.get("above", 0)) if isinstance(long, dict) else 0,
+        )
+    return str(doc.get("as_of", "")), out
+
+
+def _load(path: Path) -> Mapping[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise InputError(f"cannot read the price table: {exc.strerror or exc}", path=str(path)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", path=str(path)) from None
+
+
+def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
+    """The shipped table, with the models of the ``override`` file replacing or added."""
+    as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
+    extra = override
+    if extra:
+        extra_as_of, extra_models = _parse(_load(Path(extra)), str(extra))
+        models |= extra_models
+        as_of = extra_as_of or as_of
+    return PriceTable(as_of, models)
+
+
+def default_prices(override: str | None = None) -> PriceTable:
+    """The shipped table with the ``override`` file (else ``$CTXC_PRICES``) applied, read once per
+    process and file."""
+    return _cached_prices(override or os.environ.get("CTXC_PRICES") or None)
+
+
+@functools.cache
+def _cached_prices(override: str | None) -> PriceTable:
+    return load_prices(override)
+
+
+def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:
+    """The cost of recorded calls, per model (in order of first use)."""
+    sums: dict[str, list[float]] = {}
+    priced: dict[str, bool] = {}
+    for u in usage:
+        found = table.find(u.model)
+        key = u.model or "(model not recorded)"
+        row = sums.setdefault(key, [0, 0, 0, 0, 0, 0.0])
+        row[0] += 1
+        row[1] += u.input
+        row[2] += u.output
+        row[3] += u.cache_write
+        row[4] += u.cache_read
+        priced[key] = found is not None
+        if found is not None:
+            row[5] += found[1].of(u)
+    models = tuple(
+        ModelCost(name, int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5] if priced[name] else None)
+        for name, r in sums.items()
+    )
+    return Cost(sum(m.usd for m in models if m.usd is not None), table.as_of, models)
+
+
+def saving_per_turn(tokens: int, model: str | None, table: PriceTable) -> tuple[float, float] | None:
+    """What ``tokens`` fewer in the context save on every following call: at the model's input price,
+    and at its cache-read price (None when the model is unpriced)."""
+    found = table.find(model)
+    if found is None:
+        return None
+    rates = found[1].rates
+    return tokens * rates.input * _PER_TOKEN, tokens * rates.cache_read * _PER_TOKEN

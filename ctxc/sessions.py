@@ -1,0 +1,193 @@
+"""Where Claude Code and Codex keep their sessions, and finding one by id, id prefix or ``latest``.
+
+Claude Code writes ``$CLAUDE_CONFIG_DIR/projects/<project>/<session id>.jsonl`` (default
+``~/.claude``), where ``<project>`` is the working directory with every character other than a
+letter or digit turned into ``-``. Codex writes ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``
+(default ``~/.codex``) and records the working directory in the first record (``session_meta``).
+Subagent logs (``agent-*.jsonl``, ``<id>/subagents/``) are not sessions a user resumes, so they are
+not listed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxc.errors import InputError, UsageError
+
+AGENTS = ("claude-code", "codex")
+#: A session reference that means "the newest session of this directory's project".
+LATEST = "latest"
+#: Shorter prefixes match too much to be a deliberate reference.
+MIN_PREFIX = 4
+#: How much of a file's head is read for its working directory (a Codex ``session_meta`` carries
+#: the tool schemas and instructions, so it can be long).
+_HEAD_BYTES = 1 << 20
+_HEAD_LINES = 30
+_CODEX_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+
+
+@dataclass(frozen=True)
+class Session:
+    """One session file of a coding agent."""
+
+    id: str
+    agent: str
+    path: Path
+    #: The working directory the session recorded (None when its head does not say).
+    project: str | None
+    #: The file's modification time (seconds since the epoch): the session's last activity.
+    modified: float
+    size: int
+
+    @property
+    def resume_command(self) -> str:
+        """The command that resumes this session in its client."""
+        return f"claude --resume {self.id}" if self.agent == "claude-code" else f"codex resume {self.id}"
+
+
+def claude_home() -> Path:
+    """Claude Code's configuration directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    return Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+
+
+def codex_home() -> Path:
+    """Codex's home: ``$CODEX_HOME``, else ``~/.codex``."""
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+
+
+def claude_project_dir(cwd: str | os.PathLike[str]) -> str:
+    """The directory name Claude Code files a working directory's sessions under."""
+    return _NOT_ALNUM.sub("-", os.fspath(cwd))
+
+
+def _head_records(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except OSError:
+        return
+    for line in head.split(b"\n")[:_HEAD_LINES]:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
+def _claude_cwd(path: Path) -> str | None:
+    for record in _head_records(path):
+        cwd = record.get("cwd")
+        if isinstance(cwd, str):
+            return cwd
+    return None
+
+
+def _codex_cwd(path: Path) -> str | None:
+    for record in _head_records(path):
+        payload = record.get("payload")
+        if record.get("type") == "session_meta" and isinstance(payload, dict):
+            cwd = payload.get("cwd")
+            return cwd if isinstance(cwd, str) else None
+    return None
+
+
+def _session(agent: str, session_id: str, path: Path, project: str | None) -> Session | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return Session(session_id, agent, path, project, st.st_mtime, st.st_size)
+
+
+def _claude_files(project_dirs: Iterable[Path]) -> Iterator[Path]:
+    for directory in project_dirs:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".jsonl") and not name.startswith("agent-"):
+                yield directory / name
+
+
+def claude_sessions(project: str | None = None) -> list[Session]:
+    """Claude Code's sessions, of one working directory's project or of all."""
+    root = claude_home() / "projects"
+    if project is not None:
+        dirs: list[Path] = [root / claude_project_dir(project)]
+    else:
+        try:
+            dirs = [root / n for n in sorted(os.listdir(root)) if (root / n).is_dir()]
+        except OSError:
+            return []
+    found = (_session("claude-code", f.stem, f, _claude_cwd(f)) for f in _claude_files(dirs))
+    # Two directories can share a project name ("/a/b" and "/a-b"): the recorded cwd tells them apart.
+    return [s for s in found if s is not None and (project is None or s.project in (None, project))]
+
+
+def codex_sessions(project: str | None = None) -> list[Session]:
+    """Codex's rollouts, of one working directory or of all."""
+    root = codex_home() / "sessions"
+    out: list[Session] = []
+    for directory, _, names in sorted(os.walk(root)):
+        for name in sorted(names):
+            match = _CODEX_ID.search(name[: -len(".jsonl")]) if name.endswith(".jsonl") else None
+            if not name.startswith("rollout-") or match is None:
+                continue
+            path = Path(directory) / name
+            cwd = _codex_cwd(path)
+            if project is not None and cwd != project:
+                continue
+            session = _session("codex", match.group(1), path, cwd)
+            if session is not None:
+                out.append(session)
+    return out
+
+
+def find_sessions(agent: str | None = None, project: str | None = None) -> list[Session]:
+    """Every session of ``agent`` (both when None), newest first; ``project`` keeps one directory's."""
+    if agent is not None and agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r} (choose {', '.join(AGENTS)})")
+    if project is not None:
+        project = os.path.abspath(project)
+    found: list[Session] = []
+    if agent in (None, "claude-code"):
+        found += claude_sessions(project)
+    if agent in (None, "codex"):
+        found += codex_sessions(project)
+    return sorted(found, key=lambda s: (-s.modified, s.id))
+
+
+def looks_like_reference(text: str) -> bool:
+    """Whether a command-line argument that names no file could name a session."""
+    return text == LATEST or (len(text) >= MIN_PREFIX and re.fullmatch(r"[0-9a-fA-F-]+", text) is not None)
+
+
+def resolve_session(reference: str, *, cwd: str | None = None) -> Session:
+    """The session ``reference`` names: ``latest`` (the newest session of the project of ``cwd``, the
+    current directory by default), a session id, or a prefix of exactly one id."""
+    if reference == LATEST:
+        project = os.path.abspath(cwd or os.getcwd())
+        mine = find_sessions(project=project)
+        if not mine:
+            raise InputError(f"no Claude Code or Codex session of this directory ({project})", path=reference)
+        return mine[0]
+    wanted = reference.lower()
+    matches = [s for s in find_sessions() if s.id.lower().startswith(wanted)]
+    exact = [s for s in matches if s.id.lower() == wanted]
+    if len(exact) == 1 or len(matches) == 1:
+        return (exact or matches)[0]
+    if not matches:
+        raise InputError("no such file or session", path=reference)
+    names = ", ".join(f"{s.id} ({s.agent})" for s in matches[:5])
+    more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+    raise InputError(f"names {len(matches)} sessions: {names}{more}; give more of the id", path=reference)

@@ -1,0 +1,93 @@
+"""What counting is: the tokenizer names, the protocols, and the counter that counts nothing.
+
+A :class:`Tokenizer` is one encoding (tiktoken's BPE, the approx estimate, Claude's API); a
+:class:`Counter` is what analysis, compaction and agent loops count with (the cached counter of
+:mod:`ctxc.tokens.cache` wraps a tokenizer into one, and any object with ``name`` and ``count`` will
+do). Every module of the package imports these from here, never from the package itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from ctxc.errors import UsageError
+
+DEFAULT_TOKENIZER = "o200k_base"
+TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic")
+#: The Claude model ``anthropic`` counts for when no Claude ``--model`` is given.
+DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
+#: The ``--tokenizer`` name that reads the usage a log recorded instead of counting (ctxc.usage_scan).
+USAGE_TOKENIZER = "usage"
+#: Inputs from this size on are counted by a crew of processes, one per core (ctxc.tokens.prefork);
+#: smaller ones by one child at most, which builds the encoding while ctxc starts.
+PROCESS_MIN_BYTES = 4 << 20
+
+
+class Tokenizer(Protocol):
+    """Counts tokens of plain text. Special-token text such as ``<|endoftext|>`` counts as text."""
+
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        """Counts of ``texts`` in order; may use threads (tiktoken releases the GIL)."""
+        ...
+
+
+@runtime_checkable
+class StartingTokenizer(Tokenizer, Protocol):
+    """A :class:`Tokenizer` that can start counting and return at once (tiktoken with a crew of worker
+    processes); the cached counter uses it so that its callers parse on while it counts."""
+
+    def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """Start counting ``texts``; the returned function waits for the counts."""
+        ...
+
+
+class Counter(Protocol):
+    """Counts many texts at once: the one interface everything above ``tokens/`` counts through."""
+
+    name: str
+
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+@runtime_checkable
+class StartingCounter(Counter, Protocol):
+    """A :class:`Counter` that can also start counting and return at once, so the caller parses the
+    next batch while this one is counted (the cached counter, whose tokenizer may count in worker
+    processes). Other counters count when asked; :func:`ctxc.tokens.cost.start_counting` takes both."""
+
+    def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """Start counting ``texts``; the returned function waits for the counts."""
+        ...
+
+
+class RecordedUsageOnly:
+    """What ``make_counter("usage")`` returns: it routes :func:`ctxc.analysis.analyze` to the recorded
+    usage and counts nothing, so a command that needs text counted (``--forecast``, ``compact``) fails
+    with a clear message instead of silently counting with another tokenizer."""
+
+    name = USAGE_TOKENIZER
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        raise UsageError(
+            "--tokenizer usage only reads the usage a log recorded and cannot count text; "
+            "use o200k_base (the default), cl100k_base, approx or anthropic for this"
+        )
+
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_TOKENIZER",
+    "PROCESS_MIN_BYTES",
+    "TOKENIZERS",
+    "USAGE_TOKENIZER",
+    "Counter",
+    "RecordedUsageOnly",
+    "StartingCounter",
+    "StartingTokenizer",
+    "Tokenizer",
+]

@@ -1,0 +1,136 @@
+"""Sessions by id: finding Claude Code and Codex sessions where their clients keep them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, run
+
+from ctxc.errors import InputError
+from ctxc.sessions import claude_project_dir, find_sessions, resolve_session
+
+CLAUDE_ID = "68138cc8-ffd2-4577-9120-9a555bb4d510"  # samples/claude-code.jsonl
+CODEX_ID = "c6bfa837-fa0e-4785-88a9-2e0c04484712"  # samples/codex.jsonl
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    claude, codex = tmp_path / "claude", tmp_path / "codex"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+    monkeypatch.setenv("CODEX_HOME", str(codex))
+    project = claude / "projects" / claude_project_dir("/home/jiwoo/src/minishop")
+    project.mkdir(parents=True)
+    shutil.copy(SAMPLES / "claude-code.jsonl", project / f"{CLAUDE_ID}.jsonl")
+    # A subagent's log is not a session anyone resumes.
+    shutil.copy(SAMPLES / "claude-code.jsonl", project / "agent-a1b2c3d4.jsonl")
+    day = codex / "sessions" / "2026" / "03" / "23"
+    day.mkdir(parents=True)
+    shutil.copy(SAMPLES / "codex.jsonl", day / f"rollout-2026-03-23T08-41-07-{CODEX_ID}.jsonl")
+    os.utime(day / f"rollout-2026-03-23T08-41-07-{CODEX_ID}.jsonl", (1_800_000_000, 1_800_000_000))
+    os.utime(project / f"{CLAUDE_ID}.jsonl", (1_700_000_000, 1_700_000_000))
+    return claude, codex
+
+
+def test_both_clients_sessions_are_found_newest_first_without_subagent_logs(homes: tuple[Path, Path]) -> None:
+    found = find_sessions()
+    assert [(s.id, s.agent) for s in found] == [(CODEX_ID, "codex"), (CLAUDE_ID, "claude-code")]
+    assert found[0].project == "/home/dev/inkpost"
+    assert found[1].project == "/home/jiwoo/src/minishop"
+    assert [s.id for s in find_sessions("codex")] == [CODEX_ID]
+    assert [s.id for s in find_sessions(project="/home/jiwoo/src/minishop")] == [CLAUDE_ID]
+
+
+def test_a_session_is_named_by_id_unique_prefix_or_latest(homes: tuple[Path, Path]) -> None:
+    assert resolve_session(CLAUDE_ID).agent == "claude-code"
+    assert resolve_session("c6bf").id == CODEX_ID
+    assert resolve_session("latest", cwd="/home/dev/inkpost").id == CODEX_ID
+    assert resolve_session("latest", cwd="/home/jiwoo/src/minishop").id == CLAUDE_ID
+    with pytest.raises(InputError, match="no such file or session"):
+        resolve_session("deadbeef")
+    with pytest.raises(InputError, match="no Claude Code or Codex session of this directory"):
+        resolve_session("latest", cwd="/nowhere")
+
+
+def test_an_ambiguous_prefix_names_the_candidates(homes: tuple[Path, Path]) -> None:
+    claude, _ = homes
+    other = "68138cc8-0000-4000-8000-000000000000"
+    shutil.copy(SAMPLES / "claude-code.jsonl", next((claude / "projects").iterdir()) / f"{other}.jsonl")
+    with pytest.raises(InputError, match=f"names 2 sessions: .*{other}"):
+        resolve_session("68138cc8")
+
+
+def test_commands_take_a_session_id_prefix_or_latest(
+    homes: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    code, out, _ = run(capsys, "analyze", CLAUDE_ID[:8], "-f", "json")
+    assert code == 0
+    assert json.loads(out)["files"][0]["path"].endswith(f"{CLAUDE_ID}.jsonl")
+    # latest: the newest session recorded in the current directory (here the Codex one).
+    work = tmp_path / "inkpost"
+    work.mkdir()
+    rollout = next((homes[1] / "sessions").rglob("*.jsonl"))
+    rollout.write_text(rollout.read_text().replace("/home/dev/inkpost", str(work)))
+    monkeypatch.chdir(work)
+    code, out, _ = run(capsys, "analyze", "latest", "-f", "json")
+    assert code == 0
+    assert json.loads(out)["files"][0]["format"] == "codex"
+    code, _, err = run(capsys, "analyze", "0badc0de")
+    assert code == 3
+    assert "0badc0de: no such file or session" in err
+
+
+def test_a_file_of_that_name_wins_over_a_session(
+    homes: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SAMPLES / "chat-openai.jsonl", tmp_path / "latest")
+    code, out, _ = run(capsys, "analyze", "latest", "-f", "json")
+    assert code == 0
+    assert json.loads(out)["files"][0]["format"] != "codex"
+
+
+def test_sessions_lists_live_context_per_session(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "sessions", "-f", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["schema"] == "ctxc.sessions/1"
+    rows = doc["sessions"]
+    assert [r["id"] for r in rows] == [CODEX_ID, CLAUDE_ID]
+    codex = rows[0]
+    code, out, _ = run(capsys, "analyze", codex["path"], "-f", "json")
+    analysis = json.loads(out)["files"][0]
+    assert codex["tokens"] == analysis["total_tokens"] > 0
+    assert codex["cost_usd"] == analysis["recorded_usage"]["cost"]["usd"] > 0
+    assert codex["resume"] == f"codex resume {CODEX_ID}"
+    assert rows[1]["resume"] == f"claude --resume {CLAUDE_ID}"
+    code, out, _ = run(capsys, "sessions", "--agent", "claude-code", "--since", "2025-01-01", "-f", "csv")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("id,agent,project,last_activity")
+    assert len(lines) == 1  # the Claude session's mtime is 2023
+    code, _, err = run(capsys, "sessions", "--since", "yesterday")
+    assert code == 2
+    assert "--since 'yesterday'" in err
+
+
+def test_sessions_table_fits_80_columns_with_whole_values(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "sessions", "-f", "table")
+    assert code == 0
+    assert all(len(line) <= 80 for line in out.splitlines())
+    for value in ("/home/dev/inkpost", "/home/jiwoo/src/minishop", "codex", "claude-code", CODEX_ID[:8]):
+        assert value in out
