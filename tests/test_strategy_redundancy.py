@@ -174,6 +174,7 @@ def test_shell_reads_and_file_ops_are_recognised_conservatively() -> None:
         FileOp("edit", "a.py")
     )
     assert file_op("Read", {"file_path": "a.py", "offset": 5}) == FileOp("read", "a.py", False)
+    assert file_op("exec_command", '{"cmd": "cat a.py", "workdir": "/w"}') == FileOp("read", "/w/a.py", True)
     # A range in any spelling makes a read partial (kimi-cli's ReadFile: line_offset, n_lines).
     assert file_op("ReadFile", {"path": "a.py", "line_offset": 5, "n_lines": 3}) == FileOp(
         "read", "a.py", False

@@ -286,8 +286,11 @@ def file_op(name: str, inp: Any) -> FileOp | None:
         patch = inp if isinstance(inp, str) else inp.get("input") if isinstance(inp, Mapping) else None
         paths = _PATCH_FILE.findall(patch) if isinstance(patch, str) else []
         return FileOp("edit", os.path.normpath(paths[0].strip())) if len(paths) == 1 else None
-    if isinstance(inp, str):
-        return None
+    if isinstance(inp, str) and inp.lstrip().startswith("{"):
+        try:  # arguments recorded as the model wrote them: a JSON string (Codex exec_command)
+            inp = orjson.loads(inp)
+        except orjson.JSONDecodeError:
+            return None
     if not isinstance(inp, Mapping):
         return None
     path = _path(inp)
