@@ -11,7 +11,7 @@ thinking blocks from assistant turns, except:
 A message left with no blocks (a Codex ``reasoning`` item, a Claude Code record holding only
 thinking) is dropped whole; it has no tool calls, so pairing is unchanged. No note is left in the turn
 (the model's own message); each action cites the archive copy of the message it changed. Pinned
-messages are left alone.
+messages and the last ``keep_last`` messages are left alone.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ class Thinking:
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         keep = protected_turns(messages)
+        # The last ``keep_last`` messages are kept verbatim, as every strategy keeps them.
+        keep.update(range(max(0, len(messages) - ctx.keep_last), len(messages)) if ctx.keep_last > 0 else ())
         out: list[Message] = []
         actions: list[Action] = []
         for pos, m in enumerate(messages):
