@@ -55,8 +55,8 @@ def protected_turns(messages: Sequence[Message]) -> set[int]:
 class Thinking:
     name: ClassVar[str] = "thinking"
     description: ClassVar[str] = (
-        "Remove thinking blocks of older assistant turns (the last turn and an ongoing tool loop keep "
-        "theirs, with their signatures)"
+        "Remove thinking blocks of older assistant turns (the last turn, and turns whose calls await "
+        "results, keep theirs, with their signatures)"
     )
     Config: ClassVar[type[Any]] = ThinkingConfig
 
