@@ -4,6 +4,7 @@
     python bench/bench_compact.py --mb 10              # smaller, quicker
     python bench/bench_compact.py --input FILE         # any transcript ctxc reads
     python bench/bench_compact.py --mb 100 --profile   # also profile the adaptive runs (cProfile)
+    python bench/bench_compact.py --memory-only        # peak memory of compact only, both formats
 
 Needs ``langchain-core`` (``pip install langchain-core``) for the baseline; nothing else beyond ctxc.
 
@@ -26,6 +27,12 @@ What is measured, all in one run on one file:
   (shown, no target). Then the 19
   budgets, each output checked with ``ctxc validate`` (exit 0) and its reported tokens_after <= the
   budget; the sweep uses a warm count cache, only the 50% run is timed.
+* peak memory: the peak RSS of ``ctxc compact`` (the child and its waited-for descendants, from
+  ``os.wait4``) for fifo, selective and mask at the fifo budget (mask with ``--allow-over``: it alone
+  may not reach it) and adaptive at ``--target-ratio 0.02`` (every stage), each ``--no-cache
+  --no-index``, as a ratio to the input's size (target <= 3x). ``--memory-only`` runs just this, on a
+  generated Claude Code log and a generated chat log of ``--mb`` each (or on ``--input``), and needs
+  no LangChain.
 * ``ctxc compact --strategy adaptive`` (extractive summarizer) against ``ctxc analyze --no-cache`` of
   the same file (target: within 2x): (a) ``--target-ratio 0.5 --window <total>`` (the fifo budget) and
   (b) ``--target-ratio 0.02`` of the default 200k window, which runs every stage including the
@@ -229,6 +236,89 @@ def profile_child(cmd: Sequence[str], env: dict[str, str], tmp: Path, top: int =
     return "\n".join(ln.replace(str(ROOT) + "/", "") for ln in lines)
 
 
+MEMORY_TARGET = 3.0  # peak RSS of compact / input size (issue 19, item 8)
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    label: str
+    run: ChildRun
+    input_bytes: int
+    cmd: list[str]
+
+    @property
+    def ratio(self) -> float:
+        return self.run.maxrss_mb * 2**20 / self.input_bytes
+
+
+def memory_runs(path: Path, total: int, env: dict[str, str], tmp: Path, label: str) -> list[MemoryRun]:
+    """Peak RSS of ``ctxc compact`` with each strategy on ``path``, whose ``total_tokens`` is ``total``:
+    fifo, selective and mask to half of it in an unbounded window, adaptive (extractive summarizer) to
+    2% of the default window, so that every stage runs."""
+    budget = ["--target-tokens", str(int(total * 0.5)), "--window", str(BIG_WINDOW)]
+    plans = {
+        "fifo": budget,
+        "selective": budget,
+        "mask": [*budget, "--allow-over"],  # masking alone need not reach the budget
+        "adaptive": ["--summarizer", "extractive", "--target-ratio", "0.02"],
+    }
+    out: list[MemoryRun] = []
+    for strategy, opts in plans.items():
+        dest = tmp / f"memory-{strategy}.jsonl"
+        cmd = compact_cmd(path, dest, tmp, "--strategy", strategy, *opts, "--no-cache", "--no-index",
+                          archive=f"archive-memory-{label}-{strategy}")  # fmt: skip
+        run = run_child(cmd, env=env, cwd=tmp, check=False)
+        if run.rc != 0:
+            print(f"  compact -s {strategy} failed (exit {run.rc}): {run.stderr.strip()[-300:]}")
+        dest.unlink(missing_ok=True)
+        out.append(MemoryRun(f"{label} {strategy}", run, path.stat().st_size, cmd))
+    return out
+
+
+def memory_rows(runs: Sequence[MemoryRun]) -> list[list[str]]:
+    return [
+        [
+            f"peak RSS / input, {m.label}",
+            f"<= {MEMORY_TARGET:.1f}x",
+            f"{m.ratio:.2f}x ({m.run.maxrss_mb:.0f} MiB / {m.input_bytes / 2**20:.1f} MiB)"
+            + ("" if m.run.rc == 0 else f" FAILED exit {m.run.rc}"),
+            verdict(m.run.rc == 0 and m.ratio <= MEMORY_TARGET),
+        ]
+        for m in runs
+    ]
+
+
+def memory_only(args: argparse.Namespace) -> int:
+    """``--memory-only``: the peak memory of compact, with each strategy, on each generated format."""
+    started = dt.datetime.now(dt.UTC)
+    print(f"bench_compact --memory-only  {started:%Y-%m-%d %H:%M UTC}  {machine()}")
+    print(f"reproduce: {reproduce_line('bench_compact.py')}")
+    byte_compile()
+    runs: list[MemoryRun] = []
+    with tempfile.TemporaryDirectory(prefix="ctxc-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        env = ctxc_env(tmp / "no-cache")
+        formats = [args.format] if args.input else ["claude-code", "chat"]
+        for fmt in formats:
+            path = input_file(argparse.Namespace(**{**vars(args), "format": fmt}), tmp)
+            analyze = ctxc_cmd("analyze", str(path), "--format", "json", "--no-cache")
+            an = run_child(analyze, env=env, cwd=tmp, stdout=tmp / "analyze.json")
+            total = sum(f["total_tokens"] for f in orjson.loads((tmp / "analyze.json").read_bytes())["files"])
+            label = "input" if args.input else fmt
+            print(f"{label}: {path.stat().st_size / 2**20:.1f} MiB, total_tokens {total:,}; "
+                  f"analyze peak {an.maxrss_mb:.0f} MiB")  # fmt: skip
+            found = memory_runs(path, total, env, tmp, label)
+            for m in found:
+                print(f"  {m.label}: peak {m.run.maxrss_mb:.0f} MiB ({m.ratio:.2f}x), {m.run.wall:.2f} s")
+                print(f"    {shlex.join(m.cmd)}")
+            runs.extend(found)
+            if not args.input:
+                path.unlink()
+    print_table("peak memory of compact", ["check", "target", "measured", "result"], memory_rows(runs))
+    print(f"reproduce: {reproduce_line('bench_compact.py')}   (finished; load avg {os.getloadavg()[0]:.2f})")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------- main
 
 
@@ -240,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", type=Path, help="use this transcript instead of generating one")
     ap.add_argument("--profile", action="store_true", help="profile the adaptive runs even if within 2x")
     ap.add_argument("--no-sweep", action="store_true", help="skip the 19-budget ctxc sweep (quicker)")
+    ap.add_argument("--memory-only", action="store_true", help="only the peak memory of compact")
     args = ap.parse_args(argv)
+    if args.memory_only:
+        return memory_only(args)
 
     try:
         lc_version = dist_version("langchain-core")
@@ -407,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  profile of adaptive {name}:")
                 print("    " + profile_child(cmd, env, tmp).replace("\n", "\n    "))
 
+        # Peak memory of each strategy (the runs above that are timed also print theirs).
+        memory = memory_runs(path, total, env, tmp, args.format if not args.input else "input")
+
     # ---------------------------------------------------------------------------------- report
     print_table(
         "orphans at 19 budgets (share of ctxc total_tokens)",
@@ -453,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([f"adaptive {name} / analyze", "<= 2.0x",
                      f"{ratio:.2f}x ({run.wall:.2f} s / {an_s:.2f} s)" + ("" if run.rc == 0 else " FAILED"),
                      verdict(ok)])  # fmt: skip
+    rows.extend(memory_rows(memory))
     lc_orphans = f"start_on=human {lc_orphan_budgets} of 19; start_on=None {lc_plain_orphan_budgets} of 19"
     rows.append(["(info) trim_messages budgets with orphans", "issue: 5 of 19", lc_orphans, ""])
     print_table(f"summary ({file_bytes / 2**20:.1f} MiB input, {os.cpu_count()} cores)",

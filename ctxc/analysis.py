@@ -215,6 +215,7 @@ def finish(
     by_tool: collections.Counter[str] = collections.Counter()
     history = [0, 0]
     side = [0, 0]
+    branches = [0, 0]
     for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
         thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
         while pending < len(resets) and resets[pending].index <= index:
@@ -230,7 +231,8 @@ def finish(
             pending += 1
         is_live = live.is_live(index, conv)
         cum = running.get(conv, 0) + tokens
-        running[conv] = cum
+        if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
+            running[conv] = cum
         share = cum / window
         stats.append(
             MessageStat(
@@ -245,7 +247,7 @@ def finish(
             if tool:
                 by_tool[tool] += tokens
         else:
-            tally = side if conv in live.side else history
+            tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
             tally[1] += tokens
     # A reset after the last message (a log that ends at its compaction) still starts a new context.
@@ -284,5 +286,7 @@ def finish(
         history_tokens=history[1],
         side_messages=side[0],
         side_tokens=side[1],
+        branch_messages=branches[0],
+        branch_tokens=branches[1],
         carried_tokens=carried,
     )

@@ -40,7 +40,7 @@ import orjson
 
 from ctxc._version import __version__
 from ctxc.errors import ArchiveError
-from ctxc.output import pid_alive, write_atomic
+from ctxc.output import Data, pid_alive, write_atomic
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
@@ -71,8 +71,17 @@ def user_archive() -> Path:
     return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def sha256_hex(data: Data) -> str:
+    if not isinstance(data, list):
+        return hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256()
+    for part in data:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def data_size(data: Data) -> int:
+    return sum(len(part) for part in data) if isinstance(data, list) else len(data)
 
 
 def citation(archive_id: str, first: int | None = None, last: int | None = None) -> str:
@@ -230,19 +239,20 @@ class ArchiveStore:
     def object_path(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
-    def object_id(self, data: bytes) -> str:
+    def object_id(self, data: Data) -> str:
         """The id :meth:`store` gives ``data``: its sha256."""
         return sha256_hex(data)
 
-    def store(self, data: bytes, digest: str | None = None, *, sync: bool = True) -> str:
-        """Store bytes under their sha256 (idempotent, atomic) and return the id.
+    def store(self, data: Data, digest: str | None = None, *, sync: bool = True) -> str:
+        """Store bytes (or the list of parts they join to) under their sha256 (idempotent, atomic) and
+        return the id.
 
         ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`). ``sync``
         waits for the bytes to reach the disk, as an original must before any output is written.
         """
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
-        if path.exists() and path.stat().st_size == len(data):
+        if path.exists() and path.stat().st_size == data_size(data):
             return digest
         try:
             self._prepare()

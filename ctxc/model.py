@@ -133,6 +133,9 @@ class Boundary:
     carried: tuple[Message, ...] = field(default=(), compare=False, repr=False)
     #: What the carried messages cost, once counted (a cached scan keeps this, not the messages).
     carried_tokens: int = 0
+    #: Indexes of messages on branches the client abandoned (a rewind, an edited prompt): they are in
+    #: the file but on no chain it resumes. Only a ``branches`` item (Claude Code) carries them.
+    abandoned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +250,12 @@ class Transcript:
     problems: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
-        return b"".join(r.to_bytes() for r in self.records)
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes]:
+        """The file's bytes as its records' lines and line ends, in order: what ``to_bytes`` joins,
+        for hashing or writing a large file without a second copy of it."""
+        return [part for r in self.records for part in (r.raw, r.eol)]
 
     def conversation(self, n: int) -> tuple[Message, ...]:
         return tuple(m for m in self.messages if m.conversation == n)

@@ -33,7 +33,11 @@ _SCHEMA_VERSIONS = {"analyze": 2, "check": 2}
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
-def write_atomic(target: Path, data: bytes, *, sync: bool = True, temp: Path | None = None) -> None:
+#: Bytes, or a list of the parts they are made of (a transcript's lines), written without joining them.
+Data = bytes | list[bytes]
+
+
+def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
     """Write ``data`` to ``target`` (its directory created if need be) through a temporary file beside
     it and a rename, so a reader sees the old file or the whole new one, never part of it. ``sync``
     waits for the bytes to reach the disk first; ``temp`` names the temporary file (created owner-only,
@@ -45,7 +49,10 @@ def write_atomic(target: Path, data: bytes, *, sync: bool = True, temp: Path | N
         fd, tmp = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), str(temp)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, list):
+                handle.writelines(data)
+            else:
+                handle.write(data)
             if sync:
                 handle.flush()
                 os.fsync(handle.fileno())

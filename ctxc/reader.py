@@ -24,7 +24,7 @@ from ctxc.model import Record
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 _SNIFF_BYTES = 8192
 _READ_BUFFER = 1 << 20
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,44 +144,59 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
             raw, eol = chunk[:-1], b"\n"
         else:
             raw, eol = chunk, b""
-        body = raw[3:] if line_no == 1 and raw.startswith(_BOM) else raw
-        if not body or (body[:1].isspace() and not body.strip()):  # strip() copies: only if it may be blank
-            yield Record(line=line_no, raw=raw, eol=eol, kind="blank")
-            continue
-        try:
-            data = parse_line(body, name, line_no)
-        except InputError as exc:
-            if not any_record and line_no == 1 and body.lstrip()[:1] in (b"{", b"["):
-                document, rest = _try_document(chunk, buffered)
-                if document is not None:
-                    yield document
-                    return
-                buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
-            if options.skip_invalid:
-                yield Record(line=line_no, raw=raw, eol=eol, kind="invalid", data=exc.message)
-                continue
-            raise
-        if not isinstance(data, dict):
-            kind_name = {list: "an array", str: "a string", int: "a number", float: "a number"}.get(
-                type(data), "null" if data is None else type(data).__name__
-            )
-            if options.skip_invalid:
-                yield Record(line=line_no, raw=raw, eol=eol, kind="invalid", data="not an object")
-                continue
-            raise InputError(
-                f"expected a JSON object, got {kind_name}: {_excerpt(raw)}", path=name, line=line_no
-            )
-        any_record = True
-        yield Record(line=line_no, raw=raw, eol=eol, data=data)
+        body = raw[3:] if line_no == 1 and raw.startswith(BOM) else raw
+        if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not _is_json(body):
+            # Not JSON on its own: perhaps the first line of a pretty-printed whole document.
+            document, rest = _try_document(chunk, buffered)
+            if document is not None:
+                yield document
+                return
+            buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
+        record = read_line(raw, eol, line_no, name, options, body=body)
+        any_record = any_record or record.kind == "passthrough"
+        yield record
     if not any_record:
         raise InputError("empty file (no JSON records)", path=name)
+
+
+def read_line(
+    raw: bytes, eol: bytes, line_no: int, name: str, options: ReadOptions, *, body: bytes | None = None
+) -> Record:
+    """The record of one physical line (``raw`` without its ``eol``): blank, an object, or, under
+    ``skip_invalid``, an ``invalid`` record for a line that is not a JSON object (else InputError).
+    ``body``: the line less a byte-order mark, if it had one."""
+    body = raw if body is None else body
+    if not body or (body[:1].isspace() and not body.strip()):  # strip() copies: only if it may be blank
+        return Record(line=line_no, raw=raw, eol=eol, kind="blank")
+    try:
+        data = parse_line(body, name, line_no)
+    except InputError as exc:
+        if options.skip_invalid:
+            return Record(line=line_no, raw=raw, eol=eol, kind="invalid", data=exc.message)
+        raise
+    if not isinstance(data, dict):
+        kind_name = {list: "an array", str: "a string", int: "a number", float: "a number"}.get(
+            type(data), "null" if data is None else type(data).__name__
+        )
+        if options.skip_invalid:
+            return Record(line=line_no, raw=raw, eol=eol, kind="invalid", data="not an object")
+        raise InputError(f"expected a JSON object, got {kind_name}: {_excerpt(raw)}", path=name, line=line_no)
+    return Record(line=line_no, raw=raw, eol=eol, data=data)
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _try_document(first: bytes, stream: BinaryIO) -> tuple[Record | None, bytes]:
     """Parse the whole file as one JSON object; on failure return the unread remainder of the stream."""
     rest = stream.read()
     whole = first + rest
-    body = whole[3:] if whole.startswith(_BOM) else whole
+    body = whole[3:] if whole.startswith(BOM) else whole
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

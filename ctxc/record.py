@@ -27,6 +27,7 @@ from ctxc.archive import Archive
 from ctxc.archive_store import archive_root, sha256_hex
 from ctxc.compaction.run import CompactOptions
 from ctxc.errors import CtxcError, ExitCode
+from ctxc.output import Data
 
 Status = Literal["ok", "skipped", "error"]
 
@@ -88,15 +89,18 @@ class _CitingArchive(Archive):
     original: bytes = b""
     backing: Archive | None = None
 
-    def object_id(self, data: bytes) -> str:
-        return self.cite_as if data == self.original else sha256_hex(data)
+    def object_id(self, data: Data) -> str:
+        return self.cite_as if self._is_original(data) else sha256_hex(data)
 
-    def store(self, data: bytes, digest: str | None = None, *, sync: bool = True) -> str:
-        if data == self.original:
+    def store(self, data: Data, digest: str | None = None, *, sync: bool = True) -> str:
+        if self._is_original(data):
             return self.cite_as
         if self.backing is not None:
             return self.backing.store(data, digest, sync=sync)
         return digest or sha256_hex(data)
+
+    def _is_original(self, data: Data) -> bool:
+        return (b"".join(data) if isinstance(data, list) else data) == self.original
 
     # The search index beside an archive: kept only in an archive the caller gave.
     def index(self, archive_id: str, transcript: Any, *, source: str | None = None) -> None:

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -107,15 +108,15 @@ class Interrupt:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from ctxc.compaction import files
 
-        real = files.read_all
+        real = files.load_counted
 
-        def read_all(path: str) -> tuple[str, bytes]:
+        def load_counted(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
             if self.calls == self.at:
                 raise KeyboardInterrupt
-            return real(path)
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(files, "read_all", read_all)
+        monkeypatch.setattr(files, "load_counted", load_counted)
 
 
 def test_an_interrupted_batch_journals_each_finished_file_and_the_rerun_does_only_the_rest(

@@ -22,10 +22,11 @@ from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse
 from ctxc.compaction.fifo import Fifo, FifoConfig, placeholder_text, protected_units
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import pinned_indexes
+from ctxc.compaction.selective import Selective
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
 from ctxc.formats import load
-from ctxc.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from ctxc.model import ImageBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from ctxc.tokens import make_counter
 from ctxc.validate import pairing_problems
 
@@ -151,7 +152,10 @@ def check_invariants(
     assert again.messages == out
     assert again.actions == result.actions
 
-    kept = originals(out, messages)
+    # Selective may keep a critical message with its images shed: the original is kept, lighter.
+    lighter = lighter_copies(out, messages)
+    ids = {id(m) for m in messages}
+    kept = [lighter.get(id(m), m) for m in out if id(m) in lighter or id(m) in ids]
     kept_ids = {id(m) for m in kept}
     # Kept messages keep their order, and nothing but originals and placeholders is output.
     assert [m.index for m in kept] == sorted(m.index for m in kept)
@@ -179,9 +183,15 @@ def check_invariants(
     # Every placeholder cites the archive range it replaced, and every drop is recorded.
     dropped = [m for m in messages if id(m) not in kept_ids]
     covered: set[int] = set()
+    shrunk = {id(original): copy for copy in out if (original := lighter.get(id(copy))) is not None}
     for action in result.actions:
-        assert action.kind == "drop"
         assert action.strategy == strategy.name
+        if action.kind == "shrink":  # the images of one kept message
+            (original,) = (m for m in messages if m.index == action.first and id(m) in shrunk)
+            assert action.tokens_before == ctx.ledger.tokens(original)
+            assert action.tokens_after == ctx.ledger.tokens(shrunk[id(original)])
+            continue
+        assert action.kind == "drop"
         # Indexes count across the file, so another conversation's messages may sit inside a range.
         run = [m for m in messages if action.first <= m.index <= action.last]
         covered |= {m.index for m in run}
@@ -202,6 +212,27 @@ def check_invariants(
             for a in result.actions
         )
     return result
+
+
+def lighter_copies(out: Sequence[Message], messages: Sequence[Message]) -> dict[int, Message]:
+    """Output messages that are an input user message with each image replaced by a note citing the
+    archive (its words kept, in order), by id, with that original."""
+    by_index = {m.index: m for m in messages}
+    found: dict[int, Message] = {}
+    for m in out:
+        original = by_index.get(m.index)
+        if original is None or original is m or m.meta.get("ctxc") or m.role != "user":
+            continue
+        assert len(m.blocks) == len(original.blocks)
+        for new, old in zip(m.blocks, original.blocks, strict=True):
+            if isinstance(old, ImageBlock):
+                assert isinstance(new, TextBlock)
+                assert new.text.startswith("[ctxc: image removed")
+                assert CITATION_RE.search(new.text) is not None
+            else:
+                assert new == old
+        found[id(m)] = original
+    return found
 
 
 def tail_and_pinned(messages: Sequence[Message], ctx: CompactContext) -> set[int]:
@@ -499,6 +530,223 @@ def test_fifo_drops_a_minimal_prefix_of_the_units(
         assert (
             ctx.ledger.total(res.messages) + ctx.ledger.total(messages[last.start : last.stop]) > ctx.target
         )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The log's own compaction summary, over the target by itself
+
+#: Claude Code's compact summary, in its shape: boilerplate, the model's analysis, the numbered summary.
+OWN_SUMMARY = "\n".join(
+    [
+        "This session is being continued from a previous conversation that ran out of context. "
+        "The conversation is summarized below:",
+        "Analysis:",
+        "Let me chronologically analyze the conversation:",
+        *(f"{n}. **Step {n}**: " + words(40, "looked") for n in range(1, 6)),
+        "",
+        "Summary:",
+        "1. Primary Request and Intent:",
+        "   The user asked to make the importer idempotent.",
+        "2. Key Technical Concepts:",
+        *(f"   - concept {n}: " + words(12, "detail") for n in range(6)),
+        "3. Files and Code Sections:",
+        "   - `importer.py`",
+        "     ```python",
+        *(f"     line_{n} = {n}" for n in range(12)),
+        "     ```",
+        "4. Errors and fixes:",
+        "   - The second import failed with a duplicate key; " + words(10, "trace"),
+        "5. Problem Solving:",
+        "   - We decided to use upserts rather than delete-and-insert.",
+        "6. All user messages:",
+        '   - "make the importer idempotent"',
+        '   - "and add a test"',
+        "7. Pending Tasks:",
+        "   - Add a test for re-running the import",
+        "8. Current Work:",
+        "   Writing the test in test_importer.py",
+        "9. Optional Next Step:",
+        "   Run the test suite.",
+        "Please continue the conversation from where we left it off without asking the user any further "
+        "questions.",
+    ]
+)
+
+
+def own_summary_session(summary: Message | None = None) -> tuple[Message, ...]:
+    return numbered(
+        [
+            summary or user(OWN_SUMMARY, meta={"is_compact_summary": True}),  # 0: opens the live context
+            assistant("running it", ("b1", "Bash")),
+            results(("b1", words(120, "out"))),
+            assistant(words(10, "done")),  # 3: the last
+        ]
+    )
+
+
+def own_summary_ctx(msgs: Sequence[Message], target: int, strategy: Strategy) -> CompactContext:
+    # The run pins the log's own summary for fifo and selective (and the last message).
+    return make_ctx(msgs, target, pinned={0, 3}, configs={strategy.name: strategy.Config()})
+
+
+def written_summary(out: Sequence[Message]) -> Message:
+    (summary,) = [m for m in out if m.meta.get("ctxc") == "summary"]
+    return summary
+
+
+TRIMMERS = pytest.mark.parametrize("strategy", [Fifo(), Selective()], ids=["fifo", "selective"])
+
+
+@TRIMMERS
+def test_an_own_summary_over_the_target_loses_its_analysis_first(strategy: Strategy) -> None:
+    msgs = own_summary_session()
+    ctx = own_summary_ctx(msgs, 0, strategy)
+    analysis = ctx.ledger.total([user("\n".join(OWN_SUMMARY.split("\n")[1:8]))])
+    target = ctx.ledger.total([msgs[0], msgs[3]]) - analysis + 80  # room for the header and placeholder
+    res = strategy.compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) <= target
+    summary = written_summary(res.messages)
+    assert res.messages[0] is summary
+    assert summary.meta["replaces"] == (0, 0)
+    assert f"ctxc archive {ARCHIVE_ID[:12]} messages 0" in summary.text
+    # The summary part, verbatim; the analysis gone.
+    body = OWN_SUMMARY.split("Summary:\n", 1)[1].rsplit("\nPlease continue", 1)[0]
+    assert body in summary.text
+    assert "looked" not in summary.text
+    assert res.actions[0].kind == "summarize"
+    assert res.actions[0].first == res.actions[0].last == 0
+    assert res.messages[-1] is msgs[3]
+
+
+@TRIMMERS
+def test_an_own_summary_far_over_the_target_keeps_intent_requests_decisions_and_next_step(
+    strategy: Strategy,
+) -> None:
+    msgs = own_summary_session()
+    ctx = own_summary_ctx(msgs, 0, strategy)
+    target = ctx.ledger.total([msgs[3]]) + 200
+    res = strategy.compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) <= target
+    text = written_summary(res.messages).text
+    for line in (
+        "The user asked to make the importer idempotent.",
+        "We decided to use upserts rather than delete-and-insert.",
+        '"make the importer idempotent"',
+        '"and add a test"',
+        "Add a test for re-running the import",
+        "Run the test suite.",
+    ):
+        assert line in text
+    assert "## Session intent" in text
+    assert "line_11" not in text  # code is cut first
+    assert "the log's own compaction summary (msg 0), shortened" in text
+
+
+#: pi's compaction summary: markdown headings inside <summary> tags.
+PI_SUMMARY = "\n".join(
+    [
+        "The conversation history before this point was compacted into the following summary:",
+        "<summary>",
+        "## Goal",
+        "Make the importer idempotent.",
+        "## Constraints & Preferences",
+        "- Keep the public API unchanged",
+        "## Progress",
+        "### Done",
+        *(f"- [x] step {n}: " + words(20, "done") for n in range(4)),
+        "## Key Decisions",
+        "- **Upserts** for every row, keyed by the source id",
+        "## Next Steps",
+        "1. Run the test suite",
+        "## Critical Context",
+        *(f"- fact {n}: " + words(30, "context") for n in range(4)),
+        "</summary>",
+    ]
+)
+
+
+@TRIMMERS
+def test_a_markdown_own_summary_keeps_its_goal_decisions_and_next_steps(strategy: Strategy) -> None:
+    msgs = own_summary_session(user(PI_SUMMARY, meta={"is_compact_summary": True}))
+    ctx = own_summary_ctx(msgs, 0, strategy)
+    target = ctx.ledger.total([msgs[3]]) + 190
+    res = strategy.compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) <= target
+    text = written_summary(res.messages).text
+    for line in (
+        "Make the importer idempotent.",
+        "Keep the public API unchanged",
+        "**Upserts** for every row, keyed by the source id",  # under its Decisions heading: tier 1
+        "Run the test suite",
+    ):
+        assert line in text
+    assert "context context" not in text  # the rest goes first
+
+
+@TRIMMERS
+def test_an_own_summary_is_kept_whole_when_even_its_shortest_form_is_over(strategy: Strategy) -> None:
+    msgs = own_summary_session()
+    ctx = own_summary_ctx(msgs, 0, strategy)
+    target = ctx.ledger.total([msgs[3]]) + 5
+    res = strategy.compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) > target  # the run reports it over the target
+    assert res.messages[0] is msgs[0]
+
+
+@TRIMMERS
+def test_an_opaque_own_summary_is_not_shortened(strategy: Strategy) -> None:
+    # Codex's remote compaction keeps its summary encrypted: nothing ctxc can read, so nothing to shorten.
+    opaque = Message(
+        role="user", blocks=(ThinkingBlock(words(400, "enc")),), meta={"is_compact_summary": True}
+    )
+    msgs = own_summary_session(opaque)
+    ctx = own_summary_ctx(msgs, 50, strategy)
+    res = strategy.compact(msgs, ctx)
+    assert res.messages[0] is msgs[0]
+    assert not [m for m in res.messages if m.meta.get("ctxc") == "summary"]
+
+
+@pytest.mark.parametrize(
+    "path", corpus_params("claude-code/entire-cli_auto-compact_summary-records_v2.1.5.jsonl")
+)
+def test_an_own_summary_is_shortened_to_any_budget_above_its_shortest_form(path: Path) -> None:
+    """The summary shrinks in steps, so a smaller budget may give the same text: every budget is met
+    all the same (around 287 tokens on this log a few retries were not enough)."""
+    from ctxc.compaction.own_summary import shorten_own_summary
+
+    (own,) = [m for m in load(path).messages if m.meta.get("is_compact_summary")]
+    ctx = make_ctx([own], 0, ledger=Ledger(make_counter("o200k_base", use_cache=False)))
+    for budget in range(270, 310):
+        short = shorten_own_summary(own, budget, ctx)
+        assert short is not None, budget
+        assert ctx.ledger.tokens(short) <= budget
+
+
+def test_a_refusal_names_the_pinned_words_over_the_target() -> None:
+    """When what must stay is over the target, the error says what it is and by how much."""
+    import io
+
+    import orjson
+
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+    from ctxc.errors import OverTargetError
+
+    lines = [
+        {"role": "user", "content": "Port the importer to Rust. " + words(300, "spec")},
+        {"role": "assistant", "content": words(200, "work")},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "Done. " + words(120, "report")},
+    ]
+    transcript = load(io.BytesIO(b"".join(orjson.dumps(line) + b"\n" for line in lines)))
+    counter = make_counter("o200k_base", use_cache=False)
+    with pytest.raises(OverTargetError) as caught:
+        compact_transcript(transcript, CompactOptions(strategy="fifo", target_tokens=100), counter=counter)
+    ledger = Ledger(counter)
+    intent, last = ledger.tokens(transcript.messages[0]), ledger.tokens(transcript.messages[3])
+    message = str(caught.value)
+    assert f"the session's first request (msg 0, {intent:,} tokens)" in message
+    assert f"the last message (msg 3, {last:,} tokens)" in message
+    assert "over the target)" in message
 
 
 # ---------------------------------------------------------------------------------------------------

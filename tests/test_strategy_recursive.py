@@ -489,3 +489,44 @@ def run_corpus(
 @pytest.mark.parametrize("path", corpus_params())
 def test_corpus(path: Path, o200k_ledger: Ledger) -> None:
     run_corpus(Recursive(), path, o200k_ledger)
+
+
+@pytest.mark.parametrize("strategy", ["recursive", "hierarchical"])
+def test_a_claude_code_run_counts_what_the_client_sends(strategy: str) -> None:
+    """Claude Code resumes from ctxc's boundary: the session's first request, kept where it was before
+    the summary and copied after it, is sent (and counted) once. Counting both refused targets that the
+    written file meets (the sample at a tenth of its tokens)."""
+    from conftest import SAMPLES
+
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+
+    transcript = load(SAMPLES / "claude-code.jsonl")
+    counter = make_counter("o200k_base", use_cache=False)
+    loose = compact_transcript(
+        transcript, CompactOptions(strategy=strategy, target_tokens=1, allow_over=True), counter=counter
+    )
+    intent = transcript.messages[0]
+    assert intent.role == "user"
+    assert loose.actions[0].first > intent.index  # the intent precedes the summarized span
+    exact = loose.tokens_after  # what the written file holds, as read back
+    result = compact_transcript(
+        transcript, CompactOptions(strategy=strategy, target_tokens=exact), counter=counter
+    )
+    assert result.tokens_after <= exact
+
+
+def test_the_last_request_is_the_users_not_claude_codes_interruption_marker() -> None:
+    """Claude Code records "[Request interrupted by user]" as a user message when the user stops a
+    turn: not a request, so the one before it is the last request every strategy keeps."""
+    msgs = numbered(
+        [
+            user("start the server"),
+            assistant("started"),
+            user("scrolling back still does not work"),
+            assistant("looking", ToolUseBlock(id="t1", name="Read", input={"path": "app.js"})),
+            *results(("t1", "import x", False)),
+            user("[Request interrupted by user]"),
+        ]
+    )
+    pinned = pinned_indexes(msgs, ())
+    assert {0, 2} <= pinned

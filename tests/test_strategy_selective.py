@@ -34,7 +34,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.selective import LEVELS, Selective, SelectiveConfig, classify, load_rules, parse_rules
 from ctxc.compaction.units import units
 from ctxc.errors import ExitCode, UsageError
-from ctxc.model import Message
+from ctxc.model import ImageBlock, Message, TextBlock, UnknownBlock
 
 RANK = {level: n for n, level in enumerate(LEVELS)}
 
@@ -339,6 +339,73 @@ def test_placeholder_option_off() -> None:
     cfg = parse_config(Selective, {"placeholder": "false"})
     res = Selective().compact(msgs, sel_ctx(msgs, 0, pinned={0, 9}, config=cfg))
     assert [m.index for m in res.messages] == [0, 2, 6, 9]
+
+
+def screenshot() -> ImageBlock:
+    return ImageBlock(media_type="image/png", width=1000, height=1000)
+
+
+def image_session() -> tuple[Message, ...]:
+    return numbered(
+        [
+            user("fix the layout"),  # 0 pinned: the intent
+            Message(role="user", blocks=(TextBlock("this is how it looks now"), screenshot())),  # 1 critical
+            assistant(words(30, "idea")),  # 2 normal
+            Message(role="user", blocks=(TextBlock("and this is the target"), screenshot())),  # 3 critical
+            assistant(words(5, "done")),  # 4 the last
+        ]
+    )
+
+
+def test_images_in_the_users_words_are_shed_oldest_first_before_the_run_fails() -> None:
+    msgs = image_session()
+    ctx = sel_ctx(msgs, 0, pinned={0, 4})
+    image = ctx.ledger.tokens(msgs[1]) - ctx.ledger.total([user("this is how it looks now")])
+    words_only = ctx.ledger.total(msgs) - ctx.ledger.total([msgs[2]]) - 2 * image
+    # Room for one image: the older one goes, the newer stays.
+    target = words_only + image + 80
+    res = Selective().compact(msgs, replace(ctx, target=target))
+    assert ctx.ledger.total(res.messages) <= target
+    lighter = next(m for m in res.messages if m.index == 1)
+    assert lighter is not msgs[1]
+    assert lighter.blocks[0] == msgs[1].blocks[0]  # the words, verbatim, in place
+    assert isinstance(lighter.blocks[1], TextBlock)
+    assert lighter.blocks[1].text.startswith("[ctxc: image removed")
+    assert f"ctxc archive {ARCHIVE_ID[:12]} messages 1" in lighter.blocks[1].text
+    assert next(m for m in res.messages if m.index == 3) is msgs[3]
+    shrink = [a for a in res.actions if a.kind == "shrink"]
+    assert [(a.first, a.last) for a in shrink] == [(1, 1)]
+    assert shrink[0].tokens_before - shrink[0].tokens_after > image // 2
+
+
+def test_images_stay_when_shedding_them_cannot_meet_the_target() -> None:
+    msgs = image_session()
+    res = Selective().compact(msgs, sel_ctx(msgs, 5, pinned={0, 4}))
+    assert msgs[1] in res.messages
+    assert msgs[3] in res.messages
+    assert all(a.kind == "drop" for a in res.actions)
+
+
+def test_within_adaptive_trimming_keeps_the_logs_own_summary() -> None:
+    """Adaptive's trimming stage keeps the log's own summary, as selective alone does (the run pins it
+    for selective, not for adaptive, which may fold it into a summary): a Codex remote compaction,
+    an opaque assistant item, is the oldest normal message, and trimming dropped it first."""
+    from ctxc.compaction.adaptive import Adaptive
+
+    own = Message(
+        role="assistant",
+        blocks=(UnknownBlock(raw={"type": "compaction"}, text=words(30, "enc"), type="compaction"),),
+        meta={"is_compact_summary": True},
+    )
+    msgs = numbered(
+        [user("port"), own, user("go on"), assistant(words(60, "idea")), user("ok"), assistant("done")]
+    )
+    ctx = make_ctx(msgs, 0, pinned={0, 4, 5})
+    target = ctx.ledger.total(msgs) - ctx.ledger.tokens(msgs[1]) - 1
+    res = Adaptive().compact(msgs, replace(ctx, target=target, explicit_target=True))
+    assert ctx.ledger.total(res.messages) <= target
+    assert msgs[1] in res.messages
+    assert msgs[3] not in res.messages
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -105,10 +105,13 @@ class Adaptive:
         """Run one of a stage's strategies (``essential`` is hierarchical in its stage-5 mode)."""
         if name == "selective":
             # Trimming never gives up the decisions its placeholders quote: when they do not fit, the
-            # next stage summarizes them (the summary quotes them again) rather than lose them.
+            # next stage summarizes them (the summary quotes them again) rather than lose them. Nor the
+            # log's own summary: trimming keeps it, as selective alone does; only a summary folds it in.
             selective = get_strategy(name)
             trim_cfg = replace(ctx.config(selective), keep_quotes=True)
-            return selective.compact(msgs, replace(ctx, configs={**ctx.configs, name: trim_cfg}))
+            own = frozenset(m.index for m in msgs if m.meta.get("is_compact_summary"))
+            trim_ctx = replace(ctx, pinned=ctx.pinned | own, configs={**ctx.configs, name: trim_cfg})
+            return selective.compact(msgs, trim_ctx)
         if name != "essential":
             return get_strategy(name).compact(msgs, ctx)
         # Stage 5 is the hierarchical summarizer in its essential mode, keeping only the last few messages.

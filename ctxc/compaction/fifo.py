@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize.extractive import PLACEHOLDER_PREFIX, QUOTES_HEADING, KeySentence, key_sentences
@@ -401,15 +402,23 @@ class Fifo:
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: FifoConfig = ctx.config(self)
-        parts = units(messages)
-        keep = protected_units(messages, parts, ctx)
-        order = ((u, None) for u in range(len(parts)) if u not in keep)
-        return drop_units(
-            messages,
-            ctx,
-            parts,
-            order,
-            strategy=self.name,
-            placeholders=cfg.placeholder,
-            carry=Carry(cfg.carry),
-        )
+
+        def drop(msgs: Sequence[Message]) -> StrategyResult:
+            parts = units(msgs)
+            keep = protected_units(msgs, parts, ctx)
+            order = ((u, None) for u in range(len(parts)) if u not in keep)
+            return drop_units(
+                msgs,
+                ctx,
+                parts,
+                order,
+                strategy=self.name,
+                placeholders=cfg.placeholder,
+                carry=Carry(cfg.carry),
+            )
+
+        result = drop(messages)
+        if ctx.under_target(result.messages):
+            return result
+        # What is pinned is over the target: the log's own summary gives up detail rather than the run.
+        return fit_own_summary(messages, ctx, result, drop, self.name)

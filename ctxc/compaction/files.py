@@ -13,12 +13,13 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ctxc.archive import Archive
 from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
+from ctxc.formats import dump
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, named_bytes, read_all
@@ -148,7 +149,15 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         raise UsageError("--in-place needs a file, not stdin")
     if not job.dry_run and not job.make_dirs:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
-    name, data = read_all(job.path)
+    # A file is parsed as it is read, and archived from the records read (the same bytes): holding the
+    # whole file besides its records would add its size to the peak. Stdin is read whole first.
+    source: str | BinaryIO = job.path
+    original: bytes | None = None
+    if job.path == "-":
+        name, original = read_all(job.path)
+        source, size = named_bytes(name, original), len(original)
+    else:
+        size = _size(job.path)
     opts = job.options
     counter = make_counter(
         opts.tokenizer,
@@ -158,24 +167,25 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     )
     # A large input is counted on every core, by worker processes that count each batch of messages
     # while the next is parsed.
-    with counting_processes(counter, len(data)):
+    with counting_processes(counter, size):
         transcript, counts = load_counted(
-            named_bytes(name, data), counter, input_format=job.input_format, options=job.read_options
+            source, counter, input_format=job.input_format, options=job.read_options
         )
+        name = transcript.source
         store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
         if store is not None:
             store.check_manifest()  # fail before archiving and compacting, not after the output
         result = compact_transcript(
-            transcript, opts, archive=store, counter=counter, original_bytes=data, counts=counts
+            transcript, opts, archive=store, counter=counter, original_bytes=original, counts=counts
         )
     doc = compaction_report(result, job.options, name, job.output)
     if job.dry_run:
         return doc
     assert store is not None
-    out_bytes = result.transcript.to_bytes()
+    written = result.transcript
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
-    run = {**doc["run"], "output_sha256": sha256_hex(out_bytes)}
+    run = {**doc["run"], "output_sha256": sha256_hex(written.parts())}
     if job.batch_options is not None:
         run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
     recorded: list[dict[str, Any]] = []
@@ -192,5 +202,12 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     with atomic_output(
         job.output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:
-        handle.write(out_bytes)
+        dump(written, handle)  # record by record: the output is never one large bytes object
     return {**doc, "run": recorded[0]}
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # the reader says what is wrong with it
+        return 0

@@ -18,11 +18,12 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.live import last_request, live_context, request_text, session_intent
+from ctxc.live import last_request, live_context, quotes, request_text, session_intent
 from ctxc.model import Message, Transcript
+from ctxc.output import Data
 from ctxc.repair import repair_messages
 from ctxc.stages import DEFAULT_THRESHOLDS
-from ctxc.summarize import SummarizerOptions, get_summarizer
+from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
 from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
@@ -241,7 +242,7 @@ def _compact_transcript(
         concurrency=options.summarizer_options.concurrency,
     )
     ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.to_bytes()
+    data = original_bytes if original_bytes is not None else transcript.parts()
     archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
     stored = _store_in_background(archive, data, archive_id)
     if counts is not None:
@@ -263,7 +264,9 @@ def _compact_transcript(
         history, messages = live.split(everything)
         if not messages:
             continue
-        keep = pinned_indexes(everything, options.pins)
+        # Pins come from the chain the client resumes, not from abandoned branches.
+        chain = tuple(m for m in everything if m.index not in live.abandoned)
+        keep = pinned_indexes(chain, options.pins)
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
@@ -287,11 +290,17 @@ def _compact_transcript(
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
         reserve = ledger.total([compacted_note]) if compacted_note else 0
         reserve += carried + ledger.total(requests)
+        # A summary quotes the session's intent whenever the client would not see it otherwise: it lies
+        # before the log's own compaction, or ctxc's summary is itself where the client resumes.
+        intent = session_intent(chain)
+        hidden = intent is not None and (
+            adapter.summary_resets or all(m.index != intent.index for m in messages)
+        )
         ctx = CompactContext(
             target=max(1, target - reserve),
             window=window,
             ledger=ledger,
-            summarizer=summarizer,
+            summarizer=quoting_intent(summarizer, request_text(intent) if intent and hidden else None),
             archive=archive,
             archive_id=archive_id,
             pinned=pinned,
@@ -330,7 +339,7 @@ def _compact_transcript(
             rules = ", ".join(note.meta["rules"])
             n = messages[-1].index
             actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = carried + ledger.total(repaired_msgs)
+        after = carried + ledger.total(sent_part(repaired_msgs, summary_resets=adapter.summary_resets))
         if fixed:
             actions = (
                 *actions,
@@ -355,7 +364,9 @@ def _compact_transcript(
                 f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
                 f"{target:,} target; "
                 f"what is always kept (pinned messages, the last {ctx.keep_last} and what the log's "
-                f"own compaction carries) is {kept_tokens:,} tokens; "
+                f"own compaction carries) is {kept_tokens:,} tokens"
+                + (f" ({kept_tokens - target:,} over the target)" if kept_tokens > target else "")
+                + f"{_largest_kept(messages, pinned, tail, requests, everything, ledger)}; "
                 + ("lower --keep-last, or " if ctx.keep_last > 1 else "")
                 + "use --allow-over to write it anyway",
                 path=transcript.source,
@@ -415,7 +426,12 @@ def _keep_after_summary(
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
     at = summaries[-1] + 1 if summaries else 0
     if summary_resets and summaries:
-        copies = [_copy(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
+        said = out[summaries[-1]].text
+        copies = [
+            _copy(m, "pinned")
+            for m in out[: summaries[-1]]
+            if m.index in pinned and _plain(m) and not (m.is_request and quotes(said, request_text(m)))
+        ]
         out[at:at] = copies
         at += len(copies)
         sent = [*carried, *out[summaries[-1] :]]
@@ -426,10 +442,48 @@ def _keep_after_summary(
         while at < len(out) and out[at].meta.get("is_compact_summary"):
             at += 1
     for request in requests:
-        if not any(request_text(request) in m.text for m in sent):
+        if not any(quotes(m.text, request_text(request)) for m in sent):
             out.insert(at, request)
             at += 1
     return tuple(out)
+
+
+def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
+    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
+    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    if summary_resets:
+        for k in range(len(messages) - 1, -1, -1):
+            if messages[k].meta.get("ctxc") == "summary":
+                return messages[k:]
+    return messages
+
+
+def _largest_kept(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    tail: set[int],
+    requests: Sequence[Message],
+    everything: Sequence[Message],
+    ledger: Ledger,
+) -> str:
+    """The largest of what must stay, named, for an over-target error: which words are in the way."""
+    intent, last = session_intent(everything), last_request(everything)
+
+    def name(m: Message) -> str:
+        if intent is not None and m.index == intent.index:
+            return "the session's first request"
+        if last is not None and m.index == last.index:
+            return "the last user request"
+        if m.meta.get("is_compact_summary"):
+            return "the log's own summary"
+        if m.role == "system":
+            return "a system message"
+        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
+
+    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
+    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
+    named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
+    return f"; the largest: {named}" if named else ""
 
 
 def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
@@ -479,7 +533,7 @@ def _reminder_messages(
     return out[0], out[1]
 
 
-def _store_in_background(archive: ArchiveStore | None, data: bytes, digest: str) -> Future[str] | None:
+def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:
     """Store the original in a thread: copying and syncing up to 100 MB to disk, without the GIL, while
     the strategy runs. A run that fails meanwhile still finishes storing it, as if it had failed just
     after an up-front store; the caller waits for it before writing any output."""
@@ -508,17 +562,16 @@ def _verify(
     Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
     so the figures reported are those of the file as written, not of the strategy's message list.
     """
-    from ctxc.formats import load
-    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions, named_bytes
+    from ctxc.formats import reload
+    from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
-    data = written.to_bytes()
     # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
     # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
-        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, len(data)),
+        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),
     )
-    reread = load(named_bytes(source.source, data), input_format=source.format, options=options)
+    reread = reload(written, source, options=options)
     live = live_context(reread.boundaries, reread.messages)
     for conversation in {o.conversation for o in outcomes}:
         problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)

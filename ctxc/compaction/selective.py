@@ -39,16 +39,19 @@ import functools
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.compaction.base import CompactContext, StrategyResult, option, register
+from ctxc.archive_store import citation
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.fifo import CARRY_HELP, Carry, drop_units, protected_units
+from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
-from ctxc.model import BLOCK_KINDS, ROLES, Message, ToolResultBlock, ToolUseBlock
+from ctxc.model import BLOCK_KINDS, ROLES, ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.tokens.cost import image_tokens
 
 #: Importance levels, least important first (the order units are dropped in).
 LEVELS: tuple[str, ...] = ("ephemeral", "normal", "critical")
@@ -317,22 +320,83 @@ class Selective:
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: SelectiveConfig = ctx.config(self)
         rules = load_rules(cfg.rules)
-        levels = classify(messages, rules, ctx.ledger.tokens)
-        parts = units(messages)
-        keep = protected_units(messages, parts, ctx)
-        unit_level = [max(levels[p.start : p.stop], key=_RANK.__getitem__) for p in parts]
-        order = [
-            (u, level)
-            for level in LEVELS[:-1]
-            for u in range(len(parts))
-            if u not in keep and unit_level[u] == level
-        ]
-        return drop_units(
-            messages,
-            ctx,
-            parts,
-            order,
-            strategy=self.name,
-            placeholders=cfg.placeholder,
-            carry=Carry(cfg.carry, keep=cfg.keep_quotes),
+        carry = Carry(cfg.carry, keep=cfg.keep_quotes)
+        critical: list[int] = []  # positions of the critical messages that may not be dropped
+
+        def drop(msgs: Sequence[Message]) -> StrategyResult:
+            levels = classify(msgs, rules, ctx.ledger.tokens)
+            parts = units(msgs)
+            keep = protected_units(msgs, parts, ctx)
+            unit_level = [max(levels[p.start : p.stop], key=_RANK.__getitem__) for p in parts]
+            critical[:] = [
+                pos
+                for u, part in enumerate(parts)
+                if u not in keep and unit_level[u] == "critical"
+                for pos in range(part.start, part.stop)
+            ]
+            order = [
+                (u, level)
+                for level in LEVELS[:-1]
+                for u in range(len(parts))
+                if u not in keep and unit_level[u] == level
+            ]
+            return drop_units(
+                msgs, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder, carry=carry
+            )
+
+        result = drop(messages)
+        if ctx.under_target(result.messages):
+            return result
+        # Critical units stay, but an image in a user's words is not words: shed those images (oldest
+        # first, as few as the target needs) rather than fail; the words stay verbatim, in place. Before
+        # any placeholder gives up its quotes: the rerun gives them up only if still over.
+        base, best = messages, result
+        shed_actions: tuple[Action, ...] = ()
+        shed = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)
+        if shed is not None:
+            base, shed_actions = shed
+            best = drop(base)
+            if ctx.under_target(best.messages):
+                return StrategyResult(best.messages, (*shed_actions, *best.actions))
+        # Then what is pinned is over the target: the log's own summary gives up detail, not the run.
+        fitted = fit_own_summary(base, ctx, best, drop, self.name)
+        if fitted is best:
+            return result  # still over: the images stay too
+        return StrategyResult(fitted.messages, (*shed_actions, *fitted.actions))
+
+
+def image_note(block: ImageBlock, index: int, ctx: CompactContext) -> str:
+    """What an image shed from a user message becomes: that it was there, and where the original is."""
+    size = f"{image_tokens(block):,} tokens"
+    if block.width and block.height:
+        size = f"{block.width}x{block.height}, {size}"
+    return f"[ctxc: image removed to fit the context ({size}); original in {citation(ctx.archive_id, index)}]"
+
+
+def shed_images(
+    messages: Sequence[Message], positions: Sequence[int], excess: int, ctx: CompactContext
+) -> tuple[tuple[Message, ...], tuple[Action, ...]] | None:
+    """``messages`` with the images of the user messages at ``positions`` (oldest first) replaced by a
+    note, until that saves ``excess`` tokens (or all of them); None when there are none."""
+    out = list(messages)
+    actions: list[Action] = []
+    saved = 0
+    for pos in positions:
+        m = out[pos]
+        if m.role != "user" or not any(isinstance(b, ImageBlock) for b in m.blocks):
+            continue
+        blocks = tuple(
+            TextBlock(image_note(b, m.index, ctx)) if isinstance(b, ImageBlock) else b for b in m.blocks
         )
+        lighter = replace(m, blocks=blocks)
+        before, after = ctx.ledger.tokens(m), ctx.ledger.tokens(lighter)
+        if after >= before:
+            continue
+        out[pos] = lighter
+        saved += before - after
+        n = sum(isinstance(b, ImageBlock) for b in m.blocks)
+        note = f"{n} image(s) of a critical user message; its words kept"
+        actions.append(Action("selective", "shrink", m.index, m.index, before, after, note))
+        if saved >= excess:
+            break
+    return (tuple(out), tuple(actions)) if actions else None

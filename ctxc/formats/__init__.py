@@ -8,14 +8,16 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
+
+import orjson
 
 from ctxc.errors import FormatError, InputError
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
-from ctxc.reader import ReadOptions, iter_records, open_binary
+from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, read_line
 from ctxc.system import gc_paused
 
 _ADAPTERS: dict[str, FormatAdapter] = {}
@@ -112,21 +114,30 @@ def open_stream(
     name, handle = open_binary(src)
     owned = handle if isinstance(src, str | os.PathLike) and str(src) != "-" else None
     try:
-        records_iter = iter_records(handle, name, options)
-        sample: list[Record] = []
-        passthrough = 0  # a running count: recounting the sample per record is quadratic in blank lines
-        for rec in records_iter:
-            sample.append(rec)
-            passthrough += rec.kind == "passthrough"
-            if passthrough >= SNIFF_RECORDS:
-                break
-        if not sample:
-            raise InputError("empty file (no JSON records)", path=name)
-        adapter = get_adapter(input_format) if input_format else sniff(sample, name)
+        return _stream(name, iter_records(handle, name, options), input_format, keep_records, owned)
     except BaseException:
         if owned is not None:
             owned.close()
         raise
+
+
+def _stream(
+    name: str,
+    records_iter: Iterator[Record],
+    input_format: str | None,
+    keep_records: bool,
+    handle: BinaryIO | None,
+) -> Stream:
+    sample: list[Record] = []
+    passthrough = 0  # a running count: recounting the sample per record is quadratic in blank lines
+    for rec in records_iter:
+        sample.append(rec)
+        passthrough += rec.kind == "passthrough"
+        if passthrough >= SNIFF_RECORDS:
+            break
+    if not sample:
+        raise InputError("empty file (no JSON records)", path=name)
+    adapter = get_adapter(input_format) if input_format else sniff(sample, name)
     kept: list[Record] = []
     invalid: list[int] = []
 
@@ -146,7 +157,7 @@ def open_stream(
         items=_forced(items, adapter.name, sample, name) if input_format else items,
         records=kept,
         invalid_lines=invalid,
-        _handle=owned,
+        _handle=handle,
     )
 
 
@@ -162,7 +173,63 @@ def load(
     ``on_message`` sees each message as soon as it is read, so work on it (counting its tokens) can go
     on while the rest of the file is parsed.
     """
-    stream = open_stream(src, input_format=input_format, options=options)
+    return _load(open_stream(src, input_format=input_format, options=options), on_message)
+
+
+def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions = ReadOptions()) -> Transcript:
+    """``written`` read back as :func:`load` reads ``written.to_bytes()``, in ``written.format``.
+
+    A record ``written`` took unchanged from ``read_from`` (as read by ``load``) keeps the JSON the
+    reader parsed from those same bytes, and only the records a writer made are parsed: a read-back
+    holds no second copy of a large file. Lines that might read differently in a file of their own
+    (a line break inside a record, a byte-order mark, a first line that is not JSON) are read back from
+    the bytes.
+    """
+    name = read_from.source
+    own = {id(r) for r in read_from.records}
+    if not _reads_alone(written.records, own, options):
+        data = written.to_bytes()
+        return load(named_bytes(name, data), input_format=written.format, options=options)
+    records: list[Record] = []
+    for line_no, rec in enumerate(written.records, 1):
+        if id(rec) in own and rec.kind != "invalid":
+            kind = "passthrough" if rec.kind == "message" else rec.kind
+            records.append(Record(line=line_no, raw=rec.raw, eol=rec.eol, data=rec.data, kind=kind))
+        else:
+            records.append(read_line(rec.raw, rec.eol, line_no, name, options))
+    if not any(r.kind == "passthrough" for r in records):
+        raise InputError("empty file (no JSON records)", path=name)
+    return _load(_stream(name, iter(records), written.format, True, None), None)
+
+
+def _reads_alone(records: Sequence[Record], own: set[int], options: ReadOptions) -> bool:
+    """Whether each record reads back on its own as it would in the file: one line each, split where
+    the reader splits lines, and a first line the reader reads as JSON (else it tries the whole file
+    as one document)."""
+    if not records:
+        return False
+    last = len(records) - 1
+    for k, rec in enumerate(records):
+        raw = rec.raw
+        if (
+            rec.eol not in ((b"\n", b"\r\n") if k < last else (b"", b"\n", b"\r\n"))
+            or b"\n" in raw
+            or raw.endswith(b"\r")
+            or raw.startswith(BOM)
+            or len(raw) + len(rec.eol) > options.max_line_bytes
+        ):
+            return False
+    first = records[0]
+    if id(first) in own:
+        return first.kind in ("passthrough", "message", "blank")
+    try:
+        orjson.loads(first.raw)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Transcript:
     messages: list[Message] = []
     usage: list[Usage] = []
     boundaries: list[Boundary] = []

@@ -3,7 +3,8 @@
 For every corpus log and sample the client resumes uncompacted, the uncompacted resume is the baseline;
 then every strategy at 10% and 50% of the live context's tokens compacts the file, the client resumes the
 output, and the checks below hold on the first request it sends. How the clients are installed and
-isolated: clients.py and docs/testing.md. Checks that fail on today's code are in KNOWN_FAILURES.
+isolated: clients.py and docs/testing.md. Checks that fail on today's code are in KNOWN_FAILURES; only
+mask and offload may refuse a target (exit 6), other strategies where JUSTIFIED_REFUSALS says why.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ STRATEGIES = ("fifo", "selective", "mask", "offload", "recursive", "hierarchical
 TARGETS = (0.1, 0.5)
 CHECKS = ("exit", "pairing", "intent", "last_request", "ctxc_summary", "own_summary", "smaller")
 BASELINE_CHECKS = ("exit", "pairing", "last_request", "own_summary")
-OVER_TARGET = 6  # ctxc.errors.ExitCode.OVER_TARGET: a clean refusal, not a failure
+OVER_TARGET = 6  # ctxc.errors.ExitCode.OVER_TARGET: a clean refusal
+#: Strategies that may refuse cleanly (exit 6): they only rewrite tool outputs, so what is left may be
+#: over the target. Any other strategy must reach it (issue 17), except where JUSTIFIED_REFUSALS says why.
+MAY_REFUSE = ("mask", "offload")
 CTXC_TIMEOUT = 300
 JOBS = max(1, int(os.environ.get("CTXC_REALCLIENT_JOBS", "2")))  # client runs at once
 
@@ -51,6 +55,13 @@ JOBS = max(1, int(os.environ.get("CTXC_REALCLIENT_JOBS", "2")))  # client runs a
 # fnmatch patterns. The cases matched are strict xfails: when a fix makes one pass, its XPASS says to
 # narrow or remove the entry. Cases ctxc refuses (exit 6) are skipped before this table applies.
 KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = ()
+
+# Refusals by other strategies that are right: (file ids, strategies, targets, why), fnmatch patterns as
+# above. One belongs here only when reaching the target would take what issue 17 forbids removing (the
+# session's intent or last request verbatim, the log's own summary beyond shortening it); the reason
+# says which pinned words are over the target and by how much, as docs/strategies.md does. Any other
+# refusal fails the case's `exit` check.
+JUSTIFIED_REFUSALS: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,16 +93,27 @@ def _pct(target: float) -> str:
     return f"{round(target * 100)}%"
 
 
-def known_failure(file_id: str, strategy: str, target: str, check: str) -> str | None:
-    """Why KNOWN_FAILURES expects this case to fail, or None."""
-    for entry in KNOWN_FAILURES:
+def _matching(table: tuple[tuple[str, ...], ...], *values: str) -> str | None:
+    """The reason of the first entry of ``table`` whose patterns match ``values``, or None."""
+    for entry in table:
         *fields, reason = entry
-        values = (file_id, strategy, target, check)
         if all(
             any(fnmatch.fnmatchcase(v, p) for p in f.split()) for v, f in zip(values, fields, strict=True)
         ):
             return reason
     return None
+
+
+def known_failure(file_id: str, strategy: str, target: str, check: str) -> str | None:
+    """Why KNOWN_FAILURES expects this case to fail, or None."""
+    return _matching(KNOWN_FAILURES, file_id, strategy, target, check)
+
+
+def justified_refusal(file_id: str, strategy: str, target: str) -> str | None:
+    """Why ctxc may refuse this case (exit 6), or None when it must reach the target."""
+    if strategy in MAY_REFUSE:
+        return f"{strategy} only rewrites tool outputs"
+    return _matching(JUSTIFIED_REFUSALS, file_id, strategy, target)
 
 
 def _params(checks: tuple[str, ...], *, compacted: bool) -> list[Any]:
@@ -127,7 +149,7 @@ class Resumed:
 
 @dataclass(frozen=True)
 class Outcome:
-    refused: str = ""  # ctxc refused cleanly (over target): the case is skipped
+    refused: str = ""  # ctxc refused cleanly (over target): its message
     error: str = ""  # ctxc failed
     output: Path | None = None
     removed: bool = False
@@ -231,7 +253,7 @@ class Lab:
         ]
         done = _ctxc([*args, "--no-index"], archive)
         if done.returncode == OVER_TARGET:
-            return Outcome(refused=f"ctxc refused: {strategy} cannot reach the target (exit {OVER_TARGET})")
+            return Outcome(refused=f"ctxc refused (exit {OVER_TARGET}): {done.stderr.strip()[-600:]}")
         if done.returncode != 0:
             return Outcome(error=f"ctxc compact exited {done.returncode}: {done.stderr.strip()[-400:]}")
         shrank = _SHRANK.search(done.stderr)
@@ -342,14 +364,21 @@ def test_uncompacted_resume(lab: Lab, source: Source, strategy: str, target: flo
 def test_compacted_resume(lab: Lab, source: Source, strategy: str, target: float, check: str) -> None:
     baseline, outcome = lab.outcome(source, strategy, target)
     if outcome.refused:
-        pytest.skip(outcome.refused)
+        why = justified_refusal(source.id, strategy, _pct(target))
+        if why is not None:
+            pytest.skip(f"{outcome.refused} (a clean refusal may happen: {why})")
+        # A refusal the tables do not justify is one failure, in the case's exit check.
+        if check != "exit":
+            pytest.skip(f"ctxc refused; see this case's exit check: {outcome.refused}")
+        pytest.fail(f"{strategy} must reach the target: {outcome.refused}")
     assert not outcome.error, outcome.error
     assert outcome.resumed is not None
     CHECK[check](source, outcome.resumed, baseline, outcome)
 
 
 def test_every_known_failure_names_real_cases() -> None:
-    """A stale KNOWN_FAILURES entry (a renamed file, a typo) would silently match nothing."""
+    """A stale KNOWN_FAILURES or JUSTIFIED_REFUSALS entry (a renamed file, a typo) would silently match
+    nothing; mask and offload need no refusal entry."""
     if not CORPUS.is_dir():
         pytest.skip(f"no corpus at {CORPUS}")
     cases = [
@@ -360,3 +389,8 @@ def test_every_known_failure_names_real_cases() -> None:
         for i, field in enumerate(fields):
             for pattern in field.split():
                 assert any(fnmatch.fnmatchcase(case[i], pattern) for case in cases), (pattern, entry[4])
+    for refusal in JUSTIFIED_REFUSALS:
+        for i, field in enumerate(refusal[:3]):
+            for pattern in field.split():
+                assert any(fnmatch.fnmatchcase(case[i], pattern) for case in cases), (pattern, refusal[3])
+        assert not any(fnmatch.fnmatchcase(s, p) for s in MAY_REFUSE for p in refusal[1].split()), refusal
