@@ -218,9 +218,9 @@ class Message:
             return False
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.blocks)
 
-    def placed(self, index: int, conversation: int) -> Message:
+    def with_position(self, index: int, conversation: int) -> Message:
         """This message at ``index`` of ``conversation``: ``replace(self, index=..., conversation=...)``
-        without its walk over the fields, which readers paid once per message (a tenth of a parse)."""
+        without its walk over the fields, which a reader would pay once per message."""
         return Message(
             self.role,
             self.blocks,

@@ -544,8 +544,8 @@ def test_sniff_scores() -> None:
     assert ADAPTER.sniff(sample({"timestamp": "t", "type": "session_meta", "payload": {}})) == 0
 
 
-def test_placed_and_named_are_replace() -> None:
-    # Message.placed and ToolResultBlock.named build positionally, for speed: they must stay in step
+def test_with_position_and_named_are_replace() -> None:
+    # Message.with_position and ToolResultBlock.named build positionally, for speed: they must stay in step
     # with the fields.
     m = Message(
         role="assistant",
@@ -559,7 +559,7 @@ def test_placed_and_named_are_replace() -> None:
         meta={"uuid": "u"},
         raw={"type": "assistant"},
     )
-    assert m.placed(9, 5) == dataclasses.replace(m, index=9, conversation=5)
+    assert m.with_position(9, 5) == dataclasses.replace(m, index=9, conversation=5)
     assert [f.name for f in dataclasses.fields(Message)] == [
         "role", "blocks", "line", "index", "records", "conversation", "importance", "usage", "meta", "raw"
     ]  # fmt: skip

@@ -371,7 +371,7 @@ class _Reader:
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
             self.record_conv.pop(i, None)
-        msg = item.placed(self.index, conv)
+        msg = item.with_position(self.index, conv)
         self.index += 1
         if msg.meta.get("uuid") is not None:
             self.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
