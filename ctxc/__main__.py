@@ -1,8 +1,8 @@
 """The ``ctxc`` console script and ``python -m ctxc``.
 
 This module stays light on purpose: ``--version`` is answered before anything else is imported, and a
-command that will count tokens gets a child building the tokenizer (:mod:`ctxc.tokens.prefork`)
-before ``ctxc.cli`` and typer, a tenth of a second of imports, are loaded.
+command that will count tokens starts the worker processes that build the tokenizer
+(:mod:`ctxc.tokens.workers`) before ``ctxc.cli`` and typer are imported.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def main() -> None:
     try:
         from ctxc.errors import ignore_interrupts
         from ctxc.system import interrupts_held
-        from ctxc.tokens.prefork import start_for
+        from ctxc.tokens import workers
 
-        start_for(args)
-        # Ctrl-C is held while ctxc.cli and its dependencies import (0.1 s), then delivered where the
+        workers.start_for(args)
+        # Ctrl-C is held while ctxc.cli and its dependencies import, then delivered where the
         # CLI's boundary handles it. An interrupt inside an import can be lost (CPython ignores one
         # raised in an import lock's callback), turn into a RuntimeError (in a class's __set_name__),
         # or crash the process: orjson 3.13 segfaults when its module initialisation is interrupted.
@@ -43,7 +43,11 @@ def main() -> None:
             import orjson  # noqa: F401
 
             from ctxc.cli import main as cli_main
-        cli_main(args)
+        try:
+            cli_main(args)
+        finally:
+            # Before the interpreter's exit, which would wait for a worker still building.
+            workers.stop()
     except KeyboardInterrupt:
         # Ctrl-C before ctxc.cli's error boundary exists or while that boundary reports another
         # error: still one line and the documented exit code, never a traceback.

@@ -192,6 +192,7 @@ def finish(
     by_tool: collections.Counter[str] = collections.Counter()
     history = [0, 0]
     side = [0, 0]
+    branches = [0, 0]
     for index, line, role, kind, tool, tokens, conv in scan.rows:
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
@@ -206,7 +207,8 @@ def finish(
             pending += 1
         is_live = live.is_live(index, conv)
         cum = running.get(conv, 0) + tokens
-        running[conv] = cum
+        if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
+            running[conv] = cum
         share = cum / window
         stats.append(
             MessageStat(
@@ -219,7 +221,7 @@ def finish(
             if tool:
                 by_tool[tool] += tokens
         else:
-            tally = side if conv in live.side else history
+            tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
             tally[1] += tokens
     # A reset after the last message (a log that ends at its compaction) still starts a new context.
@@ -258,5 +260,7 @@ def finish(
         history_tokens=history[1],
         side_messages=side[0],
         side_tokens=side[1],
+        branch_messages=branches[0],
+        branch_tokens=branches[1],
         carried_tokens=carried,
     )

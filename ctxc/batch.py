@@ -20,7 +20,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -30,12 +30,12 @@ import orjson
 from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
 from ctxc.sessions import looks_like_reference, resolve_session
-from ctxc.system import exit_with, interrupts_held, terminate_as_interrupt
+from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     import threading
-    from concurrent.futures import Future
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 #: Suffixes a directory walk picks up when no ``--glob`` is given.
 TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
@@ -226,31 +226,11 @@ def _worker_init(parent: int | None = None) -> None:
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the batch's handler
     if parent is not None:
-        # A worker's parent is the forkserver, not the batch: follow the batch's own process instead.
+        # A queue all workers hold keeps each other's pipes open: follow the batch's process instead.
         _busy = threading.Lock()
         exit_with(parent, busy=_busy)
-    # The batch already runs one process per core; a worker forking counting processes of its own
-    # for a large file would only oversubscribe them.
-    from ctxc.tokens import tiktoken_backend
-
-    tiktoken_backend.processes_allowed = False
-    # A worker counts many files: it builds the whole encoding at once.
-    tiktoken_backend.partial_allowed = False
-
-
-@contextlib.contextmanager
-def _counting_many() -> Iterator[None]:
-    """Count with the whole encoding from the first file on: several files need it, and renting
-    partial encodings first would only add to its cost (``tiktoken_backend.partial_allowed``)."""
-    from ctxc.tokens import tiktoken_backend
-
-    saved = tiktoken_backend.partial_allowed
-    tiktoken_backend.partial_allowed = False
-    try:
-        yield
-    finally:
-        tiktoken_backend.partial_allowed = saved
 
 
 def run_batch(
@@ -260,21 +240,18 @@ def run_batch(
     jobs: int = 1,
     fail_fast: bool = False,
     on_outcome: Callable[[Outcome[R]], None] | None = None,
-    light: bool = False,
 ) -> list[Outcome[R]]:
     """Run ``work`` over ``items`` (``(path, argument)`` pairs); outcomes come back in input order.
 
-    ``jobs == 1`` (or a single item) runs in this process, which keeps tracebacks and profiling simple.
-    ``light`` says the work needs nothing this process holds besides imported modules (no tokenizer,
-    no SQLite connection), as for a scan of recorded usage: then, while no other thread runs, the files
-    are shared out by size between this process and ``jobs - 1`` forks of it (see :func:`_run_forked`).
-    With ``fail_fast`` the first failure cancels every file not yet started; the result then holds only
-    the files that ran. Ctrl-C cancels pending files, lets running ones finish or abort atomically, and
-    re-raises ``KeyboardInterrupt``; SIGTERM does the same (:func:`~ctxc.system.terminate_as_interrupt`).
+    ``jobs == 1`` (or a single item) runs in this process, which keeps tracebacks and profiling simple;
+    more run in a pool of ``jobs`` worker processes (:func:`_pool`). With ``fail_fast`` the first
+    failure cancels every file not yet started; the result then holds only the files that ran. Ctrl-C
+    cancels pending files, lets running ones finish or abort atomically, and re-raises
+    ``KeyboardInterrupt``; SIGTERM does the same (:func:`~ctxc.system.terminate_as_interrupt`).
     Workers end with this process, even one killed with SIGKILL (:func:`~ctxc.system.exit_with`).
     """
     with terminate_as_interrupt():
-        return _run_batch(items, work, jobs, fail_fast, on_outcome, light)
+        return _run_batch(items, work, jobs, fail_fast, on_outcome)
 
 
 def _run_batch(
@@ -283,28 +260,13 @@ def _run_batch(
     jobs: int,
     fail_fast: bool,
     on_outcome: Callable[[Outcome[R]], None] | None,
-    light: bool,
 ) -> list[Outcome[R]]:
     notify = on_outcome or (lambda _o: None)
     if jobs <= 1 or len(items) <= 1:
-        with _counting_many() if len(items) > 1 else contextlib.nullcontext():
-            return _run_share(items, work, range(len(items)), fail_fast, notify)
-    if light and _fork_is_safe():
-        return _run_forked(items, work, jobs, fail_fast, notify)
+        return _run_here(items, work, fail_fast, notify)
+    from concurrent.futures import FIRST_COMPLETED, wait
 
-    # Imported here: a single-file run never needs them, and they cost 30 ms at start-up.
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    # forkserver: workers start from a clean process rather than a fork of one that may hold
-    # tokenizer threads and SQLite connections, which fork would copy in an unknown state.
-    context = multiprocessing.get_context("forkserver")
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(items)),
-        mp_context=context,
-        initializer=_worker_init,
-        initargs=(os.getpid(),),
-    )
+    pool = _pool(min(jobs, len(items)))
     outcomes: dict[int, Outcome[R]] = {}
     try:
         pending: dict[Future[Outcome[R]], int] = {
@@ -336,113 +298,41 @@ def _run_batch(
     return [outcomes[i] for i in sorted(outcomes)]
 
 
-def _fork_is_safe() -> bool:
-    # A fork copies every lock in the state it is in; one held by another thread at that moment (the
-    # terminal progress bar runs one) would stay held in the child for ever.
-    import threading
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes, forked from this one while no other thread runs.
 
-    return sys.platform == "linux" and threading.active_count() == 1
-
-
-def _run_forked(
-    items: Sequence[tuple[str, T]],
-    work: Callable[[T], R],
-    jobs: int,
-    fail_fast: bool,
-    notify: Callable[[Outcome[R]], None],
-) -> list[Outcome[R]]:
-    """Light work on ``jobs`` processes: this one and ``jobs - 1`` forks, with the files shared out by size.
-
-    A pool would cost more than a usage scan of 50 MB takes: importing :mod:`multiprocessing`, starting
-    its threads and queues, and leaving this process idle while it waits. A fork shares everything
-    already imported and starts in a millisecond; each child sends back its outcomes, pickled, through
-    a pipe, and exits without returning into the caller. Files of a child that died without sending them
-    are run here, so a crash loses nothing (and a bug in ``work`` raises here, with its traceback).
-    With ``fail_fast`` each process stops at its own first failure.
+    A fork starts in a millisecond and shares what this process has imported. It copies every lock in
+    the state it is in, so while another thread runs (the terminal progress bar runs one, which may
+    hold the console's lock) the workers start from a clean process instead (``forkserver``).
     """
-    import pickle
-    import signal
+    # Imported here: a single-file run never needs them.
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
 
-    shares = _share_by_size([path for path, _ in items], min(jobs, len(items)))
-    parent = os.getpid()
-    children: list[tuple[int, int]] = []  # pid and the read end of its pipe
-    try:
-        for share in shares[1:]:
-            read_end, write_end = os.pipe()
-            with interrupts_held():
-                pid = os.fork()
-            if pid == 0:  # the child
-                code = 1
-                try:
-                    os.close(read_end)
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-                    exit_with(parent)  # it writes nothing but its pipe: a killed parent ends it at once
-                    done = _run_share(items, work, share, fail_fast, lambda _o: None)
-                    with os.fdopen(write_end, "wb") as sink:
-                        pickle.dump(done, sink, protocol=pickle.HIGHEST_PROTOCOL)
-                    code = 0
-                finally:
-                    os._exit(code)
-            os.close(write_end)
-            children.append((pid, read_end))
-        outcomes = {o.index: o for o in _run_share(items, work, shares[0], fail_fast, notify)}
-        for pid, read_end in children:
-            with os.fdopen(read_end, "rb") as source:
-                data = source.read()
-            os.waitpid(pid, 0)
-            try:
-                theirs: list[Outcome[R]] = pickle.loads(data)
-            except (EOFError, pickle.UnpicklingError):
-                theirs = []  # the child died before sending its outcomes
-            for outcome in theirs:
-                outcomes[outcome.index] = outcome
-                notify(outcome)
-    except BaseException:
-        for pid, _ in children:
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        raise
-    lost = [i for share in shares[1:] for i in share if i not in outcomes]
-    if lost and not (fail_fast and any(not o.ok for o in outcomes.values())):
-        for outcome in _run_share(items, work, lost, fail_fast, notify):
-            outcomes[outcome.index] = outcome
-    return [outcomes[i] for i in sorted(outcomes)]
+    safe = sys.platform == "linux" and threading.active_count() == 1
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("fork" if safe else "forkserver"),
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
+    )
 
 
-def _run_share(
+def _run_here(
     items: Sequence[tuple[str, T]],
     work: Callable[[T], R],
-    share: Sequence[int],
     fail_fast: bool,
     notify: Callable[[Outcome[R]], None],
 ) -> list[Outcome[R]]:
     done: list[Outcome[R]] = []
-    for i in share:
-        outcome = _call(work, i, *items[i])
+    for i, (path, item) in enumerate(items):
+        outcome = _call(work, i, path, item)
         done.append(outcome)
         notify(outcome)
         if fail_fast and not outcome.ok:
             break
     return done
-
-
-def _share_by_size(paths: Sequence[str], n: int) -> list[list[int]]:
-    """Indices of ``paths`` in ``n`` shares of about equal bytes (largest file first to the lightest
-    share), each in input order."""
-    sizes = []
-    for path in paths:
-        try:
-            sizes.append(os.stat(path).st_size)
-        except OSError:
-            sizes.append(0)  # it fails fast wherever it runs
-    shares: list[list[int]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for i in sorted(range(len(paths)), key=lambda i: -sizes[i]):
-        k = loads.index(min(loads))
-        shares[k].append(i)
-        loads[k] += sizes[i]
-    return [sorted(share) for share in shares]
 
 
 def batch_exit_code(outcomes: Sequence[Outcome[Any]], *, single: bool) -> int:

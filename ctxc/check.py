@@ -292,7 +292,6 @@ def check_paths(
         jobs=jobs,
         fail_fast=fail_fast,
         on_outcome=notify,
-        light=tokenizer == "usage",  # a byte scan holding no tokenizer: workers can be plain forks
     )
     return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
 

@@ -132,12 +132,9 @@ def analyze(
         default_prices(prices)  # a bad table fails now, once, not in every worker
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
-    # Recorded usage is a byte scan that holds no tokenizer: its workers are plain forks, which cost
-    # milliseconds to start where a clean worker would spend longer importing ctxc than scanning.
-    light = tokenizer == "usage"
     if out_fmt is OutFormat.table:
-        # rich's table takes ~50 ms to import: import it now, while the child ctxc.tokens.prefork forked
-        # is still building the encoding the counting will wait for, not after the counts.
+        # rich's table is a slow import: import it now, while the counting worker started with the
+        # command (ctxc.tokens.workers) is still building the encoding, not after the counts.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
@@ -163,7 +160,6 @@ def analyze(
         fail_fast=fail_fast,
         quiet=quiet,
         tokens_of=lambda a: a.total_tokens,
-        light=light,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 

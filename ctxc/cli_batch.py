@@ -46,7 +46,6 @@ def run_files(
     fail_fast: bool = False,
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
-    light: bool = False,
 ) -> list[Outcome[R]]:
     """Run a per-file job over a batch with progress on stderr and each failure reported as it happens."""
     with BatchProgress(len(items), what, quiet=quiet) as progress:
@@ -58,7 +57,7 @@ def run_files(
             progress.advance(tokens=tokens, ok=outcome.ok)
 
         workers = resolve_jobs(jobs, [path for path, _ in items])
-        return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome, light=light)
+        return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)
 
 
 def run_one_or_many(
@@ -70,7 +69,6 @@ def run_one_or_many(
     fail_fast: bool = False,
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
-    light: bool = False,
 ) -> tuple[list[R], list[dict[str, Any]], int]:
     """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``.
 
@@ -87,7 +85,6 @@ def run_one_or_many(
         fail_fast=fail_fast,
         quiet=quiet,
         tokens_of=tokens_of,
-        light=light,
     )
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]

@@ -5,9 +5,12 @@ Code from its newest ``compact_boundary`` (with the summary record after it), Co
 ``compacted`` record (the ``replacement_history`` it holds, then what follows), pi from its last
 ``compaction`` entry (its summary, the kept tail before it, then what follows), a chat log from its last
 ``compaction`` block. Subagent runs written inline (Claude Code sidechains) are contexts of their own,
-never the main one. Every count ctxc prints and every change it makes is about the live context; this
-module is the one place that says which messages are in it. Each adapter supplies the facts: which
-:class:`~ctxc.model.Boundary` resets, what it carries, which messages are sidechain messages.
+never the main one. A Claude Code log is a tree: a rewind or an edited prompt leaves the old branch in
+the file, and the client resumes only the chain that ends at the newest main-chain leaf; messages on
+other branches are in no context. Every count ctxc prints and every change it makes is about the live
+context; this module is the one place that says which messages are in it. Each adapter supplies the
+facts: which :class:`~ctxc.model.Boundary` resets, what it carries, which messages are sidechain
+messages, which lie on abandoned branches (a ``branches`` item).
 """
 
 from __future__ import annotations
@@ -37,19 +40,25 @@ _HARNESS_OPENINGS = (
 )
 
 
+#: The kind of the item that names the messages on abandoned branches; it is no compaction.
+BRANCHES = "branches"
+
+
 @dataclass(frozen=True, slots=True)
 class LiveContext:
     """Which messages of a log its client sends next.
 
     ``resets`` holds, per conversation, the boundary its client resumes from (none: the whole
     conversation is live). ``side`` lists the conversations the client runs apart from the main one.
+    ``abandoned`` holds the indexes of messages on branches the client no longer resumes.
     """
 
     resets: Mapping[int, Boundary] = field(default_factory=dict)
     side: frozenset[int] = frozenset()
+    abandoned: frozenset[int] = frozenset()
 
     def is_live(self, index: int, conversation: int) -> bool:
-        if conversation in self.side:
+        if conversation in self.side or index in self.abandoned:
             return False
         reset = self.resets.get(conversation)
         if reset is None or index >= reset.index:
@@ -75,6 +84,23 @@ def last_resets(boundaries: Iterable[Boundary]) -> dict[int, Boundary]:
     return {b.conversation: b for b in boundaries if b.resets}
 
 
+def abandoned_messages(boundaries: Iterable[Boundary]) -> frozenset[int]:
+    """Indexes of the messages on abandoned branches, as the adapter's ``branches`` items name them."""
+    return frozenset(i for b in boundaries if b.kind == BRANCHES for i in b.abandoned)
+
+
+def compactions(boundaries: Iterable[Boundary]) -> tuple[Boundary, ...]:
+    """The compactions a log records (what reports list), without the ``branches`` items."""
+    return tuple(b for b in boundaries if b.kind != BRANCHES)
+
+
+def scanned_live_context(boundaries: Sequence[Boundary], side: Iterable[int]) -> LiveContext:
+    """The live context from a scan's boundaries and the conversations it found to be sidechains."""
+    return LiveContext(
+        resets=last_resets(boundaries), side=frozenset(side), abandoned=abandoned_messages(boundaries)
+    )
+
+
 def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:
     """Conversations the client runs apart: those all of whose messages are sidechain messages,
     provided some conversation is not (a subagent's own log is its main thread)."""
@@ -94,7 +120,7 @@ def is_sidechain(message: Message) -> bool:
 def live_context(boundaries: Sequence[Boundary], messages: Sequence[Message]) -> LiveContext:
     """The live context of a whole transcript, from its boundaries and messages as read."""
     side = side_conversations((m.conversation, is_sidechain(m)) for m in messages)
-    return LiveContext(resets=last_resets(boundaries), side=side)
+    return LiveContext(resets=last_resets(boundaries), side=side, abandoned=abandoned_messages(boundaries))
 
 
 def live_messages(transcript: Transcript) -> tuple[Message, ...]:
@@ -112,12 +138,25 @@ def sent_messages(transcript: Transcript) -> tuple[Message, ...]:
 def request_text(message: Message) -> str:
     """The user's own words in ``message``: injected markup removed; for a slash command, its
     arguments. Empty when the message holds none (a reminder, an environment context, a tool result)."""
-    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text)
-    own = INJECTED_MARKUP.sub("", text).strip()
-    if own and not own.startswith(_HARNESS_OPENINGS):
-        return own
-    args = _COMMAND_ARGS.search(text)
-    return args.group(1).strip() if args else ""
+    # Block by block: a Claude Code message may join several records (a tool result, the client's note
+    # of an interruption, then what the user typed).
+    own: list[str] = []
+    args: list[str] = []
+    for b in message.blocks:
+        if not isinstance(b, TextBlock) or not b.text:
+            continue
+        words = INJECTED_MARKUP.sub("", b.text).strip()
+        if words and not words.startswith(_HARNESS_OPENINGS):
+            own.append(words)
+        elif found := _COMMAND_ARGS.search(b.text):
+            args.append(found.group(1).strip())
+    return "\n".join(own) if own else next((a for a in args if a), "")
+
+
+def quotes(text: str, words: str) -> bool:
+    """Whether ``text`` holds ``words`` verbatim, line breaks and indentation aside (a summary indents
+    the continuation lines of what it quotes)."""
+    return " ".join(words.split()) in " ".join(text.split())
 
 
 def session_intent(messages: Iterable[Message]) -> Message | None:

@@ -133,6 +133,9 @@ class Boundary:
     carried: tuple[Message, ...] = field(default=(), compare=False, repr=False)
     #: What the carried messages cost, once counted (a cached scan keeps this, not the messages).
     carried_tokens: int = 0
+    #: Indexes of messages on branches the client abandoned (a rewind, an edited prompt): they are in
+    #: the file but on no chain it resumes. Only a ``branches`` item (Claude Code) carries them.
+    abandoned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +218,9 @@ class Message:
             return False
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.blocks)
 
-    def placed(self, index: int, conversation: int) -> Message:
+    def with_position(self, index: int, conversation: int) -> Message:
         """This message at ``index`` of ``conversation``: ``replace(self, index=..., conversation=...)``
-        without its walk over the fields, which readers paid once per message (a tenth of a parse)."""
+        without its walk over the fields, which a reader would pay once per message."""
         return Message(
             self.role,
             self.blocks,

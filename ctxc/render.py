@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
@@ -37,6 +38,7 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         },
         "history": {"messages": a.history_messages, "tokens": a.history_tokens},
         "sidechains": {"messages": a.side_messages, "tokens": a.side_tokens},
+        "abandoned_branches": {"messages": a.branch_messages, "tokens": a.branch_tokens},
         "by_role": a.by_role,
         "by_kind": a.by_kind,
         "by_tool": a.by_tool,
@@ -51,7 +53,7 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
                 "resets": b.resets,
                 "carried_tokens": b.carried_tokens,
             }
-            for b in a.boundaries
+            for b in compactions(a.boundaries)
         ],
         "problems": [
             {"code": p.code, "line": p.line, "index": p.index, "tool_id": p.tool_id, "message": p.message}
@@ -275,6 +277,14 @@ def _apart_lines(a: Analysis) -> list[Any]:
                 style="dim",
             )
         )
+    if a.branch_messages:
+        out.append(
+            Text(
+                f"{a.branch_messages:,} messages, {a.branch_tokens:,} tokens on abandoned branches "
+                "(a rewind, an edited prompt); not in context",
+                style="dim",
+            )
+        )
     return out
 
 
@@ -283,7 +293,7 @@ def boundary_lines(a: Analysis) -> list[Any]:
     from rich.text import Text
 
     out: list[Any] = []
-    for b in a.boundaries:
+    for b in compactions(a.boundaries):
         t = Text("compaction in log: ", style="bold")
         t.append(
             f"line {b.line} {b.kind}"

@@ -28,7 +28,7 @@ from ctxc.agent import Compaction, ContextManager
 from ctxc.archive_store import sha256_hex
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import UsageError
-from ctxc.live import live_context
+from ctxc.live import compactions, live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
 from ctxc.stages import STAGE_NAMES, stage_for
@@ -201,7 +201,7 @@ def replay(
     with_usage = _recorded(transcript, msgs, turns, starts)
     marks = tuple(
         BoundaryMark(_turn_after(starts, b.line), b.kind, b.line, b.trigger, b.pre_tokens)
-        for b in transcript.boundaries
+        for b in compactions(transcript.boundaries)
         if msgs[0].line <= b.line <= msgs[-1].line or transcript.conversations == 1
     )
     return Replay(

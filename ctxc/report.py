@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ctxc.live import LiveContext, last_resets
+from ctxc.live import LiveContext, scanned_live_context
 from ctxc.model import Boundary, Usage
 from ctxc.pricing import Cost, PriceTable, default_prices, price_usage
 from ctxc.validate import Problem
@@ -88,6 +88,9 @@ class Analysis:
     history_tokens: int = 0
     side_messages: int = 0
     side_tokens: int = 0
+    #: Messages and tokens on branches the client abandoned (Claude Code: a rewind, an edited prompt).
+    branch_messages: int = 0
+    branch_tokens: int = 0
     #: Tokens of what the log's compaction record itself carries into the live context.
     carried_tokens: int = 0
 
@@ -125,7 +128,7 @@ class Scan:
 
     @property
     def live(self) -> LiveContext:
-        return LiveContext(resets=last_resets(self.boundaries), side=frozenset(self.sidechains))
+        return scanned_live_context(self.boundaries, self.sidechains)
 
 
 def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) -> UsageSummary | None:

@@ -35,7 +35,7 @@ from ctxc.validate import Problem
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 3
+_LAYOUT = 4
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 
@@ -113,7 +113,9 @@ def load_scan(key: str, path: str) -> Scan | None:
             tokenizer=data["tokenizer"],
             rows=tuple(tuple(r) for r in data["rows"]),
             usage=tuple(Usage(**u) for u in data["usage"]),
-            boundaries=tuple(Boundary(**b) for b in data["boundaries"]),
+            boundaries=tuple(
+                Boundary(**{**b, "abandoned": tuple(b.get("abandoned", ()))}) for b in data["boundaries"]
+            ),
             problems=tuple(Problem(**p) for p in data["problems"]),
             skipped_lines=int(data["skipped_lines"]),
             sidechains=tuple(int(c) for c in data["sidechains"]),

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -306,53 +305,27 @@ def test_run_batch_in_processes_keeps_input_order() -> None:
         assert outcomes[3].exit_code == ExitCode.INPUT
 
 
-def test_light_batches_fork_only_while_no_other_thread_runs() -> None:
+def test_workers_are_forked_only_while_no_other_thread_runs() -> None:
     import threading
 
-    from ctxc.batch import _fork_is_safe
+    from ctxc.batch import _pool
+
+    def start_method() -> str:
+        pool = _pool(1)
+        try:
+            return str(pool._mp_context.get_start_method())  # type: ignore[attr-defined]
+        finally:
+            pool.shutdown()
 
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert not _fork_is_safe()  # a lock that thread holds would stay held in a fork
+        assert start_method() == "forkserver"  # a lock that thread holds would stay held in a fork
     finally:
         stop.set()
         other.join()
-    assert _fork_is_safe() == (threading.active_count() == 1)
-
-
-_PARENT = os.getpid()
-
-
-def _square_or_die_in_a_fork(x: int) -> int:
-    if x == 6 and os.getpid() != _PARENT:
-        os._exit(3)  # a worker that crashes without a word
-    return _square(x)
-
-
-@pytest.mark.parametrize("work", [_square, _square_or_die_in_a_fork])
-def test_light_batches_give_the_same_outcomes_even_when_a_fork_dies(work: Callable[[int], int]) -> None:
-    from ctxc.batch import _run_forked, _share_by_size
-
-    items = [(str(i), i) for i in range(8)]
-    seen: list[int] = []
-    forked = _run_forked(items, work, 3, False, lambda o: seen.append(o.index))
-    assert [(o.value, o.error) for o in forked] == [(o.value, o.error) for o in run_batch(items, _square)]
-    assert sorted(seen) == list(range(8))
-    assert sorted(i for share in _share_by_size([p for p, _ in items], 3) for i in share) == list(range(8))
-    assert run_batch(items, work, jobs=2, light=True)[6].value == 36
-
-
-def test_shares_by_size_balance_bytes(tmp_path: Path) -> None:
-    from ctxc.batch import _share_by_size
-
-    paths = []
-    for k, size in enumerate([900, 100, 500, 400, 50, 50]):
-        (tmp_path / f"{k}").write_bytes(b"x" * size)
-        paths.append(str(tmp_path / f"{k}"))
-    shares = _share_by_size([*paths, str(tmp_path / "missing")], 2)
-    assert shares == [[0, 1, 6], [2, 3, 4, 5]]  # 1,000 bytes each, each share in input order
+    assert start_method() == ("fork" if threading.active_count() == 1 else "forkserver")
 
 
 # -- interrupted runs ------------------------------------------------------------------------------

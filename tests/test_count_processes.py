@@ -1,4 +1,4 @@
-"""Counting in worker processes gives exactly the counts of counting in this process.
+"""Counting in worker processes (ctxc.tokens.workers) gives exactly the counts of counting here.
 
 Run in a fresh interpreter: the workers are forked only when no other thread is running, which a test
 session (with its servers and pools) cannot promise.
@@ -16,19 +16,17 @@ from conftest import SAMPLES
 
 SCRIPT = r"""
 import sys, orjson
-import ctxc.tokens as tokens
-from ctxc.analysis import analyze
-from ctxc.tokens import make_counter
-from ctxc.tokens import prefork, tiktoken_backend
+from ctxc.analysis import analyze, make_counter
+from ctxc.tokens import tiktoken_backend, workers as pool
 
 path, mode = sys.argv[1], sys.argv[2]
-if mode == "threads":
-    tokens.PROCESS_MIN_BYTES = 1 << 62
+if mode == "here":
+    pool.PROCESS_MIN_BYTES = 1 << 62
 used = []
-original = prefork.worker_processes
+original = pool.worker_processes
 
-def spy(tokenizer, workers):
-    cm = original(tokenizer, workers)
+def spy(name, path, workers):
+    cm = original(name, path, workers)
     class Wrap:
         def __enter__(self):
             active = cm.__enter__()
@@ -38,7 +36,7 @@ def spy(tokenizer, workers):
             return cm.__exit__(*exc)
     return Wrap()
 
-prefork.worker_processes = spy
+pool.worker_processes = spy
 counter = make_counter("o200k_base", use_cache=False)
 a = analyze(path, counter=counter, use_cache=False)
 doc = {
@@ -63,29 +61,29 @@ def big(tmp_path: Path) -> Path:
     return path
 
 
-def test_worker_processes_count_exactly_like_threads(big: Path) -> None:
+def test_worker_processes_count_exactly_like_this_process(big: Path) -> None:
     results = {}
-    for mode in ("threads", "processes"):
+    for mode in ("here", "processes"):
         out = subprocess.run(
             [sys.executable, "-c", SCRIPT, str(big), mode], capture_output=True, check=True, timeout=300
         )
         results[mode] = orjson.loads(out.stdout)
     assert results["processes"]["used"] == [True]
-    assert results["threads"]["used"] == []
-    assert results["processes"]["rows"] == results["threads"]["rows"]
-    assert results["processes"]["total"] == results["threads"]["total"] > 0
+    assert results["here"]["used"] == []
+    assert results["processes"]["rows"] == results["here"]["rows"]
+    assert results["processes"]["total"] == results["here"]["total"] > 0
     assert results["processes"]["built_here"] is False
 
 
 COMPACT = r"""
 import sys
-import ctxc.tokens as tokens
 from ctxc.compaction.files import CompactJob, compact_file
 from ctxc.compaction.run import CompactOptions
+from ctxc.tokens import workers
 
 src, out, archive, mode = sys.argv[1:5]
-if mode == "threads":
-    tokens.PROCESS_MIN_BYTES = 1 << 62
+if mode == "here":
+    workers.PROCESS_MIN_BYTES = 1 << 62
 opts = CompactOptions(strategy=sys.argv[5], target_ratio=0.2, window=200_000, use_cache=False)
 compact_file(CompactJob(path=src, output=out, archive=archive, options=opts, index=False))
 """
@@ -94,7 +92,7 @@ compact_file(CompactJob(path=src, output=out, archive=archive, options=opts, ind
 def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path, big: Path) -> None:
     for strategy in ("fifo", "adaptive"):
         outs = {}
-        for mode in ("threads", "processes"):
+        for mode in ("here", "processes"):
             out = tmp_path / f"{strategy}-{mode}.jsonl"
             subprocess.run(
                 [sys.executable, "-c", COMPACT, str(big), str(out), str(tmp_path / mode), mode, strategy],
@@ -103,17 +101,17 @@ def test_compaction_with_worker_processes_writes_the_same_bytes(tmp_path: Path, 
                 timeout=300,
             )
             outs[mode] = out.read_bytes()
-        assert outs["processes"] == outs["threads"] != b""
+        assert outs["processes"] == outs["here"] != b""
 
 
 BROKEN = r"""
 import sys
 from ctxc.errors import CtxcError
-from ctxc.tokens.prefork import worker_processes
 from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
+from ctxc.tokens.workers import worker_processes
 
 tok = TiktokenTokenizer("o200k_base", path=__import__("pathlib").Path(sys.argv[1]))
-with worker_processes(tok, 2) as active:
+with worker_processes(tok.name, tok.path, 2) as active:
     assert active
     try:
         tok.count_batch(["x" * 300_000, "y"])
@@ -129,24 +127,3 @@ def test_workers_that_cannot_build_the_encoding_leave_the_error_to_this_process(
         [sys.executable, "-c", BROKEN, str(corrupt)], capture_output=True, check=True, timeout=120, text=True
     )
     assert "corrupt" in out.stdout
-
-
-SMALL = r"""
-from ctxc.tokens import prefork, tiktoken_backend as tb
-
-tok = tb.TiktokenTokenizer("o200k_base")
-with prefork.worker_processes(tok, 2) as active:
-    assert active
-    first = tok.count_batch(["a few words", "more"])
-    shipped = not (tb._encodings or tb._partials)  # the first small batch went to a worker
-    prefork.crew_for("o200k_base").waited = tb.BUILD_SECONDS  # as if waiting had cost a build already
-    second = tok.count_batch(["a few words", "more"])
-    print(shipped, bool(tb._encodings or tb._partials), first == second)
-"""
-
-
-def test_small_batches_go_to_a_worker_until_waiting_costs_a_build() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SMALL], capture_output=True, check=True, timeout=120, text=True
-    )
-    assert out.stdout.split() == ["True", "True", "True"]

@@ -167,10 +167,12 @@ def test_corpus_tool_use_result_is_not_content(path: Path) -> None:
     t = load(path)
     for m in t.messages:
         if m.meta["has_tool_use_result"]:
-            assert isinstance(m.raw, dict)
-            assert "toolUseResult" in m.raw
-            content = m.raw["message"]["content"]
-            expected = 1 if isinstance(content, str) else len(content)
+            # Consecutive user records on one chain are one message, with every record's dict.
+            parts = m.raw if isinstance(m.raw, tuple) else (m.raw,)
+            assert all(isinstance(p, dict) for p in parts)
+            assert any("toolUseResult" in p for p in parts)
+            contents = [p["message"]["content"] for p in parts]
+            expected = sum(1 if isinstance(c, str) else len(c) for c in contents)
             assert len(m.blocks) == expected
 
 
@@ -181,7 +183,7 @@ def test_manual_compact_facts() -> None:
     assert sum(isinstance(b, ToolResultBlock) for b in blocks) == 39
     assert t.boundaries == (
         Boundary(
-            kind="compact_boundary", line=71, trigger="manual", pre_tokens=153739, resets=True, index=26
+            kind="compact_boundary", line=71, trigger="manual", pre_tokens=153739, resets=True, index=24
         ),
     )
     after = [m for m in t.messages if m.line > 71]
@@ -198,7 +200,7 @@ def test_auto_compact_boundaries() -> None:
     t = load(_corpus("entire-cli_auto-compact_summary-records_v2.1.5.jsonl"))
     assert t.boundaries == (
         Boundary(
-            kind="compact_boundary", line=432, trigger="auto", pre_tokens=158105, resets=True, index=250
+            kind="compact_boundary", line=432, trigger="auto", pre_tokens=158105, resets=True, index=225
         ),
     )
     t2 = load(_corpus("entire-cli_auto-compact_v2.0.76.jsonl"))
@@ -230,11 +232,13 @@ def test_subagent_split_response_is_one_message() -> None:
     assert m.meta["is_sidechain"] is True
     calls = [b.id for b in m.blocks if isinstance(b, ToolUseBlock)]
     assert len(calls) == 9
-    # The results written between the parts come right after the merged response, in file order.
-    following = t.messages[m.index + 1 : m.index + 1 + len(calls)]
-    answered = [b.tool_use_id for f in following for b in f.blocks if isinstance(b, ToolResultBlock)]
+    # The results written between the parts come right after the merged response, in file order, as
+    # one user message (the client sends consecutive user records as one).
+    following = t.messages[m.index + 1]
+    answered = [b.tool_use_id for b in following.blocks if isinstance(b, ToolResultBlock)]
     assert answered == calls
-    assert all(f.line > m.line for f in following)
+    assert len(following.records) == len(calls)
+    assert following.line > m.line
     # Usage counted once: one Usage item on the merged message's first line.
     assert m.usage is not None
     assert [u.line for u in t.usage].count(m.line) == 1
@@ -305,8 +309,7 @@ def test_interleaved_split_response_comes_before_its_results() -> None:
     assert [(m.role, m.records) for m in t.messages] == [
         ("user", (1,)),
         ("assistant", (2, 4)),
-        ("user", (3,)),
-        ("user", (6,)),
+        ("user", (3, 6)),  # parallel results, each hanging off its part: one message, as sent
         ("assistant", (7,)),
     ]
     merged = t.messages[1]
@@ -321,7 +324,7 @@ def test_interleaved_split_response_comes_before_its_results() -> None:
     names = [b.name for m in t.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
     assert names == ["Read", "Grep"]
     assert t.messages[2].meta["has_tool_use_result"] is True
-    assert t.messages[2].text == "one"
+    assert t.messages[2].text == "one\ntwo"
     out = io.BytesIO()
     dump(t, out)
     assert out.getvalue() == data
@@ -336,7 +339,6 @@ def test_streaming_order_of_items() -> None:
         ("Message", 3),
         ("Usage", 3),
         ("Message", 4),
-        ("Message", 7),
         ("Message", 8),
         ("Usage", 8),
     ]
@@ -377,9 +379,10 @@ def test_pending_buffer_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     t = _load(data)
     # The buffer filled up, so the first part was yielded alone; the late part is a continuation
     # whose usage is not counted a second time.
-    assert [m.records for m in t.messages] == [(0,), (1,), (2,), (3,), (4,)]
-    assert t.messages[3].meta["continuation"] is True
-    assert t.messages[3].usage is None
+    # r2 hangs off r1: one user message, as the client sends it.
+    assert [m.records for m in t.messages] == [(0,), (1, 2), (3,), (4,)]
+    assert t.messages[2].meta["continuation"] is True
+    assert t.messages[2].usage is None
     assert t.messages[0].meta["continuation"] is False
     assert len(t.usage) == 1
 
@@ -420,9 +423,17 @@ def test_unknown_block_and_empty_content_round_trip() -> None:
         _env("system", "s1", "u2", subtype="turn_duration", durationMs=5),
     ]
     t = _load(_jsonl(*recs))
-    assert [ADAPTER.encode_message(m) for m in t.messages] == recs
+    # u2 hangs off u1: one user message of two records, each encoded back as it was.
+    assert [m.records for m in t.messages] == [(0,), (1, 2), (3,)]
+    single = [t.messages[0], t.messages[2]]
+    assert [ADAPTER.encode_message(m) for m in single] == [recs[0], recs[3]]
+    assert t.messages[1].raw == (recs[1], recs[2])
+    assert t.messages[1].blocks == ()
+    out = io.BytesIO()
+    dump(t, out)
+    assert out.getvalue() == _jsonl(*recs)
     assert t.messages[0].blocks[0].kind == "unknown"
-    assert t.messages[3].blocks == ()
+    assert t.messages[2].blocks == ()
 
 
 def test_encode_changed_tool_result_keeps_envelope() -> None:
@@ -533,8 +544,8 @@ def test_sniff_scores() -> None:
     assert ADAPTER.sniff(sample({"timestamp": "t", "type": "session_meta", "payload": {}})) == 0
 
 
-def test_placed_and_named_are_replace() -> None:
-    # Message.placed and ToolResultBlock.named build positionally, for speed: they must stay in step
+def test_with_position_and_named_are_replace() -> None:
+    # Message.with_position and ToolResultBlock.named build positionally, for speed: they must stay in step
     # with the fields.
     m = Message(
         role="assistant",
@@ -548,7 +559,7 @@ def test_placed_and_named_are_replace() -> None:
         meta={"uuid": "u"},
         raw={"type": "assistant"},
     )
-    assert m.placed(9, 5) == dataclasses.replace(m, index=9, conversation=5)
+    assert m.with_position(9, 5) == dataclasses.replace(m, index=9, conversation=5)
     assert [f.name for f in dataclasses.fields(Message)] == [
         "role", "blocks", "line", "index", "records", "conversation", "importance", "usage", "meta", "raw"
     ]  # fmt: skip

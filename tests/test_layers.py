@@ -207,7 +207,7 @@ def test_nothing_inside_ctxc_imports_the_facade() -> None:
     ("source", "module", "expected"),
     [
         ("import ctxc.errors\n", "ctxc.model", {"ctxc.errors"}),
-        ("from ctxc.tokens import prefork\n", "ctxc.x", {"ctxc.tokens.prefork"}),
+        ("from ctxc.tokens import workers\n", "ctxc.x", {"ctxc.tokens.workers"}),
         ("from ctxc.tokens import get_tokenizer\n", "ctxc.x", {"ctxc.tokens"}),
         ("def f():\n    from ctxc import analysis\n", "ctxc.x", {"ctxc.analysis"}),
         ("if TYPE_CHECKING:\n    from ctxc.archive import Archive\n", "ctxc.x", {"ctxc.archive"}),

@@ -21,6 +21,7 @@ from ctxc.live import (
     last_request,
     live_context,
     live_messages,
+    quotes,
     request_text,
     sent_messages,
     session_intent,
@@ -127,7 +128,7 @@ def test_codex_carries_its_replacement_history() -> None:
 def test_analyze_reports_the_live_context_and_the_history_apart(capsys: pytest.CaptureFixture[str]) -> None:
     a = ctxc.analyze(AUTO, use_cache=False)
     assert a.live_from_line == 432
-    assert a.history_messages == 250
+    assert a.history_messages == 225
     assert a.total_tokens == a.max_context < 10_000  # what Claude Code sends after its boundary
     assert a.history_tokens > 100_000
     assert a.model is not None
@@ -136,7 +137,7 @@ def test_analyze_reports_the_live_context_and_the_history_apart(capsys: pytest.C
     code, out, _ = run(capsys, "analyze", str(AUTO), "-f", "table")
     assert code == 0
     flat = " ".join(out.split())
-    assert f"250 messages, {a.history_tokens:,} tokens before the log's own compaction at line 432" in flat
+    assert f"225 messages, {a.history_tokens:,} tokens before the log's own compaction at line 432" in flat
     assert "not in context" in flat
 
 
@@ -188,8 +189,8 @@ def test_every_strategy_keeps_the_intent_and_last_request_in_the_live_context(
     assert exc.value.code in (0, None)
     written = load(out, input_format="claude-code")
     text = _sent_text(written)
-    assert request_text(intent) in text
-    assert request_text(last) in text
+    assert quotes(text, request_text(intent))  # verbatim; a summary indents the lines it quotes
+    assert quotes(text, request_text(last))
     assert pairing_problems(live_messages(written), strict=True) == []
     # What the client no longer sends is left as it was.
     before = live_context(t.boundaries, t.messages)

@@ -1,5 +1,5 @@
 """Partial encodings (ctxc.tokens.partial): the tokens a batch can use count it exactly as the whole
-vocabulary does, and the counting policy rents them until a whole build is cheaper."""
+vocabulary does, and a counting worker rents them until a whole build is cheaper."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def whole(name: str) -> tiktoken.Encoding:
     return tb.build_encoding(tb.SPECS[name], ranks=ranks(name))
 
 
-def vocabulary(name: str) -> partial.PartialVocabulary:
+def vocabulary(name: str) -> partial.PartialVocabulary[tiktoken.Encoding]:
     spec = tb.SPECS[name]
-    return partial.PartialVocabulary(spec, ranks(name), spec.longest_token)
+    return partial.PartialVocabulary(ranks(name), spec.longest_token, lambda t: tb._partial_build(spec, t))
 
 
 def count(enc: tiktoken.Encoding, text: str) -> int:
@@ -167,55 +167,37 @@ def fresh_state(monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path | None]:
 
 def test_policy_rents_partial_encodings_then_builds_the_whole_one(monkeypatch: pytest.MonkeyPatch) -> None:
     key = fresh_state(monkeypatch)
-    tok = tb.TiktokenTokenizer("o200k_base")
+    spec = tb.SPECS["o200k_base"]
     texts = ["a short batch", "of texts"]
-    assert tok.count_batch(texts) == [count(whole("o200k_base"), t) for t in texts]
+    counts = list(map(tb.counter_for(spec, None, texts), texts))
+    assert counts == [count(whole("o200k_base"), t) for t in texts]
     assert key in tb._partials
     assert key not in tb._encodings
     # A batch over the size limit is counted with the whole encoding, built from the parsed ranks.
     big = ["word "] * (tb.PARTIAL_MAX_CHARS // 5 + 1)
-    assert tok.count_batch(big) == [count(whole("o200k_base"), "word ")] * len(big)
+    assert tb.counter_for(spec, None, big)("word ") == count(whole("o200k_base"), "word ")
     assert key in tb._encodings
     assert key not in tb._partials
     # Once the whole encoding exists, even the smallest batch uses it.
-    assert tok.count("hi") == count(whole("o200k_base"), "hi")
+    assert tb.counter_for(spec, None, ["hi"])("hi") == count(whole("o200k_base"), "hi")
     assert key not in tb._partials
 
 
 def test_policy_stops_renting_once_the_time_spent_reaches_a_build(monkeypatch: pytest.MonkeyPatch) -> None:
     key = fresh_state(monkeypatch)
-    tok = tb.TiktokenTokenizer("o200k_base")
-    assert tok.count("rented") == count(whole("o200k_base"), "rented")
+    spec = tb.SPECS["o200k_base"]
+    assert tb.counter_for(spec, None, ["rented"])("rented") == count(whole("o200k_base"), "rented")
     assert key in tb._partials
-    tb._partials[key].seconds = tb.BUILD_SECONDS
-    assert tok.count("bought") == count(whole("o200k_base"), "bought")
+    tb._partials[key].seconds = tb.PARTIAL_SECONDS
+    assert tb.counter_for(spec, None, ["bought"])("bought") == count(whole("o200k_base"), "bought")
     assert key in tb._encodings
     assert key not in tb._partials
 
 
-def test_a_batch_of_files_builds_the_whole_encoding_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ctxc.batch import _worker_init, run_batch
-
+def test_counting_in_this_process_builds_the_whole_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Partial encodings are for a counting worker of a small input; a process counting for itself
+    # (a library caller, a batch worker) may count many inputs, and builds the whole one at once.
     key = fresh_state(monkeypatch)
-    allowed: list[bool] = []
-
-    def work(text: str) -> int:
-        allowed.append(tb.partial_allowed)
-        return tb.TiktokenTokenizer("o200k_base").count(text)
-
-    texts = ["one transcript", "another one"]
-    outcomes = run_batch([("a.jsonl", texts[0]), ("b.jsonl", texts[1])], work)
-    assert [o.value for o in outcomes] == [count(whole("o200k_base"), t) for t in texts]
-    assert allowed == [False, False]  # no partial encodings rented: the whole one built at once
+    assert tb.TiktokenTokenizer("o200k_base").count_batch(["a few", "words"]) == [2, 1]
     assert key in tb._encodings
     assert key not in tb._partials
-    assert tb.partial_allowed  # as it was, after the batch
-    # A single file is no batch.
-    run_batch([("a.jsonl", texts[0])], work)
-    assert allowed[-1] is True
-    # A worker process of a --jobs batch counts many files too.
-    monkeypatch.setattr(tb, "processes_allowed", True)
-    monkeypatch.setattr(tb, "partial_allowed", True)
-    monkeypatch.setattr("signal.signal", lambda *_args: None)
-    _worker_init()
-    assert tb.partial_allowed is False

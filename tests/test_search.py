@@ -631,18 +631,18 @@ def test_show_cli_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     capsys.readouterr()
     # Unquoted citation words are joined back together.
     assert (
-        run("show", "ctxc", "archive", ident[:12], "messages", "21-22", "--archive", str(arch), "-f", "text")
+        run("show", "ctxc", "archive", ident[:12], "messages", "20-21", "--archive", str(arch), "-f", "text")
         == 0
     )
     out = capsys.readouterr().out
-    assert "[21] assistant (line 40)" in out
-    assert "[22] user (line 42)" in out
+    assert "[20] assistant (line 40)" in out
+    assert "[21] user (line 42)" in out
     assert "git commit" in out
-    assert run("show", f"{ident[:12]}:21-22", "--archive", str(arch), "-f", "json") == 0
+    assert run("show", f"{ident[:12]}:20-21", "--archive", str(arch), "-f", "json") == 0
     doc = orjson.loads(capsys.readouterr().out)
     assert doc["schema"] == "ctxc.show/1"
     assert doc["format"] == "claude-code"
-    assert [m["index"] for m in doc["messages"]] == [21, 22]
+    assert [m["index"] for m in doc["messages"]] == [20, 21]
     assert doc["messages"][0]["blocks"][-1]["type"].startswith("tool call Bash")
     assert run("show", f"{ident[:12]}:0", "--archive", str(arch), "-f", "raw") == 0
     raw = capsys.readouterr().out.encode()

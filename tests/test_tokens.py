@@ -76,13 +76,9 @@ def test_import_is_lazy() -> None:
         "import ctxc.tokens, ctxc.tokens.tiktoken_backend as tb\n"
         "assert 'tiktoken' not in sys.modules, 'tiktoken imported at import time'\n"
         "tok = ctxc.tokens.get_tokenizer('o200k_base')\n"
-        "assert 'tiktoken' not in sys.modules and not tb._partials, 'loaded before the first count'\n"
+        "assert 'tiktoken' not in sys.modules and not tb._encodings, 'loaded before the first count'\n"
         "assert tok.count('hello world') == 2\n"
-        # A short text is counted with a partial encoding (ctxc.tokens.partial), a large batch with the
-        # whole one.
-        "assert 'tiktoken' in sys.modules and len(tb._partials) == 1 and not tb._encodings\n"
-        "assert tok.count_batch(['hello world'] * 100_000) == [2] * 100_000\n"
-        "assert len(tb._encodings) == 1 and not tb._partials\n"
+        "assert 'tiktoken' in sys.modules and len(tb._encodings) == 1\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -151,11 +147,10 @@ def test_lone_surrogates_do_not_raise() -> None:
     assert tok.count_batch(["\udfff"] * 3) == [tok.count("\udfff")] * 3
 
 
-def test_count_batch_threaded_matches_serial() -> None:
+def test_count_batch_matches_single_counts() -> None:
     tok = get_tokenizer("o200k_base")
     texts = [f"line {i}: " + "word " * (i % 50) + "😀" * (i % 3) for i in range(3000)]
     texts[5] = ""
-    assert sum(map(len, texts)) > tb._PARALLEL_MIN_CHARS  # the threaded path
     assert tok.count_batch(texts) == [tok.count(t) for t in texts]
     assert tok.count_batch([]) == []
 

@@ -229,7 +229,7 @@ def test_corpus_compacted_log_is_consistent_and_reads_back(path: Path) -> None:
             continue
         orig = src_by_uuid[o["uuid"]]
         differing = {k for k in o.keys() | orig.keys() if o.get(k) != orig.get(k)}
-        if masked is not None and o["uuid"] == masked.meta["uuid"]:
+        if masked is not None and o["uuid"] in masked.meta["uuids"]:
             assert differing <= {"message", "toolUseResult", "parentUuid"}
             assert o["toolUseResult"] == (
                 f"[ctxc] tool output compacted; the full output is in {citation(AID, masked.index)}"
@@ -332,7 +332,8 @@ def _text(s: str) -> dict[str, Any]:
 
 
 def _session() -> bytes:
-    """Messages: 0 u0, 1 a1, 2 r1, 3 u2, 4 a2, 5 r2, 6 a3, 7 u4, 8 a5."""
+    """Messages: 0 u0, 1 a1, 2 r1+u2 (u2 hangs off r1: one message, as the client sends it), 3 a2,
+    4 r2, 5 a3, 6 u4, 7 a5."""
     return _jsonl(
         {"type": "summary", "summary": "a title", "leafUuid": "a5"},
         {"type": "file-history-snapshot", "messageId": "u0", "snapshot": {"messageId": "u0"}},
@@ -362,9 +363,9 @@ def test_summary_relinks_drops_and_keeps_in_place() -> None:
     source = _session()
     t = _load(source)
     m = t.messages
-    masked = replace(m[5], blocks=(replace(m[5].blocks[0], text=f"[masked: {citation(AID, 5)}]"),))
-    summary = _summary(1, 3)
-    data = _write(t, [m[0], summary, m[4], masked, *m[6:]])
+    masked = replace(m[4], blocks=(replace(m[4].blocks[0], text=f"[masked: {citation(AID, 4)}]"),))
+    summary = _summary(1, 2)
+    data = _write(t, [m[0], summary, m[3], masked, *m[5:]])
     assert chain_problems(data, source) == []
     objs = _objects(data)
     kinds = [o.get("uuid") or o["type"] for o in objs]
@@ -395,8 +396,8 @@ def test_summary_relinks_drops_and_keeps_in_place() -> None:
     assert out_lines[6] == lines[9].replace(b'"parentUuid":"u2"', f'"parentUuid":"{s_uuid}"'.encode())
     # The masked result: re-encoded, the client's full copy replaced by a note with the citation.
     r2 = objs[7]
-    assert r2["message"]["content"] == [_result("t2", f"[masked: {citation(AID, 5)}]")]
-    assert r2["toolUseResult"] == f"[ctxc] tool output compacted; the full output is in {citation(AID, 5)}"
+    assert r2["message"]["content"] == [_result("t2", f"[masked: {citation(AID, 4)}]")]
+    assert r2["toolUseResult"] == f"[ctxc] tool output compacted; the full output is in {citation(AID, 4)}"
     assert {k: v for k, v in r2.items() if k not in ("message", "toolUseResult")} == {
         k: v for k, v in _objects(source)[10].items() if k not in ("message", "toolUseResult")
     }
@@ -409,7 +410,7 @@ def test_title_and_snapshot_of_dropped_messages_go() -> None:
     source = _session().replace(b'"leafUuid":"a5"', b'"leafUuid":"u2"')
     t = _load(source)
     m = t.messages
-    objs = _objects(_write(t, [m[0], _summary(1, 5), *m[6:]]))
+    objs = _objects(_write(t, [m[0], _summary(1, 4), *m[5:]]))
     assert [o["type"] for o in objs if "uuid" not in o] == ["file-history-snapshot", "queue-operation"]
     assert objs[0]["messageId"] == "u0"
 
@@ -417,7 +418,7 @@ def test_title_and_snapshot_of_dropped_messages_go() -> None:
 def test_pre_tokens_from_meta_and_records_are_deterministic() -> None:
     t = _load(_session())
     m = t.messages
-    out = [m[0], _summary(1, 3, pre_tokens=4321), *m[4:]]
+    out = [m[0], _summary(1, 2, pre_tokens=4321), *m[3:]]
     data = _write(t, out)
     assert _objects(data)[3]["compactMetadata"]["preTokens"] == 4321
     assert _write(t, out) == data
@@ -435,23 +436,32 @@ def test_unchanged_output_is_the_input() -> None:
 def test_write_transcript_uses_the_hook() -> None:
     t = _load(_session())
     m = t.messages
-    out = write_transcript(t, {0: (m[0], _summary(1, 3), *m[4:])}, ADAPTER, archive_id=AID)
+    out = write_transcript(t, {0: (m[0], _summary(1, 2), *m[3:])}, ADAPTER, archive_id=AID)
     assert any(r.data.get("subtype") == "compact_boundary" for r in out.records if isinstance(r.data, dict))
 
 
 def test_pinned_message_inside_the_span_stays_before_the_boundary() -> None:
-    source = _session()
+    source = _jsonl(
+        _user("u0", None, 1, "first request"),
+        _asst("a1", "u0", 2, "msg_1", [_call("t1")]),
+        _user("r1", "a1", 3, [_result("t1", "one")]),
+        _asst("ax", "r1", 4, "msg_x", [_text("read it")]),
+        _user("u2", "ax", 5, "second request"),
+        _asst("a2", "u2", 6, "msg_2", [_call("t2")]),
+        _user("r2", "a2", 7, [_result("t2", "two")]),
+        _asst("a3", "r2", 8, "msg_3", [_text("done")]),
+    )
     t = _load(source)
     m = t.messages
-    # u2 (index 3) is pinned: kept, placed before the summary that replaces the rest of 1..5.
-    data = _write(t, [m[0], m[3], _summary(1, 5), *m[6:]])
+    # u2 (index 4) is pinned: kept, placed before the summary that replaces the rest of 1..6.
+    data = _write(t, [m[0], m[4], _summary(1, 6), *m[7:]])
     assert chain_problems(data, source) == []
     objs = _objects(data)
     uuids = [o.get("uuid") for o in objs]
     at = uuids.index("u2")
     boundary = next(o for o in objs if o.get("subtype") == "compact_boundary")
     assert uuids.index(boundary["uuid"]) == at + 1
-    assert objs[at]["parentUuid"] == "u0"  # its parent r1 was dropped: nearest kept ancestor, no forward link
+    assert objs[at]["parentUuid"] == "u0"  # its parent ax was dropped: nearest kept ancestor, no forward link
     assert boundary["logicalParentUuid"] == "u2"
     a3 = objs[uuids.index("a3")]
     assert a3["parentUuid"] == objs[uuids.index(boundary["uuid"]) + 1]["uuid"]
@@ -461,8 +471,8 @@ def test_several_summaries() -> None:
     source = _session()
     t = _load(source)
     m = t.messages
-    first, second = _summary(1, 2), _summary(4, 6)
-    data = _write(t, [m[0], first, m[3], second, *m[7:]])
+    first, second = _summary(1, 2), _summary(5, 5)
+    data = _write(t, [m[0], first, m[3], m[4], second, *m[6:]])
     assert chain_problems(data, source) == []
     objs = _objects(data)
     boundaries = [n for n, o in enumerate(objs) if o.get("subtype") == "compact_boundary"]
@@ -472,9 +482,9 @@ def test_several_summaries() -> None:
         assert objs[n + 1]["parentUuid"] == objs[n]["uuid"]
     s1, s2 = objs[boundaries[0] + 1]["uuid"], objs[boundaries[1] + 1]["uuid"]
     by_uuid = {o.get("uuid"): o for o in objs}
-    assert by_uuid["u2"]["parentUuid"] == s1
+    assert by_uuid["a2"]["parentUuid"] == s1
     assert by_uuid["u4"]["parentUuid"] == s2
-    assert objs[boundaries[1]]["logicalParentUuid"] == "u2"
+    assert objs[boundaries[1]]["logicalParentUuid"] == "r2"
     back = _load(data)
     assert [x.text for x in back.messages if x.meta["is_compact_summary"]] == [first.text, second.text]
     assert len(back.boundaries) == 2
@@ -487,9 +497,9 @@ def test_placeholder_and_repair_and_tool_messages_are_chained() -> None:
     m = t.messages
     placeholder = Message(
         role="user",
-        blocks=(TextBlock(f"[3 messages removed: {citation(AID, 1, 3)}]"),),
+        blocks=(TextBlock(f"[2 messages removed: {citation(AID, 1, 2)}]"),),
         index=1,
-        meta={"ctxc": "placeholder", "replaces": (1, 3)},
+        meta={"ctxc": "placeholder", "replaces": (1, 2)},
     )
     # a2's result is gone and repaired; a tool-role message answers nothing here, so pair it with a
     # call of its own: a new assistant turn followed by a tool message.
@@ -497,10 +507,10 @@ def test_placeholder_and_repair_and_tool_messages_are_chained() -> None:
         role="user", blocks=(ToolResultBlock("t2", NO_RESULT, is_error=True),), meta={"ctxc": "repair"}
     )
     call = Message(
-        role="assistant", blocks=(ToolUseBlock("t9", "Read", {"p": 1}),), index=6, meta={"ctxc": "new"}
+        role="assistant", blocks=(ToolUseBlock("t9", "Read", {"p": 1}),), index=5, meta={"ctxc": "new"}
     )
-    tool = Message(role="tool", blocks=(ToolResultBlock("t9", "file body", name="Read"),), index=6)
-    data = _write(t, [m[0], placeholder, m[4], repair, call, tool, *m[6:]])
+    tool = Message(role="tool", blocks=(ToolResultBlock("t9", "file body", name="Read"),), index=5)
+    data = _write(t, [m[0], placeholder, m[3], repair, call, tool, *m[5:]])
     assert chain_problems(data, source) == []
     objs = _objects(data)
     by_uuid = {o.get("uuid"): o for o in objs}
@@ -519,7 +529,8 @@ def test_placeholder_and_repair_and_tool_messages_are_chained() -> None:
     assert t_rec["message"]["content"] == [_result("t9", "file body")]
     back = _load(data)
     assert pairing_problems(back.messages, strict=True) == []
-    roles = ["user", "user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"]
+    # The placeholder hangs off u0: read back, they are one user message, as the client sends them.
+    roles = ["user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"]
     assert [x.role for x in back.messages] == roles
 
 
@@ -586,14 +597,15 @@ def test_inline_sidechain_of_a_dropped_call_goes_with_it() -> None:
     source = _inline()
     t = _load(source)
     m = t.messages
-    assert [x.meta["is_sidechain"] for x in m] == [False, False, True, True, True, True, False, False, False]
+    assert [x.meta["is_sidechain"] for x in m] == [False, False, True, True, True, True, False, False]
     answer = Message(
         role="user", blocks=(ToolResultBlock("st1", NO_RESULT, is_error=True),), meta={"ctxc": "repair"}
     )
     summary = _summary(1, 1)
-    # The strategy dropped the Task call and its result but kept the run: the run goes too, with
-    # the new message answering one of its calls.
-    data = _write(t, [m[0], summary, m[2], m[3], answer, m[5], m[7], m[8]])
+    # The strategy dropped the Task call and its result (repair took the result out of r1+u2) but kept
+    # the run: the run goes too, with the new message answering one of its calls.
+    thanks = replace(m[6], blocks=m[6].blocks[1:])
+    data = _write(t, [m[0], summary, m[2], m[3], answer, m[5], thanks, m[7]])
     objs = _objects(data)
     assert not any(o.get("isSidechain") for o in objs)
     assert [o["type"] for o in objs] == ["user", "system", "user", "user", "assistant"]
@@ -607,7 +619,7 @@ def test_rest_of_a_cut_sidechain_run_stays_in_its_run() -> None:
     m = t.messages
     # s0..s2 dropped (no placeholder), s3 kept while its Task call stays: s3 stays a sidechain record,
     # now the root of what is left of its run; nothing of the main chain hangs off it or it off that.
-    data = _write(t, [m[0], m[1], m[5], m[6], m[7], m[8]])
+    data = _write(t, [m[0], m[1], m[5], m[6], m[7]])
     objs = _objects(data)
     assert [o["uuid"] for o in objs] == ["u0", "a1", "s3", "r1", "u2", "a3"]
     assert (objs[2]["isSidechain"], objs[2]["parentUuid"]) == (True, None)
@@ -715,12 +727,12 @@ def test_final_line_ending_follows_the_input() -> None:
     source = _session().rstrip(b"\n")
     t = _load(source)
     m = t.messages
-    data = _write(t, [m[0], _summary(1, 7), m[8]])
+    data = _write(t, [m[0], _summary(1, 6), m[7]])
     assert not data.endswith(b"\n")
     assert data.count(b"\n") == len(_objects(data)) - 1
     crlf = _session().replace(b"\n", b"\r\n")
     t2 = _load(crlf)
-    data2 = _write(t2, [t2.messages[0], _summary(1, 7), t2.messages[8]])
+    data2 = _write(t2, [t2.messages[0], _summary(1, 6), t2.messages[7]])
     assert data2.endswith(b"\r\n")
     assert data2.count(b"\r\n") == len(_objects(data2))
 
@@ -734,7 +746,7 @@ def test_a_summary_inside_a_kept_run_is_a_sidechain_record_of_that_run() -> None
     run = m[2].conversation
     assert run != 0
     assert m[3].conversation == run
-    data = _write(t, [m[0], m[1], m[2], _summary(m[3].index, m[4].index, run), m[5], m[6], m[7], m[8]])
+    data = _write(t, [m[0], m[1], m[2], _summary(m[3].index, m[4].index, run), m[5], m[6], m[7]])
     objs = _objects(data)
     assert not any(o.get("subtype") == "compact_boundary" for o in objs)
     new = [o for o in objs if o["uuid"] not in {"u0", "a1", "s0", "s3", "r1", "u2", "a3"}]

@@ -18,12 +18,12 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.live import last_request, live_context, request_text, session_intent
+from ctxc.live import last_request, live_context, quotes, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.output import Data
 from ctxc.repair import repair_messages
 from ctxc.stages import DEFAULT_THRESHOLDS
-from ctxc.summarize import SummarizerOptions, get_summarizer
+from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
 from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
@@ -264,7 +264,9 @@ def _compact_transcript(
         history, messages = live.split(everything)
         if not messages:
             continue
-        keep = pinned_indexes(everything, options.pins)
+        # Pins come from the chain the client resumes, not from abandoned branches.
+        chain = tuple(m for m in everything if m.index not in live.abandoned)
+        keep = pinned_indexes(chain, options.pins)
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
@@ -288,11 +290,17 @@ def _compact_transcript(
         quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
         reserve = ledger.total([compacted_note]) if compacted_note else 0
         reserve += carried + ledger.total(requests)
+        # A summary quotes the session's intent whenever the client would not see it otherwise: it lies
+        # before the log's own compaction, or ctxc's summary is itself where the client resumes.
+        intent = session_intent(chain)
+        hidden = intent is not None and (
+            adapter.summary_resets or all(m.index != intent.index for m in messages)
+        )
         ctx = CompactContext(
             target=max(1, target - reserve),
             window=window,
             ledger=ledger,
-            summarizer=summarizer,
+            summarizer=quoting_intent(summarizer, request_text(intent) if intent and hidden else None),
             archive=archive,
             archive_id=archive_id,
             pinned=pinned,
@@ -418,7 +426,12 @@ def _keep_after_summary(
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
     at = summaries[-1] + 1 if summaries else 0
     if summary_resets and summaries:
-        copies = [_copy(m, "pinned") for m in out[: summaries[-1]] if m.index in pinned and _plain(m)]
+        said = out[summaries[-1]].text
+        copies = [
+            _copy(m, "pinned")
+            for m in out[: summaries[-1]]
+            if m.index in pinned and _plain(m) and not (m.is_request and quotes(said, request_text(m)))
+        ]
         out[at:at] = copies
         at += len(copies)
         sent = [*carried, *out[summaries[-1] :]]
@@ -429,7 +442,7 @@ def _keep_after_summary(
         while at < len(out) and out[at].meta.get("is_compact_summary"):
             at += 1
     for request in requests:
-        if not any(request_text(request) in m.text for m in sent):
+        if not any(quotes(m.text, request_text(request)) for m in sent):
             out.insert(at, request)
             at += 1
     return tuple(out)

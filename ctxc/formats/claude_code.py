@@ -16,6 +16,14 @@ unknown are not, and so stay in place byte for byte. Decisions worth knowing:
   model only sees the ``tool_result`` block, so the copy is not content (it stays in ``raw``).
 * ``model:"<synthetic>"`` turns are written by the client, not the API: their all-zero usage is not
   recorded usage (``usage`` is None and no Usage item is yielded).
+* Consecutive user records on one chain (a record hanging off the previous one, or the results of
+  parallel calls hanging off the parts of one response) are ONE message, as Claude Code sends them:
+  ``records`` all of them, ``raw`` the tuple of their dicts. The log's own summary, records the client
+  injected (``isMeta``) and its note that the user interrupted stay messages of their own (what the
+  user typed after the note joins it).
+* The log is a tree (``parentUuid``). Claude Code resumes the chain from the last main-chain row back
+  to its root (a ``compact_boundary``): after the last record, a ``branches`` :class:`~ctxc.model.Boundary`
+  names the messages on other branches (a rewind, an edited prompt), when there are any.
 
 Compacted output is written by :meth:`ClaudeCodeAdapter.write_compacted` the way Claude Code records
 its own ``/compact`` (a ``compact_boundary`` record and an ``isCompactSummary`` user record, with the
@@ -28,15 +36,16 @@ import bisect
 import hashlib
 import itertools
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from ctxc.formats import register
 from ctxc.formats.base import Item
 from ctxc.formats.shapes import dumps_compact, encode_anthropic_block, parse_anthropic_content
+from ctxc.live import BRANCHES, abandoned_messages
 from ctxc.model import (
     Block,
     Boundary,
@@ -70,6 +79,9 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 
 _NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
+_CONVERSATIONAL = ("user", "assistant")
+#: The record types Claude Code loads into its conversation tree (progress records it skips).
+_ROWS = frozenset({"user", "assistant", "system", "attachment"})
 _SYNTHETIC_MODEL = "<synthetic>"
 
 
@@ -180,6 +192,109 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
 
 
+class _Node(NamedTuple):
+    """One record of the ``parentUuid`` tree, as much as finding the resumed chain needs."""
+
+    record: int  # its index in the file's records
+    line: int
+    uuid: str
+    parent: str | None  # through progress records, which the client skips
+    kind: str
+    side: bool
+    message_id: str | None = None  # an assistant record's response id
+    compact: bool = False  # a compact_boundary record
+
+
+def _own(meta: Mapping[str, Any]) -> bool:
+    """Whether a user record stays a message of its own: ctxc recognizes the log's own summary and what
+    the client injected by these flags, so such a record never joins a neighbouring user message."""
+    return bool(
+        meta.get("is_compact_summary") or meta.get("is_meta") or meta.get("is_visible_in_transcript_only")
+    )
+
+
+def _joined(held: Message, item: Message) -> Message:
+    """``held`` and the user message after it on its chain as one message; ``raw`` keeps every record's
+    dict (the writer splits changed blocks back over the records)."""
+    raws = held.raw if isinstance(held.raw, tuple) else (held.raw,)
+    meta = dict(held.meta)
+    meta["uuids"] = (*(held.meta.get("uuids") or ()), *(item.meta.get("uuids") or ()))
+    meta["content_string"] = False
+    meta["has_tool_use_result"] = any(m.meta.get("has_tool_use_result") for m in (held, item))
+    return replace(
+        held,
+        blocks=held.blocks + item.blocks,
+        records=held.records + item.records,
+        importance=held.importance or item.importance,
+        meta=meta,
+        raw=(*raws, item.raw),
+    )
+
+
+#: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
+_INTERRUPTED = "[Request interrupted by user"
+
+
+def _interruption(message: Message) -> bool:
+    """Whether ``message`` is only the client's note that the user interrupted the turn."""
+    return bool(message.blocks) and all(
+        isinstance(b, TextBlock) and b.text.startswith(_INTERRUPTED) for b in message.blocks
+    )
+
+
+def _resumed_chain(
+    nodes: Mapping[str, _Node], start: _Node, results: Container[int]
+) -> tuple[set[int], _Node | None] | None:
+    """The records Claude Code resumes when ``start`` is the last main-chain row, and the record the
+    chain starts at; None when the chain breaks at a link to a record the file lacks (another tool
+    cut it: nothing can be said about branches then).
+
+    As the client does: from the row up to its nearest user or assistant record (the leaf), then up the
+    ``parentUuid`` links to the root (a compact_boundary has none); the leaf's non-message descendants
+    (hook notes after it); every record of a response on the chain (parts share ``message.id``) and the
+    tool results hanging off any of them (parallel calls answer each part separately).
+    """
+    leaf: _Node | None = start
+    seen: set[str] = set()
+    while leaf is not None and leaf.kind not in _CONVERSATIONAL and leaf.uuid not in seen:
+        seen.add(leaf.uuid)
+        leaf = nodes.get(leaf.parent) if leaf.parent else None
+    if leaf is None or leaf.kind not in _CONVERSATIONAL:
+        return None
+    chain: list[_Node] = []
+    seen = set()
+    node: _Node | None = leaf
+    root = leaf
+    while node is not None and node.uuid not in seen:
+        seen.add(node.uuid)
+        chain.append(node)
+        root = node
+        if node.parent is None:
+            break
+        node = nodes.get(node.parent)
+        if node is None:
+            return None
+    live = {n.record for n in chain}
+    children: dict[str, list[_Node]] = {}  # non-message children, and tool results, by parent
+    responses: set[str] = {n.message_id for n in chain if n.message_id}
+    parts: list[str] = []
+    for n in nodes.values():
+        if n.parent is not None and (n.kind not in _CONVERSATIONAL or n.record in results):
+            children.setdefault(n.parent, []).append(n)
+        if n.message_id in responses and n.side == leaf.side:
+            live.add(n.record)
+            parts.append(n.uuid)
+    for part in parts:
+        live.update(c.record for c in children.get(part, ()) if c.record in results)
+    queue = [leaf.uuid]
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            if child.record not in live and child.kind not in _CONVERSATIONAL:
+                live.add(child.record)
+                queue.append(child.uuid)
+    return live, root
+
+
 @dataclass
 class _Open:
     """An assistant response whose records may not all have been read yet."""
@@ -212,21 +327,151 @@ class _Reader:
         self.conv_numbers: dict[str, int] = {}
         self.record_conv: dict[int, int] = {}  # record index -> conversation, until its message is emitted
         self.last_side: str | None = None
+        # The parentUuid tree, to find the chain the client resumes (see _resumed_chain).
+        self.nodes: dict[str, _Node] = {}
+        self.through: dict[str, str | None] = {}  # progress record uuid -> the parent it stands for
+        self.last_row: dict[bool, str] = {}  # by sidechain flag: the last row in file order
+        # Per emitted message with a uuid: its index, records, conversation and sidechain flag.
+        self.emitted: list[tuple[int, tuple[int, ...], int, bool]] = []
+        # A user message not yet emitted: the next user record on its chain joins it, as the client
+        # sends consecutive user records as one message.
+        self.held: Message | None = None
+        self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
+        self.result_records: set[int] = set()  # user records holding tool results
+        self.linked = (
+            False  # whether any message record names its parent (a log made by another tool may not)
+        )
 
     # -------------------------------------------------------------------------------------- output
 
     def _emit(self, item: Message | Boundary) -> Iterator[Item]:
+        if isinstance(item, Message) and item.role == "user":
+            held = self.held
+            if held is not None and self._joins(held, item):
+                self.held = _joined(held, item)
+                return
+            yield from self.release()
+            if not _own(item.meta):
+                self.held = item
+                return
+        else:
+            yield from self.release()
+        yield from self._place(item)
+
+    def release(self) -> Iterator[Item]:
+        """Emit the held user message."""
+        held, self.held = self.held, None
+        if held is not None:
+            yield from self._place(held)
+
+    def _place(self, item: Message | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
             yield replace(item, index=self.index)
             return
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
             self.record_conv.pop(i, None)
-        msg = item.placed(self.index, conv)
+        msg = item.with_position(self.index, conv)
         self.index += 1
+        if msg.meta.get("uuid") is not None:
+            self.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
+        if msg.role == "assistant":
+            self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
         yield msg
         if msg.usage is not None:
             yield msg.usage
+
+    def _joins(self, held: Message, item: Message) -> bool:
+        """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
+        sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
+        the same response (parallel tool results hang off the response's parts)."""
+        if _own(item.meta) or len(held.records) >= _MAX_OPEN_RECORDS:
+            return False
+        if _interruption(item):
+            # The client's note that the user interrupted: kept apart, so a strategy may drop the
+            # interrupted turn's results and keep the note (it costs a message's framing, no more).
+            return False
+        if not item.records or not held.records:
+            return False
+        conv = self.record_conv.get(held.records[0], 0)
+        if self.record_conv.get(item.records[0], 0) != conv:
+            return False
+        parent = self._resolved(_str(item.meta.get("parent_uuid")))
+        last = held.meta["uuids"][-1] if held.meta.get("uuids") else None
+        if last is None and _str(item.meta.get("uuid")) is None:
+            return True  # a log without uuids: file order is the chain
+        if parent is not None and parent == last:
+            return True
+        response = self.last_response.get(conv, frozenset())
+        return (
+            parent is not None
+            and parent in response
+            and any(isinstance(b, ToolResultBlock) for b in item.blocks)
+            and any(isinstance(b, ToolResultBlock) for b in held.blocks)
+        )
+
+    def _resolved(self, parent: str | None) -> str | None:
+        """``parent`` as the client links it: progress records are skipped."""
+        while parent is not None and parent in self.through:
+            parent = self.through[parent]
+        return parent
+
+    def _note(self, i: int, line: int, data: Mapping[str, Any]) -> None:
+        """Note record ``i`` in the parentUuid tree (once per record: kept cheap)."""
+        get = data.get
+        uuid = get("uuid")
+        if not isinstance(uuid, str):
+            return
+        kind = get("type")
+        parent = get("parentUuid")
+        if not isinstance(parent, str):
+            parent = None
+        elif parent in self.through:
+            parent = self._resolved(parent)
+        if kind == "progress":
+            self.through[uuid] = parent
+            return
+        if kind not in _ROWS:
+            return
+        side = get("isSidechain") is True
+        message_id, compact, snapshot = None, False, False
+        if kind == "assistant":
+            message = get("message")
+            message_id = _str(message.get("id")) if isinstance(message, dict) else None
+        elif kind == "system":
+            subtype = get("subtype")
+            compact, snapshot = subtype == "compact_boundary", subtype == "file_snapshot"
+        self.nodes[uuid] = _Node(i, line, uuid, parent, kind, side, message_id, compact)
+        if parent is not None and kind in _CONVERSATIONAL:
+            self.linked = True
+        if not snapshot:
+            self.last_row[side] = uuid
+
+    def branches(self) -> Iterator[Item]:
+        """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
+        (after the chain's compact_boundary, if it starts at one: before it is history)."""
+        side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
+        start = self.nodes.get(self.last_row.get(side, ""))
+        if start is None or not self.linked:
+            return  # no tree: file order is all there is
+        found = _resumed_chain(self.nodes, start, self.result_records)
+        if found is None:
+            return
+        live, root = found
+        after = root.record if root is not None and root.compact else -1
+        off = [
+            (index, conv)
+            for index, records, conv, is_side in self.emitted
+            if is_side == side and records[0] > after and not any(i in live for i in records)
+        ]
+        if off:
+            yield Boundary(
+                kind=BRANCHES,
+                line=start.line,
+                index=self.index,
+                conversation=off[0][1],
+                abandoned=tuple(index for index, _ in off),
+            )
 
     def _queue(self, item: Message | Boundary) -> Iterator[Item]:
         if self.open is None:
@@ -339,6 +584,8 @@ class _Reader:
     def user(self, i: int, rec: Record, data: dict[str, Any], message: dict[str, Any]) -> Iterator[Item]:
         content = message.get("content")
         blocks = self._name_results(parse_anthropic_content(content))
+        if any(isinstance(b, ToolResultBlock) for b in blocks):
+            self.result_records.add(i)
         self._remember_tools(blocks)
         yield from self._queue(
             Message(
@@ -413,6 +660,7 @@ class _Reader:
                 continue
             if "uuid" in data or data.get("isSidechain") is True:
                 self._chain(i, data)
+                self._note(i, rec.line, data)
             rtype = data.get("type")
             message = data.get("message")
             if rtype == "assistant" and isinstance(message, dict):
@@ -422,6 +670,8 @@ class _Reader:
             elif rtype == "system":
                 yield from self.system(i, rec, data)
         yield from self.flush()
+        yield from self.release()
+        yield from self.branches()
 
 
 class ClaudeCodeAdapter:
@@ -666,6 +916,11 @@ class _CompactWriter:
             (m.conversation, m.index): m for m in transcript.messages
         }
         self.originals = {id(m) for m in transcript.messages}
+        # Records of messages on branches the client abandoned: written as they are, linked to nothing new.
+        gone = abandoned_messages(transcript.boundaries)
+        self.abandoned: frozenset[int] = frozenset(
+            i for m in transcript.messages if m.index in gone for i in m.records
+        )
         # Conversations that are inline subagent runs: sidechain chains in a log that has a main chain.
         has_main = any(not m.meta.get("is_sidechain") for m in transcript.messages)
         self.inline_runs: dict[int, bool] = {
@@ -814,7 +1069,7 @@ class _CompactWriter:
                     u = _str(r.get("uuid"))
                     if u is not None and keeper is not None and u != keeper:
                         self.absorbed[u] = keeper
-                return [(m.records[0], merged)]
+                return [(m.records[0], self._noted(merged, raw[0], m))]
             parts, at = [], 0
             for i, r, n in zip(m.records, raw, sizes, strict=True):
                 parts.append((i, r, m.blocks[at : at + (n or 0)]))
@@ -827,15 +1082,19 @@ class _CompactWriter:
             if enc == self.datas[i]:
                 out.append((i, None))
                 continue
-            if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
-                # The client's copy of the full output would undo the compaction (and is often larger).
-                # (Imported here: reading a log must not load the archive and its file-writing modules.)
-                from ctxc.archive_store import citation
-
-                note = citation(self.archive_id, m.index)
-                enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
-            out.append((i, enc))
+            out.append((i, self._noted(enc, part, m)))
         return out
+
+    def _noted(self, enc: dict[str, Any], part: Mapping[str, Any], m: Message) -> dict[str, Any]:
+        """``enc`` with its ``toolUseResult`` made a note when its tool results changed: the client's copy
+        of the full output would undo the compaction (and is often larger)."""
+        if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
+            # (Imported here: reading a log must not load the archive and its file-writing modules.)
+            from ctxc.archive_store import citation
+
+            note = citation(self.archive_id, m.index)
+            enc["toolUseResult"] = f"[ctxc] tool output compacted; the full output is in {note}"
+        return enc
 
     def _envelope(
         self, body: dict[str, Any], template: Mapping[str, Any], *, boundary: bool = False
@@ -917,6 +1176,10 @@ class _CompactWriter:
         prev_max: dict[_Thread, float] = {}
         seq = 0
         for pos, m in enumerate(self.out_msgs):
+            if m.records and m.records[0] in self.abandoned:
+                outs.extend(_Out((i, 0, 0), i) for i in m.records)
+                self.out_uuids.update(u for i in m.records if (u := self.uuid_at[i]) is not None)
+                continue  # on no chain the client resumes: nothing is linked to it or after it
             if m.records:
                 thread = self._thread_of(m.records[0])
                 self.prev_of[m.records[0]] = tails.get(thread)
@@ -1042,6 +1305,8 @@ class _CompactWriter:
     ) -> dict[str, Any]:
         """The top-level fields of an output record that must change (links only)."""
         changes: dict[str, Any] = {}
+        if o.index in self.abandoned:
+            return changes  # an abandoned branch stays byte for byte, like the history
         if o.boundary:
             changes["logicalParentUuid"] = last
         elif new is not None:
@@ -1094,8 +1359,11 @@ def _dict(value: Any) -> dict[str, Any] | None:
 
 
 def _content_len(record: Mapping[str, Any]) -> int | None:
+    """How many blocks the reader made of a record's content (a string is one text block)."""
     message = record.get("message")
     content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return 1
     return len(content) if isinstance(content, list) else None
 
 

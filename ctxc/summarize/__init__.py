@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from ctxc.errors import UsageError
@@ -38,6 +38,9 @@ class SummaryRequest:
     previous: str | None = None
     instructions: str | None = None
     essential: bool = False
+    #: The session's intent (the user's own words of its first request): the Session intent section
+    #: quotes it verbatim, whatever the budget, when the client would otherwise not see it.
+    intent: str | None = None
 
     @property
     def sections(self) -> tuple[str, ...]:
@@ -51,6 +54,27 @@ class Summarizer(Protocol):
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         """Return summary text within ``request.budget`` tokens as measured by ``count``."""
         ...
+
+
+class QuotingIntent:
+    """A summarizer whose every summary quotes the session's intent (:attr:`SummaryRequest.intent`).
+
+    The compaction run wraps the summarizer in this when what a summary replaces is all the client will
+    know of the session's start, so no strategy needs to know about the intent.
+    """
+
+    def __init__(self, inner: Summarizer, intent: str) -> None:
+        self.inner = inner
+        self.intent = intent
+        self.name = inner.name
+
+    def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
+        return self.inner.summarize(replace(request, intent=self.intent), count)
+
+
+def quoting_intent(summarizer: Summarizer, intent: str | None) -> Summarizer:
+    """``summarizer``, quoting ``intent`` in every summary when there is one."""
+    return QuotingIntent(summarizer, intent) if intent else summarizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ INTENT, DECISIONS, ARTIFACTS, ERRORS, STATE, NEXT = SECTIONS
 
 #: The first request is the session's intent: never dropped, never cut below this many characters.
 FIRST_REQUEST_FLOOR = 500
+#: The label of the session's intent when the request names it (:attr:`SummaryRequest.intent`); it is
+#: then quoted whole, whatever the budget.
+INTENT_LABEL = "the session's intent (its first request, verbatim): "
 #: Later requests longer than this are shortened from the start (users paste logs into requests).
 REQUEST_CHARS = 400
 DECISION_CHARS = 400
@@ -1148,17 +1151,23 @@ def compose(
     merged: list[Fact] = []
     seen: set[tuple[str, str]] = set()
     omitted_in = dict(tiers.omitted)
-    for f in _fold([*previous, *tiers.facts()], omitted_in):
+    facts = [*previous, *tiers.facts()]
+    intent = request.intent.strip() if request.intent else ""
+    if intent:
+        # The intent is quoted once, first and whole; other bullets that restate it go.
+        facts = [_intent_fact(intent), *(f for f in facts if not _restates(f, intent))]
+    for f in _fold(facts, omitted_in):
         key = (f.section, _norm(f.label + f.body))
         if f.section in sections and key not in seen:
             seen.add(key)
             merged.append(f)
     # The first bullet of Session intent is the session's intent, wherever it came from.
-    intent = sorted(
+    firsts = sorted(
         (i for i, f in enumerate(merged) if f.section == INTENT), key=lambda i: (merged[i].seq, i)
     )
-    for rank, i in enumerate(intent):
-        merged[i] = replace(merged[i], keep=rank == 0, floor=FIRST_REQUEST_FLOOR if rank == 0 else 0)
+    for rank, i in enumerate(firsts):
+        floor = (len(merged[i].body) if intent else FIRST_REQUEST_FLOOR) if rank == 0 else 0
+        merged[i] = replace(merged[i], keep=rank == 0, floor=floor)
     omitted = {k: v for k, v in omitted_in.items() if k in sections}
     draft = _Draft(sections, _header(request), merged, omitted)
     text = draft.render()
@@ -1194,6 +1203,23 @@ def compose(
         if fitted is not None:
             return fitted
     return draft.render()  # the minimum: headings, citation and the session's intent
+
+
+_USER_LABEL = re.compile(r"^msg \d+ \(user\): ")
+
+
+def _intent_fact(intent: str) -> Fact:
+    return Fact(INTENT, intent, -3_000_000, 1, INTENT_LABEL, floor=len(intent), keep=True)
+
+
+def _restates(f: Fact, intent: str) -> bool:
+    """Whether a Session intent bullet is the intent again (the span's own copy of the first request, an
+    earlier summary's quote of it), whole or shortened."""
+    if f.section != INTENT:
+        return False
+    body = _norm(_USER_LABEL.sub("", f.label + f.body)).rstrip("…").strip()
+    key = _norm(intent)
+    return bool(body) and (body == key or body.endswith(key) or key.startswith(body))
 
 
 def _drop_rank(f: Fact) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxc.formats.shapes import dumps_compact
+from ctxc.live import quotes
 from ctxc.model import (
     ImageBlock,
     Message,
@@ -191,6 +192,11 @@ def _system(request: SummaryRequest, merging: bool) -> str:
         )
     if request.instructions and request.instructions.strip():
         rules.append("- The user gave instructions for this summary in <instructions>: follow them.")
+    if request.intent and request.intent.strip():
+        rules.append(
+            "- The session's intent, the user's first request, is given in <session_intent>: the first "
+            "bullet of ## Session intent quotes it exactly, word for word, however long it is."
+        )
     return "\n".join(rules)
 
 
@@ -206,6 +212,8 @@ def build_prompt(
     blocks: list[str] = []
     if request.instructions and request.instructions.strip():
         blocks.append(f"<instructions>\n{request.instructions.strip()}\n</instructions>")
+    if request.intent and request.intent.strip():
+        blocks.append(f"<session_intent>\n{request.intent.strip()}\n</session_intent>")
     if request.previous and request.previous.strip():
         blocks.append(f"<previous_summary>\n{request.previous.strip()}\n</previous_summary>")
     if merging:
@@ -272,6 +280,24 @@ def with_citation(text: str, cite: str) -> str:
     return f"Summary of {cite} (the full original is archived there; `ctxc show` recovers details).\n\n{body}"
 
 
+#: How a summary quotes the session's intent when its writer left the quote out.
+INTENT_BULLET = "- The session's intent (its first request, verbatim): "
+
+
+def with_intent(text: str, intent: str | None) -> str:
+    """Every summary quotes the session's intent when asked to: an answer that left it out (or changed
+    a word) gets it as the first bullet of its Session intent section."""
+    if not intent or not intent.strip() or quotes(text, intent):
+        return text
+    lines = intent.strip().split("\n")
+    bullet = "\n".join([INTENT_BULLET + lines[0], *(f"  {line}" for line in lines[1:])])
+    heading = next((m for m in _HEADING.finditer(text) if _norm(m.group(1)) == "session intent"), None)
+    if heading is None:
+        return f"{text.rstrip()}\n\n## Session intent\n{bullet}\n"
+    at = heading.end()
+    return f"{text[:at]}\n{bullet}{text[at:]}"
+
+
 class Validation:
     """Two tries at a good summary, shared by the summarizers that ask someone else for it.
 
@@ -322,7 +348,7 @@ class Validation:
                     f"the summary of {request.citation} {problem}, also when asked again ({self.who})"
                 )
             return None
-        text = with_citation(text, request.citation)
+        text = with_intent(with_citation(text, request.citation), request.intent)
         size = self.count(text)
         if size <= request.budget or attempt >= 1:
             if self.best is not None and self.count(self.best) <= size:

@@ -16,7 +16,7 @@ import threading
 
 from ctxc.errors import UsageError
 from ctxc.system import cpu_count
-from ctxc.tokens import prefork
+from ctxc.tokens import workers
 from ctxc.tokens.base import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_TOKENIZER,
@@ -101,16 +101,17 @@ def make_counter(
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
-    """Count in a crew of processes, one per core, while the caller parses an input of ``size`` bytes.
+    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
 
-    For tiktoken counters and large inputs only (see
-    :func:`ctxc.tokens.prefork.worker_processes`); anything else gets a context that does
-    nothing. Use it around the whole read-and-count, before starting any thread of your own.
+    For tiktoken counters and inputs of :data:`ctxc.tokens.workers.PROCESS_MIN_BYTES` or more only
+    (see :func:`ctxc.tokens.workers.worker_processes`); anything else gets a context that does nothing.
+    Use it around the whole read-and-count, before starting any thread of your own.
     """
     tokenizer = counter.tokenizer if isinstance(counter, CachedCounter) else counter
-    if size < PROCESS_MIN_BYTES or getattr(tokenizer, "name", "") not in ("o200k_base", "cl100k_base"):
+    name, path = getattr(tokenizer, "name", ""), getattr(tokenizer, "path", None)
+    if size < workers.PROCESS_MIN_BYTES or name not in workers.BUNDLED:
         return contextlib.nullcontext(False)
-    return prefork.worker_processes(tokenizer, cpu_count())
+    return workers.worker_processes(name, path, cpu_count())
 
 
 __all__ = [

@@ -19,8 +19,8 @@ TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic
 DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
 #: The ``--tokenizer`` name that reads the usage a log recorded instead of counting (ctxc.usage_scan).
 USAGE_TOKENIZER = "usage"
-#: Inputs from this size on are counted by a crew of processes, one per core (ctxc.tokens.prefork);
-#: smaller ones by one child at most, which builds the encoding while ctxc starts.
+#: Inputs from this size on are counted by a worker process per core (ctxc.tokens.workers); smaller
+#: ones by one worker at most, which builds the encoding while ctxc starts.
 PROCESS_MIN_BYTES = 4 << 20
 
 
@@ -38,7 +38,7 @@ class Tokenizer(Protocol):
 
 @runtime_checkable
 class StartingTokenizer(Tokenizer, Protocol):
-    """A :class:`Tokenizer` that can start counting and return at once (tiktoken with a crew of worker
+    """A :class:`Tokenizer` that can start counting and return at once (tiktoken with a pool of worker
     processes); the cached counter uses it so that its callers parse on while it counts."""
 
     def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:

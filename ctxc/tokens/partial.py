@@ -1,9 +1,9 @@
 """Exact counts from part of a BPE vocabulary: the tokens a batch of texts can use.
 
-Building tiktoken's encoding costs about 1.5 µs per token of its vocabulary, in a Rust constructor that
-holds the GIL: 0.3 s for o200k's 200,000 tokens, half of what a 100 KB ``analyze`` may take on a
-machine's first run. That text uses a few thousand of them, and an encoding built from those alone
-takes 10 ms and counts it identically. Why that holds:
+Building tiktoken's encoding costs time in proportion to its vocabulary (200,000 tokens for o200k), in
+a Rust constructor that holds the GIL: more than the rest of a small ``analyze``. A small input uses a
+few thousand of those tokens, and an encoding built from them alone is built far sooner and counts it
+identically (bench/README.md has the figures). Why that holds:
 
 tiktoken cuts a text into *pieces* with its encoding's regex, and encodes each piece by looking up byte
 strings of that piece only (the whole piece, then adjacent parts it merges). So an encoding that holds
@@ -44,23 +44,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    import tiktoken
-
-
-class EncodingSpec(Protocol):
-    """What a partial encoding needs of :class:`ctxc.tokens.tiktoken_backend.EncodingSpec`."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def pat_str(self) -> str: ...
-    @property
-    def special_tokens(self) -> dict[str, int]: ...
-
+#: The encoding a vocabulary's builder makes (tiktoken.Encoding).
+E = TypeVar("E")
 
 # Unicode White_Space, stable since Unicode 6.3 (which dropped U+180E), and what \s matches in the
 # Rust regex crate tiktoken uses; CR and LF apart, since the cuts treat them differently.
@@ -125,28 +113,29 @@ def _utf8(segment: str) -> bytes:
         return segment.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
-class PartialVocabulary:
+class PartialVocabulary(Generic[E]):
     """Partial encodings of one vocabulary, grown batch by batch.
 
     The tokens found so far are kept, with the segments already looked through, so a later batch that
     repeats earlier text (compaction counts its output after its input) costs only what is new.
     """
 
-    def __init__(self, spec: EncodingSpec, ranks: dict[bytes, int], longest: int) -> None:
-        """``ranks`` is the whole vocabulary, ``longest`` the length of its longest token in bytes."""
-        self.spec = spec
+    def __init__(self, ranks: dict[bytes, int], longest: int, build: Callable[[dict[bytes, int]], E]) -> None:
+        """``ranks`` is the whole vocabulary, ``longest`` the length of its longest token in bytes, and
+        ``build`` makes an encoding of some of its tokens (it must copy the dict it is given)."""
         self.ranks = ranks
+        self._build = build
         self._longest = longest
         self._seen: set[str] = set()
         # Every byte is a token of both vocabularies; with them all, an encoding can be built for no text.
         single = (bytes((i,)) for i in range(256))
         self._tokens = {byte: ranks[byte] for byte in single if byte in ranks}
-        self._encoding: tiktoken.Encoding | None = None
+        self._encoding: E | None = None
         #: Time spent making partial encodings, which the caller adds up to decide when to build the
         #: whole one instead.
         self.seconds = 0.0
 
-    def encoding_for(self, texts: Sequence[str], max_work: int) -> tiktoken.Encoding | None:
+    def encoding_for(self, texts: Sequence[str], max_work: int) -> E | None:
         """An encoding that counts ``texts`` exactly as the whole vocabulary does, or None if finding its
         tokens would take more than ``max_work`` byte strings looked up."""
         new = segments(texts, self._longest) - self._seen
@@ -169,17 +158,5 @@ class PartialVocabulary:
         if found or self._encoding is None:
             ranks = self.ranks
             self._tokens.update({token: ranks[token] for token in found})
-            self._encoding = _build(self.spec, self._tokens)
+            self._encoding = self._build(self._tokens)
         return self._encoding
-
-
-def _build(spec: EncodingSpec, tokens: dict[bytes, int]) -> tiktoken.Encoding:
-    import tiktoken
-
-    return tiktoken.Encoding(
-        name=spec.name,
-        pat_str=spec.pat_str,
-        # A copy: the encoding keeps the dict it is given, and this one grows with the next batch.
-        mergeable_ranks=dict(tokens),
-        special_tokens=dict(spec.special_tokens),
-    )

@@ -6,42 +6,35 @@ tool that must run on an air-gapped machine cannot rely on. ctxc ships the two r
 the :class:`tiktoken.Encoding` with the same split pattern and special tokens as
 ``tiktoken_ext/openai_public.py``, so counts are identical to tiktoken's own.
 
-Nothing happens at import: tiktoken is imported and the encoding built (about 0.35 s for o200k, plus
-0.13 s to parse its ~3.6 MB rank file the first time ctxc runs on a machine) on the first count, once
-per process, under a lock so concurrent first calls load it once. Until then a small batch is counted
-with a partial encoding, of the tokens its texts can use (:mod:`ctxc.tokens.partial`), while those
-cost less than the build. Counts are usually made by children forked with the command
-(:mod:`ctxc.tokens.prefork`): one for a small input, one per core for a large one.
+Nothing happens at import: tiktoken is imported and the encoding built on the first count, once per
+process, under a lock so concurrent first calls load it once. Counts are usually made by worker
+processes (:mod:`ctxc.tokens.workers`), which may count a small input with partial encodings
+(:mod:`ctxc.tokens.partial`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ctxc.errors import CtxcError
-from ctxc.system import cache_dir, cpu_count, env_flag
+from ctxc.system import cache_dir, env_flag
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
     import tiktoken
 
     from ctxc.tokens.partial import PartialVocabulary
 
-# concurrent.futures is imported where it is used: the child that ctxc.tokens.prefork forks to build
-# the encoding imports this module on its critical path, and does not need it.
-
 
 class EncodingSpec(NamedTuple):
-    # A NamedTuple, not a dataclass: the counting child imports this module on its critical path, and
-    # dataclasses (with inspect and ast) costs 15 ms to import.
+    # A NamedTuple, not a dataclass: a counting worker imports this module on its critical path, and
+    # dataclasses (with inspect and ast) is a costly import.
     name: str
     filename: str
     sha256: str
@@ -100,9 +93,6 @@ SPECS: dict[str, EncodingSpec] = {
     ),
 }
 
-#: Below this many characters in a batch, threads cost more than they save.
-_PARALLEL_MIN_CHARS = 1 << 16
-
 
 def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
     """The rank file's bytes, refused unless its SHA-256 is the one tiktoken pins."""
@@ -110,7 +100,7 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
         if path is None:
             where = f"ctxc/tokens/data/{spec.filename}"
             beside = Path(__file__).with_name("data") / spec.filename
-            if beside.is_file():  # an installed package is files: importlib.resources costs 22 ms
+            if beside.is_file():  # an installed package is files: importlib.resources is a slow import
                 data = beside.read_bytes()
             else:  # a zip
                 import importlib.resources
@@ -133,9 +123,9 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
 
 
 def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
-    """``base64token rank`` lines to a rank table (what tiktoken's load_tiktoken_bpe does, 2x faster).
+    """``base64token rank`` lines to a rank table (what tiktoken's load_tiktoken_bpe does, faster).
 
-    ``in_order`` takes each token's rank to be its line number without reading it, a third faster. The
+    ``in_order`` takes each token's rank to be its line number without reading it. The
     bundled files, whose content their sha256 fixes, are such (a test holds them to it); a file given by
     path is read in full.
     """
@@ -157,10 +147,10 @@ def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
 def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
     """The rank table, from a marshal copy in the cache directory when there is a sound one.
 
-    Parsing the base64 rank file takes about 0.13 s (o200k), loading its marshal copy half that. The
-    copy is written once after the shipped file passed its sha256 check, named after that hash, and
-    carries a BLAKE2b of its own bytes, so a truncated or altered copy is ignored (and rewritten) rather
-    than trusted. Files given by ``path`` are not cached.
+    Loading the marshal copy is faster than parsing the base64 rank file. The copy is written once
+    after the shipped file passed its sha256 check, named after that hash, and carries a BLAKE2b of its
+    own bytes, so a truncated or altered copy is ignored (and rewritten) rather than trusted. Files
+    given by ``path`` are not cached.
     """
     import marshal
 
@@ -187,23 +177,13 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
             with contextlib.suppress(OSError):
                 write_atomic(target, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
 
-        if defer_rank_saves:
-            _pending_saves.append(save)
-        else:
+        # A counting worker dies at once on SIGTERM: held here, it comes after the copy is whole.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
             save()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return ranks
-
-
-#: Set in the counting child (ctxc.tokens.prefork), which writes the cache copy of a rank table it
-#: parsed only after answering its first batch (save_pending_ranks): 25 ms off a first run's start.
-defer_rank_saves = False
-_pending_saves: list[Callable[[], None]] = []
-
-
-def save_pending_ranks() -> None:
-    """Write the rank-table copies :data:`defer_rank_saves` held back."""
-    while _pending_saves:
-        _pending_saves.pop()()
 
 
 def build_encoding(
@@ -223,8 +203,6 @@ def build_encoding(
 
 _encodings: dict[tuple[str, Path | None], tiktoken.Encoding] = {}
 _load_lock = threading.Lock()
-_pools: list[ThreadPoolExecutor] = []
-_pool_lock = threading.Lock()
 
 
 def _encoding(spec: EncodingSpec, path: Path | None) -> tiktoken.Encoding:
@@ -242,24 +220,23 @@ def _encoding(spec: EncodingSpec, path: Path | None) -> tiktoken.Encoding:
 
 # -- partial encodings (ctxc.tokens.partial) ---------------------------------------------------------
 #
-# A small batch is counted with an encoding of the tokens it can use, built in milliseconds, while this
-# process has not built the whole one (0.3 s). Each batch's partial encoding costs time in proportion to
-# its new text, so they are rented until the time spent on them reaches BUILD_SECONDS (below), and then
-# the whole encoding is bought: never much more than twice the better choice made in hindsight.
+# A counting worker for a small input counts each batch with an encoding of the tokens it can use,
+# built in milliseconds, rather than build the whole one. Each batch's partial encoding costs time in
+# proportion to its new text, so they are rented until the time spent on them reaches
+# PARTIAL_SECONDS, and then the whole encoding is bought: never much more than twice the better
+# choice made in hindsight.
 
 #: Larger batches are counted with the whole encoding.
 PARTIAL_MAX_CHARS = 1 << 19
-#: The most byte strings a batch's partial encoding may look up (about 0.2 s here, what the whole
-#: build costs); a batch of long letter runs needs more, and gets the whole encoding.
+#: The most byte strings a batch's partial encoding may look up (about what the whole build costs); a
+#: batch of long letter runs needs more, and gets the whole encoding.
 PARTIAL_MAX_WORK = 600_000
-_partials: dict[tuple[str, Path | None], PartialVocabulary] = {}
-#: Turned off where many inputs will be counted, as by a batch of files (ctxc.batch): such work ends up
-#: building the whole encoding anyway, and renting partial ones first would only add their cost (up to
-#: BUILD_SECONDS a process) to the build.
-partial_allowed = True
+#: About what building the whole encoding costs.
+PARTIAL_SECONDS = 0.4
+_partials: dict[tuple[str, Path | None], PartialVocabulary[tiktoken.Encoding]] = {}
 
 
-def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary | None:
+def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary[tiktoken.Encoding] | None:
     """The partial vocabulary of ``spec``, made (the rank table parsed) on first use; None once the
     whole encoding is built. The caller holds ``_load_lock``."""
     from ctxc.tokens.partial import PartialVocabulary
@@ -271,13 +248,14 @@ def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary | No
     if vocab is None:
         ranks = load_ranks(spec, path)
         longest = spec.longest_token if path is None else max(map(len, ranks))
-        vocab = _partials[key] = PartialVocabulary(spec, ranks, longest)
+        vocab = PartialVocabulary(ranks, longest, lambda tokens: _partial_build(spec, tokens))
+        _partials[key] = vocab
     return vocab
 
 
 def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
     """Import tiktoken and parse the rank table now, so that the first partial encoding costs only its
-    own tokens (the counting child does this while its parent starts)."""
+    own tokens (a counting worker does this while its parent starts)."""
     import tiktoken  # noqa: F401 - imported for its cost, paid now
 
     with _load_lock:
@@ -288,11 +266,11 @@ def _partial_encoding(
     spec: EncodingSpec, path: Path | None, texts: Sequence[str]
 ) -> tiktoken.Encoding | None:
     """A partial encoding for ``texts``, or None where the whole one should be used."""
-    if not partial_allowed or sum(map(len, texts)) > PARTIAL_MAX_CHARS:
+    if sum(map(len, texts)) > PARTIAL_MAX_CHARS:
         return None
     with _load_lock:
         vocab = _vocabulary(spec, path)
-        if vocab is None or vocab.seconds >= BUILD_SECONDS:
+        if vocab is None or vocab.seconds >= PARTIAL_SECONDS:
             return None
         started = time.perf_counter()
         enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
@@ -300,14 +278,24 @@ def _partial_encoding(
     return enc
 
 
+def _partial_build(spec: EncodingSpec, tokens: dict[bytes, int]) -> tiktoken.Encoding:
+    import tiktoken
+
+    # A copy: the encoding keeps the dict it is given, and the vocabulary's grows with the next batch.
+    ranks = dict(tokens)
+    return tiktoken.Encoding(
+        name=spec.name, pat_str=spec.pat_str, mergeable_ranks=ranks, special_tokens=dict(spec.special_tokens)
+    )
+
+
 def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
     """``len(enc.encode_ordinary(text))``, without building the list of tokens.
 
     tiktoken's core can also write the tokens to a buffer (what its ``encode_to_numpy`` uses) of four
-    bytes a token; its size is the count, and no Python int is made per token: counting runs about 5%
-    faster. The buffer call, given no allowed special tokens, encodes as ``encode_ordinary`` does (a
-    test holds it to that); a tiktoken without it, and text with lone surrogates, which
-    ``encode_ordinary`` repairs first, go through ``encode_ordinary``.
+    bytes a token; its size is the count, and no Python int is made per token. The buffer call, given
+    no allowed special tokens, encodes as ``encode_ordinary`` does (a test holds it to that); a
+    tiktoken without it, and text with lone surrogates, which ``encode_ordinary`` repairs first, go
+    through ``encode_ordinary``.
     """
     encode = enc.encode_ordinary
     to_buffer = getattr(getattr(enc, "_core_bpe", None), "encode_to_tiktoken_buffer", None)
@@ -333,61 +321,41 @@ def counter_for(
     return length_counter(enc if enc is not None else _encoding(spec, path))  # two getattrs: no cache
 
 
-def _executor() -> ThreadPoolExecutor:
-    # One pool for the process: tiktoken's encode_ordinary_batch builds (and joins) a new pool per call,
-    # which costs more than counting a typical message batch.
-    if not _pools:
-        from concurrent.futures import ThreadPoolExecutor
+class Pool(Protocol):
+    """Worker processes counting with one encoding (:class:`ctxc.tokens.workers.CountingPool`)."""
 
-        with _pool_lock:
-            if not _pools:
-                _pools.append(ThreadPoolExecutor(cpu_count(), thread_name_prefix="ctxc-bpe"))
-    return _pools[0]
+    name: str
+    path: Path | None
+    size: int
+    #: Whether a worker has answered (so that waiting no longer includes its build).
+    answered: bool
+    #: Seconds spent waiting for small batches once a worker had answered.
+    waited: float
+
+    @property
+    def usable(self) -> bool: ...
+
+    def start(self, texts: Sequence[str]) -> Callable[[], list[int] | None]: ...
+
+    def close(self) -> None: ...
 
 
-# -- counting in other processes ---------------------------------------------------------------------
-#
-# Threads cannot count faster than about one core: tiktoken releases the GIL while it encodes but holds
-# it around each call, and the parser needs the GIL too. For a large file ctxc therefore counts in a
-# crew of child processes (ctxc.tokens.prefork) while this process parses: usually forked as the
-# command started, else by prefork.worker_processes. Their first member builds the encoding and forks the
-# others from the built state, so it is built once, off the critical path, and this process, which
-# sends them its batches, builds it only if it goes on to count many small ones.
+#: The pool counting for this process, if any: set by :mod:`ctxc.tokens.workers`.
+pools: list[Pool] = []
 
-#: Batches smaller than this go to one child of a crew, not split among them all: splitting costs more
-#: than it saves.
-PROCESS_MIN_CHARS = 1 << 18
-#: About what building an encoding costs here (0.35 s, more on a busy machine). Small batches are
-#: sent to the crew until the time spent waiting for them adds up to this, and then this process
-#: builds its own: renting until the rent paid equals the price never costs more than twice the better
-#: of the two choices made in hindsight.
+#: A batch of at least this many characters always goes to the pool.
+POOL_MIN_CHARS = 1 << 16
+#: About what building an encoding costs. Smaller batches go to the pool until the time spent waiting
+#: for their answers adds up to this; then this process builds its own encoding, since a round trip to
+#: a worker costs more than counting a small batch (bench/README.md, "adaptive").
 BUILD_SECONDS = 0.4
-#: Turned off in processes that are themselves workers of a batch (``--jobs``), which already fill
-#: the cores; a worker forking its own crew would only add processes.
-processes_allowed = True
 
 
-#: The crew counting with an encoding and rank file, if there is one this process may use. Set by
-#: :mod:`ctxc.tokens.prefork`, which owns the crews (there is none before it is imported).
-def _no_crew(name: str, path: Path | None) -> Any:
+def pool_for(name: str, path: Path | None = None) -> Pool | None:
+    """The pool counting with ``name`` (and rank file ``path``), if there is one the caller may use."""
+    if pools and pools[0].name == name and pools[0].path == path and pools[0].usable:
+        return pools[0]
     return None
-
-
-find_crew: Callable[[str, Path | None], Any] = _no_crew
-
-
-def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges of ``texts`` (some maybe empty) of about equal total length."""
-    total = sum(map(len, texts))
-    bounds = [0]
-    before = 0  # characters before text i
-    for i, text in enumerate(texts):
-        # A range ends before the text whose middle lies past the range's share of the total.
-        while len(bounds) < parts and (2 * before + len(text)) * parts >= 2 * total * len(bounds):
-            bounds.append(i)
-        before += len(text)
-    bounds += [len(texts)] * (parts + 1 - len(bounds))
-    return list(itertools.pairwise(bounds))
 
 
 class TiktokenTokenizer:
@@ -420,50 +388,41 @@ class TiktokenTokenizer:
     def start_count(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """Start counting ``texts``; the returned function waits for the counts.
 
-        With a crew of counting processes (:mod:`ctxc.tokens.prefork`) a batch is sent to it and this
+        With a pool of counting processes (:mod:`ctxc.tokens.workers`) a batch is sent to it and this
         returns at once, so the caller goes on parsing while they count. Otherwise the counting is
         done here, now.
         """
         if texts:
-            sent = self._send_to_crew(texts)
+            sent = self._send_to_pool(texts)
             if sent is not None:
                 return sent
         counts = self._count_here(texts)
         return lambda: counts
 
-    def _send_to_crew(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
-        """Send ``texts`` to the crew counting with this encoding, or return None to count here.
+    def _send_to_pool(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
+        """Send ``texts`` to the pool counting with this encoding, or return None to count here.
 
-        A large batch is split among a crew of several. Other batches go to it until this process has
-        the encoding or waiting for their answers (after the first, which includes the build) adds up
-        to :data:`BUILD_SECONDS`; then this process builds its own, since shipping a small batch costs
-        more than counting it.
+        A small batch is counted here once this process has the encoding, or once waiting for such
+        batches has cost :data:`BUILD_SECONDS`: then this process builds it.
         """
-        crew = find_crew(self.name, self._path)
-        if crew is None:
+        pool = pool_for(self.name, self._path)
+        if pool is None:
             return None
-        spread = crew.size > 1 and sum(map(len, texts)) >= PROCESS_MIN_CHARS
-        if not spread and (crew.waited >= BUILD_SECONDS or (self._spec.name, self._path) in _encodings):
+        small = sum(map(len, texts)) < POOL_MIN_CHARS
+        if small and (pool.waited >= BUILD_SECONDS or (self._spec.name, self._path) in _encodings):
             return None
-        pending = crew.start(texts, spread=spread)
+        timed = small and pool.answered
+        pending = pool.start(texts)
 
         def collect() -> list[int]:
+            started = time.perf_counter()
             counts = pending()
-            # None: a child failed (a corrupt rank file); counting here raises the real error.
+            if timed:
+                pool.waited += time.perf_counter() - started
+            # None: a worker failed (a corrupt rank file); counting here raises the real error.
             return self._count_here(texts) if counts is None else counts
 
         return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
-        count = counter_for(self._spec, self._path, texts)
-        threads = cpu_count()
-        if threads == 1 or len(texts) < 2 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
-            return list(map(count, texts))
-
-        def run(bounds: tuple[int, int]) -> list[int]:
-            return list(map(count, texts[bounds[0] : bounds[1]]))
-
-        counts: list[int] = []
-        for part in _executor().map(run, split(texts, threads * 4)):
-            counts.extend(part)
-        return counts
+        return list(map(counter_for(self._spec, self._path), texts))
