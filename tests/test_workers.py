@@ -97,7 +97,8 @@ import orjson
 from ctxc.tokens import workers
 from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
 
-texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000, "lone \ud800 surrogate"]
+texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000,
+         "lone \ud800 surrogate"]
 enc = build_encoding(SPECS["o200k_base"])
 doc = {"expected": [len(enc.encode_ordinary(t)) for t in texts]}
 for size, partial in ((1, True), (1, False), (2, False)):
