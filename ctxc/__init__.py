@@ -1,8 +1,8 @@
 """ctxc: read, measure and compact LLM agent transcripts.
 
-The library API (``load``, ``dump``, ``analyze``, ``count_tokens``, ``compact``, the model classes) is
-importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs almost nothing:
-tokenizer encodings and the Anthropic SDK load only when a call needs them.
+The library API (``load``, ``dump``, ``analyze``, ``count_tokens``, ``compact``, ``compact_messages``, the
+model classes) is importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs
+almost nothing: tokenizer encodings and the Anthropic SDK load only when a call needs them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ _EXPORTS = {
     "Analysis": "ctxc.report",
     "count_tokens": "ctxc.api",
     "compact": "ctxc.api",
+    "compact_messages": "ctxc.agent",
     "CompactOptions": "ctxc.compaction.run",
     "CompactionResult": "ctxc.compaction.run",
     "Archive": "ctxc.archive",
@@ -45,7 +46,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from ctxc.agent import ContextManager
+    from ctxc.agent import ContextManager, compact_messages
     from ctxc.analysis import analyze
     from ctxc.api import compact, count_tokens
     from ctxc.archive import Archive
@@ -103,6 +104,7 @@ __all__ = [
     "__version__",
     "analyze",
     "compact",
+    "compact_messages",
     "compact_record",
     "count_tokens",
     "dump",

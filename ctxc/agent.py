@@ -8,8 +8,8 @@ role ``tool``), exactly as an SDK takes them. Each turn the loop asks:
   Counting is cheap to repeat: each message is counted once (memoised by a hash of its JSON) and
   texts are counted through the cached counter;
 * :meth:`~ContextManager.compact`: the compacted list, in the shape it was given, by the real
-  strategies (``ctxc.compaction``, through :func:`~ctxc.compaction.run.compact_transcript`, so the
-  output is repaired, read back and checked for tool pairing before it is returned);
+  strategies through the kernel ``ctxc compact`` runs (:func:`~ctxc.compaction.kernel.compact_conversation`:
+  pins, strategy, repair, tool pairing checked before it is returned);
 * :meth:`~ContextManager.reminders_due`: which reminder rules fire at this turn (the manager keeps
   how often each fired, see :mod:`ctxc.reminders`);
 * :meth:`~ContextManager.system_prompt`: the prioritised system prompt within a token budget
@@ -24,7 +24,8 @@ tokens (each compaction also invalidates the provider's prompt cache); if a stag
 free too little, the context climbs into the next stage and that stage's strategies run. A higher
 trigger with ``target_ratio`` below it gives wider hysteresis (compact at 80%, down to 50%).
 
-``examples/agent_loop.py`` is a whole loop with a fake model.
+``examples/agent_loop.py`` is a whole loop with a fake model. :func:`compact_messages` is the same
+compaction as one call, shaped like LangChain's ``trim_messages``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
 from ctxc.errors import UsageError
+from ctxc.formats.dicts import Shape, detect_shape, from_messages, json_bytes, to_messages
 from ctxc.model import Message, Transcript
 from ctxc.reminders import (
     Reminder,
@@ -52,12 +52,12 @@ from ctxc.tokens import make_counter
 if TYPE_CHECKING:
     from ctxc.archive import Archive
     from ctxc.compaction.base import Action
+    from ctxc.compaction.kernel import Plan
     from ctxc.compaction.ledger import Ledger
     from ctxc.compaction.run import CompactOptions
     from ctxc.composer import Composition, PromptComposer
     from ctxc.tokens import Counter
 
-Shape = Literal["anthropic", "openai"]
 #: Messages memoised by the hash of their JSON; cleared when it grows past this (a loop's context
 #: holds far fewer; the cached counter's own memo keeps texts cheap after a clear).
 _MEMO_LIMIT = 200_000
@@ -160,9 +160,11 @@ class ContextManager:
             instructions=instructions,
             use_cache=use_cache,
         )
-        self._strategy = get_strategy(strategy)  # an unknown name fails here, not mid-run
-        self._configs = strategy_configs(self.options)
-        self.target, self._explicit = resolve_target(self.options, self.window)
+        # An unknown strategy, a bad setting or target fails here, not mid-run.
+        get_strategy(strategy)
+        strategy_configs(self.options)
+        #: The token target of a compaction at the full window (a system prompt lowers it).
+        self.target, _ = resolve_target(self.options, self.window)
         self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = _open_archive(archive)
         self.rules = _rules(reminders)
@@ -191,7 +193,7 @@ class ContextManager:
             if isinstance(m, Message):
                 objects.append(m)
                 continue
-            key = hashlib.blake2b(_json(m), digest_size=16).digest()
+            key = hashlib.blake2b(json_bytes(m), digest_size=16).digest()
             n = self._memo.get(key)
             if n is None:
                 todo.append((key, m))
@@ -258,32 +260,58 @@ class ContextManager:
         archive, the list is stored first and summaries cite it. A ``system`` prompt is taken off the
         window, as in :meth:`needs_compaction`. :attr:`last_compaction` says what was done.
         """
-        from ctxc.compaction.run import compact_transcript
+        from ctxc.archive_store import discard_new_objects_on_failure
 
         room = self.room(system)
-        options = self.options if room == self.window else replace(self.options, window=room)
         if not messages:
             self._record(Compaction(0, 0, 1))
             return []
-        lines = [_json(m) for m in messages]
-        data = b"\n".join(lines) + b"\n"
-        transcript = _load_lines(data, self._shape(messages))
-        before = self.count(messages)
-        result = compact_transcript(
-            transcript, options, archive=self.archive, counter=self.counter, original_bytes=data
+        shape = self._shape(messages)
+        parsed = tuple(
+            replace(m, meta={**m.meta, "dialect": shape}) for m in to_messages(messages, shape=shape)
         )
-        originals: dict[bytes, Mapping[str, Any]] = {}
-        for raw, obj in zip(lines, messages, strict=True):
-            originals.setdefault(raw, obj)
-        out: list[dict[str, Any]] = []
-        for rec in result.transcript.records:
-            if rec.kind == "blank":
-                continue
-            kept = originals.get(rec.raw)
-            out.append(kept if isinstance(kept, dict) else orjson.loads(rec.raw))
+        before = self.count(messages)
+        with discard_new_objects_on_failure():
+            compacted, actions = self._compact_live(parsed, messages, room)
+        out = from_messages(compacted, messages, parsed, shape=shape)
         after = self.count(out)
-        self._record(Compaction(before, after, self.stage(before, room=room), result.actions))
+        self._record(Compaction(before, after, self.stage(before, room=room), actions))
         return out
+
+    def _compact_live(
+        self, parsed: Sequence[Message], messages: Sequence[Mapping[str, Any]], room: int
+    ) -> tuple[tuple[Message, ...], tuple[Action, ...]]:
+        """The live context (from the provider's own compaction block on) compacted by the kernel;
+        the list is stored in the archive first, and what is replaced cites it."""
+        from ctxc.archive_store import sha256_hex
+        from ctxc.compaction.ledger import Ledger
+        from ctxc.compaction.run import compact_live
+        from ctxc.formats import get_adapter
+        from ctxc.live import compaction_block_boundary
+
+        data = b"".join(json_bytes(m) + b"\n" for m in messages)
+        archive_id = self.archive.store(data) if self.archive is not None else sha256_hex(data)
+        boundaries = tuple(b for m in parsed if (b := compaction_block_boundary(m)) is not None)
+        transcript = Transcript("chat", (), tuple(parsed), "<messages>", boundaries=boundaries)
+        plan = self._plan(room, Ledger(self.counter), archive_id)
+        outputs, outcomes = compact_live(transcript, self.options, plan, get_adapter("chat"))
+        if self.archive is not None:
+            self.archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
+        return outputs.get(0, tuple(parsed)), tuple(a for o in outcomes for a in o.actions)
+
+    def _plan(self, room: int, ledger: Ledger, archive_id: str) -> Plan:
+        """The kernel's plan for a message list with ``room`` tokens of window."""
+        from ctxc.compaction.run import make_plan
+
+        options = self.options if room == self.window else replace(self.options, window=room)
+        return make_plan(
+            options,
+            window=room,
+            ledger=ledger,
+            summarizer=self._get_summarizer(),
+            archive=self.archive,
+            archive_id=archive_id,
+        )
 
     def compact_messages(
         self,
@@ -295,49 +323,22 @@ class ContextManager:
     ) -> tuple[tuple[Message, ...], Compaction]:
         """Compact ctxc messages of one conversation in memory (what replay runs every trigger).
 
-        The same steps as one conversation of :func:`~ctxc.compaction.run.compact_transcript` (pins,
-        strategy, repair, pairing check) without writing a file. ``ledger`` lets a caller that
-        compacts the same growing list many times count each message once. ``tool_role`` says how
-        a repair answers an unanswered call (role ``tool`` messages, or a user message of results);
-        None decides from the messages.
+        The kernel of :func:`~ctxc.compaction.run.compact_transcript` (pins, strategy, repair, pairing
+        check) without a file. ``ledger`` lets a caller that compacts the same growing list many
+        times count each message once. ``tool_role`` True answers an unanswered call with role
+        ``tool`` messages (as does a list that holds any); otherwise with a user message of results.
         """
-        from ctxc.compaction.base import CompactContext
+        from ctxc.compaction.kernel import compact_conversation, pinned_indexes
         from ctxc.compaction.ledger import Ledger
-        from ctxc.compaction.run import pinned_indexes
-        from ctxc.errors import OverTargetError
-        from ctxc.repair import repair_messages
-        from ctxc.validate import pairing_problems
 
-        ledger = ledger or Ledger(self.counter)
-        before = ledger.total(messages)
-        ctx = CompactContext(
-            target=self.target,
-            window=self.window,
-            ledger=ledger,
-            summarizer=self._get_summarizer(),
-            archive=self.archive,
-            archive_id=archive_id,
-            pinned=pinned_indexes(messages, self.options.pins),
-            keep_last=self.options.keep_last,
-            configs=self._configs,
-            explicit_target=self._explicit,
-            instructions=self.options.instructions,
+        plan = self._plan(self.window, ledger or Ledger(self.counter), archive_id)
+        if tool_role:
+            plan = replace(plan, tool_role=True)
+        done = compact_conversation(messages, plan, keep=pinned_indexes(messages, self.options.pins))
+        compaction = Compaction(
+            done.tokens_before, done.tokens_after, self.stage(done.tokens_before), done.actions
         )
-        result = self._strategy.compact(messages, ctx)
-        if any(m.role == "tool" for m in messages):
-            tool_role = True
-        repaired, _ = repair_messages(result.messages, tool_role=tool_role)
-        problems = pairing_problems(repaired, strict=True)
-        if problems:  # repair makes this impossible; never hand a loop an invalid request
-            raise AssertionError(f"compacted messages have a pairing problem: {problems[0]}")
-        after = ledger.total(repaired)
-        enforce = self._explicit or self.options.strategy != "adaptive"
-        if after > self.target and enforce and not self.options.allow_over:
-            raise OverTargetError(
-                f"{self.options.strategy} reached {after:,} tokens, over the {self.target:,} target"
-            )
-        compaction = Compaction(before, after, self.stage(before), result.actions)
-        return repaired, self._record(compaction)
+        return done.messages, self._record(compaction)
 
     def _get_summarizer(self) -> Any:
         if self._summarizer is None:
@@ -406,52 +407,48 @@ class ContextManager:
         return detect_shape(messages)
 
 
-def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
-    """Anthropic when a message is Anthropic-only (tool_use/tool_result blocks...), else OpenAI.
+def compact_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: int,
+    strategy: str = "adaptive",
+    token_counter: str | Counter = "o200k_base",
+    window: int | None = None,
+    keep_last: int = 4,
+    pins: Sequence[str] = (),
+    settings: Mapping[str, str] | None = None,
+    summarizer: str = "extractive",
+    archive: Archive | str | Path | None = None,
+    shape: Literal["auto", "anthropic", "openai"] = "auto",
+    allow_over: bool = False,
+) -> list[dict[str, Any]]:
+    """``messages`` (plain dicts, Anthropic or OpenAI shape) compacted to at most ``max_tokens``.
 
-    A list whose every message is valid in both shapes (plain strings) is the same either way.
+    Shaped like LangChain's ``trim_messages``: messages in, messages out, no files. ``strategy`` is
+    any of ``ctxc strategies``; ``token_counter`` a tokenizer name (``o200k_base``, ``cl100k_base``,
+    ``approx``, ``anthropic``) or an object with ``count(texts) -> list[int]``. Kept messages are the
+    very dicts given; tool calls and results stay paired. ``window`` (default ``max_tokens``) is the
+    model's, for the adaptive stages. A budget that cannot be met raises
+    :class:`~ctxc.errors.OverTargetError` unless ``allow_over``.
     """
-    from ctxc.formats.chat import detect_dialect
-
-    for m in messages:
-        if isinstance(m, Mapping):
-            found = detect_dialect(m)
-            if found is not None:
-                return found
-    return "openai"
-
-
-def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = None) -> list[Message]:
-    """ctxc messages for a dict list (indexes are positions in the list; non-messages are skipped)."""
-    from ctxc.formats.chat import ChatState, importance_of, parse_chat_message
-
-    state = ChatState()
-    state.dialect = shape
-    out: list[Message] = []
-    for i, obj in enumerate(messages):
-        parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None
-        if parsed is None:
-            continue
-        role, blocks, meta = parsed
-        out.append(
-            Message(
-                role=role,
-                blocks=blocks,
-                index=i,
-                line=i + 1,
-                importance=importance_of(obj),
-                meta=meta,
-                raw=obj,
-            )
-        )
-    return out
-
-
-def _json(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except TypeError as exc:
-        raise UsageError(f"messages must be JSON-serialisable dicts: {exc}") from None
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    counter = None if isinstance(token_counter, str) else token_counter
+    manager = ContextManager(
+        window=window or max_tokens,
+        strategy=strategy,
+        target_tokens=max_tokens,
+        keep_last=keep_last,
+        pins=pins,
+        tokenizer=token_counter if isinstance(token_counter, str) else "o200k_base",
+        summarizer=summarizer,
+        settings=settings,
+        archive=archive,
+        counter=counter,
+        shape=shape,
+        allow_over=allow_over,
+    )
+    return manager.compact(messages)
 
 
 def _role(obj: Any) -> Any:
@@ -462,16 +459,6 @@ def _count(messages: Sequence[Message], counter: Counter) -> list[int]:
     from ctxc.tokens.cost import count_messages
 
     return count_messages(messages, counter)
-
-
-def _load_lines(data: bytes, shape: Shape) -> Transcript:
-    """A chat transcript of the given JSON lines, every message in ``shape``'s dialect."""
-    from ctxc.formats import load
-    from ctxc.reader import named_bytes
-
-    transcript = load(named_bytes("<messages>", data), input_format="chat")
-    messages = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in transcript.messages)
-    return replace(transcript, messages=messages)
 
 
 def _open_archive(archive: Archive | str | Path | None) -> Archive | None:
@@ -500,4 +487,4 @@ def _composer(composer: PromptComposer | str | Path | None) -> PromptComposer | 
     return composer if isinstance(composer, PromptComposer) else PromptComposer.load(composer)
 
 
-__all__ = ["Compaction", "ContextManager", "detect_shape", "to_messages"]
+__all__ = ["Compaction", "ContextManager", "compact_messages", "detect_shape", "from_messages", "to_messages"]

@@ -29,6 +29,7 @@ import orjson
 
 from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.formats import transcript_suffixes
 from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
@@ -36,9 +37,6 @@ from ctxc.terminal import stderr_console
 if TYPE_CHECKING:
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor
-
-#: Suffixes a directory walk picks up when no ``--glob`` is given.
-TRANSCRIPT_SUFFIXES = (".jsonl", ".traj", ".traj.json")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -58,7 +56,7 @@ class Input:
 
 def _matches(rel: str, pattern: str | None) -> bool:
     if pattern is None:
-        return rel.endswith(TRANSCRIPT_SUFFIXES)
+        return rel.endswith(transcript_suffixes())  # each format's own
     # A pattern without a slash matches the file name at any depth, like .gitignore.
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 
@@ -428,28 +426,28 @@ def already_done(entry: dict[str, Any] | None) -> bool:
 
 
 class BatchProgress:
-    """Progress on stderr: a rich bar on a terminal, a plain line every few seconds otherwise.
+    """Progress on stderr: a rich bar on a terminal, for runs that last, and nothing otherwise.
 
-    Shows files done, tokens processed, the rate and an ETA. Nothing for a single file or ``quiet``.
+    Shows files done, tokens processed, the rate and an ETA. Nothing for a single file, for ``quiet``,
+    off a terminal (a log or a pipe wants the result, not a ticker), nor in a run's first
+    :attr:`SHOW_AFTER` seconds (a quick run should end as quietly as it began).
     """
 
-    PLAIN_EVERY = 5.0
+    SHOW_AFTER = 1.0
 
     def __init__(self, total: int, what: str, *, quiet: bool = False) -> None:
         self.total = total
         self.what = what
-        self.enabled = total > 1 and not quiet
-        self.tty = sys.stderr.isatty()
+        self.enabled = total > 1 and not quiet and sys.stderr.isatty()
         self.done = 0
         self.failed = 0
         self.tokens = 0
         self._start = time.monotonic()
-        self._last = self._start
         self._bar: Any = None
         self._task: Any = None
 
     def __enter__(self) -> BatchProgress:
-        if self.enabled and self.tty:
+        if self.enabled:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -459,7 +457,16 @@ class BatchProgress:
                 TimeRemainingColumn,
             )
 
-            self._bar = Progress(
+            start, delay = self._start, self.SHOW_AFTER
+
+            class LateProgress(Progress):
+                """A bar that stays blank for its first ``delay`` seconds."""
+
+                def get_renderables(self) -> Any:
+                    if time.monotonic() - start >= delay:
+                        yield from super().get_renderables()
+
+            self._bar = LateProgress(
                 TextColumn(self.what),
                 BarColumn(),
                 MofNCompleteColumn(),
@@ -478,6 +485,8 @@ class BatchProgress:
             self._bar.__exit__(*exc)
 
     def _tokens_text(self) -> str:
+        if not self.tokens:  # a command that counts nothing (validate) shows no "0 tokens, 0/s"
+            return ""
         elapsed = max(time.monotonic() - self._start, 1e-9)
         return f"{self.tokens:,} tokens, {self.tokens / elapsed:,.0f}/s"
 
@@ -485,19 +494,5 @@ class BatchProgress:
         self.done += 1
         self.failed += 0 if ok else 1
         self.tokens += tokens
-        if not self.enabled:
-            return
         if self._bar is not None:
             self._bar.update(self._task, advance=1, tokens=self._tokens_text())
-            return
-        now = time.monotonic()
-        if now - self._last >= self.PLAIN_EVERY or self.done == self.total:
-            self._last = now
-            elapsed = now - self._start
-            eta = elapsed / self.done * (self.total - self.done)
-            failed = f", {self.failed} failed" if self.failed else ""
-            sys.stderr.write(
-                f"ctxc: {self.what} {self.done}/{self.total} files{failed}, {self._tokens_text()}, "
-                f"{elapsed:.0f}s elapsed, eta {eta:.0f}s\n"
-            )
-            sys.stderr.flush()

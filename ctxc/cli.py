@@ -163,7 +163,8 @@ def analyze(
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
 
-    for a in results:
+    # A table states skipped lines and pairing problems itself: each warning is said once.
+    for a in results if out_fmt is not OutFormat.table else []:
         if a.skipped_lines:
             stderr_console().print(
                 f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)", markup=False, soft_wrap=True
@@ -377,6 +378,12 @@ def compact(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan and savings; write nothing, archive nothing.")
     ] = False,
+    list_actions: Annotated[
+        bool,
+        typer.Option(
+            "--messages", help="With --dry-run on a terminal: list every action, not only each stage's."
+        ),
+    ] = False,
     report: Annotated[str | None, typer.Option("--report", help="Write a JSON report to this file.")] = None,
     instructions: Annotated[
         str | None, typer.Option(help="Focus for summaries, like /compact \\[instructions].")
@@ -485,7 +492,7 @@ def compact(
         )
         doc = compact_file(job)
         if dry_run:
-            _emit_plan(doc, table_on_terminal(fmt))
+            _emit_plan(doc, table_on_terminal(fmt), every_action=list_actions)
             return
         if not quiet:
             _summary_line(doc)
@@ -544,14 +551,19 @@ def _summarizer_spend(run: dict[str, Any]) -> str:
 def _summary_line(doc: dict[str, Any]) -> None:
     run = doc["run"]
     before, after = run["tokens_before"], run["tokens_after"]
-    pct = (1 - after / before) * 100 if before else 0.0
-    stages = ", ".join(f"{k} -{v:,}" for k, v in run["savings"].items() if v) or "nothing to do"
+    pct = (after - before) / before * 100 if before else 0.0
+    stages = ", ".join(f"{k} {_signed(-v)}" for k, v in run["savings"].items() if v) or "nothing to do"
     stderr_console().print(
-        f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens (-{pct:.1f}%) with {run['strategy']} "
+        f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens ({pct:+.1f}%) with {run['strategy']} "
         f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}",
         markup=False,
         soft_wrap=True,
     )
+
+
+def _signed(change: int) -> str:
+    """A change in tokens with its sign: "-9,112" removed, "+16" added (a repair's answers)."""
+    return f"{change:+,}"
 
 
 def _worth(run: dict[str, Any]) -> str:
@@ -567,13 +579,15 @@ def _worth(run: dict[str, Any]) -> str:
     )
 
 
-def _emit_plan(doc: dict[str, Any], fmt: TableOrJson) -> None:
+def _emit_plan(doc: dict[str, Any], fmt: TableOrJson, *, every_action: bool = False) -> None:
     from ctxc.output import dumps, write_stdout
 
     if fmt is TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from rich.table import Table
+
+    from ctxc.render import print_table
 
     console = stdout_console()
     run = doc["run"]
@@ -583,22 +597,46 @@ def _emit_plan(doc: dict[str, Any], fmt: TableOrJson) -> None:
         f"{_summarizer_spend(run)}",
         markup=False,
     )
-    table = Table("conv", "strategy", "action", "messages", "tokens before", "after", "saved", "note")
-    for conv in doc["conversations"]:
-        for a in conv["actions"]:
+    actions = [(conv["conversation"], a) for conv in doc["conversations"] for a in conv["actions"]]
+    # First what each stage does in all (a few lines), then, if asked, every action (hundreds).
+    stages: dict[str, list[int]] = {}
+    for _, a in actions:
+        total = stages.setdefault(a["strategy"], [0, 0, 0, 0])
+        total[0] += 1
+        total[1] += a["last"] - a["first"] + 1
+        total[2] += a["tokens_before"]
+        total[3] += a["tokens_after"]
+    if stages:
+        table = Table("stage")
+        for column in ("actions", "messages", "before", "after", "change"):
+            table.add_column(column, justify="right")
+        for name, (count, span, before, after) in stages.items():
             table.add_row(
-                *cells(
-                    str(conv["conversation"]),
-                    a["strategy"],
-                    a["kind"],
-                    f"{a['first']}-{a['last']}",
-                    f"{a['tokens_before']:,}",
-                    f"{a['tokens_after']:,}",
-                    f"{a['tokens_before'] - a['tokens_after']:,}",
-                    a["note"],
-                )
+                *cells(name, str(count), str(span), f"{before:,}", f"{after:,}", _signed(after - before))
             )
-    console.print(table)
+        print_table(console, table, keys=1)
+    if not every_action:
+        if actions:
+            console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
+        return
+    table = Table("conv", "strategy", "action")
+    for column in ("messages", "before", "after", "change"):
+        table.add_column(column, justify="right")
+    table.add_column("note")
+    for conv, a in actions:
+        table.add_row(
+            *cells(
+                str(conv),
+                a["strategy"],
+                a["kind"],
+                f"{a['first']}-{a['last']}",
+                f"{a['tokens_before']:,}",
+                f"{a['tokens_after']:,}",
+                _signed(a["tokens_after"] - a["tokens_before"]),
+                a["note"],
+            )
+        )
+    print_table(console, table, optional=("conv", "action"), keys=2, fold=("note",))
 
 
 @app.command(
@@ -616,23 +654,23 @@ def strategies(
     """List the compaction strategies with a one-line description."""
     import dataclasses
 
-    from rich.markup import escape
     from rich.table import Table
 
     from ctxc.compaction import strategies as registry
+    from ctxc.render import print_table
 
     table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column("strategy", style="bold", no_wrap=True)
+    table.add_column("strategy", style="bold")
     table.add_column("description")
     for name, cls in registry().items():
-        table.add_row(name, escape(cls.description))
+        table.add_row(*cells(name, cls.description))
         if show_options:
             for f in dataclasses.fields(cls.Config):
                 lo, hi = f.metadata.get("min"), f.metadata.get("max")
                 rng = f" [{lo}..{hi}]" if lo is not None or hi is not None else ""
                 help_text = f.metadata.get("help", "")
-                table.add_row("", escape(f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
-    stdout_console().print(table)
+                table.add_row(*cells("", f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
+    print_table(stdout_console(), table, fold=("description",))
 
 
 @app.command(
@@ -815,11 +853,17 @@ def repair(
 )
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
-    from ctxc.formats import adapters
+    from rich.table import Table
 
-    console = stdout_console()
+    from ctxc.formats import adapters
+    from ctxc.render import print_table
+
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column("format", style="bold")
+    table.add_column("description")
     for name, adapter in sorted(adapters().items()):
-        console.print(f"[bold]{name:12}[/bold] {adapter.description}")
+        table.add_row(*cells(name, adapter.description))
+    print_table(stdout_console(), table, fold=("description",))
 
 
 @app.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
@@ -839,10 +883,12 @@ def models(
         return
     from rich.table import Table
 
+    from ctxc.render import print_table
+
     table = Table("model", "provider", "window", "tokenizer")
     for p in PROFILES:
-        table.add_row(p.name, p.provider, f"{p.window:,}", p.tokenizer)
-    stdout_console().print(table)
+        table.add_row(*cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
+    print_table(stdout_console(), table, keys=1)
 
 
 def _version_callback(value: bool) -> None:
@@ -881,7 +927,7 @@ HELP_PANELS: dict[str, dict[str, str]] = {
             ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
             "Strategy",
         ),
-        **dict.fromkeys(("output", "fmt", "dry_run", "report", "quiet"), "Output"),
+        **dict.fromkeys(("output", "fmt", "dry_run", "list_actions", "report", "quiet"), "Output"),
         **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
         **dict.fromkeys(("archive", "no_index"), "Archive"),
     }

@@ -253,6 +253,7 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
     from ctxc.cliutil import stdout_console
+    from ctxc.render import print_table
 
     table = Table("file", "status", "format", "before", "after", "archive")
     for r in rows:
@@ -266,7 +267,7 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
                 (r.get("archive_id") or "")[:12],
             )
         )
-    stdout_console().print(table)
+    print_table(stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
 
 
 def _print_totals(t: dict[str, Any]) -> None:

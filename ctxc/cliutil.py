@@ -56,10 +56,10 @@ def cells(*values: str) -> list[Any]:
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
     from ctxc.output import StdoutText
-    from ctxc.terminal import visible_console
+    from ctxc.terminal import visible_console, width_for
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
-    return visible_console(file=cast(IO[str], StdoutText()), highlight=False)
+    return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:

@@ -164,23 +164,17 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     out.append(line)
     out.extend(_apart_lines(a))
 
-    totals = Table(title=None, show_edge=False, pad_edge=False, box=None)
-    totals.add_column("by role", style="bold")
-    totals.add_column("tokens", justify="right")
-    totals.add_column("  by kind", style="bold")
-    totals.add_column("tokens", justify="right")
-    totals.add_column("  by tool", style="bold")
-    totals.add_column("tokens", justify="right")
-    roles, kinds, tools = list(a.by_role.items()), list(a.by_kind.items()), list(a.by_tool.items())[:8]
-    for i in range(max(len(roles), len(kinds), len(tools))):
-        row: list[str] = []
-        for group in (roles, kinds, tools):
-            if i < len(group):
-                row += [("  " if group is not roles else "") + group[i][0], f"{group[i][1]:,}"]
-            else:
-                row += ["", ""]
-        totals.add_row(*cells(*row))
-    out.append(totals)
+    groups = []
+    for name, items in (("role", a.by_role), ("kind", a.by_kind), ("tool", a.by_tool)):
+        if not items:
+            continue
+        group = Table(box=None, pad_edge=False, show_edge=False)
+        group.add_column(f"by {name}", style="bold")
+        group.add_column("tokens", justify="right")
+        for key, tokens in list(items.items())[: 8 if name == "tool" else None]:
+            group.add_row(*cells(key, f"{tokens:,}"))
+        groups.append(group)
+    out.append(SideBySide(*groups))
 
     rows = a.messages if show_messages else a.largest
     table = Table(
@@ -212,11 +206,12 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
                 str(s.stage),
             )
         )
-    out.append(table)
+    out.append(Fitted(table, optional=("stage", "line", "window")))
 
     if a.usage:
         u = a.usage
-        usage = Text("recorded usage: ", style="bold")
+        usage = Text()
+        usage.append("recorded usage: ", style="bold")
         usage.append(
             f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
             f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
@@ -236,8 +231,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         for col in ("stage", "strategies", "could remove", "adaptive plan removes"):
             fc.add_column(col, justify="left" if col == "strategies" else "right")
         for f in a.forecast:
-            fc.add_row(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}")
-        out.append(fc)
+            fc.add_row(*cells(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}"))
+        out.append(Fitted(fc, keys=1))
     if a.problems:
         from ctxc.terminal import visible
 
@@ -302,6 +297,201 @@ def boundary_lines(a: Analysis) -> list[Any]:
         )
         out.append(t)
     return out
+
+
+# ------------------------------------------------------------------------------------ fitting tables
+#
+# rich shrinks a table that is too wide by cutting the widest columns, whatever they hold: at 80
+# columns "assistant" became "assista…". print_table decides the widths itself so that a value is never
+# cut: the natural widths when they fit; else each column at least as wide as its longest word, the
+# room left shared out; else fewer columns (those the caller marks optional), the columns in groups
+# that each repeat the key columns, and at last one record per row.
+
+#: A column of free text (``fold``) may be narrower than its longest word (a path, a line of code):
+#: such a word is folded onto the next line, all of it shown.
+_FOLD_MIN = 16
+
+
+def print_table(
+    console: Any,
+    table: Any,
+    *,
+    optional: Sequence[str] = (),
+    keys: int = 0,
+    fold: Sequence[str] = (),
+) -> None:
+    """Print a rich ``table`` with every value whole within the console's width (see :class:`Fitted`)."""
+    console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
+
+
+class Late:
+    """A renderable shown only once ``delay`` seconds have passed since it was made: a quick run ends
+    as quietly as it began, a long one still says what it is doing."""
+
+    def __init__(self, inner: Any, delay: float = 1.0) -> None:
+        import time
+
+        self.inner, self.delay, self.start = inner, delay, time.monotonic()
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        import time
+
+        if time.monotonic() - self.start >= self.delay:
+            yield self.inner
+
+
+class SideBySide:
+    """Small tables side by side when they fit the width, else one after another."""
+
+    def __init__(self, *tables: Any) -> None:
+        self.tables = tables
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+        from rich.table import Table
+
+        from ctxc.terminal import UNWRAPPED
+
+        grid = Table.grid(padding=(0, 3))
+        grid.add_row(*self.tables)
+        if Measurement.get(console, options.update_width(UNWRAPPED), grid).maximum <= options.max_width:
+            yield grid
+        else:
+            yield from self.tables
+
+
+class Fitted:
+    """A rich table laid out so that no value is cut, at whatever width it is printed.
+
+    ``optional`` names columns to leave out, in that order, when the table cannot fit otherwise;
+    ``keys`` is how many leading columns identify a row (repeated when the columns are shown in
+    groups); ``fold`` names free-text columns whose long words may be folded.
+    """
+
+    def __init__(
+        self, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
+    ) -> None:
+        self.table, self.optional, self.keys, self.fold = table, tuple(optional), keys, tuple(fold)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        table, fold = self.table, self.fold
+        for column in table.columns:
+            column.overflow = "fold"  # a word wider than its column goes on the next line, never "…"
+        names = [str(c.header) for c in table.columns]
+        shown = list(range(len(names)))
+        choices = [list(shown)]
+        for name in self.optional:
+            if name in names and names.index(name) in shown:
+                shown.remove(names.index(name))
+                choices.append(list(shown))
+        # Leaving out a column is better than folding a word; folding is better than a record a row.
+        for folding in ((), fold) if fold else ((),):
+            for choice in choices:
+                narrower = table if len(choice) == len(names) else _subtable(table, choice)
+                if _fit(console, options, narrower, folding):
+                    yield narrower
+                    return
+        if self.keys and len(shown) > self.keys:
+            groups = _groups(console, options, table, shown, self.keys, fold)
+            if groups is not None:
+                for n, group in enumerate(groups):
+                    if n:
+                        yield ""
+                    yield group
+                return
+        yield from _records(table, names)
+
+
+def _measures(
+    console: Any, options: Any, table: Any, fold: Sequence[str]
+) -> tuple[list[int], list[int], int]:
+    """Each column's narrowest and natural width (with its padding), and the width of the borders."""
+    for column in table.columns:
+        column.width = None
+    # rich measures columns only privately; these are the measures its own layout uses.
+    measures = [table._measure_column(console, options, c) for c in table.columns]
+    lo, extra = [m.minimum for m in measures], table._extra_width
+    # Free-text columns give up width, widest first, only as far as the table needs.
+    foldable = [i for i, c in enumerate(table.columns) if str(c.header) in fold]
+    while sum(lo) + extra > options.max_width:
+        widest = max(foldable, key=lambda i: lo[i], default=None)
+        if widest is None or lo[widest] <= _FOLD_MIN:
+            break
+        lo[widest] -= 1
+    return lo, [m.maximum for m in measures], extra
+
+
+def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
+    """Set the column widths so the table fits ``options.max_width`` with no word cut; False if it
+    cannot."""
+    lo, hi, extra = _measures(console, options, table, fold)
+    room = options.max_width - extra
+    if sum(hi) <= room:
+        return True  # rich lays it out at its natural widths
+    if sum(lo) > room:
+        return False
+    spare, want = room - sum(lo), [h - w for h, w in zip(hi, lo, strict=True)]
+    widths = [w + spare * x // sum(want) for w, x in zip(lo, want, strict=True)]
+    for i in range(len(widths)):  # what the rounding down left over
+        while sum(widths) < room and widths[i] < hi[i]:
+            widths[i] += 1
+    for column, width in zip(table.columns, widths, strict=True):
+        column.width = max(1, width - table._get_padding_width(column._index))
+    return True
+
+
+def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
+    """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
+    import copy
+
+    sub = copy.copy(table)
+    sub.columns = []
+    for index, number in enumerate(shown):
+        column = copy.copy(table.columns[number])
+        column._index = index
+        sub.columns.append(column)
+    if not title:
+        sub.title = None
+    return sub
+
+
+def _groups(
+    console: Any, options: Any, table: Any, shown: list[int], keys: int, fold: Sequence[str]
+) -> list[Any] | None:
+    """The table as several, each the key columns and as many of the others as fit; None if even one
+    more column beside the keys does not fit."""
+    head, rest = shown[:keys], shown[keys:]
+    groups: list[Any] = []
+    while rest:
+        take = 1
+        while take < len(rest) and _fit(console, options, _subtable(table, head + rest[: take + 1]), fold):
+            take += 1
+        group = _subtable(table, head + rest[:take], title=not groups)
+        if not _fit(console, options, group, fold):
+            return None
+        groups.append(group)
+        rest = rest[take:]
+    return groups
+
+
+def _records(table: Any, names: Sequence[str]) -> Any:
+    """One block per row, a line per column (``name  value``): the layout of last resort."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if table.title:
+        yield Text(str(table.title), style="italic")
+    columns = [list(c.cells) for c in table.columns]
+    width = max((len(n) for n in names), default=0)
+    for row in range(len(table.rows)):
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True, min_width=width)
+        grid.add_column(overflow="fold")
+        for name, cells_of in zip(names, columns, strict=True):
+            grid.add_row(Text(name), cells_of[row])
+        if row:
+            yield ""
+        yield grid
 
 
 def cost_line(cost: Cost) -> str:

@@ -28,6 +28,7 @@ from ctxc.agent import Compaction, ContextManager
 from ctxc.archive_store import sha256_hex
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import UsageError
+from ctxc.formats import get_adapter
 from ctxc.live import compactions, live_context
 from ctxc.model import Message, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
@@ -35,10 +36,6 @@ from ctxc.stages import STAGE_NAMES, stage_for
 
 if TYPE_CHECKING:
     from rich.text import Text
-
-#: Formats whose recorded usage lines come *before* the response they measure (Kimi's ``_usage``
-#: is the running context size as the next call is made); elsewhere usage follows or sits on it.
-_USAGE_BEFORE_RESPONSE = frozenset({"chat"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +122,11 @@ def replay(
     """
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
-    conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
-    if not 0 <= conv < transcript.conversations:
-        raise UsageError(
-            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
-        )
-    msgs = transcript.conversation(conv)
-    if not msgs:
-        raise UsageError(f"conversation {conv} has no messages")
+    conv, msgs = _chosen(transcript, ledger, conversation)
     # Placeholders and summaries cite the transcript by its content hash, as `compact` does without
     # an archive.
     archive_id = sha256_hex(transcript.to_bytes())
-    tool_role = True if transcript.format in ("codex", "pi", "openhands") else None
+    tool_role = True if get_adapter(transcript.format).tool_role else None
 
     managed: list[Message] = []
     managed_tokens = 0
@@ -161,22 +151,11 @@ def replay(
                 )
                 managed = list(compacted)
                 managed_tokens = compaction.tokens_after
-            fired: tuple[Reminder, ...] = ()
-            if manager.rules is not None:
-                calls, said = last_response(msgs[started:i])
-                state = TurnState(
-                    turn=number - 1,
-                    tokens=began,
-                    window=manager.window,
-                    tool_calls=calls,
-                    response=said,
-                    compacted=compaction is not None and compaction.changed,
-                )
-                fired = manager.reminders_due(state)
-                if fired:
-                    note = reminder_message(fired, after=managed[-1] if managed else None)
-                    managed.append(note)
-                    managed_tokens += ledger.tokens(note)
+            fired = _fire_reminders(manager, msgs[started:i], number, began, compaction)
+            if fired:
+                note = reminder_message(fired, after=managed[-1] if managed else None)
+                managed.append(note)
+                managed_tokens += ledger.tokens(note)
             turns.append(
                 Turn(
                     turn=number,
@@ -197,6 +176,54 @@ def replay(
         raw_tokens += n
         prev_role = m.role
 
+    return _result(transcript, manager, conv, msgs, turns, raw_tokens, managed_tokens)
+
+
+def _chosen(transcript: Transcript, ledger: Any, conversation: int | None) -> tuple[int, tuple[Message, ...]]:
+    """The conversation to replay (default: the largest) and its messages."""
+    conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
+    if not 0 <= conv < transcript.conversations:
+        raise UsageError(
+            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
+        )
+    msgs = transcript.conversation(conv)
+    if not msgs:
+        raise UsageError(f"conversation {conv} has no messages")
+    return conv, msgs
+
+
+def _fire_reminders(
+    manager: ContextManager,
+    response: Sequence[Message],
+    number: int,
+    began: int,
+    compaction: Compaction | None,
+) -> tuple[Reminder, ...]:
+    """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
+    if manager.rules is None:
+        return ()
+    calls, said = last_response(response)
+    state = TurnState(
+        turn=number - 1,
+        tokens=began,
+        window=manager.window,
+        tool_calls=calls,
+        response=said,
+        compacted=compaction is not None and compaction.changed,
+    )
+    return manager.reminders_due(state)
+
+
+def _result(
+    transcript: Transcript,
+    manager: ContextManager,
+    conv: int,
+    msgs: Sequence[Message],
+    turns: list[Turn],
+    raw_tokens: int,
+    managed_tokens: int,
+) -> Replay:
+    """The replay of ``turns``: the usage the log recorded attached, its own compactions placed."""
     starts = [t.line for t in turns]
     with_usage = _recorded(transcript, msgs, turns, starts)
     marks = tuple(
@@ -256,7 +283,7 @@ def _recorded(
             if k and m.usage.context:
                 recorded.setdefault(k, m.usage.context)
     elif transcript.conversations == 1:
-        before = transcript.format in _USAGE_BEFORE_RESPONSE
+        before = get_adapter(transcript.format).usage_before_response
         for u in transcript.usage:
             k = _turn_after(starts, u.line) if before else bisect.bisect_right(starts, u.line)
             if 1 <= k <= len(turns) and u.context:

@@ -10,11 +10,16 @@ and restored transcripts) are written byte for byte.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 #: C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F: a terminal may read
 #: U+009B as CSI, the same as ESC [).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+#: The width of a console that is not a terminal: a pipe or a file has no width, and its lines are never
+#: wrapped (grep and awk read one record a line).
+UNWRAPPED = 1 << 16
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -42,6 +47,10 @@ def visible_console(**options: Any) -> Any:
 
     class _VisibleConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
+            if self.is_terminal:
+                # rich wraps a long line between words; left to the terminal, it would break mid-number.
+                # Off a terminal the console is UNWRAPPED wide: no line is wrapped at all.
+                kwargs.pop("soft_wrap", None)
             # Strings before rich sees them: it would drop a BEL that should show as \x07.
             super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
@@ -56,4 +65,14 @@ def visible_console(**options: Any) -> Any:
 
 def stderr_console() -> Any:
     """The console of progress, warnings and errors (control characters shown, never obeyed)."""
-    return visible_console(stderr=True, highlight=False)
+    return visible_console(stderr=True, highlight=False, **width_for(sys.stderr))
+
+
+def width_for(stream: Any) -> dict[str, Any]:
+    """A console's width option for ``stream``: the terminal's own, and :data:`UNWRAPPED` for a pipe or
+    a file (a line is never wrapped there, so grep and awk see one record a line)."""
+    try:
+        terminal = stream is not None and stream.isatty()
+    except ValueError:  # a closed stream
+        terminal = False
+    return {} if terminal else {"width": UNWRAPPED}

@@ -19,6 +19,19 @@ from ctxc.tokens import RecordedUsageOnly
 from ctxc.usage_scan import analyze_usage, crossing_line, scan_usage, total_tokens
 
 
+@pytest.mark.parametrize("path", [*corpus_params("claude-code/*"), SAMPLES / "claude-code.jsonl"])
+def test_hand_written_claude_code_loop_equals_its_adapter_on_the_usage_lines(path: Path) -> None:
+    # The loop is only faster: any adapter with usage_needles gets the same figures from its reader.
+    from ctxc.formats import get_adapter
+    from ctxc.usage_scan import _claude_code, _Lines, _needle_lines
+
+    adapter, data = get_adapter("claude-code"), path.read_bytes()
+    usage, boundaries, _ = _claude_code(_Lines(data, str(path), ReadOptions()), adapter.usage_needles)
+    generic, generic_boundaries, _ = _needle_lines(_Lines(data, str(path), ReadOptions()), adapter)
+    assert usage == generic
+    assert _facts(boundaries) == _facts(generic_boundaries)
+
+
 @pytest.mark.parametrize("path", corpus_params("claude-code/*") + corpus_params("codex/*"))
 def test_fast_scan_equals_the_full_reader(path: Path) -> None:
     transcript = ctxc.load(path)

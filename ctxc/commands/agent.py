@@ -143,6 +143,8 @@ def remind_command(
         return
     from rich.table import Table
 
+    from ctxc.render import print_table
+
     console = stdout_console()
     console.print(
         f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  "
@@ -152,13 +154,13 @@ def remind_command(
     table = Table("turn", "line", "context", "rule", "trigger", "why")
     for t, x in rows:
         table.add_row(*cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail))
-    console.print(table)
+    print_table(console, table, optional=("line",), keys=1, fold=("why",))
     summary = Table("rule", "trigger", "fired", "max repeats")
     for rule in rule_set.rules:
         summary.add_row(
             *cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         )
-    console.print(summary)
+    print_table(console, summary, keys=1, fold=("trigger",))
 
 
 # ------------------------------------------------------------------------------------------ compose
@@ -219,6 +221,8 @@ def compose_command(
         return
     from rich.table import Table
 
+    from ctxc.render import print_table
+
     table = Table("section", "priority", "required", "tokens", "kept", title=None)
     for o in result.sections:
         table.add_row(
@@ -231,7 +235,7 @@ def compose_command(
             )
         )
     err = stderr_console()
-    err.print(table)
+    print_table(err, table, keys=1, fold=("kept",))
     limit = f" of a {budget:,} budget" if budget is not None else ""
     if result.base:
         what = f"the override prompt replaced {len(result.sections)} section(s)"
@@ -319,6 +323,7 @@ def replay_command(
 def _print_replay(r: Replay, every_turn: bool) -> None:
     from rich.table import Table
 
+    from ctxc.render import print_table
     from ctxc.replay import events, terminal_chart
 
     console = stdout_console()
@@ -335,7 +340,6 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
         f"({pct(r.peak_tokens)}) with; {len(r.compactions)} compaction(s) freed {freed:,} tokens; "
         f"{len(r.reminders)} reminder(s){recorded}",
         markup=False,
-        soft_wrap=True,
     )
     console.print(terminal_chart(r, width=max(20, min(100, console.width - 14))))
     if every_turn:
@@ -359,7 +363,7 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
         table = Table("turn", "line", "event", "detail")
         for turn, line, kind, detail in events(r):
             table.add_row(*cells(str(turn), str(line), kind, detail))
-    console.print(table)
+    print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
 
 
 def register(app: typer.Typer) -> None:

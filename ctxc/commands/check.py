@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,8 +20,10 @@ from ctxc.cliutil import (
     QuietOpt,
     SkipInvalidOpt,
     WindowOpt,
+    cells,
     parse_thresholds,
     read_options,
+    stdout_console,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import stderr_console
@@ -45,6 +48,30 @@ EPILOG = (
     "budget, 12 some of several files unreadable (one file: its own code, e.g. 3 bad input, 4 unknown "
     "format), 2 bad options."
 )
+
+
+def _print_table(report: Any) -> None:
+    """The verdicts as a table that fits the terminal: the sentence wraps, the figures stay whole."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ctxc.check import message
+    from ctxc.render import print_table
+
+    styles = {"over": "bold red", "near": "yellow", "ok": "green", "error": "bold red"}
+    table = Table("", "file", "tokens and budget", box=None, pad_edge=False)
+    for f in report.files:
+        where = f" (line {f.line})" if f.line else ""
+        status, path, text = cells(
+            f.status.upper() if f.status in ("over", "error") else f.status,
+            f.path,
+            message(f, report.budget) + where,
+        )
+        status.stylize(styles[f.status])
+        table.add_row(status, path, text)
+    console = stdout_console()
+    print_table(console, table, fold=("file", "tokens and budget"))
+    console.print(Text(f"{report.summary()}; budget {report.budget.describe()}, {report.tokenizer}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -127,7 +154,9 @@ def check(
         write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
         write_stdout(visible(render_github(report)))
-    else:
+    elif sys.stdout.isatty():
+        _print_table(report)
+    else:  # a CI log or a pipe: one line per file, never wrapped
         write_stdout(visible(render_table(report)))
     if report.exit_code:
         raise typer.Exit(report.exit_code)

@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cliutil import SkipInvalidOpt, TableOrJson, TableOrJsonOpt, stdout_console, table_on_terminal
+from ctxc.cliutil import (
+    SkipInvalidOpt,
+    TableOrJson,
+    TableOrJsonOpt,
+    cells,
+    stdout_console,
+    table_on_terminal,
+)
 from ctxc.terminal import stderr_console
 
 
@@ -51,9 +58,9 @@ def _share(kept: int, total: int) -> str:
 def _render(report: Any) -> None:
     from rich.table import Table
 
+    from ctxc.render import print_table
+
     console = stdout_console()
-    if not console.is_terminal:  # a file or a pipe has no width: do not cut the table to 80 columns
-        console.width = 150
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
     table = Table(title="ctxc eval: each strategy at each target, over every transcript")
@@ -80,8 +87,9 @@ def _render(report: Any) -> None:
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*row)
-    console.print(table)
+        table.add_row(*cells(*row))
+    # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
+    print_table(console, table, keys=2)
     console.print(
         "needles: recovered/planted (kept in the output + found only by search); intent: first requests "
         "and pinned instructions kept; paths/errors/decisions: share surviving verbatim or in a summary; "
@@ -194,8 +202,18 @@ def eval_command(
     sources = sources_from(paths or [], options)
     err = stderr_console()
     if sys.stderr.isatty() and not quiet:
-        with err.status("evaluating") as status:
-            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=status.update)
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        from ctxc.render import Late
+
+        spinner = Spinner("dots", text="evaluating")
+
+        def progress(text: str) -> None:
+            spinner.update(text=text)
+
+        with Live(Late(spinner), console=err, transient=True, refresh_per_second=12.5):
+            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=progress)
     else:
         report = run_eval(sources, options, archive=archive, judge=the_judge)
     for name, (got, wanted) in report.planted.items():

@@ -62,6 +62,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ctxc.render import print_table
     from ctxc.terminal import visible
 
     console = stdout_console()
@@ -80,7 +81,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         # The original's file name (its folder is in the JSON): which session the hit is from.
         file = PurePath(h.source).name or h.source
         table.add_row(*cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
-    console.print(table)
+    print_table(console, table, fold=("snippet",))
 
 
 def search_command(
@@ -203,6 +204,7 @@ def _render_table(shown: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ctxc.render import print_table
     from ctxc.search.show import block_text
     from ctxc.terminal import visible
 
@@ -218,7 +220,7 @@ def _render_table(shown: Any) -> None:
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
         table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
-    console.print(table)
+    print_table(console, table, fold=("content",))
 
 
 def register(app: typer.Typer) -> None:

@@ -152,7 +152,8 @@ def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.table import Table
 
-    from ctxc.render import dollars
+    from ctxc.cliutil import cells
+    from ctxc.render import dollars, print_table
 
     console = stdout_console()
     if not rows:
@@ -179,16 +180,18 @@ def _table(rows: list[dict[str, Any]]) -> None:
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for row in members:
             table.add_row(
-                row["id"][:width],
-                row["agent"],
-                row["last_activity"][:16].replace("T", " "),
-                _number(row["messages"]),
-                _number(row["tokens"]),
-                "?" if row["stage"] is None else str(row["stage"]),
-                "" if row["cost_usd"] is None else dollars(row["cost_usd"]),
-                _size(row["bytes"]),
+                *cells(
+                    row["id"][:width],
+                    row["agent"],
+                    row["last_activity"][:16].replace("T", " "),
+                    _number(row["messages"]),
+                    _number(row["tokens"]),
+                    "?" if row["stage"] is None else str(row["stage"]),
+                    "" if row["cost_usd"] is None else dollars(row["cost_usd"]),
+                    _size(row["bytes"]),
+                )
             )
-        console.print(table)
+        print_table(console, table, optional=("size", "cost"), keys=1)
 
 
 def _prefix_length(ids: list[str], shortest: int = 8) -> int:

@@ -70,6 +70,8 @@ class AdaptiveConfig:
 @register
 class Adaptive:
     name: ClassVar[str] = "adaptive"
+    uses_summarizer: ClassVar[bool] = True  # from stage 4 on
+    best_effort: ClassVar[bool] = True
     description: ClassVar[str] = (
         "Escalate mask/offload → selective → hierarchical → essential summary as the window fills (default)"
     )

@@ -5,8 +5,9 @@ target, what is pinned, a token ledger, the archive, the summarizer), it returns
 record of what it did. *Whether* to compact and how far to escalate is the adaptive strategy's
 business (data: thresholds), not the mechanisms'.
 
-Adding a strategy is one module that defines a class with ``name``, ``description``, ``Config`` and
-``compact`` and calls :func:`register`, plus one import in :mod:`ctxc.compaction`.
+Adding a strategy is one module that defines a class with ``name``, ``description``, ``Config``,
+``uses_summarizer``, ``best_effort`` and ``compact`` and calls :func:`register`, plus one line in
+:data:`ctxc.compaction.STRATEGY_MODULES`.
 """
 
 from __future__ import annotations
@@ -85,19 +86,36 @@ class Strategy(Protocol):
     #: The strategy's options: a frozen dataclass whose fields carry defaults and ``metadata`` with
     #: ``help`` and ``min``/``max``; validated by :func:`parse_config`.
     Config: ClassVar[type[Any]]
+    #: Whether it may call the summarizer: a summarizer that calls out is then checked (its key, its
+    #: model) before any work, and the log's own summary is the strategy's to fold in, not pinned.
+    uses_summarizer: ClassVar[bool]
+    #: Whether, without an explicit target, it decides itself how far to go (adaptive stops at the
+    #: stage usage calls for): a conversation already under the default target is left alone, and
+    #: ending above that target is not an error.
+    best_effort: ClassVar[bool]
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult: ...
 
 
 _STRATEGIES: dict[str, type[Strategy]] = {}
+#: What a strategy class must declare: a missing fact fails at registration, never defaults silently.
+_REQUIRED = ("name", "description", "Config", "uses_summarizer", "best_effort", "compact")
 
 
 def register(cls: type[Any]) -> type[Any]:
     """Class decorator: make a strategy available by its ``name``."""
+    missing = [attr for attr in _REQUIRED if not hasattr(cls, attr)]
+    if missing:
+        raise TypeError(f"strategy class {cls.__name__} does not declare {', '.join(missing)}")
     if cls.name in _STRATEGIES:
         raise ValueError(f"strategy {cls.name!r} registered twice")
     _STRATEGIES[cls.name] = cls
     return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a strategy (a test's or a plugin's); unknown names are an error."""
+    del _STRATEGIES[name]
 
 
 def strategies() -> dict[str, type[Strategy]]:

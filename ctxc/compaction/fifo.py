@@ -395,6 +395,8 @@ class FifoConfig:
 @register
 class Fifo:
     name: ClassVar[str] = "fifo"
+    uses_summarizer: ClassVar[bool] = False
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Drop the oldest messages (whole tool turns) until under the target; keeps pinned and the last N"
     )

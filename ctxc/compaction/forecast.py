@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from ctxc.archive_store import sha256_hex
 from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
+from ctxc.compaction.kernel import pinned_indexes
 from ctxc.compaction.ledger import Ledger
-from ctxc.compaction.run import pinned_indexes
 from ctxc.model import Message, Transcript
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import get_summarizer

@@ -90,6 +90,8 @@ class _Plan:
 @register
 class Hierarchical:
     name: ClassVar[str] = "hierarchical"
+    uses_summarizer: ClassVar[bool] = True
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "One structured summary of the history: decisions and instructions verbatim, events one line each, "
         "routine work as counts"

@@ -49,6 +49,8 @@ _CHUNK = 256
 @register
 class Mask:
     name: ClassVar[str] = "mask"
+    uses_summarizer: ClassVar[bool] = False
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Shrink old tool results (top search hits, relevant file lines, command tail and errors), "
         "else leave a placeholder citing the archive"

@@ -73,6 +73,8 @@ class Blob:
 @register
 class Offload:
     name: ClassVar[str] = "offload"
+    uses_summarizer: ClassVar[bool] = False
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Move tool results over 20k tokens (and, above 85% of the window, large old tool inputs) "
         "into archive files, leaving the path and a preview"

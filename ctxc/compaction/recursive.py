@@ -119,6 +119,8 @@ class RecursiveConfig:
 @register
 class Recursive:
     name: ClassVar[str] = "recursive"
+    uses_summarizer: ClassVar[bool] = True
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Summarize the oldest chunk, then fold that summary and the next chunk into a new one; keeps last N"
     )

@@ -7,21 +7,28 @@ validated (pairing) and measured (target) before it is written, and it is writte
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
-from ctxc.compaction.base import Action, CompactContext, get_strategy, parse_config, strategies
+from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
+from ctxc.compaction.kernel import (
+    Plan,
+    compact_conversation,
+    copy_of,
+    is_plain,
+    pinned_indexes,
+    sent_part,
+)
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.live import last_request, live_context, quotes, request_text, session_intent
+from ctxc.formats.base import FormatAdapter
+from ctxc.live import live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.output import Data
-from ctxc.repair import repair_messages
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
 from ctxc.tokens import Counter, make_counter
@@ -34,9 +41,6 @@ if TYPE_CHECKING:
 
 #: The last messages kept verbatim unless the caller says otherwise.
 DEFAULT_KEEP_LAST = 4
-
-#: Strategies that may call the summarizer (adaptive does from stage 4 on).
-SUMMARIZING = frozenset({"recursive", "hierarchical", "adaptive"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,43 +135,6 @@ def strategy_configs(options: CompactOptions) -> dict[str, Any]:
     return parse_settings({**stages, **options.settings})
 
 
-_INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
-    """Indexes that must survive: system messages, the session's first and last requests, pins,
-    critical messages and the last message."""
-    keep: set[int] = set()
-    if not messages:
-        return frozenset()
-    keep.add(messages[-1].index)
-    for request in (session_intent(messages), last_request(messages)):
-        if request is not None:
-            keep.add(request.index)
-    patterns: list[re.Pattern[str]] = []
-    ranges: list[tuple[int, int]] = []
-    for pin in pins:
-        m = _INDEX_RANGE.match(pin.strip())
-        if m:
-            lo = int(m.group(1))
-            ranges.append((lo, int(m.group(2) or lo)))
-            continue
-        try:
-            patterns.append(re.compile(pin))
-        except re.error as exc:
-            raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
-    for msg in messages:
-        if msg.role == "system" or msg.importance == "critical":
-            keep.add(msg.index)
-        if any(lo <= msg.index <= hi for lo, hi in ranges):
-            keep.add(msg.index)
-        if patterns:
-            text = msg.text
-            if any(p.search(text) for p in patterns):
-                keep.add(msg.index)
-    return frozenset(keep)
-
-
 def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     if options.target_tokens is not None and options.target_ratio is not None:
         raise UsageError("give --target-tokens or --target-ratio, not both")
@@ -188,7 +155,7 @@ def ready_summarizer(options: CompactOptions) -> Any:
     rejected key, or an unknown model, fails before any work."""
     summarizer = get_summarizer(options.summarizer, options.summarizer_options)
     preflight = getattr(summarizer, "preflight", None)
-    if options.strategy in SUMMARIZING and callable(preflight):
+    if get_strategy(options.strategy).uses_summarizer and callable(preflight):
         preflight()
     return summarizer
 
@@ -231,9 +198,7 @@ def _compact_transcript(
     from ctxc.profiles import resolve_window
 
     window, _ = resolve_window(model=options.model, window=options.window)
-    target, explicit = resolve_target(options, window)
-    strategy = get_strategy(options.strategy)
-    configs = strategy_configs(options)
+    resolve_target(options, window)  # a bad target fails before the summarizer is checked
     summarizer = ready_summarizer(options)
     counter = counter or make_counter(
         options.tokenizer,
@@ -249,143 +214,19 @@ def _compact_transcript(
         ledger.seed(transcript.messages, counts)
     else:
         ledger.prime(transcript.messages)
-
-    outcomes: list[ConversationOutcome] = []
-    outputs: dict[int, tuple[Message, ...]] = {}
     adapter = get_adapter(transcript.format)
-    tool_role_default = transcript.format in ("codex", "pi", "openhands")
-    # Only the live context is compacted: what the client no longer sends (before the log's own
-    # compaction, subagent runs written inline) stays as it is.
-    live = live_context(transcript.boundaries, transcript.messages)
-    for conv in range(transcript.conversations):
-        everything = transcript.conversation(conv)
-        if conv in live.side:
-            continue
-        history, messages = live.split(everything)
-        if not messages:
-            continue
-        # Pins come from the chain the client resumes, not from abandoned branches.
-        chain = tuple(m for m in everything if m.index not in live.abandoned)
-        keep = pinned_indexes(chain, options.pins)
-        reset = live.resets.get(conv)
-        # What must survive but lies before the log's own compaction goes into the live context.
-        requests = tuple(_copy(m, "pinned") for m in history if m.index in keep and _plain(m))
-        # What the log's compaction record carries into the live context counts. Where the writer can
-        # replace it, it is compacted with the rest; elsewhere it stays as it is.
-        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
-        if as_is and adapter.rewrites_carried:
-            messages = (*_carried_copies(as_is, conv), *messages)
-            as_is = ()
-        pinned = frozenset(
-            m.index
-            for m in messages
-            if m.index in keep
-            or (m.role == "system" and m.meta.get("carried"))
-            # fifo and selective keep the log's own summary; a summarizing strategy folds it in.
-            or (m.meta.get("is_compact_summary") and options.strategy not in SUMMARIZING)
-        )
-        carried = ledger.total(as_is)
-        before = carried + ledger.total(messages)
-        # Reminders are appended after compaction, so the strategy aims below the target by their cost.
-        quiet_note, compacted_note = _reminder_messages(options, messages, before, window)
-        reserve = ledger.total([compacted_note]) if compacted_note else 0
-        reserve += carried + ledger.total(requests)
-        # A summary quotes the session's intent whenever the client would not see it otherwise: it lies
-        # before the log's own compaction, or ctxc's summary is itself where the client resumes.
-        intent = session_intent(chain)
-        hidden = intent is not None and (
-            adapter.summary_resets or all(m.index != intent.index for m in messages)
-        )
-        ctx = CompactContext(
-            target=max(1, target - reserve),
-            window=window,
-            ledger=ledger,
-            summarizer=quoting_intent(summarizer, request_text(intent) if intent and hidden else None),
-            archive=archive,
-            archive_id=archive_id,
-            pinned=pinned,
-            keep_last=options.keep_last,
-            configs=configs,
-            explicit_target=explicit,
-            instructions=options.instructions,
-        )
-        quiet_cost = ledger.total([quiet_note]) if quiet_note else 0
-        if before + quiet_cost <= target and not explicit and options.strategy == "adaptive":
-            result_messages: tuple[Message, ...] = tuple(messages)
-            actions: tuple[Action, ...] = ()
-        else:
-            for keep_last in _keep_last_steps(options, explicit):
-                ctx = replace(ctx, keep_last=keep_last)
-                res = strategy.compact(messages, ctx)
-                if ledger.total(res.messages) <= ctx.target:
-                    break
-            result_messages, actions = res.messages, res.actions
-            result_messages = _keep_after_summary(
-                result_messages,
-                pinned,
-                requests,
-                as_is,
-                summary_resets=adapter.summary_resets,
-            )
-        repaired_msgs, fixed = repair_messages(
-            result_messages, tool_role=None if any(m.role == "tool" for m in messages) else tool_role_default
-        )
-        # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
-        # report never says "nothing to do" for an output smaller than its input.
-        repair_tokens = (ledger.total(result_messages), ledger.total(repaired_msgs)) if fixed else (0, 0)
-        note = compacted_note if actions else quiet_note
-        if note is not None:
-            repaired_msgs = (*repaired_msgs, note)
-            rules = ", ".join(note.meta["rules"])
-            n = messages[-1].index
-            actions = (*actions, Action("reminders", "remind", n, n, 0, 0, f"appended {rules}"))
-        after = carried + ledger.total(sent_part(repaired_msgs, summary_resets=adapter.summary_resets))
-        if fixed:
-            actions = (
-                *actions,
-                Action(
-                    "repair",
-                    "repair",
-                    messages[0].index,
-                    messages[-1].index,
-                    *repair_tokens,
-                    f"{len(fixed)} pairing fix(es)",
-                ),
-            )
-        pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
-        tail = {m.index for m in messages[-ctx.keep_last :]}
-        kept_tokens = carried + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
-        # The adaptive pipeline without an explicit target stops at the stage usage calls for by design;
-        # falling short of the default target is then not an error.
-        enforce = explicit or options.strategy != "adaptive"
-        if after > target and enforce and not options.allow_over:
-            over = after - target
-            raise OverTargetError(
-                f"{options.strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
-                f"{target:,} target; "
-                f"what is always kept (pinned messages, the last {ctx.keep_last} and what the log's "
-                f"own compaction carries) is {kept_tokens:,} tokens"
-                + (f" ({kept_tokens - target:,} over the target)" if kept_tokens > target else "")
-                + f"{_largest_kept(messages, pinned, tail, requests, everything, ledger)}; "
-                + ("lower --keep-last, or " if ctx.keep_last > 1 else "")
-                + "use --allow-over to write it anyway",
-                path=transcript.source,
-            )
-        leftover = pairing_problems(repaired_msgs, strict=True)
-        if leftover:  # repair is meant to make this impossible: fail loudly rather than write it
-            raise AssertionError(f"output still has pairing problems: {leftover[0]}")
-        outputs[conv] = (*history, *repaired_msgs)
-        outcomes.append(ConversationOutcome(conv, before, after, target, pinned_tokens, actions, fixed))
-
-    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
-    out = _verify(
-        written,
-        transcript,
-        outcomes,
-        ledger,
-        enforce=explicit or options.strategy != "adaptive",
-        allow_over=options.allow_over,
+    plan = make_plan(
+        options,
+        window=window,
+        ledger=ledger,
+        summarizer=summarizer,
+        archive=archive,
+        archive_id=archive_id,
+        adapter=adapter,
     )
+    outputs, outcomes = compact_live(transcript, options, plan, adapter)
+    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
+    out = _verify(written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over)
     if archive is not None and stored is not None:
         # The original is on disk before this returns, so before the caller writes any output.
         if stored.result() != archive_id:
@@ -402,95 +243,115 @@ def _compact_transcript(
     )
 
 
-#: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
-_NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
-
-
-def _keep_after_summary(
-    messages: Sequence[Message],
-    pinned: frozenset[int],
-    requests: Sequence[Message],
-    carried: Sequence[Message],
+def make_plan(
+    options: CompactOptions,
     *,
-    summary_resets: bool,
-) -> tuple[Message, ...]:
-    """Place what must survive where the client sends it.
-
-    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
-    kept before the summary get a copy after it (the originals stay where they were, in the file's
-    history). Copies of pinned messages from before the log's own compaction (the session's first and
-    last requests among them) go after the last summary (or first), each unless what the client sends
-    already quotes it.
-    """
-    out = list(messages)
-    summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
-    at = summaries[-1] + 1 if summaries else 0
-    if summary_resets and summaries:
-        said = out[summaries[-1]].text
-        copies = [
-            _copy(m, "pinned")
-            for m in out[: summaries[-1]]
-            if m.index in pinned and _plain(m) and not (m.is_request and quotes(said, request_text(m)))
-        ]
-        out[at:at] = copies
-        at += len(copies)
-        sent = [*carried, *out[summaries[-1] :]]
-    else:
-        sent = [*carried, *out]
-    if not summaries:
-        # After the log's own summary, which opens the live context.
-        while at < len(out) and out[at].meta.get("is_compact_summary"):
-            at += 1
-    for request in requests:
-        if not any(quotes(m.text, request_text(request)) for m in sent):
-            out.insert(at, request)
-            at += 1
-    return tuple(out)
-
-
-def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
-    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
-    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
-    if summary_resets:
-        for k in range(len(messages) - 1, -1, -1):
-            if messages[k].meta.get("ctxc") == "summary":
-                return messages[k:]
-    return messages
-
-
-def _largest_kept(
-    messages: Sequence[Message],
-    pinned: frozenset[int],
-    tail: set[int],
-    requests: Sequence[Message],
-    everything: Sequence[Message],
+    window: int,
     ledger: Ledger,
-) -> str:
-    """The largest of what must stay, named, for an over-target error: which words are in the way."""
-    intent, last = session_intent(everything), last_request(everything)
+    summarizer: Any,
+    archive: ArchiveStore | None = None,
+    archive_id: str = "",
+    adapter: FormatAdapter | None = None,
+) -> Plan:
+    """The :class:`~ctxc.compaction.kernel.Plan` ``options`` describe at ``window``, with the facts of
+    the format written (``tool_role``, ``summary_resets``; without one, a chat list's)."""
+    target, explicit = resolve_target(options, window)
+    strategy = get_strategy(options.strategy)
+    context = CompactContext(
+        target=target,
+        window=window,
+        ledger=ledger,
+        summarizer=summarizer,
+        archive=archive,
+        archive_id=archive_id,
+        keep_last=options.keep_last,
+        configs=strategy_configs(options),
+        explicit_target=explicit,
+        instructions=options.instructions,
+    )
+    steps = _keep_last_steps(options, explicit, strategy)
+    return Plan(
+        strategy,
+        context,
+        steps,
+        allow_over=options.allow_over,
+        tool_role=adapter.tool_role if adapter is not None else False,
+        summary_resets=adapter.summary_resets if adapter is not None else False,
+    )
 
-    def name(m: Message) -> str:
-        if intent is not None and m.index == intent.index:
-            return "the session's first request"
-        if last is not None and m.index == last.index:
-            return "the last user request"
-        if m.meta.get("is_compact_summary"):
-            return "the log's own summary"
-        if m.role == "system":
-            return "a system message"
-        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
 
-    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
-    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
-    named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
-    return f"; the largest: {named}" if named else ""
+def compact_live(
+    transcript: Transcript, options: CompactOptions, plan: Plan, adapter: FormatAdapter
+) -> tuple[dict[int, tuple[Message, ...]], list[ConversationOutcome]]:
+    """Each conversation's live context compacted by the kernel; its history stays as it is.
+
+    Returns the messages of each conversation compacted (history first) and what became of it.
+    """
+    outcomes: list[ConversationOutcome] = []
+    outputs: dict[int, tuple[Message, ...]] = {}
+    # Only the live context is compacted: what the client no longer sends (before the log's own
+    # compaction, subagent runs written inline) stays as it is.
+    live = live_context(transcript.boundaries, transcript.messages)
+    for conv in range(transcript.conversations):
+        everything = transcript.conversation(conv)
+        if conv in live.side:
+            continue
+        history, messages = live.split(everything)
+        if not messages:
+            continue
+        # Pins come from the chain the client resumes, not from abandoned branches.
+        chain = tuple(m for m in everything if m.index not in live.abandoned)
+        keep = pinned_indexes(chain, options.pins)
+        reset = live.resets.get(conv)
+        # What must survive but lies before the log's own compaction goes into the live context.
+        requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
+        # What the log's compaction record carries into the live context counts. Where the writer can
+        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
+        if as_is and adapter.rewrites_carried:
+            messages = (*_carried_copies(as_is, conv), *messages)
+            as_is = ()
+        notes = _reminder_messages(options, messages, as_is, plan)
+        done = compact_conversation(
+            messages,
+            _quoting_intent(plan, chain, messages),
+            keep=keep,
+            carried=as_is,
+            requests=requests,
+            notes=notes,
+            conversation=everything,
+            source=transcript.source,
+        )
+        outputs[conv] = (*history, *done.messages)
+        outcomes.append(
+            ConversationOutcome(
+                conv,
+                done.tokens_before,
+                done.tokens_after,
+                plan.context.target,
+                done.pinned_tokens,
+                done.actions,
+                done.repaired,
+            )
+        )
+    return outputs, outcomes
 
 
-def _keep_last_steps(options: CompactOptions, explicit: bool) -> tuple[int, ...]:
+def _quoting_intent(plan: Plan, chain: Sequence[Message], messages: Sequence[Message]) -> Plan:
+    """``plan`` with a summarizer that quotes the session's intent whenever the client would not see it
+    otherwise: it lies before the log's own compaction, or ctxc's summary is itself where the client
+    resumes."""
+    intent = session_intent(chain)
+    hidden = intent is not None and (plan.summary_resets or all(m.index != intent.index for m in messages))
+    quoted = quoting_intent(plan.context.summarizer, request_text(intent) if intent and hidden else None)
+    return replace(plan, context=replace(plan.context, summarizer=quoted))
+
+
+def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy) -> tuple[int, ...]:
     """The ``keep_last`` values to try in turn: the one asked for, then, under an explicit target and
     unless it is strict, fewer down to one. Not with a summarizer that calls out: each try would be
     paid for again."""
-    local = options.strategy not in SUMMARIZING or options.summarizer == "extractive"
+    local = not strategy.uses_summarizer or options.summarizer == "extractive"
     if options.strict_keep_last or not explicit or not local:
         return (options.keep_last,)
     return tuple(range(options.keep_last, 0, -1)) or (1,)
@@ -505,27 +366,17 @@ def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Mess
     )
 
 
-def _plain(message: Message) -> bool:
-    """A user or assistant message of words only: a copy of it pairs with nothing."""
-    return message.role in ("user", "assistant") and not any(
-        b.kind in ("tool_use", "tool_result") for b in message.blocks
-    )
-
-
-def _copy(message: Message, why: str) -> Message:
-    """``message`` as a new message: the writer gives it a record (and identity) of its own."""
-    meta = {"ctxc": why, **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
-    return replace(message, records=(), raw=None, meta=meta)
-
-
 def _reminder_messages(
-    options: CompactOptions, messages: Sequence[Message], tokens: int, window: int
+    options: CompactOptions, messages: Sequence[Message], carried: Sequence[Message], plan: Plan
 ) -> tuple[Message | None, Message | None]:
-    """The reminder message to append if nothing is compacted, and the one if something is."""
+    """The reminder message to append if nothing is compacted, and the one if something is; the rules
+    measure the live context with what the log's compaction carries into it."""
     if options.reminders is None:
         return None, None
     from ctxc.reminders import due_at_end, reminder_message
 
+    ledger, window = plan.context.ledger, plan.context.window
+    tokens = ledger.total(carried) + ledger.total(messages)
     out: list[Message | None] = []
     for compacted in (False, True):
         due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
@@ -590,3 +441,20 @@ def _verify(
                 path=source.source,
             )
     return replace(reread, source=source.source)
+
+
+__all__ = [
+    "DEFAULT_KEEP_LAST",
+    "CompactOptions",
+    "CompactionResult",
+    "ConversationOutcome",
+    "compact_live",
+    "compact_transcript",
+    "make_plan",
+    "parse_settings",
+    "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
+    "ready_summarizer",
+    "resolve_target",
+    "sent_part",  # as pinned_indexes
+    "strategy_configs",
+]

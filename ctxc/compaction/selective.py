@@ -312,6 +312,8 @@ class SelectiveConfig:
 @register
 class Selective:
     name: ClassVar[str] = "selective"
+    uses_summarizer: ClassVar[bool] = False
+    best_effort: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Drop ephemeral, then normal messages (importance from the log or TOML rules), oldest first"
     )

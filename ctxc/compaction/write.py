@@ -1,38 +1,23 @@
 """Writing compacted conversations back in the format they were read from.
 
-Three cases cover the formats:
-
-* an adapter with its own ``write_compacted`` (Claude Code, Codex: they record compaction their way);
-* formats with one conversation per record (datasets, trajectories): a changed conversation's record
-  is rebuilt by the adapter's ``encode_conversation``; unchanged ones stay as their bytes;
-* line-per-message formats (chat, pi): kept messages keep their exact bytes, changed or new ones are
-  encoded, and records that are not messages stay where they were.
+The adapter says how (:mod:`ctxc.formats.base`): its own ``write_compacted`` (Claude Code, Codex), an
+``encode_conversation`` for one conversation per record (datasets, trajectories), or else line per
+message (chat, pi): kept messages keep their exact bytes, changed or new ones are encoded, and records
+that are not messages stay where they were.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import orjson
 
-from ctxc.formats.base import FormatAdapter
+from ctxc.formats.base import EncodesConversations, FormatAdapter, WritesCompacted
 from ctxc.model import Message, Record, Transcript
 
-
-@runtime_checkable
-class WritesCompacted(Protocol):
-    def write_compacted(
-        self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
-    ) -> tuple[Record, ...]: ...
-
-
-@runtime_checkable
-class EncodesConversations(Protocol):
-    def encode_conversation(
-        self, messages: Sequence[Message], template: dict[str, Any]
-    ) -> dict[str, Any]: ...
+__all__ = ["EncodesConversations", "WritesCompacted", "encode_record", "write_lines", "write_transcript"]
 
 
 def encode_record(data: dict[str, Any], eol: bytes, line: int = 0) -> Record:

@@ -30,8 +30,18 @@ def register(adapter: FormatAdapter) -> FormatAdapter:
     return adapter
 
 
+def unregister(name: str) -> None:
+    """Remove a format (a test's or a plugin's); unknown names are an error."""
+    del _ADAPTERS[name]
+
+
 def adapters() -> dict[str, FormatAdapter]:
     return dict(_ADAPTERS)
+
+
+def transcript_suffixes() -> tuple[str, ...]:
+    """The file name endings of every registered format, for a directory walk."""
+    return tuple(sorted({s for a in _ADAPTERS.values() for s in a.suffixes}))
 
 
 def get_adapter(name: str) -> FormatAdapter:

@@ -4,16 +4,20 @@ An adapter turns the records of one file into messages (and the usage and compac
 recorded), and can encode a message back into a record of its own format. Reading is a generator over
 records so that ``analyze`` can stream a 100 MB log without holding it; ``load`` collects the same items
 into a :class:`~ctxc.model.Transcript`.
+
+Everything ctxc knows about a format is here, on its adapter: the attributes of :class:`FormatAdapter`,
+and how compacted conversations are written back (:class:`WritesCompacted`, :class:`EncodesConversations`,
+or else one record per message). Adding a format is one module plus one line in ``FORMAT_MODULES``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from ctxc.model import Boundary, Message, Record, Usage
+from ctxc.model import Boundary, Message, Record, Transcript, Usage
 
 Item = Message | Usage | Boundary
 
@@ -47,6 +51,17 @@ class FormatAdapter(Protocol):
     #: Whether its writer can replace what the log's own compaction record carries into the live context
     #: (Codex: a new compacted record): compaction then works on those messages too.
     rewrites_carried: bool
+    #: Whether tool results travel as role ``tool`` messages (Codex, pi, OpenHands) rather than inside a
+    #: user message: how a repair answers an unanswered call when the conversation shows neither.
+    tool_role: bool
+    #: Whether the usage lines the log records come *before* the response they measure (Kimi's ``_usage``
+    #: is the context size as the next call is made); elsewhere usage follows or sits on the response.
+    usage_before_response: bool
+    #: File name endings a directory walk picks up (``ctxc compact DIR`` without ``--glob``).
+    suffixes: tuple[str, ...]
+    #: Byte strings every record carrying usage or a compaction boundary contains: ``--tokenizer usage``
+    #: then parses only the lines holding one. Empty: the whole file is read.
+    usage_needles: tuple[bytes, ...]
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""
@@ -67,3 +82,23 @@ class FormatAdapter(Protocol):
         that encoding a message read from a single record gives back that record's JSON.
         """
         ...
+
+
+@runtime_checkable
+class WritesCompacted(Protocol):
+    """An adapter that writes compacted conversations its own way (Claude Code, Codex: they record
+    compaction in their own records)."""
+
+    def write_compacted(
+        self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
+    ) -> tuple[Record, ...]: ...
+
+
+@runtime_checkable
+class EncodesConversations(Protocol):
+    """An adapter with one conversation per record (datasets, trajectories): a changed conversation's
+    record is rebuilt from ``template`` (its record as read); unchanged ones stay as their bytes."""
+
+    def encode_conversation(
+        self, messages: Sequence[Message], template: dict[str, Any]
+    ) -> dict[str, Any]: ...

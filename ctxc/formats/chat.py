@@ -472,6 +472,10 @@ def importance_of(obj: Mapping[str, Any]) -> str | None:
 
 class ChatAdapter:
     name = "chat"
+    tool_role = False
+    usage_before_response = True  # Kimi's _usage line is the context as the next call is made
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
     rewrites_carried = False
     summary_resets = False
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"

@@ -676,6 +676,10 @@ class _Reader:
 
 class ClaudeCodeAdapter:
     name = "claude-code"
+    tool_role = False
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = (b'"usage"', b'compact_boundary"')
     rewrites_carried = False
     summary_resets = True  # ctxc writes its summary as a compact_boundary
     description = "Claude Code session log (~/.claude/projects/*/<session>.jsonl, subagent files)"

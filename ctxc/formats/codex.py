@@ -811,6 +811,10 @@ class _CompactedWriter:
 
 class CodexAdapter:
     name = "codex"
+    tool_role = True
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = (b'"token_count"', b'compacted"', b'"turn_context"')
     summary_resets = False
     rewrites_carried = True  # a new compacted record replaces the last one's replacement_history
     description = (

@@ -138,6 +138,10 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any] | N
 
 class DatasetAdapter:
     name = "dataset"
+    tool_role = False
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
     rewrites_carried = False
     summary_resets = False
     description = (

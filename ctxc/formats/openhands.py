@@ -273,6 +273,10 @@ def _is_trajectory(data: Any) -> bool:
 
 class OpenHandsAdapter:
     name = "openhands"
+    tool_role = True
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
     rewrites_carried = False
     summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"

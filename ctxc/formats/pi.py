@@ -193,6 +193,10 @@ def _ms_of(stamp: str) -> int:
 
 class PiAdapter:
     name = "pi"
+    tool_role = True
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
     rewrites_carried = False
     summary_resets = False
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"

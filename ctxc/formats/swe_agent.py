@@ -87,6 +87,10 @@ def _parse_message(
 
 class SweAgentAdapter:
     name = "swe-agent"
+    tool_role = False
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".traj", ".traj.json")
+    usage_needles: tuple[bytes, ...] = ()
     rewrites_carried = False
     summary_resets = False
     description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"

@@ -1,0 +1,303 @@
+"""The compaction of one conversation: the kernel every entry point runs.
+
+:func:`compact_conversation` takes one conversation's live messages and a :class:`Plan` (the strategy,
+its context, the rules around it) and returns the compacted messages: what must survive placed where
+the client sends it, pairing repaired, reminders appended, and the target held. ``ctxc compact``
+(through :func:`~ctxc.compaction.run.compact_transcript`, and so :func:`ctxc.compact_record` and the
+Ray example), :class:`ctxc.ContextManager` and :func:`ctxc.compact_messages` all call it; what differs
+between them is only how messages are read and written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ctxc.compaction.base import Action, CompactContext, Strategy
+from ctxc.compaction.ledger import Ledger
+from ctxc.errors import OverTargetError, UsageError
+from ctxc.live import last_request, quotes, request_text, session_intent
+from ctxc.model import Message
+from ctxc.repair import repair_messages
+from ctxc.validate import Problem, pairing_problems
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How conversations are compacted: the same for every conversation of a run."""
+
+    strategy: Strategy
+    #: The strategy's context; its ``target`` is each conversation's whole target (what a
+    #: conversation carries as it is, and reminders appended after compaction, are taken off it).
+    context: CompactContext
+    #: The ``keep_last`` values to try in turn until the strategy meets the target.
+    keep_last_steps: tuple[int, ...]
+    allow_over: bool = False
+    #: Whether a repair answers an unanswered call with role ``tool`` messages (the format's way; a
+    #: conversation holding role ``tool`` messages is always answered so).
+    tool_role: bool = False
+    #: The format's client sends nothing before a summary ctxc writes (see ``FormatAdapter``).
+    summary_resets: bool = False
+
+    @property
+    def enforce(self) -> bool:
+        """Whether ending above the target is an error: a best-effort strategy without an explicit
+        target stops where it judges right."""
+        return self.context.explicit_target or not self.strategy.best_effort
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationResult:
+    """One conversation compacted. Token figures include what the conversation carries as it is."""
+
+    messages: tuple[Message, ...]
+    actions: tuple[Action, ...]
+    tokens_before: int
+    tokens_after: int
+    pinned_tokens: int
+    repaired: tuple[Problem, ...] = ()
+
+
+def compact_conversation(
+    messages: Sequence[Message],
+    plan: Plan,
+    *,
+    keep: frozenset[int],
+    carried: Sequence[Message] = (),
+    requests: Sequence[Message] = (),
+    notes: tuple[Message | None, Message | None] = (None, None),
+    conversation: Sequence[Message] = (),
+    source: str | None = None,
+) -> ConversationResult:
+    """Compact one conversation's live ``messages`` by ``plan``.
+
+    ``keep``: indexes that must survive (:func:`pinned_indexes`). ``carried``: what the log's own
+    compaction carries into the live context, kept as it is but counted. ``requests``: copies of
+    pinned messages from before that compaction, placed after the last summary unless quoted there.
+    ``notes``: the reminder message to append if nothing is compacted, and the one if something is.
+    ``conversation``: the whole conversation, history included (default: ``messages``), to name what
+    is kept in an over-target error.
+    Raises :class:`~ctxc.errors.OverTargetError` when the target is missed and the plan enforces it.
+    """
+    ledger = plan.context.ledger
+    target = plan.context.target
+    pinned = live_pins(messages, keep, plan.strategy)
+    as_is = ledger.total(carried)
+    before = as_is + ledger.total(messages)
+    quiet, loud = notes
+    reserve = as_is + ledger.total(requests) + (ledger.tokens(loud) if loud else 0)
+    ctx = replace(plan.context, target=max(1, target - reserve), pinned=pinned)
+    quiet_cost = ledger.tokens(quiet) if quiet else 0
+    out: tuple[Message, ...] = tuple(messages)
+    actions: tuple[Action, ...] = ()
+    if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
+        out, actions, ctx = _run_strategy(messages, plan, ctx)
+        out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
+    tool_role = plan.tool_role or any(m.role == "tool" for m in messages)
+    repaired, fixed = repair_messages(out, tool_role=tool_role)
+    # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
+    # report never says "nothing to do" for an output smaller than its input.
+    repair = None
+    if fixed:
+        span = (messages[0].index, messages[-1].index, ledger.total(out), ledger.total(repaired))
+        repair = Action("repair", "repair", *span, f"{len(fixed)} pairing fix(es)")
+    note = loud if actions else quiet
+    if note is not None:
+        repaired = (*repaired, note)
+        n = messages[-1].index
+        remind = Action("reminders", "remind", n, n, 0, 0, f"appended {', '.join(note.meta['rules'])}")
+        actions = (*actions, remind)
+    if repair is not None:
+        actions = (*actions, repair)
+    after = as_is + ledger.total(sent_part(repaired, summary_resets=plan.summary_resets))
+    if after > target and plan.enforce and not plan.allow_over:
+        tail = {m.index for m in messages[-ctx.keep_last :]}
+        kept = as_is + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
+        whole = conversation or messages
+        largest = _largest_kept(messages, pinned, tail, requests, whole, ledger)
+        raise _over_target(plan.strategy.name, after, target, kept, largest, ctx.keep_last, source)
+    leftover = pairing_problems(repaired, strict=True)
+    if leftover:  # repair is meant to make this impossible: fail loudly rather than hand it on
+        raise AssertionError(f"output still has pairing problems: {leftover[0]}")
+    pinned_tokens = ledger.total(m for m in messages if m.index in pinned)
+    return ConversationResult(repaired, actions, before, after, pinned_tokens, fixed)
+
+
+def _run_strategy(
+    messages: Sequence[Message], plan: Plan, ctx: CompactContext
+) -> tuple[tuple[Message, ...], tuple[Action, ...], CompactContext]:
+    """The strategy's result at the first ``keep_last`` step that meets the target (else the last)."""
+    steps = plan.keep_last_steps or (ctx.keep_last,)
+    for keep_last in steps:
+        ctx = replace(ctx, keep_last=keep_last)
+        res = plan.strategy.compact(messages, ctx)
+        if ctx.ledger.total(res.messages) <= ctx.target:
+            break
+    return res.messages, res.actions, ctx
+
+
+def _over_target(
+    strategy: str, after: int, target: int, kept: int, largest: str, keep_last: int, source: str | None
+) -> OverTargetError:
+    over = after - target
+    return OverTargetError(
+        f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
+        f"{target:,} target; "
+        f"what is always kept (pinned messages, the last {keep_last} and what the log's "
+        f"own compaction carries) is {kept:,} tokens"
+        + (f" ({kept - target:,} over the target)" if kept > target else "")
+        + f"{largest}; "
+        + ("lower --keep-last, or " if keep_last > 1 else "")
+        + "use --allow-over to write it anyway",
+        path=source,
+    )
+
+
+def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
+    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
+    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    if summary_resets:
+        for k in range(len(messages) - 1, -1, -1):
+            if messages[k].meta.get("ctxc") == "summary":
+                return messages[k:]
+    return messages
+
+
+def _largest_kept(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    tail: set[int],
+    requests: Sequence[Message],
+    everything: Sequence[Message],
+    ledger: Ledger,
+) -> str:
+    """The largest of what must stay, named, for an over-target error: which words are in the way."""
+    intent, last = session_intent(everything), last_request(everything)
+
+    def name(m: Message) -> str:
+        if intent is not None and m.index == intent.index:
+            return "the session's first request"
+        if last is not None and m.index == last.index:
+            return "the last user request"
+        if m.meta.get("is_compact_summary"):
+            return "the log's own summary"
+        if m.role == "system":
+            return "a system message"
+        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
+
+    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
+    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
+    named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
+    return f"; the largest: {named}" if named else ""
+
+
+def live_pins(messages: Sequence[Message], keep: frozenset[int], strategy: Strategy) -> frozenset[int]:
+    """The indexes of ``messages`` a strategy must keep: those in ``keep``, system messages the log's
+    compaction carried, and the log's own summary unless the strategy folds it into its own."""
+    return frozenset(
+        m.index
+        for m in messages
+        if m.index in keep
+        or (m.role == "system" and m.meta.get("carried"))
+        or (m.meta.get("is_compact_summary") and not strategy.uses_summarizer)
+    )
+
+
+_INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
+    """Indexes that must survive: system messages, the session's first and last requests, pins,
+    critical messages and the last message."""
+    keep: set[int] = set()
+    if not messages:
+        return frozenset()
+    keep.add(messages[-1].index)
+    for request in (session_intent(messages), last_request(messages)):
+        if request is not None:
+            keep.add(request.index)
+    patterns: list[re.Pattern[str]] = []
+    ranges: list[tuple[int, int]] = []
+    for pin in pins:
+        m = _INDEX_RANGE.match(pin.strip())
+        if m:
+            lo = int(m.group(1))
+            ranges.append((lo, int(m.group(2) or lo)))
+            continue
+        try:
+            patterns.append(re.compile(pin))
+        except re.error as exc:
+            raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
+    for msg in messages:
+        if msg.role == "system" or msg.importance == "critical":
+            keep.add(msg.index)
+        if any(lo <= msg.index <= hi for lo, hi in ranges):
+            keep.add(msg.index)
+        if patterns:
+            text = msg.text
+            if any(p.search(text) for p in patterns):
+                keep.add(msg.index)
+    return frozenset(keep)
+
+
+#: Facts of a message that a copy of it may keep (identity, such as uuids, stays with the original).
+_NEUTRAL_META = frozenset({"content_string", "content_was_string", "dialect", "timestamp"})
+
+
+def _keep_after_summary(
+    messages: Sequence[Message],
+    pinned: frozenset[int],
+    requests: Sequence[Message],
+    carried: Sequence[Message],
+    *,
+    summary_resets: bool,
+) -> tuple[Message, ...]:
+    """Place what must survive where the client sends it.
+
+    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
+    kept before the summary get a copy after it (the originals stay where they were, in the file's
+    history). Copies of pinned messages from before the log's own compaction (the session's first and
+    last requests among them) go after the last summary (or first), each unless what the client sends
+    already quotes it.
+    """
+    out = list(messages)
+    summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
+    at = summaries[-1] + 1 if summaries else 0
+    if summary_resets and summaries:
+        said = out[summaries[-1]].text
+        copies = [
+            copy_of(m, "pinned")
+            for m in out[: summaries[-1]]
+            if m.index in pinned and is_plain(m) and not (m.is_request and quotes(said, request_text(m)))
+        ]
+        out[at:at] = copies
+        at += len(copies)
+        sent = [*carried, *out[summaries[-1] :]]
+    else:
+        sent = [*carried, *out]
+    if not summaries:
+        # After the log's own summary, which opens the live context.
+        while at < len(out) and out[at].meta.get("is_compact_summary"):
+            at += 1
+    for request in requests:
+        if not any(quotes(m.text, request_text(request)) for m in sent):
+            out.insert(at, request)
+            at += 1
+    return tuple(out)
+
+
+def is_plain(message: Message) -> bool:
+    """A user or assistant message of words only: a copy of it pairs with nothing."""
+    return message.role in ("user", "assistant") and not any(
+        b.kind in ("tool_use", "tool_result") for b in message.blocks
+    )
+
+
+def copy_of(message: Message, why: str) -> Message:
+    """``message`` as a new message: the writer gives it a record (and identity) of its own."""
+    meta = {"ctxc": why, **{k: v for k, v in message.meta.items() if k in _NEUTRAL_META}}
+    return replace(message, records=(), raw=None, meta=meta)
+
+
+__all__ = ["ConversationResult", "Plan", "compact_conversation", "live_pins", "pinned_indexes", "sent_part"]

@@ -1,0 +1,141 @@
+"""``ctxc.compact_messages``: plain dict messages in, plain dict messages out, within ``max_tokens``
+(the ``trim_messages`` shape), through the same kernel as ``ctxc compact``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ctxc
+from ctxc.agent import ContextManager, to_messages
+from ctxc.errors import OverTargetError, UsageError
+from ctxc.validate import pairing_problems
+
+
+class QuarterCounter:
+    """Four characters a token; counts how many texts it was asked for (it must be the one used)."""
+
+    name = "quarter"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        self.calls += 1
+        return [len(t) // 4 for t in texts]
+
+
+def anthropic(turns: int, lines: int = 40) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the parser bug without changing the API."}]
+    for i in range(turns):
+        call = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"m{i}.py"}}
+        msgs.append({"role": "assistant", "content": [{"type": "text", "text": f"Reading {i}."}, call]})
+        body = "\n".join(f"{n:4} def f{n}(x): return parse(x, {i})" for n in range(lines))
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": body}
+        msgs.append({"role": "user", "content": [result]})
+    msgs.append({"role": "assistant", "content": "The bug is in m3.py."})
+    return msgs
+
+
+def openai(turns: int, lines: int = 40) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful engineer."},
+        {"role": "user", "content": "Find why the build fails."},
+    ]
+    for i in range(turns):
+        fn = {"name": "run", "arguments": f'{{"cmd": "make step{i}"}}'}
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": fn}],
+            }
+        )
+        out = "\n".join(f"step {i} line {n}: compiling module_{n}.c" for n in range(lines))
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": out})
+    msgs.append({"role": "assistant", "content": "The linker flags are wrong."})
+    return msgs
+
+
+def tokens(messages: list[dict[str, Any]], counter: Any) -> int:
+    return ContextManager(window=1_000_000, counter=counter).count(messages)
+
+
+def paired(messages: list[dict[str, Any]]) -> bool:
+    return not pairing_problems(to_messages(messages), strict=True)
+
+
+@pytest.mark.parametrize("build", [anthropic, openai])
+@pytest.mark.parametrize("strategy", ["fifo", "selective", "mask", "adaptive", "hierarchical"])
+def test_within_budget_paired_unmutated(build: Any, strategy: str) -> None:
+    messages = build(20)
+    before = copy.deepcopy(messages)
+    counter = QuarterCounter()
+    budget = tokens(messages, counter) // 3
+    out = ctxc.compact_messages(messages, max_tokens=budget, strategy=strategy, token_counter=counter)
+    assert messages == before  # the input is never mutated
+    assert tokens(out, counter) <= budget
+    assert paired(out)
+    assert all(isinstance(m, dict) for m in out)
+    ids = {id(m) for m in messages}
+    assert any(id(m) in ids for m in out)  # kept messages are the very dicts given
+    assert out[-1] is messages[-1]
+    again = ctxc.compact_messages(messages, max_tokens=budget, strategy=strategy, token_counter=counter)
+    assert again == out  # the same input gives the same output
+
+
+def test_under_budget_is_returned_as_given() -> None:
+    messages = anthropic(2)
+    out = ctxc.compact_messages(messages, max_tokens=1_000_000, strategy="fifo")
+    assert len(out) == len(messages)
+    assert all(a is b for a, b in zip(out, messages, strict=True))
+
+
+def test_counter_is_the_one_given() -> None:
+    counter = QuarterCounter()
+    ctxc.compact_messages(anthropic(5), max_tokens=400, strategy="fifo", token_counter=counter)
+    assert counter.calls > 0
+
+
+def test_tokenizer_by_name() -> None:
+    messages = openai(10)
+    out = ctxc.compact_messages(messages, max_tokens=800, strategy="fifo", token_counter="approx")
+    assert ContextManager(window=10**6, tokenizer="approx").count(out) <= 800
+
+
+def test_bad_arguments_fail_up_front() -> None:
+    for bad in (0, -5, True, 1.5):
+        with pytest.raises(UsageError):
+            ctxc.compact_messages(anthropic(2), max_tokens=bad)
+    with pytest.raises(UsageError):
+        ctxc.compact_messages(anthropic(2), max_tokens=100, strategy="no-such-strategy")
+
+
+def test_an_impossible_budget_raises_unless_allowed() -> None:
+    messages = anthropic(3)
+    with pytest.raises(OverTargetError):
+        ctxc.compact_messages(messages, max_tokens=5, strategy="fifo", token_counter=QuarterCounter())
+    out = ctxc.compact_messages(
+        messages, max_tokens=5, strategy="fifo", token_counter=QuarterCounter(), allow_over=True
+    )
+    assert paired(out)
+    assert out[-1] is messages[-1]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.integers(1, 15), lines=st.integers(1, 30), share=st.floats(0.2, 1.0))
+def test_fifo_budget_invariant(turns: int, lines: int, share: float) -> None:
+    messages = openai(turns, lines)
+    counter = QuarterCounter()
+    budget = max(1, int(tokens(messages, counter) * share))
+    try:
+        out = ctxc.compact_messages(messages, max_tokens=budget, strategy="fifo", token_counter=counter)
+    except OverTargetError:
+        return  # what must be kept (the system prompt, the request, the last message) is over budget
+    assert tokens(out, counter) <= budget
+    assert paired(out)
