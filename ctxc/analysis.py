@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import BinaryIO
 
 from ctxc.live import is_sidechain
-from ctxc.model import Boundary, Message, Usage
+from ctxc.model import Boundary, Message, ThinkingBlock, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reader import ReadOptions
@@ -136,14 +136,14 @@ def _scan(
         with gc_paused():
             for batch in message_batches(stream.items, side):
                 for done, counts in inflight.add(batch):
-                    rows.extend(_rows(done, counts))
+                    rows.extend(_rows(done, counts, counter))
                 for m in batch:
                     pairing.add(m)
                     if m.conversation and is_sidechain(m):
                         sidechains.add(m.conversation)
             problems = tuple(pairing.problems())  # while the last counts are made
             for done, counts in inflight.drain():
-                rows.extend(_rows(done, counts))
+                rows.extend(_rows(done, counts, counter))
     finally:
         stream.close()
     return Scan(
@@ -164,10 +164,33 @@ def _scan(
     )
 
 
-def _rows(batch: list[Message], counts: list[int]) -> Iterator[Row]:
-    for m, tokens in zip(batch, counts, strict=True):
+def _rows(batch: list[Message], counts: list[int], counter: Counter) -> Iterator[Row]:
+    thinking = _thinking_tokens(batch, counter)
+    for m, tokens, think in zip(batch, counts, thinking, strict=True):
         names = m.tool_names
-        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation)
+        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation, think)
+
+
+def thinking_texts(message: Message) -> list[str]:
+    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
+    thinking beside text and calls): analyze reports them under kind ``thinking`` all the same."""
+    if message.kind == "thinking":
+        return []
+    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+
+
+def _thinking_tokens(batch: Sequence[Message], counter: Counter) -> list[int]:
+    """Tokens of each message's :func:`thinking_texts` (counted already with the message: a cache hit
+    for a caching counter)."""
+    per = [thinking_texts(m) for m in batch]
+    flat = [t for texts in per for t in texts]
+    if not flat:
+        return [0] * len(batch)
+    counts, out, at = counter.count(flat), [], 0
+    for texts in per:
+        out.append(sum(counts[at : at + len(texts)]))
+        at += len(texts)
+    return out
 
 
 def finish(
@@ -193,7 +216,8 @@ def finish(
     history = [0, 0]
     side = [0, 0]
     branches = [0, 0]
-    for index, line, role, kind, tool, tokens, conv in scan.rows:
+    for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
+        thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
         while pending < len(resets) and resets[pending].index <= index:
             reset = resets[pending]
             kept = 0
@@ -217,7 +241,9 @@ def finish(
         )
         if is_live:
             by_role[role] += tokens
-            by_kind[kind] += tokens
+            by_kind[kind] += tokens - thinking
+            if thinking:
+                by_kind["thinking"] += thinking
             if tool:
                 by_tool[tool] += tokens
         else:

@@ -103,8 +103,9 @@ class Analysis:
         return self.max_context / self.window if self.window else 0.0
 
 
-#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation.
-Row = tuple[int, int, str, str, str | None, int, int]
+#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation, and the
+#: tokens of thinking inside it when its kind is another (reported under kind ``thinking``).
+Row = tuple[int, int, str, str, str | None, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)

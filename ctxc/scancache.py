@@ -35,7 +35,7 @@ from ctxc.validate import Problem
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 4
+_LAYOUT = 5  # 5: rows carry the thinking tokens of messages of another kind
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 

@@ -97,7 +97,8 @@ import orjson
 from ctxc.tokens import workers
 from ctxc.tokens.tiktoken_backend import SPECS, build_encoding
 
-texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000]
+texts = ["hello world", "안녕하세요, 세계", "<|endoftext|> is ordinary text here", "", "x" * 5000,
+         "lone \ud800 surrogate"]
 enc = build_encoding(SPECS["o200k_base"])
 doc = {"expected": [len(enc.encode_ordinary(t)) for t in texts]}
 for size, partial in ((1, True), (1, False), (2, False)):
@@ -119,6 +120,27 @@ def test_workers_count_exactly_what_tiktoken_does_and_end_when_closed() -> None:
         assert doc[key] == [doc["expected"], True], key
         assert gone(doc[f"{key}-pids"])  # type: ignore[arg-type]
     assert len(doc["2-False-pids"]) == 2  # type: ignore[arg-type]
+
+
+UTF8_COPIES = r"""
+import sys, orjson
+from ctxc.tokens import workers
+
+texts = ["plain ascii " * 100, "한국어 주석이 있는 코드 " * 100, "x = 1  # 계산 " * 100]
+before = [sys.getsizeof(t) for t in texts]
+pool = workers.CountingPool("o200k_base", 1)
+counts = pool.start(texts)()
+pool.close()
+print(orjson.dumps({"before": before, "after": [sys.getsizeof(t) for t in texts], "counts": counts}).decode())
+"""
+
+
+def test_texts_sent_to_the_workers_keep_no_utf8_copy() -> None:
+    """Pickling a non-ASCII str caches its UTF-8 form in the object, for as long as the parent keeps
+    the text (every message's, in a compaction): what is sent must not be the string itself."""
+    doc = run_script(UTF8_COPIES)
+    assert doc["after"] == doc["before"]
+    assert all(isinstance(n, int) and n > 0 for n in doc["counts"])  # type: ignore[union-attr]
 
 
 FAILURES = r"""

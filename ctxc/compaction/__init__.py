@@ -20,6 +20,17 @@ from ctxc.compaction.base import (
 __all__ = ["Action", "CompactContext", "Strategy", "StrategyResult", "get_strategy", "register", "strategies"]
 
 # Importing a strategy module registers it. Least lossy first: the order ``ctxc strategies`` lists.
-STRATEGY_MODULES = ("offload", "mask", "fifo", "selective", "recursive", "hierarchical", "adaptive")
+STRATEGY_MODULES = (
+    "dedupe",
+    "thinking",
+    "images",
+    "offload",
+    "mask",
+    "fifo",
+    "selective",
+    "recursive",
+    "hierarchical",
+    "adaptive",
+)
 for _module in STRATEGY_MODULES:
     importlib.import_module(f"ctxc.compaction.{_module}")

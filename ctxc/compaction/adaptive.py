@@ -6,7 +6,8 @@ Stages by the share of the window in use (thresholds are configuration, not code
 stage  usage      what runs                                   loss
 ====  ==========  ==========================================  =============
 1      < 60%      nothing                                     none
-2      60-70%     tool-output post-processing: offload, mask  minimal
+2      60-70%     redundancy: dedupe, thinking, images;       minimal
+                  tool-output post-processing: offload, mask
 3      70-80%     trim old messages: selective                low
 4      80-90%     summarize the history: hierarchical         medium
 5      >= 90%     essential summary only + last few messages  high
@@ -31,7 +32,8 @@ from ctxc.stages import DEFAULT_THRESHOLDS, stage_for
 
 #: Which strategies each stage runs, in order.
 STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (2, ("offload", "mask")),
+    # Redundancy first: what it removes is still in the context (or the archive), then tool output.
+    (2, ("dedupe", "thinking", "images", "offload", "mask")),
     (3, ("selective",)),
     (4, ("hierarchical",)),
     (5, ("essential",)),
@@ -73,7 +75,8 @@ class Adaptive:
     uses_summarizer: ClassVar[bool] = True  # from stage 4 on
     best_effort: ClassVar[bool] = True
     description: ClassVar[str] = (
-        "Escalate mask/offload → selective → hierarchical → essential summary as the window fills (default)"
+        "Escalate dedupe/thinking/images/offload/mask → selective → hierarchical → essential summary "
+        "as the window fills (default)"
     )
     Config: ClassVar[type[AdaptiveConfig]] = AdaptiveConfig
 

@@ -127,8 +127,16 @@ def _start_worker(name: str, path: Path | None, partial: bool, parent: int) -> N
         _count = None
 
 
-def _count_in_worker(texts: Sequence[str]) -> list[int] | None:
-    return None if _count is None else _count(texts)
+def _count_in_worker(texts: Sequence[str | bytes]) -> list[int] | None:
+    if _count is None:
+        return None
+    return _count([t if isinstance(t, str) else t.decode("utf-8", "surrogatepass") for t in texts])
+
+
+def _sendable(texts: Sequence[str]) -> list[str | bytes]:
+    """``texts`` with each non-ASCII one as its UTF-8 bytes: pickling such a string would attach a
+    UTF-8 copy to it (CPython caches it in the string), which the parent keeps as long as the text."""
+    return [t if t.isascii() else t.encode("utf-8", "surrogatepass") for t in texts]
 
 
 # -- in the parent ----------------------------------------------------------------------------------
@@ -176,7 +184,7 @@ class CountingPool:
         large = self.size > 1 and len(texts) > 1 and sum(map(len, texts)) >= SPLIT_MIN_CHARS
         parts = split(texts, self.size) if large else [(0, len(texts))]
         try:
-            futures = [self._pool.submit(_count_in_worker, texts[a:b]) for a, b in parts if b > a]
+            futures = [self._pool.submit(_count_in_worker, _sendable(texts[a:b])) for a, b in parts if b > a]
         except RuntimeError:  # a worker died before (BrokenProcessPool), or the pool was stopped
             return lambda: None
 

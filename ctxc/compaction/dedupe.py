@@ -1,0 +1,431 @@
+"""dedupe: replace copies the context holds again later by a pointer to the copy that stays.
+
+Three kinds of copy, each replaced by a one-line pointer naming the message whose copy stays and citing
+the archive for the original (``[ctxc: same as the result of message 214; original in ctxc archive …
+messages 37]``):
+
+* a tool result identical to a later one of the same tool with the same input (same text, same error
+  flag), and a file read superseded by a later one: a later read whose text holds all of it, a later
+  read of the whole file when this one was of the whole file too, or a later write of the whole file
+  (an edit never supersedes a read: the read still holds the lines the edit did not touch; the
+  ``edited_reads`` option replaces such reads too, as cozempic's stale-reads does, losing those lines
+  from the context but not from the archive);
+* a text block of at least ``min_block_chars`` characters (a CLAUDE.md or AGENTS.md text, an
+  environment context) repeated verbatim in a later user or system message;
+* a tagged block of injected text (``<system-reminder>``, ``<environment_context>``,
+  ``<user_instructions>``) repeated verbatim anywhere later, inside text or tool results.
+
+The copy the agent sees last always stays; a replaced tool result keeps the injected blocks whose last
+copy it holds. Only texts change: no message is dropped, added or reordered, so pairing and thinking
+blocks are exactly as they were. Pinned messages and the last ``keep_last`` messages are left alone
+(their copies count as the ones that stay).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import orjson
+
+from ctxc.archive_store import citation
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+
+#: How every ctxc note begins (as in :mod:`ctxc.compaction.mask`).
+CTXC_MARK = "[ctxc"
+
+#: Tags of text a client injects, again and again, into user turns and tool results.
+INJECTED_TAGS: tuple[str, ...] = ("system-reminder", "environment_context", "user_instructions")
+
+#: A file read's result, line by line: ``cat -n`` style numbering (Claude Code ``→``, OpenHands tab).
+_NUMBERED = re.compile(r"^\s*\d+(?:→|\t)")
+
+#: Tools that read a file by path, and the input keys that make a read partial.
+_READ_TOOLS = frozenset({"read", "view", "read_file", "readfile", "view_file", "open_file", "cat"})
+_WRITE_TOOLS = frozenset({"write", "write_file", "writefile", "create_file", "create"})
+_EDIT_TOOLS = frozenset({"edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Delete) File: (.+)$", re.MULTILINE)
+_EDITOR_TOOLS = frozenset({"str_replace_editor", "file_editor", "str_replace_based_edit_tool"})
+_SHELL_TOOLS = frozenset(
+    {"bash", "shell", "exec_command", "execute_bash", "run_terminal_cmd", "terminal", "local_shell"}
+)
+_PATH_KEYS = ("file_path", "path", "filename", "filepath", "target_file")
+#: Input keys a read of the whole file may have; any other key (an offset, a line count, a range, in
+#: whatever spelling a tool uses) makes it a partial read.
+_WHOLE_READ_KEYS = frozenset(
+    {*("file_path", "path", "filename", "filepath", "target_file")}
+    | {"command", "description", "explanation", "encoding"}
+)
+_WRITE_CONTENT_KEYS = ("content", "file_text", "contents", "text")
+#: Shell characters that make a command more than a single read of one file.
+_SHELL_META = re.compile(r"[|;&<>`$()*?\[\]{}\n]")
+
+
+@dataclass(frozen=True)
+class DedupeConfig:
+    min_block_chars: int = option(
+        1024, "an untagged text block repeated verbatim is replaced from this many characters", min=1
+    )
+    tags: tuple[str, ...] = option(INJECTED_TAGS, "tags of injected text deduplicated at any size")
+    edited_reads: bool = option(
+        False,
+        "also replace a file read followed by an edit of that file (lossy: the lines the edit did not "
+        "touch leave the context; they stay in the archive)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FileOp:
+    """What a tool call did to a file: ``read`` (``whole`` when not a line range) or ``write``."""
+
+    op: str
+    path: str
+    whole: bool = True
+
+
+#: A block's place: (position in the message list, position in the message's blocks).
+Slot = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pointer:
+    """Where the copy that stays is, and what to call it in the pointer."""
+
+    target: Slot
+    what: str
+
+
+@register
+class Dedupe:
+    name: ClassVar[str] = "dedupe"
+    description: ClassVar[str] = (
+        "Replace repeated tool results, superseded file reads and repeated injected text "
+        "by a pointer to the copy that stays (citing the archive)"
+    )
+    Config: ClassVar[type[Any]] = DedupeConfig
+    uses_summarizer: ClassVar[bool] = False
+    best_effort: ClassVar[bool] = False
+
+    def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        cfg: DedupeConfig = ctx.config(self)
+        msgs = list(messages)
+        tail = len(msgs) - ctx.keep_last if ctx.keep_last > 0 else len(msgs)
+        # The model's own words are never rewritten, only what a client or a tool put in the context.
+        editable = {
+            pos
+            for pos in range(max(0, tail))
+            if msgs[pos].index not in ctx.pinned and msgs[pos].role != "assistant"
+        }
+        whole = _whole_blocks(msgs, cfg)
+        whole = {s: _resolve(s, whole) for s in whole}
+        whole = {s: p for s, p in whole.items() if s[0] in editable}
+        last = _last_segments(msgs, cfg.tags)
+        actions: list[Action] = []
+        for pos in sorted(editable):
+            old = msgs[pos]
+            blocks = list(old.blocks)
+            notes: list[str] = []
+            for bi, block in enumerate(blocks):
+                if not isinstance(block, TextBlock | ToolResultBlock) or block.text.startswith(CTXC_MARK):
+                    continue
+                cite = citation(ctx.archive_id, old.index, old.index)
+                pointer = whole.get((pos, bi))
+                if pointer is not None:
+                    # The injected text whose last copy this is stays with the pointer.
+                    kept = [s for s, k in _segments(block.text, cfg.tags) if last.get(s) == (pos, bi, k)]
+                    new_text = "\n".join([_pointer_text(pointer, msgs, cite), *kept])
+                    notes.append(pointer.what if pointer.what.startswith("same") else "superseded read")
+                else:
+                    new_text = _drop_segments(block.text, pos, bi, last, cfg.tags, msgs, cite)
+                    if new_text == block.text:
+                        continue
+                    notes.append("injected text")
+                blocks[bi] = replace(block, text=new_text)
+            if not notes:
+                continue
+            new = replace(old, blocks=tuple(blocks))
+            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
+            if after >= before:
+                continue  # a pointer no smaller than what it replaces is no gain
+            msgs[pos] = new
+            actions.append(
+                Action(
+                    self.name, "dedupe", old.index, old.index, before, after, ", ".join(sorted(set(notes)))
+                )
+            )
+        return StrategyResult(tuple(msgs), tuple(actions))
+
+
+# ------------------------------------------------------------------------------------- whole blocks
+
+
+def _resolve(slot: Slot, whole: Mapping[Slot, _Pointer]) -> _Pointer:
+    """Follow a chain of pointers (a read superseded by one superseded in turn) to the copy that stays;
+    it is "the same" only if every link is."""
+    pointer, seen = whole[slot], {slot}
+    what = pointer.what
+    while pointer.target in whole and pointer.target not in seen:
+        seen.add(pointer.target)
+        pointer = whole[pointer.target]
+        if not pointer.what.startswith("same"):
+            what = pointer.what
+    return _Pointer(pointer.target, what)
+
+
+def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Pointer]:
+    """Blocks whose whole content has a later copy (or a later read or write superseding it)."""
+    calls = {b.id: b for m in msgs for b in m.blocks if isinstance(b, ToolUseBlock)}
+    results = {b.tool_use_id: b for m in msgs for b in m.blocks if isinstance(b, ToolResultBlock)}
+    out: dict[Slot, _Pointer] = {}
+    later_result: dict[tuple[str, str, str, bool], Slot] = {}
+    later_text: dict[str, Slot] = {}
+    # The newest read and write of each path seen so far, walking backwards.
+    later_reads: dict[str, list[tuple[Slot, FileOp, str]]] = {}
+    later_write: dict[str, Slot] = {}
+    later_edit: dict[str, Slot] = {}
+    for pos in range(len(msgs) - 1, -1, -1):
+        m = msgs[pos]
+        for bi in range(len(m.blocks) - 1, -1, -1):
+            block = m.blocks[bi]
+            if isinstance(block, ToolUseBlock):
+                op = file_op(block.name, block.input)
+                if op is not None and op.op in ("write", "edit") and _succeeded(results.get(block.id)):
+                    (later_write if op.op == "write" else later_edit)[op.path] = (pos, bi)
+                continue
+            if isinstance(block, TextBlock):
+                if m.role in ("user", "system") and len(block.text) >= cfg.min_block_chars:
+                    if block.text in later_text:
+                        out[(pos, bi)] = _Pointer(later_text[block.text], "same text")
+                    else:
+                        later_text[block.text] = (pos, bi)
+                continue
+            if not isinstance(block, ToolResultBlock) or block.images or block.text.startswith(CTXC_MARK):
+                continue
+            use = calls.get(block.tool_use_id)
+            if use is None:
+                continue
+            key = (use.name, _canonical(use.input), block.text, block.is_error)
+            if key in later_result:
+                out[(pos, bi)] = _Pointer(later_result[key], "same result")
+                continue
+            later_result[key] = (pos, bi)
+            op = file_op(use.name, use.input)
+            if op is None or op.op != "read" or block.is_error or not block.text.strip():
+                continue
+            superseded = _superseding_read(block.text, op, later_reads.get(op.path, ()))
+            if superseded is not None:
+                out[(pos, bi)] = _Pointer(superseded, f"read of {op.path} superseded by the read")
+            elif op.path in later_write:
+                out[(pos, bi)] = _Pointer(later_write[op.path], f"read of {op.path} superseded by the write")
+            elif cfg.edited_reads and op.path in later_edit:
+                out[(pos, bi)] = _Pointer(
+                    later_edit[op.path], f"read of {op.path} out of date after the edit"
+                )
+            later_reads.setdefault(op.path, []).append(((pos, bi), op, block.text))
+    return out
+
+
+def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp, str]]) -> Slot | None:
+    """The nearest later read of the same file that holds everything ``text`` holds."""
+    for slot, later_op, later_text in reversed(later):  # nearest first
+        if _holds(later_text, text):
+            return slot
+        if op.whole and later_op.whole and _from_line_one(text) and _from_line_one(later_text):
+            # Both read the whole file with numbered lines (not a stub, not an error): the later one shows
+            # it as it is now, edited in between or not.
+            return slot
+    return None
+
+
+def _holds(later: str, earlier: str) -> bool:
+    if earlier.strip() in later:
+        return True
+    lines = [ln for ln in earlier.splitlines() if ln.strip()]
+    if not lines or not _numbered(earlier):
+        return False
+    later_lines = set(later.splitlines())
+    return all(ln in later_lines for ln in lines)
+
+
+def _from_line_one(text: str) -> bool:
+    """Whether ``text`` is a numbered file listing that starts at line 1."""
+    if not _numbered(text):
+        return False
+    first = next(ln for ln in text.splitlines() if ln.strip())
+    return first.lstrip().startswith("1") and not first.lstrip()[1:2].isdigit()
+
+
+def _numbered(text: str) -> bool:
+    """Whether most lines of ``text`` are numbered file lines."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return bool(lines) and sum(1 for ln in lines if _NUMBERED.match(ln)) >= 0.9 * len(lines)
+
+
+def _succeeded(result: ToolResultBlock | None) -> bool:
+    """Whether a call got a result that is not an error (a failed write changed nothing)."""
+    return result is not None and not result.is_error and "error" not in result.text[:200].lower()
+
+
+def _canonical(value: Any) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return repr(value)
+
+
+# ------------------------------------------------------------------------------------------ file ops
+
+
+def file_op(name: str, inp: Any) -> FileOp | None:
+    """What a call does to a file: a plain read, a whole-file write, or an edit; else None."""
+    tool = name.rsplit("__", 1)[-1].lower()
+    if tool in ("apply_patch", "applypatch"):
+        patch = inp if isinstance(inp, str) else inp.get("input") if isinstance(inp, Mapping) else None
+        paths = _PATCH_FILE.findall(patch) if isinstance(patch, str) else []
+        return FileOp("edit", os.path.normpath(paths[0].strip())) if len(paths) == 1 else None
+    if isinstance(inp, str) and inp.lstrip().startswith("{"):
+        try:  # arguments recorded as the model wrote them: a JSON string (Codex exec_command)
+            inp = orjson.loads(inp)
+        except orjson.JSONDecodeError:
+            return None
+    if not isinstance(inp, Mapping):
+        return None
+    path = _path(inp)
+    if tool in _EDITOR_TOOLS:
+        command = inp.get("command")
+        if path and command == "view":
+            return FileOp("read", path, _whole(inp))
+        if path and command == "create" and isinstance(inp.get("file_text"), str):
+            return FileOp("write", path)
+        if path and command in ("str_replace", "insert"):
+            return FileOp("edit", path)
+        return None
+    if tool in _READ_TOOLS and path:
+        return FileOp("read", path, _whole(inp))
+    if tool in _WRITE_TOOLS and path and any(isinstance(inp.get(k), str) for k in _WRITE_CONTENT_KEYS):
+        return FileOp("write", path)
+    if tool in _EDIT_TOOLS and path:
+        return FileOp("edit", path)
+    if tool in _SHELL_TOOLS:
+        return shell_read(inp.get("command", inp.get("cmd")), inp.get("workdir") or inp.get("cwd"))
+    return None
+
+
+def _whole(inp: Mapping[str, Any]) -> bool:
+    return all(k in _WHOLE_READ_KEYS or v in (None, "", [], {}) for k, v in inp.items())
+
+
+def _path(inp: Mapping[str, Any]) -> str:
+    for key in _PATH_KEYS:
+        value = inp.get(key)
+        if isinstance(value, str) and value.strip():
+            return os.path.normpath(value.strip())
+    return ""
+
+
+def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
+    """``cat``/``nl``/``head``/``tail``/``sed -n`` of one file, alone on the command line; else None."""
+    if isinstance(command, list) and all(isinstance(c, str) for c in command):
+        command = command[-1] if len(command) == 3 and command[1] in ("-c", "-lc") else shlex.join(command)
+    if not isinstance(command, str) or _SHELL_META.search(command):
+        return None
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if len(argv) < 2:
+        return None
+    prog, args = argv[0], argv[1:]
+    files = [a for a in args if not a.startswith("-")]
+    flags = [a for a in args if a.startswith("-")]
+    whole = True
+    if prog in ("cat", "nl") and len(files) == 1 and all(f in ("-n", "-ba", "-b", "-A") for f in flags):
+        pass
+    elif prog in ("head", "tail") and len(files) in (1, 2):
+        if len(files) == 2:
+            if not (flags == ["-n"] and files[0].isdigit()):
+                return None
+            files = files[1:]
+        elif not all(re.fullmatch(r"-\d+|-n\d+", f) for f in flags):
+            return None
+        whole = False
+    elif prog == "sed" and flags == ["-n"] and len(files) == 2 and re.fullmatch(r"\d+(,\d+)?p", files[0]):
+        files = files[1:]
+        whole = False
+    else:
+        return None
+    path = files[0]
+    if isinstance(workdir, str) and workdir and not os.path.isabs(path):
+        path = os.path.join(workdir, path)
+    return FileOp("read", os.path.normpath(path), whole)
+
+
+# ------------------------------------------------------------------------------------------ segments
+
+
+def _segment_re(tags: Sequence[str]) -> re.Pattern[str]:
+    alts = "|".join(re.escape(t) for t in tags)
+    return re.compile(rf"<({alts})>.*?</\1>", re.DOTALL)
+
+
+def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[str, int]]:
+    """Each tagged segment of ``text`` with how many copies of it the text holds before it."""
+    if not tags or "<" not in text:
+        return
+    seen: dict[str, int] = {}
+    for match in _segment_re(tags).finditer(text):
+        seg = match.group(0)
+        k = seen.get(seg, 0)
+        seen[seg] = k + 1
+        yield seg, k
+
+
+def _last_segments(msgs: Sequence[Message], tags: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    """Each injected segment's last place in the context: the copy that stays."""
+    last: dict[str, tuple[int, int, int]] = {}
+    for pos, m in enumerate(msgs):
+        for bi, b in enumerate(m.blocks):
+            if isinstance(b, TextBlock | ToolResultBlock):
+                for seg, k in _segments(b.text, tags):
+                    last[seg] = (pos, bi, k)
+    return last
+
+
+def _drop_segments(
+    text: str,
+    pos: int,
+    bi: int,
+    last: Mapping[str, tuple[int, int, int]],
+    tags: Sequence[str],
+    msgs: Sequence[Message],
+    cite: str,
+) -> str:
+    if not tags or "<" not in text:
+        return text
+    seen: dict[str, int] = {}
+
+    def swap(match: re.Match[str]) -> str:
+        seg = match.group(0)
+        k = seen.get(seg, 0)
+        seen[seg] = k + 1
+        where = last.get(seg)
+        if where is None or where == (pos, bi, k):
+            return seg
+        tag = match.group(1)
+        return f"[ctxc: <{tag}> repeated in message {msgs[where[0]].index}; original in {cite}]"
+
+    return _segment_re(tags).sub(swap, text)
+
+
+def _pointer_text(pointer: _Pointer, msgs: Sequence[Message], cite: str) -> str:
+    target = msgs[pointer.target[0]].index
+    if pointer.what == "same result":
+        return f"[ctxc: same as the result of message {target}; original in {cite}]"
+    if pointer.what == "same text":
+        return f"[ctxc: same as the text of message {target}; original in {cite}]"
+    return f"[ctxc: {pointer.what} in message {target}; original in {cite}]"
