@@ -246,6 +246,28 @@ def run_ctxc(args: Sequence[str], env: dict[str, str], cwd: Path) -> subprocess.
     )
 
 
+def claude_env(home: Path) -> dict[str, str]:
+    """Claude Code's environment for a run: the fake API, a test key, and no traffic of its own."""
+    return _base_env(home) | {
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT}",
+        "ANTHROPIC_API_KEY": API_KEY,
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+
+
+def codex_env(home: Path, codex_home: Path) -> dict[str, str]:
+    """Codex's environment for a run: its home, and the key given as `codex exec` reads it (and as
+    OPENAI_API_KEY too, as a user would)."""
+    return _base_env(home) | {
+        "CODEX_HOME": str(codex_home),
+        "OPENAI_API_KEY": API_KEY,
+        "CODEX_API_KEY": API_KEY,
+    }
+
+
 def claude_session_id(log: Path) -> str | None:
     """The session id Claude Code files the log under: the last main-chain record's ``sessionId``."""
     found = None
@@ -271,16 +293,8 @@ def resume_claude(exe: Path, log: Path, work: Path) -> Run:
     project = claude_project_dir(home, cwd)
     project.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(log, project / f"{sid}.jsonl")
-    env = _base_env(home) | {
-        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT}",
-        "ANTHROPIC_API_KEY": API_KEY,
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
     argv = [str(exe), "-p", PROMPT, "--output-format", "json", "--resume", sid]
-    return run_isolated(argv, cwd=cwd, env=env, work=work)
+    return run_isolated(argv, cwd=cwd, env=claude_env(home), work=work)
 
 
 def codex_session(log: Path) -> tuple[str, str] | None:
@@ -341,12 +355,7 @@ def resume_codex(exe: Path, log: Path, work: Path) -> Run:
     day.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(log, day / f"rollout-{stamp[:19].replace(':', '-')}-{sid}.jsonl")
     (codex_home / "config.toml").write_text(codex_config())
-    # `codex exec` takes its key from CODEX_API_KEY; OPENAI_API_KEY is set too, as a user would.
-    env = _base_env(home) | {
-        "CODEX_HOME": str(codex_home),
-        "OPENAI_API_KEY": API_KEY,
-        "CODEX_API_KEY": API_KEY,
-    }
+    env = codex_env(home, codex_home)
     argv = [str(exe), "exec", "--skip-git-repo-check", "--json", "resume", sid, PROMPT]
     return run_isolated(argv, cwd=cwd, env=env, work=work)
 

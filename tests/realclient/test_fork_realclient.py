@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 import wire
 from clients import (
-    API_KEY,
     CLAUDE,
     CODEX,
-    PORT,
     PROMPT,
     Client,
     Unavailable,
-    _base_env,
+    claude_env,
     claude_project_dir,
     claude_session_id,
     codex_config,
+    codex_env,
     codex_session,
     install,
     run_ctxc,
@@ -68,14 +67,7 @@ class Claude:
     def resume(self, session: str, name: str) -> dict[str, object] | None:
         work = self.tmp / name
         work.mkdir()
-        env = _base_env(self.home) | {
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT}",
-            "ANTHROPIC_API_KEY": API_KEY,
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
+        env = claude_env(self.home)
         argv = [str(self.exe), "-p", PROMPT, "--output-format", "json", "--resume", session]
         run = run_isolated(argv, cwd=self.cwd, env=env, work=work)
         assert run.ok, run.describe()
@@ -110,11 +102,7 @@ class Codex:
     def resume(self, session: str, name: str) -> dict[str, object] | None:
         work = self.tmp / name
         work.mkdir()
-        env = _base_env(self.home) | {
-            "CODEX_HOME": str(self.codex_home),
-            "OPENAI_API_KEY": API_KEY,
-            "CODEX_API_KEY": API_KEY,
-        }
+        env = codex_env(self.home, self.codex_home)
         argv = [str(self.exe), "exec", "--skip-git-repo-check", "--json", "resume", session, PROMPT]
         run = run_isolated(argv, cwd=self.cwd, env=env, work=work)
         assert run.ok, run.describe()

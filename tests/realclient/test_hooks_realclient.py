@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from clients import (
-    API_KEY,
     CLAUDE,
-    PORT,
     Unavailable,
-    _base_env,
+    claude_env,
     claude_project_dir,
     claude_session_id,
     install,
@@ -43,7 +41,6 @@ def test_a_compact_in_claude_code_fires_the_hook_and_search_finds_what_it_remove
     stored.parent.mkdir(parents=True)
     shutil.copyfile(log, stored)
     # The user's own environment: their HOME (so the per-user archive), ctxc importable from this checkout.
-    env = {**_base_env(home), "PYTHONPATH": str(ROOT)}
     user_env = {"HOME": str(home)}
     settings = home / ".claude" / "settings.json"
     others = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}}
@@ -53,15 +50,7 @@ def test_a_compact_in_claude_code_fires_the_hook_and_search_finds_what_it_remove
     run = run_isolated(
         [str(exe), "-p", "/compact", "--output-format", "json", "--resume", session],
         cwd=project,
-        env=env
-        | {
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT}",
-            "ANTHROPIC_API_KEY": API_KEY,
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        },
+        env=claude_env(home) | {"PYTHONPATH": str(ROOT)},
         work=tmp_path,
     )
     assert run.ok, run.describe()
