@@ -123,6 +123,9 @@ def test_sessions_lists_live_context_per_session(
     code, _, err = run(capsys, "sessions", "--since", "yesterday")
     assert code == 2
     assert "--since 'yesterday'" in err
+    code, _, err = run(capsys, "sessions", "--agent", "cursor")
+    assert code == 2
+    assert "unknown agent 'cursor'" in err
 
 
 def test_sessions_table_fits_80_columns_with_whole_values(
