@@ -31,7 +31,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
@@ -41,6 +41,7 @@ import orjson
 from ctxc._version import __version__
 from ctxc.errors import ArchiveError
 from ctxc.output import Data, pid_alive, write_atomic
+from ctxc.reader import Spool
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
@@ -71,8 +72,10 @@ def user_archive() -> Path:
     return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
-def sha256_hex(data: Data) -> str:
-    if not isinstance(data, list):
+def sha256_hex(data: Data | Iterable[bytes]) -> str:
+    if isinstance(data, Spool):
+        return data.hexdigest()
+    if isinstance(data, bytes):
         return hashlib.sha256(data).hexdigest()
     digest = hashlib.sha256()
     for part in data:
@@ -267,6 +270,18 @@ class ArchiveStore:
         if created is not None:
             created.append(path)
         return digest
+
+    def spool(self) -> Spool:
+        """A spool to read an original into (:class:`ctxc.reader.Spool`): a temp file among the objects,
+        which :meth:`store` moves into place."""
+        try:
+            self._prepare()
+            folder = private_dir(self.root / "objects" / "tmp")
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
+            ) from exc
+        return Spool(folder / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
 
     def _prepare(self) -> None:
         """Once per process and archive, before the first store: the objects folder private, and

@@ -8,9 +8,9 @@ a strategy changed. Everything here is frozen: strategies build new objects, the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from collections.abc import Iterator, Mapping
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -138,18 +138,111 @@ class Boundary:
     abandoned: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One physical line (or, for whole-document formats, the whole file), exactly as read."""
+class ByteSource(Protocol):
+    """Where a record's bytes are kept when it does not hold them (:class:`ctxc.reader.Spool`)."""
 
+    def read_at(self, offset: int, size: int) -> bytes: ...
+
+
+class Record:
+    """One physical line (or, for whole-document formats, the whole file), exactly as read.
+
+    It holds its bytes, or (:meth:`kept_in`) where they are on disk, read back whenever ``raw`` is asked
+    for: a large input is then not held in memory twice, as bytes and as parsed JSON. Frozen, and equal
+    to a record with the same fields, as a frozen dataclass is.
+    """
+
+    __slots__ = ("_held", "_offset", "_size", "_source", "data", "eol", "kind", "line")
     line: int
-    raw: bytes
     eol: bytes
-    data: Any = None
-    kind: RecordKind = "passthrough"
+    data: Any
+    kind: RecordKind
+    _held: bytes
+    _source: ByteSource | None
+    _offset: int
+    _size: int
+
+    def __init__(self, line: int, raw: bytes, eol: bytes, data: Any = None, kind: RecordKind = "passthrough"):
+        _init(self, line, eol, data, kind, raw, None, 0, 0)
+
+    @classmethod
+    def kept_in(
+        cls, source: ByteSource, offset: int, size: int, line: int, eol: bytes, data: Any, kind: RecordKind
+    ) -> Record:
+        """A record whose ``size`` bytes are at ``offset`` of ``source``."""
+        record = object.__new__(cls)
+        _init(record, line, eol, data, kind, b"", source, offset, size)
+        return record
+
+    @property
+    def raw(self) -> bytes:
+        source: ByteSource | None = self._source
+        return self._held if source is None else source.read_at(self._offset, self._size)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the bytes are kept elsewhere (:meth:`kept_in`) rather than held."""
+        return self._source is not None
+
+    @property
+    def size(self) -> int:
+        """``len(self.raw)``, without reading it."""
+        return len(self._held) if self._source is None else self._size
+
+    def but(
+        self, *, line: int | None = None, eol: bytes | None = None, kind: RecordKind | None = None
+    ) -> Record:
+        """This record with another line number, line end or kind: the same bytes, held or not."""
+        record = object.__new__(Record)
+        line = self.line if line is None else line
+        eol = self.eol if eol is None else eol
+        kind = self.kind if kind is None else kind
+        _init(record, line, eol, self.data, kind, self._held, self._source, self._offset, self._size)
+        return record
 
     def to_bytes(self) -> bytes:
         return self.raw + self.eol
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.line, self.raw, self.eol, self.data, self.kind)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        line, raw, eol, data, kind = self._fields()
+        return f"Record(line={line!r}, raw={raw!r}, eol={eol!r}, data={data!r}, kind={kind!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _init(
+    record: Record,
+    line: int,
+    eol: bytes,
+    data: Any,
+    kind: RecordKind,
+    held: bytes,
+    source: ByteSource | None,
+    offset: int,
+    size: int,
+) -> None:
+    set_slot = object.__setattr__
+    set_slot(record, "line", line)
+    set_slot(record, "eol", eol)
+    set_slot(record, "data", data)
+    set_slot(record, "kind", kind)
+    set_slot(record, "_held", held)
+    set_slot(record, "_source", source)
+    set_slot(record, "_offset", offset)
+    set_slot(record, "_size", size)
 
 
 #: ``Message.meta`` key: the tool ids of the message that its reader made up because the file gave a
@@ -252,10 +345,12 @@ class Transcript:
     def to_bytes(self) -> bytes:
         return b"".join(self.parts())
 
-    def parts(self) -> list[bytes]:
-        """The file's bytes as its records' lines and line ends, in order: what ``to_bytes`` joins,
-        for hashing or writing a large file without a second copy of it."""
-        return [part for r in self.records for part in (r.raw, r.eol)]
+    def parts(self) -> Iterator[bytes]:
+        """The file's bytes as its records' lines and line ends, in order, each read as it is reached:
+        what ``to_bytes`` joins, for hashing or writing a large file without a second copy of it."""
+        for r in self.records:
+            yield r.raw
+            yield r.eol
 
     def conversation(self, n: int) -> tuple[Message, ...]:
         return tuple(m for m in self.messages if m.conversation == n)

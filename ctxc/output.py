@@ -25,6 +25,7 @@ import orjson
 
 from ctxc._version import __version__
 from ctxc.errors import OutputError
+from ctxc.reader import Spool
 
 SCHEMA_VERSION = 1
 #: Commands whose documents changed meaning since version 1: analyze and check measure the live
@@ -33,8 +34,9 @@ _SCHEMA_VERSIONS = {"analyze": 2, "check": 2}
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
-#: Bytes, or a list of the parts they are made of (a transcript's lines), written without joining them.
-Data = bytes | list[bytes]
+#: Bytes, or a list of the parts they are made of (a transcript's lines), written without joining them,
+#: or a spool of them already on disk, moved into place.
+Data = bytes | list[bytes] | Spool
 
 
 def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
@@ -43,6 +45,9 @@ def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | No
     waits for the bytes to reach the disk first; ``temp`` names the temporary file (created owner-only,
     never over an existing one). Raises ``OSError``: the caller knows what is lost."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, Spool):
+        data.commit(target, sync=sync)
+        return
     if temp is None:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
     else:

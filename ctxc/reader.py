@@ -1,6 +1,7 @@
 """Reading JSONL (and whole-document JSON) into :class:`Record` objects, exactly and explicitly.
 
-Every record keeps the bytes it was read from, so writing a file back unchanged is a byte copy. Bad
+Every record keeps the bytes it was read from (held, or in a :class:`Spool` on disk), so writing a file
+back unchanged is a byte copy. Bad
 input is never guessed around: a line that is not JSON, not an object, not UTF-8 or too large raises an
 :class:`InputError` naming the file and line, unless ``skip_invalid`` asks to keep such lines as opaque
 ``invalid`` records (they are still written back verbatim, so nothing is lost).
@@ -8,29 +9,121 @@ input is never guessed around: a line that is not JSON, not an object, not UTF-8
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import BinaryIO
 
 import orjson
 
-from ctxc.errors import InputError
-from ctxc.model import Record
+from ctxc.errors import ArchiveError, InputError
+from ctxc.model import Record, RecordKind
 
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 _SNIFF_BYTES = 8192
 _READ_BUFFER = 1 << 20
 BOM = b"\xef\xbb\xbf"
+#: Shorter lines are held rather than kept in a spool: their bytes cost less than a read back.
+_SPOOLED_MIN = 256
+
+
+class Spool:
+    """A copy on disk of every byte read, made as it is read, from which records read their bytes back
+    instead of holding them (:meth:`ctxc.model.Record.kept_in`). It is the original's archived copy in
+    the making (:meth:`ctxc.archive_store.ArchiveStore.spool`): what is archived is, by construction,
+    what was parsed, whatever happens to the input meanwhile. Kept are only lines that read alone: a
+    line end, no byte-order mark. Its errors are archive errors; :meth:`close` removes it unless it was
+    committed.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise self._error(exc) from exc
+        self._writer = open(self._fd, "wb", buffering=_READ_BUFFER, closefd=False)  # noqa: SIM115
+        self._digest = hashlib.sha256()
+        self._size = 0
+        self._flushed = 0
+        self._committed = False
+
+    def _error(self, exc: OSError) -> ArchiveError:
+        return ArchiveError(f"cannot write to the archive: {exc.strerror or exc}", path=str(self.path.parent))
+
+    def append(self, chunk: bytes) -> int:
+        """Add ``chunk``; returns where it starts."""
+        offset = self._size
+        try:
+            self._writer.write(chunk)
+        except OSError as exc:
+            raise self._error(exc) from exc
+        self._digest.update(chunk)
+        self._size += len(chunk)
+        return offset
+
+    def flush(self) -> None:
+        try:
+            self._writer.flush()
+        except OSError as exc:
+            raise self._error(exc) from exc
+        self._flushed = self._size
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if offset + size > self._flushed:
+            self.flush()
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise ArchiveError(
+                "the archived copy of the input lost bytes as it was read", path=str(self.path)
+            )
+        return data
+
+    def __len__(self) -> int:
+        return self._size
+
+    def hexdigest(self) -> str:
+        """The sha256 of every byte appended."""
+        return self._digest.hexdigest()
+
+    def commit(self, target: Path, *, sync: bool = True) -> None:
+        """Move the copy to ``target`` (synced first, unless ``sync`` is false). Raises ``OSError``."""
+        self.flush()
+        if sync:
+            os.fsync(self._fd)
+        os.replace(self.path, target)
+        self._committed = True
+
+    def close(self) -> None:
+        """Remove the copy unless committed; records kept in it can no longer be read."""
+        if not self._committed:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):  # what a full disk kept from being written goes with it
+            self._writer.close()
+        os.close(self._fd)
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     skip_invalid: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    #: Keep the lines read in this spool instead of holding their bytes (a large original being archived).
+    spool: Spool | None = field(default=None, compare=False)
 
 
 def source_name(src: str | os.PathLike[str] | BinaryIO) -> str:
@@ -121,6 +214,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
     line_no = 0
     any_record = False
     limit = options.max_line_bytes
+    spool = options.spool
     while True:
         chunk = buffered.readline(limit + 1)
         if not chunk:
@@ -138,6 +232,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 path=name,
                 line=line_no,
             )
+        offset = spool.append(chunk) if spool is not None else None
         if chunk.endswith(b"\r\n"):
             raw, eol = chunk[:-2], b"\r\n"
         elif chunk.endswith(b"\n"):
@@ -149,39 +244,63 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
             # Not JSON on its own: perhaps the first line of a pretty-printed whole document.
             document, rest = _try_document(chunk, buffered)
             if document is not None:
+                if spool is not None:
+                    spool.append(rest)
+                    spool.flush()
                 yield document
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
-        record = read_line(raw, eol, line_no, name, options, body=body)
+        record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"
         yield record
+    if spool is not None:
+        spool.flush()
     if not any_record:
         raise InputError("empty file (no JSON records)", path=name)
 
 
 def read_line(
-    raw: bytes, eol: bytes, line_no: int, name: str, options: ReadOptions, *, body: bytes | None = None
+    raw: bytes,
+    eol: bytes,
+    line_no: int,
+    name: str,
+    options: ReadOptions,
+    *,
+    body: bytes | None = None,
+    offset: int | None = None,
 ) -> Record:
     """The record of one physical line (``raw`` without its ``eol``): blank, an object, or, under
     ``skip_invalid``, an ``invalid`` record for a line that is not a JSON object (else InputError).
-    ``body``: the line less a byte-order mark, if it had one."""
+    ``body``: the line less a byte-order mark, if it had one; ``offset``: where the line is in
+    ``options.spool``, if it was added to one."""
     body = raw if body is None else body
+    kind, data = _parse_body(body, raw, line_no, name, options)
+    spool = options.spool
+    # Kept in the spool: a line that reads alone (a line end, no byte-order mark), long enough to pay.
+    if spool is None or offset is None or not eol or body is not raw or len(raw) < _SPOOLED_MIN:
+        return Record(line_no, raw, eol, data, kind)
+    return Record.kept_in(spool, offset, len(raw), line_no, eol, data, kind)
+
+
+def _parse_body(
+    body: bytes, raw: bytes, line_no: int, name: str, options: ReadOptions
+) -> tuple[RecordKind, object]:
     if not body or (body[:1].isspace() and not body.strip()):  # strip() copies: only if it may be blank
-        return Record(line=line_no, raw=raw, eol=eol, kind="blank")
+        return "blank", None
     try:
         data = parse_line(body, name, line_no)
     except InputError as exc:
         if options.skip_invalid:
-            return Record(line=line_no, raw=raw, eol=eol, kind="invalid", data=exc.message)
+            return "invalid", exc.message
         raise
     if not isinstance(data, dict):
         kind_name = {list: "an array", str: "a string", int: "a number", float: "a number"}.get(
             type(data), "null" if data is None else type(data).__name__
         )
         if options.skip_invalid:
-            return Record(line=line_no, raw=raw, eol=eol, kind="invalid", data="not an object")
+            return "invalid", "not an object"
         raise InputError(f"expected a JSON object, got {kind_name}: {_excerpt(raw)}", path=name, line=line_no)
-    return Record(line=line_no, raw=raw, eol=eol, data=data)
+    return "passthrough", data
 
 
 def _is_json(body: bytes) -> bool:
@@ -193,7 +312,7 @@ def _is_json(body: bytes) -> bool:
 
 
 def _try_document(first: bytes, stream: BinaryIO) -> tuple[Record | None, bytes]:
-    """Parse the whole file as one JSON object; on failure return the unread remainder of the stream."""
+    """Parse the whole file as one JSON object (None if it is not one), and the rest of the stream read."""
     rest = stream.read()
     whole = first + rest
     body = whole[3:] if whole.startswith(BOM) else whole
@@ -203,4 +322,4 @@ def _try_document(first: bytes, stream: BinaryIO) -> tuple[Record | None, bytes]
         return None, rest
     if not isinstance(data, dict):
         return None, rest
-    return Record(line=1, raw=whole, eol=b"", data=data), b""
+    return Record(line=1, raw=whole, eol=b"", data=data), rest

@@ -24,7 +24,7 @@ from ctxc.formats.base import ForksSessions
 from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
-from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.reader import ReadOptions, Spool, named_bytes, read_all
 from ctxc.tokens import counting_processes, make_counter
 from ctxc.tokens.reading import load_counted
 
@@ -156,13 +156,22 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         raise UsageError("--fork needs a session file, not stdin")
     if not job.dry_run and not job.make_dirs and not job.fork:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
-    # A file is parsed as it is read, and archived from the records read (the same bytes): holding the
-    # whole file besides its records would add its size to the peak. Stdin is read whole first.
+    store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
+    if store is None:
+        return _compact_file(job, None, None)
+    store.check_manifest()  # fail before archiving and compacting, not after the output
+    with store.spool() as spool:
+        return _compact_file(job, store, spool)
+
+
+def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -> dict[str, Any]:
+    # A file is parsed as it is read, its bytes copied into the archive's spool as they are (records
+    # read theirs back from it): a large input is not held twice. Stdin is read whole first, for its size.
     source: str | BinaryIO = job.path
-    original: bytes | None = None
     if job.path == "-":
-        name, original = read_all(job.path)
-        source, size = named_bytes(name, original), len(original)
+        name, whole = read_all(job.path)
+        source, size = named_bytes(name, whole), len(whole)
+        del whole
     else:
         size = _size(job.path)
     opts = job.options
@@ -175,17 +184,14 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     # A large input is counted on every core, by worker processes that count each batch of messages
     # while the next is parsed.
     with counting_processes(counter, size):
-        transcript, counts = load_counted(
-            source, counter, input_format=job.input_format, options=job.read_options
-        )
+        options = dataclasses.replace(job.read_options, spool=spool)
+        transcript, counts = load_counted(source, counter, input_format=job.input_format, options=options)
+        source = job.path  # stdin's bytes are the records' now
         name = transcript.source
         fork = _fork(transcript, name, job) if job.fork else None
         output = fork[1] if fork is not None else job.output
-        store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
-        if store is not None:
-            store.check_manifest()  # fail before archiving and compacting, not after the output
         result = compact_transcript(
-            transcript, opts, archive=store, counter=counter, original_bytes=original, counts=counts
+            transcript, opts, archive=store, counter=counter, original_bytes=spool, counts=counts
         )
     doc = compaction_report(result, job.options, name, output)
     written = result.transcript

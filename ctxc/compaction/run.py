@@ -166,7 +166,7 @@ def compact_transcript(
     *,
     archive: ArchiveStore | None = None,
     counter: Counter | None = None,
-    original_bytes: bytes | None = None,
+    original_bytes: Data | None = None,
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
     """Compact every conversation of ``transcript``. With an archive, the original is stored first.
@@ -192,7 +192,7 @@ def _compact_transcript(
     *,
     archive: ArchiveStore | None,
     counter: Counter | None,
-    original_bytes: bytes | None,
+    original_bytes: Data | None,
     counts: Sequence[int] | None,
 ) -> CompactionResult:
     from ctxc.profiles import resolve_window
@@ -207,7 +207,7 @@ def _compact_transcript(
         concurrency=options.summarizer_options.concurrency,
     )
     ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.parts()
+    data = original_bytes if original_bytes is not None else list(transcript.parts())
     archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
     stored = _store_in_background(archive, data, archive_id)
     if counts is not None:
@@ -420,7 +420,7 @@ def _verify(
     # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
-        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),
+        max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(r.size + len(r.eol) for r in written.records)),
     )
     reread = reload(written, source, options=options)
     live = live_context(reread.boundaries, reread.messages)

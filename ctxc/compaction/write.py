@@ -21,7 +21,8 @@ __all__ = ["EncodesConversations", "WritesCompacted", "encode_record", "write_li
 
 
 def encode_record(data: dict[str, Any], eol: bytes, line: int = 0) -> Record:
-    return Record(line=line, raw=orjson.dumps(data), eol=eol, data=data, kind="message")
+    # A copy: orjson's own bytes keep the room it reserved while encoding, several times their size.
+    return Record(line=line, raw=bytes(memoryview(orjson.dumps(data))), eol=eol, data=data, kind="message")
 
 
 def default_eol(transcript: Transcript) -> bytes:
@@ -155,6 +156,6 @@ def _fix_final_eol(out: list[Record], transcript: Transcript) -> tuple[Record, .
     if not out:
         return ()
     final_eol = transcript.records[-1].eol if transcript.records else b"\n"
-    fixed = [r if r.eol else replace(r, eol=default_eol(transcript)) for r in out[:-1]]
-    fixed.append(replace(out[-1], eol=final_eol))
+    fixed = [r if r.eol else r.but(eol=default_eol(transcript)) for r in out[:-1]]
+    fixed.append(out[-1].but(eol=final_eol))
     return tuple(fixed)

@@ -190,10 +190,10 @@ def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions =
     """``written`` read back as :func:`load` reads ``written.to_bytes()``, in ``written.format``.
 
     A record ``written`` took unchanged from ``read_from`` (as read by ``load``) keeps the JSON the
-    reader parsed from those same bytes, and only the records a writer made are parsed: a read-back
-    holds no second copy of a large file. Lines that might read differently in a file of their own
-    (a line break inside a record, a byte-order mark, a first line that is not JSON) are read back from
-    the bytes.
+    reader parsed from those same bytes, and only the records a writer made are parsed (keeping the JSON
+    they were made from when they read back as it): a read-back holds no second copy of a large file.
+    Lines that might read differently in a file of their own (a line break inside a record, a byte-order
+    mark, a first line that is not JSON) are read back from the bytes.
     """
     name = read_from.source
     own = {id(r) for r in read_from.records}
@@ -204,9 +204,13 @@ def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions =
     for line_no, rec in enumerate(written.records, 1):
         if id(rec) in own and rec.kind != "invalid":
             kind = "passthrough" if rec.kind == "message" else rec.kind
-            records.append(Record(line=line_no, raw=rec.raw, eol=rec.eol, data=rec.data, kind=kind))
-        else:
-            records.append(read_line(rec.raw, rec.eol, line_no, name, options))
+            records.append(rec.but(line=line_no, kind=kind))
+            continue
+        fresh = read_line(rec.raw, rec.eol, line_no, name, options)
+        # A writer's line that reads back as the JSON it was made from keeps that JSON, whose strings
+        # are the written messages': no second copy of them.
+        same = fresh.kind == "passthrough" and rec.data is not None and fresh.data == rec.data
+        records.append(rec.but(line=line_no, kind="passthrough") if same else fresh)
     if not any(r.kind == "passthrough" for r in records):
         raise InputError("empty file (no JSON records)", path=name)
     return _load(_stream(name, iter(records), written.format, True, None), None)
@@ -220,13 +224,13 @@ def _reads_alone(records: Sequence[Record], own: set[int], options: ReadOptions)
         return False
     last = len(records) - 1
     for k, rec in enumerate(records):
-        raw = rec.raw
+        raw = b"" if rec.kept else rec.raw  # a kept line reads alone: see ctxc.reader.Spool
         if (
             rec.eol not in ((b"\n", b"\r\n") if k < last else (b"", b"\n", b"\r\n"))
             or b"\n" in raw
             or raw.endswith(b"\r")
             or raw.startswith(BOM)
-            or len(raw) + len(rec.eol) > options.max_line_bytes
+            or rec.size + len(rec.eol) > options.max_line_bytes
         ):
             return False
     first = records[0]
@@ -274,10 +278,7 @@ def _mark_message_records(records: tuple[Record, ...], messages: list[Message]) 
     used = {i for m in messages for i in m.records}
     if not used:
         return records
-    return tuple(
-        Record(line=r.line, raw=r.raw, eol=r.eol, data=r.data, kind="message") if i in used else r
-        for i, r in enumerate(records)
-    )
+    return tuple(r.but(kind="message") if i in used else r for i, r in enumerate(records))
 
 
 def dump(transcript: Transcript, stream: BinaryIO) -> None:

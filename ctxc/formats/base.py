@@ -145,6 +145,8 @@ def rename_session(
     for record in transcript.records:
         raw = pattern.sub(lambda m: m.group(1) + new + m.group(2), record.raw)
         records.append(
-            record if raw == record.raw else dataclasses.replace(record, raw=raw, data=orjson.loads(raw))
+            record
+            if raw == record.raw
+            else Record(record.line, raw, record.eol, orjson.loads(raw), record.kind)
         )
     return dataclasses.replace(transcript, records=tuple(records))

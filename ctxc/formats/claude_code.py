@@ -1396,16 +1396,16 @@ def _patch(rec: Record, old: Mapping[str, Any], new: dict[str, Any]) -> Record:
         body = _PARENT_KEY + orjson.dumps(new["parentUuid"]) + body[len(prefix) :]
     else:
         body = orjson.dumps(new)
-    return replace(rec, raw=bom + body, data=new)
+    return Record(rec.line, bom + body, rec.eol, new, rec.kind)
 
 
 def _fix_eols(out: list[Record], source: Sequence[Record], eol: bytes) -> tuple[Record, ...]:
     """Every line but the last ends with a newline; the last ends as the input's last line did."""
     if not out:
         return ()
-    fixed = [r if r.eol else replace(r, eol=eol) for r in out[:-1]]
+    fixed = [r if r.eol else r.but(eol=eol) for r in out[:-1]]
     final = source[-1].eol if source else b"\n"
-    fixed.append(out[-1] if out[-1].eol == final else replace(out[-1], eol=final))
+    fixed.append(out[-1] if out[-1].eol == final else out[-1].but(eol=final))
     return tuple(fixed)
 
 

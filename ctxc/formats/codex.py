@@ -805,9 +805,9 @@ class _CompactedWriter:
         if not self.out:
             return ()
         final = self.records[-1].eol if self.records else b"\n"
-        fixed = [r if r.eol else replace(r, eol=self.eol) for r in self.out[:-1]]
+        fixed = [r if r.eol else r.but(eol=self.eol) for r in self.out[:-1]]
         last = self.out[-1]
-        fixed.append(last if last.eol == final else replace(last, eol=final))
+        fixed.append(last if last.eol == final else last.but(eol=final))
         return tuple(fixed)
 
 
