@@ -2,20 +2,23 @@
 
     python bench/memory_floor.py FILE            # e.g. a log written by bench/gen_transcript.py
 
-Reads FILE with ``ctxc.formats.load`` in this process (no counting, no strategy, no writing) and
-prints the RSS after the imports ``compact`` needs and after the reading, then what the transcript
-holds, each object counted once, in the order it is reached: the records' exact bytes
-(``Record.raw``); the messages' blocks (the texts strategies read and count); the JSON the messages
-keep beyond their blocks (``Message.raw``: envelope fields, ``toolUseResult``...); the JSON only the
-records keep (``Record.data`` beyond all that); the message and record objects themselves. Each is
-also given as a multiple of the file's size.
+Reads FILE with ``ctxc.formats.load`` in this process as ``compact`` does, its lines copied into a
+spool (in a temporary folder here, the archive there) that records read their bytes back from (no
+counting, no strategy, no writing), and prints the RSS after the imports ``compact`` needs and after
+the reading, then what the transcript holds, each object counted once, in the order it is reached:
+the bytes records hold (``Record.raw`` of the lines not kept in the spool); the messages' blocks (the
+texts strategies read and count); the JSON the messages keep beyond their blocks (``Message.raw``:
+envelope fields, ``toolUseResult``...); the JSON only the records keep (``Record.data`` beyond all
+that); the message and record objects themselves. Each is also given as a multiple of the file's size.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -58,14 +61,17 @@ def main() -> None:
     args = ap.parse_args()
     import ctxc.compaction.run  # noqa: F401  (the imports compact pays for)
     from ctxc.formats import load
+    from ctxc.reader import ReadOptions, Spool
 
     size_mib = args.file.stat().st_size / 2**20
     before = rss_mib()
-    t = load(str(args.file))
-    after = rss_mib()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.closing(Spool(Path(tmp) / "spool")) as spool:
+        t = load(str(args.file), options=ReadOptions(spool=spool))
+        after = rss_mib()
     sizer = Sizer()
+    kept = sum(r.kept for r in t.records)
     parts = [
-        ("Record.raw (exact bytes)", sizer.total(r.raw for r in t.records)),
+        (f"Record.raw held ({kept:,} kept)", sizer.total(r.raw for r in t.records if not r.kept)),
         ("blocks (texts, inputs)", sizer.total(m.blocks for m in t.messages)),
         ("Message.raw beyond blocks", sizer.total(m.raw for m in t.messages)),
         ("Record.data beyond both", sizer.total(r.data for r in t.records)),

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
 import orjson
@@ -108,14 +107,6 @@ class Spool:
         with contextlib.suppress(OSError):  # what a full disk kept from being written goes with it
             self._writer.close()
         os.close(self._fd)
-
-    def __enter__(self) -> Spool:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 @dataclass(frozen=True, slots=True)

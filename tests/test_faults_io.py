@@ -155,6 +155,22 @@ def test_an_output_file_on_a_full_disk_fails_and_leaves_nothing(
     assert left_behind(small_disk) == []
 
 
+def test_an_archive_on_a_full_disk_fails_the_run_and_leaves_no_spool(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    # The original is copied into the archive as it is read: a disk too full for it fails the run
+    # before any output, with the archive's exit code, and the partial copy is removed.
+    fill(small_disk, leave=64 * 1024)
+    out = tmp_path / "o.jsonl"
+    done = ctxc(
+        "compact", str(SAMPLE), "-o", str(out), "--archive", str(small_disk / "archive"), tmp=tmp_path
+    )
+    assert done.returncode == ExitCode.ARCHIVE
+    one_line(done.stderr, "No space left on device")
+    assert not out.exists()
+    assert list((small_disk / "archive").rglob(".tmp-*")) == []
+
+
 def test_a_report_that_cannot_be_written_leaves_no_output(small_disk: Path, tmp_path: Path) -> None:
     fill(small_disk)
     out = tmp_path / "out.jsonl"

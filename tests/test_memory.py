@@ -4,13 +4,19 @@
 * The output is read back (verified) with :func:`ctxc.formats.reload`: what it reads equals a reader's
   reading of the output's bytes, and the records taken unchanged from the input share its parsed JSON.
 * The input file is parsed as it is read and archived from its records, byte for byte.
+* A compacted file's lines are copied into the archive's spool as they are read, and read back from it
+  rather than held: the output and the archive are what was parsed, whatever happens to the input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from dataclasses import replace
+import subprocess
+import sys
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SAMPLES, corpus_params, sample_files
@@ -23,7 +29,7 @@ from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import CtxcError
 from ctxc.formats import load, reload
 from ctxc.model import Record, Transcript
-from ctxc.reader import BOM, ReadOptions, named_bytes
+from ctxc.reader import BOM, ReadOptions, Spool, named_bytes
 
 ALL_FILES = [*corpus_params(), *[pytest.param(p, id=f"samples/{p.name}") for p in sample_files()]]
 
@@ -128,3 +134,79 @@ def test_the_archive_stores_parts_as_the_bytes_they_join_to(tmp_path: Path) -> N
     ident = a.store(parts)
     assert ident == a.store(whole)
     assert a.read(ident) == whole
+
+
+FIFO = CompactOptions(strategy="fifo", target_ratio=0.5, window=20_000, allow_over=True)
+
+
+def _compact(src: Path, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "out.jsonl"
+    return compact_file(CompactJob(str(src), str(out), FIFO, archive=str(tmp_path / "archive"), index=False))
+
+
+def test_a_compacted_files_long_lines_are_read_back_from_the_archive_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Transcript] = []
+
+    def spy(transcript: Transcript, *args: Any, **kwargs: Any) -> Any:
+        seen.append(transcript)
+        return compact_transcript(transcript, *args, **kwargs)
+
+    monkeypatch.setattr(files, "compact_transcript", spy)
+    src = SAMPLES / "claude-code.jsonl"
+    doc = _compact(src, tmp_path)
+    long = [r for r in seen[0].records if r.size >= 256]
+    assert long
+    assert all(r.kept for r in long)
+    held = compact_transcript(load(src), FIFO).transcript
+    assert (tmp_path / "out.jsonl").read_bytes() == held.to_bytes()
+    assert Archive(tmp_path / "archive").read(doc["run"]["archive_id"]) == src.read_bytes()
+    assert list((tmp_path / "archive").rglob(".tmp-*")) == []
+
+
+def test_an_input_changed_during_the_run_changes_neither_its_output_nor_its_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = (SAMPLES / "claude-code.jsonl").read_bytes()
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(data)
+    read = files.load_counted
+
+    def then_changed(*args: Any, **kwargs: Any) -> Any:
+        loaded = read(*args, **kwargs)
+        src.write_bytes(data.replace(b"e", b"E"))  # the same size, other bytes
+        return loaded
+
+    monkeypatch.setattr(files, "load_counted", then_changed)
+    doc = _compact(src, tmp_path)
+    assert (tmp_path / "out.jsonl").read_bytes() == compact_transcript(
+        load(SAMPLES / "claude-code.jsonl"), FIFO
+    ).transcript.to_bytes()
+    assert Archive(tmp_path / "archive").read(doc["run"]["archive_id"]) == data
+
+
+def test_the_spool_of_a_killed_run_is_swept_by_the_next(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    left = tmp_path / "archive" / "objects" / "tmp" / f".tmp-{child.pid}-0123456789ab"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"half an original")
+    _compact(SAMPLES / "claude-code.jsonl", tmp_path)
+    assert list((tmp_path / "archive").rglob(".tmp-*")) == []
+
+
+def test_a_record_kept_in_a_spool_reads_and_compares_as_its_bytes(tmp_path: Path) -> None:
+    with contextlib.closing(Spool(tmp_path / "spool")) as spool:
+        spool.append(USER + b"\n")
+        kept = Record.kept_in(
+            spool, spool.append(ASSISTANT + b"\n"), len(ASSISTANT), 2, b"\n", None, "message"
+        )
+        assert (kept.raw, kept.size, kept.kept) == (ASSISTANT, len(ASSISTANT), True)
+        assert kept == Record(2, ASSISTANT, b"\n", kind="message")
+        moved = kept.but(line=5, eol=b"\r\n")
+        assert (moved.line, moved.raw, moved.eol, moved.kept) == (5, ASSISTANT, b"\r\n", True)
+        with pytest.raises(FrozenInstanceError):
+            kept.line = 3  # type: ignore[misc]
+        assert spool.hexdigest() == hashlib.sha256(USER + b"\n" + ASSISTANT + b"\n").hexdigest()
+    assert not (tmp_path / "spool").exists()  # never committed: removed

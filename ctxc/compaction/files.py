@@ -9,6 +9,7 @@ they cross processes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from dataclasses import asdict, dataclass
@@ -160,7 +161,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     if store is None:
         return _compact_file(job, None, None)
     store.check_manifest()  # fail before archiving and compacting, not after the output
-    with store.spool() as spool:
+    with contextlib.closing(store.spool()) as spool:
         return _compact_file(job, store, spool)
 
 
