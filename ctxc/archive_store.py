@@ -6,6 +6,7 @@ current directory or one of its parents (where older ctxc versions put it), else
 resolves from any directory. Layout under the root::
 
     objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
+    objects/tmp/.tmp-...      an original being read (``compact`` copies it as it parses it), then moved
     manifest.jsonl            one line per run: what was read, what was written, with which options
     manifest.lock             taken (flock) while appending, so concurrent runs never interleave lines
     search.sqlite             the search index (derived; ``ctxc search --reindex`` rebuilds it)
