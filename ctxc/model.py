@@ -216,6 +216,9 @@ class Record:
         line, raw, eol, data, kind = self._fields()
         return f"Record(line={line!r}, raw={raw!r}, eol={eol!r}, data={data!r}, kind={kind!r})"
 
+    def __reduce__(self) -> tuple[type[Record], tuple[Any, ...]]:
+        return Record, self._fields()  # a pickled record holds its bytes
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import pickle
 import subprocess
 import sys
 from dataclasses import FrozenInstanceError, replace
@@ -204,6 +205,7 @@ def test_a_record_kept_in_a_spool_reads_and_compares_as_its_bytes(tmp_path: Path
         )
         assert (kept.raw, kept.size, kept.kept) == (ASSISTANT, len(ASSISTANT), True)
         assert kept == Record(2, ASSISTANT, b"\n", kind="message")
+        assert pickle.loads(pickle.dumps(kept)) == kept  # with its bytes: a spool stays in its process
         moved = kept.but(line=5, eol=b"\r\n")
         assert (moved.line, moved.raw, moved.eol, moved.kept) == (5, ASSISTANT, b"\r\n", True)
         with pytest.raises(FrozenInstanceError):
