@@ -1,10 +1,10 @@
 """Reading JSONL (and whole-document JSON) into :class:`Record` objects, exactly and explicitly.
 
 Every record keeps the bytes it was read from (held, or in a :class:`Spool` on disk), so writing a file
-back unchanged is a byte copy. Bad
-input is never guessed around: a line that is not JSON, not an object, not UTF-8 or too large raises an
-:class:`InputError` naming the file and line, unless ``skip_invalid`` asks to keep such lines as opaque
-``invalid`` records (they are still written back verbatim, so nothing is lost).
+back unchanged is a byte copy. Bad input is never guessed around: a line that is not JSON, not an
+object, not UTF-8 or too large raises an :class:`InputError` naming the file and line, unless
+``skip_invalid`` asks to keep such lines as opaque ``invalid`` records (they are still written back
+verbatim, so nothing is lost).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Spool:
         data = os.pread(self._fd, size, offset)
         if len(data) != size:
             raise ArchiveError(
-                "the archived copy of the input lost bytes as it was read", path=str(self.path)
+                "the archive's copy of the input is shorter than what was read", path=str(self.path)
             )
         return data
 
