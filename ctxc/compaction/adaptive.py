@@ -1,23 +1,8 @@
-"""The adaptive pipeline: escalate from the least lossy strategy to the most lossy as the window fills.
+"""adaptive: escalate from the least lossy strategy to the most lossy as the window fills.
 
-Stages by the share of the window in use (thresholds are configuration, not code):
-
-====  ==========  ==========================================  =============
-stage  usage      what runs                                   loss
-====  ==========  ==========================================  =============
-1      < 60%      nothing                                     none
-2      60-70%     redundancy: dedupe, thinking, images;       minimal
-                  tool-output post-processing: offload, mask
-3      70-80%     trim old messages: selective                low
-4      80-90%     summarize the history: hierarchical         medium
-5      >= 90%     essential summary only + last few messages  high
-====  ==========  ==========================================  =============
-
-Stages run in order and the pipeline stops as soon as the target is met. Without an explicit target it
-never goes beyond the stage the current usage calls for (a 72% full context is trimmed, never
-summarized); with ``--target-tokens``/``--target-ratio`` it escalates as far as the target needs.
-Trimming keeps the user instructions and decisions its placeholders quote; when they do not fit,
-stage 4 summarizes them (the summary quotes them again).
+Stage 2 (60%) dedupe, thinking, images, offload, mask; 3 (70%) selective; 4 (80%) hierarchical; 5 (90%)
+the essential summary. It stops once the target is met, and without an explicit target never goes past
+the stage usage calls for. The stages are described in docs/strategies.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """fifo: drop the oldest pairing-safe units until the conversation fits the target.
 
-Pinned units (system messages, the first request, ``--pin`` matches, critical messages) stay where
-they are, and so does the tail: the units holding the last ``keep_last`` messages are a floor that is
-never dropped, even when the target then cannot be met (the run reports how far over it is). Each
-contiguous dropped run leaves one short user message citing the archive range it came from and quoting
-the user instructions and decisions in it verbatim (at most ``carry`` of them, found by the extractive
-summarizer's :func:`~ctxc.summarize.extractive.key_sentences`). A placeholder that quotes nothing is
-left out when it would cost as much as the run itself; quotes are given up only when the target can be
-met no other way (fewer first, then all), and never when the caller says ``Carry.keep``.
-
-The dropping machinery (:func:`drop_units`) is shared with ``selective``, which differs only in the
-order it offers units in.
+Pinned units and those holding the last ``keep_last`` messages stay. Each dropped run leaves one
+message citing the archive range and quoting the run's instructions and decisions (:func:`drop_units`,
+shared with ``selective``, which only offers units in another order).
 """
 
 from __future__ import annotations
@@ -29,17 +21,14 @@ from ctxc.tokens.cost import count_messages
 
 
 def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:
-    """Positions (into ``parts``) of units no trimming strategy may drop.
-
-    A unit is protected when it holds a pinned message, one of the last ``ctx.keep_last`` messages, or
-    the last message (kept even when the caller pinned nothing, because the next turn answers it).
-    """
+    """Positions (into ``parts``) of units no trimming strategy may drop: those holding a pinned
+    message, one of the last ``ctx.keep_last`` messages, or the last message (the next turn answers it)."""
     tail_start = len(messages) - max(ctx.keep_last, 1)
-    out: set[int] = set()
-    for u, part in enumerate(parts):
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages)):
-            out.add(u)
-    return out
+    return {
+        u
+        for u, part in enumerate(parts)
+        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
+    }
 
 
 def placeholder_text(
@@ -103,23 +92,21 @@ def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, 
 
 @dataclass(slots=True)
 class _Run:
-    """A contiguous stretch of dropped units ``[start, stop)`` (positions into the unit list)."""
+    """Dropped units ``[start, stop)``; ``cost``: its placeholder's tokens (None: not yet known);
+    ``bare``: its placeholder was given up to meet the target."""
 
     start: int
     stop: int
     tokens: int
     tags: frozenset[str]
-    #: What the run costs in the output: its placeholder's tokens, or 0 without one. None = not yet known.
     cost: int | None = None
-    #: Its placeholder was given up to meet the target.
     bare: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Carry:
-    """What placeholders quote from the messages they replace: at most ``cap`` instruction and decision
-    sentences each. ``keep``: never give them up to meet the target (the adaptive pipeline summarizes
-    instead); else they are given up last, and only when the target cannot be met otherwise."""
+    """Placeholders quote at most ``cap`` instruction and decision sentences each; ``keep``: never give
+    them up to meet the target (adaptive summarizes instead), else only as a last resort."""
 
     cap: int = 8
     keep: bool = False
@@ -127,10 +114,7 @@ class Carry:
 
 class _Plan:
     """Which units are dropped, as merged runs, with the output's token total kept up to date.
-
-    Dropping is O(1) per unit; placeholder costs are computed only once the kept messages alone are
-    within the target, since before that no placeholder arithmetic can change the decision to go on.
-    """
+    Placeholders are costed only once the kept messages alone are within the target."""
 
     def __init__(
         self,

@@ -1,10 +1,7 @@
 """Compacting one file end to end: read, archive, compact, write atomically, record the run.
 
-``ctxc compact`` calls :func:`compact_file` for a single input in its own process and, for a batch, in
-worker processes (:mod:`ctxc.batch`), so both paths share one sequence of safety steps: the original
-is archived before anything is written, the output is written to a temp file, the run is recorded in
-the manifest, and only then does the output take its name. A job and its report are plain data so
-they cross processes.
+One file and each file of a batch (in worker processes, :mod:`ctxc.batch`) go through the same safety
+steps; a job and its report are plain data so they cross processes.
 """
 
 from __future__ import annotations

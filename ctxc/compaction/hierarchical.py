@@ -1,22 +1,8 @@
 """hierarchical: one structured summary of the history, detail by tier.
 
-The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
-replaced by ONE summary with the fixed sections (session intent, decisions, artifacts and files
-touched, errors and fixes, current state, next steps). The summarizer sorts the material into tiers:
-decisions and user instructions quoted verbatim, important events (errors and their fixes, files
-changed) one line each, routine work (reads, listings, searches) collapsed into counts; the
-extractive summarizer does this in :func:`ctxc.summarize.extractive.tier_messages`, and any other
-summarizer gets the same request through the Summarizer Protocol.
-
-Least loss: only the oldest stretch of history that the target requires is summarized, the rest stays
-verbatim; the summary is planned at a quarter of what it replaces (at least ``BUDGET_FLOOR`` tokens,
-at most ``summary_tokens`` and what the target leaves). If the summary comes out larger than planned,
-the span grows as far as that needs; if it is still over the target, the budget halves, down to the
-floor, before the strategy gives up (the run then reports how far over it is). A summary that would
-cost more than the history it replaces is not used.
-
-``essential`` is the adaptive pipeline's stage 5: only the essential sections (intent, current state,
-next steps), the whole history summarized, and only the last ``keep_last`` messages and pinned kept.
+Only the oldest stretch the target requires is summarized, into the fixed sections; the budget is a
+quarter of what it replaces, and halves down to ``BUDGET_FLOOR`` while over the target. ``essential``
+(adaptive's stage 5) summarizes the whole history into intent, current state and next steps.
 """
 
 from __future__ import annotations

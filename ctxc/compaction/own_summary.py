@@ -1,17 +1,7 @@
 """The log's own compaction summary, shortened when fifo or selective cannot meet the target otherwise.
 
-fifo and selective pin the summary the client wrote at its own compaction (Claude Code's compact
-summary, the message of a Codex or pi compaction): it is the only account of what came before it.
-When it is over the target even with everything droppable gone (a 9,000-character Claude summary at a
-tenth of the live context), the run would fail. Since it is already a summary, it is shortened instead,
-extractively and only by as much as the target needs. The least change first: a summary that holds the
-model's chronological analysis and then its summary part (Claude Code's) loses the analysis, the
-summary part staying verbatim. If that is not enough, its lines are sorted into the fixed sections of a
-ctxc summary and shrunk the extractive summarizer's way: code, routine detail and events first; its
-request and intent, the user's messages, decisions, pending tasks, current work and next step last,
-each line verbatim until it must be shortened. The result is a ctxc summary citing the archived
-original, so nothing is lost for good. An opaque summary (Codex's encrypted compaction) cannot be
-shortened.
+The least change first: the analysis part goes, the summary part staying verbatim; then its lines are
+sorted into the fixed sections of a ctxc summary and shrunk extractively, citing the archived original.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one.
 
-The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
-taken oldest first in chunks of whole pairing-safe units, each at most ``chunk_tokens`` and no larger
-than the target still needs. The first chunk is summarized; each later fold hands the summarizer the
-previous summary plus the next chunk, so older material is compressed more often than newer
-material, a natural forgetting curve. Folding stops as soon as the unsummarized rest plus the
-summary fits the target. The summary budget is ``summary_tokens``, never more than the target leaves
-once everything foldable is folded; a summary that would cost more than what it replaces is not used.
-
-The output holds ONE summary message where the summarized span began; pinned units inside the span
-stay verbatim after it, in order. The summary cites the archive range it replaced.
-
-The span layout and summary-message helpers here are shared with ``hierarchical``.
+Folding stops as soon as the rest plus the summary fits; ONE summary stands where the span began, pinned
+units in it staying verbatim after it. The layout and summary helpers are shared with ``hierarchical``.
 """
 
 from __future__ import annotations

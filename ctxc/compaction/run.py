@@ -1,9 +1,6 @@
 """One compaction run: archive the original, compact each conversation, repair, check, write back.
-
-This is the library entry point behind ``ctxc compact``. The order is the safety argument: the
-original is stored in the archive (content-addressed, atomic) before any output exists, the output is
-validated (pairing) and measured (target) before it is written, and it is written atomically.
-"""
+The order is the safety argument: the original is archived before any output exists, and the output
+is validated and measured before it is written."""
 
 from __future__ import annotations
 

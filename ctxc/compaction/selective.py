@@ -1,35 +1,8 @@
 """selective: drop what matters least first: ephemeral units, then normal ones, oldest first.
 
-Every message gets an importance, ``critical``, ``normal`` or ``ephemeral``: its own ``importance``
-field when the log recorded one of those, else the first matching rule of a TOML rules file (the shipped
-``importance.toml`` unless ``selective.rules`` names another). Messages are dropped by whole pairing-safe
-units, so a unit takes the *highest* importance of its messages: a tool turn is only as disposable as
-its most valuable part. That is why the default rules match a read-only tool by name on both its call
-and its result: a read turn is ephemeral as a whole, while a call message a user pinned, or a rule
-made critical, keeps its result with it.
-
-Never dropped: critical units, pinned units, the units holding the last ``keep_last`` messages (and
-always the last message). Each contiguous dropped run leaves a placeholder citing the archive range and
-the importance levels it removed, and quoting the run's user instructions and decisions verbatim (see
-:mod:`ctxc.compaction.fifo`).
-
-Rules file (first matching rule wins; a message matching none gets ``default``)::
-
-    default = "normal"
-
-    [[rule]]
-    name = "user instructions"      # optional, for humans
-    importance = "critical"         # critical | normal | ephemeral (required)
-    role = "user"                   # a role or a list of roles
-    kind = ["text", "image"]        # the message's dominant kind (Message.kind), or a list
-    tool = ["Read", "mcp__*__get*"] # shell-style patterns, case-insensitive; every tool the message
-                                    # calls or answers must match one
-    regex = "(?i)decid"             # re.search on the message's text
-    min_tokens = 0                  # size bounds, inclusive, by the run's tokenizer
-    max_tokens = 2000
-    older_than = 10                 # more than this many messages come after it
-    follows = "assistant"           # the role(s) of the message right before it
-    meta = { is_meta = true }       # adapter facts (Message.meta) that must be equal
+A message's importance is its own ``importance`` field, else the first matching rule of a TOML rules
+file (the shipped ``importance.toml``; keys described in docs/strategies.md); a unit takes the highest
+importance of its messages. Critical, pinned and tail units stay.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Pairing-safe units: the smallest runs of messages a strategy may drop or replace as a whole.
-
-An assistant turn that calls tools and the messages carrying its results form one unit, so dropping a
-unit can never leave an orphan tool result or an unanswered call, and thinking blocks (which live in the
-assistant message) go with their turn. Everything else is a unit of one message.
-"""
+"""Pairing-safe units: the smallest runs of messages a strategy may drop or replace as a whole (an
+assistant turn with the messages carrying its results; anything else alone)."""
 
 from __future__ import annotations
 
