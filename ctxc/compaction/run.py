@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
-from ctxc.compaction.kernel import (
-    Plan,
-    compact_conversation,
-    copy_of,
-    is_plain,
-    pinned_indexes,
-    sent_part,
-)
+from ctxc.compaction.kernel import Plan, compact_conversation, copy_of, is_plain, pinned_indexes
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
@@ -48,8 +41,8 @@ class CompactOptions:
     model: str | None = None
     window: int | None = None
     keep_last: int = DEFAULT_KEEP_LAST
-    #: Never keep fewer than ``keep_last`` (the CLI sets it when --keep-last is given). Otherwise an
-    #: explicit target that cannot be met keeps fewer of the last messages, down to one, before failing.
+    #: Never keep fewer than ``keep_last`` (--keep-last given); else an explicit target that cannot be
+    #: met keeps fewer, down to one, before failing.
     strict_keep_last: bool = False
     #: ``--pin`` values: a message index (``12``), an index range (``3-7``), or a regular expression.
     pins: tuple[str, ...] = ()
@@ -61,10 +54,8 @@ class CompactOptions:
     settings: Mapping[str, str] = field(default_factory=dict)
     instructions: str | None = None
     use_cache: bool = True
-    #: How a summarizer that calls out (a model API, a command) is set up; see SummarizerOptions.
     summarizer_options: SummarizerOptions = field(default_factory=SummarizerOptions)
-    #: ``--reminders``: rules whose due reminders are appended to each conversation after compaction
-    #: (see :mod:`ctxc.reminders`); they count against the target like any message.
+    #: ``--reminders``: due reminders are appended after compaction, counted against the target.
     reminders: ReminderRules | None = None
 
 
@@ -169,75 +160,57 @@ def compact_transcript(
     """Compact every conversation of ``transcript``. With an archive, the original is stored first.
 
     ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
-    A run that fails (the original cannot be stored on a full disk, say) leaves none of the objects it
-    offloaded in the archive.
+    A run that fails leaves none of the objects it offloaded in the archive.
     """
-    with discard_new_objects_on_failure():
-        return _compact_transcript(
-            transcript,
-            options,
-            archive=archive,
-            counter=counter,
-            original_bytes=original_bytes,
-            counts=counts,
-        )
-
-
-def _compact_transcript(
-    transcript: Transcript,
-    options: CompactOptions,
-    *,
-    archive: ArchiveStore | None,
-    counter: Counter | None,
-    original_bytes: bytes | None,
-    counts: Sequence[int] | None,
-) -> CompactionResult:
     from ctxc.profiles import resolve_window
 
-    window, _ = resolve_window(model=options.model, window=options.window)
-    resolve_target(options, window)  # a bad target fails before the summarizer is checked
-    summarizer = ready_summarizer(options)
-    counter = counter or make_counter(
-        options.tokenizer,
-        use_cache=options.use_cache,
-        model=options.model,
-        concurrency=options.summarizer_options.concurrency,
-    )
-    ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.parts()
-    archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
-    stored = _store_in_background(archive, data, archive_id)
-    if counts is not None:
-        ledger.seed(transcript.messages, counts)
-    else:
-        ledger.prime(transcript.messages)
-    adapter = get_adapter(transcript.format)
-    plan = make_plan(
-        options,
-        window=window,
-        ledger=ledger,
-        summarizer=summarizer,
-        archive=archive,
-        archive_id=archive_id,
-        adapter=adapter,
-    )
-    outputs, outcomes = compact_live(transcript, options, plan, adapter)
-    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
-    out = _verify(written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over)
-    if archive is not None and stored is not None:
-        # The original is on disk before this returns, so before the caller writes any output.
-        if stored.result() != archive_id:
-            raise AssertionError("the archive stored other bytes than the original")
-        archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
-    usage = getattr(summarizer, "usage", None)
-    return CompactionResult(
-        transcript=out,
-        archive_id=archive_id,
-        input_sha256=input_sha,
-        window=window,
-        conversations=tuple(outcomes),
-        summarizer_usage=usage() if callable(usage) else None,
-    )
+    with discard_new_objects_on_failure():
+        window, _ = resolve_window(model=options.model, window=options.window)
+        resolve_target(options, window)  # a bad target fails before the summarizer is checked
+        summarizer = ready_summarizer(options)
+        counter = counter or make_counter(
+            options.tokenizer,
+            use_cache=options.use_cache,
+            model=options.model,
+            concurrency=options.summarizer_options.concurrency,
+        )
+        ledger = Ledger(counter)
+        data = original_bytes if original_bytes is not None else transcript.parts()
+        archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
+        stored = _store_in_background(archive, data, archive_id)
+        if counts is not None:
+            ledger.seed(transcript.messages, counts)
+        else:
+            ledger.prime(transcript.messages)
+        adapter = get_adapter(transcript.format)
+        plan = make_plan(
+            options,
+            window=window,
+            ledger=ledger,
+            summarizer=summarizer,
+            archive=archive,
+            archive_id=archive_id,
+            adapter=adapter,
+        )
+        outputs, outcomes = compact_live(transcript, options, plan, adapter)
+        written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
+        out = _verify(
+            written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over
+        )
+        if archive is not None and stored is not None:
+            # The original is on disk before this returns, so before the caller writes any output.
+            if stored.result() != archive_id:
+                raise AssertionError("the archive stored other bytes than the original")
+            archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
+        usage = getattr(summarizer, "usage", None)
+        return CompactionResult(
+            transcript=out,
+            archive_id=archive_id,
+            input_sha256=input_sha,
+            window=window,
+            conversations=tuple(outcomes),
+            summarizer_usage=usage() if callable(usage) else None,
+        )
 
 
 def make_plan(
@@ -452,6 +425,5 @@ __all__ = [
     "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
     "ready_summarizer",
     "resolve_target",
-    "sent_part",  # as pinned_indexes
     "strategy_configs",
 ]
