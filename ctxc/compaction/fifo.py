@@ -129,8 +129,7 @@ class _Plan:
         self.ctx = ctx
         self.placeholders = placeholders
         self.carry = carry
-        #: How many key sentences a placeholder quotes now (lowered only to meet the target).
-        self.level = carry.cap
+        self.level = carry.cap  # how many key sentences a placeholder quotes now
         self.unit_tokens = [ctx.ledger.total(p.messages(messages)) for p in parts]
         self.kept = sum(self.unit_tokens)
         self.by_start: dict[int, _Run] = {}
@@ -188,15 +187,14 @@ class _Plan:
 
     def cheaper_kept(self, u: int) -> bool:
         """Whether unit ``u`` costs less than a placeholder quoting it would (a short instruction, say):
-        dropping it would only make the output longer, so it is kept unless the target needs it gone."""
+        it is then kept unless the target needs it gone."""
         if not self.placeholders or self.level == 0:
             return False
         run = _Run(u, u + 1, self.unit_tokens[u], frozenset())
         if not self._keys_of(run):
             return False
         msg = self._candidate(run)
-        # Bounds that spare counting the candidate: a text has fewer tokens than characters, and (by
-        # far, for any tokenizer ctxc has) more than an eighth of them.
+        # Bounds that spare counting: a text has fewer tokens than characters, and more than an eighth.
         if self.unit_tokens[u] > len(msg.text) + 16:
             return False
         if self.unit_tokens[u] * 8 < len(msg.text):
@@ -205,10 +203,9 @@ class _Plan:
         return self._text_cost[msg.text] >= self.unit_tokens[u]
 
     def shed_placeholders(self, spared: Sequence[tuple[int, str | None]] = ()) -> None:
-        """With nothing left to drop, give up what placeholders cost if that meets the target: first the
-        bare citations (oldest first), then, unless ``carry.keep``, fewer quoted sentences, then none
-        (and the ``spared`` units, which were kept only because quoting them cost more), then the
-        rest. The target is the promise; the citation is a convenience (the manifest has the range)."""
+        """With nothing left to drop, give up what placeholders cost if that meets the target: bare
+        citations (oldest first), then unless ``carry.keep`` fewer quotes, then none (and drop the
+        ``spared`` units), then the rest. The target is the promise; the citation a convenience."""
         if self.kept > self.ctx.target and not spared:
             return  # nothing placeholders give up can meet the target
         if self.under_target():
@@ -248,18 +245,15 @@ class _Plan:
 
     def _keys_of(self, run: _Run) -> list[KeySentence]:
         """The key sentences of the run's messages, in order (each message's found once, then cached)."""
-        out: list[KeySentence] = []
-        seen: set[str] = set()
+        out: dict[str, KeySentence] = {}
         msgs = self.messages
         for pos in range(self.parts[run.start].start, self.parts[run.stop - 1].stop):
             keys = self._keys.get(pos)
             if keys is None:
                 keys = self._keys[pos] = key_sentences(msgs[pos], msgs[pos - 1] if pos else None)
             for k in keys:
-                if k.text not in seen:
-                    seen.add(k.text)
-                    out.append(k)
-        return out
+                out.setdefault(k.text, k)
+        return list(out.values())
 
     def _carried(self, run: _Run) -> tuple[tuple[KeySentence, ...], int]:
         if self.carry.cap == 0:
@@ -275,10 +269,8 @@ class _Plan:
         )
 
     def _count(self, runs: Sequence[_Run]) -> None:
-        """Count the placeholders of ``runs`` in one batch (the tokenizer is fastest on batches).
-
-        Counted without the ledger, so that candidates never written are not kept alive in its memo.
-        """
+        """Count the placeholders of ``runs`` in one batch, without the ledger (whose memo would keep
+        candidates never written alive)."""
         if not self.placeholders:
             return
         todo = {m.text: m for m in map(self._candidate, runs) if m.text not in self._text_cost}
@@ -287,10 +279,8 @@ class _Plan:
             self._text_cost.update(zip(todo, counts, strict=True))
 
     def _placeholder(self, run: _Run) -> tuple[Message | None, int]:
-        """The run's placeholder and its tokens, or (None, 0) when it is off or not worth its cost.
-
-        A bare citation costing as much as the run is not worth it; one quoting the run's instructions
-        or decisions always is (they would otherwise be lost without a trace)."""
+        """The run's placeholder and its tokens, or (None, 0) when it is off or a bare citation costing
+        as much as the run (one quoting instructions or decisions is always worth it)."""
         if not self.placeholders or run.bare:
             return None, 0
         msg = self._candidate(run)
@@ -344,10 +334,8 @@ def drop_units(
     placeholders: bool,
     carry: Carry = Carry(),
 ) -> StrategyResult:
-    """Drop units in ``order`` (unit positions, each with an optional tag named in its placeholder)
-    until the output is within ``ctx.target``; if it never is, everything offered is dropped (best
-    effort: the caller's run decides whether over-target output may be written). Placeholders quote
-    the instructions and decisions of what they replace, as ``carry`` says."""
+    """Drop units in ``order`` (positions, each with an optional tag named in its placeholder) until the
+    output is within ``ctx.target``, else everything offered (the run decides if over is allowed)."""
     plan = _Plan(messages, parts, ctx, placeholders, carry)
     if plan.under_target():
         return StrategyResult(tuple(messages))

@@ -10,7 +10,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult
 from ctxc.compaction.recursive import summary_message
 from ctxc.model import Message, TextBlock
@@ -43,6 +42,7 @@ _BOILERPLATE = (
     "This session is being continued from a previous conversation",
     "If you need specific details from before compaction",
 )
+_NOTE = "the log's own compaction summary, shortened extractively to fit (the original is archived)"
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _FENCE = "```"
 
@@ -90,10 +90,8 @@ def _lines(text: str) -> list[_Line]:
         heading = _HEADING.match(raw)
         if heading:
             word = (heading.group("word") or heading.group("tag") or "").lower()
-            if word in ("analysis", "/summary"):
+            if word:  # Analysis/Summary, or their tags, open or close the analysis part
                 analysis = word == "analysis"
-            elif word in ("summary", "/analysis"):
-                analysis = False
             else:
                 section, tier = _classify(heading.group("md") or heading.group("num") or "")
             continue
@@ -121,8 +119,8 @@ def _tiers(message: Message) -> Tiers:
         if section not in (INTENT, NEXT) and "\n" not in line.text and _is_decision(line.text):
             section, tier = DECISIONS, 1
         facts.append(Fact(section, line.text, seq, tier))
-    by_tier = {t: tuple(f for f in facts if f.tier == t) for t in (1, 2, 3)}
-    return Tiers(by_tier[1], by_tier[2], by_tier[3])
+    verbatim, events, routine = (tuple(f for f in facts if f.tier == t) for t in (1, 2, 3))
+    return Tiers(verbatim, events, routine)
 
 
 def _without_analysis(message: Message, cite: str) -> str | None:
@@ -137,11 +135,8 @@ def _without_analysis(message: Message, cite: str) -> str | None:
     for raw in text.split("\n"):
         heading = _HEADING.match(raw)
         word = (heading.group("word") or heading.group("tag") or "").lower() if heading else ""
-        if word in ("analysis", "/summary"):
+        if word:
             analysis = word == "analysis"
-            continue
-        if word in ("summary", "/analysis"):
-            analysis = False
             continue
         if not analysis and not raw.strip().startswith(_BOILERPLATE):
             kept.append(raw)
@@ -157,12 +152,8 @@ def _without_analysis(message: Message, cite: str) -> str | None:
 
 def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> Message | None:
     """``message`` (the log's own summary) as a ctxc summary of at most ``budget`` tokens, or None
-    when even its shortest form (headings, citation, the intent) is over.
-
-    The least change first: the summary part alone, verbatim, when the summary also holds the model's
-    analysis; else (or when that is still over) its lines sorted into the fixed sections and shrunk.
-    """
-    cite = citation(ctx.archive_id, message.index, message.index)
+    when even its shortest form is over: its summary part verbatim if that is enough, else shrunk."""
+    cite = ctx.cite(message.index)
     verbatim = _without_analysis(message, cite)
     if verbatim is not None:
         out = summary_message(verbatim, (message,))
@@ -201,8 +192,7 @@ def fit_own_summary(
     strategy: str,
 ) -> StrategyResult:
     """``result`` is over the target: shorten the pinned own summaries (largest first) by what it is
-    over, and ``rerun`` the strategy on the messages with them. The rerun's result when it meets the
-    target, else ``result`` (the summary whole: a run that fails anyway loses nothing)."""
+    over and ``rerun`` the strategy; its result if that meets the target, else ``result``."""
     spots = sorted(
         (
             pos
@@ -229,10 +219,7 @@ def fit_own_summary(
             after = ctx.ledger.tokens(short)
             out[pos] = short
             left -= before - after
-            note = (
-                "the log's own compaction summary, shortened extractively to fit (the original is archived)"
-            )
-            actions.append(Action(strategy, "summarize", own.index, own.index, before, after, note))
+            actions.append(Action(strategy, "summarize", own.index, own.index, before, after, _NOTE))
         if left > 0:
             return result
         again = rerun(out)

@@ -482,12 +482,8 @@ def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None
     spans = join_spans(spans, n)
     if _covers(spans, n):
         return None
-    note = f"kept the last {_plural(n - tail_start, 'line')}"
-    if errors:
-        note += f" and {_plural(errors, 'error line')}"
-    note += f" of {n:,}"
-    if fact:
-        note += f"; {fact}"
+    also = f" and {_plural(errors, 'error line')}" if errors else ""
+    note = f"kept the last {_plural(n - tail_start, 'line')}{also} of {n:,}" + (f"; {fact}" if fact else "")
     return Shrunk(keep_spans(lines, spans), note)
 
 

@@ -39,15 +39,12 @@ _KINDS = frozenset((*BLOCK_KINDS, "empty"))
 
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """Where a message stands: what a rule may ask beyond the message itself."""
+    """What a rule may ask beyond the message itself: how many messages come after it, the lower-cased
+    names of the tools it calls or answers, the role before it ("" for none), its kind, its tokens."""
 
-    #: How many messages come after it in its conversation.
     age: int
-    #: Lower-cased names of the tools it calls or answers (a result's name comes from its call).
     tools: tuple[str, ...]
-    #: The role of the message before it ("" for the first).
     previous: str
-    #: Its dominant content kind (:attr:`Message.kind`), worked out once for all the rules.
     kind: str
     tokens: Callable[[], int]
 
@@ -157,16 +154,18 @@ def _names(value: Any, where: str, fail: Callable[[str], UsageError]) -> tuple[s
     return tuple(items)
 
 
-def _roles(
-    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError]
+def _choices(
+    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError], known: Sequence[str]
 ) -> frozenset[str] | None:
+    """The lower-cased values under ``key`` (roles, or kinds), each one of ``known``."""
     if key not in table:
         return None
-    roles = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
-    bad = sorted(roles - set(ROLES))
+    values = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
+    bad = sorted(values - set(known))
     if bad:
-        raise fail(f"{label}: {key}: unknown role {bad[0]!r} (roles: {', '.join(ROLES)})")
-    return roles
+        where, noun = (label, "kind") if key == "kind" else (f"{label}: {key}", "role")
+        raise fail(f"{where}: unknown {noun} {bad[0]!r} ({noun}s: {', '.join(known)})")
+    return values
 
 
 def _count(value: Any, where: str, fail: Callable[[str], UsageError]) -> int:
@@ -187,13 +186,8 @@ def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
     name = table.get("name", "")
     if not isinstance(name, str):
         raise fail(f"{label}: name must be a string")
-    roles, follows = (_roles(table, key, label, fail) for key in ("role", "follows"))
-    kinds = None
-    if "kind" in table:
-        kinds = frozenset(k.lower() for k in _names(table["kind"], f"{label}: kind", fail))
-        bad = sorted(kinds - _KINDS)
-        if bad:
-            raise fail(f"{label}: unknown kind {bad[0]!r} (kinds: {', '.join(sorted(_KINDS))})")
+    roles, follows = (_choices(table, key, label, fail, ROLES) for key in ("role", "follows"))
+    kinds = _choices(table, "kind", label, fail, sorted(_KINDS))
     tools = None
     if "tool" in table:
         patterns = _names(table["tool"], f"{label}: tool", fail)
@@ -220,19 +214,8 @@ def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
     }
     if "min_tokens" in sizes and "max_tokens" in sizes and sizes["min_tokens"] > sizes["max_tokens"]:
         raise fail(f"{label}: min_tokens is above max_tokens")
-    return Rule(
-        importance=_level(table["importance"], f"{label}: importance", fail),
-        name=name,
-        roles=roles,
-        kinds=kinds,
-        tools=tools,
-        regex=regex,
-        min_tokens=sizes.get("min_tokens"),
-        max_tokens=sizes.get("max_tokens"),
-        older_than=sizes.get("older_than"),
-        follows=follows,
-        meta=meta,
-    )
+    importance = _level(table["importance"], f"{label}: importance", fail)
+    return Rule(importance, name, roles, kinds, tools, regex, follows=follows, meta=meta, **sizes)
 
 
 def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Message], int]) -> list[str]:
