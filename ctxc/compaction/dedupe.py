@@ -197,8 +197,7 @@ def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp,
         if _holds(later_text, text):
             return slot
         if op.whole and later_op.whole and _from_line_one(text) and _from_line_one(later_text):
-            # Both read the whole file with numbered lines (not a stub, not an error): the later one shows
-            # it as it is now, edited in between or not.
+            # Both read the whole file with numbered lines: the later one shows it as it is now.
             return slot
     return None
 

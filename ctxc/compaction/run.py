@@ -253,14 +253,11 @@ def make_plan(
 def compact_live(
     transcript: Transcript, options: CompactOptions, plan: Plan, adapter: FormatAdapter
 ) -> tuple[dict[int, tuple[Message, ...]], list[ConversationOutcome]]:
-    """Each conversation's live context compacted by the kernel; its history stays as it is.
-
-    Returns the messages of each conversation compacted (history first) and what became of it.
-    """
+    """Each conversation's live context compacted by the kernel, its history first and as it is; and
+    what became of each."""
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
-    # Only the live context is compacted: what the client no longer sends (before the log's own
-    # compaction, subagent runs written inline) stays as it is.
+    # What the client no longer sends (before the log's own compaction, inline subagent runs) stays.
     live = live_context(transcript.boundaries, transcript.messages)
     for conv in range(transcript.conversations):
         everything = transcript.conversation(conv)
@@ -275,8 +272,7 @@ def compact_live(
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
-        # What the log's compaction record carries into the live context counts. Where the writer can
-        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
         as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
         if as_is and adapter.rewrites_carried:
             messages = (*_carried_copies(as_is, conv), *messages)
@@ -378,16 +374,12 @@ def _verify(
     enforce: bool,
     allow_over: bool,
 ) -> Transcript:
-    """Read the output back as any reader would, and hold it to the invariants: pairing and target.
-
-    Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
-    so the figures reported are those of the file as written, not of the strategy's message list.
-    """
+    """Read the output back as any reader would, and hold it to pairing and the target; the figures
+    reported are the file's (a writer may drop records the strategy kept)."""
     from ctxc.formats import reload
     from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
-    # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
-    # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
+    # Read back as the input was read: its invalid lines (--skip-invalid) and long lines are written back.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
         max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),

@@ -305,9 +305,8 @@ class Selective:
         result = drop(messages)
         if ctx.under_target(result.messages):
             return result
-        # Critical units stay, but an image in a user's words is not words: shed those images (oldest
-        # first, as few as the target needs) rather than fail; the words stay verbatim, in place. Before
-        # any placeholder gives up its quotes: the rerun gives them up only if still over.
+        # Critical units stay, but their images are not words: shed those (oldest first, as few as the
+        # target needs) before any placeholder gives up its quotes.
         base, best = messages, result
         shed_actions: tuple[Action, ...] = ()
         shed = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)
