@@ -236,10 +236,7 @@ def unwrap(text: str) -> tuple[str, str]:
     stripped = text.lstrip()
     if not stripped.startswith(("{", "[")):
         return text, ""
-    try:
-        data = orjson.loads(stripped)
-    except orjson.JSONDecodeError:
-        return text, ""
+    data = _json(stripped)
     if isinstance(data, dict) and isinstance(data.get("output"), str):
         meta = data.get("metadata")
         code = meta.get("exit_code") if isinstance(meta, dict) else None
@@ -251,6 +248,14 @@ def unwrap(text: str) -> tuple[str, str]:
     ):
         return "\n".join(p["text"] for p in data), ""
     return text, ""
+
+
+def _json(text: str) -> Any:
+    """``text`` parsed as JSON, or None."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def clip(line: str) -> str:
@@ -325,16 +330,10 @@ def shrink_search(text: str, call: ToolCall, request: Request) -> Shrunk | None:
         return links
     stripped = body.strip()
     if stripped.startswith("["):
-        try:
-            data = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            data = None
+        data = _json(stripped)
         if isinstance(data, list) and len(data) > SEARCH_KEEP:
             kept = "\n".join(clip(orjson.dumps(item).decode()) for item in data[:SEARCH_KEEP])
-            dropped = len(data) - SEARCH_KEEP
-            return Shrunk(
-                kept, f"kept the top {SEARCH_KEEP} of {len(data)} results, {dropped} dropped{extra}"
-            )
+            return Shrunk(kept, _top(SEARCH_KEEP, len(data)) + extra)
     lines = split_lines(body)
     header: list[str] = []
     if lines and _SEARCH_HEADER.match(lines[0].strip()):
@@ -350,7 +349,11 @@ def shrink_search(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     kept = sep.join("\n".join(clip(x) for x in r) for r in results[:SEARCH_KEEP])
     tail = f"… {_plural(dropped, 'more result')} dropped …"
     out = "\n".join([*header, kept, tail])
-    return Shrunk(out, f"kept the top {SEARCH_KEEP} of {len(results)} results, {dropped} dropped{extra}")
+    return Shrunk(out, _top(SEARCH_KEEP, len(results)) + extra)
+
+
+def _top(kept: int, n: int) -> str:
+    return f"kept the top {kept} of {n} results, {n - kept} dropped"
 
 
 def _results(lines: list[str]) -> list[list[str]]:
@@ -374,17 +377,13 @@ def _shrink_links(body: str) -> Shrunk | None:
     for i, line in enumerate(lines):
         if not line.startswith("Links: ["):
             continue
-        try:
-            links = orjson.loads(line[len("Links: ") :])
-        except orjson.JSONDecodeError:
-            return None
+        links = _json(line[len("Links: ") :])
         if not isinstance(links, list):
             return None
         header = [x for x in lines[:i] if x.strip()]
         rest = [x for x in lines[i + 1 :] if x.strip()]
-        dropped = max(0, len(links) - SEARCH_KEEP)
         kept = [f"- {_link(item)}" for item in links[:SEARCH_KEEP]]
-        note = f"kept the top {min(SEARCH_KEEP, len(links))} of {len(links)} results, {dropped} dropped"
+        note = _top(min(SEARCH_KEEP, len(links)), len(links))
         if rest:
             note += f", and the {_plural(len(rest), 'line')} of search digest"
         return Shrunk("\n".join([*header, *kept]), note)

@@ -343,11 +343,10 @@ def _reminder_messages(
 
     ledger, window = plan.context.ledger, plan.context.window
     tokens = ledger.total(carried) + ledger.total(messages)
-    out: list[Message | None] = []
-    for compacted in (False, True):
-        due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
-        out.append(reminder_message(due, after=messages[-1]) if due else None)
-    return out[0], out[1]
+    rules = options.reminders
+    due = [due_at_end(rules, messages, tokens=tokens, window=window, compacted=c) for c in (False, True)]
+    quiet, loud = (reminder_message(d, after=messages[-1]) if d else None for d in due)
+    return quiet, loud
 
 
 def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:
