@@ -22,7 +22,7 @@ from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, named_bytes, read_all
-from ctxc.tokens import counting_processes, make_counter
+from ctxc.tokens import counting_processes
 from ctxc.tokens.reading import load_counted
 
 
@@ -155,12 +155,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     else:
         size = _size(job.path)
     opts = job.options
-    counter = make_counter(
-        opts.tokenizer,
-        use_cache=opts.use_cache,
-        model=opts.model,
-        concurrency=opts.summarizer_options.concurrency,
-    )
+    counter = opts.counter()
     # A large input is counted on every core, each batch while the next is parsed.
     with counting_processes(counter, size):
         transcript, counts = load_counted(

@@ -22,7 +22,7 @@ from ctxc.compaction.base import (
     with_block,
 )
 from ctxc.compaction.postprocess import Request, ToolCall, call_summary, current_request, postprocess
-from ctxc.model import Message, ToolResultBlock, ToolUseBlock
+from ctxc.model import Message, ToolResultBlock
 from ctxc.tokens.cost import image_tokens
 
 
@@ -84,12 +84,14 @@ class _Masking:
         return block
 
     def call(self, block: ToolResultBlock) -> ToolCall:
-        return _call_of(block, self.calls)
+        use = self.calls.get(block.tool_use_id)
+        return ToolCall(use.name, use.input) if use is not None else ToolCall(block.name or "")
 
     def placeholder(self, slot: Slot, block: ToolResultBlock) -> ToolResultBlock:
         if slot not in self._made:
             cite = self.ctx.cite(self.msgs[slot[0]].index)
-            self._made[slot] = _placeholder_block(block, self.call(block), cite, self.ctx)
+            text = placeholder_text(block, self.call(block), cite, self.ctx.ledger.count_text(block.text))
+            self._made[slot] = replace(block, text=text, images=())
         return self._made[slot]
 
     def apply(self, slot: Slot, new_block: ToolResultBlock, kind: str, note: str) -> bool:
@@ -180,18 +182,6 @@ def placeholder_text(block: ToolResultBlock, call: ToolCall, cite: str, tokens: 
     what = f"{call.name or 'tool'} {'error ' if block.is_error else ''}result"
     about = f" of {summary}" if summary else ""
     return f"[ctxc: {what}{about} removed ({size}); original in {cite}]"
-
-
-def _placeholder_block(
-    block: ToolResultBlock, call: ToolCall, cite: str, ctx: CompactContext
-) -> ToolResultBlock:
-    text = placeholder_text(block, call, cite, ctx.ledger.count_text(block.text))
-    return replace(block, text=text, images=())
-
-
-def _call_of(block: ToolResultBlock, calls: dict[str, ToolUseBlock]) -> ToolCall:
-    use = calls.get(block.tool_use_id)
-    return ToolCall(use.name, use.input) if use is not None else ToolCall(block.name or "")
 
 
 def _label(call: ToolCall) -> str:

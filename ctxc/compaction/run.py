@@ -58,6 +58,13 @@ class CompactOptions:
     #: ``--reminders``: due reminders are appended after compaction, counted against the target.
     reminders: ReminderRules | None = None
 
+    def counter(self) -> Counter:
+        """The token counter these options name."""
+        concurrency = self.summarizer_options.concurrency
+        return make_counter(
+            self.tokenizer, use_cache=self.use_cache, model=self.model, concurrency=concurrency
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ConversationOutcome:
@@ -168,13 +175,7 @@ def compact_transcript(
         window, _ = resolve_window(model=options.model, window=options.window)
         resolve_target(options, window)  # a bad target fails before the summarizer is checked
         summarizer = ready_summarizer(options)
-        counter = counter or make_counter(
-            options.tokenizer,
-            use_cache=options.use_cache,
-            model=options.model,
-            concurrency=options.summarizer_options.concurrency,
-        )
-        ledger = Ledger(counter)
+        ledger = Ledger(counter or options.counter())
         data = original_bytes if original_bytes is not None else transcript.parts()
         archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
         stored = _store_in_background(archive, data, archive_id)
