@@ -352,15 +352,14 @@ def drop_units(
     return plan.result(strategy)
 
 
-#: The ``carry`` option of the trimming strategies.
+#: Options of the trimming strategies.
 CARRY_HELP = "instruction and decision sentences each placeholder quotes from what it replaces (0: none)"
+PLACEHOLDER_HELP = "leave one short message citing the archive range where each run of messages was dropped"
 
 
 @dataclass(frozen=True, slots=True)
 class FifoConfig:
-    placeholder: bool = option(
-        True, "leave one short message citing the archive range where each run of messages was dropped"
-    )
+    placeholder: bool = option(True, PLACEHOLDER_HELP)
     carry: int = option(8, CARRY_HELP, min=0, max=1000)
 
 
@@ -381,14 +380,9 @@ class Fifo:
             parts = units(msgs)
             keep = protected_units(msgs, parts, ctx)
             order = ((u, None) for u in range(len(parts)) if u not in keep)
+            carry = Carry(cfg.carry)
             return drop_units(
-                msgs,
-                ctx,
-                parts,
-                order,
-                strategy=self.name,
-                placeholders=cfg.placeholder,
-                carry=Carry(cfg.carry),
+                msgs, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder, carry=carry
             )
 
         result = drop(messages)

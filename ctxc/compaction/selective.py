@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.fifo import CARRY_HELP, Carry, drop_units, protected_units
+from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units, protected_units
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
@@ -253,9 +253,7 @@ def _tool_names(m: Message, call_names: Mapping[str, str]) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class SelectiveConfig:
     rules: str = option("", "TOML file of importance rules (empty: the shipped importance.toml)")
-    placeholder: bool = option(
-        True, "leave one short message citing the archive range where each run of messages was dropped"
-    )
+    placeholder: bool = option(True, PLACEHOLDER_HELP)
     carry: int = option(8, CARRY_HELP, min=0, max=1000)
     keep_quotes: bool = option(
         False, "never give up quoted instructions and decisions to meet the target (report it over instead)"
