@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 #: How every note, placeholder and pointer ctxc writes into a message begins.
 CTXC_MARK = "[ctxc"
+#: A block's place: (position in the message list, position in the message's blocks).
+Slot = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)

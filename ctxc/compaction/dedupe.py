@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ctxc.compaction.base import CTXC_MARK, Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import CTXC_MARK, Action, CompactContext, Slot, StrategyResult, option, register
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 #: Tags of text a client injects, again and again, into user turns and tool results.
@@ -61,10 +61,6 @@ class FileOp:
     op: str
     path: str
     whole: bool = True
-
-
-#: A block's place: (position in the message list, position in the message's blocks).
-Slot = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)

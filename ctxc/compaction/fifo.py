@@ -143,9 +143,7 @@ class _Plan:
         tokens = self.unit_tokens[u]
         self.kept -= tokens
         run = _Run(u, u + 1, tokens, frozenset((tag,)) if tag else frozenset())
-        left = self.by_stop.get(u)
-        right = self.by_start.get(u + 1)
-        for old in (left, right):
+        for old in (self.by_stop.get(u), self.by_start.get(u + 1)):  # the runs it joins
             if old is not None:
                 self._forget(old)
                 run = _Run(

@@ -15,6 +15,7 @@ from ctxc.compaction.base import (
     CTXC_MARK,
     Action,
     CompactContext,
+    Slot,
     StrategyResult,
     option,
     register,
@@ -34,8 +35,6 @@ class MaskConfig:
     )
 
 
-#: A tool result's place: (position in the message list, position in the message's blocks).
-Slot = tuple[int, int]
 #: Tool results prepared (post-processed and counted) per batch in the first pass.
 _CHUNK = 256
 

@@ -128,19 +128,15 @@ def register_processor(
     return deco
 
 
-def _name_variants(name: str) -> list[str]:
-    """``mcp__server__search`` and ``functions.shell`` are also known by their last segment."""
-    low = name.lower()
-    return [low, *(low.rsplit(sep, 1)[1] for sep in ("__", ".", "/") if sep in low)]
-
-
 def kind_of(call: ToolCall) -> str | None:
     entry = _find(call)
     return entry.kind if entry else None
 
 
 def _find(call: ToolCall) -> _Entry | None:
-    for variant in _name_variants(call.name):
+    low = call.name.lower()
+    # ``mcp__server__search`` and ``functions.shell`` are also known by their last segment.
+    for variant in [low, *(low.rsplit(sep, 1)[1] for sep in ("__", ".", "/") if sep in low)]:
         for entry in _REGISTRY:
             if variant in entry.names:
                 return entry
@@ -298,10 +294,6 @@ def keep_spans(lines: Sequence[str], spans: Sequence[tuple[int, int]]) -> str:
     return "\n".join(out)
 
 
-def _covers(spans: Sequence[tuple[int, int]], n: int) -> bool:
-    return sum(b - a for a, b in spans) >= n
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
@@ -429,9 +421,9 @@ def shrink_read(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     hits = [] if pattern is None else list(compress(range(n), map(pattern.search, map(str.lower, lines))))
     spans.extend((i - READ_CONTEXT, i + READ_CONTEXT + 1) for i in hits)
     spans = join_spans(spans, n)
-    if _covers(spans, n):
-        return None
     kept = sum(b - a for a, b in spans)
+    if kept >= n:
+        return None
     if hits:
         hit_text = "\n".join(lines[i] for i in hits).lower()
         matched = [t for t in request.terms if t in hit_text]
@@ -479,7 +471,7 @@ def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None
             spans.append((i, i + 1))
         errors += 1
     spans = join_spans(spans, n)
-    if _covers(spans, n):
+    if sum(b - a for a, b in spans) >= n:
         return None
     also = f" and {_plural(errors, 'error line')}" if errors else ""
     note = f"kept the last {_plural(n - tail_start, 'line')}{also} of {n:,}" + (f"; {fact}" if fact else "")

@@ -241,13 +241,11 @@ def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Messag
 
 def _tool_names(m: Message, call_names: Mapping[str, str]) -> tuple[str, ...]:
     """Lower-cased names of the tools ``m`` calls or answers (a result's name comes from its call)."""
-    names: list[str] = []
-    for b in m.blocks:
-        if isinstance(b, ToolUseBlock):
-            names.append(b.name.lower())
-        elif isinstance(b, ToolResultBlock):
-            names.append((b.name or call_names.get(b.tool_use_id, "")).lower())
-    return tuple(names)
+    return tuple(
+        (b.name if isinstance(b, ToolUseBlock) else b.name or call_names.get(b.tool_use_id, "")).lower()
+        for b in m.blocks
+        if isinstance(b, ToolUseBlock | ToolResultBlock)
+    )
 
 
 @dataclass(frozen=True, slots=True)
