@@ -259,12 +259,7 @@ def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set
         origin = "it last fired" if rule.id in state.last_turn else "the start"
         return f"{turn.turn - since} turns since {origin}"
     if rule.token_threshold is not None:
-        threshold = rule.token_threshold
-        limit = (
-            (int(threshold * turn.window) if turn.window else None)
-            if isinstance(threshold, float)
-            else threshold
-        )
+        limit = _limit(rule.token_threshold, turn.window)
         if limit is None:
             return None
         if turn.tokens <= limit:

@@ -379,16 +379,11 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
     out.append(" " * 10 + "└" + "─" * width + "\n")
     out.append(pad + "".join(ev for *_, ev in cols) + "\n")
     out.append(f"{pad}turn 1{' ' * max(1, width - 11 - len(str(last)))}turn {last}\n", style="dim")
-    out.append(pad)
-    out.append("●", style="bold cyan")
-    out.append(f" with {r.strategy}  ")
-    out.append("·", style="dim")
-    out.append(" without compaction\n" + pad)
-    if r.recorded_peak is not None:
-        out.append("◆", style="magenta")
-        out.append(" recorded by the log  ")
-    out.append("─", style="red")
-    out.append(f" window {r.window:,}\n")
+    out.append_text(
+        Text.assemble(pad, ("●", "bold cyan"), f" with {r.strategy}  ", ("·", "dim"), " without compaction\n")
+    )
+    recorded = (("◆", "magenta"), " recorded by the log  ") if r.recorded_peak is not None else ()
+    out.append_text(Text.assemble(pad, *recorded, ("─", "red"), f" window {r.window:,}\n"))
     out.append(f"{pad}C compaction  R reminder  | the log's own compaction\n")
     out.append(f"{pad}s1-s5: the stage a context at that row's size is in\n")
     return out
