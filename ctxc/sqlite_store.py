@@ -28,6 +28,18 @@ def in_batches(values: Sequence[T], size: int = 500) -> Iterator[tuple[list[T], 
         yield part, ",".join("?" * len(part))
 
 
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One immediate transaction: one writer at a time, waiting up to the busy timeout."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 log = logging.getLogger(__name__)
 
 _warned: set[str] = set()
@@ -136,13 +148,8 @@ class SqliteStore:
             if conn is None:
                 return
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with immediate(conn):
                     conn.executemany(sql, rows)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._fail(exc)
 

@@ -20,7 +20,7 @@ from typing import Any, cast
 from ctxc.archive_store import private_dir, private_file
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
-from ctxc.sqlite_store import in_batches, open_wal
+from ctxc.sqlite_store import immediate, in_batches, open_wal
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
@@ -169,7 +169,7 @@ class SearchIndex:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version == SCHEMA_VERSION:
             return
-        with self._write(conn):
+        with immediate(conn):
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # another process may have
             if version == SCHEMA_VERSION:
                 return
@@ -180,22 +180,9 @@ class SearchIndex:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    @contextlib.contextmanager
-    def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        """One immediate transaction: one writer at a time, waiting up to the busy timeout."""
-        c = conn if conn is not None else self.conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
-
     def has(self, archive_id: str) -> bool:
-        return (
-            self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone() is not None
-        )
+        row = self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone()
+        return row is not None
 
     def add(
         self,
@@ -210,7 +197,7 @@ class SearchIndex:
         """Index one archived object's chunks (all or nothing); returns how many were added, 0 if the
         object was already indexed."""
         rows = list(chunks)  # chunking is CPU work: done before the write lock is taken
-        with self._write() as c:
+        with immediate(self.conn) as c:
             if c.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone():
                 return 0
             first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
@@ -231,26 +218,22 @@ class SearchIndex:
 
     def add_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         """Record that ``origin``'s messages had tool outputs offloaded: ``(digest, message, tool)``."""
-        with self._write() as c:
+        with immediate(self.conn) as c:
             c.executemany(
                 "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)",
                 [(digest, origin, message, tool) for digest, message, tool in notes],
             )
 
     def clear(self) -> None:
-        with self._write() as c:
+        with immediate(self.conn) as c:
             for table in _TABLES:
                 c.execute(f"DELETE FROM {table}")
 
     def stats(self) -> dict[str, int]:
-        queries = {
-            "originals": "docs WHERE kind = 'transcript'",
-            "texts": "docs WHERE kind = 'text'",
-            "chunks": "chunks",
-            "blobs": "blobs",
-        }
+        counted = {"originals": "docs WHERE kind = 'transcript'", "texts": "docs WHERE kind = 'text'"}
+        counted.update(chunks="chunks", blobs="blobs")
         return {
-            k: int(self.conn.execute(f"SELECT count(*) FROM {q}").fetchone()[0]) for k, q in queries.items()
+            k: int(self.conn.execute(f"SELECT count(*) FROM {q}").fetchone()[0]) for k, q in counted.items()
         }
 
     def archive_ids(self) -> set[str]:
@@ -291,36 +274,27 @@ class SearchIndex:
             rows = self.conn.execute("SELECT id FROM chunks")
         return [int(r[0]) for r in rows]
 
+    def _by_id(self, sql: str, ids: Sequence[int], *params: Any) -> Iterator[Any]:
+        """The rows of ``sql`` (its ``{}`` the marks of an ``IN``) for ``ids``, in batches."""
+        for part, marks in in_batches(ids):
+            yield from self.conn.execute(sql.format(marks), [*params, *part])
+
     def texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """(context, body) of chunks by id."""
-        out: dict[int, tuple[str, str]] = {}
-        for part, marks in in_batches(ids):
-            for row in self.conn.execute(
-                f"SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({marks})", part
-            ):
-                out[int(row[0])] = (str(row[1]), str(row[2]))
-        return out
+        rows = self._by_id("SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({})", ids)
+        return {int(row[0]): (str(row[1]), str(row[2])) for row in rows}
 
     def hits_by_id(self, ids: Sequence[int]) -> dict[int, Hit]:
         """Hits (without a BM25 score or highlight) for chunks found another way (embeddings)."""
-        out: dict[int, Hit] = {}
-        for part, marks in in_batches(ids):
-            sql = _HITS.format("substr(chunks_fts.body, 1, 200), 0.0", f"c.id IN ({marks})")
-            for row in self.conn.execute(sql, part):
-                out[int(row[0])] = _hit(row)
-        return out
+        sql = _HITS.format("substr(chunks_fts.body, 1, 200), 0.0", "c.id IN ({})")
+        return {int(row[0]): _hit(row) for row in self._by_id(sql, ids)}
 
     def vectors(self, model: str, ids: Sequence[int]) -> dict[int, bytes]:
-        out: dict[int, bytes] = {}
-        for part, marks in in_batches(ids):
-            for row in self.conn.execute(
-                f"SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({marks})", [model, *part]
-            ):
-                out[int(row[0])] = bytes(row[1])
-        return out
+        sql = "SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({})"
+        return {int(row[0]): bytes(row[1]) for row in self._by_id(sql, ids, model)}
 
     def put_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> None:
-        with self._write() as c:
+        with immediate(self.conn) as c:
             c.executemany(
                 "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", [(i, model, v) for i, v in vectors]
             )
