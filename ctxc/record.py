@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -128,24 +129,17 @@ def compact_record(
         transcript = load(named_bytes(name, body), input_format="dataset")
         store: Archive | None = archive
         if source is not None:
-            moved = (
-                replace(m, index=m.index + source.first_index, line=source.line) for m in transcript.messages
-            )
-            transcript = replace(transcript, messages=tuple(moved))
+            shift, line = source.first_index, source.line
+            moved = tuple(replace(m, index=m.index + shift, line=line) for m in transcript.messages)
+            transcript = replace(transcript, messages=moved)
             root = archive.root if archive is not None else archive_root()
             store = _CitingArchive(root=root, cite_as=source.archive_id, original=body, backing=archive)
         result = compact_transcript(transcript, options, archive=store, original_bytes=body)
     except CtxcError as exc:
         return RecordResult("error", None, error=str(exc), exit_code=int(exc.exit_code))
-    out = result.transcript.to_bytes().rstrip(b"\r\n")
-    return RecordResult(
-        "ok",
-        out.decode("utf-8"),
-        tokens_before=result.tokens_before,
-        tokens_after=result.tokens_after,
-        archive_id=result.archive_id,
-        savings=result.savings_by_strategy(),
-    )
+    out = result.transcript.to_bytes().rstrip(b"\r\n").decode("utf-8")
+    stats = (result.tokens_before, result.tokens_after, result.archive_id, result.savings_by_strategy())
+    return RecordResult("ok", out, *stats)
 
 
 def compact_row(row: Mapping[str, Any], options: CompactOptions = CompactOptions()) -> dict[str, Any]:
@@ -160,12 +154,9 @@ def compact_row(row: Mapping[str, Any], options: CompactOptions = CompactOptions
 def record_sources(path: str | os.PathLike[str]) -> list[RecordSource | None]:
     """The source of each line of a dataset file (None for lines that hold no conversation): what
     :func:`compact_record` needs to write exactly what ``ctxc compact FILE`` writes."""
-    with open(path, "rb") as handle:
-        data = handle.read()
+    data = Path(path).read_bytes()
     transcript = load(named_bytes(os.fspath(path), data), input_format="dataset")
-    first: dict[int, int] = {}
-    for m in transcript.messages:
-        first.setdefault(m.line, m.index)
+    first = {m.line: m.index for m in reversed(transcript.messages)}  # each line's first message
     archive_id = sha256_hex(data)
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     return [RecordSource(archive_id, first[n], n) if n in first else None for n in range(1, lines + 1)]
