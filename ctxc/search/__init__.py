@@ -65,12 +65,12 @@ def _warn(root: Any, what: str, exc: BaseException) -> None:
     if str(root) in _warned:
         return
     _warned.add(str(root))
+    why = f"{type(exc).__name__}: {visible(str(exc))}"
     log.warning(
-        "ctxc: warning: the search index of %s was not updated (%s: %s); %s is safe in the archive, "
+        "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
         "and `ctxc search --reindex` rebuilds the index",
         visible(str(root)),
-        type(exc).__name__,
-        visible(str(exc)),
+        why,
         what,
     )
 
@@ -88,12 +88,9 @@ def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript,
     if index.has(archive_id):
         return 0
     name = source if source is not None else transcript.source
+    chunks = chunk_transcript(transcript, source=name)
     return index.add(
-        archive_id,
-        chunk_transcript(transcript, source=name),
-        source=name,
-        fmt=transcript.format,
-        messages=len(transcript.messages),
+        archive_id, chunks, source=name, fmt=transcript.format, messages=len(transcript.messages)
     )
 
 
