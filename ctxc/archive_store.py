@@ -40,21 +40,14 @@ CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(
 
 
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("CTXC_ARCHIVE")
-    if env:
-        return Path(env)
+    chosen = explicit or os.environ.get("CTXC_ARCHIVE")
+    if chosen:
+        return Path(chosen)
     here = Path.cwd()
     for directory in (here, *here.parents):
         if (directory / LOCAL_ARCHIVE).is_dir():
             return directory / LOCAL_ARCHIVE
-    return user_archive()
-
-
-def user_archive() -> Path:
-    """The per-user default: ``$XDG_DATA_HOME/ctxc/archive``, else ``~/.local/share/ctxc/archive``."""
-    data = os.environ.get("XDG_DATA_HOME")
+    data = os.environ.get("XDG_DATA_HOME")  # the per-user default, else ~/.local/share/ctxc/archive
     return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
@@ -63,10 +56,6 @@ def sha256_hex(data: Data) -> str:
     for part in data if isinstance(data, list) else [data]:
         digest.update(part)
     return digest.hexdigest()
-
-
-def data_size(data: Data) -> int:
-    return sum(len(part) for part in data) if isinstance(data, list) else len(data)
 
 
 def citation(archive_id: str, first: int | None = None, last: int | None = None) -> str:
@@ -223,7 +212,8 @@ class ArchiveStore:
         ``digest`` is that sha256 if known; ``sync`` waits for the disk, as an original must."""
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
-        if path.exists() and path.stat().st_size == data_size(data):
+        size = sum(map(len, data)) if isinstance(data, list) else len(data)
+        if path.exists() and path.stat().st_size == size:
             return digest
         try:
             self._prepare()
