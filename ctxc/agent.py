@@ -70,10 +70,9 @@ class Compaction:
 class ContextManager:
     """Compaction, reminders and the system prompt for one agent loop (one conversation).
 
-    It remembers how often each reminder fired and the last compaction; keyword arguments mirror
-    ``ctxc compact``. ``reminders`` and ``composer`` may be TOML paths; ``shape`` is ``"auto"``
-    (OpenAI unless a message is Anthropic-only), ``"anthropic"`` or ``"openai"``; ``allow_over``
-    returns the best effort rather than raise :class:`~ctxc.errors.OverTargetError` mid-run.
+    Keyword arguments mirror ``ctxc compact``; ``reminders`` and ``composer`` may be TOML paths;
+    ``shape="auto"`` is OpenAI unless a message is Anthropic-only; ``allow_over`` returns the best
+    effort rather than raise :class:`~ctxc.errors.OverTargetError` mid-run.
     """
 
     def __init__(
@@ -144,10 +143,8 @@ class ContextManager:
         self._summarizer: Any = None
 
     def count(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = "") -> int:
-        """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given.
-
-        A dict already seen (same JSON) is not counted again, so a growing list costs a hash a message.
-        """
+        """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given; a dict
+        already seen (same JSON) is not counted again, so a growing list costs a hash a message."""
         total = self.counter.count([system])[0] if system else 0
         todo: list[tuple[bytes, Mapping[str, Any]]] = []
         objects: list[Message] = []
@@ -211,11 +208,8 @@ class ContextManager:
         return stage_for(tokens / (room or self.window), self.thresholds)
 
     def compact(self, messages: Sequence[Mapping[str, Any]], *, system: str = "") -> list[dict[str, Any]]:
-        """The compacted message list, same shape, tool calls and results still paired.
-
-        Kept messages are the very dicts given; new ones are built in the list's shape. With an
-        archive the list is stored first and summaries cite it. :attr:`last_compaction` says what was done.
-        """
+        """The compacted message list, same shape, tool calls and results still paired; kept messages
+        are the very dicts given. :attr:`last_compaction` says what was done."""
         room = self.room(system)
         if not messages:
             self._record(Compaction(0, 0, 1))
@@ -267,11 +261,8 @@ class ContextManager:
         archive_id: str = "",
         tool_role: bool | None = None,
     ) -> tuple[tuple[Message, ...], Compaction]:
-        """Compact ctxc messages of one conversation in memory (what replay runs at each trigger).
-
-        ``ledger`` lets a caller compacting the same growing list count each message once;
-        ``tool_role`` True answers an unanswered call with role ``tool`` messages.
-        """
+        """Compact ctxc messages of one conversation in memory (what replay runs at each trigger);
+        ``tool_role`` True answers an unanswered call with role ``tool`` messages."""
         plan = self._plan(self.window, ledger or Ledger(self.counter), archive_id)
         if tool_role:
             plan = replace(plan, tool_role=True)
@@ -340,12 +331,9 @@ def compact_messages(
     shape: Literal["auto", "anthropic", "openai"] = "auto",
     allow_over: bool = False,
 ) -> list[dict[str, Any]]:
-    """``messages`` (plain dicts, Anthropic or OpenAI shape) compacted to at most ``max_tokens``.
-
-    Shaped like LangChain's ``trim_messages``. ``token_counter`` is a tokenizer name or an object with
-    ``count(texts) -> list[int]``; ``window`` (default ``max_tokens``) is the model's, for the adaptive
-    stages. A budget that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless ``allow_over``.
-    """
+    """``messages`` (plain dicts, Anthropic or OpenAI shape) compacted to at most ``max_tokens``, shaped
+    like LangChain's ``trim_messages``; ``token_counter`` is a tokenizer name or a ``Counter``. A budget
+    that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless ``allow_over``."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
         raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
     manager = ContextManager(

@@ -108,12 +108,8 @@ def compact_record(
     archive: Archive | None = None,
     source: RecordSource | None = None,
 ) -> RecordResult:
-    """Compact one dataset record as ``ctxc compact`` compacts each line of a file.
-
-    Without ``archive`` nothing is written; ``source`` cites the record's file. A record with no
-    ``messages`` list comes back unchanged as ``skipped``; a bad one as ``error`` with ctxc's message
-    and exit code.
-    """
+    """Compact one dataset record as ``ctxc compact`` compacts each line of a file (without ``archive``
+    nothing is written); a record with no ``messages`` list is ``skipped``, a bad one an ``error``."""
     raw = _line_bytes(record)
     name = f"<record {source.line}>" if source is not None else "<record>"
     try:

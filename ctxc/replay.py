@@ -101,11 +101,8 @@ def replay(
     conversation: int | None = None,
     compact: bool = True,
 ) -> Replay:
-    """Replay one conversation of ``transcript`` (default: its largest) through ``manager``.
-
-    The manager's reminder state is used and advanced, so pass a fresh manager per replay.
-    ``compact=False`` only injects reminders (``ctxc remind``: where each rule fires in the log).
-    """
+    """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
+    ``compact=False`` only injects reminders (``ctxc remind``)."""
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
     conv, msgs = _chosen(transcript, ledger, conversation)
@@ -406,11 +403,8 @@ _RED = "#d62728"
 
 
 def plot(r: Replay, out: str | Path | BinaryIO, *, fmt: str | None = None) -> None:
-    """Draw the replay as SVG or PNG to a path or binary stream (needs ``pip install 'ctxc[plot]'``).
-
-    ``fmt`` defaults to the path's extension. No pyplot (no global state, no display), and an SVG is
-    reproducible: no date, fixed ids, text kept as text.
-    """
+    """Draw the replay as SVG or PNG (``fmt``, default: the path's extension) to a path or binary stream;
+    needs ``ctxc[plot]``. No pyplot (no global state), and an SVG is reproducible."""
     if fmt is None:
         if not isinstance(out, str | Path):
             raise UsageError("plot to a stream needs fmt='svg' or fmt='png'")

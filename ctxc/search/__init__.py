@@ -270,11 +270,8 @@ def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
 
 
 def rebuild(archive: ArchiveStore) -> RebuildReport:
-    """Make the index again from the archive: the manifest's originals, then every other object.
-
-    Another object is, in order: an offloaded output of an indexed original (its sha256 is that of one
-    of the original's tool texts), another transcript, or plain text, indexed as one document.
-    """
+    """Make the index again from the archive: the manifest's originals, then every other object as an
+    offloaded output of one of them (by its sha256), another transcript, or plain text."""
     if not archive.root.is_dir():
         raise ArchiveError(f"no archive at {archive.root}")
     skipped: list[str] = []
