@@ -1,9 +1,6 @@
-"""Per-file work of the commands (analyze, validate, convert, repair), as picklable jobs.
-
-Each ``*_file`` function takes a frozen job and returns plain data, so :func:`ctxc.batch.run_batch` can
-run it in a worker process; each raises :class:`~ctxc.errors.CtxcError` for a bad file. Compaction's
-job is :func:`ctxc.compaction.files.compact_file`.
-"""
+"""Per-file work of the commands (analyze, validate, convert, repair), as picklable frozen jobs that
+:func:`ctxc.batch.run_batch` can run in a worker process; each raises :class:`~ctxc.errors.CtxcError`
+for a bad file."""
 
 from __future__ import annotations
 
@@ -53,10 +50,9 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     from ctxc.analysis import analyze
 
     counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
-    second_pass = job.forecast or job.tokenizer == "anthropic"
     src: Any = job.path
     data = b""
-    if second_pass:  # both read the transcript again: read the input once for all
+    if job.forecast or job.tokenizer == "anthropic":  # both read it again: read the input once for all
         name, data = read_all(job.path)
         src = named_bytes(name, data)
     result = analyze(
@@ -100,6 +96,11 @@ def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> 
         stream.close()
 
 
+_PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
+#: What a batch's row and journal line take from a file's manifest run.
+RUN_FIELDS = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
+
+
 @dataclass(frozen=True, slots=True)
 class ValidateJob:
     path: str
@@ -119,17 +120,7 @@ def validate_file(job: ValidateJob) -> dict[str, Any]:
         "path": t.source,
         "format": t.format,
         "messages": len(t.messages),
-        "problems": [
-            {
-                "code": p.code,
-                "line": p.line,
-                "index": p.index,
-                "conversation": p.conversation,
-                "tool_id": p.tool_id,
-                "message": p.message,
-            }
-            for p in problems
-        ],
+        "problems": [{k: getattr(p, k) for k in _PROBLEM_FIELDS} for p in problems],
     }
 
 
@@ -186,12 +177,10 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     store = Archive.open(job.archive)
     store.check_manifest()
     archive_id = store.store(data)
-    outputs: dict[int, Any] = {}
-    fixed_total = 0
-    for conv in range(transcript.conversations):
-        fixed_msgs, fixed = repair_messages(transcript.conversation(conv))
-        outputs[conv] = fixed_msgs
-        fixed_total += len(fixed)
+    repaired = {
+        conv: repair_messages(transcript.conversation(conv)) for conv in range(transcript.conversations)
+    }
+    outputs = {conv: messages for conv, (messages, _) in repaired.items()}
     result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
     out_bytes = result.to_bytes()
     entry = {
@@ -202,7 +191,7 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
         "input_sha256": archive_id,
         "output_sha256": sha256_hex(out_bytes),
         "format": transcript.format,
-        "fixed": fixed_total,
+        "fixed": sum(len(fixed) for _, fixed in repaired.values()),
     }
     # Recorded before the output takes its place: no output exists that the manifest does not know.
     with atomic_output(
@@ -213,11 +202,8 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
 
 
 def compact_journaled(job: CompactJob) -> dict[str, Any]:
-    """Compact one file of a batch and append its line to the run journal at once.
-
-    The worker that did the file writes the line, right after the manifest's: the batch's own process
-    may be killed at any moment, and each finished file must be on record when it is.
-    """
+    """Compact one file of a batch and append its line to the run journal at once, in the worker: the
+    batch's own process may be killed at any moment."""
     from ctxc.archive_store import archive_root
     from ctxc.batch import Journal
     from ctxc.compaction.files import compact_file
@@ -236,11 +222,7 @@ def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) 
         "path": path,
         "output": output,
         "status": "ok",
-        "format": run.get("format"),
-        "tokens_before": run.get("tokens_before"),
-        "tokens_after": run.get("tokens_after"),
-        "archive_id": run.get("archive_id"),
-        "output_sha256": run.get("output_sha256"),
+        **{k: run.get(k) for k in RUN_FIELDS},
         "output_path": os.path.realpath(output),
         "error": None,
         "exit_code": 0,

@@ -1,10 +1,9 @@
 """What the usage a log recorded cost, from a dated price table (``prices.toml``, overridable).
 
-Prices are per model and per kind of token (fresh input, cache writes, cache reads, output). A call
-is priced at its model's rates; a model the table does not know is reported as unpriced, never
-guessed. Names are matched after dropping a provider prefix (``anthropic/``) and a date or version
-suffix (``-20250929``, ``@20250929``), so ``claude-sonnet-4-5-20250929`` is ``claude-sonnet-4-5``;
-there is no prefix matching, which would price ``claude-opus-4-7`` as ``claude-opus-4``.
+A call is priced at its model's rates per kind of token; an unknown model is reported as unpriced,
+never guessed. Names drop a provider prefix and a date or version suffix (``claude-sonnet-4-5-20250929``
+is ``claude-sonnet-4-5``); there is no prefix matching, which would price ``claude-opus-4-7`` as
+``claude-opus-4``.
 """
 
 from __future__ import annotations
@@ -141,9 +140,8 @@ def _load(path: Path) -> Mapping[str, Any]:
 def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
     """The shipped table, with the models of the ``override`` file replacing or added."""
     as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
-    extra = override
-    if extra:
-        extra_as_of, extra_models = _parse(_load(Path(extra)), str(extra))
+    if override:
+        extra_as_of, extra_models = _parse(_load(Path(override)), str(override))
         models |= extra_models
         as_of = extra_as_of or as_of
     return PriceTable(as_of, models)
