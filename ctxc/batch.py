@@ -363,18 +363,11 @@ class BatchProgress:
 
     def __enter__(self) -> BatchProgress:
         if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress
 
             start, delay = self._start, self.SHOW_AFTER
 
-            class LateProgress(Progress):
+            class LateProgress(progress.Progress):
                 """A bar that stays blank for its first ``delay`` seconds."""
 
                 def get_renderables(self) -> Any:
@@ -382,12 +375,12 @@ class BatchProgress:
                         yield from super().get_renderables()
 
             self._bar = LateProgress(
-                TextColumn(self.what),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[tokens]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                progress.TextColumn(self.what),
+                progress.BarColumn(),
+                progress.MofNCompleteColumn(),
+                progress.TextColumn("{task.fields[tokens]}"),
+                progress.TimeElapsedColumn(),
+                progress.TimeRemainingColumn(),
                 console=stderr_console(),
                 transient=True,
             )

@@ -11,11 +11,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxc.archive_store import archive_root, sha256_hex
+from ctxc.formats import dump, get_adapter, load, open_stream
+from ctxc.model import Message
+from ctxc.output import atomic_output
 from ctxc.pricing import default_prices
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.tokens import Counter, make_counter
+from ctxc.tokens.cost import compare_with_o200k
+from ctxc.validate import all_problems
 
 if TYPE_CHECKING:
     from ctxc.compaction.files import CompactJob
@@ -68,7 +74,6 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     )
     if job.forecast:
         from ctxc.compaction.forecast import forecast
-        from ctxc.formats import load
 
         transcript = load(
             named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
@@ -84,9 +89,6 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
 
 def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> Any:
     """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
-    from ctxc.formats import open_stream
-    from ctxc.model import Message
-    from ctxc.tokens.cost import compare_with_o200k
 
     stream = open_stream(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
     try:
@@ -111,8 +113,6 @@ class ValidateJob:
 
 def validate_file(job: ValidateJob) -> dict[str, Any]:
     """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry."""
-    from ctxc.formats import load
-    from ctxc.validate import all_problems
 
     t = load(job.path, input_format=job.input_format, options=job.read_options)
     problems = all_problems(t.messages, strict=job.strict)
@@ -138,8 +138,6 @@ class ConvertJob:
 def convert_file(job: ConvertJob) -> dict[str, Any]:
     """Write one transcript in another format; returns what was written where."""
     from ctxc.convert import convert_transcript
-    from ctxc.formats import dump, load
-    from ctxc.output import atomic_output
 
     transcript = load(job.path, input_format=job.input_format, options=job.read_options)
     if job.make_dirs:
@@ -166,10 +164,7 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     """Archive one transcript, then write it with its pairing problems fixed and record the run in the
     manifest; returns the manifest entry."""
     from ctxc.archive import Archive
-    from ctxc.archive_store import sha256_hex
     from ctxc.compaction.write import write_transcript
-    from ctxc.formats import get_adapter, load
-    from ctxc.output import atomic_output
     from ctxc.repair import repair_messages
 
     name, data = read_all(job.path)
@@ -204,7 +199,6 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
 def compact_journaled(job: CompactJob) -> dict[str, Any]:
     """Compact one file of a batch and append its line to the run journal at once, in the worker: the
     batch's own process may be killed at any moment."""
-    from ctxc.archive_store import archive_root
     from ctxc.batch import Journal
     from ctxc.compaction.files import compact_file
 

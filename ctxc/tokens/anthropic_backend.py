@@ -153,29 +153,22 @@ class AnthropicTokenizer:
 
     def _error(self, exc: BaseException) -> CtxcError:
         """The ctxc error for an SDK failure: auth → exit 10, unknown model → 11, the rest → 9."""
-        from anthropic import (
-            APIConnectionError,
-            APIStatusError,
-            APITimeoutError,
-            AuthenticationError,
-            NotFoundError,
-            PermissionDeniedError,
-        )
+        import anthropic
 
         if isinstance(exc, CtxcError):
             return exc
-        if isinstance(exc, AuthenticationError | PermissionDeniedError):
+        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
             return AuthError(f"the Anthropic API rejected the key ({exc.status_code}: {_api_message(exc)})")
-        if isinstance(exc, NotFoundError):
+        if isinstance(exc, anthropic.NotFoundError):
             return ModelError(f"unknown model {self.model!r} ({_api_message(exc)})")
         retries = f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
-        if isinstance(exc, APITimeoutError):
+        if isinstance(exc, anthropic.APITimeoutError):
             return TokenCountError(f"token counting failed: no answer within {self.timeout:g}s {retries}")
-        if isinstance(exc, APIStatusError):
+        if isinstance(exc, anthropic.APIStatusError):
             return TokenCountError(
                 f"token counting failed: HTTP {exc.status_code} ({_api_message(exc)}) {retries}"
             )
-        if isinstance(exc, APIConnectionError):
+        if isinstance(exc, anthropic.APIConnectionError):
             return TokenCountError(f"token counting failed: cannot reach the Anthropic API ({exc})")
         return TokenCountError(f"token counting failed: {type(exc).__name__}: {exc}")
 

@@ -88,30 +88,17 @@ def count_messages(messages: Sequence[Message], counter: Counter) -> list[int]:
 def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[], list[int]]:
     """:func:`count_messages`, started: the returned function waits for the counts (a
     :class:`~ctxc.tokens.base.StartingCounter` may count in worker processes meanwhile)."""
-    if isinstance(counter, StartingCounter):
-        return start_count_messages(messages, counter.start)
-
-    def now(texts: Sequence[str]) -> Callable[[], list[int]]:
-        counts = counter.count(texts)
-        return lambda: counts
-
-    return start_count_messages(messages, now)
-
-
-def start_count_messages(
-    messages: Sequence[Message], start: Callable[[Sequence[str]], Callable[[], list[int]]]
-) -> Callable[[], list[int]]:
-    """:func:`count_messages` with a counter that starts counting and returns a function to wait with."""
     texts: list[str] = []
     spans: list[tuple[int, int, int]] = []
     for m in messages:
         parts, extra = message_parts(m)
         spans.append((len(texts), len(texts) + len(parts), extra))
         texts.extend(parts)
-    pending = start(texts) if texts else list
+    started = counter.start(texts) if texts and isinstance(counter, StartingCounter) else None
+    counted = counter.count(texts) if texts and started is None else []
 
     def finish() -> list[int]:
-        counts = pending()
+        counts = started() if started is not None else counted
         return [sum(counts[a:b]) + extra for a, b, extra in spans]
 
     return finish
