@@ -252,11 +252,8 @@ def run_batch(
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    """A pool of ``workers`` processes, forked from this one while no other thread runs.
-
-    A fork copies every lock as it is, so while another thread runs (the progress bar's may hold the
-    console's lock) the workers start from a clean process instead (``forkserver``).
-    """
+    """A pool of ``workers`` processes, forked from this one unless another thread runs (the progress
+    bar's may hold the console's lock, which a fork would copy held): then from a ``forkserver``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -342,11 +339,8 @@ def already_done(entry: dict[str, Any] | None) -> bool:
 
 
 class BatchProgress:
-    """Progress on stderr (files, tokens, rate, ETA): a rich bar on a terminal, for runs that last.
-
-    Nothing for a single file, for ``quiet``, off a terminal, nor in a run's first :attr:`SHOW_AFTER`
-    seconds (a quick run should end as quietly as it began).
-    """
+    """Progress on stderr (files, tokens, rate, ETA): a rich bar on a terminal only, not for one file or
+    ``quiet``, nor in a run's first :attr:`SHOW_AFTER` seconds (a quick run ends as quietly as it began)."""
 
     SHOW_AFTER = 1.0
 

@@ -26,7 +26,7 @@ MIN_PREFIX = 4
 #: How much of a file's head is read for its working directory (a Codex ``session_meta`` can be long).
 _HEAD_BYTES = 1 << 20
 _HEAD_LINES = 30
-_CODEX_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_CODEX_FILE = re.compile(r"rollout-.*([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl")
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
@@ -122,21 +122,15 @@ def claude_sessions(project: str | None = None) -> list[Session]:
 
 def codex_sessions(project: str | None = None) -> list[Session]:
     """Codex's rollouts, of one working directory or of all."""
-    root = codex_home() / "sessions"
-    out: list[Session] = []
-    for directory, _, names in sorted(os.walk(root)):
+    found: list[Session | None] = []
+    for directory, _, names in sorted(os.walk(codex_home() / "sessions")):
         for name in sorted(names):
-            match = _CODEX_ID.search(name[: -len(".jsonl")]) if name.endswith(".jsonl") else None
-            if not name.startswith("rollout-") or match is None:
-                continue
-            path = Path(directory) / name
-            cwd = _codex_cwd(path)
-            if project is not None and cwd != project:
-                continue
-            session = _session("codex", match.group(1), path, cwd)
-            if session is not None:
-                out.append(session)
-    return out
+            if match := _CODEX_FILE.fullmatch(name):
+                path = Path(directory) / name
+                cwd = _codex_cwd(path)
+                if project is None or cwd == project:
+                    found.append(_session("codex", match.group(1), path, cwd))
+    return [s for s in found if s is not None]
 
 
 def find_sessions(agent: str | None = None, project: str | None = None) -> list[Session]:

@@ -40,11 +40,8 @@ def env_flag(name: str) -> bool:
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C back while forking or importing, and deliver it right after.
-
-    An interrupt raised inside an at-fork hook or an import can be printed as "Exception ignored" and
-    lost. Callers do this only while no other thread runs, so this thread's mask is the process's.
-    """
+    """Hold Ctrl-C back while forking or importing (where it can be lost as "Exception ignored") and
+    deliver it right after; called while no other thread runs, so this thread's mask is the process's."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -91,12 +88,8 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 def exit_with(pid: int, *, busy: threading.Lock | None = None, grace: float = 60.0) -> None:
-    """End this process once process ``pid`` has ended, from a daemon thread.
-
-    For a batch's workers, whose parent is the forkserver: without this a killed batch would leave
-    them running for ever, holding the caller's stdout and stderr. ``busy`` is held while a file is in
-    work: that file is finished first, for at most ``grace`` seconds.
-    """
+    """End this process once process ``pid`` (a batch, whose killed workers would run for ever) has
+    ended; a file in work (``busy`` held) is finished first, for at most ``grace`` seconds."""
 
     def watch() -> None:
         _wait_gone(pid)

@@ -62,11 +62,8 @@ def scan_usage(
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> UsageScan:
-    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream).
-
-    Raises :class:`~ctxc.errors.InputError` when the file records no usage at all, and the reader's
-    usual errors for a missing, empty, binary or unrecognised file.
-    """
+    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream); an
+    :class:`~ctxc.errors.InputError` when it records none, besides the reader's usual errors."""
     name, handle = open_binary(src)
     owned = isinstance(src, str | os.PathLike) and name != "-"
     try:
@@ -317,11 +314,8 @@ def usage_analysis(
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
     prices: PriceTable | None = None,
 ) -> Analysis:
-    """An :class:`~ctxc.report.Analysis` from recorded usage alone, without per-message figures.
-
-    ``max_context`` is the largest context a call sent since the log's own last compaction; without
-    ``window`` and ``model``, the log's own are used.
-    """
+    """An :class:`~ctxc.report.Analysis` from recorded usage alone: ``max_context`` is the largest context
+    a call sent since the log's own last compaction; ``window`` and ``model`` default to the log's."""
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage, prices)
     since = _live_since(scan)

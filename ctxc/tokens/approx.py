@@ -111,13 +111,8 @@ def _starts(buf: bytes, member: bytes = b"x", mark: bytes = b"S") -> bytes:
 
 def _features(texts: Sequence[str]) -> tuple[list[list[int]], dict[int, tuple[int, ...]]]:
     """The six ASCII features as one list per feature, and the non-ASCII class counts of the texts
-    that have any, by text index.
-
-    The texts are joined by NUL + SOH and every step is one C-level ``bytes`` operation over the
-    whole batch: per-text Python work is a ``len`` per feature. Each character becomes exactly one
-    class byte, NUL becomes the joint ``|`` and SOH a ``.``, so no run crosses from one text into
-    the next and every run, even one at the start of a text, begins with the pair ".member".
-    """
+    that have any, by text index. The texts are joined by NUL (the joint ``|``) + SOH (a ``.``), so no
+    run crosses texts and every run begins with the pair ".member"."""
     if any("\0" in t for t in texts):
         texts = [t.replace("\0", "\x01") for t in texts]  # both are class "." : same features
     joined = "\0\x01" + "\0\x01".join(texts)
