@@ -77,9 +77,8 @@ def compact_batch(
             }
     finished = [r for r in rows if r is not None]
     rc = batch_exit_code(outcomes, single=fail_fast)
-    doc = envelope(
-        "compact-batch", files=finished, totals=_totals(finished, files=len(jobs_list)), exit_code=rc
-    )
+    totals = _totals(finished, files=len(jobs_list))
+    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
     if report:
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))

@@ -65,11 +65,6 @@ class LiveContext:
         return max(self.resets.values(), key=lambda b: b.line, default=None)
 
 
-def last_resets(boundaries: Iterable[Boundary]) -> dict[int, Boundary]:
-    """The newest boundary each conversation's client resumes from."""
-    return {b.conversation: b for b in boundaries if b.resets}
-
-
 def abandoned_messages(boundaries: Iterable[Boundary]) -> frozenset[int]:
     """Indexes of the messages on abandoned branches, as the adapter's ``branches`` items name them."""
     return frozenset(i for b in boundaries if b.kind == BRANCHES for i in b.abandoned)
@@ -82,9 +77,9 @@ def compactions(boundaries: Iterable[Boundary]) -> tuple[Boundary, ...]:
 
 def scanned_live_context(boundaries: Sequence[Boundary], side: Iterable[int]) -> LiveContext:
     """The live context from a scan's boundaries and the conversations it found to be sidechains."""
-    return LiveContext(
-        resets=last_resets(boundaries), side=frozenset(side), abandoned=abandoned_messages(boundaries)
-    )
+    # Each conversation's client resumes from its newest resetting boundary.
+    resets = {b.conversation: b for b in boundaries if b.resets}
+    return LiveContext(resets=resets, side=frozenset(side), abandoned=abandoned_messages(boundaries))
 
 
 def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:

@@ -3,8 +3,9 @@
 Claude Code and Codex logs record every call's tokens, so no tokenizer and no message model are
 needed: the raw bytes are searched for the adapter's ``usage_needles`` and only those lines are parsed.
 The figures equal the full reader's (:attr:`ctxc.model.Transcript.usage`; the tests hold them equal),
-but a broken line that carries no usage is not reported. Formats without needles go through the full
-reader, still without tokenizing. A file that records no usage at all is an error, not a silent zero.
+but a broken line that carries no usage is not reported (``--skip-invalid`` counts only usage lines).
+Formats without needles go through the full reader, still without tokenizing. A file that records no
+usage at all is an error, not a silent zero.
 """
 
 from __future__ import annotations
