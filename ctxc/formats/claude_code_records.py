@@ -1,20 +1,24 @@
-"""Claude Code records: a message encoded as the record Claude Code writes, and the value helpers the
-reader and the compacted writer share."""
+"""Claude Code records: a message encoded as the record Claude Code writes, a record's fields patched in
+its bytes, and the value helpers the reader and the compacted writer share."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from ctxc.formats.shapes import dumps_compact, encode_anthropic_block
-from ctxc.model import Block, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock, UnknownBlock
+from ctxc.model import Block, Message, Record, Role, TextBlock, ThinkingBlock, ToolResultBlock, UnknownBlock
 
 NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
 #: The model name the client gives the turns it makes up itself (an error notice), not the API.
 SYNTHETIC_MODEL = "<synthetic>"
+_BOM = b"\xef\xbb\xbf"
+_PARENT_KEY = b'{"parentUuid":'
 #: Flags of a user record (meta key, record field) that a new record carries when meta sets them.
 _USER_FLAGS = (
     ("is_meta", "isMeta"),
@@ -139,3 +143,36 @@ def _new_record(message: Message) -> dict[str, Any]:
     if isinstance(meta.get("timestamp"), str):
         out["timestamp"] = meta["timestamp"]
     return out
+
+
+def _content(record: Mapping[str, Any]) -> Any:
+    message = record.get("message")
+    return message.get("content") if isinstance(message, dict) else None
+
+
+def tool_results(data: Mapping[str, Any]) -> list[Any]:
+    content = _content(data)
+    return (
+        [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if isinstance(content, list)
+        else []
+    )
+
+
+def content_len(record: Mapping[str, Any]) -> int | None:
+    """How many blocks the reader made of a record's content (a string is one text block)."""
+    content = _content(record)
+    return 1 if isinstance(content, str) else len(content) if isinstance(content, list) else None
+
+
+def patch(rec: Record, old: Mapping[str, Any], new: dict[str, Any]) -> Record:
+    """``rec`` with changed top-level fields, touching only the ``parentUuid`` bytes when that is all."""
+    bom = _BOM if rec.raw.startswith(_BOM) else b""
+    body = rec.raw[len(bom) :]
+    changed = [k for k in new if old.get(k, ...) != new[k]]
+    prefix = _PARENT_KEY + orjson.dumps(old.get("parentUuid"))
+    if changed == ["parentUuid"] and body.startswith(prefix):
+        body = _PARENT_KEY + orjson.dumps(new["parentUuid"]) + body[len(prefix) :]
+    else:
+        body = orjson.dumps(new)
+    return replace(rec, raw=bom + body, data=new)

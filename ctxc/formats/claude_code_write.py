@@ -29,17 +29,15 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.claude_code_records import NAMESPACE, encode_message
+from ctxc.formats.claude_code_records import NAMESPACE, content_len, encode_message, patch, tool_results
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.writing import fix_eols, output_messages, replaces
 from ctxc.live import abandoned_messages
-from ctxc.model import Block, Message, Record, TextBlock, ToolResultBlock, ToolUseBlock, Transcript, Usage
+from ctxc.model import Block, Message, Record, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 
 #: Envelope fields a record ctxc writes copies from a neighbouring record, in Claude Code's key order,
 #: so it belongs to the same session, directory and branch (claude-code-log requires cwd and version).
 _ENVELOPE = ("userType", "cwd", "sessionId", "version", "gitBranch", "slug", "agentId", "teamName")
-_BOM = b"\xef\xbb\xbf"
-_PARENT_KEY = b'{"parentUuid":'
 #: Fields of non-message records that name another record; a name that was merged away is updated.
 _REFERENCES = ("sourceToolAssistantUUID", "leafUuid", "messageId")
 _BOUNDARY_CONTENT = "Conversation compacted"
@@ -61,36 +59,11 @@ class _Out:
     index: int | None  # the source record, None for a record ctxc made
     data: dict[str, Any] | None = None  # None: the source record's bytes as they are
     boundary: bool = False
-
-
-@dataclass
-class _New:
-    """Where a new message's records go and what they hang off (resolved once every uuid is known)."""
-
-    key: _Key
-    uuid: str
-    after: str | None  # the uuid of the message before it in the output, if any
-    replaced_parent: str | None  # else: what the first record it replaces hung off
-
-
-def _content(record: Mapping[str, Any]) -> Any:
-    message = record.get("message")
-    return message.get("content") if isinstance(message, dict) else None
-
-
-def _tool_results(data: Mapping[str, Any]) -> list[Any]:
-    content = _content(data)
-    return (
-        [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
-        if isinstance(content, list)
-        else []
-    )
-
-
-def _content_len(record: Mapping[str, Any]) -> int | None:
-    """How many blocks the reader made of a record's content (a string is one text block)."""
-    content = _content(record)
-    return 1 if isinstance(content, str) else len(content) if isinstance(content, list) else None
+    #: A new message's record: it hangs off ``after`` (the message before it in the output) or else
+    #: what the first record it replaces hung off (resolved once every uuid is known).
+    new: bool = False
+    after: str | None = None
+    replaced_parent: str | None = None
 
 
 class CompactWriter:
@@ -138,10 +111,6 @@ class CompactWriter:
         # (new records go after it, never before their thread).
         self.tails: dict[_Thread, str | None] = {}
         self.prev_max: dict[_Thread, float] = {}
-
-    def _side(self, i: int) -> bool:
-        d = self.datas[i]
-        return not self.main_side and d is not None and d.get("isSidechain") is True
 
     def _parent_index(self, i: int) -> int | None:
         d = self.datas[i]
@@ -245,14 +214,12 @@ class CompactWriter:
         if isinstance(raw, dict) and len(m.records) == 1:
             parts: list[tuple[int, dict[str, Any], tuple[Block, ...]]] = [(m.records[0], raw, m.blocks)]
         elif isinstance(raw, tuple) and len(raw) == len(m.records) and all(isinstance(r, dict) for r in raw):
-            sizes = [_content_len(r) for r in raw]
+            sizes = [content_len(r) for r in raw]
             if any(n is None for n in sizes) or sum(n or 0 for n in sizes) != len(m.blocks):
                 merged = encode_message(replace(m, raw=raw))
-                keeper = _str(merged.get("uuid"))
-                for r in raw:
-                    u = _str(r.get("uuid"))
-                    if u is not None and keeper is not None and u != keeper:
-                        self.absorbed[u] = keeper
+                if (keeper := _str(merged.get("uuid"))) is not None:
+                    parts_uuids = (_str(r.get("uuid")) for r in raw)
+                    self.absorbed.update((u, keeper) for u in parts_uuids if u is not None and u != keeper)
                 return [(m.records[0], self._noted(merged, raw[0], m))]
             parts, at = [], 0
             for i, r, n in zip(m.records, raw, sizes, strict=True):
@@ -269,7 +236,7 @@ class CompactWriter:
     def _noted(self, enc: dict[str, Any], part: Mapping[str, Any], m: Message) -> dict[str, Any]:
         """``enc`` with its ``toolUseResult`` made a note when its tool results changed: the client's copy
         of the full output would undo the compaction (and is often larger)."""
-        if "toolUseResult" in enc and _tool_results(enc) != _tool_results(part):
+        if "toolUseResult" in enc and tool_results(enc) != tool_results(part):
             # (Imported here: reading a log must not load the archive and its file-writing modules.)
             from ctxc.archive_store import citation
 
@@ -305,7 +272,9 @@ class CompactWriter:
 
     def _thread_of(self, i: int) -> _Thread:
         """The thread record ``i`` belongs to: the log's own, or the inline run (conversation) it is in."""
-        owner = self.owner.get(i) if self._side(i) else None
+        d = self.datas[i]
+        side = not self.main_side and d is not None and d.get("isSidechain") is True
+        owner = self.owner.get(i) if side else None
         return owner.conversation if owner is not None else _MAIN
 
     def _pre_tokens(self, m: Message, span: tuple[int, int] | None) -> int | None:
@@ -316,10 +285,9 @@ class CompactWriter:
         if span is None:
             return None
         # What the window held when the replaced span ended: the last recorded call within it.
-        best: Usage | None = None
-        for orig in self.transcript.messages:
-            if orig.conversation == m.conversation and orig.index <= span[1] and orig.usage is not None:
-                best = orig.usage
+        messages = reversed(self.transcript.messages)
+        within = (o for o in messages if o.conversation == m.conversation and o.index <= span[1])
+        best = next((o.usage for o in within if o.usage is not None), None)
         return best.context if best is not None else None
 
     def write(self) -> tuple[Record, ...]:
@@ -333,7 +301,6 @@ class CompactWriter:
             outs.append(_Out((i, 0, 0), i))
             if self.uuid_at[i] is not None:
                 self.out_uuids.add(self.uuid_at[i] or "")
-        news: dict[int, _New] = {}  # the new records' placement, by id(_Out)
         seq = 0
         for pos, m in enumerate(self.out_msgs):
             if m.records and m.records[0] in self.abandoned:
@@ -343,8 +310,8 @@ class CompactWriter:
             elif m.records:
                 self._place_kept(m, outs)
             else:
-                seq = self._place_new(pos, m, outs, news, seq)
-        return self._finish(outs, news)
+                seq = self._place_new(pos, m, outs, seq)
+        return self._finish(outs)
 
     def _place_kept(self, m: Message, outs: list[_Out]) -> None:
         thread = self._thread_of(m.records[0])
@@ -358,7 +325,7 @@ class CompactWriter:
                 self.tails[thread] = u
         self.prev_max[thread] = max(self.prev_max.get(thread, -1.0), float(max(m.records)))
 
-    def _place_new(self, pos: int, m: Message, outs: list[_Out], news: dict[int, _New], seq: int) -> int:
+    def _place_new(self, pos: int, m: Message, outs: list[_Out], seq: int) -> int:
         """Place a message ctxc made; returns the next sequence number."""
         span = replaces(m)
         replaced = [
@@ -393,12 +360,11 @@ class CompactWriter:
             new_uuid = self._new_uuid(seq, m.role, m.text)
             meta = {**m.meta, "uuid": new_uuid, "parent_uuid": None, "timestamp": stamp}
             meta["is_sidechain"] = template.get("isSidechain") is True
-            out = _Out(
-                (anchor, 1, seq), None, self._envelope(encode_message(replace(m, meta=meta)), template)
-            )
-            outs.append(out)
+            body = self._envelope(encode_message(replace(m, meta=meta)), template)
             first_parent = self.datas[min(replaced)] if replaced and after is None else None
-            news[id(out)] = _New(out.key, new_uuid, after, _str((first_parent or {}).get("parentUuid")))
+            replaced_parent = _str((first_parent or {}).get("parentUuid"))
+            out = _Out((anchor, 1, seq), None, body, new=True, after=after, replaced_parent=replaced_parent)
+            outs.append(out)
             key, seq = out.key, seq + 1
         self.out_uuids.add(new_uuid)
         for r in replaced:
@@ -470,9 +436,7 @@ class CompactWriter:
             p = _str(d.get("parentUuid")) if d else None
         return None
 
-    def _changes(
-        self, o: _Out, data: Mapping[str, Any], new: _New | None, last: str | None
-    ) -> dict[str, Any]:
+    def _changes(self, o: _Out, data: Mapping[str, Any], last: str | None) -> dict[str, Any]:
         """The top-level fields of an output record that must change (links only)."""
         changes: dict[str, Any] = {}
         if o.index in self.abandoned:
@@ -480,8 +444,8 @@ class CompactWriter:
         parent = data.get("parentUuid")
         if o.boundary:
             changes["logicalParentUuid"] = last
-        elif new is not None:
-            changes["parentUuid"] = new.after or self._relink(new.replaced_parent, new.key)
+        elif o.new:
+            changes["parentUuid"] = o.after or self._relink(o.replaced_parent, o.key)
         elif isinstance(parent, str) and parent not in self.out_uuids:
             if parent in self.absorbed:
                 changes["parentUuid"] = self.absorbed[parent]
@@ -495,7 +459,7 @@ class CompactWriter:
                     changes[ref] = self.absorbed[target]
         return {k: v for k, v in changes.items() if data.get(k, ...) != v}
 
-    def _finish(self, outs: list[_Out], news: dict[int, _New]) -> tuple[Record, ...]:
+    def _finish(self, outs: list[_Out]) -> tuple[Record, ...]:
         outs.sort(key=lambda o: o.key)
         result: list[Record] = []
         last_by_side: dict[bool, str] = {}
@@ -507,9 +471,9 @@ class CompactWriter:
                 result.append(rec)
                 continue
             side = data.get("isSidechain") is True
-            changes = self._changes(o, data, news.get(id(o)), last_by_side.get(side))
+            changes = self._changes(o, data, last_by_side.get(side))
             if rec is not None and o.data is None:
-                result.append(_patch(rec, data, {**data, **changes}) if changes else rec)
+                result.append(patch(rec, data, {**data, **changes}) if changes else rec)
             else:
                 patched = {**data, **changes}
                 eol = rec.eol if rec is not None and rec.eol else self.eol
@@ -520,16 +484,3 @@ class CompactWriter:
             if (u := _str(data.get("uuid"))) is not None:
                 last_by_side[side] = u
         return fix_eols(result, self.records, self.eol)
-
-
-def _patch(rec: Record, old: Mapping[str, Any], new: dict[str, Any]) -> Record:
-    """``rec`` with changed top-level fields, touching only the ``parentUuid`` bytes when that is all."""
-    bom = _BOM if rec.raw.startswith(_BOM) else b""
-    body = rec.raw[len(bom) :]
-    changed = [k for k in new if old.get(k, ...) != new[k]]
-    prefix = _PARENT_KEY + orjson.dumps(old.get("parentUuid"))
-    if changed == ["parentUuid"] and body.startswith(prefix):
-        body = _PARENT_KEY + orjson.dumps(new["parentUuid"]) + body[len(prefix) :]
-    else:
-        body = orjson.dumps(new)
-    return replace(rec, raw=bom + body, data=new)
