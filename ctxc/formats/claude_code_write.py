@@ -299,8 +299,8 @@ class CompactWriter:
             if i in self.owner or (d is not None and self._drops_record(i, d)):
                 continue
             outs.append(_Out((i, 0, 0), i))
-            if self.uuid_at[i] is not None:
-                self.out_uuids.add(self.uuid_at[i] or "")
+            if (u := self.uuid_at[i]) is not None:
+                self.out_uuids.add(u)
         seq = 0
         for pos, m in enumerate(self.out_msgs):
             if m.records and m.records[0] in self.abandoned:
@@ -343,9 +343,8 @@ class CompactWriter:
         if anchor < 0:
             later = next((n.records[0] for n in self.out_msgs[pos + 1 :] if n.records), len(self.records))
             anchor = later - 0.5
-        self.prev_max[thread] = max(
-            self.prev_max.get(thread, -1.0), anchor
-        )  # what follows is written after it
+        # What follows in this thread is written after it.
+        self.prev_max[thread] = max(self.prev_max.get(thread, -1.0), anchor)
         template = self._template(pos, thread)
         last_replaced = self.datas[max(replaced)] if replaced else None
         stamp = _str((last_replaced or {}).get("timestamp")) or _str(template.get("timestamp"))
@@ -358,8 +357,8 @@ class CompactWriter:
             key, seq = summary.key, seq + 2
         else:
             new_uuid = self._new_uuid(seq, m.role, m.text)
-            meta = {**m.meta, "uuid": new_uuid, "parent_uuid": None, "timestamp": stamp}
-            meta["is_sidechain"] = template.get("isSidechain") is True
+            side = template.get("isSidechain") is True
+            meta = {**m.meta, "uuid": new_uuid, "parent_uuid": None, "is_sidechain": side, "timestamp": stamp}
             body = self._envelope(encode_message(replace(m, meta=meta)), template)
             first_parent = self.datas[min(replaced)] if replaced and after is None else None
             replaced_parent = _str((first_parent or {}).get("parentUuid"))
