@@ -62,7 +62,6 @@ _MAX_PENDING = 1024  # messages buffered behind an open split response
 _MAX_OPEN_RECORDS = 1024  # records of one split response
 _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not count usage twice
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
-_COUNTS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
 #: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
 _INTERRUPTED = "[Request interrupted by user"
 
@@ -99,8 +98,15 @@ def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
     # field-wise maximum is the final count.
     if a is None or b is None:
         return a or b
-    counts = {k: max(getattr(a, k), getattr(b, k)) for k in _COUNTS}
-    return replace(a, model=a.model or b.model, **counts)
+    return Usage(
+        input=max(a.input, b.input),
+        output=max(a.output, b.output),
+        cache_read=max(a.cache_read, b.cache_read),
+        cache_write=max(a.cache_write, b.cache_write),
+        line=a.line,
+        model=a.model or b.model,
+        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
+    )
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
