@@ -77,11 +77,8 @@ def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usag
     """
     info = payload.get("info")
     if isinstance(info, dict):
-        last, total, window = (
-            info.get("last_token_usage"),
-            info.get("total_token_usage"),
-            info.get("model_context_window"),
-        )
+        last, total = info.get("last_token_usage"), info.get("total_token_usage")
+        window = info.get("model_context_window")
     elif "info" not in payload and "input_tokens" in payload:  # older flat token_count events
         last, total, window = payload, None, None
     else:
