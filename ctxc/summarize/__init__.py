@@ -108,9 +108,8 @@ def register(name: str, factory: Callable[[SummarizerOptions], Summarizer]) -> N
     _SUMMARIZERS[name] = factory
 
 
-#: The built-in summarizers, each registered by its module (``ctxc.summarize.<name>``) when the name
-#: is first asked for: a compaction with the extractive summarizer never loads the Anthropic one,
-#: nor asyncio (40 ms) with it.
+#: The built-in summarizers, each registered by its module (``ctxc.summarize.<name>``) when first asked
+#: for: a compaction with the extractive summarizer never loads the Anthropic one, nor asyncio.
 BUILTIN_SUMMARIZERS = ("extractive", "anthropic", "command")
 
 
