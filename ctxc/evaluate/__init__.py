@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import CtxcError, UsageError
 from ctxc.evaluate.measures import first_requests, norm, problems, survival, text_of
-from ctxc.evaluate.needles import Planted, make_instruction, make_needles, plant
+from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
 from ctxc.live import live_context, live_messages, sent_messages
 from ctxc.model import Message, Transcript
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ctxc.archive import Archive
     from ctxc.evaluate.judge import Judge, JudgeScore
     from ctxc.search.embed import Embedder
+    from ctxc.search.index import SearchIndex
     from ctxc.tokens import Counter
 
 DEFAULT_TARGETS = (0.10, 0.25)
@@ -414,10 +415,8 @@ def run_eval(
 def _search_ranks(
     prepared: Sequence[_Prepared], store: Archive, options: EvalOptions
 ) -> dict[tuple[str, int], int | None]:
-    """(source, needle number) → the 1-based rank of the first of the top ``search_k`` hits that is in
-    the needle's own original and holds its value, else None; every needle searched in one open index."""
+    """(source, needle number) → :func:`_search_rank` of every planted needle, in one open index."""
     from ctxc.archive_store import sha256_hex
-    from ctxc.search import search_index
     from ctxc.search.index import open_index
 
     ranks: dict[tuple[str, int], int | None] = {}
@@ -431,18 +430,22 @@ def _search_ranks(
     with open_index(store.root, must_exist=True) as index:
         for prep in prepared:
             ident = sha256_hex(prep.planted.data)
-            scope = ident if options.search_scope == "session" else None
             for k, needle in enumerate(prep.planted.needles):
-                hits = search_index(
-                    index,
-                    needle.query,
-                    limit=options.search_k,
-                    hybrid=embedder is not None,
-                    archive_id=scope,
-                    embedder=embedder,
-                )
-                found = (
-                    r for r, hit in enumerate(hits, 1) if hit.archive_id == ident and needle.value in hit.text
-                )
-                ranks[(prep.source.name, k)] = next(found, None)
+                ranks[(prep.source.name, k)] = _search_rank(index, needle, ident, options, embedder)
     return ranks
+
+
+def _search_rank(
+    index: SearchIndex, needle: Needle, ident: str, options: EvalOptions, embedder: Embedder | None
+) -> int | None:
+    """The 1-based rank of the first of the top ``search_k`` hits that is in the needle's own original
+    (``ident``) and holds its value, else None."""
+    from ctxc.search import search_index
+
+    scope = ident if options.search_scope == "session" else None
+    hybrid = embedder is not None
+    hits = search_index(
+        index, needle.query, limit=options.search_k, hybrid=hybrid, archive_id=scope, embedder=embedder
+    )
+    found = (r for r, hit in enumerate(hits, 1) if hit.archive_id == ident and needle.value in hit.text)
+    return next(found, None)

@@ -1,23 +1,10 @@
 """``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone.
 
-For each compacted output, a model gets the output (rendered as the summarizers render transcripts)
-and numbered questions, and answers them in one JSON object. Each answer is scored against what is
-known to be true, without a second model: an answer is right when it contains the expected value.
-
-The probes:
-
-* **recall**: each planted code, name or number ("What is the vault rotation passphrase?");
-* **decisions**: each planted decision ("What was chosen for the message broker ...?");
-* **artifacts**: which files were changed (the paths of the original's Write/Edit/patch calls); the
-  score is the share of them the answer names (a path or its file name);
-* **continuation**: what the user asked for last (the words of the original's last request); the
-  score is the share of its key terms the answer uses.
-
-The model is called through the official ``anthropic`` SDK exactly as the anthropic summarizer calls
-it: imported only here and only when a judge is made, ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``
-read by the SDK, a preflight (``GET /v1/models/{model}``) that turns a missing or rejected key or an
-unknown model into exit 10/11 before any compaction runs, the SDK's retries, and answers cached on disk
-(the summary cache, under a key that cannot collide with a summary's).
+The model gets the compacted output and numbered questions (recall of each planted code, name or
+number; each planted decision; which files were changed; what the user asked for last) and answers in
+one JSON object. An answer is scored without a second model: by the share of the known answers it names.
+The model is called through the official SDK like the anthropic summarizer: a preflight that fails on
+a missing key or an unknown model before any work, the SDK's retries, answers cached on disk.
 """
 
 from __future__ import annotations
@@ -39,7 +26,6 @@ if TYPE_CHECKING:
     from anthropic import Anthropic
 
     from ctxc.evaluate.needles import Planted
-    from ctxc.summarize.cache import SummaryCache
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters of tool results kept when the compacted context is rendered for the judge (far more
@@ -90,9 +76,6 @@ class Judge(Protocol):
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore: ...
 
 
-# ------------------------------------------------------------------------------------------ probes
-
-
 def _changed_files(messages: Sequence[Message]) -> list[str]:
     found: dict[str, None] = {}
     for m in messages:
@@ -125,20 +108,15 @@ def probes(planted: Planted, original: Transcript) -> list[Probe]:
     """The probe questions for one planted transcript, with their known answers."""
     from ctxc.compaction.postprocess import request_terms
 
-    out: list[Probe] = []
-    for n in planted.needles:
-        kind = "decisions" if n.kind == "decision" else "recall"
-        out.append(Probe(kind, n.question, (n.value,)))
+    out = [
+        Probe("decisions" if n.kind == "decision" else "recall", n.question, (n.value,))
+        for n in planted.needles
+    ]
     messages = original.conversation(planted.conversation)
     files = _changed_files(messages)[:8]
     if files:
-        out.append(
-            Probe(
-                "artifacts",
-                "Which files were created or modified in this session? List their paths.",
-                tuple(files),
-            )
-        )
+        question = "Which files were created or modified in this session? List their paths."
+        out.append(Probe("artifacts", question, tuple(files)))
     terms = request_terms(_last_request(messages))[:5]
     if terms:
         out.append(Probe("continuation", "What did the user ask for most recently?", tuple(terms)))
@@ -183,9 +161,6 @@ def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
     return f"<context>\n{render_context(output)}\n</context>\n\nQuestions:\n{numbered}"
 
 
-# ------------------------------------------------------------------------------------------- the judge
-
-
 class AnthropicJudge:
     """A Claude model as the judge, through the official SDK (see the module docstring)."""
 
@@ -223,11 +198,6 @@ class AnthropicJudge:
             self._client = client
         return self._client
 
-    @property
-    def cache(self) -> SummaryCache | None:
-        """The summary cache, opened once per judge (None with ``use_cache=False`` or when unusable)."""
-        return self._cache.get()
-
     def _map(self, exc: BaseException) -> Exception:
         from ctxc.summarize.anthropic import map_api_error
 
@@ -251,9 +221,7 @@ class AnthropicJudge:
         import anthropic
 
         key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
-        cache = self.cache
-        hit = cache.get(key) if cache is not None else None
-        if hit is not None:
+        if (hit := self._cache.lookup(key)) is not None:
             with self._lock:
                 self.cache_hits += 1
             return hit
@@ -273,15 +241,10 @@ class AnthropicJudge:
         text = "".join(t for t in texts if isinstance(t, str))
         if not text.strip():
             raise SummarizerError(f"the judge model {self.model} returned an empty answer")
-        if cache is not None:
+        if (cache := self._cache.get()) is not None:
             usage = getattr(resp, "usage", None)
-            cache.put(
-                key,
-                self.model,
-                text,
-                int(getattr(usage, "input_tokens", 0) or 0),
-                int(getattr(usage, "output_tokens", 0) or 0),
-            )
+            tokens = [int(getattr(usage, k, 0) or 0) for k in ("input_tokens", "output_tokens")]
+            cache.put(key, self.model, text, *tokens)
         return text
 
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
@@ -289,15 +252,12 @@ class AnthropicJudge:
         if not questions:
             return JudgeScore({})
         answers = parse_answers(self.ask(build_prompt(output, questions)), len(questions))
+        scored = [(p, a, score_answer(p, a)) for p, a in zip(questions, answers, strict=True)]
         per_kind: dict[str, list[float]] = {}
-        scored: list[tuple[str, str, float]] = []
-        for probe, answer in zip(questions, answers, strict=True):
-            s = score_answer(probe, answer)
-            per_kind.setdefault(probe.kind, []).append(s)
-            scored.append((probe.question, answer, s))
-        return JudgeScore(
-            {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}, tuple(scored)
-        )
+        for probe, _, score in scored:
+            per_kind.setdefault(probe.kind, []).append(score)
+        means = {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}
+        return JudgeScore(means, tuple((p.question, a, score) for p, a, score in scored))
 
 
 def make_judge(
