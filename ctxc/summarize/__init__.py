@@ -1,8 +1,7 @@
 """Summarizers behind one Protocol, registered by name.
 
-A summary always has the same fixed sections, whoever writes it, so that a reader (or the next agent
-turn) finds the session's intent, decisions and state in the same place, and it always cites the
-archive id and message range it replaced so every detail stays recoverable.
+Whoever writes it, a summary has the same fixed sections (so the next turn finds the intent, decisions
+and state in the same place) and cites the archive id and message range it replaced.
 """
 
 from __future__ import annotations
