@@ -13,7 +13,7 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,6 +172,14 @@ class Row:
         }
 
 
+def _total(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """(kept, total) pairs added up."""
+    kept = total = 0
+    for k, t in pairs:
+        kept, total = kept + k, total + t
+    return kept, total
+
+
 @dataclass(frozen=True, slots=True)
 class EvalReport:
     options: EvalOptions
@@ -186,13 +194,10 @@ class EvalReport:
         rows: list[Row] = []
         for (strategy, target), cases in groups.items():
             needles = [n for c in cases for n in c.needles]
-            survival = {
-                k: (
-                    sum(c.survival.get(k, (0, 0))[0] for c in cases),
-                    sum(c.survival.get(k, (0, 0))[1] for c in cases),
-                )
-                for k in SURVIVAL_KINDS
-            }
+            survival = {k: _total(c.survival.get(k, (0, 0)) for c in cases) for k in SURVIVAL_KINDS}
+            intent = _total(
+                (c.first_requests[0] + c.pinned[0], c.first_requests[1] + c.pinned[1]) for c in cases
+            )
             ok = [c for c in cases if c.error is None]
             judged = [c.judge.overall for c in cases if c.judge is not None]
             rows.append(
@@ -204,8 +209,8 @@ class EvalReport:
                     needles=len(needles),
                     retained=sum(n.retained for n in needles),
                     by_search=sum((not n.retained) and n.search_rank is not None for n in needles),
-                    intent_kept=sum(c.first_requests[0] + c.pinned[0] for c in cases),
-                    intent=sum(c.first_requests[1] + c.pinned[1] for c in cases),
+                    intent_kept=intent[0],
+                    intent=intent[1],
                     survival=survival,
                     valid=sum(c.valid for c in cases),
                     budget_ok=sum(c.budget_ok for c in cases),
@@ -220,9 +225,6 @@ class EvalReport:
     def lost_needles(self) -> list[tuple[Case, NeedleOutcome]]:
         """Every needle neither retained nor found by search: the findings to look at."""
         return [(c, n) for c in self.cases for n in c.needles if not n.recovered]
-
-
-# ------------------------------------------------------------------------------------------- inputs
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,9 +201,6 @@ def _merge_counts(routine: list[Fact]) -> list[Fact]:
     return kept + routine_facts(list(reads), read_total, work, tables, totals, seqs)
 
 
-# ----------------------------------------------------------------------------------------- rendering
-
-
 def _render_fact(f: Fact, limit: int | None) -> str:
     body = f.body
     if limit is not None and len(body) > max(limit, f.floor):
