@@ -3,28 +3,25 @@
 The model gets the compacted output and numbered questions (recall of each planted code, name or
 number; each planted decision; which files were changed; what the user asked for last) and answers in
 one JSON object. An answer is scored without a second model: by the share of the known answers it names.
-The model is called through the official SDK like the anthropic summarizer: a preflight that fails on
-a missing key or an unknown model before any work, the SDK's retries, answers cached on disk.
+The model is called through the anthropic summarizer's client (``AnthropicAPI``): a preflight that
+fails on a missing key or an unknown model before any work, the SDK's retries, answers cached on disk.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ctxc.errors import AuthError, SummarizerError
+from ctxc.errors import SummarizerError
 from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
 from ctxc.summarize.cache import LazySummaryCache
 
 if TYPE_CHECKING:
-    from anthropic import Anthropic
-
     from ctxc.evaluate.needles import Planted
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
@@ -162,7 +159,7 @@ def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
 
 
 class AnthropicJudge:
-    """A Claude model as the judge, through the official SDK (see the module docstring)."""
+    """A Claude model as the judge, through the anthropic summarizer's API client."""
 
     def __init__(
         self,
@@ -173,79 +170,36 @@ class AnthropicJudge:
         use_cache: bool = True,
     ) -> None:
         from ctxc.summarize import SummarizerOptions
-        from ctxc.summarize.anthropic import resolve_model
+        from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
 
         self.model = resolve_model(SummarizerOptions(model=model))
-        self.max_retries = max_retries
-        self.timeout = timeout
         self.use_cache = use_cache
-        self._client: Anthropic | None = None
+        self.api = AnthropicAPI(
+            self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
+        )
         self._cache = LazySummaryCache(use_cache)
-        self._lock = threading.Lock()
-        self.calls = 0
         self.cache_hits = 0
 
-    def _make_client(self) -> Anthropic:
-        if self._client is None:
-            import anthropic
-
-            try:
-                client = anthropic.Anthropic(max_retries=self.max_retries, timeout=self.timeout)
-            except anthropic.CredentialsError as exc:
-                raise AuthError(f"no usable Anthropic credentials: {exc}") from None
-            if client.api_key is None and client.auth_token is None and client.credentials is None:
-                raise AuthError("ANTHROPIC_API_KEY is not set (--judge anthropic needs an API key)")
-            self._client = client
-        return self._client
-
-    def _map(self, exc: BaseException) -> Exception:
-        from ctxc.summarize.anthropic import map_api_error
-
-        base = str(self._client.base_url) if self._client is not None else "?"
-        return map_api_error(
-            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
-        )
+    @property
+    def calls(self) -> int:
+        return self.api.spent.calls
 
     def preflight(self) -> None:
         """Check the key and the model before any work (exit 10 or 11 with a one-line message)."""
-        import anthropic
-
-        client = self._make_client()
-        try:
-            client.models.retrieve(self.model)
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._map(exc) from None
+        self.api.run(self.api.preflight())
 
     def ask(self, user: str) -> str:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
-        import anthropic
-
         key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
         if (hit := self._cache.lookup(key)) is not None:
-            with self._lock:
-                self.cache_hits += 1
+            self.cache_hits += 1
             return hit
-        client = self._make_client()
-        try:
-            resp = client.messages.create(
-                model=self.model,
-                max_tokens=MAX_TOKENS,
-                system=SYSTEM,
-                messages=[{"role": "user", "content": user}],
-            )
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._map(exc) from None
-        with self._lock:
-            self.calls += 1
-        texts = [getattr(b, "text", "") for b in resp.content if getattr(b, "type", None) == "text"]
-        text = "".join(t for t in texts if isinstance(t, str))
-        if not text.strip():
+        reply = self.api.run(self.api.create(SYSTEM, user, MAX_TOKENS))
+        if not reply.text.strip():
             raise SummarizerError(f"the judge model {self.model} returned an empty answer")
         if (cache := self._cache.get()) is not None:
-            usage = getattr(resp, "usage", None)
-            tokens = [int(getattr(usage, k, 0) or 0) for k in ("input_tokens", "output_tokens")]
-            cache.put(key, self.model, text, *tokens)
-        return text
+            cache.put(key, self.model, reply.text, reply.input_tokens, reply.output_tokens)
+        return reply.text
 
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
         questions = probes(planted, original)

@@ -150,55 +150,35 @@ _PREFLIGHT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
-class _Part:
-    """A partial summary and the messages it covers (for citations and the dry run's stand-in)."""
+class Reply:
+    text: str  # the text of the answer's text blocks
+    stop: str | None
+    input_tokens: int
+    output_tokens: int
 
-    messages: tuple[Message, ...]
-    text: str
 
+class AnthropicAPI:
+    """One Claude model through the SDK's async client on a private event loop (see :class:`_LoopThread`):
+    the key and model checked once per process, failures mapped to one-line ctxc errors, usage counted.
+    Shared by the anthropic summarizer and the eval judge."""
 
-class AnthropicSummarizer:
-    name = "anthropic"
-
-    def __init__(
-        self,
-        options: SummarizerOptions | None = None,
-        *,
-        window: int | None = None,
-        max_output: int | None = None,
-        result_chars: int = RESULT_CHARS,
-        cache: SummaryCache | None = None,
-    ) -> None:
-        from ctxc.profiles import find_profile
-
-        self.options = options or SummarizerOptions()
-        if self.options.concurrency < 1:
-            raise SummarizerError(f"--concurrency must be at least 1, not {self.options.concurrency}")
-        self.model = resolve_model(self.options)
-        profile = find_profile(self.model)
-        self.window = window or (profile.window if profile else FALLBACK_WINDOW)
-        self.max_output = max_output or (profile.max_output if profile else FALLBACK_MAX_OUTPUT)
-        self.result_chars = result_chars
+    def __init__(self, model: str, *, max_retries: int, timeout: float, needs: str) -> None:
+        self.model = model
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.needs = needs  # who needs the key, for the error when there is none
         self.spent = Spent()
-        self._cache = LazySummaryCache(self.options.use_cache, cache)
         self._loop: _LoopThread | None = None
         self._client: AsyncAnthropic | None = None
         self._preflighted = False
-        self._sem: asyncio.Semaphore | None = None
         self._preflight_lock: asyncio.Lock | None = None
 
-    def usage(self) -> dict[str, Any]:
-        """API calls and tokens spent so far (a dry run's are estimates: input by the run's counter,
-        output as the budgets asked for, an upper bound)."""
-        return {"model": self.model, **asdict(self.spent), "estimated": self.options.dry_run}
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
             self._loop = _LoopThread()
         return self._loop.run(coro)
 
     def close(self) -> None:
-        """Close the HTTP client and stop the private event loop (also fine to leave to process exit)."""
         if self._loop is None:
             return
         client, self._client = self._client, None
@@ -206,43 +186,29 @@ class AnthropicSummarizer:
             with contextlib.suppress(Exception):
                 self._loop.run(client.close())
         self._loop.stop()
-        self._loop = self._sem = self._preflight_lock = None
-
-    def max_tokens(self, budget: int) -> int:
-        return max(MIN_MAX_TOKENS, min(self.max_output, 2 * max(1, budget) + MAX_TOKENS_EXTRA))
-
-    def input_limit(self, budget: int) -> int:
-        """The most prompt tokens (by the run's counter) one call may carry."""
-        return int((self.window - self.max_tokens(budget) - PROMPT_MARGIN) / TOKENIZER_SLACK)
+        self._loop = self._preflight_lock = None
 
     def _make_client(self) -> AsyncAnthropic:
         if self._client is None:
             import anthropic
 
             try:
-                client = anthropic.AsyncAnthropic(
-                    max_retries=self.options.max_retries, timeout=self.options.timeout
-                )
+                client = anthropic.AsyncAnthropic(max_retries=self.max_retries, timeout=self.timeout)
             except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
                 raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
             if client.api_key is None and client.auth_token is None and client.credentials is None:
-                raise AuthError("ANTHROPIC_API_KEY is not set (the anthropic summarizer needs an API key)")
+                raise AuthError(f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)")
             self._client = client
         return self._client
 
     def _map(self, exc: BaseException) -> CtxcError:
         base = str(self._client.base_url) if self._client is not None else "?"
-        options = self.options
         return map_api_error(
-            exc, model=self.model, base_url=base, max_retries=options.max_retries, timeout=options.timeout
+            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
         )
 
-    def preflight(self) -> None:
-        """Check the key and the model now (the CLI may call this before any work); a no-op in a dry run."""
-        if not self.options.dry_run:
-            self._run(self._preflight())
-
-    async def _preflight(self) -> None:
+    async def preflight(self) -> None:
+        """Check the key and the model (``GET /v1/models/{model}``), once per process."""
         if self._preflight_lock is None:
             self._preflight_lock = asyncio.Lock()
         async with self._preflight_lock:
@@ -264,8 +230,8 @@ class AnthropicSummarizer:
                     _PREFLIGHTED.add(ident)
             self._preflighted = True
 
-    async def _create(self, system: str, user: str, max_tokens: int) -> tuple[str, str | None]:
-        """One Messages API call: the text of its text blocks and its stop reason."""
+    async def create(self, system: str, user: str, max_tokens: int) -> Reply:
+        """One Messages API call."""
         import anthropic
 
         client = self._make_client()
@@ -284,37 +250,102 @@ class AnthropicSummarizer:
             raise SummarizerError(
                 f"malformed response from the Anthropic API at {client.base_url}: not a message with content"
             )
-        for attr in ("input_tokens", "output_tokens"):
-            n = getattr(getattr(resp, "usage", None), attr, None)
-            if isinstance(n, int):
-                setattr(self.spent, attr, getattr(self.spent, attr) + n)
+        usage = getattr(resp, "usage", None)
+        found = (getattr(usage, attr, None) for attr in ("input_tokens", "output_tokens"))
+        tokens = [n if isinstance(n, int) else 0 for n in found]
+        self.spent.input_tokens += tokens[0]
+        self.spent.output_tokens += tokens[1]
         texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
         stop = getattr(resp, "stop_reason", None)
-        return "".join(t for t in texts if isinstance(t, str)), stop if isinstance(stop, str) else None
+        text = "".join(t for t in texts if isinstance(t, str))
+        return Reply(text, stop if isinstance(stop, str) else None, tokens[0], tokens[1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A partial summary and the messages it covers (for citations and the dry run's stand-in)."""
+
+    messages: tuple[Message, ...]
+    text: str
+
+
+class AnthropicSummarizer:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        options: SummarizerOptions | None = None,
+        *,
+        window: int | None = None,
+        max_output: int | None = None,
+        result_chars: int = RESULT_CHARS,
+        cache: SummaryCache | None = None,
+    ) -> None:
+        from ctxc.profiles import find_profile
+
+        self.options = options = options or SummarizerOptions()
+        if options.concurrency < 1:
+            raise SummarizerError(f"--concurrency must be at least 1, not {options.concurrency}")
+        self.model = resolve_model(options)
+        profile = find_profile(self.model)
+        self.window = window or (profile.window if profile else FALLBACK_WINDOW)
+        self.max_output = max_output or (profile.max_output if profile else FALLBACK_MAX_OUTPUT)
+        self.result_chars = result_chars
+        self.api = AnthropicAPI(
+            self.model,
+            max_retries=options.max_retries,
+            timeout=options.timeout,
+            needs="the anthropic summarizer",
+        )
+        self._cache = LazySummaryCache(options.use_cache, cache)
+        self._sem: asyncio.Semaphore | None = None
+
+    def usage(self) -> dict[str, Any]:
+        """API calls and tokens spent so far (a dry run's are estimates: input by the run's counter,
+        output as the budgets asked for, an upper bound)."""
+        return {"model": self.model, **asdict(self.api.spent), "estimated": self.options.dry_run}
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the private event loop (also fine to leave to process exit)."""
+        self.api.close()
+        self._sem = None
+
+    def max_tokens(self, budget: int) -> int:
+        return max(MIN_MAX_TOKENS, min(self.max_output, 2 * max(1, budget) + MAX_TOKENS_EXTRA))
+
+    def input_limit(self, budget: int) -> int:
+        """The most prompt tokens (by the run's counter) one call may carry."""
+        return int((self.window - self.max_tokens(budget) - PROMPT_MARGIN) / TOKENIZER_SLACK)
+
+    def preflight(self) -> None:
+        """Check the key and the model now (the CLI may call this before any work); a no-op in a dry run."""
+        if not self.options.dry_run:
+            self.api.run(self.api.preflight())
 
     async def _ask(self, request: SummaryRequest, prompt: Prompt, count: Callable[[str], int]) -> str:
         """A validated summary for one prompt: from the cache, the dry-run stand-in, or the API."""
         max_tokens = self.max_tokens(request.budget)
         key = cache_key(self.model, prompt, max_tokens)
+        spent = self.api.spent
         if (hit := self._cache.lookup(key)) is not None:
-            self.spent.cache_hits += 1
+            spent.cache_hits += 1
             return hit
         if self.options.dry_run:
             from ctxc.summarize.extractive import ExtractiveSummarizer
 
-            self.spent.calls += 1
-            self.spent.input_tokens += count(prompt.system) + count(prompt.user)
-            self.spent.output_tokens += request.budget
+            spent.calls += 1
+            spent.input_tokens += count(prompt.system) + count(prompt.user)
+            spent.output_tokens += request.budget
             return ExtractiveSummarizer().summarize(request, count)
-        await self._preflight()
+        await self.api.preflight()
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.options.concurrency)
         async with self._sem:
             check = Validation(request, count, who=f"model {self.model}")
             text = None
             while text is None:
-                raw, stop = await self._create(prompt.system, check.extend(prompt.user), max_tokens)
-                text = check.offer(raw, stop, max_tokens=max_tokens)
+                reply = await self.api.create(prompt.system, check.extend(prompt.user), max_tokens)
+                text = check.offer(reply.text, reply.stop, max_tokens=max_tokens)
         if (cache := self._cache.get()) is not None:
             cache.put(key, self.model, text, count(prompt.system) + count(prompt.user), count(text))
         return text
@@ -429,7 +460,7 @@ class AnthropicSummarizer:
         return _Part(msgs, await self._ask(sub, self._merge_prompt(sub, group), count))
 
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
-        return self._run(self._summarize(request, count))
+        return self.api.run(self._summarize(request, count))
 
 
 register("anthropic", AnthropicSummarizer)
