@@ -376,10 +376,7 @@ def run_eval(
     progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
     """Plant, compact with every strategy to every target, search, measure (see the module docstring).
-
-    ``archive`` keeps the evaluation's archive (originals, index) in that directory; by default it is
-    a temporary one, removed at the end.
-    """
+    ``archive`` keeps the evaluation's archive (originals, index) there instead of a temporary one."""
     from ctxc.tokens import make_counter
 
     names = _check(options)

@@ -94,11 +94,8 @@ def survival(
 
 
 def first_requests(transcript: Transcript) -> list[str]:
-    """The user's own words of each conversation's first request (:func:`ctxc.live.session_intent`).
-
-    Subagent runs (Claude Code sidechains) are left out: their first "request" is the prompt the
-    parent agent wrote into its Task call, and a run goes with that call when compaction drops it.
-    """
+    """The user's own words of each conversation's first request (:func:`ctxc.live.session_intent`),
+    but a subagent run's (its "request" is the parent agent's Task prompt, and goes with that call)."""
     intents = (session_intent(transcript.conversation(c)) for c in range(transcript.conversations))
     return [request_text(m) for m in intents if m is not None and not m.meta.get("is_sidechain")]
 

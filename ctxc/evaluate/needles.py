@@ -148,12 +148,9 @@ class Planted:
 
 
 def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:
-    """Messages compaction may remove, early ones first: user text (not the first request) and tool
-    results, else any text; never the first request, system or critical messages, or the kept tail.
-
-    Returns (early, later): the early span (the first :data:`EARLY_SHARE` of the conversation) is
-    preferred; later messages are used only when a short conversation has too few early ones.
-    """
+    """(early, later) messages compaction may remove, tool results and user text before other text;
+    never the first request, system or critical messages or the kept tail. "Early" is the first
+    :data:`EARLY_SHARE` of the conversation; later ones serve a short conversation with too few."""
     n = len(messages)
     early = max(1, int(n * EARLY_SHARE))
     tail = n - max(keep_last, 1)
@@ -255,11 +252,8 @@ def plant(
     instruction: str | None = None,
     keep_last: int = 4,
 ) -> Planted:
-    """``transcript`` with each needle in its own early message (see the module docstring).
-
-    Needles that find no message to go into are left out of the result's ``needles``; the caller
-    reports how many were planted.
-    """
+    """``transcript`` with each needle in its own early message (see the module docstring); needles that
+    find no message are left out of the result's ``needles``."""
     conv = _roomiest_conversation(transcript, keep_last)
     current = transcript
     planted: list[Needle] = []

@@ -56,11 +56,8 @@ class Summarizer(Protocol):
 
 
 class QuotingIntent:
-    """A summarizer whose every summary quotes the session's intent (:attr:`SummaryRequest.intent`).
-
-    The compaction run wraps the summarizer in this when what a summary replaces is all the client will
-    know of the session's start, so no strategy needs to know about the intent.
-    """
+    """A summarizer whose every summary quotes the session's intent: the compaction run wraps it so when a
+    summary replaces all the client will know of the session's start, and no strategy needs to know."""
 
     def __init__(self, inner: Summarizer, intent: str) -> None:
         self.inner = inner

@@ -170,11 +170,8 @@ class KeySentence:
 
 
 def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence, ...]:
-    """The user instructions and decisions in one message, as the summary's tier 1 quotes them.
-
-    A placeholder that ctxc left for removed messages carries the ones it replaced (``meta["carried"]``),
-    so trimming twice loses none.
-    """
+    """The user instructions and decisions in one message, as the summary's tier 1 quotes them; a ctxc
+    placeholder gives those of the messages it replaced (``meta["carried"]``): trimming twice loses none."""
     if m.meta.get("ctxc") == "placeholder":
         carried = m.meta.get("carried")
         return tuple(k for k in carried if isinstance(k, KeySentence)) if isinstance(carried, tuple) else ()

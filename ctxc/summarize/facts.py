@@ -82,11 +82,8 @@ def routine_facts(
     totals: Mapping[str, int],
     seqs: Mapping[str, int],
 ) -> list[Fact]:
-    """The tier-3 bullets: files read, searches and listings, commands run, other tool calls.
-
-    ``tables`` counts the "ran" commands and "other" tools by name; ``totals`` may exceed a table's sum
-    when an earlier summary listed only its top names.
-    """
+    """The tier-3 bullets: files read, searches and listings, commands run (``tables["ran"]``), other tool
+    calls; ``totals`` may exceed a table's sum when an earlier summary listed only its top names."""
     out: list[Fact] = []
     if reads:
         more = read_total - min(len(reads), 6)
@@ -149,12 +146,8 @@ _TOP_ITEM = re.compile(r"^(.*?)(?: x(\d+))?$")
 
 
 def _fold(facts: list[Fact], omitted: dict[str, int]) -> list[Fact]:
-    """Merge an earlier summary's bullets (negative seq) with a newer span's.
-
-    Current state and next steps are replaced when the newer span has its own (a stale state is
-    wrong, not just old); routine counts are added up into one bullet per kind, so a summary folded
-    many times does not fill up with count lines.
-    """
+    """Merge an earlier summary's bullets (negative seq) with a newer span's: its current state and next
+    steps go when the span has its own (stale is wrong, not just old); routine counts add up per kind."""
     newer = {f.section for f in facts if f.seq >= 0}
     out = [f for f in facts if not (f.section in _SUPERSEDED and f.section in newer and f.seq < 0)]
     for section in newer.intersection(_SUPERSEDED):

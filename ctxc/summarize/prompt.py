@@ -254,14 +254,10 @@ def with_intent(text: str, intent: str | None) -> str:
 
 
 class Validation:
-    """Two tries at a good summary, shared by the summarizers that ask someone else for it.
-
-    Ask with :meth:`extend` applied to the prompt, hand the answer to :meth:`offer`: it returns the
-    summary to use, or None to ask once more (the note :meth:`extend` adds then says what was wrong).
-    An empty, cut-off (``max_tokens``), refused or sectionless answer is asked for again once, then
-    raises :class:`SummarizerError`; an answer over budget is asked for shorter once, and the shorter of
-    the two is kept (the target check decides what happens next).
-    """
+    """Two tries at a good summary: ask with :meth:`extend` applied to the prompt, and :meth:`offer` the
+    answer; it returns the summary, or None to ask once more (the note says what was wrong). An empty,
+    cut-off, refused or sectionless answer twice is a :class:`SummarizerError`; over budget twice, the
+    shorter answer is kept."""
 
     def __init__(self, request: SummaryRequest, count: Callable[[str], int], *, who: str) -> None:
         self.request = request
