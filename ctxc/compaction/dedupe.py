@@ -1,9 +1,10 @@
 """dedupe: replace copies the context holds again later by a pointer to the copy that stays.
 
 Three kinds of copy: a tool result repeated later (or a file read that a later read, a whole-file
-write or, by default, an edit of the file made out of date), a long text block repeated in a later user or system message, and a tagged block of
-injected text (``<system-reminder>``...) repeated anywhere later. Only texts change, so pairing and
-thinking are untouched; the model's own words, pinned messages and the last ``keep_last`` stay.
+write or, by default, an edit of the file made out of date), a long text block repeated in a later
+user or system message, and a tagged block of injected text (``<system-reminder>``...) repeated
+anywhere later. Only texts change, so pairing and thinking are untouched; the model's own words,
+pinned messages and the last ``keep_last`` stay.
 """
 
 from __future__ import annotations
