@@ -1,9 +1,10 @@
 """dedupe: replace copies the context holds again later by a pointer to the copy that stays.
 
-Three kinds of copy: a tool result repeated later (or a file read a later read or whole-file write
-supersedes), a long text block repeated in a later user or system message, and a tagged block of
-injected text (``<system-reminder>``...) repeated anywhere later. Only texts change, so pairing and
-thinking are untouched; the model's own words, pinned messages and the last ``keep_last`` stay.
+Three kinds of copy: a tool result repeated later (or a file read that a later read, a whole-file
+write or, by default, an edit of the file made out of date), a long text block repeated in a later
+user or system message, and a tagged block of injected text (``<system-reminder>``...) repeated
+anywhere later. Only texts change, so pairing and thinking are untouched; the model's own words,
+pinned messages and the last ``keep_last`` stay.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class DedupeConfig:
     )
     tags: tuple[str, ...] = option(INJECTED_TAGS, "tags of injected text deduplicated at any size")
     edited_reads: bool = option(
-        False,
-        "also replace a file read followed by an edit of that file (lossy: the lines the edit did not "
-        "touch leave the context; they stay in the archive)",
+        True,
+        "replace a file read followed by an edit of that file: the read no longer shows the file as it "
+        "is (false keeps it for the lines the edit did not touch; they stay in the archive either way)",
     )
 
 
