@@ -7,8 +7,9 @@ that registering them costs nothing at start-up.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,12 +18,15 @@ from ctxc.cli.options import (
     InputFormatOpt,
     MaxLineOpt,
     ModelOpt,
+    PathArg,
     SkipInvalidOpt,
     TableOrJson,
     TableOrJsonOpt,
+    TokenizerOpt,
     WindowOpt,
     cells,
     load_transcript,
+    quiet_option,
     stdout_console,
     table_on_terminal,
 )
@@ -54,17 +58,14 @@ COMPOSE_EPILOG = (
 )
 
 
-# ------------------------------------------------------------------------------------------- remind
-
-
 def remind_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    path: PathArg,
     rules: Annotated[
         str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [\\[reminder]] tables).")
     ],
     model: ModelOpt = None,
     window: WindowOpt = None,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    tokenizer: TokenizerOpt = "o200k_base",
     conversation: ConversationOpt = None,
     fmt: TableOrJsonOpt = None,
     input_format: InputFormatOpt = None,
@@ -96,20 +97,17 @@ def remind_command(
                 for u in rule_set.rules
             ],
             reminders=[
-                {
-                    "turn": t.turn,
-                    "index": t.index,
-                    "line": t.line,
-                    "tokens": t.tokens_before,
-                    "rule": x.rule,
-                    "trigger": x.trigger,
-                    "detail": x.detail,
-                }
+                {"turn": t.turn, "index": t.index, "line": t.line, "tokens": t.tokens_before}
+                | {"rule": x.rule, "trigger": x.trigger, "detail": x.detail}
                 for t, x in rows
             ],
         )
         write_stdout(dumps(doc))
         return
+    _print_reminders(r, rows, rule_set, fired)
+
+
+def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
     from rich.table import Table
 
     from ctxc.render import print_table
@@ -132,9 +130,6 @@ def remind_command(
     print_table(console, summary, keys=1, fold=("trigger",))
 
 
-# ------------------------------------------------------------------------------------------ compose
-
-
 def compose_command(
     file: Annotated[
         str, typer.Argument(help="Prompt sections (TOML, [\\[section]] tables).", metavar="FILE")
@@ -142,17 +137,15 @@ def compose_command(
     budget: Annotated[
         int | None, typer.Option("--budget", "-b", min=1, help="Token budget (default: no limit).")
     ] = None,
-    base: Annotated[
-        str | None, typer.Option("--base", help="An override prompt that replaces every section.")
-    ] = None,
+    base: Annotated[str | None, typer.Option(help="An override prompt that replaces every section.")] = None,
     fill: Annotated[
         bool, typer.Option("--fill", help="Also keep lower-priority sections that still fit.")
     ] = False,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    tokenizer: TokenizerOpt = "o200k_base",
     fmt: Annotated[
         ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
     ] = ComposeFormat.text,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
+    quiet: Annotated[bool, quiet_option("No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
@@ -172,22 +165,20 @@ def compose_command(
             base=result.base,
             prompt=result.prompt,
             sections=[
-                {
-                    "id": o.section.id,
-                    "priority": o.section.priority,
-                    "required": o.section.required,
-                    "tokens": o.tokens,
-                    "kept": o.kept,
-                    "reason": o.reason,
-                }
+                {"id": o.section.id, "priority": o.section.priority, "required": o.section.required}
+                | {"tokens": o.tokens, "kept": o.kept, "reason": o.reason}
                 for o in result.sections
             ],
         )
         write_stdout(dumps(doc))
     else:
         write_stdout(result.prompt + "\n")
-    if quiet:
-        return
+    if not quiet:
+        _print_sections(result, budget)
+
+
+def _print_sections(result: Any, budget: int | None) -> None:
+    """The sections kept and dropped, as a table on stderr (stdout holds the prompt)."""
     from rich.table import Table
 
     from ctxc.render import print_table
@@ -210,11 +201,7 @@ def compose_command(
         what = f"the override prompt replaced {len(result.sections)} section(s)"
     else:
         what = f"{len(result.kept)} section(s) kept, {len(result.dropped)} dropped"
-    err.print(
-        f"ctxc: {what}; {result.tokens:,} tokens{limit}",
-        markup=False,
-        soft_wrap=True,
-    )
+    err.print(f"ctxc: {what}; {result.tokens:,} tokens{limit}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -18,19 +19,34 @@ from ctxc.cli.options import (
     ModelOpt,
     NoCacheOpt,
     OutFormat,
+    OutFormatOpt,
     PathsArg,
     PricesOpt,
     QuietOpt,
     SkipInvalidOpt,
     ThresholdsOpt,
     WindowOpt,
+    note,
     parse_thresholds,
     read_options,
     stdout_console,
 )
 from ctxc.errors import UsageError
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
+
+TokenizerOpt = Annotated[
+    str,
+    typer.Option(
+        help="o200k_base, cl100k_base, approx, anthropic (Claude's counts via the API), or usage "
+        "(the usage Claude Code and Codex logs recorded; no counting)."
+    ),
+]
+ForecastOpt = Annotated[
+    bool,
+    typer.Option(
+        "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
+    ),
+]
 
 commands = Commands()
 register = commands.register
@@ -47,16 +63,8 @@ register = commands.register
 )
 def analyze(
     paths: PathsArg = None,
-    fmt: Annotated[
-        OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
-    ] = None,
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            help="o200k_base, cl100k_base, approx, anthropic (Claude's counts via the API), or usage "
-            "(the usage Claude Code and Codex logs recorded; no counting)."
-        ),
-    ] = "o200k_base",
+    fmt: OutFormatOpt = None,
+    tokenizer: TokenizerOpt = "o200k_base",
     model: ModelOpt = None,
     window: WindowOpt = None,
     thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
@@ -69,12 +77,7 @@ def analyze(
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
     prices: PricesOpt = None,
-    forecast: Annotated[
-        bool,
-        typer.Option(
-            "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
-        ),
-    ] = False,
+    forecast: ForecastOpt = False,
     glob: GlobOpt = None,
     jobs: JobsOpt = None,
     fail_fast: FailFastOpt = False,
@@ -84,8 +87,6 @@ def analyze(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Report token usage per message and per file, and the compaction stage each file is in."""
-    from dataclasses import replace
-
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.pricing import default_prices
@@ -98,8 +99,7 @@ def analyze(
     if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
     if out_fmt is OutFormat.table:
-        # rich's table is a slow import: import it now, while the counting worker started with the
-        # command (ctxc.tokens.workers) is still building the encoding, not after the counts.
+        # A slow import, made while the counting worker (ctxc.tokens.workers) builds its encoding.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
@@ -127,21 +127,21 @@ def analyze(
         tokens_of=lambda a: a.total_tokens,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
+    if out_fmt is not OutFormat.table:  # a table states these itself: each warning is said once
+        _warn(results)
+    if failed:
+        raise typer.Exit(failed)
 
-    # A table states skipped lines and pairing problems itself: each warning is said once.
-    for a in results if out_fmt is not OutFormat.table else []:
+
+def _warn(results: list[Any]) -> None:
+    """Skipped lines and the first pairing problem of each file, on stderr."""
+    for a in results:
         if a.skipped_lines:
-            stderr_console().print(
-                f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)", markup=False, soft_wrap=True
-            )
+            note(f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)")
         if a.problems:
             p = a.problems[0]
             more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
-            stderr_console().print(
-                f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}", markup=False, soft_wrap=True
-            )
-    if failed:
-        raise typer.Exit(failed)
+            note(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}")
 
 
 def _emit_analyses(

@@ -13,8 +13,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ctxc._version import __version__
+from ctxc.cli.options import note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
-from ctxc.terminal import stderr_console, visible
+from ctxc.terminal import visible
 
 app = typer.Typer(
     name="ctxc",
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     except CtxcError as exc:
         if debug:
             raise
-        stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
+        note(f"ctxc: error: {exc}")
         sys.exit(int(exc.exit_code))
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``ctxc``: its message is the help
@@ -219,11 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             exit_interrupted()
         if debug:
             raise
-        stderr_console().print(
-            f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)",
-            markup=False,
-            soft_wrap=True,
-        )
+        note(f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)")
         sys.exit(int(ExitCode.INTERNAL))
     if rc == ExitCode.INTERRUPTED:  # typer turns Ctrl-C inside a command into this return code
         exit_interrupted("ctxc: interrupted; no partial output was left")

@@ -19,11 +19,12 @@ from ctxc.cli.options import (
     TableOrJsonOpt,
     TranscriptOutputOpt,
     cells,
+    note,
+    quiet_option,
     stdout_console,
     table_on_terminal,
     transcript_output,
 )
-from ctxc.terminal import stderr_console
 
 
 class ShowFormat(StrEnum):
@@ -162,53 +163,50 @@ def search_command(
         bool,
         typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
+    quiet: Annotated[bool, quiet_option("No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
     from ctxc.errors import UsageError
     from ctxc.output import dumps, envelope, write_stdout
-    from ctxc.search import rebuild, search
+    from ctxc.search import search
     from ctxc.search.background import indexer_running
 
     store = Archive.open(archive)
     if indexer_running(store.root) and not quiet:
-        note = "ctxc: waiting for the background indexer to finish the search index"
-        stderr_console().print(note, markup=False, soft_wrap=True)
+        note("ctxc: waiting for the background indexer to finish the search index")
     if reindex:
-        report = rebuild(store)
-        if report.set_aside is not None:
-            stderr_console().print(
-                f"ctxc: the search index was damaged; moved it to {report.set_aside}",
-                markup=False,
-                soft_wrap=True,
-            )
-        for line in report.skipped:
-            stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
-        if not quiet:
-            stderr_console().print(
-                f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
-                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
-                f"{store.root / 'search.sqlite'}",
-                markup=False,
-                soft_wrap=True,
-            )
+        _reindex(store, quiet)
         if query is None:
             return
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
     if table_on_terminal(fmt) is TableOrJson.json:
-        doc = envelope(
-            "search",
-            query=query,
-            archive=str(store.root),
-            ranking="hybrid" if hybrid else "bm25",
-            hits=[h.to_json(full=full) for h in hits],
+        hits_json = [h.to_json(full=full) for h in hits]
+        ranking = "hybrid" if hybrid else "bm25"
+        write_stdout(
+            dumps(envelope("search", query=query, archive=str(store.root), ranking=ranking, hits=hits_json))
         )
-        write_stdout(dumps(doc))
     else:
         _render_hits(hits, query)
+
+
+def _reindex(store: Any, quiet: bool) -> None:
+    """Rebuild the search index from the archive, saying what it holds (and what it could not read)."""
+    from ctxc.search import rebuild
+
+    report = rebuild(store)
+    if report.set_aside is not None:
+        note(f"ctxc: the search index was damaged; moved it to {report.set_aside}")
+    for line in report.skipped:
+        note(f"ctxc: skipped {line}")
+    if not quiet:
+        note(
+            f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
+            f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
+            f"{store.root / 'search.sqlite'}"
+        )
 
 
 def show_command(

@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cli.options import TableOrJson, cells
+from ctxc.cli.options import TableOrJson, cells, note
 from ctxc.system import cpu_count
-from ctxc.terminal import stderr_console
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,7 +51,7 @@ def run_files(
 
         def on_outcome(outcome: Outcome[R]) -> None:
             if not outcome.ok:
-                stderr_console().print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
+                note(f"ctxc: error: {outcome.error}")
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
 
@@ -159,9 +158,6 @@ def _print_totals(t: dict[str, Any]) -> None:
             parts.append(f"{t[key]} {label}")
     if t["not_run"]:
         parts.append(f"{t['not_run']} not run (--fail-fast)")
-    stderr_console().print(
-        f"ctxc: {t['files']} files: {', '.join(parts)}; "
-        f"{t['tokens_before']:,} → {t['tokens_after']:,} tokens",
-        markup=False,
-        soft_wrap=True,
+    note(
+        f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
     )

@@ -21,12 +21,12 @@ from ctxc.cli.options import (
     SkipInvalidOpt,
     WindowOpt,
     cells,
+    note,
     parse_thresholds,
     read_options,
     stdout_console,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
 
 
 class CheckFormat(StrEnum):
@@ -81,18 +81,12 @@ def register(app: typer.Typer) -> None:
 def check(
     paths: PathsArg = None,
     max_usage: Annotated[
-        float | None,
-        typer.Option("--max-usage", help="Budget as a share of the window, e.g. 0.8.", show_default=False),
+        float | None, typer.Option(help="Budget as a share of the window, e.g. 0.8.", show_default=False)
     ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Budget in tokens.", show_default=False)
-    ] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Budget in tokens.", show_default=False)] = None,
     warn_usage: Annotated[
         float,
-        typer.Option(
-            "--warn-usage",
-            help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
-        ),
+        typer.Option(help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins."),
     ] = DEFAULT_THRESHOLDS[0],
     model: ModelOpt = None,
     window: WindowOpt = None,
@@ -121,18 +115,15 @@ def check(
     max_line_mb: MaxLineOpt = 32.0,
 ) -> None:
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
-    from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
-    from ctxc.output import dumps, write_stdout
-    from ctxc.terminal import visible
+    from ctxc.batch import BatchProgress
+    from ctxc.check import check_paths, resolve_budget
+    from ctxc.cli.batch import resolve_jobs
 
     budget = resolve_budget(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
     )
     options = read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
-    from ctxc.batch import BatchProgress
-    from ctxc.cli.batch import resolve_jobs
-
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(
             files,
@@ -146,10 +137,21 @@ def check(
             jobs=resolve_jobs(jobs, files),
             on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
         )
-    for f in report.files:  # the report is data on stdout; each unreadable file is also a diagnostic
+    _emit(report, fmt)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
+def _emit(report: Any, fmt: CheckFormat) -> None:
+    """The report on stdout as ``fmt`` asks; each unreadable file also as a diagnostic on stderr."""
+    from ctxc.check import render_github, render_table, report_to_json
+    from ctxc.output import dumps, write_stdout
+    from ctxc.terminal import visible
+
+    for f in report.files:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
-            stderr_console().print(f"ctxc: error: {where}: {f.error}", markup=False, soft_wrap=True)
+            note(f"ctxc: error: {where}: {f.error}")
     if fmt is CheckFormat.json:
         write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
@@ -158,5 +160,3 @@ def check(
         _print_table(report)
     else:  # a CI log or a pipe: one line per file, never wrapped
         write_stdout(visible(render_table(report)))
-    if report.exit_code:
-        raise typer.Exit(report.exit_code)

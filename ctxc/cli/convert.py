@@ -23,12 +23,12 @@ from ctxc.cli.options import (
     TableOrJson,
     TranscriptOutputOpt,
     batch_mode,
+    note,
     read_options,
     stdout_console,
     transcript_output,
 )
 from ctxc.errors import ExitCode
-from ctxc.terminal import stderr_console
 
 commands = Commands()
 register = commands.register
@@ -185,8 +185,4 @@ def repair(
     name, fixed_total, archive_id = done["input_path"], done["fixed"], done["archive_id"]
     if quiet:
         return
-    stderr_console().print(
-        f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
-        markup=False,
-        soft_wrap=True,
-    )
+    note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")

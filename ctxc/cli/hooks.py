@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import ArchiveOpt, QuietOpt
-from ctxc.terminal import stderr_console
+from ctxc.cli.options import ArchiveOpt, QuietOpt, note
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -52,7 +51,7 @@ def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
         write_stdout(change.diff().encode())
     elif not quiet:
         done = ("installed in" if install else "removed from") if change.changed else "nothing to change in"
-        stderr_console().print(f"ctxc: hooks {done} {change.path}", markup=False, soft_wrap=True)
+        note(f"ctxc: hooks {done} {change.path}")
 
 
 @hooks_app.command(epilog=EPILOG)
@@ -83,11 +82,7 @@ def run(archive: ArchiveOpt = None, quiet: QuietOpt = False) -> None:
     try:
         done = archive_from_hook(sys.stdin.buffer.read(), archive)
     except (CtxcError, OSError) as exc:
-        stderr_console().print(f"ctxc: hooks run: {exc}", markup=False, soft_wrap=True)
+        note(f"ctxc: hooks run: {exc}")
         raise typer.Exit(1) from None
     if not quiet:
-        stderr_console().print(
-            f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}",
-            markup=False,
-            soft_wrap=True,
-        )
+        note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")

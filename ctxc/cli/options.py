@@ -15,6 +15,7 @@ from typing import IO, Annotated, Any, TypeVar, cast
 import typer
 
 from ctxc.errors import UsageError
+from ctxc.terminal import stderr_console
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -75,6 +76,11 @@ def cells(*values: str) -> list[Any]:
     from ctxc.terminal import visible
 
     return [Text(visible(v)) for v in values]
+
+
+def note(message: str) -> None:
+    """One diagnostic line on stderr, printed as is (no markup) and never cut."""
+    stderr_console().print(message, markup=False, soft_wrap=True)
 
 
 def stdout_console() -> Any:
@@ -232,3 +238,19 @@ def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max
     from ctxc.formats import load
 
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
+
+
+OutDirOpt = Annotated[
+    str | None, typer.Option(help="Write each output here, mirroring the input tree (a batch).")
+]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")]
+TokenizerOpt = Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")]
+PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")]
+OutFormatOpt = Annotated[
+    OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
+]
+
+
+def quiet_option(help: str) -> Any:
+    """``--quiet``/``-q`` with what it silences in this command."""
+    return typer.Option("--quiet", "-q", help=help)

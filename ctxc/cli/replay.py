@@ -24,13 +24,13 @@ from ctxc.cli.options import (
     WindowOpt,
     cells,
     load_transcript,
+    note,
     parse_sets,
     parse_thresholds,
     stdout_console,
     table_on_terminal,
 )
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
@@ -114,7 +114,7 @@ def replay_command(
     with atomic_output(plot_file, inputs=(path,)) as handle:
         plot(r, handle, fmt=fmt_of_plot)
     if not quiet:
-        stderr_console().print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
+        note(f"ctxc: wrote {plot_file}")
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
