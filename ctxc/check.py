@@ -286,13 +286,7 @@ def check_paths(
         if on_file is not None:
             on_file(verdict_of(o))
 
-    outcomes = run_batch(
-        items,
-        run_check_job,
-        jobs=jobs,
-        fail_fast=fail_fast,
-        on_outcome=notify,
-    )
+    outcomes = run_batch(items, run_check_job, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
     return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
 
 

@@ -281,12 +281,7 @@ _FOLD_MIN = 16
 
 
 def print_table(
-    console: Any,
-    table: Any,
-    *,
-    optional: Sequence[str] = (),
-    keys: int = 0,
-    fold: Sequence[str] = (),
+    console: Any, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
 ) -> None:
     """Print a rich ``table`` with every value whole within the console's width (see :class:`Fitted`)."""
     console.print(Fitted(table, optional=optional, keys=keys, fold=fold))

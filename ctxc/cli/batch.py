@@ -77,13 +77,7 @@ def run_one_or_many(
     if len(items) == 1:
         return [work(items[0][1])], [], 0
     outcomes = run_files(
-        items,
-        work,
-        what=what,
-        jobs=jobs,
-        fail_fast=fail_fast,
-        quiet=quiet,
-        tokens_of=tokens_of,
+        items, work, what=what, jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
     )
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]

@@ -6,14 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import (
-    Commands,
-    TableOrJson,
-    TableOrJsonOpt,
-    cells,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli.options import Commands, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
 
 commands = Commands()
 register = commands.register
@@ -79,9 +72,7 @@ def formats() -> None:
 
 
 @commands.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
-def models(
-    fmt: TableOrJsonOpt = None,
-) -> None:
+def models(fmt: TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES

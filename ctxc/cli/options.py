@@ -228,8 +228,7 @@ def batch_mode(
 
 
 ConversationOpt = Annotated[
-    int | None,
-    typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
+    int | None, typer.Option("--conversation", help="Which conversation of the file (default: the largest).")
 ]
 
 
