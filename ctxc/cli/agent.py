@@ -13,23 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    ConversationOpt,
-    InputFormatOpt,
-    MaxLineOpt,
-    ModelOpt,
-    PathArg,
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    TokenizerOpt,
-    WindowOpt,
-    cells,
-    load_transcript,
-    quiet_option,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli import options as opt
 from ctxc.terminal import stderr_console
 
 
@@ -59,18 +43,18 @@ COMPOSE_EPILOG = (
 
 
 def remind_command(
-    path: PathArg,
+    path: opt.PathArg,
     rules: Annotated[
         str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [\\[reminder]] tables).")
     ],
-    model: ModelOpt = None,
-    window: WindowOpt = None,
-    tokenizer: TokenizerOpt = "o200k_base",
-    conversation: ConversationOpt = None,
-    fmt: TableOrJsonOpt = None,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
+    conversation: opt.ConversationOpt = None,
+    fmt: opt.TableOrJsonOpt = None,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Show where in a transcript each reminder rule would have fired."""
     from ctxc.agent import ContextManager
@@ -79,12 +63,12 @@ def remind_command(
     from ctxc.replay import replay
 
     rule_set = ReminderRules.load(rules)
-    transcript = load_transcript(path, input_format, skip_invalid, max_line_mb)
+    transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     manager = ContextManager(model=model, window=window, tokenizer=tokenizer, reminders=rule_set)
     r = replay(transcript, manager, conversation=conversation, compact=False)
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         doc = envelope(
             "remind",
             path=r.path,
@@ -112,7 +96,7 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
 
     from ctxc.render import print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     console.print(
         f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  "
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
@@ -120,12 +104,14 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
     )
     table = Table("turn", "line", "context", "rule", "trigger", "why")
     for t, x in rows:
-        table.add_row(*cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail))
+        table.add_row(
+            *opt.cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail)
+        )
     print_table(console, table, optional=("line",), keys=1, fold=("why",))
     summary = Table("rule", "trigger", "fired", "max repeats")
     for rule in rule_set.rules:
         summary.add_row(
-            *cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
+            *opt.cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         )
     print_table(console, summary, keys=1, fold=("trigger",))
 
@@ -141,11 +127,11 @@ def compose_command(
     fill: Annotated[
         bool, typer.Option("--fill", help="Also keep lower-priority sections that still fit.")
     ] = False,
-    tokenizer: TokenizerOpt = "o200k_base",
+    tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: Annotated[
         ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
     ] = ComposeFormat.text,
-    quiet: Annotated[bool, quiet_option("No section table on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
@@ -186,7 +172,7 @@ def _print_sections(result: Any, budget: int | None) -> None:
     table = Table("section", "priority", "required", "tokens", "kept", title=None)
     for o in result.sections:
         table.add_row(
-            *cells(
+            *opt.cells(
                 o.section.id,
                 str(o.section.priority),
                 "yes" if o.section.required else "",

@@ -9,28 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    Commands,
-    FailFastOpt,
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    ModelOpt,
-    NoCacheOpt,
-    OutFormat,
-    OutFormatOpt,
-    PathsArg,
-    PricesOpt,
-    QuietOpt,
-    SkipInvalidOpt,
-    ThresholdsOpt,
-    WindowOpt,
-    note,
-    parse_thresholds,
-    read_options,
-    stdout_console,
-)
+from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
@@ -48,7 +27,7 @@ ForecastOpt = Annotated[
     ),
 ]
 
-commands = Commands()
+commands = opt.Commands()
 register = commands.register
 
 
@@ -62,43 +41,43 @@ register = commands.register
     )
 )
 def analyze(
-    paths: PathsArg = None,
-    fmt: OutFormatOpt = None,
+    paths: opt.PathsArg = None,
+    fmt: opt.OutFormatOpt = None,
     tokenizer: TokenizerOpt = "o200k_base",
-    model: ModelOpt = None,
-    window: WindowOpt = None,
-    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
+    thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
         bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
     ] = False,
-    no_cache: NoCacheOpt = False,
+    no_cache: opt.NoCacheOpt = False,
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
-    prices: PricesOpt = None,
+    prices: opt.PricesOpt = None,
     forecast: ForecastOpt = False,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Report token usage per message and per file, and the compaction stage each file is in."""
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.pricing import default_prices
 
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
-    out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
     if prices:
         default_prices(prices)  # a bad table fails now, once, not in every worker
-    if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
+    if tokenizer == "usage" and (out_fmt is opt.OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
-    if out_fmt is OutFormat.table:
+    if out_fmt is opt.OutFormat.table:
         # A slow import, made while the counting worker (ctxc.tokens.workers) builds its encoding.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
@@ -108,7 +87,7 @@ def analyze(
         use_cache=not no_cache,
         model=model,
         window=window,
-        thresholds=parse_thresholds(thresholds),
+        thresholds=opt.parse_thresholds(thresholds),
         input_format=input_format,
         read_options=options,
         top=top,
@@ -127,7 +106,7 @@ def analyze(
         tokens_of=lambda a: a.total_tokens,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
-    if out_fmt is not OutFormat.table:  # a table states these itself: each warning is said once
+    if out_fmt is not opt.OutFormat.table:  # a table states these itself: each warning is said once
         _warn(results)
     if failed:
         raise typer.Exit(failed)
@@ -137,16 +116,16 @@ def _warn(results: list[Any]) -> None:
     """Skipped lines and the first pairing problem of each file, on stderr."""
     for a in results:
         if a.skipped_lines:
-            note(f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)")
+            opt.note(f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)")
         if a.problems:
             p = a.problems[0]
             more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
-            note(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}")
+            opt.note(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}")
 
 
 def _emit_analyses(
     results: list[Any],
-    out_fmt: OutFormat,
+    out_fmt: opt.OutFormat,
     show_messages: bool,
     *,
     errors: list[dict[str, Any]],
@@ -155,15 +134,15 @@ def _emit_analyses(
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
 
-    if out_fmt is OutFormat.json:
+    if out_fmt is opt.OutFormat.json:
         doc = envelope(
             "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
         )
         write_stdout(dumps(doc))
-    elif out_fmt is OutFormat.csv:
+    elif out_fmt is opt.OutFormat.csv:
         write_stdout(analyses_to_csv(results))
     else:
-        console = stdout_console()
+        console = opt.stdout_console()
         for i, a in enumerate(results):
             if i:
                 console.print()

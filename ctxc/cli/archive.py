@@ -13,18 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    ArchiveOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    TranscriptOutputOpt,
-    cells,
-    note,
-    quiet_option,
-    stdout_console,
-    table_on_terminal,
-    transcript_output,
-)
+from ctxc.cli import options as opt
 
 
 class ShowFormat(StrEnum):
@@ -68,8 +57,8 @@ def restore_command(
     ref: Annotated[
         str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
     ],
-    output: TranscriptOutputOpt = None,
-    archive: ArchiveOpt = None,
+    output: opt.TranscriptOutputOpt = None,
+    archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
     import re
@@ -94,7 +83,7 @@ def restore_command(
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
     with atomic_output(
-        transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
+        opt.transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
     ) as handle:
         handle.write(data)
 
@@ -118,7 +107,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     from ctxc.render import print_table
     from ctxc.terminal import visible
 
-    console = stdout_console()
+    console = opt.stdout_console()
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
@@ -133,7 +122,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
         file = PurePath(h.source).name or h.source
-        table.add_row(*cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
+        table.add_row(*opt.cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
     print_table(console, table, fold=("snippet",))
 
 
@@ -142,9 +131,9 @@ def search_command(
         str | None,
         typer.Argument(help="Words to look for (any order; rarer words weigh more).", metavar="QUERY"),
     ] = None,
-    archive: ArchiveOpt = None,
+    archive: opt.ArchiveOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
-    fmt: TableOrJsonOpt = None,
+    fmt: opt.TableOrJsonOpt = None,
     archive_id: Annotated[
         str | None, typer.Option("--id", help="Search only this original (an archive id or prefix).")
     ] = None,
@@ -163,7 +152,7 @@ def search_command(
         bool,
         typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
     ] = False,
-    quiet: Annotated[bool, quiet_option("No notes on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
@@ -174,7 +163,7 @@ def search_command(
 
     store = Archive.open(archive)
     if indexer_running(store.root) and not quiet:
-        note("ctxc: waiting for the background indexer to finish the search index")
+        opt.note("ctxc: waiting for the background indexer to finish the search index")
     if reindex:
         _reindex(store, quiet)
         if query is None:
@@ -182,7 +171,7 @@ def search_command(
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         hits_json = [h.to_json(full=full) for h in hits]
         ranking = "hybrid" if hybrid else "bm25"
         write_stdout(
@@ -198,11 +187,11 @@ def _reindex(store: Any, quiet: bool) -> None:
 
     report = rebuild(store)
     if report.set_aside is not None:
-        note(f"ctxc: the search index was damaged; moved it to {report.set_aside}")
+        opt.note(f"ctxc: the search index was damaged; moved it to {report.set_aside}")
     for line in report.skipped:
-        note(f"ctxc: skipped {line}")
+        opt.note(f"ctxc: skipped {line}")
     if not quiet:
-        note(
+        opt.note(
             f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
             f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
             f"{store.root / 'search.sqlite'}"
@@ -217,7 +206,7 @@ def show_command(
             metavar="REF...",
         ),
     ],
-    archive: ArchiveOpt = None,
+    archive: opt.ArchiveOpt = None,
     fmt: Annotated[
         ShowFormat | None,
         typer.Option(
@@ -258,7 +247,7 @@ def _render_table(shown: Any) -> None:
     from ctxc.search.show import block_text
     from ctxc.terminal import visible
 
-    console = stdout_console()
+    console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""
     console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
     table = Table("#", "line", "role", "content", show_lines=True)
@@ -269,7 +258,7 @@ def _render_table(shown: Any) -> None:
                 cell.append("\n")
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
-        table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
+        table.add_row(*opt.cells(str(m.index), str(m.line), m.role), cell)
     print_table(console, table, fold=("content",))
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cli.options import TableOrJson, cells, note
+from ctxc.cli import options as opt
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ def run_files(
 
         def on_outcome(outcome: Outcome[R]) -> None:
             if not outcome.ok:
-                note(f"ctxc: error: {outcome.error}")
+                opt.note(f"ctxc: error: {outcome.error}")
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
 
@@ -92,7 +92,7 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: TableOrJson | None,
+    fmt: opt.TableOrJson | None,
     report: str | None,
 ) -> int:
     """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
@@ -110,9 +110,9 @@ def run_compact_batch(
     doc = compact_batch(
         jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
     )
-    if fmt is TableOrJson.json:
+    if fmt is opt.TableOrJson.json:
         write_stdout(dumps(doc))
-    elif fmt is TableOrJson.table:
+    elif fmt is opt.TableOrJson.table:
         _print_table(doc["files"])
     if not quiet:
         _print_totals(doc["totals"])
@@ -128,7 +128,7 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     table = Table("file", "status", "format", "before", "after", "archive")
     for r in rows:
         table.add_row(
-            *cells(
+            *opt.cells(
                 r["path"],
                 r["status"],
                 r.get("format") or "",
@@ -152,6 +152,6 @@ def _print_totals(t: dict[str, Any]) -> None:
             parts.append(f"{t[key]} {label}")
     if t["not_run"]:
         parts.append(f"{t['not_run']} not run (--fail-fast)")
-    note(
+    opt.note(
         f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
     )

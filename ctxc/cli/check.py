@@ -9,23 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    ModelOpt,
-    NoCacheOpt,
-    PathsArg,
-    QuietOpt,
-    SkipInvalidOpt,
-    WindowOpt,
-    cells,
-    note,
-    parse_thresholds,
-    read_options,
-    stdout_console,
-)
+from ctxc.cli import options as opt
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
 
 
@@ -62,14 +46,14 @@ def _print_table(report: Any) -> None:
     table = Table("", "file", "tokens and budget", box=None, pad_edge=False)
     for f in report.files:
         where = f" (line {f.line})" if f.line else ""
-        status, path, text = cells(
+        status, path, text = opt.cells(
             f.status.upper() if f.status in ("over", "error") else f.status,
             f.path,
             message(f, report.budget) + where,
         )
         status.stylize(styles[f.status])
         table.add_row(status, path, text)
-    console = stdout_console()
+    console = opt.stdout_console()
     print_table(console, table, fold=("file", "tokens and budget"))
     console.print(Text(f"{report.summary()}; budget {report.budget.describe()}, {report.tokenizer}"))
 
@@ -79,7 +63,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    paths: PathsArg = None,
+    paths: opt.PathsArg = None,
     max_usage: Annotated[
         float | None, typer.Option(help="Budget as a share of the window, e.g. 0.8.", show_default=False)
     ] = None,
@@ -88,8 +72,8 @@ def check(
         float,
         typer.Option(help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins."),
     ] = DEFAULT_THRESHOLDS[0],
-    model: ModelOpt = None,
-    window: WindowOpt = None,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -106,13 +90,13 @@ def check(
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
     ] = False,
-    no_cache: NoCacheOpt = False,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    no_cache: opt.NoCacheOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
     from ctxc.batch import BatchProgress
@@ -122,14 +106,14 @@ def check(
     budget = resolve_budget(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
     )
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(
             files,
             budget,
             tokenizer=tokenizer,
-            thresholds=parse_thresholds(thresholds),
+            thresholds=opt.parse_thresholds(thresholds),
             input_format=input_format,
             options=options,
             use_cache=not no_cache,
@@ -151,7 +135,7 @@ def _emit(report: Any, fmt: CheckFormat) -> None:
     for f in report.files:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
-            note(f"ctxc: error: {where}: {f.error}")
+            opt.note(f"ctxc: error: {where}: {f.error}")
     if fmt is CheckFormat.json:
         write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:

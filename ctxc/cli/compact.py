@@ -8,34 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    ArchiveOpt,
-    FailFastOpt,
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    KeepLastOpt,
-    MaxLineOpt,
-    ModelOpt,
-    OutDirOpt,
-    PathsArg,
-    SetOpt,
-    SkipInvalidOpt,
-    StrategyOpt,
-    TableOrJson,
-    TranscriptOutputOpt,
-    WindowOpt,
-    batch_mode,
-    cells,
-    note,
-    parse_sets,
-    parse_thresholds,
-    quiet_option,
-    read_options,
-    stdout_console,
-    table_on_terminal,
-    transcript_output,
-)
+from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
@@ -74,7 +47,7 @@ NoIndexOpt = Annotated[
     ),
 ]
 ReportFormatOpt = Annotated[
-    TableOrJson | None,
+    opt.TableOrJson | None,
     typer.Option(
         "--format",
         "-f",
@@ -137,29 +110,29 @@ def register(app: typer.Typer) -> None:
 
 
 def compact(
-    paths: PathsArg = None,
-    output: TranscriptOutputOpt = None,
-    out_dir: OutDirOpt = None,
+    paths: opt.PathsArg = None,
+    output: opt.TranscriptOutputOpt = None,
+    out_dir: opt.OutDirOpt = None,
     in_place: InPlaceOpt = False,
     fork: ForkOpt = False,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
     force: ForceOpt = False,
     no_index: NoIndexOpt = False,
     fmt: ReportFormatOpt = None,
-    strategy: StrategyOpt = "adaptive",
+    strategy: opt.StrategyOpt = "adaptive",
     target_tokens: TargetTokensOpt = None,
     target_ratio: TargetRatioOpt = None,
-    model: ModelOpt = None,
-    window: WindowOpt = None,
-    keep_last: KeepLastOpt = None,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
+    keep_last: opt.KeepLastOpt = None,
     pin: PinOpt = None,
-    archive: ArchiveOpt = None,
+    archive: opt.ArchiveOpt = None,
     summarizer: SummarizerOpt = "extractive",
     tokenizer: CountingOpt = "o200k_base",
     thresholds: StagesOpt = DEFAULT_THRESHOLDS_TEXT,
-    settings: SetOpt = None,
+    settings: opt.SetOpt = None,
     allow_over: AllowOverOpt = False,
     dry_run: DryRunOpt = False,
     list_actions: ListActionsOpt = False,
@@ -172,11 +145,11 @@ def compact(
     max_retries: MaxRetriesOpt = 2,
     segment_tokens: SegmentTokensOpt = 40_000,
     timeout: TimeoutOpt = 120.0,
-    quiet: Annotated[bool, quiet_option("No summary on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
     no_cache: NoCachesOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
     flags = SimpleNamespace(**locals())  # read by name in the helpers below
@@ -190,8 +163,8 @@ def _compact_options(flags: SimpleNamespace) -> Any:
     from ctxc.stages import check_thresholds
     from ctxc.summarize import SummarizerOptions
 
-    th = parse_thresholds(flags.thresholds)
-    sets = parse_sets(flags.settings or [])
+    th = opt.parse_thresholds(flags.thresholds)
+    sets = opt.parse_sets(flags.settings or [])
     if flags.fmt is not None and not (flags.dry_run or flags.out_dir is not None or flags.in_place):
         # One file's output is the transcript itself: there is no report to format.
         raise UsageError("--format is for a report: give it with --out-dir, --in-place or --dry-run")
@@ -235,16 +208,16 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     inputs = collect_inputs(
         flags.paths, glob=flags.glob, exclude=[d for d in (flags.out_dir, archive_root(flags.archive)) if d]
     )
-    batch = batch_mode(flags.paths, inputs, flags.output or "-", flags.out_dir, flags.in_place)
+    batch = opt.batch_mode(flags.paths, inputs, flags.output or "-", flags.out_dir, flags.in_place)
     if flags.fork and (batch or flags.output is not None):
         raise UsageError(
             "--fork writes a new session beside the original: give no -o, --out-dir or --in-place"
         )
-    output = flags.output if batch or flags.dry_run or flags.fork else transcript_output(flags.output)
+    output = flags.output if batch or flags.dry_run or flags.fork else opt.transcript_output(flags.output)
     outputs = [output or "-"]
     if batch:
         outputs = [i.path if flags.in_place else str(Path(flags.out_dir or ".") / i.rel) for i in inputs]
-    ropts = read_options(flags.skip_invalid, flags.max_line_mb)
+    ropts = opt.read_options(flags.skip_invalid, flags.max_line_mb)
     if flags.report is not None:
         _check_report(
             flags.report, inputs=tuple(i.path for i in inputs), outputs=[] if flags.dry_run else outputs
@@ -294,7 +267,7 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     )
     doc = compact_file(job)
     if flags.dry_run:
-        _emit_plan(doc, table_on_terminal(flags.fmt), every_action=flags.list_actions)
+        _emit_plan(doc, opt.table_on_terminal(flags.fmt), every_action=flags.list_actions)
     elif not flags.quiet:
         _summary_line(doc)
     if flags.fork and not flags.dry_run:  # the one thing the user needs next: data, on stdout
@@ -328,7 +301,7 @@ def _summary_line(doc: dict[str, Any]) -> None:
     before, after = run["tokens_before"], run["tokens_after"]
     pct = (after - before) / before * 100 if before else 0.0
     stages = ", ".join(f"{k} {_signed(-v)}" for k, v in run["savings"].items() if v) or "nothing to do"
-    note(
+    opt.note(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens ({pct:+.1f}%) with {run['strategy']} "
         f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}"
     )
@@ -352,17 +325,17 @@ def _worth(run: dict[str, Any]) -> str:
     )
 
 
-def _emit_plan(doc: dict[str, Any], fmt: TableOrJson, *, every_action: bool = False) -> None:
+def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool = False) -> None:
     from ctxc.output import dumps, write_stdout
 
-    if fmt is TableOrJson.json:
+    if fmt is opt.TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from rich.table import Table
 
     from ctxc.render import print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     run = doc["run"]
     console.print(
         f"dry run: {run['input_path']} with {run['strategy']}: "
@@ -385,7 +358,7 @@ def _emit_plan(doc: dict[str, Any], fmt: TableOrJson, *, every_action: bool = Fa
             table.add_column(column, justify="right")
         for name, (count, span, before, after) in stages.items():
             table.add_row(
-                *cells(name, str(count), str(span), f"{before:,}", f"{after:,}", _signed(after - before))
+                *opt.cells(name, str(count), str(span), f"{before:,}", f"{after:,}", _signed(after - before))
             )
         print_table(console, table, keys=1)
     if not every_action:
@@ -398,7 +371,7 @@ def _emit_plan(doc: dict[str, Any], fmt: TableOrJson, *, every_action: bool = Fa
     table.add_column("note")
     for conv, a in actions:
         table.add_row(
-            *cells(
+            *opt.cells(
                 str(conv),
                 a["strategy"],
                 a["kind"],

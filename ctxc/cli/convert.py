@@ -9,28 +9,10 @@ from typing import Annotated
 import typer
 
 from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    ArchiveOpt,
-    Commands,
-    FailFastOpt,
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    PathsArg,
-    QuietOpt,
-    SkipInvalidOpt,
-    TableOrJson,
-    TranscriptOutputOpt,
-    batch_mode,
-    note,
-    read_options,
-    stdout_console,
-    transcript_output,
-)
+from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
 
-commands = Commands()
+commands = opt.Commands()
 register = commands.register
 
 
@@ -49,8 +31,8 @@ class ConvertTarget(StrEnum):
     )
 )
 def convert(
-    paths: PathsArg = None,
-    output: TranscriptOutputOpt = None,
+    paths: opt.PathsArg = None,
+    output: opt.TranscriptOutputOpt = None,
     to: Annotated[
         ConvertTarget,
         typer.Option(
@@ -61,13 +43,13 @@ def convert(
         str | None,
         typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
     ] = None,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
     from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
@@ -75,10 +57,10 @@ def convert(
     from ctxc.jobs import ConvertJob, convert_file
 
     inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
-    ropts = read_options(skip_invalid, max_line_mb)
-    batch_mode(paths, inputs, output or "-", out_dir)
+    ropts = opt.read_options(skip_invalid, max_line_mb)
+    opt.batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, transcript_output(output), to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to.value, input_format, ropts))
         return
     jobs_list = [
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
@@ -107,28 +89,28 @@ def convert(
     )
 )
 def validate(
-    paths: PathsArg = None,
+    paths: opt.PathsArg = None,
     loose: Annotated[
         bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
     ] = False,
     fmt: Annotated[
-        TableOrJson | None,
+        opt.TableOrJson | None,
         typer.Option("--format", "-f", help="table (one line per file or problem) or json."),
     ] = None,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
     from ctxc.cli.batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
     from ctxc.output import dumps, envelope, write_stdout
 
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
     report, errors, failed = run_one_or_many(
@@ -140,12 +122,12 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
-    if fmt is TableOrJson.json:
+    if fmt is opt.TableOrJson.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
     else:
-        console = stdout_console()
+        console = opt.stdout_console()
         for r in report:
             if not r["problems"]:
                 console.print(f"{r['path']}: ok ({r['format']}, {r['messages']} messages)", markup=False)
@@ -168,21 +150,25 @@ def validate(
 )
 def repair(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
-    output: TranscriptOutputOpt = None,
-    archive: ArchiveOpt = None,
+    output: opt.TranscriptOutputOpt = None,
+    archive: opt.ArchiveOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
     from ctxc.jobs import RepairJob, repair_file
 
     job = RepairJob(
-        path, transcript_output(output), archive, input_format, read_options(skip_invalid, max_line_mb)
+        path,
+        opt.transcript_output(output),
+        archive,
+        input_format,
+        opt.read_options(skip_invalid, max_line_mb),
     )
     done = repair_file(job)
     name, fixed_total, archive_id = done["input_path"], done["fixed"], done["archive_id"]
     if quiet:
         return
-    note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
+    opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")

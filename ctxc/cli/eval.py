@@ -8,17 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    TokenizerOpt,
-    cells,
-    note,
-    quiet_option,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli import options as opt
 from ctxc.terminal import stderr_console
 
 
@@ -63,7 +53,7 @@ def _render(report: Any) -> None:
 
     from ctxc.render import print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
     table = Table(title="ctxc eval: each strategy at each target, over every transcript")
@@ -90,7 +80,7 @@ def _render(report: Any) -> None:
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*cells(*row))
+        table.add_row(*opt.cells(*row))
     # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
     print_table(console, table, keys=2)
     console.print(
@@ -155,13 +145,13 @@ def eval_command(
     ] = None,
     max_retries: Annotated[int, typer.Option(min=0, max=20, help="Judge call retries.")] = 2,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one judge call may take.")] = 120.0,
-    tokenizer: TokenizerOpt = "o200k_base",
-    fmt: TableOrJsonOpt = None,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
+    fmt: opt.TableOrJsonOpt = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
     ] = False,
-    skip_invalid: SkipInvalidOpt = False,
-    quiet: Annotated[bool, quiet_option("No progress or notes on stderr.")] = False,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    quiet: Annotated[bool, opt.quiet_option("No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
@@ -184,7 +174,7 @@ def eval_command(
     )
     the_judge = None if judge is None else _judge(judge, judge_model, max_retries, timeout, no_cache)
     report = _run(sources_from(paths or [], options), options, archive, the_judge, quiet)
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         write_stdout(dumps(_to_json(report, options)))
     else:
         _render(report)
@@ -217,7 +207,7 @@ def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: boo
         report = run_eval(sources, options, archive=archive, judge=judge)
     for name, (got, wanted) in report.planted.items():
         if got < wanted and not quiet:
-            note(f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)")
+            opt.note(f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)")
     return report
 
 

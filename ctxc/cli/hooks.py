@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import ArchiveOpt, QuietOpt, note
+from ctxc.cli import options as opt
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -51,12 +51,12 @@ def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
         write_stdout(change.diff().encode())
     elif not quiet:
         done = ("installed in" if install else "removed from") if change.changed else "nothing to change in"
-        note(f"ctxc: hooks {done} {change.path}")
+        opt.note(f"ctxc: hooks {done} {change.path}")
 
 
 @hooks_app.command(epilog=EPILOG)
 def install(
-    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: opt.QuietOpt = False
 ) -> None:
     """Add ctxc's PreCompact and SessionEnd hooks to Claude Code's settings (idempotent)."""
     _change(True, project, dry_run, quiet)
@@ -64,14 +64,14 @@ def install(
 
 @hooks_app.command(epilog=EPILOG)
 def uninstall(
-    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: opt.QuietOpt = False
 ) -> None:
     """Remove exactly the hooks ctxc added; other hooks stay as they are."""
     _change(False, project, dry_run, quiet)
 
 
 @hooks_app.command(epilog=EPILOG)
-def run(archive: ArchiveOpt = None, quiet: QuietOpt = False) -> None:
+def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
     """What the hooks call: store the transcript the hook's JSON on stdin names in the archive.
 
     Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
@@ -82,7 +82,7 @@ def run(archive: ArchiveOpt = None, quiet: QuietOpt = False) -> None:
     try:
         done = archive_from_hook(sys.stdin.buffer.read(), archive)
     except (CtxcError, OSError) as exc:
-        note(f"ctxc: hooks run: {exc}")
+        opt.note(f"ctxc: hooks run: {exc}")
         raise typer.Exit(1) from None
     if not quiet:
-        note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")
+        opt.note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")

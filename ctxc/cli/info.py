@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import Commands, TableOrJson, TableOrJsonOpt, cells, stdout_console, table_on_terminal
+from ctxc.cli import options as opt
 
-commands = Commands()
+commands = opt.Commands()
 register = commands.register
 
 
@@ -36,14 +36,14 @@ def strategies(
     table.add_column("strategy", style="bold")
     table.add_column("description")
     for name, cls in registry().items():
-        table.add_row(*cells(name, cls.description))
+        table.add_row(*opt.cells(name, cls.description))
         if show_options:
             for f in dataclasses.fields(cls.Config):
                 lo, hi = f.metadata.get("min"), f.metadata.get("max")
                 rng = f" [{lo}..{hi}]" if lo is not None or hi is not None else ""
                 help_text = f.metadata.get("help", "")
-                table.add_row(*cells("", f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
-    print_table(stdout_console(), table, fold=("description",))
+                table.add_row(*opt.cells("", f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
+    print_table(opt.stdout_console(), table, fold=("description",))
 
 
 @commands.command(
@@ -67,17 +67,17 @@ def formats() -> None:
     table.add_column("format", style="bold")
     table.add_column("description")
     for name, adapter in sorted(adapters().items()):
-        table.add_row(*cells(name, adapter.description))
-    print_table(stdout_console(), table, fold=("description",))
+        table.add_row(*opt.cells(name, adapter.description))
+    print_table(opt.stdout_console(), table, fold=("description",))
 
 
 @commands.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
-def models(fmt: TableOrJsonOpt = None) -> None:
+def models(fmt: opt.TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         rows = [
             {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
             for p in PROFILES
@@ -90,5 +90,5 @@ def models(fmt: TableOrJsonOpt = None) -> None:
 
     table = Table("model", "provider", "window", "tokenizer")
     for p in PROFILES:
-        table.add_row(*cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
-    print_table(stdout_console(), table, keys=1)
+        table.add_row(*opt.cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
+    print_table(opt.stdout_console(), table, keys=1)

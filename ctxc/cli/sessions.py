@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import JobsOpt, NoCacheOpt, OutFormat, PricesOpt, QuietOpt, stdout_console
+from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 
 EPILOG = (
@@ -50,13 +50,11 @@ def sessions(
         str | None,
         typer.Option("--since", help="Only sessions active since DATE (ISO 8601).", metavar="DATE"),
     ] = None,
-    fmt: Annotated[
-        OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
-    ] = None,
-    no_cache: NoCacheOpt = False,
-    jobs: JobsOpt = None,
-    prices: PricesOpt = None,
-    quiet: QuietOpt = False,
+    fmt: opt.OutFormatOpt = None,
+    no_cache: opt.NoCacheOpt = False,
+    jobs: opt.JobsOpt = None,
+    prices: opt.PricesOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
     import sys
@@ -67,7 +65,7 @@ def sessions(
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
-    out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
     job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
     paths = [str(s.path) for s in found]
     analyses: list[Any] = []
@@ -116,13 +114,13 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
 
 
 def _emit(
-    rows: list[dict[str, Any]], out_fmt: OutFormat, *, errors: list[dict[str, Any]], exit_code: int
+    rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
 ) -> None:
     from ctxc.output import dumps, envelope, write_stdout
 
-    if out_fmt is OutFormat.json:
+    if out_fmt is opt.OutFormat.json:
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
-    elif out_fmt is OutFormat.csv:
+    elif out_fmt is opt.OutFormat.csv:
         import csv
         import io
 
@@ -155,7 +153,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
     from ctxc.cli.options import cells
     from ctxc.render import dollars, print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     if not rows:
         console.print("no sessions found", markup=False)
         return
