@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import time
@@ -13,6 +14,7 @@ from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
+from ctxc.terminal import UNWRAPPED
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
@@ -309,8 +311,6 @@ class SideBySide:
         from rich.measure import Measurement
         from rich.table import Table
 
-        from ctxc.terminal import UNWRAPPED
-
         grid = Table.grid(padding=(0, 3))
         grid.add_row(*self.tables)
         if Measurement.get(console, options.update_width(UNWRAPPED), grid).maximum <= options.max_width:
@@ -401,7 +401,6 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
 
 def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
-    import copy
 
     sub = copy.copy(table)
     sub.columns = []

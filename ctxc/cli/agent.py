@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 
@@ -58,7 +59,6 @@ def remind_command(
 ) -> None:
     """Show where in a transcript each reminder rule would have fired."""
     from ctxc.agent import ContextManager
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.reminders import ReminderRules
     from ctxc.replay import replay
 
@@ -135,7 +135,6 @@ def compose_command(
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.tokens import make_counter
 
     composer = PromptComposer.load(file)

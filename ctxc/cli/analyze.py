@@ -11,6 +11,7 @@ import typer
 from ctxc.batch import expand_paths
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
 TokenizerOpt = Annotated[
@@ -131,7 +132,6 @@ def _emit_analyses(
     errors: list[dict[str, Any]],
     exit_code: int,
 ) -> None:
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
 
     if out_fmt is opt.OutFormat.json:

@@ -6,6 +6,8 @@ that :func:`main` prints as one line and turns into its exit code; ``CTXC_DEBUG=
 
 from __future__ import annotations
 
+import copy
+import importlib
 import os
 import sys
 from typing import Annotated, Any, NoReturn
@@ -15,6 +17,7 @@ import typer
 from ctxc._version import __version__
 from ctxc.cli.options import note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
+from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import visible
 
 app = typer.Typer(
@@ -115,8 +118,6 @@ class _Command(typer.core.TyperCommand):
 
 
 def _register_command_modules() -> None:
-    import importlib
-
     for name in COMMAND_MODULES:
         importlib.import_module(f"ctxc.cli.{name}").register(app)
     for info in app.registered_commands:
@@ -135,7 +136,6 @@ def _click_command(args: list[str]) -> Any:
     holds the root options and the one command invoked, so ``ctxc analyze ...`` pays for ``analyze``
     alone; help, bad names and option-only calls get the whole group.
     """
-    import copy
 
     name = args[0] if args and not args[0].startswith("-") else None
     chosen = [
@@ -189,7 +189,6 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
-    from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 
     guard_standard_streams()
     try:

@@ -6,6 +6,7 @@ Thin: options in, :mod:`ctxc.archive` and :mod:`ctxc.search` do the work, render
 
 from __future__ import annotations
 
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path, PurePath
@@ -14,6 +15,9 @@ from typing import Annotated, Any
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.errors import ArchiveError, InputError, UsageError
+from ctxc.output import atomic_output, dumps, envelope, write_stdout
+from ctxc.terminal import visible
 
 
 class ShowFormat(StrEnum):
@@ -61,11 +65,8 @@ def restore_command(
     archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
-    import re
 
     from ctxc.archive import Archive
-    from ctxc.errors import ArchiveError, InputError
-    from ctxc.output import atomic_output
 
     is_file = Path(ref).is_file()
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
@@ -92,8 +93,6 @@ def _highlight(snippet: str) -> Any:
     """A snippet with ``**`` markers as rich Text with the matches in bold."""
     from rich.text import Text
 
-    from ctxc.terminal import visible
-
     text = Text()
     for i, part in enumerate(snippet.split("**")):
         text.append(visible(part), style="bold yellow" if i % 2 else None)
@@ -105,7 +104,6 @@ def _render_hits(hits: list[Any], query: str) -> None:
     from rich.text import Text
 
     from ctxc.render import print_table
-    from ctxc.terminal import visible
 
     console = opt.stdout_console()
     if not hits:
@@ -156,8 +154,6 @@ def search_command(
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
-    from ctxc.errors import UsageError
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search import search
     from ctxc.search.background import indexer_running
 
@@ -218,9 +214,7 @@ def show_command(
 ) -> None:
     """Print original messages from the archive, by the reference summaries, placeholders and hits give."""
     from ctxc.archive import Archive
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search.show import plain, show, shown_json
-    from ctxc.terminal import visible
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
     out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
@@ -245,7 +239,6 @@ def _render_table(shown: Any) -> None:
 
     from ctxc.render import print_table
     from ctxc.search.show import block_text
-    from ctxc.terminal import visible
 
     console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
 from ctxc.cli import options as opt
+from ctxc.output import dumps, write_stdout
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -98,7 +99,6 @@ def run_compact_batch(
     """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
     progress and errors on stderr and the result as ``fmt`` asks. Returns the exit code."""
     from ctxc.compact_batch import compact_batch
-    from ctxc.output import dumps, write_stdout
 
     def run(
         items: Sequence[tuple[str, T]], work: Callable[[T], R], *, tokens_of: Callable[[R], int]

@@ -8,9 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.batch import expand_paths
+from ctxc.batch import BatchProgress, expand_paths
 from ctxc.cli import options as opt
+from ctxc.output import dumps, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import visible
 
 
 class CheckFormat(StrEnum):
@@ -99,7 +101,6 @@ def check(
     max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
-    from ctxc.batch import BatchProgress
     from ctxc.check import check_paths, resolve_budget
     from ctxc.cli.batch import resolve_jobs
 
@@ -129,8 +130,6 @@ def check(
 def _emit(report: Any, fmt: CheckFormat) -> None:
     """The report on stdout as ``fmt`` asks; each unreadable file also as a diagnostic on stderr."""
     from ctxc.check import render_github, render_table, report_to_json
-    from ctxc.output import dumps, write_stdout
-    from ctxc.terminal import visible
 
     for f in report.files:
         if f.status == "error":

@@ -8,9 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
+from ctxc.archive_store import archive_root
+from ctxc.batch import collect_inputs
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
-from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.output import check_output, dumps, same_file, write_stdout
+from ctxc.stages import DEFAULT_THRESHOLDS_TEXT, check_thresholds
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -160,7 +163,6 @@ def _compact_options(flags: SimpleNamespace) -> Any:
     """The compaction's options from compact's flags (the strategy's settings and the rules checked now)."""
     from ctxc.compaction.run import DEFAULT_KEEP_LAST, CompactOptions
     from ctxc.reminders import ReminderRules
-    from ctxc.stages import check_thresholds
     from ctxc.summarize import SummarizerOptions
 
     th = opt.parse_thresholds(flags.thresholds)
@@ -200,8 +202,6 @@ def _compact_options(flags: SimpleNamespace) -> Any:
 
 def _run(options: Any, flags: SimpleNamespace) -> None:
     """One file, or a batch (``--out-dir``, ``--in-place``, several inputs), compacted with ``options``."""
-    from ctxc.archive_store import archive_root
-    from ctxc.batch import collect_inputs
     from ctxc.compaction.files import CompactJob, compact_file
 
     # A walk never takes the batch's own outputs or archive for inputs (an --out-dir inside the tree).
@@ -278,7 +278,6 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
 
 def _check_report(report: str, *, inputs: tuple[str, ...], outputs: list[str]) -> None:
     """Refuse a ``--report`` that would replace an output or an input, before any work is done."""
-    from ctxc.output import check_output, same_file
 
     for out in outputs:
         if out != "-" and same_file(report, out):
@@ -326,8 +325,6 @@ def _worth(run: dict[str, Any]) -> str:
 
 
 def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool = False) -> None:
-    from ctxc.output import dumps, write_stdout
-
     if fmt is opt.TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return

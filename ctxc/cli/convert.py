@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from ctxc.batch import expand_paths
+from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs, expand_paths
 from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
+from ctxc.output import dumps, envelope, write_stdout
 
 commands = opt.Commands()
 register = commands.register
@@ -52,7 +53,6 @@ def convert(
     max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
-    from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
     from ctxc.cli.batch import run_files
     from ctxc.jobs import ConvertJob, convert_file
 
@@ -108,7 +108,6 @@ def validate(
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
     from ctxc.cli.batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
-    from ctxc.output import dumps, envelope, write_stdout
 
     options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 
@@ -32,8 +35,6 @@ EPILOG = (
 
 
 def _floats(text: str, what: str) -> tuple[float, ...]:
-    from ctxc.errors import UsageError
-
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -155,7 +156,6 @@ def eval_command(
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
-    from ctxc.output import dumps, write_stdout
 
     options = EvalOptions(
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
@@ -212,10 +212,6 @@ def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: boo
 
 
 def _to_json(report: Any, options: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from ctxc.output import envelope
-
     lost = [
         {"source": c.source, "strategy": c.strategy, "target_ratio": c.target_ratio, "needle": n.value}
         for c, n in report.lost_needles()

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.errors import CtxcError
+from ctxc.output import write_stdout
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -42,7 +44,6 @@ def register(app: typer.Typer) -> None:
 
 def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
     from ctxc.hooks import change_settings, settings_path
-    from ctxc.output import write_stdout
 
     change = change_settings(
         settings_path("project" if project else "user"), install=install, dry_run=dry_run
@@ -76,7 +77,6 @@ def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
 
     Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
     """
-    from ctxc.errors import CtxcError
     from ctxc.hooks import archive_from_hook
 
     try:

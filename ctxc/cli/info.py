@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.formats import adapters
+from ctxc.output import dumps, envelope, write_stdout
 
 commands = opt.Commands()
 register = commands.register
@@ -25,7 +28,6 @@ def strategies(
     ] = False,
 ) -> None:
     """List the compaction strategies with a one-line description."""
-    import dataclasses
 
     from rich.table import Table
 
@@ -60,7 +62,6 @@ def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from rich.table import Table
 
-    from ctxc.formats import adapters
     from ctxc.render import print_table
 
     table = Table(box=None, show_header=False, pad_edge=False)
@@ -74,7 +75,6 @@ def formats() -> None:
 @commands.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
 def models(fmt: opt.TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
     if opt.table_on_terminal(fmt) is opt.TableOrJson.json:

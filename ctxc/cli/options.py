@@ -15,7 +15,10 @@ from typing import IO, Annotated, Any, TypeVar, cast
 import typer
 
 from ctxc.errors import UsageError
-from ctxc.terminal import stderr_console
+from ctxc.formats import load
+from ctxc.output import StdoutText
+from ctxc.reader import ReadOptions
+from ctxc.terminal import stderr_console, visible, visible_console, width_for
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -73,8 +76,6 @@ def cells(*values: str) -> list[Any]:
     so the columns stay aligned."""
     from rich.text import Text
 
-    from ctxc.terminal import visible
-
     return [Text(visible(v)) for v in values]
 
 
@@ -85,16 +86,12 @@ def note(message: str) -> None:
 
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
-    from ctxc.output import StdoutText
-    from ctxc.terminal import visible_console, width_for
 
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
-    from ctxc.reader import ReadOptions
-
     if max_line_mb <= 0:
         raise UsageError("--max-line-mb must be positive")
     return ReadOptions(skip_invalid=skip_invalid, max_line_bytes=int(max_line_mb * 1_000_000))
@@ -234,7 +231,6 @@ ConversationOpt = Annotated[
 
 def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
     """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
-    from ctxc.formats import load
 
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
 

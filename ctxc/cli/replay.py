@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ctxc.cli import options as opt
+from ctxc.errors import UsageError
+from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
 if TYPE_CHECKING:
@@ -62,8 +64,6 @@ def replay_command(
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
-    from ctxc.errors import UsageError
-    from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work

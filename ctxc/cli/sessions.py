@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -11,6 +12,8 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
+from ctxc.sessions import find_sessions
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -57,11 +60,9 @@ def sessions(
     quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
-    import sys
 
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
-    from ctxc.sessions import find_sessions
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
@@ -116,7 +117,6 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
 def _emit(
     rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
 ) -> None:
-    from ctxc.output import dumps, envelope, write_stdout
 
     if out_fmt is opt.OutFormat.json:
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
