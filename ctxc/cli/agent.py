@@ -124,9 +124,7 @@ def compose_command(
         int | None, typer.Option("--budget", "-b", min=1, help="Token budget (default: no limit).")
     ] = None,
     base: Annotated[str | None, typer.Option(help="An override prompt that replaces every section.")] = None,
-    fill: Annotated[
-        bool, typer.Option("--fill", help="Also keep lower-priority sections that still fit.")
-    ] = False,
+    fill: Annotated[bool, opt.flag("--fill", "Also keep lower-priority sections that still fit.")] = False,
     tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: Annotated[
         ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")

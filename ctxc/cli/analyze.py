@@ -23,9 +23,7 @@ TokenizerOpt = Annotated[
 ]
 ForecastOpt = Annotated[
     bool,
-    typer.Option(
-        "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
-    ),
+    opt.flag("--forecast", "Also dry-run each adaptive stage: the tokens it would remove at this window."),
 ]
 
 commands = opt.Commands()
@@ -50,7 +48,7 @@ def analyze(
     thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
-        bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
+        bool, opt.flag("--messages", "Table: list every message, not only the largest.")
     ] = False,
     no_cache: opt.NoCacheOpt = False,
     concurrency: Annotated[

@@ -140,15 +140,13 @@ def search_command(
     ] = False,
     hybrid: Annotated[
         bool,
-        typer.Option(
-            "--hybrid",
-            help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]').",
+        opt.flag(
+            "--hybrid", "Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]')."
         ),
     ] = False,
-    full: Annotated[bool, typer.Option("--full", help="JSON: include each hit's whole chunk text.")] = False,
+    full: Annotated[bool, opt.flag("--full", "JSON: include each hit's whole chunk text.")] = False,
     reindex: Annotated[
-        bool,
-        typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
+        bool, opt.flag("--reindex", "Rebuild the index from the archive first (then search, if a query).")
     ] = False,
     quiet: Annotated[bool, opt.quiet_option("No notes on stderr.")] = False,
 ) -> None:

@@ -90,7 +90,7 @@ def check(
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
     ] = DEFAULT_THRESHOLDS_TEXT,
     fail_fast: Annotated[
-        bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
+        bool, opt.flag("--fail-fast", "Stop at the first file that cannot be read.")
     ] = False,
     no_cache: opt.NoCacheOpt = False,
     glob: opt.GlobOpt = None,

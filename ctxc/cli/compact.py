@@ -30,23 +30,20 @@ EPILOG = (
 )
 
 # compact's own options (the shared ones are in ctxc.cli.options).
-InPlaceOpt = Annotated[
-    bool, typer.Option("--in-place", help="Replace each input, after its original is archived.")
-]
+InPlaceOpt = Annotated[bool, opt.flag("--in-place", "Replace each input, after its original is archived.")]
 ForkOpt = Annotated[
     bool,
-    typer.Option(
+    opt.flag(
         "--fork",
-        help="A Claude Code or Codex session: write the result as a new session beside it, and print "
+        "A Claude Code or Codex session: write the result as a new session beside it, and print "
         "the command that resumes it.",
     ),
 ]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Redo files the run journal says are already done.")]
+ForceOpt = Annotated[bool, opt.flag("--force", "Redo files the run journal says are already done.")]
 NoIndexOpt = Annotated[
     bool,
-    typer.Option(
-        "--no-index",
-        help="Do not index the original for `ctxc search` now (bulk runs); the next search does it.",
+    opt.flag(
+        "--no-index", "Do not index the original for `ctxc search` now (bulk runs); the next search does it."
     ),
 ]
 ReportFormatOpt = Annotated[
@@ -68,17 +65,12 @@ CountingOpt = Annotated[
     str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
 ]
 StagesOpt = Annotated[str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")]
-AllowOverOpt = Annotated[
-    bool, typer.Option("--allow-over", help="Write the output even if it stays over the target.")
-]
+AllowOverOpt = Annotated[bool, opt.flag("--allow-over", "Write the output even if it stays over the target.")]
 DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="Print the plan and savings; write nothing, archive nothing.")
+    bool, opt.flag("--dry-run", "Print the plan and savings; write nothing, archive nothing.")
 ]
 ListActionsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--messages", help="With --dry-run on a terminal: list every action, not only each stage's."
-    ),
+    bool, opt.flag("--messages", "With --dry-run on a terminal: list every action, not only each stage's.")
 ]
 ReportOpt = Annotated[str | None, typer.Option(help="Write a JSON report to this file.")]
 InstructionsOpt = Annotated[
@@ -104,7 +96,7 @@ SegmentTokensOpt = Annotated[
 ]
 TimeoutOpt = Annotated[float, typer.Option(min=1.0, help="Seconds one summarizer call may take.")]
 NoCachesOpt = Annotated[
-    bool, typer.Option("--no-cache", help="Do not read or write the token count and summary caches.")
+    bool, opt.flag("--no-cache", "Do not read or write the token count and summary caches.")
 ]
 
 
@@ -222,26 +214,28 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         _check_report(
             flags.report, inputs=tuple(i.path for i in inputs), outputs=[] if flags.dry_run else outputs
         )
+    jobs = [
+        CompactJob(
+            i.path,
+            out,
+            options,
+            flags.archive,
+            flags.input_format,
+            ropts,
+            dry_run=flags.dry_run,
+            in_place=flags.in_place,
+            make_dirs=batch and not flags.in_place,
+            index=not flags.no_index,
+            report=None if batch else flags.report,
+            fork=flags.fork,
+        )
+        for i, out in zip(inputs, outputs, strict=True)
+    ]
     if batch:
         from ctxc.cli.batch import run_compact_batch
 
-        jobs_list = [
-            CompactJob(
-                i.path,
-                out,
-                options,
-                flags.archive,
-                flags.input_format,
-                ropts,
-                dry_run=flags.dry_run,
-                in_place=flags.in_place,
-                make_dirs=not flags.in_place,
-                index=not flags.no_index,
-            )
-            for i, out in zip(inputs, outputs, strict=True)
-        ]
         rc = run_compact_batch(
-            jobs_list,
+            jobs,
             archive=flags.archive,
             jobs=flags.jobs,
             fail_fast=flags.fail_fast,
@@ -253,26 +247,12 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         if rc:
             raise typer.Exit(rc)
         return
-    job = CompactJob(
-        inputs[0].path,
-        output or "-",
-        options,
-        flags.archive,
-        flags.input_format,
-        ropts,
-        dry_run=flags.dry_run,
-        index=not flags.no_index,
-        report=flags.report,
-        fork=flags.fork,
-    )
-    doc = compact_file(job)
+    doc = compact_file(jobs[0])
     if flags.dry_run:
         _emit_plan(doc, opt.table_on_terminal(flags.fmt), every_action=flags.list_actions)
     elif not flags.quiet:
         _summary_line(doc)
     if flags.fork and not flags.dry_run:  # the one thing the user needs next: data, on stdout
-        from ctxc.output import write_stdout
-
         write_stdout(f"{doc['run']['resume']}\n".encode())
 
 
@@ -299,16 +279,11 @@ def _summary_line(doc: dict[str, Any]) -> None:
     run = doc["run"]
     before, after = run["tokens_before"], run["tokens_after"]
     pct = (after - before) / before * 100 if before else 0.0
-    stages = ", ".join(f"{k} {_signed(-v)}" for k, v in run["savings"].items() if v) or "nothing to do"
+    stages = ", ".join(f"{k} {-v:+,}" for k, v in run["savings"].items() if v) or "nothing to do"
     opt.note(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens ({pct:+.1f}%) with {run['strategy']} "
         f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}"
     )
-
-
-def _signed(change: int) -> str:
-    """A change in tokens with its sign: "-9,112" removed, "+16" added (a repair's answers)."""
-    return f"{change:+,}"
 
 
 def _worth(run: dict[str, Any]) -> str:
@@ -355,7 +330,7 @@ def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool 
             table.add_column(column, justify="right")
         for name, (count, span, before, after) in stages.items():
             table.add_row(
-                *opt.cells(name, str(count), str(span), f"{before:,}", f"{after:,}", _signed(after - before))
+                *opt.cells(name, str(count), str(span), f"{before:,}", f"{after:,}", f"{after - before:+,}")
             )
         print_table(console, table, keys=1)
     if not every_action:
@@ -375,7 +350,7 @@ def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool 
                 f"{a['first']}-{a['last']}",
                 f"{a['tokens_before']:,}",
                 f"{a['tokens_after']:,}",
-                _signed(a["tokens_after"] - a["tokens_before"]),
+                f"{a['tokens_after'] - a['tokens_before']:+,}",
                 a["note"],
             )
         )

@@ -91,7 +91,7 @@ def convert(
 def validate(
     paths: opt.PathsArg = None,
     loose: Annotated[
-        bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
+        bool, opt.flag("--loose", "Accept results that answer an earlier, not adjacent, call.")
     ] = False,
     fmt: Annotated[
         opt.TableOrJson | None,

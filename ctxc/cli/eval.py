@@ -132,7 +132,7 @@ def eval_command(
         ),
     ] = Scope.session,
     hybrid: Annotated[
-        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc\\[embed]).")
+        bool, opt.flag("--hybrid", "Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
     archive: Annotated[
         str | None,
@@ -148,9 +148,7 @@ def eval_command(
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one judge call may take.")] = 120.0,
     tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: opt.TableOrJsonOpt = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
-    ] = False,
+    no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,
     skip_invalid: opt.SkipInvalidOpt = False,
     quiet: Annotated[bool, opt.quiet_option("No progress or notes on stderr.")] = False,
 ) -> None:

@@ -31,7 +31,7 @@ ProjectOpt = Annotated[
     bool,
     typer.Option("--project/--user", help="The project's .claude/settings.json, or the user's (default)."),
 ]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the change as a diff; write nothing.")]
+DryRunOpt = Annotated[bool, opt.flag("--dry-run", "Print the change as a diff; write nothing.")]
 
 hooks_app = typer.Typer(
     help="Claude Code hooks that archive a session before it is compacted.", epilog=EPILOG

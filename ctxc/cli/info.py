@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import typer
-
 from ctxc.cli import options as opt
 from ctxc.formats import adapters
 from ctxc.output import dumps, envelope, write_stdout
@@ -23,9 +21,7 @@ register = commands.register
     )
 )
 def strategies(
-    show_options: Annotated[
-        bool, typer.Option("--options", help="Also list each strategy's options.")
-    ] = False,
+    show_options: Annotated[bool, opt.flag("--options", "Also list each strategy's options.")] = False,
 ) -> None:
     """List the compaction strategies with a one-line description."""
 

@@ -43,6 +43,11 @@ class Commands:
             app.command(**settings)(fn)
 
 
+def flag(name: str, help: str) -> Any:
+    """A boolean option named as given (typer would add ``--no-...`` to one it named itself)."""
+    return typer.Option(name, help=help)
+
+
 class OutFormat(StrEnum):
     table = "table"
     json = "json"
@@ -112,9 +117,9 @@ InputFormatOpt = Annotated[
 ]
 SkipInvalidOpt = Annotated[
     bool,
-    typer.Option(
+    flag(
         "--skip-invalid",
-        help="Keep going past lines that are not JSON objects (reported, and written back untouched).",
+        "Keep going past lines that are not JSON objects (reported, and written back untouched).",
     ),
 ]
 MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
@@ -133,7 +138,7 @@ JobsOpt = Annotated[
     ),
 ]
 FailFastOpt = Annotated[
-    bool, typer.Option("--fail-fast", help="Stop at the first file that fails (default: report and go on).")
+    bool, flag("--fail-fast", "Stop at the first file that fails (default: report and go on).")
 ]
 
 
@@ -189,7 +194,7 @@ ArchiveOpt = Annotated[
         "else ~/.local/share/ctxc/archive).",
     ),
 ]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
+NoCacheOpt = Annotated[bool, flag("--no-cache", "Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
 KeepLastOpt = Annotated[
     int | None,

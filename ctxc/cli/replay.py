@@ -52,7 +52,7 @@ def replay_command(
     tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
     conversation: opt.ConversationOpt = None,
     fmt: opt.TableOrJsonOpt = None,
-    turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
+    turns: Annotated[bool, opt.flag("--turns", "Table: list every turn, not only events.")] = False,
     plot_file: Annotated[
         str | None,
         typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
