@@ -401,7 +401,6 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
 
 def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
-
     sub = copy.copy(table)
     sub.columns = []
     for index, number in enumerate(shown):

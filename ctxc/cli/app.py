@@ -77,23 +77,20 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+#: compact's options in help panels, listed in this order (by parameter name).
+_COMPACT_PANELS = {
+    "Input": "input_format skip_invalid max_line_mb",
+    "Target": "target_tokens target_ratio model window keep_last pin allow_over thresholds tokenizer "
+    "no_cache",
+    "Strategy": "strategy settings summarizer instructions reminders summary_model summary_command "
+    "concurrency max_retries segment_tokens timeout",
+    "Output": "output fork fmt dry_run list_actions report quiet",
+    "Batch": "out_dir in_place glob jobs fail_fast force",
+    "Archive": "archive no_index",
+}
 #: Help panels of the commands with too many options for one list, by parameter name.
 HELP_PANELS: dict[str, dict[str, str]] = {
-    "compact": {
-        **dict.fromkeys(("input_format", "skip_invalid", "max_line_mb"), "Input"),
-        **dict.fromkeys(
-            ("target_tokens", "target_ratio", "model", "window", "keep_last", "pin", "allow_over"), "Target"
-        ),
-        **dict.fromkeys(("thresholds", "tokenizer", "no_cache"), "Target"),
-        **dict.fromkeys(("strategy", "settings", "summarizer", "instructions", "reminders"), "Strategy"),
-        **dict.fromkeys(
-            ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
-            "Strategy",
-        ),
-        **dict.fromkeys(("output", "fork", "fmt", "dry_run", "list_actions", "report", "quiet"), "Output"),
-        **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
-        **dict.fromkeys(("archive", "no_index"), "Archive"),
-    }
+    "compact": {name: panel for panel, names in _COMPACT_PANELS.items() for name in names.split()}
 }
 
 
@@ -129,14 +126,9 @@ _register_command_modules()
 
 
 def _click_command(args: list[str]) -> Any:
-    """The click group to run ``args``, built with only the command they name when there is one.
-
-    Typer turns every command's signature into click parameters before running any (evaluating each
-    annotation): about 0.15 s for all of ctxc's commands, paid on every call. The group built here
-    holds the root options and the one command invoked, so ``ctxc analyze ...`` pays for ``analyze``
-    alone; help, bad names and option-only calls get the whole group.
-    """
-
+    """The click group to run ``args``, with only the command they name when there is one: typer turns
+    every command's signature into click parameters first, a cost each call would pay for all of them.
+    Help, bad names and option-only calls get the whole group."""
     name = args[0] if args and not args[0].startswith("-") else None
     chosen = [
         c

@@ -65,7 +65,6 @@ def restore_command(
     archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
-
     from ctxc.archive import Archive
 
     is_file = Path(ref).is_file()

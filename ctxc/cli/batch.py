@@ -1,8 +1,5 @@
-"""The command line's side of batches: how many workers, progress and errors on stderr, the tables.
-
-:mod:`ctxc.batch` runs the files and :mod:`ctxc.compact_batch` resumes a batch from its journal; this
-module decides what the user sees.
-"""
+"""The command line's side of batches (:mod:`ctxc.batch` runs them): how many workers, progress and
+errors on stderr, the tables."""
 
 from __future__ import annotations
 
@@ -122,7 +119,6 @@ def run_compact_batch(
 def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from ctxc.cli.options import stdout_console
     from ctxc.render import print_table
 
     table = Table("file", "status", "format", "before", "after", "archive")
@@ -137,21 +133,21 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
                 (r.get("archive_id") or "")[:12],
             )
         )
-    print_table(stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+    print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+
+
+_TOTALS = {
+    "unchanged": "unchanged",
+    "planned": "planned",
+    "skipped": "already done",
+    "failed": "failed",
+    "not_run": "not run (--fail-fast)",
+}
 
 
 def _print_totals(t: dict[str, Any]) -> None:
-    parts = [f"{t['ok'] - t['unchanged']} compacted"]
-    for key, label in (
-        ("unchanged", "unchanged"),
-        ("planned", "planned"),
-        ("skipped", "already done"),
-        ("failed", "failed"),
-    ):
-        if t[key]:
-            parts.append(f"{t[key]} {label}")
-    if t["not_run"]:
-        parts.append(f"{t['not_run']} not run (--fail-fast)")
+    counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
+    parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
     opt.note(
         f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
     )

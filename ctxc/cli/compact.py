@@ -258,7 +258,6 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
 
 def _check_report(report: str, *, inputs: tuple[str, ...], outputs: list[str]) -> None:
     """Refuse a ``--report`` that would replace an output or an input, before any work is done."""
-
     for out in outputs:
         if out != "-" and same_file(report, out):
             raise UsageError(f"--report {report} is also the output {out}; give the report another name")

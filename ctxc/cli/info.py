@@ -24,7 +24,6 @@ def strategies(
     show_options: Annotated[bool, opt.flag("--options", "Also list each strategy's options.")] = False,
 ) -> None:
     """List the compaction strategies with a one-line description."""
-
     from rich.table import Table
 
     from ctxc.compaction import strategies as registry

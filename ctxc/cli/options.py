@@ -91,7 +91,6 @@ def note(message: str) -> None:
 
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
-
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
 
@@ -236,7 +235,6 @@ ConversationOpt = Annotated[
 
 def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
     """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
-
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
 
 

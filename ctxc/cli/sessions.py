@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
     app.command(name="sessions", epilog=EPILOG)(sessions)
 
 
+_COLUMNS = ("id", "agent", "project", "last active")  # left-aligned in the table
+
+
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
@@ -60,7 +63,6 @@ def sessions(
     quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
-
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
 
@@ -117,7 +119,6 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
 def _emit(
     rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
 ) -> None:
-
     if out_fmt is opt.OutFormat.json:
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
     elif out_fmt is opt.OutFormat.csv:
@@ -150,7 +151,6 @@ def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.table import Table
 
-    from ctxc.cli.options import cells
     from ctxc.render import dollars, print_table
 
     console = opt.stdout_console()
@@ -165,20 +165,11 @@ def _table(rows: list[dict[str, Any]]) -> None:
         if i:
             console.print()
         table = Table(title=project, title_justify="left", box=None, pad_edge=False)
-        for name, justify in (
-            ("id", "left"),
-            ("agent", "left"),
-            ("last active", "left"),
-            ("msgs", "right"),
-            ("tokens", "right"),
-            ("stage", "right"),
-            ("cost", "right"),
-            ("size", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for name in ("id", "agent", "last active", "msgs", "tokens", "stage", "cost", "size"):
+            table.add_column(name, justify="left" if name in _COLUMNS else "right", no_wrap=True)
         for row in members:
             table.add_row(
-                *cells(
+                *opt.cells(
                     row["id"][:width],
                     row["agent"],
                     row["last_activity"][:16].replace("T", " "),
