@@ -26,19 +26,15 @@ ForecastOpt = Annotated[
     opt.flag("--forecast", "Also dry-run each adaptive stage: the tokens it would remove at this window."),
 ]
 
-commands = opt.Commands()
-register = commands.register
-
-
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
-        "  ctxc analyze logs/ --format json > report.json\n\n"
-        "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
-        "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
-    )
+ANALYZE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
+    "  ctxc analyze logs/ --format json > report.json\n\n"
+    "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
+    "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
 )
+
+
 def analyze(
     paths: opt.PathsArg = None,
     fmt: opt.OutFormatOpt = None,
@@ -152,3 +148,7 @@ def _emit_analyses(
                 parts = render_analysis(a, show_messages=show_messages)
             for part in parts:
                 console.print(part)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=ANALYZE_EPILOG)(analyze)

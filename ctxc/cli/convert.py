@@ -13,9 +13,6 @@ from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
 from ctxc.output import dumps, envelope, write_stdout
 
-commands = opt.Commands()
-register = commands.register
-
 
 class ConvertTarget(StrEnum):
     same = "same"
@@ -23,14 +20,14 @@ class ConvertTarget(StrEnum):
     chat_openai = "chat-openai"
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
-        "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
-        "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
-    )
+CONVERT_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
+    "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
+    "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
 )
+
+
 def convert(
     paths: opt.PathsArg = None,
     output: opt.TranscriptOutputOpt = None,
@@ -80,14 +77,14 @@ def convert(
         raise typer.Exit(rc)
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc validate small.jsonl\n\n"
-        "  ctxc validate logs/ --format json\n\n"
-        "  ctxc validate session.jsonl --loose     # only results without any earlier call"
-    )
+VALIDATE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc validate small.jsonl\n\n"
+    "  ctxc validate logs/ --format json\n\n"
+    "  ctxc validate session.jsonl --loose     # only results without any earlier call"
 )
+
+
 def validate(
     paths: opt.PathsArg = None,
     loose: Annotated[
@@ -140,13 +137,13 @@ def validate(
         raise typer.Exit(int(ExitCode.INVALID))
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
-        "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
-    )
+REPAIR_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
+    "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
 )
+
+
 def repair(
     path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
     output: opt.TranscriptOutputOpt = None,
@@ -171,3 +168,9 @@ def repair(
     if quiet:
         return
     opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=CONVERT_EPILOG)(convert)
+    app.command(epilog=VALIDATE_EPILOG)(validate)
+    app.command(epilog=REPAIR_EPILOG)(repair)

@@ -5,21 +5,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
+import typer
+
 from ctxc.cli import options as opt
 from ctxc.formats import adapters
 from ctxc.output import dumps, envelope, write_stdout
 
-commands = opt.Commands()
-register = commands.register
-
-
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc strategies\n\n"
-        "  ctxc strategies --options        # every option with its default and range"
-    )
+STRATEGIES_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc strategies\n\n"
+    "  ctxc strategies --options        # every option with its default and range"
 )
+
+
 def strategies(
     show_options: Annotated[bool, opt.flag("--options", "Also list each strategy's options.")] = False,
 ) -> None:
@@ -43,16 +41,16 @@ def strategies(
     print_table(opt.stdout_console(), table, fold=("description",))
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc formats\n\n"
-        "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
-        "cannot tell\n\n"
-        "Every command sniffs the format from the first records; --input-format forces one, and a file "
-        "that the forced format reads as no messages at all is an error naming the format sniffing picks."
-    )
+FORMATS_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc formats\n\n"
+    "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
+    "cannot tell\n\n"
+    "Every command sniffs the format from the first records; --input-format forces one, and a file "
+    "that the forced format reads as no messages at all is an error naming the format sniffing picks."
 )
+
+
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from rich.table import Table
@@ -67,7 +65,9 @@ def formats() -> None:
     print_table(opt.stdout_console(), table, fold=("description",))
 
 
-@commands.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
+MODELS_EPILOG = "[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json"
+
+
 def models(fmt: opt.TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.profiles import PROFILES
@@ -87,3 +87,9 @@ def models(fmt: opt.TableOrJsonOpt = None) -> None:
     for p in PROFILES:
         table.add_row(*opt.cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
     print_table(opt.stdout_console(), table, keys=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=STRATEGIES_EPILOG)(strategies)
+    app.command(epilog=FORMATS_EPILOG)(formats)
+    app.command(epilog=MODELS_EPILOG)(models)

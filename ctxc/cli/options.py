@@ -7,10 +7,9 @@ the whole command line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar, cast
+from typing import IO, Annotated, Any, cast
 
 import typer
 
@@ -19,28 +18,6 @@ from ctxc.formats import load
 from ctxc.output import StdoutText
 from ctxc.reader import ReadOptions
 from ctxc.terminal import stderr_console, visible, visible_console, width_for
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class Commands:
-    """The commands of one module, put on the app by :meth:`register` in the order they are defined."""
-
-    def __init__(self) -> None:
-        self._defined: list[tuple[Callable[..., Any], dict[str, Any]]] = []
-
-    def command(self, **settings: Any) -> Callable[[_F], _F]:
-        """``@commands.command(...)``: as ``@app.command(...)``, once the registry registers the module."""
-
-        def define(fn: _F) -> _F:
-            self._defined.append((fn, settings))
-            return fn
-
-        return define
-
-    def register(self, app: typer.Typer) -> None:
-        for fn, settings in self._defined:
-            app.command(**settings)(fn)
 
 
 def flag(name: str, help: str) -> Any:
