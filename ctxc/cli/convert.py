@@ -34,13 +34,10 @@ def convert(
     to: Annotated[
         ConvertTarget,
         typer.Option(
-            "--to", help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
+            help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
         ),
     ] = ConvertTarget.same,
-    out_dir: Annotated[
-        str | None,
-        typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
-    ] = None,
+    out_dir: opt.OutDirOpt = None,
     glob: opt.GlobOpt = None,
     jobs: opt.JobsOpt = None,
     fail_fast: opt.FailFastOpt = False,
@@ -145,10 +142,10 @@ REPAIR_EPILOG = (
 
 
 def repair(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    path: opt.PathArg,
     output: opt.TranscriptOutputOpt = None,
     archive: opt.ArchiveOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,

@@ -32,24 +32,24 @@ REPLAY_EPILOG = (
 
 
 def replay_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    path: opt.PathArg,
     window: opt.WindowOpt = None,
     model: opt.ModelOpt = None,
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
+    strategy: opt.StrategyOpt = "adaptive",
     reminders: Annotated[
-        str | None, typer.Option("--reminders", help="Reminder rules (TOML) to inject as the run goes.")
+        str | None, typer.Option(help="Reminder rules (TOML) to inject as the run goes.")
     ] = None,
     trigger: Annotated[
         float | None,
         typer.Option(help="Compact when the context reaches this share of the window (default: stage 2)."),
     ] = None,
     target_ratio: Annotated[
-        float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
+        float | None, typer.Option(help="Compact down to this share of the window.")
     ] = None,
     keep_last: opt.KeepLastOpt = 4,
     thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     settings: opt.SetOpt = None,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    tokenizer: opt.TokenizerOpt = "o200k_base",
     conversation: opt.ConversationOpt = None,
     fmt: opt.TableOrJsonOpt = None,
     turns: Annotated[bool, opt.flag("--turns", "Table: list every turn, not only events.")] = False,
@@ -57,7 +57,7 @@ def replay_command(
         str | None,
         typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("Nothing on stderr but errors.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,

@@ -46,15 +46,13 @@ def _since(text: str | None) -> float | None:
 
 def sessions(
     agent: Annotated[
-        str | None, typer.Option("--agent", help="claude-code or codex (default: both).", show_default=False)
+        str | None, typer.Option(help="claude-code or codex (default: both).", show_default=False)
     ] = None,
     project: Annotated[
-        str | None,
-        typer.Option("--project", help="Only the sessions whose working directory is DIR.", metavar="DIR"),
+        str | None, typer.Option(help="Only the sessions whose working directory is DIR.", metavar="DIR")
     ] = None,
     since: Annotated[
-        str | None,
-        typer.Option("--since", help="Only sessions active since DATE (ISO 8601).", metavar="DATE"),
+        str | None, typer.Option(help="Only sessions active since DATE (ISO 8601).", metavar="DATE")
     ] = None,
     fmt: opt.OutFormatOpt = None,
     no_cache: opt.NoCacheOpt = False,
