@@ -129,6 +129,10 @@ class CheckReport:
             return int(ExitCode.OVER_TARGET)
         return int(ExitCode.OK)
 
+    def headline(self) -> str:
+        """The summary with the budget and tokenizer: the last line of every rendering."""
+        return f"{self.summary()}; budget {self.budget.describe()}, {self.tokenizer}"
+
     def summary(self) -> str:
         """``4 files: 1 over, 1 near, 1 ok, 1 unreadable``."""
         parts = [f"{self.count('over')} over", f"{self.count('near')} near", f"{self.count('ok')} ok"]
@@ -267,9 +271,6 @@ def check_paths(
     return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
 
 
-# ------------------------------------------------------------------------------------------ rendering
-
-
 def report_to_json(report: CheckReport) -> dict[str, Any]:
     """The ``ctxc.check/1`` envelope."""
     b = report.budget
@@ -299,18 +300,14 @@ def report_to_json(report: CheckReport) -> dict[str, Any]:
     )
 
 
-def _figures(f: FileCheck, budget: Budget) -> str:
-    assert f.tokens is not None
-    assert f.share is not None
-    return f"{f.tokens:,} tokens ({f.share:.1%} of {budget.window:,})"
-
-
 def message(f: FileCheck, budget: Budget) -> str:
     """One sentence on a verdict, for people (table) and for annotations (GitHub)."""
     if f.status == "error":
         return f.error or "could not be read"
     budget = f.budget or budget
-    figures = _figures(f, budget)
+    assert f.tokens is not None
+    assert f.share is not None
+    figures = f"{f.tokens:,} tokens ({f.share:.1%} of {budget.window:,})"
     if f.status == "over":
         pct = f.over_by / budget.limit
         return f"{figures}: {f.over_by:,} ({pct:.1%}) over the budget of {budget.limit:,}"
@@ -330,7 +327,7 @@ def render_table(report: CheckReport) -> str:
     for f in report.files:
         where = f" (line {f.line})" if f.line else ""
         lines.append(f"{labels[f.status]} {f.path:<{width}}  {message(f, b)}{where}")
-    lines.append(f"{report.summary()}; budget {b.describe()}, {report.tokenizer}")
+    lines.append(report.headline())
     return "\n".join(lines) + "\n"
 
 
@@ -366,9 +363,5 @@ def render_github(report: CheckReport) -> str:
             continue
         level = "warning" if f.status == "near" else "error"
         out.append(workflow_command(level, message(f, b), file=f.path, line=f.line, title=titles[f.status]))
-    out.append(
-        workflow_command(
-            "notice", f"{report.summary()}; budget {b.describe()}, {report.tokenizer}", title="ctxc check"
-        )
-    )
+    out.append(workflow_command("notice", report.headline(), title="ctxc check"))
     return "\n".join(out) + "\n"

@@ -71,20 +71,13 @@ def restore_command(
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
-    inputs: tuple[str, ...] = ()
-    if is_file:
-        found = store.find_original(Path(ref).read_bytes())
-        if found is None:
-            raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
-        ident = found
-        inputs = (ref,)
-    else:
-        ident = store.resolve(ref)
+    ident = store.find_original(Path(ref).read_bytes()) if is_file else store.resolve(ref)
+    if ident is None:
+        raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
-    with atomic_output(
-        opt.transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
-    ) as handle:
+    like = str(store.object_path(ident))
+    with atomic_output(opt.transcript_output(output), inputs=(ref,) if is_file else (), like=like) as handle:
         handle.write(data)
 
 

@@ -57,7 +57,7 @@ def _print_table(report: Any) -> None:
         table.add_row(status, path, text)
     console = opt.stdout_console()
     print_table(console, table, fold=("file", "tokens and budget"))
-    console.print(Text(f"{report.summary()}; budget {report.budget.describe()}, {report.tokenizer}"))
+    console.print(Text(report.headline()))
 
 
 def register(app: typer.Typer) -> None:
