@@ -1,9 +1,7 @@
-"""Anthropic and OpenAI message shapes: content blocks to model blocks and back.
+"""Anthropic and OpenAI message shapes, which most formats embed: content blocks to model blocks and back.
 
-Chat logs, Claude Code records, datasets and trajectories all embed one of these two shapes, so every
-adapter that meets them uses these functions. The rule for encoding is the same everywhere: a block
-that still equals what its ``raw`` parses to is written back as ``raw`` itself (nothing ctxc does not
-model can be lost); a changed or new block is built from its fields, keeping ``raw``'s other keys.
+Encoding writes a block that still equals what its ``raw`` parses to as ``raw`` itself (nothing ctxc does
+not model is lost); a changed or new block is built from its fields, keeping ``raw``'s other keys.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import Any
 import orjson
 
 from ctxc.model import (
+    ROLES,
     Block,
     ImageBlock,
     Role,
@@ -27,7 +26,24 @@ from ctxc.model import (
     UnknownBlock,
 )
 
-# ---------------------------------------------------------------------------------------------- images
+#: Anthropic block types with no model block of their own, kept as recorded.
+ANTHROPIC_ONLY_PARTS = frozenset(
+    {
+        "document",
+        "search_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+#: OpenAI content part types with no model block of their own.
+OPENAI_ONLY_PARTS = frozenset({"input_audio", "file"})
+#: JPEG start-of-frame markers, which hold the image size.
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -63,7 +79,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
                 i += 2
                 continue
             seg_len = struct.unpack(">H", data[i + 2 : i + 4])[0]
-            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            if marker in _JPEG_SOF:
                 h, w = struct.unpack(">HH", data[i + 5 : i + 9])
                 return int(w), int(h)
             i += 2 + seg_len
@@ -96,12 +112,14 @@ def _data_url_image(url: str, raw: Any) -> ImageBlock:
     return ImageBlock(raw=raw)
 
 
-# ----------------------------------------------------------------------------------------------- text
-
-
 def dumps_compact(value: Any) -> str:
     """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def tool_arguments(value: Any) -> str:
+    """A call's input as OpenAI's ``arguments`` string."""
+    return value if isinstance(value, str) else dumps_compact(value)
 
 
 def content_text(content: Any) -> str:
@@ -111,15 +129,8 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict):
-                t = part.get("text")
-                if isinstance(t, str):
-                    parts.append(t)
-        return "\n".join(parts)
+        parts = [part.get("text") if isinstance(part, dict) else part for part in content]
+        return "\n".join(part for part in parts if isinstance(part, str))
     return dumps_compact(content)
 
 
@@ -133,9 +144,6 @@ def _content_images(content: Any) -> tuple[ImageBlock, ...]:
             if isinstance(block, ImageBlock):
                 out.append(block)
     return tuple(out)
-
-
-# ------------------------------------------------------------------------------------------ anthropic
 
 
 def parse_anthropic_block(block: Any) -> Block:
@@ -231,16 +239,7 @@ def encode_anthropic_content(blocks: Iterable[Block], *, as_string: bool = False
     return [encode_anthropic_block(b) for b in blocks]
 
 
-# --------------------------------------------------------------------------------------------- openai
-
-_OPENAI_ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-    "function": "tool",
-}
+_OPENAI_ROLES: dict[str, Role] = {**{r: r for r in ROLES}, "developer": "system", "function": "tool"}
 
 
 def openai_role(role: Any) -> Role | None:
@@ -299,15 +298,12 @@ def parse_openai_tool_call(call: Any) -> Block:
 
 
 def encode_openai_tool_call(block: Block) -> Any:
-    if _unchanged(block, parse_openai_tool_call):
-        return block.raw
-    if not isinstance(block, ToolUseBlock):
+    if _unchanged(block, parse_openai_tool_call) or not isinstance(block, ToolUseBlock):
         return block.raw
     base: dict[str, Any] = dict(block.raw) if isinstance(block.raw, dict) else {"type": "function"}
-    args = block.input if isinstance(block.input, str) else dumps_compact(block.input)
     old_fn = base.get("function")
     fn: dict[str, Any] = dict(old_fn) if isinstance(old_fn, dict) else {}
-    fn.update(name=block.name, arguments=args)
+    fn.update(name=block.name, arguments=tool_arguments(block.input))
     return {**base, "id": block.id, "function": fn}
 
 
