@@ -12,7 +12,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ctxc.model import MISSING_IDS, Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
+from ctxc.model import (
+    MISSING_IDS,
+    Block,
+    Message,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+)
 from ctxc.validate import TOOL_BLOCK_TYPES, Problem, pairing_problems
 
 #: The problems :func:`_fix_ids` removes before pairing is repaired.
@@ -59,7 +68,7 @@ def repair_messages(
         conv = pending[0][0]
         results = [ToolResultBlock(b.id, text=NO_RESULT, is_error=True, name=b.name) for _, b in pending]
         groups = [(r,) for r in results] if use_tool_role else [tuple(results)]
-        role = "tool" if use_tool_role else "user"
+        role: Role = "tool" if use_tool_role else "user"
         out.extend(Message(role=role, blocks=g, conversation=conv, meta={"ctxc": "repair"}) for g in groups)
         pending.clear()
 

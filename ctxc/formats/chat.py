@@ -1,13 +1,8 @@
-"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line.
+"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line, as the API takes it.
 
-Each line is a message as the API takes it: ``{"role", "content"}`` with Anthropic content blocks, or an
-OpenAI chat message (``tool_calls``, role ``tool`` with ``tool_call_id``, legacy ``function_call`` and role
-``function``, role ``developer``, ``reasoning_content``). The dialect is decided per line, because a line
-carrying only a string is valid in both. Lines whose role starts with ``_`` are bookkeeping, not messages
-(Kimi CLI writes ``_checkpoint`` and ``_usage``); they stay in place byte for byte.
-
-The message parsing and encoding live here as public functions because the ``dataset`` format holds the
-same message dicts, one whole conversation per line.
+The dialect is decided per line (a line carrying only a string is valid in both). Lines whose role starts
+with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint`` and ``_usage``), kept byte for byte. The parsing
+and encoding are public because the ``dataset`` format holds the same message dicts.
 """
 
 from __future__ import annotations
@@ -20,8 +15,9 @@ from ctxc.errors import ValidationError
 from ctxc.formats import register
 from ctxc.formats.base import Item
 from ctxc.formats.shapes import (
+    ANTHROPIC_ONLY_PARTS,
+    OPENAI_ONLY_PARTS,
     content_text,
-    dumps_compact,
     encode_anthropic_content,
     encode_openai_content,
     encode_openai_part,
@@ -31,6 +27,7 @@ from ctxc.formats.shapes import (
     parse_openai_content,
     parse_openai_tool_call,
     parse_tool_arguments,
+    tool_arguments,
 )
 from ctxc.live import compaction_block_boundary
 from ctxc.model import (
@@ -53,25 +50,9 @@ Dialect = Literal["anthropic", "openai"]
 ContentForm = Literal["string", "list", "null", "absent", "other"]
 
 #: Content block types only the Anthropic Messages API uses.
-_ANTHROPIC_BLOCK_TYPES = frozenset(
-    {
-        "tool_use",
-        "tool_result",
-        "thinking",
-        "redacted_thinking",
-        "document",
-        "search_result",
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
-        "container_upload",
-    }
-)
+_ANTHROPIC_BLOCK_TYPES = ANTHROPIC_ONLY_PARTS | {"tool_use", "tool_result", "thinking", "redacted_thinking"}
 #: Content part types only OpenAI chat messages use.
-_OPENAI_PART_TYPES = frozenset({"image_url", "input_audio", "file", "refusal"})
+_OPENAI_PART_TYPES = OPENAI_ONLY_PARTS | {"image_url", "refusal"}
 #: Keys only OpenAI chat messages carry.
 _OPENAI_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_content", "refusal", "audio")
 #: Keys only Anthropic message objects (API responses stored as lines) carry.
@@ -83,11 +64,8 @@ _REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
 class ChatState:
-    """What parsing one conversation has to remember: tool names by call id, and calls not yet answered.
-
-    Unanswered calls are kept in call order so that results without an id (legacy ``role: function``
-    messages, tool messages missing ``tool_call_id``) pair positionally with the oldest open call.
-    """
+    """What parsing one conversation remembers: tool names by call id, and unanswered calls in call order
+    (a result without an id, such as a legacy ``role: function`` message, answers the oldest)."""
 
     __slots__ = ("dialect", "names", "open_calls")
 
@@ -120,11 +98,7 @@ def _content_form(obj: Mapping[str, Any]) -> ContentForm:
     content = obj["content"]
     if content is None:
         return "null"
-    if isinstance(content, str):
-        return "string"
-    if isinstance(content, list):
-        return "list"
-    return "other"
+    return "string" if isinstance(content, str) else "list" if isinstance(content, list) else "other"
 
 
 def _part_types(content: Any) -> set[str]:
@@ -149,17 +123,13 @@ def detect_dialect(obj: Mapping[str, Any]) -> Dialect | None:
     types = _part_types(content)
     if types & _OPENAI_PART_TYPES:
         return "openai"
-    if (
-        types & _ANTHROPIC_BLOCK_TYPES
-        or any(k in obj for k in _ANTHROPIC_KEYS)
-        or obj.get("type") == "message"
-    ):
+    anthropic_keys = any(k in obj for k in _ANTHROPIC_KEYS) or obj.get("type") == "message"
+    if types & _ANTHROPIC_BLOCK_TYPES or anthropic_keys:
         return "anthropic"
-    if "image" in types and any(
+    sourced = "image" in types and any(
         isinstance(p, dict) and p.get("type") == "image" and "source" in p for p in content or ()
-    ):
-        return "anthropic"
-    return None
+    )
+    return "anthropic" if sourced else None
 
 
 def is_chat_message(obj: Any) -> bool:
@@ -207,8 +177,8 @@ def parse_chat_message(
 ) -> tuple[Role, tuple[Block, ...], dict[str, Any]] | None:
     """One message dict as (role, blocks, meta), or None when it is not a conversation message.
 
-    ``synth_id`` names calls and results that carry no id (legacy ``function_call``), so it must be
-    unique per message in the file. ``state`` is shared by the messages of one conversation.
+    ``synth_id`` names calls and results that carry no id, so it must be unique per message in the file;
+    ``state`` is shared by the messages of one conversation.
     """
     if not is_chat_message(obj):
         return None
@@ -217,48 +187,54 @@ def parse_chat_message(
     assert role is not None
     found = detect_dialect(obj)
     dialect: Dialect = found or state.dialect or "openai"
-    if found is not None:
-        state.dialect = found
     meta: dict[str, Any] = {
         "dialect": dialect,
         "dialect_from": "line" if found else ("file" if state.dialect else "default"),
         "content": _content_form(obj),
     }
+    if found is not None:
+        state.dialect = found
     if source_role != role:
         meta["source_role"] = source_role
     if isinstance(obj.get("name"), str):
         meta["name"] = obj["name"]
-
     if dialect == "anthropic":
         blocks: list[Block] = []
         for block in parse_anthropic_content(obj.get("content")):
+            if isinstance(block, ToolResultBlock):
+                blocks.append(block.named(state.answer(block.tool_use_id)[1]))
+                continue
             if isinstance(block, ToolUseBlock):
                 state.call(block.id, block.name)
-                blocks.append(block)
-            elif isinstance(block, ToolResultBlock):
-                _, name = state.answer(block.tool_use_id)
-                blocks.append(block.named(name))
-            else:
-                blocks.append(block)
+            blocks.append(block)
         return role, tuple(blocks), meta
-
     if role == "tool":
-        call_id = obj.get("tool_call_id")
-        given_name = obj.get("name") if isinstance(obj.get("name"), str) else None
-        paired, name = state.answer(call_id if isinstance(call_id, str) else None, given_name)
-        result = _openai_tool_result(obj, paired or f"{synth_id}-result", name)
-        if not isinstance(call_id, str):
-            meta["synthesized_id"] = True
-            if source_role == "tool":  # a legacy ``function`` result has no id by design; this needs one
-                meta[MISSING_IDS] = (result.tool_use_id,)
-        return role, (result,), meta
+        return role, (_parse_openai_result(obj, state, synth_id, meta),), meta
+    return role, _parse_openai(obj, state, synth_id, meta), meta
 
-    blocks = []
-    for key in _REASONING_KEYS:
-        if isinstance(obj.get(key), str):
-            meta["reasoning_key"] = key
-            blocks.append(ThinkingBlock(text=obj[key]))
-            break
+
+def _parse_openai_result(
+    obj: Mapping[str, Any], state: ChatState, synth_id: str, meta: dict[str, Any]
+) -> ToolResultBlock:
+    call_id = obj.get("tool_call_id")
+    given_name = obj.get("name") if isinstance(obj.get("name"), str) else None
+    paired, name = state.answer(call_id if isinstance(call_id, str) else None, given_name)
+    result = _openai_tool_result(obj, paired or f"{synth_id}-result", name)
+    if not isinstance(call_id, str):
+        meta["synthesized_id"] = True
+        if obj["role"] == "tool":  # a legacy ``function`` result has no id by design; this needs one
+            meta[MISSING_IDS] = (result.tool_use_id,)
+    return result
+
+
+def _parse_openai(
+    obj: Mapping[str, Any], state: ChatState, synth_id: str, meta: dict[str, Any]
+) -> tuple[Block, ...]:
+    blocks: list[Block] = []
+    key = next((k for k in _REASONING_KEYS if isinstance(obj.get(k), str)), None)
+    if key is not None:
+        meta["reasoning_key"] = key
+        blocks.append(ThinkingBlock(text=obj[key]))
     blocks.extend(parse_openai_content(obj.get("content")))
     calls = obj.get("tool_calls")
     if isinstance(calls, list):
@@ -266,8 +242,7 @@ def parse_chat_message(
         for n, call in enumerate(calls):
             block = parse_openai_tool_call(call)
             if isinstance(block, ToolUseBlock):
-                given = call.get("id")
-                if not isinstance(given, str) or not given:  # absent, empty or null
+                if not isinstance(call.get("id"), str) or not call["id"]:  # absent, empty or null
                     block = dataclasses.replace(block, id=f"{synth_id}-{n}")
                     missing.append(block.id)
                 state.call(block.id, block.name)
@@ -277,22 +252,27 @@ def parse_chat_message(
     fc = obj.get("function_call")
     if isinstance(fc, dict):
         meta["function_call"] = True
-        call_block = ToolUseBlock(
-            id=synth_id, name=str(fc.get("name", "")), input=parse_tool_arguments(fc.get("arguments")), raw=fc
-        )
-        state.call(call_block.id, call_block.name)
-        blocks.append(call_block)
-    return role, tuple(blocks), meta
-
-
-# ------------------------------------------------------------------------------------------- encoding
+        name, arguments = str(fc.get("name", "")), parse_tool_arguments(fc.get("arguments"))
+        blocks.append(ToolUseBlock(id=synth_id, name=name, input=arguments, raw=fc))
+        state.call(synth_id, name)
+    return tuple(blocks)
 
 
 def _bare_result(block: Block) -> Block:
     # Names are filled in from the call when reading; neither dialect stores them in the block itself.
-    if isinstance(block, ToolResultBlock) and block.name is not None:
-        return dataclasses.replace(block, name=None)
-    return block
+    return block.named(None) if isinstance(block, ToolResultBlock) and block.name is not None else block
+
+
+def _kept_content(out: dict[str, Any], form: Any, blocks: Sequence[Block]) -> bool:
+    """Keep content the log wrote absent, null or odd (neither a string nor a list) while it still is."""
+    if form == "absent" and not blocks:
+        out.pop("content", None)
+    elif form == "null" and not blocks:
+        out["content"] = None
+    else:
+        odd = len(blocks) == 1 and isinstance(blocks[0], UnknownBlock) and blocks[0].raw is out.get("content")
+        return form == "other" and odd
+    return True
 
 
 def _encode_anthropic(message: Message) -> dict[str, Any]:
@@ -300,19 +280,9 @@ def _encode_anthropic(message: Message) -> dict[str, Any]:
     out["role"] = "user" if message.role == "tool" else message.role
     form = message.meta.get("content")
     blocks = [_bare_result(b) for b in message.blocks]
-    if form == "absent" and not blocks:
-        out.pop("content", None)
-    elif form == "null" and not blocks:
-        out["content"] = None
-    elif form == "other" and _is_odd_content(blocks, out.get("content")):
-        pass  # content that is neither a string nor a list stays as the log wrote it
-    else:
+    if not _kept_content(out, form, blocks):
         out["content"] = encode_anthropic_content(blocks, as_string=form in ("string", None))
     return out
-
-
-def _is_odd_content(blocks: Sequence[Block], content: Any) -> bool:
-    return len(blocks) == 1 and isinstance(blocks[0], UnknownBlock) and blocks[0].raw is content
 
 
 def _openai_role(message: Message) -> str:
@@ -326,10 +296,9 @@ def _openai_role(message: Message) -> str:
 
 def _reparsed_result(block: ToolResultBlock) -> bool:
     """Whether a tool message's result block still equals what its message parses to."""
-    if not isinstance(block.raw, dict):
-        return False
-    again = _openai_tool_result(block.raw, block.tool_use_id, block.name)
-    return again == block
+    return (
+        isinstance(block.raw, dict) and _openai_tool_result(block.raw, block.tool_use_id, block.name) == block
+    )
 
 
 def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]:
@@ -341,8 +310,7 @@ def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]
         )
     form = message.meta.get("content")
     if not results:
-        text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
-        out["content"] = text
+        out["content"] = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
         return out
     block = results[0]
     if _reparsed_result(block):
@@ -371,9 +339,8 @@ def _encode_function_call(block: ToolUseBlock) -> Any:
         and parse_tool_arguments(raw.get("arguments")) == block.input
     ):
         return raw
-    args = block.input if isinstance(block.input, str) else dumps_compact(block.input)
     base = dict(raw) if isinstance(raw, dict) else {}
-    return {**base, "name": block.name, "arguments": args}
+    return {**base, "name": block.name, "arguments": tool_arguments(block.input)}
 
 
 def _encode_call(block: Block, missing: Sequence[str]) -> Any:
@@ -422,13 +389,7 @@ def _encode_openai(message: Message) -> dict[str, Any]:
             content.append(block)
 
     form = meta.get("content")
-    if form == "absent" and not content:
-        out.pop("content", None)
-    elif form == "null" and not content:
-        out["content"] = None
-    elif form == "other" and _is_odd_content(content, out.get("content")):
-        pass
-    else:
+    if not _kept_content(out, form, content):
         encoded = encode_openai_content(content, as_string=form in ("string", "null", "absent", None))
         if encoded is None and message.role != "assistant":
             encoded = ""  # only an assistant message may have null content
@@ -456,18 +417,14 @@ def _encode_openai(message: Message) -> dict[str, Any]:
 
 def encode_chat_message(message: Message) -> dict[str, Any]:
     """The message dict for ``message`` in its own dialect (``meta["dialect"]``, OpenAI when unknown)."""
-    dialect = message.meta.get("dialect")
-    if dialect == "anthropic":
-        return _encode_anthropic(message)
-    return _encode_openai(message)
+    return (
+        _encode_anthropic(message) if message.meta.get("dialect") == "anthropic" else _encode_openai(message)
+    )
 
 
 def importance_of(obj: Mapping[str, Any]) -> str | None:
     value = obj.get("importance")
     return value if isinstance(value, str) else None
-
-
-# -------------------------------------------------------------------------------------------- adapter
 
 
 class ChatAdapter:
@@ -481,8 +438,7 @@ class ChatAdapter:
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
-        with_role = 0
-        marked = False
+        with_role, marked = 0, False
         for rec in sample:
             data = rec.data
             if not isinstance(data, dict):
@@ -506,8 +462,7 @@ class ChatAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         state = ChatState()
-        index = 0
-        conversation = 0
+        index = conversation = 0
         in_conversation = False
         for i, rec in records:
             obj = rec.data
