@@ -156,14 +156,9 @@ def _stream(
                 invalid.append(rec.line)
 
     items = adapter.read(indexed())
-    return Stream(
-        name=name,
-        adapter=adapter,
-        items=_forced(items, adapter.name, sample, name) if input_format else items,
-        records=kept,
-        invalid_lines=invalid,
-        _handle=handle,
-    )
+    if input_format:
+        items = _forced(items, adapter.name, sample, name)
+    return Stream(name, adapter, items, kept, invalid, handle)
 
 
 def load(

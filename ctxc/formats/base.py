@@ -59,17 +59,14 @@ class FormatAdapter(Protocol):
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""
-        ...
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         """Yield messages (``records`` set to the given indexes, ``index`` counting from 0), usage and
         boundaries, in order. Records no message references stay in place when the file is written."""
-        ...
 
     def encode_message(self, message: Message) -> dict[str, Any]:
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):
         a message read from one record encodes back to that record's JSON."""
-        ...
 
 
 @runtime_checkable
@@ -96,19 +93,15 @@ class ForksSessions(Protocol):
 
     def new_session_id(self) -> str:
         """A fresh id of the kind the client makes."""
-        ...
 
     def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
         """``transcript`` with every record that names its session naming ``session_id`` instead."""
-        ...
 
     def fork_path(self, original: str, session_id: str) -> str:
         """Where the client looks for session ``session_id``, beside the ``original`` log."""
-        ...
 
     def resume_command(self, session_id: str) -> str:
         """The command that resumes session ``session_id``."""
-        ...
 
 
 def rename_session(

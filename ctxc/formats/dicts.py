@@ -79,12 +79,9 @@ class ChatState:
     def answer(self, call_id: str | None, name: str | None = None) -> tuple[str | None, str | None]:
         """Close the call a result answers; without an id, the oldest open call (of that name if any)."""
         if call_id is None:
-            same_name = [k for k, v in self.open_calls.items() if v == name] if name is not None else []
-            if same_name:
-                call_id = same_name[0]
-            elif self.open_calls:
-                call_id = next(iter(self.open_calls))
-            else:
+            same_name = [k for k, v in self.open_calls.items() if v == name]
+            call_id = next(iter(same_name or self.open_calls), None)
+            if call_id is None:
                 return None, name
         self.open_calls.pop(call_id, None)
         return call_id, name or self.names.get(call_id)

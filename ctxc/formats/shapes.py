@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -57,9 +58,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP" and len(data) >= 30:
         chunk = data[12:16]
         if chunk == b"VP8X":
-            w = int.from_bytes(data[24:27], "little") + 1
-            h = int.from_bytes(data[27:30], "little") + 1
-            return w, h
+            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
         if chunk == b"VP8 " and len(data) >= 30:
             w, h = struct.unpack("<HH", data[26:30])
             return int(w) & 0x3FFF, int(h) & 0x3FFF
@@ -100,9 +99,7 @@ def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock
     if size is None and media_type in ("image/jpeg", "image/jpg"):
         size = image_size(_b64_head(data, 1 << 16))
     width, height = size if size else (None, None)
-    return ImageBlock(
-        media_type=media_type, width=width, height=height, data_bytes=len(data) * 3 // 4, raw=raw
-    )
+    return ImageBlock(media_type, width, height, data_bytes=len(data) * 3 // 4, raw=raw)
 
 
 def _data_url_image(url: str, raw: Any) -> ImageBlock:
@@ -137,13 +134,11 @@ def content_text(content: Any) -> str:
 def _content_images(content: Any) -> tuple[ImageBlock, ...]:
     if not isinstance(content, list):
         return ()
-    out: list[ImageBlock] = []
-    for part in content:
-        if isinstance(part, dict) and part.get("type") in ("image", "image_url", "input_image"):
-            block = parse_anthropic_block(part) if part.get("type") == "image" else _openai_part(part)
-            if isinstance(block, ImageBlock):
-                out.append(block)
-    return tuple(out)
+    parts = [
+        p for p in content if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
+    ]
+    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in parts)
+    return tuple(b for b in blocks if isinstance(b, ImageBlock))
 
 
 def parse_anthropic_block(block: Any) -> Block:
@@ -157,38 +152,36 @@ def parse_anthropic_block(block: Any) -> Block:
     if btype == "redacted_thinking":
         return ThinkingBlock(text="", raw=block)
     if btype == "tool_use" and isinstance(block.get("id"), str):
-        return ToolUseBlock(
-            id=block["id"], name=str(block.get("name", "")), input=block.get("input"), raw=block
-        )
+        return ToolUseBlock(block["id"], str(block.get("name", "")), block.get("input"), raw=block)
     if btype == "tool_result" and isinstance(block.get("tool_use_id"), str):
         content = block.get("content")
+        is_error = bool(block.get("is_error", False))
+        images = _content_images(content)
         return ToolResultBlock(
-            tool_use_id=block["tool_use_id"],
-            text=content_text(content),
-            is_error=bool(block.get("is_error", False)),
-            raw=block,
-            images=_content_images(content),
+            block["tool_use_id"], content_text(content), is_error, raw=block, images=images
         )
     if btype == "image":
         source = block.get("source")
-        if (
-            isinstance(source, dict)
-            and source.get("type") == "base64"
-            and isinstance(source.get("data"), str)
-        ):
-            return image_from_base64(source["data"], source.get("media_type"), block)
+        source = source if isinstance(source, dict) else {}
+        data = source.get("data") if source.get("type") == "base64" else None
+        if isinstance(data, str):
+            return image_from_base64(data, source.get("media_type"), block)
         return ImageBlock(raw=block)
     return UnknownBlock(raw=block, text=dumps_compact(block), type=str(btype or "unknown"))
 
 
-def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
+def _parse_content(content: Any, parse_part: Callable[[Any], Block]) -> tuple[Block, ...]:
+    if content is None:
+        return ()
     if isinstance(content, str):
         return (TextBlock(text=content),)
     if isinstance(content, list):
-        return tuple(parse_anthropic_block(b) for b in content)
-    if content is None:
-        return ()
+        return tuple(parse_part(p) for p in content)
     return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+
+
+def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
+    return _parse_content(content, parse_anthropic_block)
 
 
 def _unchanged(block: Block, parse: Callable[[Any], Block]) -> bool:
@@ -254,47 +247,33 @@ def _openai_part(part: Any) -> Block:
         return TextBlock(text=part["text"], raw=part)
     if ptype == "refusal" and isinstance(part.get("refusal"), str):
         return TextBlock(text=part["refusal"], raw=part)
-    if ptype == "image_url":
-        url = part.get("image_url")
-        url = url.get("url") if isinstance(url, dict) else url
-        return _data_url_image(url if isinstance(url, str) else "", part)
-    if ptype == "input_image":
-        url = part.get("image_url")
+    if ptype in ("image_url", "input_image"):
+        url = part.get("image_url")  # a chat part nests it as {"url": ...}, a Responses input_image does not
+        if ptype == "image_url" and isinstance(url, dict):
+            url = url.get("url")
         return _data_url_image(url if isinstance(url, str) else "", part)
     return UnknownBlock(raw=part, text=dumps_compact(part), type=str(ptype or "unknown"))
 
 
 def parse_openai_content(content: Any) -> tuple[Block, ...]:
-    if content is None:
-        return ()
-    if isinstance(content, str):
-        return (TextBlock(text=content),)
-    if isinstance(content, list):
-        return tuple(_openai_part(p) for p in content)
-    return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+    return _parse_content(content, _openai_part)
 
 
 def parse_tool_arguments(arguments: Any) -> Any:
     """OpenAI sends arguments as a JSON string; keep the parsed value, or the string if it is not JSON."""
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             return orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return arguments
     return arguments
 
 
 def parse_openai_tool_call(call: Any) -> Block:
     if not isinstance(call, dict):
         return UnknownBlock(raw=call, text=dumps_compact(call))
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-    assert isinstance(fn, dict)
-    return ToolUseBlock(
-        id=str(call.get("id", "")),
-        name=str(fn.get("name", "")),
-        input=parse_tool_arguments(fn.get("arguments")),
-        raw=call,
-    )
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    arguments = parse_tool_arguments(fn.get("arguments"))
+    return ToolUseBlock(str(call.get("id", "")), str(fn.get("name", "")), arguments, raw=call)
 
 
 def encode_openai_tool_call(block: Block) -> Any:
