@@ -12,16 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ctxc.model import (
-    MISSING_IDS,
-    Block,
-    Message,
-    Role,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UnknownBlock,
-)
+from ctxc.model import MISSING_IDS, Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from ctxc.validate import TOOL_BLOCK_TYPES, Problem, pairing_problems
 
 #: The problems :func:`_fix_ids` removes before pairing is repaired.
@@ -67,9 +58,10 @@ def repair_messages(
             return
         conv = pending[0][0]
         results = [ToolResultBlock(b.id, text=NO_RESULT, is_error=True, name=b.name) for _, b in pending]
-        groups = [(r,) for r in results] if use_tool_role else [tuple(results)]
-        role: Role = "tool" if use_tool_role else "user"
-        out.extend(Message(role=role, blocks=g, conversation=conv, meta={"ctxc": "repair"}) for g in groups)
+        if use_tool_role:
+            out.extend(Message("tool", (r,), conversation=conv, meta={"ctxc": "repair"}) for r in results)
+        else:
+            out.append(Message("user", tuple(results), conversation=conv, meta={"ctxc": "repair"}))
         pending.clear()
 
     prev: Message | None = None

@@ -1,13 +1,10 @@
 """OpenHands evaluation and resolver output: one task per line, its ``history`` a list of events.
 
-Two event shapes exist: ``events`` (``{id, source, action|observation, args|content, cause, ...}``, an
-observation naming its action with ``cause``) and ``bare`` (older flat dicts with no ids; an observation
-answers the oldest unanswered action). Events become messages as OpenHands' ConversationMemory sends
-them: the ``system`` action is the system prompt (its ``tools`` an UnknownBlock), ``message`` actions are
-text, other agent actions one tool call each (``finish`` and ``reject`` are ``terminal``), observations
-tool results; a ``recall`` observation is injected user context, an observation answering no action is
-user text, ``condensation`` a Boundary, and state changes are not messages. :func:`encode_line`
-rebuilds a whole line from messages.
+Events (``{id, source, action|observation, args|content, cause}``, or the older flat ``bare`` dicts with no
+ids) become messages as OpenHands' ConversationMemory sends them: the ``system`` action is the system
+prompt, ``message`` actions text, other agent actions one tool call each (``finish`` and ``reject`` are
+``terminal``), observations tool results (an observation answering no action is user text, a ``recall``
+one injected user context); ``condensation`` is a Boundary; state changes are no messages.
 """
 
 from __future__ import annotations
@@ -68,28 +65,23 @@ def _args(event: Mapping[str, Any]) -> dict[str, Any]:
 
 def _recall_text(event: Mapping[str, Any]) -> str:
     """The knowledge a recall observation injects: its content and every non-empty string it carries."""
-    parts: list[str] = []
     content = event.get("content")
-    if isinstance(content, str) and content:
-        parts.append(content)
+    parts = [content] if isinstance(content, str) and content else []
+    return "\n".join([*parts, *_strings(event.get("extras"))])
 
-    def walk(value: Any) -> None:
-        if isinstance(value, str) and value:
-            parts.append(value)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if k in ("recall_type", "name", "trigger"):
-                    continue  # labels of the recall, not text it injects
-                if k == "runtime_hosts" and isinstance(v, dict):
-                    parts.extend(str(h) for h in v)
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
 
-    walk(event.get("extras"))
-    return "\n".join(parts)
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str) and value:
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k == "runtime_hosts" and isinstance(v, dict):
+                yield from map(str, v)
+            elif k not in ("recall_type", "name", "trigger"):  # labels of the recall, not text it injects
+                yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
 
 
 def _message_role(event: Mapping[str, Any]) -> Role:
@@ -150,12 +142,9 @@ class _Pairing:
         if isinstance(tcm_id, str) and tcm_id:
             return tcm_id
         if _dialect(event) == "bare" and self.pending:
-            kind = str(event.get("observation"))
-            for i, (action, call_id) in enumerate(self.pending):
-                if action == kind:
-                    del self.pending[i]
-                    return call_id
-            return self.pending.pop(0)[1]
+            kind = str(event.get("observation"))  # the oldest call of the same kind, else the oldest
+            i = next((i for i, (action, _) in enumerate(self.pending) if action == kind), 0)
+            return self.pending.pop(i)[1]
         return None
 
 
@@ -207,8 +196,7 @@ def _parse_event(
         return None
     if observation == "recall":
         meta["context_injection"] = True
-        extras = event.get("extras")
-        return "user", (UnknownBlock(raw=extras, text=_recall_text(event), type="recall"),), meta
+        return "user", (UnknownBlock(event.get("extras"), _recall_text(event), type="recall"),), meta
     text = content_text(event.get("content"))
     if observation == "agent_condensation":
         return "user", (TextBlock(text=text),), meta
@@ -224,8 +212,7 @@ def _condensation(event: Mapping[str, Any], line: int) -> Boundary | None:
     if event.get("action") != "condensation":
         return None
     args = _args(event)
-    forgotten = args.get("forgotten_event_ids")
-    trigger = "summary" if args.get("summary") else ("forget" if forgotten else None)
+    trigger = "summary" if args.get("summary") else ("forget" if args.get("forgotten_event_ids") else None)
     return Boundary(kind="openhands_condensation", line=line, trigger=trigger)
 
 
@@ -305,7 +292,6 @@ class OpenHandsAdapter:
             conversation += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        """The compaction writer's hook: rebuild a whole record from one conversation's messages."""
         return encode_line(messages, template)
 
     def encode_message(self, message: Message) -> dict[str, Any]:
