@@ -44,6 +44,7 @@ from ctxc.model import (
 )
 
 Dialect = Literal["anthropic", "openai"]
+Shape = Dialect
 #: How the message's ``content`` was written, so an unchanged message is written back the same way.
 ContentForm = Literal["string", "list", "null", "absent", "other"]
 
@@ -280,20 +281,11 @@ def _encode_anthropic(message: Message) -> dict[str, Any]:
     return out
 
 
-def _openai_role(message: Message) -> str:
-    source = message.meta.get("source_role")
-    if message.role == "system" and source == "developer":
-        return "developer"
-    if message.role == "tool" and source == "function":
-        return "function"
-    return message.role
-
-
-def _reparsed_result(block: ToolResultBlock) -> bool:
-    """Whether a tool message's result block still equals what its message parses to."""
-    return (
-        isinstance(block.raw, dict) and _openai_tool_result(block.raw, block.tool_use_id, block.name) == block
-    )
+#: (role, source role) pairs written as the source role in the OpenAI dialect.
+_SOURCE_ROLES: dict[tuple[str, Any], str] = {
+    ("system", "developer"): "developer",
+    ("tool", "function"): "function",
+}
 
 
 def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]:
@@ -308,9 +300,8 @@ def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]
         out["content"] = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
         return out
     block = results[0]
-    if _reparsed_result(block):
-        assert isinstance(block.raw, dict)
-        if "content" in block.raw:
+    if isinstance(block.raw, dict) and _openai_tool_result(block.raw, block.tool_use_id, block.name) == block:
+        if "content" in block.raw:  # the result is unchanged: its content as the log wrote it
             out["content"] = block.raw["content"]
     elif form == "list" or block.images:
         parts: list[Any] = [{"type": "text", "text": block.text}] if block.text or not block.images else []
@@ -356,7 +347,7 @@ def _encode_call(block: Block, missing: Sequence[str]) -> Any:
 
 def _encode_openai(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = dict(message.raw) if isinstance(message.raw, dict) else {}
-    out["role"] = _openai_role(message)
+    out["role"] = _SOURCE_ROLES.get((message.role, message.meta.get("source_role")), message.role)
     if message.role == "tool":
         return _encode_openai_tool(message, out)
     meta = message.meta
@@ -412,17 +403,14 @@ def _encode_openai(message: Message) -> dict[str, Any]:
 
 def encode_chat_message(message: Message) -> dict[str, Any]:
     """The message dict for ``message`` in its own dialect (``meta["dialect"]``, OpenAI when unknown)."""
-    return (
-        _encode_anthropic(message) if message.meta.get("dialect") == "anthropic" else _encode_openai(message)
-    )
+    if message.meta.get("dialect") == "anthropic":
+        return _encode_anthropic(message)
+    return _encode_openai(message)
 
 
 def importance_of(obj: Mapping[str, Any]) -> str | None:
     value = obj.get("importance")
     return value if isinstance(value, str) else None
-
-
-Shape = Literal["anthropic", "openai"]
 
 
 def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
@@ -448,11 +436,7 @@ def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = 
 
 
 def from_messages(
-    result: Sequence[Message],
-    given: Sequence[Mapping[str, Any]],
-    parsed: Sequence[Message],
-    *,
-    shape: Shape,
+    result: Sequence[Message], given: Sequence[Mapping[str, Any]], parsed: Sequence[Message], *, shape: Shape
 ) -> list[dict[str, Any]]:
     """Dicts for compacted ``result``: a message kept as it was is the very dict given (``parsed``
     are the messages read from ``given``); a new or changed one is encoded in ``shape``."""
@@ -464,10 +448,8 @@ def from_messages(
         if original is None:
             new = m if "dialect" in m.meta else dataclasses.replace(m, meta={**m.meta, "dialect": shape})
             encoded = encode_chat_message(new)
-            if by_json is None:
-                by_json = {}
-                for obj in reversed(given):  # the first of equal dicts wins
-                    by_json[json_bytes(obj)] = obj
+            if by_json is None:  # the first of equal dicts wins
+                by_json = {json_bytes(obj): obj for obj in reversed(given)}
             original = by_json.get(json_bytes(encoded), encoded)
         out.append(original if isinstance(original, dict) else dict(original))
     return out
