@@ -122,10 +122,8 @@ def _image_source(block: ImageBlock) -> tuple[str | None, str | None, str | None
 def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
     if data is not None:
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": media or "image/png", "data": data},
-        }
+        source = {"type": "base64", "media_type": media or "image/png", "data": data}
+        return {"type": "image", "source": source}
     if url is not None:
         return {"type": "image", "source": {"type": "url", "url": url}}
     # The log kept no image data (redacted or stripped): say so instead of writing an invalid block.
@@ -136,11 +134,9 @@ def _openai_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
     if data is not None:
         url = f"data:{media or 'image/png'};base64,{data}"
-    return (
-        {"type": "image_url", "image_url": {"url": url}}
-        if url is not None
-        else {"type": "text", "text": "[image]"}
-    )
+    if url is None:
+        return {"type": "text", "text": "[image]"}
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 class _AnthropicIds:
@@ -237,18 +233,12 @@ def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
                 lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
         else:
             text = content(turn.blocks)
-            previous = lines[-1] if lines else None
-            if (
-                turn.after_results
-                and previous is not None
-                and previous["role"] == "user"
-                and isinstance(previous["content"], list)
-                and any(b.get("type") == "tool_result" for b in previous["content"])
-            ):
+            after = (
+                lines[-1]["content"] if turn.after_results and lines and lines[-1]["role"] == "user" else None
+            )
+            if isinstance(after, list) and any(b.get("type") == "tool_result" for b in after):
                 # Text that came with the results stays in their message, after them.
-                previous["content"].extend(
-                    [{"type": "text", "text": text}] if isinstance(text, str) else text
-                )
+                after.extend([{"type": "text", "text": text}] if isinstance(text, str) else text)
             else:
                 lines.append({"role": "user", "content": text})
     return lines

@@ -95,6 +95,11 @@ def _normalize(model: str) -> str:
     return _TAIL.sub("", name)
 
 
+def _extends(name: str, candidate: str) -> bool:
+    rest = name[len(candidate) :]
+    return name.startswith(candidate) and len(rest) >= 2 and rest[0] == "-" and not rest[1].isdigit()
+
+
 def find_profile(model: str) -> ModelProfile | None:
     """The profile of a model id as logs write it (dated, prefixed), or None. Beyond an exact match, an id
     may extend a name with a dash and a non-digit ("gpt-4o-mini-tts"); "claude-opus-4-7" is another model."""
@@ -106,18 +111,8 @@ def find_profile(model: str) -> ModelProfile | None:
     name = _ALIASES.get(name, name)
     profile = _BY_NAME.get(name)
     if profile is None:
-        best = ""
-        for candidate in _BY_NAME:
-            rest = name[len(candidate) :]
-            if (
-                name.startswith(candidate)
-                and len(rest) >= 2
-                and rest[0] == "-"
-                and not rest[1].isdigit()
-                and len(candidate) > len(best)
-            ):
-                best = candidate
-        profile = _BY_NAME.get(best) if best else None
+        longer = [c for c in _BY_NAME if _extends(name, c)]
+        profile = _BY_NAME[max(longer, key=len)] if longer else None
     if profile is not None and one_m and profile.provider == _A and profile.window < 1_000_000:
         profile = dataclasses.replace(
             profile, name=profile.name + _ONE_M, window=1_000_000, note="1M window (context-1m beta)"

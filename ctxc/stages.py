@@ -31,10 +31,7 @@ def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) ->
 
 def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
     """Four increasing window shares, or :class:`UsageError`."""
-    if (
-        len(thresholds) != 4
-        or any(not 0 < t < 1.5 for t in thresholds)
-        or list(thresholds) != sorted(thresholds)
-    ):
+    ordered = list(thresholds) == sorted(thresholds)
+    if len(thresholds) != 4 or any(not 0 < t < 1.5 for t in thresholds) or not ordered:
         raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
     return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])

@@ -45,11 +45,9 @@ def transcript_suffixes() -> tuple[str, ...]:
 
 
 def get_adapter(name: str) -> FormatAdapter:
-    try:
-        return _ADAPTERS[name]
-    except KeyError:
-        known = ", ".join(sorted(_ADAPTERS))
-        raise FormatError(f"unknown format {name!r} (known: {known})") from None
+    if name not in _ADAPTERS:
+        raise FormatError(f"unknown format {name!r} (known: {', '.join(sorted(_ADAPTERS))})")
+    return _ADAPTERS[name]
 
 
 def sniff(sample: list[Record], name: str) -> FormatAdapter:
