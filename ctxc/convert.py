@@ -1,9 +1,7 @@
 """Convert messages of any format into Anthropic or OpenAI chat lines.
 
-Anthropic puts ``tool_result`` blocks in the user message after the call's assistant message; OpenAI
-wants one ``{"role": "tool"}`` message per result after the ``tool_calls``. Conversion first groups every
-result with the assistant turn that made its call (Codex writes parallel calls as separate items), then
-writes the turns in the target dialect, so a result always follows its call.
+Every result is first grouped with the assistant turn that made its call, then the turns are written in
+the target dialect (Anthropic: results in the next user message; OpenAI: one ``tool`` message each).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Model profiles: context window, output limit and the tokenizer ctxc counts with, per model.
-
-Figures are the providers' published limits as of early 2026; ``window`` is input + output without
-opt-in betas (``note`` names a larger one). Claude and Gemini tokenizers are not public: o200k_base
-estimates them (the log's recorded usage, when present, is the ground truth).
-"""
+"""Model profiles: context window (input + output, without betas), output limit and tokenizer, as the
+providers published them in early 2026. Claude and Gemini tokenizers are not public: o200k_base estimates
+them (recorded usage, when a log has it, is the ground truth)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Make a conversation valid for the API it targets, changing as little as possible.
 
-Ids are fixed first: a reused call id gets a new one (``<id>-2``) and its results follow; ids the reader
-made up are written; tool blocks with no usable id are dropped. Then orphan results are removed and
-unanswered calls get a "no result recorded" result right after their turn, in the conversation's own
-dialect (a ``tool`` message per call, or one user message of results). The original stays archived.
+Reused or missing call ids are fixed first; then orphan results are removed and unanswered calls get a
+"no result recorded" result right after their turn, in the conversation's own dialect.
 """
 
 from __future__ import annotations
@@ -25,14 +23,6 @@ def _carries_results(m: Message) -> bool:
     return m.role == "tool" or (m.role == "user" and any(isinstance(b, ToolResultBlock) for b in m.blocks))
 
 
-def uses_tool_role(messages: Sequence[Message], default: bool = False) -> bool:
-    """Whether results travel as role ``tool`` messages (OpenAI, Codex) rather than in user messages."""
-    for m in messages:
-        if _carries_results(m):
-            return m.role == "tool"
-    return default
-
-
 def repair_messages(
     messages: Sequence[Message], *, tool_role: bool | None = None
 ) -> tuple[tuple[Message, ...], tuple[Problem, ...]]:
@@ -44,7 +34,8 @@ def repair_messages(
     if any(p.code in _ID_PROBLEMS for p in found):
         messages = _fix_ids(messages)
         problems = pairing_problems(messages, strict=True)
-    use_tool_role = uses_tool_role(messages) if tool_role is None else tool_role
+    if tool_role is None:  # results as role ``tool`` messages (OpenAI, Codex), or in user messages
+        tool_role = next((m.role == "tool" for m in messages if _carries_results(m)), False)
     drop_results = {(p.conversation, p.index, p.tool_id) for p in problems if p.code != "unanswered_call"}
     # Results that were not adjacent are dropped too, so their calls need answering again.
     answer = {
@@ -58,7 +49,7 @@ def repair_messages(
             return
         conv = pending[0][0]
         results = [ToolResultBlock(b.id, text=NO_RESULT, is_error=True, name=b.name) for _, b in pending]
-        if use_tool_role:
+        if tool_role:
             out.extend(Message("tool", (r,), conversation=conv, meta={"ctxc": "repair"}) for r in results)
         else:
             out.append(Message("user", tuple(results), conversation=conv, meta={"ctxc": "repair"}))

@@ -1,7 +1,5 @@
-"""Compaction stages: the window shares where each begins, their names, and the stage of a share.
-
-The one home of the thresholds (analysis, the adaptive strategy, the agent loop and the CLI read them).
-"""
+"""Compaction stages: the window shares where each begins, their names, and the stage of a share (the
+one home of the thresholds)."""
 
 from __future__ import annotations
 

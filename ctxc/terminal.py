@@ -1,9 +1,5 @@
-"""Showing untrusted text on a terminal: control characters made visible, never obeyed.
-
-An escape sequence in a transcript or file name, printed raw, could retitle the window or write the
-clipboard (OSC 52): every human-readable output goes through :func:`visible`; machine outputs
-(``--format json``, transcripts) are written byte for byte.
-"""
+"""Untrusted text on a terminal: control characters made visible, never obeyed (an escape sequence could
+retitle the window or write the clipboard). Machine outputs are written byte for byte."""
 
 from __future__ import annotations
 

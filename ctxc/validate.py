@@ -1,9 +1,7 @@
 """Tool-call pairing and role checks over the model, independent of any file format.
 
-``loose`` asks whether every result answers *some* earlier call (what a real session's log satisfies);
-``strict`` asks whether an API would accept the messages: each result right after its call's turn, every
-call answered there. Compaction output must pass ``strict``. A ``terminal`` call awaits no result. Both
-report reused ids (``duplicate_call``) and calls or results without one (``missing_id``).
+``loose``: every result answers some earlier call (a real log). ``strict``: an API would accept it, each
+result right after its call's turn (compaction output). Both report reused and missing ids.
 """
 
 from __future__ import annotations

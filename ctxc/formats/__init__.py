@@ -1,7 +1,5 @@
-"""Format adapters: the registry, sniffing, and the ``load``/``dump`` entry points.
-
-Adding a format is one new module that calls :func:`register` plus its name in ``FORMAT_MODULES``.
-"""
+"""Format adapters: the registry, sniffing, and ``load``/``dump``. A new format is one module calling
+:func:`register` plus its name in ``FORMAT_MODULES``."""
 
 from __future__ import annotations
 

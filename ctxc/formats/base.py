@@ -1,9 +1,7 @@
-"""The format adapter Protocol and the stream items adapters yield.
+"""The format adapter Protocol and the items its reader yields (messages, usage, boundaries).
 
-An adapter reads one file's records into messages, usage and boundaries (a generator, so ``analyze``
-streams a large log) and encodes a message back into a record. Everything ctxc knows about a format is on
-its adapter: the attributes of :class:`FormatAdapter` and, for writing compacted conversations,
-:class:`WritesCompacted` or :class:`EncodesConversations` (else one record per message).
+Everything ctxc knows about a format is on its adapter: the attributes of :class:`FormatAdapter` and, to
+write compacted conversations, :class:`WritesCompacted` or :class:`EncodesConversations`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line, as the API takes it.
-
-Lines whose role starts with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint`` and ``_usage``), kept byte
-for byte. The message parsing and encoding live in :mod:`ctxc.formats.dicts` (datasets use them too).
-"""
+"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line, parsed by :mod:`ctxc.formats.dicts`.
+Lines whose role starts with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint``, ``_usage``), kept as is."""
 
 from __future__ import annotations
 

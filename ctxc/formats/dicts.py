@@ -1,9 +1,5 @@
-"""Message dicts as the APIs take them (Anthropic or OpenAI shape) to ctxc messages and back.
-
-One dict is a line of a chat log or dataset (:func:`parse_chat_message`, :func:`encode_chat_message`); a
-list is what :class:`ctxc.ContextManager` compacts (:func:`to_messages`, :func:`from_messages`). The
-dialect is decided per message: one carrying only a string is valid in both.
-"""
+"""Message dicts as the APIs take them (Anthropic or OpenAI shape, decided per message) to ctxc messages
+and back: one dict per chat-log line or dataset turn, or a list for :class:`ctxc.ContextManager`."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""OpenHands evaluation and resolver output: one task per line, its ``history`` a list of events.
-
-Events (``{id, source, action|observation, args|content, cause}``, or the older flat ``bare`` dicts with no
-ids) become messages as OpenHands' ConversationMemory sends them: the ``system`` action is the system
-prompt, ``message`` actions text, other agent actions one tool call each (``finish`` and ``reject`` are
-``terminal``), observations tool results (an observation answering no action is user text, a ``recall``
-one injected user context); ``condensation`` is a Boundary; state changes are no messages.
-"""
+"""OpenHands evaluation and resolver output: one task per line, its ``history`` a list of events (with ids,
+or the older flat ``bare`` dicts), read as OpenHands' ConversationMemory sends them: actions are tool calls
+(``finish``/``reject`` terminal), observations their results, ``condensation`` a Boundary."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Anthropic and OpenAI message shapes, which most formats embed: content blocks to model blocks and back.
-
-Encoding writes a block that still equals what its ``raw`` parses to as ``raw`` itself (nothing ctxc does
-not model is lost); a changed or new block is built from its fields, keeping ``raw``'s other keys.
-"""
+"""Anthropic and OpenAI content blocks, which most formats embed, to model blocks and back: a block still
+equal to what its ``raw`` parses to is written as ``raw`` (nothing unmodelled is lost), else rebuilt."""
 
 from __future__ import annotations
 
