@@ -50,10 +50,8 @@ class ChatAdapter:
             data = rec.data
             if not isinstance(data, dict):
                 continue
-            if "type" in data and "payload" in data:
-                return 0  # a Codex rollout envelope
-            if uses_responses_parts(data):
-                return 0  # a Codex legacy response item
+            if ("type" in data and "payload" in data) or uses_responses_parts(data):
+                return 0  # a Codex rollout envelope or legacy response item
             role = data.get("role")
             if not isinstance(role, str):
                 continue

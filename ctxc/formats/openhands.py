@@ -264,9 +264,9 @@ class OpenHandsAdapter:
                 usage: Usage | None = None
                 if role == "assistant":
                     rid, usage = _usage(event, record.line)
-                    if rid is not None and rid in seen_responses:
+                    if rid in seen_responses:
                         usage = None  # several calls of one response: its usage belongs to the first
-                    elif rid is not None:
+                    if rid is not None:
                         seen_responses.add(rid)
                 importance = event.get("importance")
                 yield Message(
