@@ -29,7 +29,10 @@ def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) ->
 
 def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, float]:
     """Four increasing window shares, or :class:`UsageError`."""
-    ordered = list(thresholds) == sorted(thresholds)
-    if len(thresholds) != 4 or any(not 0 < t < 1.5 for t in thresholds) or not ordered:
+    if (
+        len(thresholds) != 4
+        or any(not 0 < t < 1.5 for t in thresholds)
+        or list(thresholds) != sorted(thresholds)
+    ):
         raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
     return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])
