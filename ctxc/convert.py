@@ -70,9 +70,9 @@ def _plan(messages: Iterable[Message]) -> list[_Turn]:
             if owner is not None:
                 owner.results.append(result)
             elif turns and turns[-1].role == "results":
-                turns[-1].blocks.append(result)
+                turns[-1].results.append(result)
             else:
-                turns.append(_Turn("results", [result]))
+                turns.append(_Turn("results", [], results=[result]))
         if message.role == "assistant":
             last = turns[-1] if turns else None
             if last is not None and last.role == "assistant" and last.has_calls() and not last.results:
@@ -209,10 +209,6 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | UnknownBlock) and b.text)
 
 
-def _results(turn: _Turn) -> list[ToolResultBlock]:
-    return [b for b in turn.blocks if isinstance(b, ToolResultBlock)]
-
-
 def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
     ids = _AnthropicIds()
     lines: list[dict[str, Any]] = []
@@ -223,13 +219,9 @@ def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
     for turn in turns:
         if turn.role == "system":
             lines.append({"role": "system", "content": _plain_text(turn.blocks)})
-        elif turn.role == "results":
-            lines.append({"role": "user", "content": [_anthropic_result(b, ids) for b in _results(turn)]})
         elif turn.role == "assistant":
             lines.append({"role": "assistant", "content": content(turn.blocks)})
-            if turn.results:
-                lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
-        else:
+        elif turn.role == "user":
             text = content(turn.blocks)
             after = (
                 lines[-1]["content"] if turn.after_results and lines and lines[-1]["role"] == "user" else None
@@ -239,6 +231,8 @@ def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
                 after.extend([{"type": "text", "text": text}] if isinstance(text, str) else text)
             else:
                 lines.append({"role": "user", "content": text})
+        if turn.results:  # an assistant turn's results, or results whose call was not seen
+            lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
     return lines
 
 
@@ -292,14 +286,12 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
         if turn.role == "system":
             role = "developer" if turn.source_role == "developer" else "system"
             lines.append({"role": role, "content": _plain_text(turn.blocks)})
-        elif turn.role == "results":
-            lines.extend(_openai_results(_results(turn)))
         elif turn.role == "assistant":
             lines.append(_openai_assistant(turn))
-            lines.extend(_openai_results(turn.results))
-        else:
+        elif turn.role == "user":
             content = _openai_content(turn.blocks)
             lines.append({"role": "user", "content": "" if content is None else content})
+        lines.extend(_openai_results(turn.results))
     return lines
 
 
