@@ -63,8 +63,6 @@ def sniff(sample: list[Record], name: str) -> FormatAdapter:
 
 def check_forced(forced: str, sample: list[Record], name: str) -> None:
     """Refuse a forced ``--input-format`` that read nothing from a file another format sniffs as its own."""
-    if not any(r.kind == "passthrough" for r in sample):
-        return
     try:
         guess = sniff(sample, name)
     except FormatError:
