@@ -210,10 +210,10 @@ def main() -> None:
         samples = [s for name in (*corpus, *langs) for s in _pooled(every[name], counts[name])]
         astral = approx.FEATURES.index("astral")
         coef = fit(samples, {astral: round(emoji_factor(enc.count), 2)})
-        print("COEFFICIENTS = (")
+        print("_FITTED: dict[str, float] = {")
         for name, c in zip(approx.FEATURES, coef, strict=True):
-            print(f"    {c},  # {name}")
-        print(")\n")
+            print(f'    "{name}": {c},')
+        print("}\n")
 
     def error(name: str) -> tuple[int, float, float, int]:
         texts = every[name]

@@ -1,15 +1,9 @@
 """Many transcripts in one run: inputs, worker processes, progress, and a journal for resuming.
 
-A batch is a list of :class:`Input` and a per-file function. :func:`run_batch` runs the function in
-worker processes (``--jobs``), hands each :class:`Outcome` back in the order files finish (for the
-progress bar) and returns them in input order, so the report and every output are the same whatever
-the number of jobs. A failing file is an outcome, not an exception: one bad log never stops the batch
-unless ``fail_fast`` asks for it.
-
-Per-file functions must be importable top-level functions and their arguments and results picklable:
-they cross a process boundary. They report failures by raising :class:`~ctxc.errors.CtxcError`, which
-:func:`_call` turns into an :class:`Outcome` carrying the message and exit code (exception objects with
-keyword arguments do not survive pickling intact).
+:func:`run_batch` runs a per-file function in worker processes (``--jobs``) and returns each file's
+:class:`Outcome` in input order, so reports do not depend on the number of jobs. A failing file is an
+outcome, not an exception. Per-file functions must be picklable top-level functions; they report
+failures by raising :class:`~ctxc.errors.CtxcError`, which :func:`_call` turns into an outcome.
 """
 
 from __future__ import annotations
@@ -18,7 +12,9 @@ import contextlib
 import fnmatch
 import hashlib
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +31,6 @@ from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
-    import threading
     from concurrent.futures import Future, ProcessPoolExecutor
 
 T = TypeVar("T")
@@ -44,11 +39,8 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """One file of a batch: where it is, and its path relative to the argument that named it.
-
-    ``rel`` is what ``--out-dir`` mirrors: ``logs/a/b.jsonl`` found by walking ``logs`` has
-    ``rel == "a/b.jsonl"``; a file named directly has its own name.
-    """
+    """One file of a batch, and its path relative to the argument that named it (what ``--out-dir``
+    mirrors: ``logs/a/b.jsonl`` found by walking ``logs`` has ``rel == "a/b.jsonl"``)."""
 
     path: str
     rel: str
@@ -56,7 +48,7 @@ class Input:
 
 def _matches(rel: str, pattern: str | None) -> bool:
     if pattern is None:
-        return rel.endswith(transcript_suffixes())  # each format's own
+        return rel.endswith(transcript_suffixes())
     # A pattern without a slash matches the file name at any depth, like .gitignore.
     return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
 
@@ -67,15 +59,11 @@ def collect_inputs(
     glob: str | None = None,
     exclude: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Input]:
-    """Files as given, directories walked recursively (sorted, so the order never depends on the disk).
+    """Files as given (each once, by any spelling), directories walked recursively in sorted order.
 
-    ``glob`` selects the files taken from directories (``*.json``, ``sessions/**/*.jsonl``); without
-    it a walk takes transcript files (``*.jsonl``, ``*.traj``). With no paths at all, ``glob`` walks
-    the current directory; with neither, there is nothing to do (a usage error). A file named on the
-    command line is always taken, whatever its name; one named twice (by any spelling) is taken once.
-    A walk never enters ``exclude`` (a batch's own ``--out-dir`` and archive). A directory the walk
-    cannot list is kept as an input of its own, so the batch reports it as a failure rather than
-    skip its files unseen (see :func:`_call`).
+    ``glob`` selects the files taken from directories (default: each format's suffixes); with no
+    paths it walks the current directory. A walk never enters ``exclude``. A directory the walk
+    cannot list is kept as an input, so the batch reports it as a failure rather than skip it unseen.
     """
     if not paths:
         if glob is None:
@@ -92,15 +80,13 @@ def collect_inputs(
             out.append(Input(full, rel))
 
     for p in paths:
+        path = Path(p)
         if p == "-":
             out.append(Input("-", "-"))
-            continue
-        path = Path(p)
-        if path.is_dir():
+        elif path.is_dir():
             found, unreadable = _walk(path, glob, skip)
             if not found and not unreadable:
-                what = glob or "*.jsonl, *.traj"
-                raise InputError(f"directory holds no transcripts ({what})", path=p)
+                raise InputError(f"directory holds no transcripts ({glob or '*.jsonl, *.traj'})", path=p)
             for rel in found:
                 take(str(path / rel), rel)
             for rel in unreadable:
@@ -138,11 +124,8 @@ def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[
 
 
 def check_distinct_outputs(pairs: Sequence[tuple[str, str]]) -> None:
-    """Refuse a batch in which two inputs would write one output, or an output is another input.
-
-    ``pairs`` are ``(input, output)``; paths are compared resolved, so ``out/x`` and ``./out/x`` clash.
-    Raises :class:`UsageError` naming both inputs, before any file is touched.
-    """
+    """Refuse (:class:`UsageError`) ``(input, output)`` pairs in which two inputs write one output or an
+    output is another input; paths are compared resolved."""
     inputs = {os.path.realpath(i): i for i, _ in pairs if i != "-"}
     writers: dict[str, str] = {}
     for src, dst in pairs:
@@ -182,28 +165,16 @@ _busy: threading.Lock | None = None
 
 def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
     with _busy or contextlib.nullcontext():
-        return _call_now(work, index, path, item)
-
-
-def _call_now(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
-    start = time.perf_counter()
-    try:
-        if path != "-" and os.path.isdir(path):
-            # Only a directory the walk could not list reaches here (collect_inputs): its files are
-            # unknown, so the batch counts it as a failed input rather than finish as if complete.
-            raise InputError(f"cannot read this directory: {_listing_error(path)}", path=path)
-        value = work(item)
-    except CtxcError as exc:
-        return Outcome(
-            index,
-            path,
-            error=str(exc),
-            exit_code=int(exc.exit_code),
-            seconds=time.perf_counter() - start,
-            line=exc.line,
-            message=exc.message,
-        )
-    return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
+        start = time.perf_counter()
+        try:
+            if path != "-" and os.path.isdir(path):
+                # Only a directory the walk could not list reaches here: count it as a failed input.
+                raise InputError(f"cannot read this directory: {_listing_error(path)}", path=path)
+            value = work(item)
+        except CtxcError as exc:
+            seconds = time.perf_counter() - start
+            return Outcome(index, path, None, str(exc), int(exc.exit_code), seconds, exc.line, exc.message)
+        return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
 
 
 def _listing_error(path: str) -> str:
@@ -217,16 +188,10 @@ def _listing_error(path: str) -> str:
 def _worker_init(parent: int | None = None) -> None:
     """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with."""
     global _busy  # noqa: PLW0603 - set once in each worker process, as it starts
-    # Workers leave Ctrl-C to the parent: the parent cancels what has not started and waits for the
-    # files in flight, whose outputs are atomic, so nothing partial is left either way. Without this
-    # every worker would print its own KeyboardInterrupt traceback.
-    import signal
-    import threading
-
+    # Ctrl-C is the parent's: it cancels what has not started and waits for the files in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the batch's handler
     if parent is not None:
-        # A queue all workers hold keeps each other's pipes open: follow the batch's process instead.
         _busy = threading.Lock()
         exit_with(parent, busy=_busy)
 
@@ -239,73 +204,57 @@ def run_batch(
     fail_fast: bool = False,
     on_outcome: Callable[[Outcome[R]], None] | None = None,
 ) -> list[Outcome[R]]:
-    """Run ``work`` over ``items`` (``(path, argument)`` pairs); outcomes come back in input order.
+    """Run ``work`` over ``(path, argument)`` items; outcomes come back in input order.
 
-    ``jobs == 1`` (or a single item) runs in this process, which keeps tracebacks and profiling simple;
-    more run in a pool of ``jobs`` worker processes (:func:`_pool`). With ``fail_fast`` the first
-    failure cancels every file not yet started; the result then holds only the files that ran. Ctrl-C
-    cancels pending files, lets running ones finish or abort atomically, and re-raises
-    ``KeyboardInterrupt``; SIGTERM does the same (:func:`~ctxc.system.terminate_as_interrupt`).
-    Workers end with this process, even one killed with SIGKILL (:func:`~ctxc.system.exit_with`).
+    ``jobs == 1`` (or one item) runs in this process; more run in a pool of worker processes. With
+    ``fail_fast`` the first failure cancels every file not yet started. Ctrl-C and SIGTERM cancel
+    pending files, let running ones finish, and raise ``KeyboardInterrupt``; workers end with this
+    process, even one killed with SIGKILL.
     """
-    with terminate_as_interrupt():
-        return _run_batch(items, work, jobs, fail_fast, on_outcome)
-
-
-def _run_batch(
-    items: Sequence[tuple[str, T]],
-    work: Callable[[T], R],
-    jobs: int,
-    fail_fast: bool,
-    on_outcome: Callable[[Outcome[R]], None] | None,
-) -> list[Outcome[R]]:
     notify = on_outcome or (lambda _o: None)
-    if jobs <= 1 or len(items) <= 1:
-        return _run_here(items, work, fail_fast, notify)
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    pool = _pool(min(jobs, len(items)))
     outcomes: dict[int, Outcome[R]] = {}
-    try:
-        pending: dict[Future[Outcome[R]], int] = {
-            pool.submit(_call, work, i, path, item): i for i, (path, item) in enumerate(items)
-        }
-        stop = False
-        while pending and not stop:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=pending.__getitem__):
-                pending.pop(future)
-                outcome = future.result()
-                outcomes[outcome.index] = outcome
-                notify(outcome)
-                if fail_fast and not outcome.ok:
-                    stop = True
-        if stop:
+
+    def finished(outcome: Outcome[R]) -> bool:
+        outcomes[outcome.index] = outcome
+        notify(outcome)
+        return fail_fast and not outcome.ok
+
+    with terminate_as_interrupt():
+        if jobs <= 1 or len(items) <= 1:
+            for i, (path, item) in enumerate(items):
+                if finished(_call(work, i, path, item)):
+                    break
+            return list(outcomes.values())
+        from concurrent.futures import FIRST_COMPLETED, wait  # a single-file run never needs them
+
+        pool = _pool(min(jobs, len(items)))
+        try:
+            pending: dict[Future[Outcome[R]], int] = {
+                pool.submit(_call, work, i, path, item): i for i, (path, item) in enumerate(items)
+            }
+            stop = False
+            while pending and not stop:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=pending.__getitem__):
+                    pending.pop(future)
+                    stop = finished(future.result()) or stop
             for future in pending:
                 future.cancel()
             # Files already running finish (their outputs are whole); report them too.
-            for future in list(pending):
+            for future in pending:
                 if not future.cancelled():
-                    outcome = future.result()
-                    outcomes[outcome.index] = outcome
-                    notify(outcome)
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+                    finished(future.result())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     return [outcomes[i] for i in sorted(outcomes)]
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    """A pool of ``workers`` processes, forked from this one while no other thread runs.
-
-    A fork starts in a millisecond and shares what this process has imported. It copies every lock in
-    the state it is in, so while another thread runs (the terminal progress bar runs one, which may
-    hold the console's lock) the workers start from a clean process instead (``forkserver``).
-    """
-    # Imported here: a single-file run never needs them.
+    """A pool of ``workers`` processes, forked from this one unless another thread runs (the progress
+    bar's may hold the console's lock, which a fork would copy held): then from a ``forkserver``."""
     import multiprocessing
-    import threading
     from concurrent.futures import ProcessPoolExecutor
 
     safe = sys.platform == "linux" and threading.active_count() == 1
@@ -317,35 +266,13 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     )
 
 
-def _run_here(
-    items: Sequence[tuple[str, T]],
-    work: Callable[[T], R],
-    fail_fast: bool,
-    notify: Callable[[Outcome[R]], None],
-) -> list[Outcome[R]]:
-    done: list[Outcome[R]] = []
-    for i, (path, item) in enumerate(items):
-        outcome = _call(work, i, path, item)
-        done.append(outcome)
-        notify(outcome)
-        if fail_fast and not outcome.ok:
-            break
-    return done
-
-
 def batch_exit_code(outcomes: Sequence[Outcome[Any]], *, single: bool) -> int:
-    """0 when every file succeeded; a batch with failures exits 12 (``PARTIAL``).
-
-    ``single`` keeps the first failure's own code: for one file, and for ``--fail-fast``, which stops
-    at that failure.
-    """
+    """0 when every file succeeded, else 12 (``PARTIAL``); ``single`` (one file, ``--fail-fast``) keeps
+    the first failure's own code."""
     failed = [o for o in outcomes if not o.ok]
     if not failed:
         return int(ExitCode.OK)
     return failed[0].exit_code if single else int(ExitCode.PARTIAL)
-
-
-# -- journal ---------------------------------------------------------------------------------------
 
 
 def fingerprint(doc: Any) -> str:
@@ -359,11 +286,9 @@ def fingerprint(doc: Any) -> str:
 class Journal:
     """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished.
 
-    A re-run skips an input when an entry has the same input sha256, options fingerprint and output
-    path (resolved, so ``out/x`` and ``./out/x`` are one), and the output file still holds the bytes
-    that entry recorded. Each worker appends its file's line as soon as the file is done, whole, under
-    the lock and fsynced, so a kill loses at most the files in flight and never corrupts earlier lines;
-    a torn line is ignored when reading.
+    A re-run skips an input whose input sha256, options fingerprint and resolved output path match an
+    entry whose output still holds the recorded bytes. Lines are appended whole, under the lock and
+    fsynced, so a kill loses at most the files in flight; a torn line is ignored when reading.
     """
 
     root: Path
@@ -371,9 +296,6 @@ class Journal:
     @property
     def path(self) -> Path:
         return self.root / "journal.jsonl"
-
-    def _locked(self) -> contextlib.AbstractContextManager[bool]:
-        return exclusive_lock(self.root / "journal.lock")
 
     def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         """The newest entry per (input sha256, options fingerprint, resolved output path)."""
@@ -394,26 +316,20 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-
-        with self._locked(), open_private(self.path) as handle:
+        with exclusive_lock(self.root / "journal.lock"), open_private(self.path) as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
 
 
 def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def already_done(entry: dict[str, Any] | None) -> bool:
     """True when a journal entry's output is still on disk with the bytes it recorded."""
-    if entry is None:
-        return False
-    out, want = entry.get("output_path"), entry.get("output_sha256")
+    out, want = (entry or {}).get("output_path"), (entry or {}).get("output_sha256")
     if not isinstance(out, str) or not isinstance(want, str):
         return False
     try:
@@ -422,16 +338,9 @@ def already_done(entry: dict[str, Any] | None) -> bool:
         return False
 
 
-# -- progress --------------------------------------------------------------------------------------
-
-
 class BatchProgress:
-    """Progress on stderr: a rich bar on a terminal, for runs that last, and nothing otherwise.
-
-    Shows files done, tokens processed, the rate and an ETA. Nothing for a single file, for ``quiet``,
-    off a terminal (a log or a pipe wants the result, not a ticker), nor in a run's first
-    :attr:`SHOW_AFTER` seconds (a quick run should end as quietly as it began).
-    """
+    """Progress on stderr (files, tokens, rate, ETA): a rich bar on a terminal only, not for one file or
+    ``quiet``, nor in a run's first :attr:`SHOW_AFTER` seconds (a quick run ends as quietly as it began)."""
 
     SHOW_AFTER = 1.0
 
@@ -448,18 +357,11 @@ class BatchProgress:
 
     def __enter__(self) -> BatchProgress:
         if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress
 
             start, delay = self._start, self.SHOW_AFTER
 
-            class LateProgress(Progress):
+            class LateProgress(progress.Progress):
                 """A bar that stays blank for its first ``delay`` seconds."""
 
                 def get_renderables(self) -> Any:
@@ -467,12 +369,12 @@ class BatchProgress:
                         yield from super().get_renderables()
 
             self._bar = LateProgress(
-                TextColumn(self.what),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[tokens]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                progress.TextColumn(self.what),
+                progress.BarColumn(),
+                progress.MofNCompleteColumn(),
+                progress.TextColumn("{task.fields[tokens]}"),
+                progress.TimeElapsedColumn(),
+                progress.TimeRemainingColumn(),
                 console=stderr_console(),
                 transient=True,
             )
@@ -484,15 +386,12 @@ class BatchProgress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
-    def _tokens_text(self) -> str:
-        if not self.tokens:  # a command that counts nothing (validate) shows no "0 tokens, 0/s"
-            return ""
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        return f"{self.tokens:,} tokens, {self.tokens / elapsed:,.0f}/s"
-
     def advance(self, *, tokens: int = 0, ok: bool = True) -> None:
         self.done += 1
         self.failed += 0 if ok else 1
         self.tokens += tokens
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, tokens=self._tokens_text())
+            elapsed = max(time.monotonic() - self._start, 1e-9)
+            # A command that counts nothing (validate) shows no "0 tokens, 0/s".
+            text = f"{self.tokens:,} tokens, {self.tokens / elapsed:,.0f}/s" if self.tokens else ""
+            self._bar.update(self._task, advance=1, tokens=text)

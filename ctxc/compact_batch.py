@@ -1,20 +1,30 @@
 """A batch of compactions that resumes: the run journal says which files are done, so a batch run again
-(after a crash, a kill or a failure) compacts only the rest, and never a file twice.
-
-The caller runs the files (:class:`FileRunner`) and renders the document this returns.
-"""
+(after a crash, a kill or a failure) compacts only the rest, and never a file twice."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ctxc.batch import Outcome, batch_exit_code
+from ctxc.archive import Archive
+from ctxc.archive_store import archive_root
+from ctxc.batch import (
+    Journal,
+    Outcome,
+    already_done,
+    batch_exit_code,
+    check_distinct_outputs,
+    file_sha256,
+    fingerprint,
+)
+from ctxc.compaction.files import CompactJob, options_fingerprint_doc
+from ctxc.jobs import RUN_FIELDS, compact_journaled, journal_entry
+from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
-if TYPE_CHECKING:
-    from ctxc.compaction.files import CompactJob
+_Key = tuple[str, str, str]
 
 
 class FileRunner(Protocol):
@@ -38,21 +48,9 @@ def compact_batch(
     report: str | None,
     run_files: FileRunner,
 ) -> dict[str, Any]:
-    """Compact many files (``--out-dir`` or ``--in-place``), resuming from the journal; returns the
-    ``compact-batch`` document (rows, totals, exit code), also written to ``report`` when given.
-
-    ``run_files`` runs the files left to do (in worker processes, with whatever progress the caller shows).
-
-    A file is skipped when the journal holds an entry with its input sha256, the same options and the
-    same output path (resolved) whose output is still on disk unchanged; for ``--in-place`` also when
-    the input *is* that recorded output (the file was already compacted with these options). A file
-    the manifest records as done by a batch with these options but the journal missed (the run was
-    killed between the two lines) is journaled now and skipped too, so no file is compacted twice.
-    """
-    from ctxc.batch import check_distinct_outputs
-    from ctxc.jobs import compact_journaled
-    from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
-
+    """Compact many files (``--out-dir`` or ``--in-place``) with ``run_files``, skipping those the
+    journal (:class:`~ctxc.batch.Journal`) or the manifest records as done; returns the ``compact-batch``
+    document, also written to ``report`` when given."""
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
     for d in {str(Path(j.output).parent) for j in jobs_list}:
@@ -66,10 +64,10 @@ def compact_batch(
     for outcome in outcomes:
         k, job = todo[outcome.index]
         if outcome.ok and outcome.value is not None:
-            run = outcome.value["run"]
-            row = _row(job, run, status="planned" if dry_run else "ok", seconds=outcome.seconds)
+            status = "planned" if dry_run else "ok"
+            rows[k] = _row(job, outcome.value["run"], status=status, seconds=outcome.seconds)
         else:
-            row = {
+            rows[k] = {
                 "path": job.path,
                 "output": None,
                 "status": "failed",
@@ -77,7 +75,6 @@ def compact_batch(
                 "exit_code": outcome.exit_code,
                 "seconds": round(outcome.seconds, 3),
             }
-        rows[k] = row
     finished = [r for r in rows if r is not None]
     rc = batch_exit_code(outcomes, single=fail_fast)
     totals = _totals(finished, files=len(jobs_list))
@@ -91,26 +88,20 @@ def compact_batch(
 def _plan(
     jobs_list: Sequence[CompactJob], *, archive: str | None, resume: bool
 ) -> tuple[list[dict[str, Any] | None], list[tuple[int, CompactJob]]]:
-    """The rows of the files already done (None for the others), and the jobs left to run by index."""
-    from dataclasses import replace
+    """The rows of the files already done (None for the others), and the jobs left to run by index.
 
-    from ctxc.archive import Archive
-    from ctxc.archive_store import archive_root
-    from ctxc.batch import Journal, already_done, file_sha256, fingerprint
-    from ctxc.compaction.files import options_fingerprint_doc
-    from ctxc.jobs import journal_entry
-
+    Done: an entry with the input's sha256, options and resolved output whose output is unchanged; for
+    ``--in-place`` also when the input *is* that output. A file the manifest has but the journal missed
+    (a kill between the two lines) is journaled now.
+    """
     root = archive_root(archive)
     journal = Journal(root)
-    done_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if resume:
-        done_entries = {**_manifest_entries(Archive(root)), **journal.entries()}
+    done_entries = {**_manifest_entries(Archive(root)), **journal.entries()} if resume else {}
     # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
-    by_output: dict[tuple[str, str, str], dict[str, Any]] = {}
+    by_output: dict[_Key, dict[str, Any]] = {}
     for (_, o, out), e in done_entries.items():
         if isinstance(e.get("output_sha256"), str):
             by_output.setdefault((o, out, e["output_sha256"]), e)
-
     rows: list[dict[str, Any] | None] = [None] * len(jobs_list)
     todo: list[tuple[int, CompactJob]] = []
     for k, job in enumerate(jobs_list):
@@ -126,32 +117,37 @@ def _plan(
         if entry is not None and already_done(entry):
             if entry.get("from_manifest"):
                 journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
-            rows[k] = {**_row_from_entry(job, entry), "status": "skipped"}
+            row = _row(job, entry, status="skipped", seconds=0.0)
+            row["status"] = row.pop("status")  # a skipped row lists its status last
+            rows[k] = row
         else:
             todo.append((k, replace(job, batch_options=opts)))
     return rows, todo
 
 
 def _totals(finished: Sequence[dict[str, Any]], *, files: int) -> dict[str, Any]:
+    def count(status: str) -> int:
+        return sum(r["status"] == status for r in finished)
+
     return {
         "files": files,
-        "ok": sum(r["status"] == "ok" for r in finished),
+        "ok": count("ok"),
         # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
         "unchanged": sum(
             r["status"] == "ok" and r.get("output_sha256") == r.get("archive_id") for r in finished
         ),
-        "planned": sum(r["status"] == "planned" for r in finished),
-        "skipped": sum(r["status"] == "skipped" for r in finished),
-        "failed": sum(r["status"] == "failed" for r in finished),
+        "planned": count("planned"),
+        "skipped": count("skipped"),
+        "failed": count("failed"),
         "not_run": files - len(finished),
         "tokens_before": sum(r.get("tokens_before") or 0 for r in finished),
         "tokens_after": sum(r.get("tokens_after") or 0 for r in finished),
     }
 
 
-def _manifest_entries(store: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _manifest_entries(store: Archive) -> dict[_Key, dict[str, Any]]:
     """The files batches recorded in the manifest, keyed as :meth:`ctxc.batch.Journal.entries` keys them."""
-    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    out: dict[_Key, dict[str, Any]] = {}
     for run in store.manifest():
         batch = run.get("batch")
         if not isinstance(batch, dict):
@@ -162,31 +158,14 @@ def _manifest_entries(store: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
-def _row(job: Any, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
+def _row(job: CompactJob, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
     return {
         "path": job.path,
         "output": None if status == "planned" else job.output,
         "status": status,
-        "format": run["format"],
-        "tokens_before": run["tokens_before"],
-        "tokens_after": run["tokens_after"],
-        "archive_id": run["archive_id"],
-        "output_sha256": run.get("output_sha256"),
+        **{k: run.get(k) for k in RUN_FIELDS},
         "output_path": job.output,
         "error": None,
         "exit_code": 0,
         "seconds": round(seconds, 3),
-    }
-
-
-def _row_from_entry(job: Any, entry: dict[str, Any]) -> dict[str, Any]:
-    keys = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
-    return {
-        "path": job.path,
-        "output": job.output,
-        **{k: entry.get(k) for k in keys},
-        "output_path": job.output,
-        "error": None,
-        "exit_code": 0,
-        "seconds": 0.0,
     }

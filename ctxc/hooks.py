@@ -1,11 +1,9 @@
 """Claude Code hooks that archive a session before Claude's own compaction drops part of it.
 
-``ctxc hooks install claude-code`` adds a ``PreCompact`` and a ``SessionEnd`` hook to Claude Code's
-settings; each runs ``ctxc hooks run``, which reads the hook's JSON on stdin (``transcript_path``,
-``session_id``, ``hook_event_name``) and stores the transcript in the archive, where ``ctxc search``
-finds what ``/compact`` and auto-compact removed. ctxc's entries are recognised by their command
-(it ends with :data:`RUN_COMMAND`), so installing twice changes nothing and uninstalling removes
-exactly those entries, whatever other hooks the settings hold.
+``ctxc hooks install claude-code`` adds a ``PreCompact`` and a ``SessionEnd`` hook running ``ctxc hooks
+run``, which stores the transcript the hook's JSON names in the archive, where ``ctxc search`` finds
+what ``/compact`` removed. ctxc's entries are recognised by their command (ending with
+:data:`RUN_COMMAND`), so installing twice changes nothing and uninstalling removes only those.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from ctxc.sessions import claude_home
 
 EVENTS = ("PreCompact", "SessionEnd")
 RUN_COMMAND = "-m ctxc hooks run"
-SCOPES = ("user", "project")
 #: A hook's input is a small JSON object; anything larger is not one.
 MAX_HOOK_INPUT = 1 << 20
 
@@ -46,13 +43,8 @@ class SettingsChange:
         return self.before != self.after
 
     def diff(self) -> str:
-        lines = difflib.unified_diff(
-            self.before.splitlines(keepends=True),
-            self.after.splitlines(keepends=True),
-            fromfile=str(self.path),
-            tofile=str(self.path),
-        )
-        return "".join(lines)
+        before, after = self.before.splitlines(keepends=True), self.after.splitlines(keepends=True)
+        return "".join(difflib.unified_diff(before, after, fromfile=str(self.path), tofile=str(self.path)))
 
 
 def settings_path(scope: str, cwd: str | os.PathLike[str] | None = None) -> Path:
@@ -142,9 +134,8 @@ def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> Sett
         try:
             write_atomic(path, after.encode())
         except OSError as exc:
-            raise OutputError(
-                f"cannot write Claude Code's settings: {exc.strerror or exc}", path=str(path)
-            ) from exc
+            msg = f"cannot write Claude Code's settings: {exc.strerror or exc}"
+            raise OutputError(msg, path=str(path)) from exc
     return change
 
 

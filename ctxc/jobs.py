@@ -1,9 +1,6 @@
-"""Per-file work of the commands (analyze, validate, convert, repair), as picklable jobs.
-
-Each ``*_file`` function takes a frozen job and returns plain data, so :func:`ctxc.batch.run_batch` can
-run it in a worker process; each raises :class:`~ctxc.errors.CtxcError` for a bad file. Compaction's
-job is :func:`ctxc.compaction.files.compact_file`.
-"""
+"""Per-file work of the commands (analyze, validate, convert, repair), as picklable frozen jobs that
+:func:`ctxc.batch.run_batch` can run in a worker process; each raises :class:`~ctxc.errors.CtxcError`
+for a bad file."""
 
 from __future__ import annotations
 
@@ -14,11 +11,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxc.archive_store import archive_root, sha256_hex
+from ctxc.formats import dump, get_adapter, load, open_stream
+from ctxc.model import Message
+from ctxc.output import atomic_output
 from ctxc.pricing import default_prices
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.tokens import Counter, make_counter
+from ctxc.tokens.cost import compare_with_o200k
+from ctxc.validate import all_problems
 
 if TYPE_CHECKING:
     from ctxc.compaction.files import CompactJob
@@ -53,10 +56,9 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     from ctxc.analysis import analyze
 
     counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
-    second_pass = job.forecast or job.tokenizer == "anthropic"
     src: Any = job.path
     data = b""
-    if second_pass:  # both read the transcript again: read the input once for all
+    if job.forecast or job.tokenizer == "anthropic":  # both read it again: read the input once for all
         name, data = read_all(job.path)
         src = named_bytes(name, data)
     result = analyze(
@@ -72,7 +74,6 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     )
     if job.forecast:
         from ctxc.compaction.forecast import forecast
-        from ctxc.formats import load
 
         transcript = load(
             named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
@@ -88,9 +89,6 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
 
 def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> Any:
     """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
-    from ctxc.formats import open_stream
-    from ctxc.model import Message
-    from ctxc.tokens.cost import compare_with_o200k
 
     stream = open_stream(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
     try:
@@ -98,6 +96,11 @@ def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> 
         return compare_with_o200k((m for m in stream.items if isinstance(m, Message)), counter, o200k)
     finally:
         stream.close()
+
+
+_PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
+#: What a batch's row and journal line take from a file's manifest run.
+RUN_FIELDS = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +113,6 @@ class ValidateJob:
 
 def validate_file(job: ValidateJob) -> dict[str, Any]:
     """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry."""
-    from ctxc.formats import load
-    from ctxc.validate import all_problems
 
     t = load(job.path, input_format=job.input_format, options=job.read_options)
     problems = all_problems(t.messages, strict=job.strict)
@@ -119,17 +120,7 @@ def validate_file(job: ValidateJob) -> dict[str, Any]:
         "path": t.source,
         "format": t.format,
         "messages": len(t.messages),
-        "problems": [
-            {
-                "code": p.code,
-                "line": p.line,
-                "index": p.index,
-                "conversation": p.conversation,
-                "tool_id": p.tool_id,
-                "message": p.message,
-            }
-            for p in problems
-        ],
+        "problems": [{k: getattr(p, k) for k in _PROBLEM_FIELDS} for p in problems],
     }
 
 
@@ -147,8 +138,6 @@ class ConvertJob:
 def convert_file(job: ConvertJob) -> dict[str, Any]:
     """Write one transcript in another format; returns what was written where."""
     from ctxc.convert import convert_transcript
-    from ctxc.formats import dump, load
-    from ctxc.output import atomic_output
 
     transcript = load(job.path, input_format=job.input_format, options=job.read_options)
     if job.make_dirs:
@@ -175,10 +164,7 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     """Archive one transcript, then write it with its pairing problems fixed and record the run in the
     manifest; returns the manifest entry."""
     from ctxc.archive import Archive
-    from ctxc.archive_store import sha256_hex
     from ctxc.compaction.write import write_transcript
-    from ctxc.formats import get_adapter, load
-    from ctxc.output import atomic_output
     from ctxc.repair import repair_messages
 
     name, data = read_all(job.path)
@@ -186,12 +172,10 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     store = Archive.open(job.archive)
     store.check_manifest()
     archive_id = store.store(data)
-    outputs: dict[int, Any] = {}
-    fixed_total = 0
-    for conv in range(transcript.conversations):
-        fixed_msgs, fixed = repair_messages(transcript.conversation(conv))
-        outputs[conv] = fixed_msgs
-        fixed_total += len(fixed)
+    repaired = {
+        conv: repair_messages(transcript.conversation(conv)) for conv in range(transcript.conversations)
+    }
+    outputs = {conv: messages for conv, (messages, _) in repaired.items()}
     result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
     out_bytes = result.to_bytes()
     entry = {
@@ -202,7 +186,7 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
         "input_sha256": archive_id,
         "output_sha256": sha256_hex(out_bytes),
         "format": transcript.format,
-        "fixed": fixed_total,
+        "fixed": sum(len(fixed) for _, fixed in repaired.values()),
     }
     # Recorded before the output takes its place: no output exists that the manifest does not know.
     with atomic_output(
@@ -213,12 +197,8 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
 
 
 def compact_journaled(job: CompactJob) -> dict[str, Any]:
-    """Compact one file of a batch and append its line to the run journal at once.
-
-    The worker that did the file writes the line, right after the manifest's: the batch's own process
-    may be killed at any moment, and each finished file must be on record when it is.
-    """
-    from ctxc.archive_store import archive_root
+    """Compact one file of a batch and append its line to the run journal at once, in the worker: the
+    batch's own process may be killed at any moment."""
     from ctxc.batch import Journal
     from ctxc.compaction.files import compact_file
 
@@ -236,11 +216,7 @@ def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) 
         "path": path,
         "output": output,
         "status": "ok",
-        "format": run.get("format"),
-        "tokens_before": run.get("tokens_before"),
-        "tokens_after": run.get("tokens_after"),
-        "archive_id": run.get("archive_id"),
-        "output_sha256": run.get("output_sha256"),
+        **{k: run.get(k) for k in RUN_FIELDS},
         "output_path": os.path.realpath(output),
         "error": None,
         "exit_code": 0,

@@ -1,16 +1,9 @@
 """The live context: the part of a log its client will send the model next.
 
-A transcript file keeps everything, but an agent resumes from its log's own last compaction: Claude
-Code from its newest ``compact_boundary`` (with the summary record after it), Codex from its last
-``compacted`` record (the ``replacement_history`` it holds, then what follows), pi from its last
-``compaction`` entry (its summary, the kept tail before it, then what follows), a chat log from its last
-``compaction`` block. Subagent runs written inline (Claude Code sidechains) are contexts of their own,
-never the main one. A Claude Code log is a tree: a rewind or an edited prompt leaves the old branch in
-the file, and the client resumes only the chain that ends at the newest main-chain leaf; messages on
-other branches are in no context. Every count ctxc prints and every change it makes is about the live
-context; this module is the one place that says which messages are in it. Each adapter supplies the
-facts: which :class:`~ctxc.model.Boundary` resets, what it carries, which messages are sidechain
-messages, which lie on abandoned branches (a ``branches`` item).
+An agent resumes from its log's own last compaction (each adapter says which :class:`~ctxc.model.Boundary`
+resets and what it carries); inline subagent runs (sidechains) are contexts of their own, and messages on
+abandoned branches of a Claude Code log (a ``branches`` item) are in no context. Every count ctxc prints
+and every change it makes is about the live context; this module is the one place that decides it.
 """
 
 from __future__ import annotations
@@ -21,8 +14,7 @@ from dataclasses import dataclass, field
 
 from ctxc.model import Boundary, Message, TextBlock, Transcript, UnknownBlock
 
-#: Markup a client injects into user text: reminders, slash-command echoes and their output, Codex's
-#: environment and instructions. None of it is the user's own words.
+#: Markup a client injects into user text (reminders, slash commands, Codex's environment): not the user's.
 INJECTED_MARKUP = re.compile(
     r"<(system-reminder|command-name|command-message|command-args|local-command-stdout|local-command-stderr"
     r"|environment_context|user_instructions)>"
@@ -30,28 +22,22 @@ INJECTED_MARKUP = re.compile(
     re.S,
 )
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# Whole user messages a harness writes: Codex's AGENTS.md instructions, Claude Code's command caveat
-# and the marker it records when the user interrupts a turn.
+# Whole user messages a harness writes (instructions, a command caveat, an interruption marker).
 _HARNESS_OPENINGS = (
     "# AGENTS.md instructions",
     "<INSTRUCTIONS>",
     "Caveat: The messages below were generated",
     "[Request interrupted by user",
 )
-
-
 #: The kind of the item that names the messages on abandoned branches; it is no compaction.
 BRANCHES = "branches"
 
 
 @dataclass(frozen=True, slots=True)
 class LiveContext:
-    """Which messages of a log its client sends next.
-
-    ``resets`` holds, per conversation, the boundary its client resumes from (none: the whole
-    conversation is live). ``side`` lists the conversations the client runs apart from the main one.
-    ``abandoned`` holds the indexes of messages on branches the client no longer resumes.
-    """
+    """Which messages of a log its client sends next: per conversation the boundary it resumes from
+    (``resets``), the conversations run apart from the main one (``side``), and the indexes of messages
+    on abandoned branches."""
 
     resets: Mapping[int, Boundary] = field(default_factory=dict)
     side: frozenset[int] = frozenset()
@@ -79,11 +65,6 @@ class LiveContext:
         return max(self.resets.values(), key=lambda b: b.line, default=None)
 
 
-def last_resets(boundaries: Iterable[Boundary]) -> dict[int, Boundary]:
-    """The newest boundary each conversation's client resumes from."""
-    return {b.conversation: b for b in boundaries if b.resets}
-
-
 def abandoned_messages(boundaries: Iterable[Boundary]) -> frozenset[int]:
     """Indexes of the messages on abandoned branches, as the adapter's ``branches`` items name them."""
     return frozenset(i for b in boundaries if b.kind == BRANCHES for i in b.abandoned)
@@ -96,9 +77,9 @@ def compactions(boundaries: Iterable[Boundary]) -> tuple[Boundary, ...]:
 
 def scanned_live_context(boundaries: Sequence[Boundary], side: Iterable[int]) -> LiveContext:
     """The live context from a scan's boundaries and the conversations it found to be sidechains."""
-    return LiveContext(
-        resets=last_resets(boundaries), side=frozenset(side), abandoned=abandoned_messages(boundaries)
-    )
+    # Each conversation's client resumes from its newest resetting boundary.
+    resets = {b.conversation: b for b in boundaries if b.resets}
+    return LiveContext(resets=resets, side=frozenset(side), abandoned=abandoned_messages(boundaries))
 
 
 def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:
@@ -119,8 +100,9 @@ def is_sidechain(message: Message) -> bool:
 
 def live_context(boundaries: Sequence[Boundary], messages: Sequence[Message]) -> LiveContext:
     """The live context of a whole transcript, from its boundaries and messages as read."""
-    side = side_conversations((m.conversation, is_sidechain(m)) for m in messages)
-    return LiveContext(resets=last_resets(boundaries), side=side, abandoned=abandoned_messages(boundaries))
+    return scanned_live_context(
+        boundaries, side_conversations((m.conversation, is_sidechain(m)) for m in messages)
+    )
 
 
 def live_messages(transcript: Transcript) -> tuple[Message, ...]:
@@ -136,10 +118,8 @@ def sent_messages(transcript: Transcript) -> tuple[Message, ...]:
 
 
 def request_text(message: Message) -> str:
-    """The user's own words in ``message``: injected markup removed; for a slash command, its
-    arguments. Empty when the message holds none (a reminder, an environment context, a tool result)."""
-    # Block by block: a Claude Code message may join several records (a tool result, the client's note
-    # of an interruption, then what the user typed).
+    """The user's own words in ``message``, block by block, injected markup removed; for a slash
+    command, its arguments. Empty when it holds none (a reminder, an environment context, a tool result)."""
     own: list[str] = []
     args: list[str] = []
     for b in message.blocks:
@@ -170,9 +150,8 @@ def last_request(messages: Sequence[Message]) -> Message | None:
 
 
 def compaction_block_boundary(message: Message) -> Boundary | None:
-    """A reset at ``message`` when it holds a provider's own compaction (the Messages API's
-    ``compaction`` block, the Responses API's ``compaction`` item): the provider ignores what precedes it,
-    so the live context starts at this message."""
+    """A reset at ``message`` when it holds a provider's own compaction block or item: the provider
+    ignores what precedes it."""
     if any(isinstance(b, UnknownBlock) and b.type == "compaction" for b in message.blocks):
         return Boundary(
             kind="compaction",

@@ -1,10 +1,9 @@
 """What the usage a log recorded cost, from a dated price table (``prices.toml``, overridable).
 
-Prices are per model and per kind of token (fresh input, cache writes, cache reads, output). A call
-is priced at its model's rates; a model the table does not know is reported as unpriced, never
-guessed. Names are matched after dropping a provider prefix (``anthropic/``) and a date or version
-suffix (``-20250929``, ``@20250929``), so ``claude-sonnet-4-5-20250929`` is ``claude-sonnet-4-5``;
-there is no prefix matching, which would price ``claude-opus-4-7`` as ``claude-opus-4``.
+A call is priced at its model's rates per kind of token; an unknown model is reported as unpriced,
+never guessed. Names drop a provider prefix and a date or version suffix (``claude-sonnet-4-5-20250929``
+is ``claude-sonnet-4-5``); there is no prefix matching, which would price ``claude-opus-4-7`` as
+``claude-opus-4``.
 """
 
 from __future__ import annotations
@@ -141,9 +140,8 @@ def _load(path: Path) -> Mapping[str, Any]:
 def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
     """The shipped table, with the models of the ``override`` file replacing or added."""
     as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
-    extra = override
-    if extra:
-        extra_as_of, extra_models = _parse(_load(Path(extra)), str(extra))
+    if override:
+        extra_as_of, extra_models = _parse(_load(Path(override)), str(override))
         models |= extra_models
         as_of = extra_as_of or as_of
     return PriceTable(as_of, models)
@@ -162,25 +160,22 @@ def _cached_prices(override: str | None) -> PriceTable:
 
 def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:
     """The cost of recorded calls, per model (in order of first use)."""
-    sums: dict[str, list[float]] = {}
-    priced: dict[str, bool] = {}
+    by_model: dict[str, list[Usage]] = {}
     for u in usage:
-        found = table.find(u.model)
-        key = u.model or "(model not recorded)"
-        row = sums.setdefault(key, [0, 0, 0, 0, 0, 0.0])
-        row[0] += 1
-        row[1] += u.input
-        row[2] += u.output
-        row[3] += u.cache_write
-        row[4] += u.cache_read
-        priced[key] = found is not None
-        if found is not None:
-            row[5] += found[1].of(u)
-    models = tuple(
-        ModelCost(name, int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), r[5] if priced[name] else None)
-        for name, r in sums.items()
-    )
-    return Cost(sum(m.usd for m in models if m.usd is not None), table.as_of, models)
+        by_model.setdefault(u.model or "(model not recorded)", []).append(u)
+    models = [
+        ModelCost(
+            name,
+            len(calls),
+            sum(u.input for u in calls),
+            sum(u.output for u in calls),
+            sum(u.cache_write for u in calls),
+            sum(u.cache_read for u in calls),
+            sum(found[1].of(u) for u in calls) if (found := table.find(calls[0].model)) else None,
+        )
+        for name, calls in by_model.items()
+    ]
+    return Cost(sum(m.usd for m in models if m.usd is not None), table.as_of, tuple(models))
 
 
 def saving_per_turn(tokens: int, model: str | None, table: PriceTable) -> tuple[float, float] | None:

@@ -1,14 +1,8 @@
 """The analysis cache: a file's scan, stored by the hash of the file's content.
 
-Counting is the cost of analyze, and CI re-analyzes the same logs run after run. A scan (per-message
-tokens, roles, kinds, recorded usage, boundaries, pairing problems) depends only on the file's bytes,
-the tokenizer and the read options, so it is cached under a key made of exactly those and the ctxc
-version. A second run over an unchanged file finds it by the file's identity (or, failing that,
-by hashing it: BLAKE2b, about 1 GB/s).
-
-Files live in ``analyses/`` beside the token count cache (``$CTXC_CACHE_DIR``), written atomically
-(temp file + rename) so concurrent runs never see half a file. Like the count cache, this is an
-optimisation and never a reason to fail: any error reading or writing it is ignored (logged once).
+A scan depends only on the file's bytes, the tokenizer, the read options and the ctxc version, so CI
+re-analyzing unchanged logs finds it under a key of exactly those. Entries live in ``analyses/`` beside
+the token count cache, written atomically; any error reading or writing them is ignored (logged).
 """
 
 from __future__ import annotations
@@ -40,21 +34,15 @@ _LAYOUT = 5  # 5: rows carry the thinking tokens of messages of another kind
 _STILL_NS = 2_000_000_000
 
 
-def _directory() -> Path:
-    return cache_dir() / "analyses"
-
-
 def scan_key(
     path: str | os.PathLike[str], tokenizer: str, input_format: str | None, options: ReadOptions
 ) -> str | None:
-    """The cache key of a file's scan, or None when the file cannot be read (the scan will say why) or
+    """The cache key of a file's scan (a hash of its content), or None when the file cannot be read or
     is not a regular file (a pipe is read once, by the scan).
 
-    The key hashes the content. Hashing 100 MB still takes a tenth of a second, so the key is also
-    remembered under the file's identity (device, inode, size, mtime and ctime, all to the nanosecond):
-    any write to the file changes its ctime, which no user tool can set back. An identity is only
-    remembered once the file has been still for two seconds, so a write landing in the same clock tick
-    as the hashing cannot go unnoticed.
+    The key is also remembered under the file's identity (device, inode, size, mtime and ctime in ns;
+    any write changes the ctime), once the file has been still for two seconds, so a write in the
+    same clock tick as the hashing cannot go unnoticed.
     """
     prefix = (
         f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}|"
@@ -64,14 +52,13 @@ def scan_key(
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        # A FIFO or /dev/fd/N can be read once: hashing it would leave nothing for the scan.
         return None
     ident = hashlib.blake2b(
         f"{prefix}{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
         f"{st.st_ctime_ns}".encode(),
         digest_size=20,
     ).hexdigest()
-    remembered = _directory() / "by-stat" / ident
+    remembered = cache_dir() / "analyses" / "by-stat" / ident
     with contextlib.suppress(OSError, UnicodeDecodeError):
         key = remembered.read_text(encoding="ascii").strip()
         if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
@@ -100,7 +87,7 @@ def _write_atomic(target: Path, data: bytes) -> None:
 def load_scan(key: str, path: str) -> Scan | None:
     """The cached scan for ``key`` (reported under ``path``, the name the user gave), if there is one."""
     try:
-        data = orjson.loads((_directory() / f"{key}.json").read_bytes())
+        data = orjson.loads((cache_dir() / "analyses" / f"{key}.json").read_bytes())
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -137,7 +124,7 @@ def store_scan(key: str, scan: Scan) -> None:
         "skipped_lines": scan.skipped_lines,
         "sidechains": scan.sidechains,
     }
-    _write_atomic(_directory() / f"{key}.json", orjson.dumps(doc))
+    _write_atomic(cache_dir() / "analyses" / f"{key}.json", orjson.dumps(doc))
 
 
 def _fields(obj: Any) -> dict[str, Any]:

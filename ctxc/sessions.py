@@ -1,18 +1,15 @@
 """Where Claude Code and Codex keep their sessions, and finding one by id, id prefix or ``latest``.
 
-Claude Code writes ``$CLAUDE_CONFIG_DIR/projects/<project>/<session id>.jsonl`` (default
-``~/.claude``), where ``<project>`` is the working directory with every character other than a
-letter or digit turned into ``-``. Codex writes ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``
-(default ``~/.codex``) and records the working directory in the first record (``session_meta``).
-Subagent logs (``agent-*.jsonl``, ``<id>/subagents/``) are not sessions a user resumes, so they are
-not listed.
+Claude Code: ``$CLAUDE_CONFIG_DIR/projects/<cwd, non-alphanumerics as ->/<id>.jsonl``; Codex:
+``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`` (cwd in ``session_meta``). Subagent logs
+are not sessions a user resumes, so they are not listed.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +23,10 @@ AGENTS = ("claude-code", "codex")
 LATEST = "latest"
 #: Shorter prefixes match too much to be a deliberate reference.
 MIN_PREFIX = 4
-#: How much of a file's head is read for its working directory (a Codex ``session_meta`` carries
-#: the tool schemas and instructions, so it can be long).
+#: How much of a file's head is read for its working directory (a Codex ``session_meta`` can be long).
 _HEAD_BYTES = 1 << 20
 _HEAD_LINES = 30
-_CODEX_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_CODEX_FILE = re.compile(r"rollout-.*([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl")
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
@@ -84,11 +80,7 @@ def _head_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _claude_cwd(path: Path) -> str | None:
-    for record in _head_records(path):
-        cwd = record.get("cwd")
-        if isinstance(cwd, str):
-            return cwd
-    return None
+    return next((r["cwd"] for r in _head_records(path) if isinstance(r.get("cwd"), str)), None)
 
 
 def _codex_cwd(path: Path) -> str | None:
@@ -108,49 +100,37 @@ def _session(agent: str, session_id: str, path: Path, project: str | None) -> Se
     return Session(session_id, agent, path, project, st.st_mtime, st.st_size)
 
 
-def _claude_files(project_dirs: Iterable[Path]) -> Iterator[Path]:
-    for directory in project_dirs:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".jsonl") and not name.startswith("agent-"):
-                yield directory / name
+def _listing(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
 
 
 def claude_sessions(project: str | None = None) -> list[Session]:
     """Claude Code's sessions, of one working directory's project or of all."""
     root = claude_home() / "projects"
     if project is not None:
-        dirs: list[Path] = [root / claude_project_dir(project)]
+        dirs = [root / claude_project_dir(project)]
     else:
-        try:
-            dirs = [root / n for n in sorted(os.listdir(root)) if (root / n).is_dir()]
-        except OSError:
-            return []
-    found = (_session("claude-code", f.stem, f, _claude_cwd(f)) for f in _claude_files(dirs))
+        dirs = [root / n for n in _listing(root) if (root / n).is_dir()]
+    files = (d / n for d in dirs for n in _listing(d) if n.endswith(".jsonl") and not n.startswith("agent-"))
+    found = (_session("claude-code", f.stem, f, _claude_cwd(f)) for f in files)
     # Two directories can share a project name ("/a/b" and "/a-b"): the recorded cwd tells them apart.
     return [s for s in found if s is not None and (project is None or s.project in (None, project))]
 
 
 def codex_sessions(project: str | None = None) -> list[Session]:
     """Codex's rollouts, of one working directory or of all."""
-    root = codex_home() / "sessions"
-    out: list[Session] = []
-    for directory, _, names in sorted(os.walk(root)):
+    found: list[Session | None] = []
+    for directory, _, names in sorted(os.walk(codex_home() / "sessions")):
         for name in sorted(names):
-            match = _CODEX_ID.search(name[: -len(".jsonl")]) if name.endswith(".jsonl") else None
-            if not name.startswith("rollout-") or match is None:
-                continue
-            path = Path(directory) / name
-            cwd = _codex_cwd(path)
-            if project is not None and cwd != project:
-                continue
-            session = _session("codex", match.group(1), path, cwd)
-            if session is not None:
-                out.append(session)
-    return out
+            if match := _CODEX_FILE.fullmatch(name):
+                path = Path(directory) / name
+                cwd = _codex_cwd(path)
+                if project is None or cwd == project:
+                    found.append(_session("codex", match.group(1), path, cwd))
+    return [s for s in found if s is not None]
 
 
 def find_sessions(agent: str | None = None, project: str | None = None) -> list[Session]:

@@ -1,41 +1,37 @@
 """Recorded usage only (``ctxc analyze --tokenizer usage``): what the log says the API calls cost.
 
-Claude Code logs (``message.usage``) and Codex rollouts (``token_count`` events) record every API
-call's tokens. Reading those figures needs neither a tokenizer nor the conversation model, so this
-module does not build either: it searches the raw bytes for the few lines that carry usage (the
-adapter's ``usage_needles``: ``"usage"``, or Codex's ``"token_count"``) and parses only those. On
-54 MB of Claude Code logs that is about 6 MB parsed instead of 54 and no message objects at all, which
-is what keeps ``analyze --tokenizer usage`` within a small factor of ccusage (a native binary).
-
-The figures are the ones the full reader records (:attr:`ctxc.model.Transcript.usage`): one call per
-Claude Code response, however many records it was split over (``message.id``; the field-wise maximum,
-since ``output_tokens`` grows as a response streams), a part of an already closed response not counted
-again, ``<synthetic>`` turns (written by the client, not the API) not counted; Codex token counts
-deduplicated by their running total. The tests hold the two paths equal on every corpus file.
-
-Deliberate differences from a full read, for speed: lines that carry no usage are not parsed, so a
-broken line elsewhere in the file is not reported (``ctxc validate`` and plain ``analyze`` do that), and
-``--skip-invalid`` counts only skipped usage lines. Formats without ``usage_needles`` (pi sessions, Kimi
-chat logs, API responses stored as chat lines) go through the full reader, still without tokenizing.
-A file that records no usage at all is an error naming its format, not a silent zero.
+Claude Code and Codex logs record every call's tokens, so no tokenizer and no message model are
+needed: the raw bytes are searched for the adapter's ``usage_needles`` and only those lines are parsed.
+The figures equal the full reader's (:attr:`ctxc.model.Transcript.usage`; the tests hold them equal),
+but a broken line that carries no usage is not reported (``--skip-invalid`` counts only usage lines).
+Formats without needles go through the full reader, still without tokenizing. A file that records no
+usage at all is an error, not a silent zero.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import orjson
 
 from ctxc.errors import CtxcError, InputError
-from ctxc.formats.base import FormatAdapter
+from ctxc.formats import check_forced, get_adapter, open_stream, sniff
+from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
+from ctxc.formats.claude_code import (
+    _BOUNDARIES,
+    _MAX_OPEN_RECORDS,
+    _RECENT_IDS,
+    _SYNTHETIC_MODEL,
+    hour_writes,
+)
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
-from ctxc.reader import ReadOptions, named_bytes, parse_line
+from ctxc.profiles import resolve_window, window_for_log
+from ctxc.reader import ReadOptions, iter_records, named_bytes, open_binary, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
@@ -67,18 +63,12 @@ def scan_usage(
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> UsageScan:
-    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream).
-
-    Raises :class:`~ctxc.errors.InputError` when the file records no usage at all, and the reader's
-    usual errors for a missing, empty, binary or unrecognised file.
-    """
-    from ctxc.reader import open_binary
-
+    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream); an
+    :class:`~ctxc.errors.InputError` when it records none, besides the reader's usual errors."""
     name, handle = open_binary(src)
     owned = isinstance(src, str | os.PathLike) and name != "-"
     try:
-        buf = _buffer(handle, owned)
-        scan = _scan_buffer(buf, name, input_format, options)
+        scan = _scan_buffer(_buffer(handle, owned), name, input_format, options)
     finally:
         if owned:
             handle.close()
@@ -105,8 +95,6 @@ def _buffer(handle: BinaryIO, owned: bool) -> bytes | mmap.mmap:
 def _scan_buffer(
     buf: bytes | mmap.mmap, name: str, input_format: str | None, options: ReadOptions
 ) -> UsageScan:
-    from ctxc.formats import get_adapter, sniff
-
     adapter = None
     try:
         sample = list(_head_records(buf, name, options))
@@ -115,7 +103,14 @@ def _scan_buffer(
     except CtxcError:
         adapter = None  # the full reader says exactly what is wrong (or reads a whole-document file)
     if adapter is None or not adapter.usage_needles:
-        return _full_read(buf, name, input_format, options)
+        stream = open_stream(
+            named_bytes(name, bytes(buf)), input_format=input_format, options=options, keep_records=False
+        )
+        try:
+            usage, boundaries = _usage_and_boundaries(stream.items)
+        finally:
+            stream.close()
+        return UsageScan(name, stream.adapter.name, usage, boundaries, len(stream.invalid_lines))
     lines = _Lines(buf, name, options)
     # Claude Code's hand-written loop equals its reader over these lines (tested), in half the time.
     if adapter.name == "claude-code":
@@ -123,19 +118,13 @@ def _scan_buffer(
     else:
         usage, boundaries, skipped = _needle_lines(lines, adapter)
     if input_format and not (usage or boundaries):
-        from ctxc.formats import check_forced
-
         check_forced(input_format, sample, name)
     return UsageScan(name, adapter.name, usage, boundaries, skipped, fast=True)
 
 
 def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
-    """The records sniffing looks at, read by the ordinary reader from the head of the buffer."""
-    from ctxc.formats.base import SNIFF_RECORDS
-    from ctxc.reader import iter_records
-
-    # The reader sniffs 40 records; a few whole lines up to 64 KB say as much for these formats (one
-    # record type per line) at a fraction of the parsing, which matters when a log's lines are large.
+    """The records sniffing looks at: whole lines up to 64 KB at the head of the buffer, which say as
+    much as the reader's 40 records for these formats at a fraction of the parsing."""
     end, lines = 0, 0
     while lines < SNIFF_RECORDS * 2 and (end < _SNIFF_HEAD or lines == 0):
         nl = buf.find(_NL, end)
@@ -151,36 +140,20 @@ def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> It
             return
 
 
-def _full_read(
-    buf: bytes | mmap.mmap, name: str, input_format: str | None, options: ReadOptions
-) -> UsageScan:
-    """Formats without a fast path: the ordinary reader, keeping only usage and boundaries."""
-    from ctxc.formats import open_stream
-
-    stream = open_stream(
-        named_bytes(name, bytes(buf)), input_format=input_format, options=options, keep_records=False
-    )
+def _usage_and_boundaries(items: Iterable[object]) -> tuple[tuple[Usage, ...], tuple[Boundary, ...]]:
     usage: list[Usage] = []
     boundaries: list[Boundary] = []
-    try:
-        for item in stream.items:
-            if isinstance(item, Usage):
-                usage.append(item)
-            elif isinstance(item, Boundary):
-                boundaries.append(item)
-    finally:
-        stream.close()
-    return UsageScan(
-        name, stream.adapter.name, tuple(usage), tuple(boundaries), len(stream.invalid_lines), fast=False
-    )
+    for item in items:
+        if isinstance(item, Usage):
+            usage.append(item)
+        elif isinstance(item, Boundary):
+            boundaries.append(item)
+    return tuple(usage), tuple(boundaries)
 
 
 class _Lines:
-    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers.
-
-    Line numbers are counted with ``find`` jumps from one wanted line to the next (memchr speed), never
-    by splitting the buffer.
-    """
+    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers
+    (counted with ``find`` jumps from one wanted line to the next, never by splitting the buffer)."""
 
     def __init__(self, buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> None:
         self.buf, self.name, self.options = buf, name, options
@@ -230,53 +203,22 @@ class _Lines:
                 raise
             yield line, raw, data
 
-    def records(self, needles: Sequence[bytes]) -> Iterator[tuple[int, Record]]:
-        """``(index, Record)`` for each line holding a needle that parses to a JSON object."""
-        for n, (line, raw, data) in enumerate(self.parsed(needles)):
-            if isinstance(data, dict):
-                yield n, Record(line=line, raw=raw, eol=b"", data=data)
-
 
 def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
 
-    Mirrors the full reader's rules (:mod:`ctxc.formats.claude_code`): an open response takes the
-    field-wise maximum of its records' usage and closes when an assistant record with another id comes;
-    a late part of a response closed among the last few is not counted again; synthetic turns are not
-    API calls. Only records that carry usage are seen here, which every API response does. The loop
-    keeps plain integers and builds one :class:`Usage` per call: it runs once per line of a 50 MB log.
+    Mirrors :mod:`ctxc.formats.claude_code`: an open response takes the field-wise maximum of its
+    records' usage and closes when an assistant record with another id comes; a late part of a recently
+    closed response is not counted again; synthetic turns are not API calls. Plain integers until the
+    end: this runs once per line of a large log.
     """
-    from ctxc.formats.claude_code import (
-        _BOUNDARIES,
-        _MAX_OPEN_RECORDS,
-        _RECENT_IDS,
-        _SYNTHETIC_MODEL,
-        hour_writes,
-    )
-
-    usage: list[Usage] = []
+    calls: list[tuple[list[int], str | None]] = []  # [input, output, cache read/write, 1h, line], model
     boundaries: list[Boundary] = []
-    closed: deque[str] = deque()  # the last _RECENT_IDS closed ids, with a set for fast membership
-    closed_set: set[str] = set()
+    closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
-    open_call: list[int] | None = None  # input, output, cache read, cache write, 1h writes, line
+    open_call: list[int] | None = None
     open_model: str | None = None
     open_records = 0
-
-    def close() -> None:
-        nonlocal open_id, open_call
-        if open_id is not None:
-            if open_call is not None:
-                i, o, r, w, hour, first = open_call
-                usage.append(Usage(i, o, r, w, line=first, model=open_model, cache_write_1h=hour))
-            closed.append(open_id)
-            closed_set.add(open_id)
-            if len(closed) > _RECENT_IDS:
-                gone = closed.popleft()
-                if gone not in closed:
-                    closed_set.discard(gone)
-        open_id, open_call = None, None
-
     for line, _raw, data in lines.parsed(needles):
         if not isinstance(data, dict):
             continue
@@ -294,8 +236,7 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         u = message.get("usage")
         call = None
         model = message.get("model")
-        model = model if isinstance(model, str) and model and not model.startswith("<") else None
-        if isinstance(u, dict) and message.get("model") != _SYNTHETIC_MODEL:
+        if isinstance(u, dict) and model != _SYNTHETIC_MODEL:
             call = [
                 _int(u.get("input_tokens")),
                 _int(u.get("output_tokens")),
@@ -304,25 +245,27 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
                 hour_writes(u),
                 line,
             ]
+        model = model if isinstance(model, str) and model and not model.startswith("<") else None
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
-            # every part repeats the usage and output_tokens grows as the response streams: keep the
-            # field-wise maximum, at the line of the response's first part
-            if open_call is None or call is None:
-                open_call = open_call or call
-            else:
-                open_call = [max(a, b) for a, b in zip(open_call[:5], call[:5], strict=True)] + [open_call[5]]
+            # Every part repeats the usage and output_tokens grows as the response streams.
+            if open_call is not None and call is not None:
+                open_call[:5] = map(max, open_call[:5], call[:5])
+            elif call is not None:
+                open_call = call
+                calls.append((call, open_model))
             open_records += 1
             continue
-        close()
-        if mid is None:
-            if call is not None:
-                i, o, r, w, hour, _ = call
-                usage.append(Usage(i, o, r, w, line=line, model=model, cache_write_1h=hour))
-            continue
+        if open_id is not None:
+            closed.pop(open_id, None)  # re-closed: now the newest
+            closed[open_id] = None
+            if len(closed) > _RECENT_IDS:
+                del closed[next(iter(closed))]
         open_id, open_records, open_model = mid, 1, model
-        open_call = None if mid in closed_set else call
-    close()
-    return tuple(usage), tuple(boundaries), lines.skipped
+        open_call = None if mid in closed else call
+        if open_call is not None:
+            calls.append((open_call, model))
+    usage = tuple(Usage(i, o, r, w, line=at, model=m, cache_write_1h=h) for (i, o, r, w, h, at), m in calls)
+    return usage, tuple(boundaries), lines.skipped
 
 
 def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
@@ -344,26 +287,24 @@ def _int(value: Any) -> int:
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
-    """The adapter's own reader over only the lines holding its ``usage_needles``: it yields the usage
-    and boundaries it yields over the whole file, since those come from these lines alone (bar the
-    message indexes and carried messages of boundaries, which need the messages)."""
-    usage: list[Usage] = []
-    boundaries: list[Boundary] = []
-    for item in adapter.read(lines.records(adapter.usage_needles)):
-        if isinstance(item, Usage):
-            usage.append(item)
-        elif isinstance(item, Boundary):
-            boundaries.append(item)
-    return tuple(usage), tuple(boundaries), lines.skipped
-
-
-# ----------------------------------------------------------------------------------------- analysis
+    """The adapter's own reader over only the lines holding its ``usage_needles``: the usage and
+    boundaries it yields over the whole file come from these lines alone."""
+    records = (
+        (n, Record(line=line, raw=raw, eol=b"", data=data))
+        for n, (line, raw, data) in enumerate(lines.parsed(adapter.usage_needles))
+        if isinstance(data, dict)
+    )
+    return (*_usage_and_boundaries(adapter.read(records)), lines.skipped)
 
 
 def total_tokens(summary: UsageSummary) -> int:
-    """Every token the calls were billed for: input, output, cache reads and cache writes (ccusage's
-    ``totalTokens``)."""
+    """Every token the calls were billed for (ccusage's ``totalTokens``)."""
     return summary.input + summary.output + summary.cache_read + summary.cache_write
+
+
+def _live_since(scan: UsageScan) -> int:
+    """The line of the log's own last compaction (0 when it has none)."""
+    return max((b.line for b in scan.boundaries if b.resets), default=0)
 
 
 def usage_analysis(
@@ -374,20 +315,12 @@ def usage_analysis(
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
     prices: PriceTable | None = None,
 ) -> Analysis:
-    """An :class:`~ctxc.report.Analysis` from recorded usage alone.
-
-    There are no per-message figures. ``max_context`` (and so the share and the stage) is the largest
-    context a recorded call sent since the log's own last compaction (the live context), the recorded
-    counterpart of the counted peak; ``total_tokens`` is every token billed (input, output, cache reads
-    and writes). Without ``window`` and ``model``, the log's own are used.
-    """
-    from ctxc.profiles import window_for_log
-
+    """An :class:`~ctxc.report.Analysis` from recorded usage alone: ``max_context`` is the largest context
+    a call sent since the log's own last compaction; ``window`` and ``model`` default to the log's."""
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage, prices)
-    since = max((b.line for b in scan.boundaries if b.resets), default=0)
-    live_calls = [u.context for u in scan.usage if u.line > since]
-    peak = max(live_calls, default=0)
+    since = _live_since(scan)
+    peak = max((u.context for u in scan.usage if u.line > since), default=0)
     return Analysis(
         path=scan.path,
         format=scan.format,
@@ -423,8 +356,6 @@ def analyze_usage(
     prices: PriceTable | None = None,
 ) -> Analysis:
     """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
-    from ctxc.profiles import resolve_window
-
     th = check_thresholds(thresholds)
     if model is not None or window is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
@@ -434,15 +365,8 @@ def analyze_usage(
 
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
     """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
-    since = max((b.line for b in scan.boundaries if b.resets), default=0)
+    since = _live_since(scan)
     return next((u.line for u in scan.usage if u.line > since and u.context > limit), None)
 
 
-__all__ = [
-    "UsageScan",
-    "analyze_usage",
-    "crossing_line",
-    "scan_usage",
-    "total_tokens",
-    "usage_analysis",
-]
+__all__ = ["UsageScan", "analyze_usage", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]

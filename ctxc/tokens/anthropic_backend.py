@@ -1,30 +1,16 @@
 """Exact Claude token counts through the Anthropic API's ``messages.count_tokens`` endpoint.
 
-Claude's tokenizer is not published, so the only exact count is the API's. The endpoint returns one
-total per request, so each distinct text is sent as its own one-message request (a user message
-whose content is the text), ``concurrency`` requests at a time. The :class:`CachedCounter` in
-front of this tokenizer keeps counts on disk by content hash, so a text is paid for once per model.
-
-Per-text counts: a one-message request also counts the message's framing (role markers and the
-like), a few tokens that do not depend on the text. That fixed overhead is measured once per model
-and process as ``count_tokens("a") - 1`` (one ASCII letter is one token in any BPE vocabulary) and
-subtracted from every count, so that a text's count means the same thing as an o200k count of it,
-and the message framing is added once per message by :mod:`ctxc.tokens.cost` exactly as for the
-offline tokenizers. Counts are therefore comparable with o200k text for text.
-
-The API refuses a text that is only whitespace; such a text is counted between two ``|`` characters,
-minus the two (the bars may merge with the whitespace, an error of at most a token or two).
-A text over the request size limit (HTTP 413) is counted in halves split at a line break.
-
-The SDK is imported only when a count is made, never when this module is imported (it costs ~1 s).
-Its own retry loop (``max_retries``, exponential backoff, honouring ``retry-after``) handles 408,
-409, 429 and 5xx responses and connection errors.
+Claude's tokenizer is not published, so each distinct text is sent as its own one-message request,
+``concurrency`` at a time (the :class:`CachedCounter` in front keeps counts on disk). The request's
+fixed framing, measured once as ``count_tokens("a") - 1``, is subtracted from every count, so a text's
+count means what an o200k count of it means. A whitespace-only text (which the API refuses) is counted
+between two ``|``; one over the request size limit (HTTP 413) in halves split at a line break. The SDK
+is imported only when a count is made, and its own retries handle 408, 409, 429, 5xx and lost connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,10 +30,7 @@ _SPLIT_MIN_CHARS = 2
 
 
 class TokenCountError(CtxcError):
-    """Counting through the API failed after retries (rate limits, overload, server errors, timeouts).
-
-    It shares exit code 9 with summarizer failures: both mean "a call to the model API failed".
-    """
+    """Counting through the API failed after retries; exit 9, as for summarizers: a model API call failed."""
 
     exit_code = ExitCode.SUMMARIZER
 
@@ -63,11 +46,8 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class AnthropicTokenizer:
-    """The ``anthropic`` tokenizer: Claude's own counts for ``model``.
-
-    ``name`` includes the model (``anthropic:claude-haiku-4-5``) because the token cache is keyed by
-    tokenizer name: counts of different models must never mix.
-    """
+    """The ``anthropic`` tokenizer: Claude's own counts for ``model`` (in ``name``, which keys the
+    token cache: counts of different models must never mix)."""
 
     def __init__(
         self, model: str, *, concurrency: int = 4, max_retries: int = 2, timeout: float = 60.0
@@ -81,15 +61,8 @@ class AnthropicTokenizer:
         self.timeout = timeout
         #: Requests made (the preflight model lookup and overhead probe included).
         self.requests = 0
-        self._overhead: int | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def overhead(self) -> int | None:
-        """The fixed per-request tokens subtracted from every count (None until measured)."""
-        return self._overhead
-
-    # ------------------------------------------------------------------------------------ public
+        #: The fixed per-request tokens subtracted from every count (None until measured).
+        self.overhead: int | None = None
 
     def count(self, text: str) -> int:
         return self.count_batch([text])[0]
@@ -102,8 +75,6 @@ class AnthropicTokenizer:
         counts = _run(self._count_distinct(distinct))
         known = dict(zip(distinct, counts, strict=True))
         return [known[t] if t else 0 for t in texts]
-
-    # ---------------------------------------------------------------------------------- internals
 
     def _client(self) -> AsyncAnthropic:
         from anthropic import AsyncAnthropic
@@ -121,7 +92,7 @@ class AnthropicTokenizer:
         out = [0] * len(texts)
         async with client:
             await self._preflight(client)
-            overhead = self._overhead if self._overhead is not None else 0
+            overhead = self.overhead or 0
             gate = asyncio.Semaphore(self.concurrency)
 
             async def one(i: int) -> None:
@@ -138,17 +109,14 @@ class AnthropicTokenizer:
 
     async def _preflight(self, client: AsyncAnthropic) -> None:
         """Once per tokenizer: check key and model (one-line errors), then measure the overhead."""
-        if self._overhead is not None:
+        if self.overhead is not None:
             return
         self.requests += 1
         try:
             await client.models.retrieve(self.model)
         except Exception as exc:
             raise self._error(exc) from exc
-        probe = await self._request(client, _PROBE)
-        # Several threads may measure at once; they store the same number.
-        with self._lock:
-            self._overhead = max(0, probe - 1)
+        self.overhead = max(0, await self._request(client, _PROBE) - 1)
 
     async def _count_text(self, client: AsyncAnthropic, gate: asyncio.Semaphore, text: str) -> int:
         """The raw count of ``text`` as a one-message request (overhead included)."""
@@ -162,16 +130,16 @@ class AnthropicTokenizer:
                 return await self._request(client, text)
         except TokenCountError as exc:
             cause = exc.__cause__
-            if not (isinstance(cause, APIStatusError) and cause.status_code == 413):
-                raise
-            if len(text) < _SPLIT_MIN_CHARS:
+            too_large = isinstance(cause, APIStatusError) and cause.status_code == 413
+            if not too_large or len(text) < _SPLIT_MIN_CHARS:
                 raise
         # Too large for one request: count two halves (each carries the overhead once).
         head, tail = _halves(text)
-        overhead = self._overhead or 0
-        a = await self._count_text(client, gate, head)
-        b = await self._count_text(client, gate, tail)
-        return a + b - overhead
+        return (
+            await self._count_text(client, gate, head)
+            + await self._count_text(client, gate, tail)
+            - (self.overhead or 0)
+        )
 
     async def _request(self, client: AsyncAnthropic, text: str) -> int:
         self.requests += 1
@@ -185,32 +153,22 @@ class AnthropicTokenizer:
 
     def _error(self, exc: BaseException) -> CtxcError:
         """The ctxc error for an SDK failure: auth → exit 10, unknown model → 11, the rest → 9."""
-        from anthropic import (
-            APIConnectionError,
-            APIStatusError,
-            APITimeoutError,
-            AuthenticationError,
-            NotFoundError,
-            PermissionDeniedError,
-        )
+        import anthropic
 
         if isinstance(exc, CtxcError):
             return exc
-        if isinstance(exc, AuthenticationError | PermissionDeniedError):
+        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
             return AuthError(f"the Anthropic API rejected the key ({exc.status_code}: {_api_message(exc)})")
-        if isinstance(exc, NotFoundError):
+        if isinstance(exc, anthropic.NotFoundError):
             return ModelError(f"unknown model {self.model!r} ({_api_message(exc)})")
-        if isinstance(exc, APITimeoutError):
+        retries = f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
+        if isinstance(exc, anthropic.APITimeoutError):
+            return TokenCountError(f"token counting failed: no answer within {self.timeout:g}s {retries}")
+        if isinstance(exc, anthropic.APIStatusError):
             return TokenCountError(
-                f"token counting failed: no answer within {self.timeout:g}s "
-                f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
+                f"token counting failed: HTTP {exc.status_code} ({_api_message(exc)}) {retries}"
             )
-        if isinstance(exc, APIStatusError):
-            return TokenCountError(
-                f"token counting failed: HTTP {exc.status_code} ({_api_message(exc)}) "
-                f"after {self.max_retries} retr{'y' if self.max_retries == 1 else 'ies'}"
-            )
-        if isinstance(exc, APIConnectionError):
+        if isinstance(exc, anthropic.APIConnectionError):
             return TokenCountError(f"token counting failed: cannot reach the Anthropic API ({exc})")
         return TokenCountError(f"token counting failed: {type(exc).__name__}: {exc}")
 

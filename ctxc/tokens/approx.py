@@ -1,52 +1,27 @@
 """A fast o200k estimate without BPE: a linear model over character-class features.
 
-Why not ``len(text) / 4``: that rule reads 40-57% low on Korean, Japanese and Chinese, 55-65% low on
-hashes and base64, and 10-40% low on agent tool output, because o200k spends far more tokens per
-character on those than on English prose.
-
-How: a batch of texts is joined, encoded to UTF-8 and mapped with one ``bytes.translate`` (which also
-drops UTF-8 continuation bytes) to one class byte per character: ASCII lower/upper letter, digit,
-punctuation, space, newline, and by UTF-8 lead byte Latin-extended, Greek, Cyrillic, Hebrew/Arabic,
-Indic/Thai, symbols, kana/CJK punctuation, CJK ideographs, Hangul, fullwidth, astral (emoji). The
-features are counts of classes and of runs, computed with whole-batch ``bytes`` operations in C
-(no per-character Python loop, no regex). The coefficients are a non-negative least-squares fit
-(weights 1/tokens) made by ``bench/approx_error.py --fit`` against o200k_base on the corpus
-(/work/shared/corpus: the string values of every record) plus Debian's gettext catalogs in 13
-languages, the Korean manual pages and Vim's Korean/Japanese/Chinese tutors.
-
-Measured error of a set's total tokens vs o200k_base (``bench/approx_error.py``, see APPROX.md):
-
-* corpus, 23 files: mean |error| 2.9%, worst -8.3% (chars/4: mean 13.4%, worst -40.6%)
-* Korean: UI strings +1.5%, manual pages -2.2%, Vim tutor -1.8% (chars/4: -40% to -57%); everyday
-  prose costs o200k fewer tokens per syllable, and a news-style paragraph reads +20%
-* all 40 fitted sets (corpus + 13 languages + man pages + tutors): mean 3.5%, worst -15.7%
-  (Traditional Chinese, which o200k splits finer than the Simplified Chinese the CJK rate fits)
-* single corpus strings of >= 50 tokens: |error| median 5.5%, p90 14.3%, p99 24.4%
-* adversarial: random base64 -23%, hex +17%, UUIDs +11%, one letter repeated -31%
-* speed: 13-15 MB/s over corpus strings (86k strings averaging 100 chars), ~21 MB/s on one large
-  text; o200k measures 5-6 MB/s single-threaded, 9-10 MB/s batched on 2 cores, on the same text
+``len(text) / 4`` reads far low on CJK and Korean text, hashes and tool output. Here a batch of texts
+is mapped, with one ``bytes.translate`` of its UTF-8, to one class byte per character; the features
+are counts of classes and of runs, taken with whole-batch ``bytes`` operations in C. The model, its
+fit and its measured error are in ``APPROX.md``.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from operator import mul
 
 # Class bytes. ASCII: a/A letters, d digit, p punctuation, s space or tab, n newline, "." anything else.
 # Non-ASCII by UTF-8 lead byte (continuation bytes are deleted, so one class byte per character).
-_ASCII_PUNCT = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 def _class_table() -> bytes:
     t = bytearray(b"." * 256)
-    for c in range(ord("a"), ord("z") + 1):
-        t[c] = ord("a")
-    for c in range(ord("A"), ord("Z") + 1):
-        t[c] = ord("A")
-    for c in range(ord("0"), ord("9") + 1):
-        t[c] = ord("d")
-    for c in _ASCII_PUNCT:
-        t[c] = ord("p")
+    ascii_classes = {"a": string.ascii_lowercase, "A": string.ascii_uppercase, "d": string.digits}
+    for cls, chars in {**ascii_classes, "p": string.punctuation}.items():
+        for c in chars:
+            t[ord(c)] = ord(cls)
     t[ord(" ")] = t[ord("\t")] = ord("s")
     t[ord("\n")] = t[ord("\r")] = ord("n")
     t[0] = ord("|")  # NUL: the joint between the texts of a batch
@@ -73,8 +48,6 @@ def _class_table() -> bytes:
 
 _CLASSES = _class_table()
 _CONTINUATION = bytes(range(0x80, 0xC0))
-
-
 _SEP = ord("|")  # class byte of NUL, which joins the texts of a batch
 
 
@@ -100,27 +73,30 @@ _KEEP_T = _keep(ord("T"))
 _KEEP_WIDE = _keep(*b"LGYRIKSCHFEo")
 _WIDE_CLASSES = (b"L", b"G", b"Y", b"R", b"I", b"S", b"K", b"C", b"H", b"F", b"E", b"o")
 
+#: Feature names and their coefficients, fitted by ``python bench/approx_error.py --fit``.
+_FITTED: dict[str, float] = {
+    "word_runs": 0.5843,  # runs of letters (ASCII, Latin-extended, Greek, Cyrillic): most words are 1 token
+    "word_chunks": 0.4289,  # sum of ceil(run/5): long identifiers and foreign words split into more tokens
+    "camel": 0.8185,  # lower->upper inside a word (camelCase boundaries split tokens)
+    "digit_groups": 1.3745,  # sum of ceil(run/3): o200k splits numbers into 1-3 digit pieces
+    "punct_runs": 0.6395,  # runs of ASCII punctuation (``"},{"`` is a piece of its own)
+    "indents": 1.5437,  # runs of 2+ spaces/tabs (single spaces merge into words)
+    "latin_ext": 0.3744,  # accented Latin letters (cost extra inside words)
+    "greek": 0.2141,
+    "cyrillic": 0.0903,
+    "rtl": 0.4653,  # Hebrew, Arabic and neighbours
+    "indic": 0.4586,  # Indic scripts and Thai
+    "symbols": 0.53,  # U+2000-2FFF: dashes, quotes, arrows, box drawing
+    "kana": 0.7409,  # U+3000-3FFF: kana and CJK punctuation
+    "cjk": 0.8032,
+    "hangul": 0.8048,
+    "fullwidth": 1.4426,
+    "astral": 2.6,  # emoji, rare ideographs: not fitted, the measured cost of an emoji
+    "other": 1.6353,
+}
 #: Feature names, in the order :func:`feature_rows` returns them.
-FEATURES: tuple[str, ...] = (
-    "word_runs",  # runs of letters (ASCII, Latin-extended, Greek, Cyrillic): most words are 1 token
-    "word_chunks",  # sum of ceil(run/5): long identifiers and foreign words split into more tokens
-    "camel",  # lower->upper inside a word (camelCase boundaries split tokens)
-    "digit_groups",  # sum of ceil(run/3): o200k splits numbers into 1-3 digit pieces
-    "punct_runs",  # runs of ASCII punctuation (``"},{"`` is a piece of its own)
-    "indents",  # runs of 2+ spaces/tabs (indentation is a token; single spaces merge into words)
-    "latin_ext",  # accented Latin letters (cost extra inside words)
-    "greek",
-    "cyrillic",
-    "rtl",  # Hebrew, Arabic and neighbours
-    "indic",  # Indic scripts and Thai
-    "symbols",  # U+2000-2FFF: dashes, quotes, arrows, box drawing
-    "kana",  # U+3000-3FFF: kana and CJK punctuation
-    "cjk",
-    "hangul",
-    "fullwidth",
-    "astral",
-    "other",
-)
+FEATURES: tuple[str, ...] = tuple(_FITTED)
+COEFFICIENTS: tuple[float, ...] = tuple(_FITTED.values())
 
 
 def _per_text(buf: bytes, keep: bytes) -> list[int]:
@@ -135,13 +111,8 @@ def _starts(buf: bytes, member: bytes = b"x", mark: bytes = b"S") -> bytes:
 
 def _features(texts: Sequence[str]) -> tuple[list[list[int]], dict[int, tuple[int, ...]]]:
     """The six ASCII features as one list per feature, and the non-ASCII class counts of the texts
-    that have any, by text index.
-
-    The texts are joined by NUL + SOH and every step is one C-level ``bytes`` operation over the
-    whole batch: per-text Python work is a ``len`` per feature. Each character becomes exactly one
-    class byte, NUL becomes the joint ``|`` and SOH a ``.``, so no run crosses from one text into
-    the next and every run, even one at the start of a text, begins with the pair ".member".
-    """
+    that have any, by text index. The texts are joined by NUL (the joint ``|``) + SOH (a ``.``), so no
+    run crosses texts and every run begins with the pair ".member"."""
     if any("\0" in t for t in texts):
         texts = [t.replace("\0", "\x01") for t in texts]  # both are class "." : same features
     joined = "\0\x01" + "\0\x01".join(texts)
@@ -183,29 +154,6 @@ def feature_rows(texts: Sequence[str]) -> list[tuple[int, ...]]:
 
 def features(text: str) -> tuple[int, ...]:
     return feature_rows([text])[0]
-
-
-#: Fitted by ``python bench/approx_error.py --fit`` (see APPROX.md); one per feature.
-COEFFICIENTS: tuple[float, ...] = (
-    0.5843,  # word_runs
-    0.4289,  # word_chunks
-    0.8185,  # camel
-    1.3745,  # digit_groups
-    0.6395,  # punct_runs
-    1.5437,  # indents
-    0.3744,  # latin_ext
-    0.2141,  # greek
-    0.0903,  # cyrillic
-    0.4653,  # rtl
-    0.4586,  # indic
-    0.53,  # symbols
-    0.7409,  # kana
-    0.8032,  # cjk
-    0.8048,  # hangul
-    1.4426,  # fullwidth
-    2.6,  # astral
-    1.6353,  # other
-)
 
 
 def estimate_many(texts: Sequence[str], coefficients: Sequence[float] = COEFFICIENTS) -> list[int]:

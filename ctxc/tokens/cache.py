@@ -1,13 +1,9 @@
 """An on-disk cache of token counts, and the counter that counts texts through it.
 
-Agent logs repeat themselves (the same file read twice, a transcript re-analyzed after each edit), and
-exact BPE counting runs at ~5-10 MB/s, so counts are kept per text in SQLite, keyed by a 128-bit
-BLAKE2b digest of the text's UTF-8 and the tokenizer name. The database lives at
-``$CTXC_CACHE_DIR/tokens.sqlite3`` (default ``$XDG_CACHE_HOME/ctxc`` or ``~/.cache/ctxc``), in WAL
-mode with a busy timeout so two ctxc processes can share it.
-
-The cache is an optimisation and never a reason to fail (see :mod:`ctxc.sqlite_store`, shared with
-the summary cache). ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
+Agent logs repeat themselves and exact BPE counting is slow, so counts are kept per text in SQLite
+(``$CTXC_CACHE_DIR/tokens.sqlite3``, WAL mode, shared by concurrent processes), keyed by a BLAKE2b-128
+digest of the text and the tokenizer name. Never a reason to fail (:mod:`ctxc.sqlite_store`);
+``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
 """
 
 from __future__ import annotations
@@ -22,9 +18,6 @@ from ctxc.tokens.base import StartingTokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
 
-#: Texts shorter than this are counted directly. Every text is cached: a warm run that finds every
-#: count in the cache never builds the BPE encoding (0.35-0.5 s), which matters more than the lookups.
-MIN_CACHED_CHARS = 1
 #: Tokenizers whose counts are not cached: recomputing the estimate is cheaper than looking it up,
 #: and its coefficients may change between versions without changing its name.
 UNCACHED_TOKENIZERS = frozenset({"approx"})
@@ -82,10 +75,7 @@ class TokenCache(SqliteStore):
 
 class CachedCounter:
     """Counts a batch of texts: repeated texts once, cached ones from disk, the rest with count_batch.
-
-    This is the one path analyze and the strategies use, so every count is cached the same way.
-    ``hits``/``misses``/``counted_chars`` say how much work the cache saved.
-    """
+    The one path analyze and the strategies use; ``hits``/``misses``/``counted_chars`` say what it saved."""
 
     def __init__(self, tokenizer: Tokenizer, cache: TokenCache | None = None) -> None:
         self.tokenizer = tokenizer
@@ -95,26 +85,19 @@ class CachedCounter:
         self.hits = 0
         self.misses = 0
         self.counted_chars = 0
-        # Counts already made in this process (compaction re-measures its own output, and logs repeat
-        # themselves), keyed by the text's hash and length rather than by the text, which would keep
-        # every text of a streamed file alive. Python's string hash is SipHash under a random key per
-        # process, so a false match is as unlikely as for a random 64-bit digest (about 1 in 10^7 over
-        # a million distinct texts of one length), and it is free: grouping the texts computed it.
+        # Counts made in this process, by the text's hash and length (see _memo_key), so that a streamed
+        # file's texts are not kept alive.
         self._memo: dict[tuple[int, int], int] = {}
-        # Texts being counted by a started batch, by the same key: a later batch that repeats one waits
-        # for that count instead of counting it again.
+        # Texts a started batch is counting: a later batch that repeats one waits for that count.
         self._inflight: dict[tuple[int, int], _Started] = {}
 
     def count(self, texts: Sequence[str]) -> list[int]:
         return self.start(texts)()
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
-        """Start counting ``texts``; the returned function waits for the counts (see :meth:`count`).
-
-        Repeats, memo hits and cache hits are settled now; what is left goes to the tokenizer's
-        ``start_count`` when it has one (tiktoken with worker processes returns at once), so a caller
-        can parse the next batch while this one is counted.
-        """
+        """Start counting ``texts``; the returned function waits for the counts. Repeats, memo and cache
+        hits are settled now; the rest goes to the tokenizer's ``start_count`` when it has one, so a
+        caller can parse the next batch meanwhile."""
         out = [0] * len(texts)
         # Distinct texts to count, each with the positions it fills.
         where: dict[str, list[int]] = {}
@@ -135,19 +118,14 @@ class CachedCounter:
                 todo.append(text)
         keys: dict[str, Key] = {}
         if self.cache is not None and self.cache.enabled and todo:
-            name = self.tokenizer.name
-            keys = {t: (digest(t), name) for t in todo if len(t) >= MIN_CACHED_CHARS}
-            if keys:
-                found = self.cache.get_many(keys.values())
-                for text, key in keys.items():
-                    n = found.get(key)
-                    if n is not None:
-                        known[text] = n
-                self.hits += len(known)
-                todo = [t for t in todo if t not in known]
-        for text in keys:
-            if text in known:
-                self._remember(text, known[text])  # found in the disk cache
+            keys = {t: (digest(t), self.tokenizer.name) for t in todo}
+            found = self.cache.get_many(keys.values())
+            for text, key in keys.items():
+                if key in found:
+                    known[text] = found[key]
+                    self._remember(text, found[key])
+            self.hits += len(known)
+            todo = [t for t in todo if t not in known]
         started = _Started(self, todo, keys) if todo else None
 
         def finish() -> list[int]:
@@ -170,8 +148,8 @@ class CachedCounter:
 
 
 def _memo_key(text: str) -> tuple[int, int]:
-    # The in-process memo's key: Python's string hash (SipHash, keyed per process) and the length,
-    # cheaper than a BLAKE2b of every text; the disk cache keeps digests.
+    # Python's string hash (SipHash under a per-process key, computed anyway) and the length: a false
+    # match is as unlikely as for a random 64-bit digest, at no cost.
     return (hash(text), len(text))
 
 

@@ -1,15 +1,12 @@
-"""What a message costs in context tokens.
-
-A message costs :data:`MESSAGE_OVERHEAD` for its framing, plus the tokens of each text-bearing part
-(:func:`message_texts`), plus its images (:func:`image_tokens`). Counting parts separately, rather
-than the message's JSON, matches what the model sees: the API renders blocks into the prompt with
-its own markup, and JSON keys and escapes never reach the model.
-"""
+"""What a message costs in context tokens: :data:`MESSAGE_OVERHEAD` for its framing, plus the tokens of
+each text-bearing part (:func:`message_texts`), plus its images (:func:`image_tokens`). Parts, not the
+message's JSON: keys and escapes never reach the model."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 
 from ctxc.formats.shapes import dumps_compact
 from ctxc.model import (
@@ -24,21 +21,16 @@ from ctxc.model import (
 from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
 from ctxc.tokens.cache import CachedCounter, TokenCache
 
-#: Fixed tokens per message for its role and delimiters. OpenAI documents its chat framing as
-#: ``<|start|>{role}<|message|>{content}<|end|>``: 3 tokens per message plus the role (the
-#: "tokens_per_message = 3" of OpenAI's cookbook counter, whose role adds 1). Anthropic does not
-#: publish its template; its count_tokens endpoint reports a similar few tokens per turn, so one
-#: figure is used for both.
+#: Fixed tokens per message for its role and delimiters: OpenAI's documented 3 plus the role; Anthropic's
+#: count_tokens reports a similar few per turn, so one figure serves both.
 MESSAGE_OVERHEAD = 4
 
-#: Anthropic bills an image at width * height / 750 tokens after scaling it down, keeping its
-#: aspect ratio, until its long edge is at most 1568 px and it is at most ~1,600 tokens
-#: (docs: "Vision", "Evaluate image size"; a 1092x1092 image is the 1:1 maximum, ~1,590 tokens).
+#: Anthropic bills an image at width * height / 750 tokens after scaling it down to a long edge of at
+#: most 1568 px and at most ~1,600 tokens (docs: "Vision").
 IMAGE_PIXELS_PER_TOKEN = 750
 IMAGE_MAX_EDGE = 1568
 IMAGE_MAX_TOKENS = 1600
-#: An image whose size was not recorded costs the most an image can cost after that scaling:
-#: over-counting one image is safer than letting a context overflow.
+#: An image of unknown size costs the most an image can: over-counting is safer than an overflow.
 IMAGE_UNKNOWN_TOKENS = IMAGE_MAX_TOKENS
 
 
@@ -48,25 +40,13 @@ def image_tokens(block: ImageBlock) -> int:
     if not w or not h or w <= 0 or h <= 0:
         return IMAGE_UNKNOWN_TOKENS
     scale = min(1.0, IMAGE_MAX_EDGE / max(w, h))
-    pixels = w * h * scale * scale
-    max_pixels = IMAGE_MAX_TOKENS * IMAGE_PIXELS_PER_TOKEN
-    pixels = min(pixels, float(max_pixels))
+    pixels = min(w * h * scale * scale, float(IMAGE_MAX_TOKENS * IMAGE_PIXELS_PER_TOKEN))
     return max(1, math.ceil(pixels / IMAGE_PIXELS_PER_TOKEN))
 
 
-def _tool_input_text(value: object) -> str:
-    # A raw string is what the model wrote (arguments that were not JSON); anything else goes over
-    # the wire as compact JSON.
-    return value if isinstance(value, str) else dumps_compact(value)
-
-
 def message_texts(message: Message) -> list[str]:
-    """The texts of a message that cost tokens, one per part, empty parts left out.
-
-    Text and thinking blocks give their text; a tool call gives its name and its input as compact
-    JSON; a tool result gives its text; an unknown block gives the text the adapter found in it.
-    Images are counted by :func:`message_images`, not as text.
-    """
+    """The texts of a message that cost tokens, one per part, empty parts left out: block texts, and a
+    tool call's name and input as compact JSON (or as the raw string the model wrote)."""
     out: list[str] = []
     for b in message.blocks:
         if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock | UnknownBlock):
@@ -75,7 +55,7 @@ def message_texts(message: Message) -> list[str]:
         elif isinstance(b, ToolUseBlock):
             if b.name:
                 out.append(b.name)
-            arguments = _tool_input_text(b.input)
+            arguments = b.input if isinstance(b.input, str) else dumps_compact(b.input)
             if arguments:
                 out.append(arguments)
     return out
@@ -93,10 +73,8 @@ def message_images(message: Message) -> list[ImageBlock]:
 
 
 def message_parts(message: Message) -> tuple[list[str], int]:
-    """The texts of a message to tokenize, and what it costs beyond them (framing and images).
-
-    A message with no blocks at all (a client's bookkeeping record) is never sent and costs nothing.
-    """
+    """The texts of a message to tokenize, and what it costs beyond them (framing and images); a message
+    with no blocks (a client's bookkeeping record) is never sent and costs nothing."""
     if not message.blocks:
         return [], 0
     return message_texts(message), MESSAGE_OVERHEAD + sum(image_tokens(i) for i in message_images(message))
@@ -108,35 +86,19 @@ def count_messages(messages: Sequence[Message], counter: Counter) -> list[int]:
 
 
 def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[], list[int]]:
-    """:func:`count_messages`, started: the returned function waits for the counts.
-
-    A :class:`~ctxc.tokens.base.StartingCounter` returns at once when its tokenizer counts in worker
-    processes (see :func:`ctxc.tokens.counting_processes`); other counters count before returning.
-    """
-    if isinstance(counter, StartingCounter):
-        return start_count_messages(messages, counter.start)
-
-    def now(texts: Sequence[str]) -> Callable[[], list[int]]:
-        counts = counter.count(texts)
-        return lambda: counts
-
-    return start_count_messages(messages, now)
-
-
-def start_count_messages(
-    messages: Sequence[Message], start: Callable[[Sequence[str]], Callable[[], list[int]]]
-) -> Callable[[], list[int]]:
-    """:func:`count_messages` with a counter that starts counting and returns a function to wait with."""
+    """:func:`count_messages`, started: the returned function waits for the counts (a
+    :class:`~ctxc.tokens.base.StartingCounter` may count in worker processes meanwhile)."""
     texts: list[str] = []
     spans: list[tuple[int, int, int]] = []
     for m in messages:
         parts, extra = message_parts(m)
         spans.append((len(texts), len(texts) + len(parts), extra))
         texts.extend(parts)
-    pending = start(texts) if texts else list
+    started = counter.start(texts) if texts and isinstance(counter, StartingCounter) else None
+    counted = counter.count(texts) if texts and started is None else []
 
     def finish() -> list[int]:
-        counts = pending()
+        counts = started() if started is not None else counted
         return [sum(counts[a:b]) + extra for a, b, extra in spans]
 
     return finish
@@ -149,28 +111,13 @@ def compare_with_o200k(
     *,
     batch: int = 2_000,
 ) -> tuple[int, int, float | None]:
-    """``(anthropic_total, o200k_total, ratio)`` of the same messages, ratio = anthropic / o200k.
-
-    Both totals are message costs as analyze reports them (:func:`count_messages`:
-    framing + texts + images), so the framing and image estimates, identical on both sides, are in
-    both. ``messages`` may be a stream: they are counted ``batch`` at a time. The ratio is None when
-    there is nothing to count.
-    """
+    """``(anthropic_total, o200k_total, ratio)`` of the same messages as analyze costs them (framing
+    and images on both sides), counted ``batch`` at a time; the ratio is None when nothing counts."""
     a_total = o_total = 0
-    pending: list[Message] = []
-
-    def flush() -> None:
-        nonlocal a_total, o_total
-        a_total += sum(count_messages(pending, anthropic_counter))
-        o_total += sum(count_messages(pending, o200k_counter))
-        pending.clear()
-
-    for m in messages:
-        pending.append(m)
-        if len(pending) >= batch:
-            flush()
-    if pending:
-        flush()
+    stream = iter(messages)
+    while chunk := list(islice(stream, batch)):
+        a_total += sum(count_messages(chunk, anthropic_counter))
+        o_total += sum(count_messages(chunk, o200k_counter))
     return a_total, o_total, (a_total / o_total if o_total else None)
 
 

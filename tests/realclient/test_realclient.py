@@ -1,8 +1,9 @@
 """ctxc's outputs resumed in the real Claude Code and Codex CLIs: what reaches the model next.
 
 For every corpus log and sample the client resumes uncompacted, the uncompacted resume is the baseline;
-then every strategy at 10% and 50% of the live context's tokens compacts the file, the client resumes the
-output, and the checks below hold on the first request it sends. How the clients are installed and
+then every strategy at 10% and 50% of the live context's tokens compacts the file (the redundancy
+strategies, which have no target to reach, once, with ``--allow-over``), the client resumes the output,
+and the checks below hold on the first request it sends. How the clients are installed and
 isolated: clients.py and docs/testing.md. Checks that fail on today's code are in KNOWN_FAILURES; only
 mask and offload may refuse a target (exit 6), other strategies where JUSTIFIED_REFUSALS says why.
 """
@@ -42,6 +43,9 @@ pytestmark = pytest.mark.realclient
 
 STRATEGIES = ("fifo", "selective", "mask", "offload", "recursive", "hierarchical", "adaptive")
 TARGETS = (0.1, 0.5)
+#: Strategies that remove only what is repeated or stale (issue 22): run once, at the last target, with
+#: ``--allow-over``, since they stop when nothing redundant is left.
+REDUNDANCY = ("dedupe", "thinking", "images")
 CHECKS = ("exit", "pairing", "intent", "last_request", "ctxc_summary", "own_summary", "smaller")
 BASELINE_CHECKS = ("exit", "pairing", "last_request", "own_summary")
 OVER_TARGET = 6  # ctxc.errors.ExitCode.OVER_TARGET: a clean refusal
@@ -54,7 +58,26 @@ JOBS = max(1, int(os.environ.get("CTXC_REALCLIENT_JOBS", "2")))  # client runs a
 # What fails today: (file ids, strategies, targets, checks, why), each field a space-separated list of
 # fnmatch patterns. The cases matched are strict xfails: when a fix makes one pass, its XPASS says to
 # narrow or remove the entry. Cases ctxc refuses (exit 6) are skipped before this table applies.
-KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = ()
+KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "samples/claude-code.jsonl",
+        "thinking",
+        "50%",
+        "smaller",
+        "Claude Code 2.1.332 resumes a log recorded with a model it no longer offers (claude-sonnet-4-5) "
+        "with its default model, and sends no thinking signed by another model; ctxc counts those "
+        "thinking blocks in the live context, so removing them shrinks ctxc's count, not the request",
+    ),
+    (
+        "codex/localpush_rollout_compacted_text-redacted_0.104.jsonl",
+        "images",
+        "50%",
+        "smaller",
+        "the corpus file's images are redacted to 50-character stand-ins of the data URLs they were; "
+        "ctxc counts each as an image of unknown size (the most an image costs), and its cited "
+        "placeholder is longer than the stand-in",
+    ),
+)
 
 # Refusals by other strategies that are right: (file ids, strategies, targets, why), fnmatch patterns as
 # above. One belongs here only when reaching the target would take what issue 17 forbids removing (the
@@ -116,10 +139,15 @@ def justified_refusal(file_id: str, strategy: str, target: str) -> str | None:
     return _matching(JUSTIFIED_REFUSALS, file_id, strategy, target)
 
 
+def _cases() -> list[tuple[str, float]]:
+    """Every (strategy, target) a source is compacted with."""
+    return [(s, t) for s in STRATEGIES for t in TARGETS] + [(s, TARGETS[-1]) for s in REDUNDANCY]
+
+
 def _params(checks: tuple[str, ...], *, compacted: bool) -> list[Any]:
     params: list[Any] = []
     for source in _sources():
-        cases = [(s, t) for s in STRATEGIES for t in TARGETS] if compacted else [("uncompacted", 0.0)]
+        cases = _cases() if compacted else [("uncompacted", 0.0)]
         for strategy, target in cases:
             for check in checks:
                 pct = _pct(target) if compacted else "-"
@@ -208,7 +236,9 @@ class Lab:
         return got
 
     def _work(self, source: Source, name: str) -> Path:
-        work = self.root / re.sub(r"[^A-Za-z0-9.]+", "_", source.id) / name
+        # Names padded to one width: the client puts its working directory in the system prompt, and
+        # a longer path would make a request a few bytes larger (the `smaller` check compares sizes).
+        work = self.root / re.sub(r"[^A-Za-z0-9.]+", "_", source.id) / f"{name:_<32}"
         work.mkdir(parents=True, exist_ok=True)
         return work
 
@@ -229,7 +259,7 @@ class Lab:
         if source.path not in self._outcomes:
             archive = self._work(source, "archive")
             live = live_context_tokens(source.path, baseline, archive)
-            cases = [(s, t) for s in STRATEGIES for t in TARGETS]
+            cases = _cases()
 
             def one(case: tuple[str, float]) -> Outcome:
                 return self._compact_and_resume(source, case[0], max(1, round(live * case[1])), archive)
@@ -250,6 +280,7 @@ class Lab:
             str(target),
             "-o",
             str(output),
+            *(["--allow-over"] if strategy in REDUNDANCY else []),
         ]
         done = _ctxc([*args, "--no-index"], archive)
         if done.returncode == OVER_TARGET:
@@ -381,9 +412,7 @@ def test_every_known_failure_names_real_cases() -> None:
     nothing; mask and offload need no refusal entry."""
     if not CORPUS.is_dir():
         pytest.skip(f"no corpus at {CORPUS}")
-    cases = [
-        (src.id, s, _pct(t), c) for src in _sources() for s in STRATEGIES for t in TARGETS for c in CHECKS
-    ]
+    cases = [(src.id, s, _pct(t), c) for src in _sources() for s, t in _cases() for c in CHECKS]
     for entry in KNOWN_FAILURES:
         fields = entry[:4]
         for i, field in enumerate(fields):
