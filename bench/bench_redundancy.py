@@ -8,8 +8,8 @@ On each file (a copy of it, in a temporary directory):
 
 * ctxc: ``ctxc compact -s dedupe``, then ``-s thinking``, then ``-s images``, each on the previous
   output (``--allow-over``: these strategies have no target to meet); then the same with
-  ``--set dedupe.edited_reads=true`` (reads followed by an edit of the file replaced too, as
-  cozempic's stale-reads does). Each step's archive must give its
+  ``--set dedupe.edited_reads=false`` (reads followed by an edit of the file kept, which the default
+  replaces as cozempic's stale-reads does). Each step's archive must give its
   input back byte for byte (``ctxc restore``), and every citation the output holds must resolve
   (``ctxc show``).
 * cozempic 1.8.39, installed once into ``~/.cache/ctxc-bench/cozempic-1.8.39`` (a venv of its own):
@@ -51,7 +51,7 @@ COZEMPIC_STRATEGIES = (
 )
 CTXC_STRATEGIES = ("dedupe", "thinking", "images")
 #: The opt-in that also replaces reads followed by an edit of the file, as cozempic's stale-reads does.
-EDITED_READS = "dedupe.edited_reads=true"
+KEEP_EDITED_READS = "dedupe.edited_reads=false"
 TIMEOUT = 600
 CITATION = re.compile(r"ctxc archive ([0-9a-f]{12}) messages (\d+(?:-\d+)?)")
 
@@ -131,7 +131,7 @@ class CtxcRun:
 
 def run_ctxc(log: Path, work: Path, archive: Path, settings: tuple[str, ...] = ()) -> CtxcRun:
     """The three strategies chained; each step's original restorable and every citation resolving.
-    ``settings``: ``--set`` values (``dedupe.edited_reads=true``)."""
+    ``settings``: ``--set`` values (``dedupe.edited_reads=false``)."""
     current = log
     problems: list[str] = []
     cited: set[tuple[str, str]] = set()
@@ -197,7 +197,7 @@ class Row:
     name: str
     before: int
     ctxc_after: int
-    edited_after: int
+    kept_after: int
     coz_after: int
     cited: int
     restorable: bool
@@ -212,9 +212,9 @@ class Row:
         return None if coz <= 0 else (self.before - self.ctxc_after) / coz
 
     @property
-    def edited_ratio(self) -> float | None:
+    def kept_ratio(self) -> float | None:
         coz = self.before - self.coz_after
-        return None if coz <= 0 else (self.before - self.edited_after) / coz
+        return None if coz <= 0 else (self.before - self.kept_after) / coz
 
 
 def measure(path: Path, tmp: Path, exe: Path, resume: bool) -> Row:
@@ -227,9 +227,9 @@ def measure(path: Path, tmp: Path, exe: Path, resume: bool) -> Row:
     before = live_tokens(source, archive)
     shutil.copyfile(path, work / "ctxc" / path.name)
     ours = run_ctxc(work / "ctxc" / path.name, work / "ctxc", archive)
-    (work / "ctxc-edited").mkdir()
-    shutil.copyfile(path, work / "ctxc-edited" / path.name)
-    edited = run_ctxc(work / "ctxc-edited" / path.name, work / "ctxc-edited", archive, (EDITED_READS,))
+    (work / "ctxc-kept").mkdir()
+    shutil.copyfile(path, work / "ctxc-kept" / path.name)
+    kept = run_ctxc(work / "ctxc-kept" / path.name, work / "ctxc-kept", archive, (KEEP_EDITED_READS,))
     theirs = work / "coz" / path.name
     shutil.copyfile(path, theirs)
     by_strategy = run_cozempic(exe, theirs, work / "coz-home", archive)
@@ -243,29 +243,29 @@ def measure(path: Path, tmp: Path, exe: Path, resume: bool) -> Row:
         path.name,
         before,
         live_tokens(ours.output, archive),
-        live_tokens(edited.output, archive),
+        live_tokens(kept.output, archive),
         live_tokens(theirs, archive),
-        ours.cited + edited.cited,
-        ours.restorable and edited.restorable,
+        ours.cited + kept.cited,
+        ours.restorable and kept.restorable,
         *resumed,
-        ours.problems + edited.problems,
+        ours.problems + kept.problems,
         by_strategy,
     )
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| file | live tokens | ctxc removes | ratio | with edited_reads | ratio | cozempic removes "
+        "| file | live tokens | ctxc removes | ratio | keeping edited reads | ratio | cozempic removes "
         "| cozempic by strategy | ctxc cited / restorable | resumed (ctxc / cozempic) |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in rows:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
-        edited = "-" if r.edited_ratio is None else f"{r.edited_ratio:.2f}"
+        kept = "-" if r.kept_ratio is None else f"{r.kept_ratio:.2f}"
         by = ", ".join(f"{k} {v:,}" for k, v in r.coz_by_strategy.items() if v) or "-"
         lines.append(
             f"| {r.name} | {r.before:,} | {r.before - r.ctxc_after:,} | {ratio} "
-            f"| {r.before - r.edited_after:,} | {edited} | {r.before - r.coz_after:,} | {by} "
+            f"| {r.before - r.kept_after:,} | {kept} | {r.before - r.coz_after:,} | {by} "
             f"| {r.cited} / {'yes' if r.restorable else 'NO'} | {r.resume_ctxc} / {r.resume_coz} |"
         )
     return "\n".join(lines)
@@ -319,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     short = [r.name for r in rows if r.ratio is not None and r.ratio < 0.9]
     print(f"\nbelow 0.9x of cozempic (default): {', '.join(short) or 'none'}")
-    short = [r.name for r in rows if r.edited_ratio is not None and r.edited_ratio < 0.9]
-    print(f"below 0.9x of cozempic (with {EDITED_READS}): {', '.join(short) or 'none'}")
+    short = [r.name for r in rows if r.kept_ratio is not None and r.kept_ratio < 0.9]
+    print(f"below 0.9x of cozempic (with {KEEP_EDITED_READS}): {', '.join(short) or 'none'}")
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in rows], indent=2))
     return 1 if any(not r.restorable for r in rows) else 0

@@ -1,7 +1,6 @@
 """ctxc: read, measure and compact LLM agent transcripts.
 
-The library API (``load``, ``dump``, ``analyze``, ``count_tokens``, ``compact``, ``compact_messages``, the
-model classes) is importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs
+The library API is importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs
 almost nothing: tokenizer encodings and the Anthropic SDK load only when a call needs them.
 """
 
@@ -12,38 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc._version import __version__
 
-_EXPORTS = {
-    "load": "ctxc.formats",
-    "dump": "ctxc.formats",
-    "analyze": "ctxc.analysis",
-    "Analysis": "ctxc.report",
-    "count_tokens": "ctxc.api",
-    "compact": "ctxc.api",
-    "compact_messages": "ctxc.agent",
-    "CompactOptions": "ctxc.compaction.run",
-    "CompactionResult": "ctxc.compaction.run",
-    "Archive": "ctxc.archive",
-    "Message": "ctxc.model",
-    "Transcript": "ctxc.model",
-    "Record": "ctxc.model",
-    "TextBlock": "ctxc.model",
-    "ThinkingBlock": "ctxc.model",
-    "ToolUseBlock": "ctxc.model",
-    "ToolResultBlock": "ctxc.model",
-    "ImageBlock": "ctxc.model",
-    "UnknownBlock": "ctxc.model",
-    "ExitCode": "ctxc.errors",
-    "compact_record": "ctxc.record",
-    "RecordSource": "ctxc.record",
-    "RecordResult": "ctxc.record",
-    "CtxcError": "ctxc.errors",
-    "ContextManager": "ctxc.agent",
-    "PromptComposer": "ctxc.composer",
-    "Section": "ctxc.composer",
-    "ReminderRules": "ctxc.reminders",
-    "ReminderRule": "ctxc.reminders",
-    "TurnState": "ctxc.reminders",
+#: Where each name of the library API lives.
+_MODULES = {
+    "ctxc.formats": "load dump",
+    "ctxc.analysis": "analyze",
+    "ctxc.report": "Analysis",
+    "ctxc.api": "count_tokens compact",
+    "ctxc.agent": "compact_messages ContextManager",
+    "ctxc.compaction.run": "CompactOptions CompactionResult",
+    "ctxc.archive": "Archive",
+    "ctxc.model": "Message Transcript Record TextBlock ThinkingBlock ToolUseBlock ToolResultBlock ImageBlock"
+    " UnknownBlock",
+    "ctxc.errors": "ExitCode CtxcError",
+    "ctxc.record": "compact_record RecordSource RecordResult",
+    "ctxc.composer": "PromptComposer Section",
+    "ctxc.reminders": "ReminderRules ReminderRule TurnState",
 }
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names.split()}
 
 if TYPE_CHECKING:
     from ctxc.agent import ContextManager, compact_messages

@@ -1,8 +1,4 @@
-"""The library API in one place: what an agent loop or a script imports from ``ctxc``.
-
-Everything is re-exported lazily from :mod:`ctxc`, so ``import ctxc`` stays cheap; the tokenizer loads
-on the first count.
-"""
+"""The library API in one place: what an agent loop or a script imports from ``ctxc`` (lazily)."""
 
 from __future__ import annotations
 
@@ -19,31 +15,24 @@ if TYPE_CHECKING:
 def count_tokens(
     obj: str | Message | Transcript | Iterable[Message], *, tokenizer: str = "o200k_base"
 ) -> int:
-    """Tokens of a text, a message, a transcript or a list of messages, as ``ctxc analyze`` counts them.
-
-    A message costs its texts (text, thinking, tool name and compact-JSON input, tool result) plus a
-    fixed framing overhead and its images; see :mod:`ctxc.tokens.cost`.
-    """
+    """Tokens of a text, a message, a transcript or a list of messages, as ``ctxc analyze`` counts them
+    (a message: its texts, a fixed framing overhead and its images; see :mod:`ctxc.tokens.cost`)."""
     from ctxc.tokens import make_cached_counter
     from ctxc.tokens.cost import count_messages
 
     counter = make_cached_counter(tokenizer)
     if isinstance(obj, str):
         return counter.count([obj])[0]
-    if isinstance(obj, Message):
-        messages = [obj]
-    else:
-        messages = list(obj.messages if isinstance(obj, Transcript) else obj)
+    messages = (
+        [obj] if isinstance(obj, Message) else list(obj.messages if isinstance(obj, Transcript) else obj)
+    )
     return sum(count_messages(messages, counter))
 
 
 def compact(
     transcript: Transcript, options: CompactOptions | None = None, *, archive: Archive | None = None
 ) -> CompactionResult:
-    """Compact a loaded transcript (see :class:`ctxc.compaction.run.CompactOptions`).
-
-    With an ``archive`` the original is stored there first and every summary or placeholder cites it.
-    """
+    """Compact a loaded transcript; with an ``archive`` the original is stored there first and cited."""
     from ctxc.compaction.run import CompactOptions as Options
     from ctxc.compaction.run import compact_transcript
 

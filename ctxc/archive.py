@@ -1,9 +1,7 @@
-"""The archive with its search index: :class:`~ctxc.archive_store.ArchiveStore` (objects, manifest)
-plus the index kept beside them for ``ctxc search``.
+"""The archive with its search index: :class:`~ctxc.archive_store.ArchiveStore` plus the index beside it.
 
-Each stored original is indexed as it is written (:meth:`Archive.index`, called by the compaction run),
-offloaded outputs are noted (:meth:`Archive.index_blobs`), and a recorded run's original is indexed if
-nothing did yet (:meth:`Archive.record_run`). None of that ever fails a run: see :mod:`ctxc.search`.
+Each stored original is indexed as it is written, offloaded outputs are noted, and a recorded run's
+original is indexed if nothing did yet; none of that ever fails a run (see :mod:`ctxc.search`).
 """
 
 from __future__ import annotations
@@ -24,9 +22,7 @@ if TYPE_CHECKING:
 class Archive(ArchiveStore):
     """The archive at ``root``, indexing what is stored in it for ``ctxc search``."""
 
-    #: Index each stored original for ``ctxc search`` as it is written (about 0.1 s per MB; a large one
-    #: by a background process, :mod:`ctxc.search.background`). Off, the next search indexes what the
-    #: manifest lists instead: same results, the cost moved to that search.
+    #: Off, the next search indexes what the manifest lists instead: same results, the cost moved there.
     index_on_write: bool = True
 
     @classmethod
@@ -37,15 +33,11 @@ class Archive(ArchiveStore):
         """Append one manifest line, then index the run's original unless that was done already."""
         full = ArchiveStore.record_run(self, entry)
         if self.index_on_write:
-            index_recorded_quietly(self, full)  # a no-op when the run's hook already indexed the original
+            index_recorded_quietly(self, full)
         return full
 
     def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
-        """Add a stored original to the search index beside the archive (``ctxc search``).
-
-        Never raises: the archive is the source of truth and ``ctxc search --reindex`` rebuilds the
-        index, so a failure is a warning on stderr and the caller's run goes on.
-        """
+        """Add a stored original to the search index; never raises (a failure is a warning)."""
         if self.index_on_write:
             index_quietly(self, archive_id, transcript, source=source)
 

@@ -1,23 +1,10 @@
 """The archive's store: every original is stored before any output is written, so nothing is ever lost.
 
-The archive root is ``--archive``, else ``$CTXC_ARCHIVE``, else a project-local ``.ctxc/archive`` in the
-current directory or one of its parents (where older ctxc versions put it), else one per user:
-``$XDG_DATA_HOME/ctxc/archive`` (``~/.local/share/ctxc/archive``), so a citation in any compacted file
-resolves from any directory. Layout under the root::
-
-    objects/ab/ab12...ef      original transcripts and offloaded blobs, named by their sha256
-    manifest.jsonl            one line per run: what was read, what was written, with which options
-    manifest.lock             taken (flock) while appending, so concurrent runs never interleave lines
-    search.sqlite             the search index (derived; ``ctxc search --reindex`` rebuilds it)
-
-Originals hold whatever the transcripts held, API keys included, so the archive is private whatever
-the umask: directories ctxc creates in it are 0700 and every file it creates 0600 (the objects
-folder, the manifest and the index are tightened to that if an older ctxc left them open). The root
-itself is tightened only when ctxc creates it: an existing folder given as ``--archive`` keeps its mode.
-
-Objects are content-addressed and written by temp file + rename, so two processes storing the same
-original at once both succeed and leave one intact copy. The archive id users see is the sha256 hex
-(a unique prefix of 12 or more characters is accepted anywhere an id is).
+The root is ``--archive``, else ``$CTXC_ARCHIVE``, else a project-local ``.ctxc/archive`` here or in a
+parent, else ``$XDG_DATA_HOME/ctxc/archive``. Objects (``objects/ab/ab12...``) are named by their
+sha256 and written by temp file + rename; ``manifest.jsonl`` has one line per run, appended under
+``manifest.lock``. Originals hold secrets, so what ctxc creates is 0700/0600 whatever the umask.
+See docs/archive-and-search.md.
 """
 
 from __future__ import annotations
@@ -53,35 +40,22 @@ CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(
 
 
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("CTXC_ARCHIVE")
-    if env:
-        return Path(env)
+    chosen = explicit or os.environ.get("CTXC_ARCHIVE")
+    if chosen:
+        return Path(chosen)
     here = Path.cwd()
     for directory in (here, *here.parents):
         if (directory / LOCAL_ARCHIVE).is_dir():
             return directory / LOCAL_ARCHIVE
-    return user_archive()
-
-
-def user_archive() -> Path:
-    """The per-user default: ``$XDG_DATA_HOME/ctxc/archive``, else ``~/.local/share/ctxc/archive``."""
-    data = os.environ.get("XDG_DATA_HOME")
+    data = os.environ.get("XDG_DATA_HOME")  # the per-user default, else ~/.local/share/ctxc/archive
     return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
 def sha256_hex(data: Data) -> str:
-    if not isinstance(data, list):
-        return hashlib.sha256(data).hexdigest()
     digest = hashlib.sha256()
-    for part in data:
+    for part in data if isinstance(data, list) else [data]:
         digest.update(part)
     return digest.hexdigest()
-
-
-def data_size(data: Data) -> int:
-    return sum(len(part) for part in data) if isinstance(data, list) else len(data)
 
 
 def citation(archive_id: str, first: int | None = None, last: int | None = None) -> str:
@@ -100,8 +74,7 @@ PRIVATE_FILE = 0o600
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents mode 0700, whatever the umask (``mkdir(parents=True)``
-    would give the parents the umask's mode)."""
+    """Create ``path`` and its missing parents mode 0700, whatever the umask."""
     missing: list[Path] = []
     p = path
     while not p.exists() and p != p.parent:
@@ -114,16 +87,15 @@ def private_dir(path: Path) -> Path:
 
 
 def tighten(path: Path, mode: int) -> None:
-    """Take group and other permissions off ``path`` if it has any (best effort: a file someone else
-    owns is left as it is)."""
+    """Take group and other permissions off ``path`` if it has any (best effort)."""
     with contextlib.suppress(OSError):
         if stat.S_IMODE(path.stat().st_mode) & ~mode:
             path.chmod(mode)
 
 
 def open_private(path: Path, mode: str = "ab") -> BinaryIO:
-    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), created 0600
-    whatever the umask, and tightened to 0600 if it exists with more."""
+    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), 0600 whatever the
+    umask (tightened if it exists with more)."""
     flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
     fd = os.open(path, flags, PRIVATE_FILE)
     try:
@@ -137,8 +109,7 @@ def open_private(path: Path, mode: str = "ab") -> BinaryIO:
 
 
 def private_file(path: Path) -> Path:
-    """Create ``path`` empty and 0600 if it is missing, else tighten it to 0600: for files another
-    library creates (SQLite gives its ``-wal`` and ``-shm`` files the mode of the database file)."""
+    """Create ``path`` empty and 0600 if it is missing, else tighten it, with SQLite's companion files."""
     open_private(path).close()
     for extra in ("-wal", "-shm", "-journal"):
         tighten(path.with_name(path.name + extra), PRIVATE_FILE)
@@ -149,7 +120,7 @@ def private_file(path: Path) -> Path:
 TMP_PREFIX = ".tmp-"
 #: A temp file without a pid in its name (ctxc before December 2026) older than this is a leftover.
 _LEGACY_TMP_AGE = 3600.0
-#: (pid, archive root) pairs whose objects folder was prepared (see ``Archive._prepare``).
+#: (pid, archive root) pairs whose objects folder was prepared.
 _prepared: set[tuple[int, str]] = set()
 #: Objects stored inside :func:`discard_new_objects_on_failure` (in this thread or task), or None.
 _created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ctxc_created", default=None)
@@ -157,7 +128,6 @@ _created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ct
 
 def sweep_dead_temps(objects: Path) -> list[Path]:
     """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
-
     removed: list[Path] = []
     now = time.time()
     with contextlib.suppress(OSError):
@@ -183,13 +153,9 @@ def sweep_dead_temps(objects: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def discard_new_objects_on_failure() -> Iterator[list[Path]]:
-    """Remove the objects stored in the body (by this thread) if it raises.
-
-    A run that fails (its original could not be stored on a full disk, its output over the target)
-    writes no output and no manifest line, so the outputs it offloaded meanwhile would be orphans.
-    Objects that were already there are not touched. Nested, the outer one takes over what the inner
-    one stored once the inner body succeeds.
-    """
+    """Remove the objects stored in the body (by this thread) if it raises: a failed run writes no
+    output and no manifest line, so what it offloaded would be orphans. Objects already there are not
+    touched; nested, the outer one takes over what the inner one stored once the inner body succeeds."""
     outer = _created.get()
     created: list[Path] = []
     token = _created.set(created)
@@ -209,9 +175,8 @@ def discard_new_objects_on_failure() -> Iterator[list[Path]]:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``path`` (created if need be): one holder at a time, across
-    processes. The kernel drops the lock when the holder dies, so a killed run never leaves it held.
-    Without ``wait``, yields False at once, holding nothing, if another process holds it."""
+    """Hold an exclusive ``flock`` on ``path`` (dropped by the kernel if the holder dies). Without
+    ``wait``, yields False at once, holding nothing, if another process holds it."""
     private_dir(path.parent)
     with open_private(path, "a+b") as lock:
         try:
@@ -227,8 +192,7 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
 
 @dataclass(frozen=True, slots=True)
 class ArchiveStore:
-    """The objects and the manifest, without the search index: what compaction, the search index
-    itself and the formats need. :class:`ctxc.archive.Archive` adds the index kept beside them."""
+    """The objects and the manifest; :class:`ctxc.archive.Archive` adds the search index beside them."""
 
     root: Path
 
@@ -244,15 +208,12 @@ class ArchiveStore:
         return sha256_hex(data)
 
     def store(self, data: Data, digest: str | None = None, *, sync: bool = True) -> str:
-        """Store bytes (or the list of parts they join to) under their sha256 (idempotent, atomic) and
-        return the id.
-
-        ``digest`` is that sha256 when the caller already has it (from :meth:`object_id`). ``sync``
-        waits for the bytes to reach the disk, as an original must before any output is written.
-        """
+        """Store bytes (or the parts they join to) under their sha256, idempotent and atomic; return the id.
+        ``digest`` is that sha256 if known; ``sync`` waits for the disk, as an original must."""
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
-        if path.exists() and path.stat().st_size == data_size(data):
+        size = sum(map(len, data)) if isinstance(data, list) else len(data)
+        if path.exists() and path.stat().st_size == size:
             return digest
         try:
             self._prepare()
@@ -263,14 +224,12 @@ class ArchiveStore:
             raise ArchiveError(
                 f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
             ) from exc
-        created = _created.get()
-        if created is not None:
+        if (created := _created.get()) is not None:
             created.append(path)
         return digest
 
     def _prepare(self) -> None:
-        """Once per process and archive, before the first store: the objects folder private, and
-        the temp files of stores killed mid-write (``SIGKILL`` skips every cleanup) removed."""
+        """Once per process and archive: the objects folder private, temp files of killed stores removed."""
         key = (os.getpid(), str(self.root))
         if key in _prepared:
             return
@@ -281,8 +240,7 @@ class ArchiveStore:
 
     def path_of(self, ref: str) -> Path:
         """The file of an object, given its id or a unique prefix of at least 12 hex characters."""
-        digest = self.resolve(ref)
-        return self.object_path(digest)
+        return self.object_path(self.resolve(ref))
 
     def resolve(self, ref: str) -> str:
         ref = ref.strip().lower()
@@ -293,8 +251,8 @@ class ArchiveStore:
                 return ref
             raise ArchiveError(f"archive {self.root} holds no object {ref[:MIN_PREFIX]}")
         bucket = self.root / "objects" / ref[:2]
-        matches = sorted(p.name for p in bucket.glob(ref + "*")) if bucket.is_dir() else []
-        matches = [m for m in matches if not m.startswith(".tmp-")]
+        found = bucket.glob(ref + "*") if bucket.is_dir() else []
+        matches = sorted(p.name for p in found if not p.name.startswith(TMP_PREFIX))
         if not matches:
             raise ArchiveError(f"archive {self.root} holds no object {ref}")
         if len(matches) > 1:
@@ -310,12 +268,8 @@ class ArchiveStore:
             )
         return data
 
-    def _locked(self) -> contextlib.AbstractContextManager[bool]:
-        return exclusive_lock(self.root / "manifest.lock")
-
     def check_manifest(self) -> None:
-        """Raise :class:`ArchiveError` now if :meth:`record_run` is bound to fail (the manifest is a
-        directory, or cannot be written), so a run stops before it writes any output."""
+        """Raise :class:`ArchiveError` now if :meth:`record_run` is bound to fail, before any output."""
         path = self.root / "manifest.jsonl"
         if path.exists() and not path.is_file():
             raise ArchiveError("the manifest is not a file", path=str(path))
@@ -331,7 +285,10 @@ class ArchiveStore:
         }
         line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
         try:
-            with self._locked(), open_private(self.root / "manifest.jsonl") as handle:
+            with (
+                exclusive_lock(self.root / "manifest.lock"),
+                open_private(self.root / "manifest.jsonl") as handle,
+            ):
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -342,8 +299,7 @@ class ArchiveStore:
         return full
 
     def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
-        """Add a stored original to the search index: a store keeps none (:class:`ctxc.archive.Archive`
-        does)."""
+        """Add a stored original to the search index: a store keeps none (an ``Archive`` does)."""
 
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         """Note outputs of ``origin`` that were offloaded; a store keeps no index to note them in."""
@@ -358,9 +314,7 @@ class ArchiveStore:
                 continue
             try:
                 entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                # A torn last line can only come from a crash mid-write on a filesystem without atomic
-                # appends; earlier entries stay usable, so skip it rather than refuse the whole archive.
+            except orjson.JSONDecodeError:  # a line torn by a crash: the others stay usable
                 continue
             if isinstance(entry, dict):
                 entry.setdefault("_line", n)
@@ -368,12 +322,8 @@ class ArchiveStore:
         return entries
 
     def find_original(self, data: bytes) -> str | None:
-        """The archive id of the first original that ``data`` (a compacted output) was made from.
-
-        A run's output may have been compacted again, and so be archived as an original itself: the
-        manifest's output-to-input links are followed back to the first original, and ``data`` is
-        returned as its own original only when no recorded run wrote it.
-        """
+        """The archive id of the first original that ``data`` (a compacted output) was made from: the
+        manifest's output-to-input links followed back (an output may have been compacted again)."""
         digest = sha256_hex(data)
         made_from: dict[str, str] = {}  # output sha256 -> input sha256, the newest run winning
         for entry in self.manifest():

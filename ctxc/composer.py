@@ -1,51 +1,29 @@
 """A priority prompt composer: a system prompt made of sections that fits a token budget.
 
-Instructions at the top of a system prompt hold best, and a prompt that grows with every feature
-crowds out the conversation. Sections carry a priority (0-100, higher first) and a ``required`` flag;
-:meth:`PromptComposer.compose` orders them highest priority first and, within a budget, drops the
-lowest-priority optional sections first. Required sections are never dropped: if they alone exceed
-the budget, composing fails with :class:`~ctxc.errors.OverTargetError` (exit 6) rather than quietly
-sending a prompt that lost its safety rules. An override ``base`` prompt (a sub-agent's own prompt)
-replaces the sections entirely.
-
-By default the kept optional sections are exactly the highest-priority ones that fit, in order: the
-first optional section that does not fit ends the prompt, so a lower section is never kept while a
-higher one is dropped. ``fill=True`` also keeps lower sections that still fit in what is left.
-
-Sections come from the API or a TOML file::
-
-    base = "..."               # optional: replaces every section
-    separator = "\\n\\n"         # optional, between sections
-
-    [[section]]
-    id = "safety"
-    priority = "safety"        # a number 0-100, or a standard name (see PRIORITIES)
-    required = true
-    content = "Never modify files outside the repository."
-
-    [[section]]
-    id = "examples"
-    priority = 40
-    file = "examples.md"       # content read from a file (relative to the TOML file)
+Sections carry a priority (0-100, higher first) and a ``required`` flag. Within a budget the kept
+optional sections are the highest-priority ones that fit, in order (``fill=True`` also keeps lower ones
+that still fit); required sections are never dropped: if they alone exceed the budget, composing fails
+with :class:`~ctxc.errors.OverTargetError`. An override ``base`` prompt replaces the sections. Sections
+come from the API or a TOML file of ``[[section]]`` tables (``id``, ``priority`` as a number or a name
+in :data:`PRIORITIES`, ``required``, ``content`` or ``file``). See docs/library.md.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import InputError, OverTargetError, UsageError
+from ctxc.reminders import parse_toml, read_toml
 from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:
     from ctxc.tokens import Counter
 
-#: Standard priorities (the seed design's scale): safety constraints are never dropped in practice
-#: (make them required), background information goes first when the budget is tight.
+#: Standard priorities: make safety constraints required; background goes first when the budget is tight.
 SAFETY = 100
 ROLE = 90
 TASK = 80
@@ -124,11 +102,9 @@ class PromptComposer:
     separator: str = DEFAULT_SEPARATOR
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
-        for s in self.sections:
-            if s.id in seen:
-                raise UsageError(f"section id {s.id!r} is used twice")
-            seen.add(s.id)
+        ids = [s.id for s in self.sections]
+        if twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None):
+            raise UsageError(f"section id {twice!r} is used twice")
 
     def add(self, section: Section) -> PromptComposer:
         return replace(self, sections=(*self.sections, section))
@@ -149,7 +125,7 @@ class PromptComposer:
         """The prompt within ``budget`` tokens (no limit when None). See the module docstring."""
         if budget is not None and budget < 1:
             raise UsageError(f"the prompt budget must be a positive number of tokens, not {budget}")
-        count = _count_fn(counter)
+        count = (counter or make_counter("o200k_base")).count
         ordered = self.ordered()
         tokens = count([s.content for s in ordered]) if ordered else []
         if self.base is not None:
@@ -185,8 +161,8 @@ class PromptComposer:
                 used += extra
             else:
                 stopped = True
-        # Per-section sums can differ from the joined prompt by a token at a seam (BPE merges across
-        # the separator): measure the prompt itself and drop more of the lowest kept optional ones.
+        # Per-section sums can miss a token at a seam (BPE merges across the separator): measure the
+        # prompt itself and drop more of the lowest kept optional ones.
         while True:
             prompt = self.separator.join(s.content for s in ordered if s.id in keep)
             total = count([prompt])[0] if prompt else 0
@@ -204,29 +180,15 @@ class PromptComposer:
         )
         return Composition(prompt, total, budget, outcomes)
 
-    # ------------------------------------------------------------------------------------------ TOML
-
     @classmethod
     def load(cls, path: str | Path) -> PromptComposer:
         """Sections from a TOML file; ``file = ...`` contents are read relative to it."""
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError("no such prompt file", path=str(path)) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read the prompt file: {exc}", path=str(path)) from None
-        return cls.parse(text, source=str(path), root=p.parent)
+        text = read_toml(path, "no such prompt file", "cannot read the prompt file")
+        return cls.parse(text, source=str(path), root=Path(path).parent)
 
     @classmethod
     def parse(cls, text: str, *, source: str = "-", root: Path | None = None) -> PromptComposer:
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{source}: not valid TOML: {exc}") from None
-        unknown = set(doc) - {"section", "base", "separator"}
-        if unknown:
-            raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}")
+        doc = parse_toml(text, source, {"section", "base", "separator"})
         base = doc.get("base")
         separator = doc.get("separator", DEFAULT_SEPARATOR)
         if base is not None and not isinstance(base, str):
@@ -246,8 +208,7 @@ class PromptComposer:
 def _section(table: Any, n: int, root: Path) -> Section:
     if not isinstance(table, dict):
         raise UsageError(f"section {n} is not a table")
-    extra = set(table) - _SECTION_KEYS
-    if extra:
+    if extra := set(table) - _SECTION_KEYS:
         keys = ", ".join(sorted(_SECTION_KEYS))
         raise UsageError(f"section {n} has unknown keys {sorted(extra)} (keys: {keys})")
     sid = table.get("id")
@@ -280,12 +241,6 @@ def _section(table: Any, n: int, root: Path) -> Section:
     return Section(sid, content.strip("\n"), priority, required)
 
 
-def _count_fn(counter: Counter | None) -> Any:
-    if counter is None:
-        counter = make_counter("o200k_base")
-    return counter.count
-
-
 def compose(
     sections: Iterable[Section] | Sequence[Section],
     budget: int | None = None,
@@ -296,20 +251,3 @@ def compose(
 ) -> Composition:
     """Shorthand for ``PromptComposer(tuple(sections), base=base).compose(budget, ...)``."""
     return PromptComposer(tuple(sections), base=base).compose(budget, counter=counter, fill=fill)
-
-
-__all__ = [
-    "BACKGROUND",
-    "EXAMPLES",
-    "OUTPUT_FORMAT",
-    "PRIORITIES",
-    "ROLE",
-    "SAFETY",
-    "TASK",
-    "TOOLS",
-    "Composition",
-    "PromptComposer",
-    "Section",
-    "SectionOutcome",
-    "compose",
-]

@@ -1,17 +1,9 @@
-"""One dataset record compacted on its own: the per-transcript work of ``ctxc compact`` as a pure function.
+"""One dataset record compacted on its own: the per-line work of ``ctxc compact`` as a pure function.
 
-A conversation dataset (``{"messages": [...], "tools": [...]}`` per line) is compacted line by line, and
-no line depends on another, so the work maps over records: on a thread pool, a process pool, Spark, or
-Ray Data (``examples/ray_compact.py``). :func:`compact_record` takes one line (text, bytes or a parsed
-dict) and returns a :class:`RecordResult`: plain data (strings, ints, a dict), picklable, never an
-exception for a bad record. It has no global state and writes nothing unless given an archive.
-
-Citations. Placeholders and summaries cite what they replaced as ``ctxc archive <id> messages a-b``.
-By default a record is cited on its own: ``<id>`` is the sha256 of the record line (stored in the
-archive when one is given, so ``ctxc restore`` brings the line back) and message numbers count from 0
-within the record. ``ctxc compact FILE`` cites the whole file instead (its archive id, and message
-numbers counting across the file); pass ``source=RecordSource(...)`` (see :func:`record_sources`) and
-the record's output is exactly the line ``ctxc compact FILE`` writes for it.
+:func:`compact_record` maps over records (thread or process pools, Spark, Ray Data) and returns plain,
+picklable data, never an exception for a bad record. By default a record is cited on its own (the
+sha256 of its line, messages from 0); with ``source=RecordSource(...)`` (see :func:`record_sources`)
+its output is exactly the line ``ctxc compact FILE`` writes for it. See docs/ray.md.
 """
 
 from __future__ import annotations
@@ -19,15 +11,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from ctxc.archive import Archive
 from ctxc.archive_store import archive_root, sha256_hex
-from ctxc.compaction.run import CompactOptions
+from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import CtxcError, ExitCode
+from ctxc.formats import load
 from ctxc.output import Data
+from ctxc.reader import named_bytes
 
 Status = Literal["ok", "skipped", "error"]
 
@@ -36,12 +31,9 @@ Status = Literal["ok", "skipped", "error"]
 class RecordSource:
     """Where a record sits in its dataset file, so citations match ``ctxc compact FILE``'s."""
 
-    #: The archive id of the whole file (its sha256, as ``ctxc compact`` reports it).
-    archive_id: str
-    #: The index, counted across the file, of the record's first message.
-    first_index: int = 0
-    #: The record's 1-based line number in the file.
-    line: int = 1
+    archive_id: str  # the whole file's (its sha256, as ``ctxc compact`` reports it)
+    first_index: int = 0  # the record's first message, counted across the file
+    line: int = 1  # the record's 1-based line number in the file
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +44,8 @@ class RecordResult:
     line: str | None
     tokens_before: int = 0
     tokens_after: int = 0
-    #: The archive id the output cites (the record's own, or the source file's).
-    archive_id: str | None = None
-    #: Tokens each strategy removed.
-    savings: dict[str, int] = field(default_factory=dict)
+    archive_id: str | None = None  # what the output cites: the record's own, or the source file's
+    savings: dict[str, int] = field(default_factory=dict)  # tokens each strategy removed
     error: str | None = None
     exit_code: int = 0
 
@@ -69,21 +59,14 @@ class RecordResult:
 
     def to_row(self) -> dict[str, Any]:
         """A flat dict of plain values (a Ray Data or pandas row)."""
-        return {
-            "status": self.status,
-            "line": self.line,
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-            "archive_id": self.archive_id,
-            "error": self.error,
-            "exit_code": self.exit_code,
-        }
+        keys = ("status", "line", "tokens_before", "tokens_after", "archive_id", "error", "exit_code")
+        return {key: getattr(self, key) for key in keys}
 
 
 @dataclass(frozen=True, slots=True)
 class _CitingArchive(Archive):
-    """Cites ``cite_as`` for the record's bytes without storing them (the file they came from is the
-    original); anything else a strategy offloads goes to ``backing``, or nowhere when there is none."""
+    """Cites ``cite_as`` for the record's bytes without storing them (its file is the original); anything
+    else offloaded goes to ``backing``, or nowhere."""
 
     cite_as: str = ""
     original: bytes = b""
@@ -102,7 +85,6 @@ class _CitingArchive(Archive):
     def _is_original(self, data: Data) -> bool:
         return (b"".join(data) if isinstance(data, list) else data) == self.original
 
-    # The search index beside an archive: kept only in an archive the caller gave.
     def index(self, archive_id: str, transcript: Any, *, source: str | None = None) -> None:
         if self.backing is not None:
             self.backing.index(archive_id, transcript, source=source)
@@ -126,17 +108,8 @@ def compact_record(
     archive: Archive | None = None,
     source: RecordSource | None = None,
 ) -> RecordResult:
-    """Compact one dataset record (one conversation) as ``ctxc compact`` compacts each line of a file.
-
-    ``archive``: store the record (and anything offloaded) there; without it nothing is written.
-    ``source``: cite the record's file instead of the record (see the module docstring). A record that
-    is not a conversation (no ``messages`` list) comes back unchanged as ``skipped``; a bad record or a
-    target that cannot be met comes back as ``error`` with the message and exit code ``ctxc`` would use.
-    """
-    from ctxc.compaction.run import compact_transcript
-    from ctxc.formats import load
-    from ctxc.reader import named_bytes
-
+    """Compact one dataset record as ``ctxc compact`` compacts each line of a file (without ``archive``
+    nothing is written); a record with no ``messages`` list is ``skipped``, a bad one an ``error``."""
     raw = _line_bytes(record)
     name = f"<record {source.line}>" if source is not None else "<record>"
     try:
@@ -152,55 +125,34 @@ def compact_record(
         transcript = load(named_bytes(name, body), input_format="dataset")
         store: Archive | None = archive
         if source is not None:
-            transcript = replace(
-                transcript,
-                messages=tuple(
-                    replace(m, index=m.index + source.first_index, line=source.line)
-                    for m in transcript.messages
-                ),
-            )
+            shift, line = source.first_index, source.line
+            moved = tuple(replace(m, index=m.index + shift, line=line) for m in transcript.messages)
+            transcript = replace(transcript, messages=moved)
             root = archive.root if archive is not None else archive_root()
             store = _CitingArchive(root=root, cite_as=source.archive_id, original=body, backing=archive)
         result = compact_transcript(transcript, options, archive=store, original_bytes=body)
     except CtxcError as exc:
         return RecordResult("error", None, error=str(exc), exit_code=int(exc.exit_code))
-    out = result.transcript.to_bytes().rstrip(b"\r\n")
-    return RecordResult(
-        "ok",
-        out.decode("utf-8"),
-        tokens_before=result.tokens_before,
-        tokens_after=result.tokens_after,
-        archive_id=result.archive_id,
-        savings=result.savings_by_strategy(),
-    )
+    out = result.transcript.to_bytes().rstrip(b"\r\n").decode("utf-8")
+    stats = (result.tokens_before, result.tokens_after, result.archive_id, result.savings_by_strategy())
+    return RecordResult("ok", out, *stats)
 
 
 def compact_row(row: Mapping[str, Any], options: CompactOptions = CompactOptions()) -> dict[str, Any]:
-    """:func:`compact_record` over a ``{"text": line}`` row (what ``ray.data.read_text`` yields), for
-    ``Dataset.map``. Optional ``archive_id``, ``first_index`` and ``line`` keys give the record's source."""
+    """:func:`compact_record` over a ``{"text": line}`` row (``ray.data.read_text``), for ``Dataset.map``;
+    optional ``archive_id``, ``first_index`` and ``line`` keys give the record's source."""
     source = None
     if row.get("archive_id"):
-        source = RecordSource(
-            archive_id=str(row["archive_id"]),
-            first_index=int(row.get("first_index", 0)),
-            line=int(row.get("line", 1)),
-        )
+        source = RecordSource(str(row["archive_id"]), int(row.get("first_index", 0)), int(row.get("line", 1)))
     return compact_record(row["text"], options, source=source).to_row()
 
 
 def record_sources(path: str | os.PathLike[str]) -> list[RecordSource | None]:
     """The source of each line of a dataset file (None for lines that hold no conversation): what
-    :func:`compact_record` needs to write exactly what ``ctxc compact FILE`` writes. Reads the file once;
-    the archive id is the file's sha256, as ``ctxc compact`` stores it."""
-    from ctxc.formats import load
-    from ctxc.reader import named_bytes
-
-    with open(path, "rb") as handle:
-        data = handle.read()
+    :func:`compact_record` needs to write exactly what ``ctxc compact FILE`` writes."""
+    data = Path(path).read_bytes()
     transcript = load(named_bytes(os.fspath(path), data), input_format="dataset")
-    first: dict[int, int] = {}
-    for m in transcript.messages:
-        first.setdefault(m.line, m.index)
+    first = {m.line: m.index for m in reversed(transcript.messages)}  # each line's first message
     archive_id = sha256_hex(data)
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     return [RecordSource(archive_id, first[n], n) if n in first else None for n in range(1, lines + 1)]

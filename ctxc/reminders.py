@@ -1,27 +1,11 @@
 """Event reminders: restate key instructions when something happens, before instructions fade out.
 
-An agent many turns in tends to stop following what it was told at the start. A reminder rule names
-an event and a message to inject (as a user message) when the event happens:
-
-* ``every_n_turns = N``: N model responses since the rule last fired (or since the start);
-* ``token_threshold = T``: the context rises above T tokens (an integer) or above that share of the
-  window (a number between 0 and 1). It fires when the context *crosses* the threshold, not on every
-  turn it stays above it: after a compaction brings the context back down, the next crossing fires
-  again;
-* ``tool_call = "NAME"``: the last response called the tool NAME;
-* ``keyword_in_response = "TEXT"``: the last response's text contains TEXT (case-insensitive);
-* ``after_compaction = true``: the context was just compacted (what a summary may have lost is
-  restated; the seed design used a token threshold as a stand-in for this).
-
-Each rule may set ``max_repeats``. Rules are data (TOML, ``[[reminder]]`` tables); the evaluation is a
-pure function over frozen values: :meth:`ReminderRules.due` takes the :class:`TurnState` (what the
-agent loop knows at this turn) and the :class:`ReminderState` (how often and when each rule fired)
-and returns the reminders due with the next state. Nothing is hidden in the rules object, so one set
-of rules can serve many conversations; :class:`ctxc.agent.ContextManager` keeps the state for a loop.
-
-A reminder is injected as ``<system-reminder id="ID">MESSAGE</system-reminder>``. The tag lets a later
-run find the reminders already in a transcript (:meth:`ReminderState.from_messages`), so
-``ctxc compact --reminders`` honours ``max_repeats`` across runs over the same log.
+A rule names one trigger (``every_n_turns``, ``token_threshold`` as a count or a share of the window,
+fired on crossing it, ``tool_call``, ``keyword_in_response``, ``after_compaction``), a message and an
+optional ``max_repeats``. Rules are data (TOML ``[[reminder]]`` tables); :meth:`ReminderRules.due` is a
+pure function of the :class:`TurnState` and the :class:`ReminderState`. A reminder is injected as
+``<system-reminder id="ID">MESSAGE</system-reminder>``, so a later run can count the ones already in a
+transcript. See docs/library.md.
 """
 
 from __future__ import annotations
@@ -31,23 +15,47 @@ import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ctxc.errors import InputError, UsageError
 from ctxc.model import Message, TextBlock, ToolUseBlock
 
 Trigger = Literal["every_n_turns", "token_threshold", "tool_call", "keyword_in_response", "after_compaction"]
-TRIGGERS: tuple[Trigger, ...] = (
-    "every_n_turns",
-    "token_threshold",
-    "tool_call",
-    "keyword_in_response",
-    "after_compaction",
-)
+TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 _RULE_KEYS = frozenset({"id", "message", "max_repeats", *TRIGGERS})
+#: The types a rule table's optional fields may have (TOML gives ints, floats, strings, bools).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "every_n_turns": (int,),
+    "token_threshold": (int, float),
+    "tool_call": (str,),
+    "keyword_in_response": (str,),
+    "after_compaction": (bool,),
+    "max_repeats": (int,),
+}
 _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
 #: How a reminder appears in a conversation; the id makes earlier injections countable.
 _TAG = re.compile(r'<system-reminder id="([A-Za-z0-9_.:-]+)">')
+
+
+def read_toml(path: str | Path, missing: str, unreadable: str) -> str:
+    """The text of a TOML file; a missing or unreadable one is an :class:`InputError`."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(missing, path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{unreadable}: {exc}", path=str(path)) from None
+
+
+def parse_toml(text: str, source: str, keys: set[str], hint: str = "") -> dict[str, Any]:
+    """A TOML document with only the top-level ``keys``; anything else is a loud usage error."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{source}: not valid TOML: {exc}") from None
+    if unknown := set(doc) - keys:
+        raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}{hint}")
+    return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,36 +82,35 @@ class ReminderRule:
                 f"reminder {self.id!r} needs exactly one trigger ({', '.join(TRIGGERS)}), "
                 f"got {', '.join(set_triggers) or 'none'}"
             )
-        if self.every_n_turns is not None and self.every_n_turns < 1:
-            raise UsageError(f"reminder {self.id!r}: every_n_turns must be at least 1")
-        threshold = self.token_threshold
-        if threshold is not None and (
-            isinstance(threshold, bool)
-            or (isinstance(threshold, float) and not 0 < threshold <= 1)
-            or (isinstance(threshold, int) and threshold < 1)
-        ):
-            raise UsageError(
-                f"reminder {self.id!r}: token_threshold is a token count (an integer of at least 1) "
-                "or a share of the window (a number between 0 and 1)"
-            )
-        if self.tool_call is not None and not self.tool_call.strip():
-            raise UsageError(f"reminder {self.id!r}: tool_call names a tool")
-        if self.keyword_in_response is not None and not self.keyword_in_response.strip():
-            raise UsageError(f"reminder {self.id!r}: keyword_in_response is empty")
-        if self.max_repeats is not None and self.max_repeats < 1:
-            raise UsageError(f"reminder {self.id!r}: max_repeats must be at least 1")
+        tool, word = self.tool_call, self.keyword_in_response
+        problems = {
+            "every_n_turns must be at least 1": self.every_n_turns is not None and self.every_n_turns < 1,
+            _BAD_THRESHOLD: self.token_threshold is not None and _bad_threshold(self.token_threshold),
+            "tool_call names a tool": tool is not None and not tool.strip(),
+            "keyword_in_response is empty": word is not None and not word.strip(),
+            "max_repeats must be at least 1": self.max_repeats is not None and self.max_repeats < 1,
+        }
+        for problem, found in problems.items():
+            if found:
+                raise UsageError(f"reminder {self.id!r}: {problem}")
 
     @property
     def trigger(self) -> Trigger:
-        for t in TRIGGERS:
-            if _is_set(getattr(self, t)):
-                return t
-        raise AssertionError("a rule always has one trigger")  # __post_init__ guarantees it
+        return next(t for t in TRIGGERS if _is_set(getattr(self, t)))
 
     def describe(self) -> str:
         """The trigger as the TOML wrote it, for tables: ``every_n_turns = 10``."""
-        value = getattr(self, self.trigger)
-        return f"{self.trigger} = {value!r}".replace("True", "true")
+        return f"{self.trigger} = {getattr(self, self.trigger)!r}".replace("True", "true")
+
+
+_BAD_THRESHOLD = (
+    "token_threshold is a token count (an integer of at least 1) or a share of the window "
+    "(a number between 0 and 1)"
+)
+
+
+def _bad_threshold(t: float) -> bool:
+    return isinstance(t, bool) or (isinstance(t, float) and not 0 < t <= 1) or (isinstance(t, int) and t < 1)
 
 
 def _is_set(value: object) -> bool:
@@ -113,16 +120,12 @@ def _is_set(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TurnState:
-    """What the agent loop knows just before a model call.
-
-    ``turn`` counts the model responses so far (0 before the first call). ``tool_calls`` and
-    ``response`` are those of the last response; ``compacted`` says the context was compacted since
-    then. ``window`` is needed only by share-of-window thresholds.
-    """
+    """What the agent loop knows just before a model call: the responses so far (``turn``), the
+    context, the last response's tool calls and text, and whether the context was compacted since."""
 
     turn: int
     tokens: int
-    window: int | None = None
+    window: int | None = None  # needed only by share-of-window thresholds
     tool_calls: tuple[str, ...] = ()
     response: str = ""
     compacted: bool = False
@@ -158,21 +161,15 @@ class ReminderState:
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> ReminderState:
-        """The state a conversation's own history implies: the reminders already injected in it.
-
-        A reminder counts at the turn it was injected (the responses before it); this is how a
-        one-shot run (``ctxc compact --reminders``) honours ``max_repeats`` and ``every_n_turns``.
-        """
+        """The state a conversation's own history implies: the reminders already injected in it, each
+        at the turn it was injected (how ``ctxc compact --reminders`` honours ``max_repeats``)."""
         fired: dict[str, int] = {}
         last: dict[str, int] = {}
         for turn, m in _numbered(messages):
-            if m.role != "user":
-                continue
-            for b in m.blocks:
-                if isinstance(b, TextBlock):
-                    for rule_id in _TAG.findall(b.text):
-                        fired[rule_id] = fired.get(rule_id, 0) + 1
-                        last[rule_id] = turn
+            texts = [b.text for b in m.blocks if isinstance(b, TextBlock)] if m.role == "user" else []
+            for rule_id in (rule_id for text in texts for rule_id in _TAG.findall(text)):
+                fired[rule_id] = fired.get(rule_id, 0) + 1
+                last[rule_id] = turn
         return cls(fired=fired, last_turn=last)
 
 
@@ -184,11 +181,9 @@ class ReminderRules:
     source: str = "-"
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
-        for r in self.rules:
-            if r.id in seen:
-                raise UsageError(f"{self.source}: reminder id {r.id!r} is used twice")
-            seen.add(r.id)
+        ids = [r.id for r in self.rules]
+        if twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None):
+            raise UsageError(f"{self.source}: reminder id {twice!r} is used twice")
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -196,24 +191,12 @@ class ReminderRules:
     @classmethod
     def load(cls, path: str | Path) -> ReminderRules:
         """Rules from a TOML file of ``[[reminder]]`` tables; a bad file is a loud usage error."""
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError("no such reminder rules file", path=str(path)) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read reminder rules: {exc}", path=str(path)) from None
+        text = read_toml(path, "no such reminder rules file", "cannot read reminder rules")
         return cls.parse(text, source=str(path))
 
     @classmethod
     def parse(cls, text: str, *, source: str = "-") -> ReminderRules:
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{source}: not valid TOML: {exc}") from None
-        unknown = set(doc) - {"reminder"}
-        if unknown:
-            raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}; use [[reminder]] tables")
+        doc = parse_toml(text, source, {"reminder"}, "; use [[reminder]] tables")
         tables = doc.get("reminder", [])
         if not isinstance(tables, list) or not tables:
             raise UsageError(f"{source}: no [[reminder]] tables")
@@ -225,18 +208,15 @@ class ReminderRules:
         for n, table in enumerate(tables, 1):
             if not isinstance(table, Mapping):
                 raise UsageError(f"{source}: reminder {n} is not a table")
-            extra = set(table) - _RULE_KEYS
-            if extra:
-                raise UsageError(
-                    f"{source}: reminder {n} has unknown keys {sorted(extra)} "
-                    f"(keys: {', '.join(sorted(_RULE_KEYS))})"
-                )
+            if extra := set(table) - _RULE_KEYS:
+                keys = ", ".join(sorted(_RULE_KEYS))
+                raise UsageError(f"{source}: reminder {n} has unknown keys {sorted(extra)} (keys: {keys})")
             rule_id = table.get("id", f"reminder-{n}")
             message = table.get("message")
             if not isinstance(rule_id, str) or not isinstance(message, str):
                 raise UsageError(f"{source}: reminder {n} needs a string id and message")
             try:
-                rules.append(ReminderRule(id=rule_id, message=message, **_typed_triggers(table, rule_id)))
+                rules.append(ReminderRule(id=rule_id, message=message, **_typed_fields(table, rule_id)))
             except UsageError as exc:
                 raise UsageError(f"{source}: {exc.message}") from None
         return cls(tuple(rules), source=source)
@@ -249,9 +229,7 @@ class ReminderRules:
         out: list[Reminder] = []
         for rule in self.rules:
             detail = _fires(rule, turn, state, above)
-            if detail is None:
-                continue
-            if rule.max_repeats is not None and fired.get(rule.id, 0) >= rule.max_repeats:
+            if detail is None or (rule.max_repeats is not None and fired.get(rule.id, 0) >= rule.max_repeats):
                 continue
             fired[rule.id] = fired.get(rule.id, 0) + 1
             last[rule.id] = turn.turn
@@ -259,18 +237,9 @@ class ReminderRules:
         return tuple(out), ReminderState(fired=fired, last_turn=last, above=frozenset(above))
 
 
-def _typed_triggers(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
-    """The optional fields of a rule table, type-checked (TOML gives ints, floats, strings, bools)."""
-    out: dict[str, Any] = {}
-    expected: dict[str, tuple[type, ...]] = {
-        "every_n_turns": (int,),
-        "token_threshold": (int, float),
-        "tool_call": (str,),
-        "keyword_in_response": (str,),
-        "after_compaction": (bool,),
-        "max_repeats": (int,),
-    }
-    for key, types in expected.items():
+def _typed_fields(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
+    """The optional fields of a rule table, type-checked."""
+    for key, types in _FIELD_TYPES.items():
         if key not in table:
             continue
         value = table[key]
@@ -278,18 +247,17 @@ def _typed_triggers(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, not a boolean")
         if not isinstance(value, types):
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, got {value!r}")
-        out[key] = value
-    return out
+    return {key: table[key] for key in _FIELD_TYPES if key in table}
 
 
 def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set[str]) -> str | None:
     """Why ``rule`` fires at ``turn`` (a short phrase), or None. Updates ``above`` for thresholds."""
     if rule.every_n_turns is not None:
         since = state.last_turn.get(rule.id, 0)
-        if turn.turn >= since + rule.every_n_turns:
-            origin = "it last fired" if rule.id in state.last_turn else "the start"
-            return f"{turn.turn - since} turns since {origin}"
-        return None
+        if turn.turn < since + rule.every_n_turns:
+            return None
+        origin = "it last fired" if rule.id in state.last_turn else "the start"
+        return f"{turn.turn - since} turns since {origin}"
     if rule.token_threshold is not None:
         limit = _limit(rule.token_threshold, turn.window)
         if limit is None:
@@ -305,12 +273,10 @@ def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set
     if rule.keyword_in_response is not None:
         word = rule.keyword_in_response
         return f"{word!r} in response" if word.lower() in turn.response.lower() else None
-    if rule.after_compaction:
-        return "context compacted" if turn.compacted else None
-    return None
+    return "context compacted" if rule.after_compaction and turn.compacted else None
 
 
-def _limit(threshold: int | float, window: int | None) -> int | None:
+def _limit(threshold: float, window: int | None) -> int | None:
     if isinstance(threshold, float):
         return int(threshold * window) if window else None
     return threshold
@@ -324,15 +290,9 @@ def last_response(messages: Sequence[Message]) -> tuple[tuple[str, ...], str]:
     start = end
     while start and messages[start - 1].role == "assistant":
         start -= 1
-    names: list[str] = []
-    texts: list[str] = []
-    for m in messages[start:end]:
-        for b in m.blocks:
-            if isinstance(b, ToolUseBlock):
-                names.append(b.name)
-            elif isinstance(b, TextBlock) and b.text:
-                texts.append(b.text)
-    return tuple(names), "\n".join(texts)
+    blocks = [b for m in messages[start:end] for b in m.blocks]
+    names = tuple(b.name for b in blocks if isinstance(b, ToolUseBlock))
+    return names, "\n".join(b.text for b in blocks if isinstance(b, TextBlock) and b.text)
 
 
 def _numbered(messages: Iterable[Message]) -> Iterator[tuple[int, Message]]:
@@ -351,25 +311,6 @@ def count_turns(messages: Iterable[Message]) -> int:
     return max((turn for turn, _ in _numbered(messages)), default=0)
 
 
-def turn_state_at_end(
-    messages: Sequence[Message],
-    *,
-    tokens: int,
-    window: int | None = None,
-    compacted: bool = False,
-) -> TurnState:
-    """The :class:`TurnState` at the end of a recorded conversation (what ``compact`` evaluates)."""
-    calls, text = last_response(messages)
-    return TurnState(
-        turn=count_turns(messages),
-        tokens=tokens,
-        window=window,
-        tool_calls=calls,
-        response=text,
-        compacted=compacted,
-    )
-
-
 def due_at_end(
     rules: ReminderRules,
     messages: Sequence[Message],
@@ -378,20 +319,16 @@ def due_at_end(
     window: int | None = None,
     compacted: bool = False,
 ) -> tuple[Reminder, ...]:
-    """The reminders due at the end of a recorded conversation, given the reminders already in it.
-
-    This is the one-shot evaluation ``ctxc compact --reminders`` runs: ``tokens`` is the context that
-    called for compaction, ``compacted`` whether compaction changed the conversation.
-    """
-    state = ReminderState.from_messages(messages)
-    turn = turn_state_at_end(messages, tokens=tokens, window=window, compacted=compacted)
-    return rules.due(turn, state)[0]
+    """The reminders due at the end of a recorded conversation, given the reminders already in it (what
+    ``ctxc compact --reminders`` runs: ``tokens`` called for compaction; ``compacted``: it changed it)."""
+    calls, text = last_response(messages)
+    turn = TurnState(count_turns(messages), tokens, window, calls, text, compacted)
+    return rules.due(turn, ReminderState.from_messages(messages))[0]
 
 
 def reminder_message(reminders: Sequence[Reminder], *, after: Message | None = None) -> Message:
     """One new user message carrying ``reminders``, placed after ``after`` (no records of its own:
-    the format's writer encodes it). It takes ``after``'s index and line, as a summary takes the
-    index of what it replaced, so reports place it where it was injected."""
+    the format's writer encodes it), with ``after``'s index and line so reports place it there."""
     return Message(
         role="user",
         blocks=(TextBlock("\n\n".join(r.text for r in reminders)),),
@@ -400,19 +337,3 @@ def reminder_message(reminders: Sequence[Reminder], *, after: Message | None = N
         conversation=after.conversation if after is not None else 0,
         meta={"ctxc": "reminder", "rules": tuple(r.rule for r in reminders)},
     )
-
-
-__all__ = [
-    "TRIGGERS",
-    "Reminder",
-    "ReminderRule",
-    "ReminderRules",
-    "ReminderState",
-    "TurnState",
-    "count_turns",
-    "due_at_end",
-    "last_response",
-    "reminder_message",
-    "reminder_text",
-    "turn_state_at_end",
-]

@@ -1,23 +1,14 @@
 """Replay a recorded transcript as if its agent had run with a :class:`~ctxc.agent.ContextManager`.
 
-The transcript is walked message by message. Each model call (the start of an assistant turn) is one
-*turn*: the context it would have been sent is measured twice, as recorded (nothing compacted: every
-earlier message) and as managed (compacted whenever the manager says so, with due reminders
-injected). The result says, per turn, both sizes, the compaction that ran (its stage, the tokens it
-freed, the strategies that acted) and the reminders that fired, and, where the log recorded usage
-(Claude Code, Codex, pi, Kimi), the context size the real run reported, with the log's own
-compaction boundaries.
-
-Replay is linear in the transcript: every message is counted once (one batched, cached count up
-front), both sizes are running sums, and the strategy runs only on the turns the trigger fires.
-
-Drawing: :func:`terminal_chart` (rich text, always available) and :func:`plot` (SVG or PNG through
-matplotlib, the optional ``ctxc[plot]`` extra).
+Each model call is a turn, measured as recorded (nothing compacted) and as managed (compacted at the
+trigger, reminders injected), beside the usage the log recorded. See docs/eval-and-replay.md.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import importlib.util
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,15 +34,11 @@ class Turn:
     """One model call of the replay."""
 
     turn: int
-    #: The first message of the assistant turn this call produced.
-    index: int
+    index: int  # the first message of the assistant turn this call produced
     line: int
-    #: Context sent without compaction: every earlier message of the conversation.
-    raw_tokens: int
-    #: Context sent with the manager: after compaction and injected reminders.
-    tokens: int
-    #: What the managed context was as the turn began, before compaction and reminders.
-    tokens_before: int
+    raw_tokens: int  # every earlier message of the conversation, nothing compacted
+    tokens: int  # with the manager: after compaction and injected reminders
+    tokens_before: int  # the managed context as the turn began
     stage: int
     recorded: int | None = None
     compaction: Compaction | None = None
@@ -104,8 +91,7 @@ class Replay:
 
     @property
     def recorded_peak(self) -> int | None:
-        values = [t.recorded for t in self.turns if t.recorded is not None]
-        return max(values) if values else None
+        return max((t.recorded for t in self.turns if t.recorded is not None), default=None)
 
 
 def replay(
@@ -115,26 +101,21 @@ def replay(
     conversation: int | None = None,
     compact: bool = True,
 ) -> Replay:
-    """Replay one conversation of ``transcript`` (default: its largest) through ``manager``.
-
-    The manager's reminder state is used and advanced, so pass a fresh manager per replay.
-    ``compact=False`` only injects reminders (``ctxc remind``: where each rule fires in the log).
-    """
+    """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
+    ``compact=False`` only injects reminders (``ctxc remind``)."""
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
     conv, msgs = _chosen(transcript, ledger, conversation)
-    # Placeholders and summaries cite the transcript by its content hash, as `compact` does without
-    # an archive.
+    # Citations name the transcript's content hash, as `compact` without an archive does.
     archive_id = sha256_hex(transcript.to_bytes())
     tool_role = True if get_adapter(transcript.format).tool_role else None
 
     managed: list[Message] = []
-    managed_tokens = 0
-    raw_tokens = 0
+    managed_tokens = raw_tokens = 0
     turns: list[Turn] = []
     started = 0  # where the previous turn's response began in ``msgs``
     prev_role = ""
-    # Where the log's own compaction reset the context, the replay resets too: to what it carried.
+    # Where the log's own compaction reset the context, the replay resets to what it carried.
     resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
     for i, m in enumerate(msgs):
         if (reset := resets.get(m.index)) is not None:
@@ -156,26 +137,14 @@ def replay(
                 note = reminder_message(fired, after=managed[-1] if managed else None)
                 managed.append(note)
                 managed_tokens += ledger.tokens(note)
-            turns.append(
-                Turn(
-                    turn=number,
-                    index=m.index,
-                    line=m.line,
-                    raw_tokens=raw_tokens,
-                    tokens=managed_tokens,
-                    tokens_before=began,
-                    stage=manager.stage(managed_tokens),
-                    compaction=compaction,
-                    reminders=fired,
-                )
-            )
+            sizes = (raw_tokens, managed_tokens, began, manager.stage(managed_tokens))
+            turns.append(Turn(number, m.index, m.line, *sizes, compaction=compaction, reminders=fired))
             started = i
         n = ledger.tokens(m)
         managed.append(m)
         managed_tokens += n
         raw_tokens += n
         prev_role = m.role
-
     return _result(transcript, manager, conv, msgs, turns, raw_tokens, managed_tokens)
 
 
@@ -193,25 +162,14 @@ def _chosen(transcript: Transcript, ledger: Any, conversation: int | None) -> tu
 
 
 def _fire_reminders(
-    manager: ContextManager,
-    response: Sequence[Message],
-    number: int,
-    began: int,
-    compaction: Compaction | None,
+    manager: ContextManager, response: Sequence[Message], number: int, began: int, done: Compaction | None
 ) -> tuple[Reminder, ...]:
     """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
     if manager.rules is None:
         return ()
     calls, said = last_response(response)
-    state = TurnState(
-        turn=number - 1,
-        tokens=began,
-        window=manager.window,
-        tool_calls=calls,
-        response=said,
-        compacted=compaction is not None and compaction.changed,
-    )
-    return manager.reminders_due(state)
+    compacted = done is not None and done.changed
+    return manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, compacted))
 
 
 def _result(
@@ -270,8 +228,6 @@ def _recorded(
 ) -> tuple[Turn, ...]:
     """Attach the context size the log recorded to each turn: usage on the turn's own messages
     (Claude Code, pi), else usage lines placed by position (Codex after the response, Kimi before)."""
-    from dataclasses import replace
-
     if not turns:
         return ()
     recorded: dict[int, int] = {}
@@ -288,23 +244,14 @@ def _recorded(
             k = _turn_after(starts, u.line) if before else bisect.bisect_right(starts, u.line)
             if 1 <= k <= len(turns) and u.context:
                 recorded.setdefault(k, u.context)
-    return tuple(replace(t, recorded=recorded.get(t.turn)) for t in turns)
-
-
-# ------------------------------------------------------------------------------------------ output
+    return tuple(dataclasses.replace(t, recorded=recorded.get(t.turn)) for t in turns)
 
 
 def replay_to_json(r: Replay) -> dict[str, Any]:
+    freed = sum(t.compaction.freed for t in r.compactions if t.compaction)
     return {
-        "path": r.path,
-        "format": r.format,
-        "conversation": r.conversation,
-        "messages": r.messages,
-        "window": r.window,
-        "trigger": r.trigger,
+        **{f.name: getattr(r, f.name) for f in dataclasses.fields(r)[:9]},  # path to tokenizer
         "thresholds": list(r.thresholds),
-        "strategy": r.strategy,
-        "tokenizer": r.tokenizer,
         "summary": {
             "turns": len(r.turns),
             "compactions": len(r.compactions),
@@ -314,37 +261,36 @@ def replay_to_json(r: Replay) -> dict[str, Any]:
             "final_without": r.final_raw,
             "final_with": r.final_tokens,
             "recorded_peak": r.recorded_peak,
-            "tokens_freed": sum(t.compaction.freed for t in r.compactions if t.compaction),
+            "tokens_freed": freed,
         },
-        "turns": [
-            {
-                "turn": t.turn,
-                "index": t.index,
-                "line": t.line,
-                "without": t.raw_tokens,
-                "with": t.tokens,
-                "before": t.tokens_before,
-                "stage": t.stage,
-                "recorded": t.recorded,
-                "compaction": None
-                if t.compaction is None
-                else {
-                    "stage": t.compaction.stage,
-                    "tokens_before": t.compaction.tokens_before,
-                    "tokens_after": t.compaction.tokens_after,
-                    "freed": t.compaction.freed,
-                    "strategies": list(t.compaction.strategies),
-                },
-                "reminders": [
-                    {"rule": x.rule, "trigger": x.trigger, "detail": x.detail, "message": x.message}
-                    for x in t.reminders
-                ],
-            }
-            for t in r.turns
-        ],
-        "boundaries": [
-            {"turn": b.turn, "kind": b.kind, "line": b.line, "trigger": b.trigger, "pre_tokens": b.pre_tokens}
-            for b in r.boundaries
+        "turns": [_turn_json(t) for t in r.turns],
+        "boundaries": [dataclasses.asdict(b) for b in r.boundaries],
+    }
+
+
+def _turn_json(t: Turn) -> dict[str, Any]:
+    c = t.compaction
+    return {
+        "turn": t.turn,
+        "index": t.index,
+        "line": t.line,
+        "without": t.raw_tokens,
+        "with": t.tokens,
+        "before": t.tokens_before,
+        "stage": t.stage,
+        "recorded": t.recorded,
+        "compaction": None
+        if c is None
+        else {
+            "stage": c.stage,
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "freed": c.freed,
+            "strategies": list(c.strategies),
+        },
+        "reminders": [
+            {"rule": x.rule, "trigger": x.trigger, "detail": x.detail, "message": x.message}
+            for x in t.reminders
         ],
     }
 
@@ -353,26 +299,45 @@ def events(r: Replay) -> list[tuple[int, int, str, str]]:
     """(turn, line, event, detail) rows: compactions, reminders and log boundaries, in order."""
     rows: list[tuple[int, int, str, str]] = []
     for t in r.turns:
-        if t.compaction is not None:
-            c = t.compaction
+        if (c := t.compaction) is not None:
             what = ", ".join(c.strategies) or "nothing to do"
-            rows.append(
-                (
-                    t.turn,
-                    t.line,
-                    "compaction",
-                    f"stage {c.stage} ({STAGE_NAMES[c.stage]}): {c.tokens_before:,} → {c.tokens_after:,}, "
-                    f"freed {c.freed:,} [{what}]",
-                )
-            )
-        for x in t.reminders:
-            rows.append((t.turn, t.line, "reminder", f"{x.rule}: {x.detail}"))
+            sizes = f"{c.tokens_before:,} → {c.tokens_after:,}, freed {c.freed:,} [{what}]"
+            rows.append((t.turn, t.line, "compaction", f"stage {c.stage} ({STAGE_NAMES[c.stage]}): {sizes}"))
+        rows.extend((t.turn, t.line, "reminder", f"{x.rule}: {x.detail}") for x in t.reminders)
     for b in r.boundaries:
         pre = f", {b.pre_tokens:,} tokens before" if b.pre_tokens else ""
         trig = f" ({b.trigger})" if b.trigger else ""
         rows.append((b.turn, b.line, "log compaction", f"{b.kind}{trig}{pre}"))
     rows.sort(key=lambda row: (row[0], row[1]))
     return rows
+
+
+def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
+    """Per chart column: the largest raw, managed and recorded size of its turns, and its event mark."""
+    n = len(r.turns)
+    cols: list[tuple[int, int, int | None, str]] = []
+    for c in range(width):
+        span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
+        seen = [t.recorded for t in span if t.recorded is not None]
+        ev = (
+            "C"
+            if any(t.compaction is not None for t in span)
+            else "R"
+            if any(t.reminders for t in span)
+            else " "
+        )
+        cols.append(
+            (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen, default=None), ev)
+        )
+    first_turns = [r.turns[c * n // width].turn for c in range(width)]
+    for b in r.boundaries:
+        c = max(0, bisect.bisect_right(first_turns, b.turn) - 1)
+        raw, managed, logged, ev = cols[c]
+        cols[c] = (raw, managed, logged, "|" if ev == " " else ev)
+    return cols
+
+
+_STAGE_STYLES = {1: "green", 2: "yellow", 3: "dark_orange", 4: "red", 5: "bold red"}
 
 
 def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
@@ -385,38 +350,16 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
     if not r.turns:
         out.append("(no model calls to chart)\n")
         return out
-    n = len(r.turns)
-    width = max(10, min(width, n))
+    width = max(10, min(width, len(r.turns)))
     top = max(r.window, r.peak_raw, r.recorded_peak or 0) * 1.02
-    cols: list[tuple[int, int, int | None, str]] = []  # per column: raw, with, recorded, event
-    for c in range(width):
-        span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
-        seen = [t.recorded for t in span if t.recorded is not None]
-        ev = " "
-        if any(t.compaction is not None for t in span):
-            ev = "C"
-        elif any(t.reminders for t in span):
-            ev = "R"
-        cols.append(
-            (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen) if seen else None, ev)
-        )
-    first_turns = [r.turns[c * n // width].turn for c in range(width)]
-    for b in r.boundaries:
-        c = max(0, bisect.bisect_right(first_turns, b.turn) - 1)
-        raw, managed, logged, ev = cols[c]
-        cols[c] = (raw, managed, logged, "|" if ev == " " else ev)
+    cols = _columns(r, width)
 
     def row_of(value: float) -> int:
         return min(height - 1, int(value / top * height))
 
-    styles = {1: "green", 2: "yellow", 3: "dark_orange", 4: "red", 5: "bold red"}
-    window_row = row_of(r.window)
     for row in range(height - 1, -1, -1):
-        lo = row * top / height
-        mid = (row + 0.5) * top / height
-        stage = stage_for(mid / r.window, r.thresholds)
-        label = f"{lo / 1000:>6,.0f}k s{stage} │"
-        out.append(label, style=styles[stage])
+        stage = stage_for((row + 0.5) * top / height / r.window, r.thresholds)
+        out.append(f"{row * top / height / 1000:>6,.0f}k s{stage} │", style=_STAGE_STYLES[stage])
         for raw, managed, logged, _ in cols:
             if row_of(managed) == row:
                 out.append("●", style="bold cyan")
@@ -424,30 +367,22 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
                 out.append("◆", style="magenta")
             elif row_of(raw) == row:
                 out.append("·", style="dim")
-            elif row == window_row:
+            elif row == row_of(r.window):
                 out.append("─", style="red")
             else:
                 out.append(" ")
         out.append("\n")
+    pad, last = " " * 11, r.turns[-1].turn
     out.append(" " * 10 + "└" + "─" * width + "\n")
-    out.append(" " * 11 + "".join(ev for *_, ev in cols) + "\n")
-    out.append(
-        f"{' ' * 11}turn 1{' ' * max(1, width - 11 - len(str(r.turns[-1].turn)))}turn {r.turns[-1].turn}\n",
-        style="dim",
+    out.append(pad + "".join(ev for *_, ev in cols) + "\n")
+    out.append(f"{pad}turn 1{' ' * max(1, width - 11 - len(str(last)))}turn {last}\n", style="dim")
+    out.append_text(
+        Text.assemble(pad, ("●", "bold cyan"), f" with {r.strategy}  ", ("·", "dim"), " without compaction\n")
     )
-    out.append(f"{' ' * 11}")
-    out.append("●", style="bold cyan")
-    out.append(f" with {r.strategy}  ")
-    out.append("·", style="dim")
-    out.append(" without compaction\n")
-    out.append(" " * 11)
-    if r.recorded_peak is not None:
-        out.append("◆", style="magenta")
-        out.append(" recorded by the log  ")
-    out.append("─", style="red")
-    out.append(f" window {r.window:,}\n")
-    out.append(f"{' ' * 11}C compaction  R reminder  | the log's own compaction\n")
-    out.append(f"{' ' * 11}s1-s5: the stage a context at that row's size is in\n")
+    recorded = (("◆", "magenta"), " recorded by the log  ") if r.recorded_peak is not None else ()
+    out.append_text(Text.assemble(pad, *recorded, ("─", "red"), f" window {r.window:,}\n"))
+    out.append(f"{pad}C compaction  R reminder  | the log's own compaction\n")
+    out.append(f"{pad}s1-s5: the stage a context at that row's size is in\n")
     return out
 
 
@@ -460,17 +395,16 @@ def plot_format(path: str | Path) -> str:
 
 
 def have_matplotlib() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def plot(r: Replay, out: str | Path | BinaryIO, *, fmt: str | None = None) -> None:
-    """Draw the replay as SVG or PNG to a path or binary stream (needs ``pip install 'ctxc[plot]'``).
+_STAGE_COLORS = ("#2ca02c", "#bcbd22", "#ff7f0e", "#d62728", "#8c1c13")
+_RED = "#d62728"
 
-    ``fmt`` defaults to the path's extension. The figure is built without pyplot (no global state,
-    no display needed), and an SVG is reproducible: no date, fixed ids, text kept as text.
-    """
+
+def plot(r: Replay, out: str | Path | BinaryIO, *, fmt: str | None = None) -> None:
+    """Draw the replay as SVG or PNG (``fmt``, default: the path's extension) to a path or binary stream;
+    needs ``ctxc[plot]``. No pyplot (no global state), and an SVG is reproducible."""
     if fmt is None:
         if not isinstance(out, str | Path):
             raise UsageError("plot to a stream needs fmt='svg' or fmt='png'")
@@ -484,107 +418,57 @@ def plot(r: Replay, out: str | Path | BinaryIO, *, fmt: str | None = None) -> No
     except ImportError:
         raise UsageError("plotting needs matplotlib: pip install 'ctxc[plot]'") from None
 
-    x = [t.turn for t in r.turns]
-    window = r.window
-    top = max(window, r.peak_raw, r.recorded_peak or 0) * 1.05
+    top = max(r.window, r.peak_raw, r.recorded_peak or 0) * 1.05
     with matplotlib.rc_context({"svg.hashsalt": "ctxc", "svg.fonttype": "none", "font.size": 9}):
         fig = Figure(figsize=(10, 5.2), layout="constrained")
         ax = fig.add_subplot()
-        edges = [0.0, *(s * window for s in r.thresholds), top]
-        colors = ["#2ca02c", "#bcbd22", "#ff7f0e", "#d62728", "#8c1c13"]
-        for stage, (lo, hi) in enumerate(itertools.pairwise(edges), 1):
-            if lo >= top:
-                break
-            ax.axhspan(lo, min(hi, top), color=colors[stage - 1], alpha=0.10, lw=0)
-            ax.text(
-                1.005,
-                (lo + min(hi, top)) / 2,
-                f"stage {stage}",
-                transform=ax.get_yaxis_transform(),
-                va="center",
-                fontsize=7,
-                color=colors[stage - 1],
-            )
-        ax.axhline(window, color="black", lw=1.2, label=f"window ({window:,})")
-        ax.plot(
-            x, [t.raw_tokens for t in r.turns], color="#7f7f7f", ls="--", lw=1.3, label="without compaction"
-        )
-        ax.plot(x, [t.tokens for t in r.turns], color="#1f77b4", lw=1.8, label=f"with ctxc ({r.strategy})")
-        rec = [(t.turn, t.recorded) for t in r.turns if t.recorded is not None]
-        if rec:
-            ax.plot(
-                [a for a, _ in rec],
-                [b for _, b in rec],
-                color="#9467bd",
-                ls=":",
-                marker=".",
-                ms=3,
-                lw=1,
-                label="recorded by the log (usage)",
-            )
-        comps = [t for t in r.compactions if t.compaction is not None]
-        if comps:
-            ax.vlines(
-                [t.turn for t in comps],
-                [t.tokens for t in comps],
-                [t.tokens_before for t in comps],
-                color="#d62728",
-                lw=1.2,
-            )
-            ax.scatter(
-                [t.turn for t in comps],
-                [t.tokens_before for t in comps],
-                marker="v",
-                color="#d62728",
-                s=22,
-                zorder=3,
-                label=f"compaction ({len(comps)})",
-            )
-        rem = [t for t in r.turns if t.reminders]
-        if rem:
-            ax.scatter(
-                [t.turn for t in rem],
-                [t.tokens for t in rem],
-                marker="*",
-                color="#ff7f0e",
-                s=40,
-                zorder=4,
-                label=f"reminder ({sum(len(t.reminders) for t in rem)})",
-            )
-        for k, b in enumerate(r.boundaries):
-            ax.axvline(
-                b.turn - 0.5,
-                color="#9467bd",
-                ls="-.",
-                lw=1,
-                alpha=0.8,
-                label="the log's own compaction" if k == 0 else None,
-            )
-        ax.set_xlim(0.5, max(x[-1], 1) + 0.5)
+        _draw_stages(ax, r, top)
+        _draw_curves(ax, r)
+        ax.set_xlim(0.5, max(r.turns[-1].turn, 1) + 0.5)
         ax.set_ylim(0, top)
         ax.set_xlabel("turn (model call)")
         ax.set_ylabel("context tokens")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / 1000:,.0f}k"))
-        ax.set_title(
-            f"{Path(r.path).name}: {len(r.turns)} turns, window {window:,}, trigger {r.trigger:.0%}, "
-            f"tokenizer {r.tokenizer}",
-            fontsize=9,
-        )
+        title = f"{Path(r.path).name}: {len(r.turns)} turns, window {r.window:,}, trigger {r.trigger:.0%}"
+        ax.set_title(f"{title}, tokenizer {r.tokenizer}", fontsize=9)
         ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
         ax.grid(alpha=0.25, lw=0.5)
         metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": None}
         fig.savefig(str(out) if isinstance(out, Path) else out, format=fmt, metadata=metadata, dpi=150)
 
 
-__all__ = [
-    "BoundaryMark",
-    "Replay",
-    "Turn",
-    "events",
-    "have_matplotlib",
-    "plot",
-    "plot_format",
-    "replay",
-    "replay_to_json",
-    "terminal_chart",
-]
+def _draw_stages(ax: Any, r: Replay, top: float) -> None:
+    """The stage bands behind the curves, each labelled at the right edge, and the window line."""
+    edges = [0.0, *(s * r.window for s in r.thresholds), top]
+    for stage, (lo, hi) in enumerate(itertools.pairwise(edges), 1):
+        if lo >= top:
+            break
+        color, end = _STAGE_COLORS[stage - 1], min(hi, top)
+        ax.axhspan(lo, end, color=color, alpha=0.10, lw=0)
+        where = ax.get_yaxis_transform()
+        ax.text(
+            1.005, (lo + end) / 2, f"stage {stage}", transform=where, va="center", fontsize=7, color=color
+        )
+    ax.axhline(r.window, color="black", lw=1.2, label=f"window ({r.window:,})")
+
+
+def _draw_curves(ax: Any, r: Replay) -> None:
+    """Both context curves, the recorded usage, compactions, reminders and the log's own compactions."""
+    x = [t.turn for t in r.turns]
+    raw = [t.raw_tokens for t in r.turns]
+    ax.plot(x, raw, color="#7f7f7f", ls="--", lw=1.3, label="without compaction")
+    ax.plot(x, [t.tokens for t in r.turns], color="#1f77b4", lw=1.8, label=f"with ctxc ({r.strategy})")
+    if rec := [t for t in r.turns if t.recorded is not None]:
+        xs, ys = [t.turn for t in rec], [t.recorded for t in rec]
+        ax.plot(xs, ys, color="#9467bd", ls=":", marker=".", ms=3, lw=1, label="recorded by the log (usage)")
+    if comps := [t for t in r.compactions if t.compaction is not None]:
+        xs, before = [t.turn for t in comps], [t.tokens_before for t in comps]
+        ax.vlines(xs, [t.tokens for t in comps], before, color=_RED, lw=1.2)
+        ax.scatter(xs, before, marker="v", color=_RED, s=22, zorder=3, label=f"compaction ({len(comps)})")
+    if rem := [t for t in r.turns if t.reminders]:
+        label = f"reminder ({sum(len(t.reminders) for t in rem)})"
+        xs, ys = [t.turn for t in rem], [t.tokens for t in rem]
+        ax.scatter(xs, ys, marker="*", color="#ff7f0e", s=40, zorder=4, label=label)
+    for k, b in enumerate(r.boundaries):
+        first = "the log's own compaction" if k == 0 else None
+        ax.axvline(b.turn - 0.5, color="#9467bd", ls="-.", lw=1, alpha=0.8, label=first)

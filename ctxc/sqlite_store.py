@@ -1,9 +1,6 @@
-"""The SQLite file behind ctxc's caches (token counts, summaries): one connection per store, WAL
-mode and a busy timeout so several processes can share it, and a store that never fails a run.
-
-A cache is an optimisation, never a reason to fail: any error opening, reading or writing the file
-(read-only or missing directory, a corrupt file, a full disk) turns the store off for the rest of the
-run with one warning per file and process. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
+"""The SQLite file behind ctxc's caches: WAL mode and a busy timeout so processes can share it, and a
+store that never fails a run: any error turns it off for the run with one warning per file and
+process. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
 """
 
 from __future__ import annotations
@@ -24,11 +21,23 @@ T = TypeVar("T")
 
 
 def in_batches(values: Sequence[T], size: int = 500) -> Iterator[tuple[list[T], str]]:
-    """``values`` in slices of at most ``size`` (well under SQLite's limit on variables: 32766, 999
-    before 3.32), each with its ``?,?,...`` marks for an ``IN (...)``."""
+    """``values`` in slices of at most ``size`` (under SQLite's limit on variables), each with its
+    ``?,?,...`` marks for an ``IN (...)``."""
     for start in range(0, len(values), size):
         part = list(values[start : start + size])
         yield part, ",".join("?" * len(part))
+
+
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One immediate transaction: one writer at a time, waiting up to the busy timeout."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 log = logging.getLogger(__name__)
@@ -44,13 +53,9 @@ def open_wal(
     *,
     page_size: int | None = None,
 ) -> sqlite3.Connection:
-    """Connect in autocommit mode, switch to WAL, then run ``setup`` (create tables), retrying while
-    another process sets up the same file. ``page_size`` applies to a file created now (SQLite fixes
-    it when the first table is made, and cannot change it in WAL mode).
-
-    Two processes setting up a new file at once can get "database is locked" straight away, without the
-    busy handler being consulted (the switch to WAL needs the file to itself), so the busy timeout alone
-    does not cover set-up; a short retry loop within the same timeout does.
+    """Connect in autocommit mode, switch to WAL, then run ``setup`` (create tables); ``page_size``
+    applies to a file created now. Set-up is retried within ``timeout``: switching to WAL can get
+    "database is locked" at once, without the busy handler, while another process sets up the file.
     """
     deadline = time.monotonic() + timeout
     delay = 0.01
@@ -61,8 +66,7 @@ def open_wal(
             if page_size is not None:
                 conn.execute(f"PRAGMA page_size = {int(page_size)}")
             conn.execute("PRAGMA journal_mode = WAL")
-            # WAL + NORMAL never corrupts the file; a power cut may lose the last entries, which are
-            # recomputed (caches) or rebuilt (the search index).
+            # WAL + NORMAL never corrupts the file; a power cut may lose entries, which are recomputed.
             conn.execute("PRAGMA synchronous = NORMAL")
             setup(conn)
             return conn
@@ -78,15 +82,13 @@ def open_wal(
 
 
 class SqliteStore:
-    """Subclasses give ``NAME``, ``FILENAME``, ``TABLE``, its ``SCHEMA`` (CREATE TABLE IF NOT EXISTS) and
-    ``PURPOSE``. The file is ``FILENAME`` in ctxc's cache folder unless a ``path`` is given."""
+    """Subclasses give ``NAME`` ("token"), ``FILENAME`` (in ctxc's cache folder unless a ``path`` is
+    given), ``TABLE``, its ``SCHEMA`` and ``PURPOSE`` ("counting without it")."""
 
-    #: What the warning calls the store: "token", "summary".
     NAME: ClassVar[str]
     FILENAME: ClassVar[str]
     TABLE: ClassVar[str]
     SCHEMA: ClassVar[str]
-    #: How the warning names what is lost: "counting without it", "summarizing without it".
     PURPOSE: ClassVar[str]
 
     def __init__(self, path: Path | None = None, *, disabled: bool = False, timeout: float = 10.0) -> None:
@@ -107,11 +109,10 @@ class SqliteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
-        key = str(self.path)
         with _warned_lock:
-            if key in _warned:
+            if str(self.path) in _warned:
                 return
-            _warned.add(key)
+            _warned.add(str(self.path))
         log.warning("%s cache at %s is unusable (%s); %s", self.NAME, self.path, exc, self.PURPOSE)
 
     def _connect(self) -> sqlite3.Connection | None:
@@ -121,15 +122,10 @@ class SqliteStore:
             try:
                 # Summaries quote transcripts: the file is 0600 (and its -wal, -shm) whatever the umask.
                 private_file(private_dir(self.path.parent) / self.path.name)
-                conn = self._open_with_retries()
+                self._conn = open_wal(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
             except (OSError, sqlite3.Error) as exc:
                 self._fail(exc)
-                return None
-            self._conn = conn
         return self._conn
-
-    def _open_with_retries(self) -> sqlite3.Connection:
-        return open_wal(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any] | None:
         """All rows of a query, or None when the store is off or fails."""
@@ -152,13 +148,8 @@ class SqliteStore:
             if conn is None:
                 return
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with immediate(conn):
                     conn.executemany(sql, rows)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._fail(exc)
 

@@ -101,7 +101,7 @@ def test_identical_result_points_at_the_later_copy_which_stays() -> None:
     assert texts["b"] == "12 passed in 0.31s " * 20
 
 
-def test_a_read_is_superseded_by_a_later_read_holding_it_never_by_an_edit() -> None:
+def test_a_read_is_superseded_by_a_later_read_holding_it_or_made_out_of_date_by_an_edit() -> None:
     part = "\n".join(FILE.splitlines()[9:20])
     lines = [
         {"role": "user", "content": "Task: fix the module"},
@@ -117,11 +117,13 @@ def test_a_read_is_superseded_by_a_later_read_holding_it_never_by_an_edit() -> N
         {"role": "user", "content": "ok"},
     ]
     out = results_of(compact(chat(lines), "dedupe").transcript)
-    assert out["r1"] == FILE  # followed by an edit only: the read still holds the untouched lines
+    assert out["r1"].startswith("[ctxc: read of /p/m.py out of date after the edit in message 3;")
     assert out["r2"].startswith("[ctxc: read of /p/m.py superseded by the read in message 8;")
     assert out["r3"] == "\n".join(FILE.splitlines()[9:40])
-    lossy = results_of(compact(chat(lines), "dedupe", **{"dedupe.edited_reads": "true"}).transcript)
-    assert lossy["r1"].startswith("[ctxc: read of /p/m.py out of date after the edit in message 3;")
+    # Asked to keep them, an edit supersedes no read: it still holds the lines the edit did not touch.
+    kept = results_of(compact(chat(lines), "dedupe", **{"dedupe.edited_reads": "false"}).transcript)
+    assert kept["r1"] == FILE
+    assert kept["r2"] == out["r2"]
 
 
 def test_a_read_is_superseded_by_a_later_write_of_the_whole_file() -> None:
@@ -372,7 +374,7 @@ def test_the_last_copy_of_anything_stays_and_outputs_stay_valid(
     assert t.to_bytes() == data
     flat = "\n".join(m.text for m in current.messages)
     # Every injected block and every tool output still has a copy in the context (a read superseded by
-    # a write has the write's call instead).
+    # a write has the write's call instead; one made out of date by an edit, the edit's).
     if REMINDER in "\n".join(m.text for m in t.messages):
         assert REMINDER in flat
     results = [b.text for m in current.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
@@ -382,6 +384,12 @@ def test_the_last_copy_of_anything_stays_and_outputs_stay_valid(
         for m in current.messages
         for b in m.blocks
         if isinstance(b, ToolUseBlock) and b.name == "Write"
+    }
+    edited = {
+        b.input["file_path"]
+        for m in current.messages
+        for b in m.blocks
+        if isinstance(b, ToolUseBlock) and b.name in ("Edit", "MultiEdit")
     }
     for pos, m in enumerate(t.messages):
         for b in m.blocks:
@@ -396,7 +404,8 @@ def test_the_last_copy_of_anything_stays_and_outputs_stay_valid(
                     for r in later.blocks
                     if isinstance(r, ToolResultBlock)
                 )
-                assert any(body in r for r in results) or path in written or reread, f"lost: {body[:60]!r}"
+                kept = any(body in r for r in results) or path in written or path in edited
+                assert kept or reread, f"lost: {body[:60]!r}"
     # Thinking: only removed, never changed; the last assistant turn keeps all of its own.
     before = [b.raw for m in t.messages for b in m.blocks if isinstance(b, ThinkingBlock)]
     after = [b.raw for m in current.messages for b in m.blocks if isinstance(b, ThinkingBlock)]

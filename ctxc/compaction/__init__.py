@@ -1,7 +1,5 @@
 """Compaction: strategies behind one Protocol, registered by name, and the run that applies them.
-
-Adding a strategy is one module plus its name in :data:`STRATEGY_MODULES`.
-"""
+Adding a strategy is one module plus its name in :data:`STRATEGY_MODULES`."""
 
 from __future__ import annotations
 

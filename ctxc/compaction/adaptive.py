@@ -1,32 +1,18 @@
-"""The adaptive pipeline: escalate from the least lossy strategy to the most lossy as the window fills.
+"""adaptive: escalate from the least lossy strategy to the most lossy as the window fills.
 
-Stages by the share of the window in use (thresholds are configuration, not code):
-
-====  ==========  ==========================================  =============
-stage  usage      what runs                                   loss
-====  ==========  ==========================================  =============
-1      < 60%      nothing                                     none
-2      60-70%     redundancy: dedupe, thinking, images;       minimal
-                  tool-output post-processing: offload, mask
-3      70-80%     trim old messages: selective                low
-4      80-90%     summarize the history: hierarchical         medium
-5      >= 90%     essential summary only + last few messages  high
-====  ==========  ==========================================  =============
-
-Stages run in order and the pipeline stops as soon as the target is met. Without an explicit target it
-never goes beyond the stage the current usage calls for (a 72% full context is trimmed, never
-summarized); with ``--target-tokens``/``--target-ratio`` it escalates as far as the target needs.
-Trimming keeps the user instructions and decisions its placeholders quote; when they do not fit,
-stage 4 summarizes them (the summary quotes them again).
+Stage 2 (60%) dedupe, thinking, images, offload, mask; 3 (70%) selective; 4 (80%) hierarchical; 5 (90%)
+the essential summary. It stops once the target is met, and without an explicit target never goes past
+the stage usage calls for. The stages are described in docs/strategies.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, get_strategy, option, register
+from ctxc.errors import UsageError
 from ctxc.model import Message
 from ctxc.stages import DEFAULT_THRESHOLDS, stage_for
 
@@ -40,27 +26,21 @@ STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 
 
+def _share(default: float, starts: str) -> Any:
+    return option(default, f"window share where {starts}", min=0.0, max=1.5)
+
+
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    stage2: float = option(
-        DEFAULT_THRESHOLDS[0], "window share where tool-output post-processing starts", min=0.0, max=1.5
-    )
-    stage3: float = option(
-        DEFAULT_THRESHOLDS[1], "window share where trimming old messages starts", min=0.0, max=1.5
-    )
-    stage4: float = option(
-        DEFAULT_THRESHOLDS[2], "window share where summarizing the history starts", min=0.0, max=1.5
-    )
-    stage5: float = option(
-        DEFAULT_THRESHOLDS[3], "window share where only an essential summary is kept", min=0.0, max=1.5
-    )
+    stage2: float = _share(DEFAULT_THRESHOLDS[0], "tool-output post-processing starts")
+    stage3: float = _share(DEFAULT_THRESHOLDS[1], "trimming old messages starts")
+    stage4: float = _share(DEFAULT_THRESHOLDS[2], "summarizing the history starts")
+    stage5: float = _share(DEFAULT_THRESHOLDS[3], "only an essential summary is kept")
     essential_keep_last: int = option(
         3, "messages kept verbatim after the essential summary", min=1, max=1000
     )
 
     def __post_init__(self) -> None:
-        from ctxc.errors import UsageError
-
         if not self.stage2 <= self.stage3 <= self.stage4 <= self.stage5:
             raise UsageError("adaptive stage thresholds must increase: stage2 <= stage3 <= stage4 <= stage5")
 
@@ -106,9 +86,7 @@ class Adaptive:
     ) -> StrategyResult:
         """Run one of a stage's strategies (``essential`` is hierarchical in its stage-5 mode)."""
         if name == "selective":
-            # Trimming never gives up the decisions its placeholders quote: when they do not fit, the
-            # next stage summarizes them (the summary quotes them again) rather than lose them. Nor the
-            # log's own summary: trimming keeps it, as selective alone does; only a summary folds it in.
+            # Trimming keeps its quoted decisions (stage 4 summarizes them instead) and the log's own summary.
             selective = get_strategy(name)
             trim_cfg = replace(ctx.config(selective), keep_quotes=True)
             own = frozenset(m.index for m in msgs if m.meta.get("is_compact_summary"))
@@ -116,13 +94,9 @@ class Adaptive:
             return selective.compact(msgs, trim_ctx)
         if name != "essential":
             return get_strategy(name).compact(msgs, ctx)
-        # Stage 5 is the hierarchical summarizer in its essential mode, keeping only the last few messages.
         hierarchical = get_strategy("hierarchical")
-        base = ctx.config(hierarchical)
-        essential_cfg = replace(base, essential=True, keep_last=cfg.essential_keep_last)
-        result = hierarchical.compact(
-            msgs, replace(ctx, configs={**ctx.configs, "hierarchical": essential_cfg})
-        )
+        essential = replace(ctx.config(hierarchical), essential=True, keep_last=cfg.essential_keep_last)
+        result = hierarchical.compact(msgs, replace(ctx, configs={**ctx.configs, "hierarchical": essential}))
         return StrategyResult(
             result.messages, tuple(replace(a, strategy="essential") for a in result.actions)
         )

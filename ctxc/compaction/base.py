@@ -1,29 +1,29 @@
 """What every compaction strategy shares: the Protocol, its context, its result, the registry.
 
-A strategy is a mechanism: given one conversation's messages and a :class:`CompactContext` (the token
-target, what is pinned, a token ledger, the archive, the summarizer), it returns new messages and a
-record of what it did. *Whether* to compact and how far to escalate is the adaptive strategy's
-business (data: thresholds), not the mechanisms'.
-
-Adding a strategy is one module that defines a class with ``name``, ``description``, ``Config``,
-``uses_summarizer``, ``best_effort`` and ``compact`` and calls :func:`register`, plus one line in
-:data:`ctxc.compaction.STRATEGY_MODULES`.
+A strategy is a mechanism: given one conversation's messages and a :class:`CompactContext`, it returns
+new messages and what it did. Whether to compact, and how far, is the adaptive strategy's business.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ctxc.archive_store import citation
 from ctxc.errors import UsageError
-from ctxc.model import Message
+from ctxc.model import Block, Message, ToolUseBlock
 
 if TYPE_CHECKING:
     from ctxc.archive_store import ArchiveStore
     from ctxc.compaction.ledger import Ledger
     from ctxc.summarize import Summarizer
+
+#: How every note, placeholder and pointer ctxc writes into a message begins.
+CTXC_MARK = "[ctxc"
+#: A block's place: (position in the message list, position in the message's blocks).
+Slot = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +68,7 @@ class CompactContext:
     instructions: str | None = None
 
     def config(self, strategy: type[Strategy] | Strategy) -> Any:
-        name = strategy.name
-        cfg = self.configs.get(name)
+        cfg = self.configs.get(strategy.name)
         return cfg if cfg is not None else strategy.Config()
 
     def tokens(self, messages: Sequence[Message]) -> int:
@@ -78,20 +77,47 @@ class CompactContext:
     def under_target(self, messages: Sequence[Message]) -> bool:
         return self.ledger.total(messages) <= self.target
 
+    def tail_start(self, n: int) -> int:
+        """Where the last ``keep_last`` of ``n`` messages begin (they are kept verbatim)."""
+        return n - self.keep_last if self.keep_last > 0 else n
+
+    def cite(self, first: int, last: int | None = None) -> str:
+        return citation(self.archive_id, first, last)
+
+    def shrink(
+        self, msgs: list[Message], pos: int, blocks: Sequence[Block], strategy: str, kind: str, note: str
+    ) -> Action | None:
+        """Give ``msgs[pos]`` these blocks if that makes it smaller, and say so; else None."""
+        old = msgs[pos]
+        new = replace(old, blocks=tuple(blocks))
+        before, after = self.ledger.tokens(old), self.ledger.tokens(new)
+        if after >= before:
+            return None
+        msgs[pos] = new
+        return Action(strategy, kind, old.index, old.index, before, after, note)
+
+
+def tool_calls(messages: Sequence[Message]) -> dict[str, ToolUseBlock]:
+    """Every tool call of ``messages`` by its id."""
+    return {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+
+
+def with_block(message: Message, at: int, block: Block) -> tuple[Block, ...]:
+    """``message``'s blocks with the one at ``at`` replaced."""
+    return (*message.blocks[:at], block, *message.blocks[at + 1 :])
+
 
 @runtime_checkable
 class Strategy(Protocol):
     name: ClassVar[str]
     description: ClassVar[str]
-    #: The strategy's options: a frozen dataclass whose fields carry defaults and ``metadata`` with
-    #: ``help`` and ``min``/``max``; validated by :func:`parse_config`.
+    #: A frozen dataclass of options whose fields carry ``help`` and ``min``/``max`` (see :func:`option`).
     Config: ClassVar[type[Any]]
-    #: Whether it may call the summarizer: a summarizer that calls out is then checked (its key, its
-    #: model) before any work, and the log's own summary is the strategy's to fold in, not pinned.
+    #: Whether it may call the summarizer: a summarizer that calls out is then checked before any work,
+    #: and the log's own summary is the strategy's to fold in, not pinned.
     uses_summarizer: ClassVar[bool]
-    #: Whether, without an explicit target, it decides itself how far to go (adaptive stops at the
-    #: stage usage calls for): a conversation already under the default target is left alone, and
-    #: ending above that target is not an error.
+    #: Whether, without an explicit target, it decides itself how far to go (ending above the default
+    #: target is then not an error).
     best_effort: ClassVar[bool]
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult: ...
@@ -136,8 +162,7 @@ def option(default: Any, help: str, *, min: float | None = None, max: float | No
 
 def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str]) -> Any:
     """Build a strategy's Config from ``name=value`` strings, loudly rejecting unknown or bad values."""
-    cfg_cls = strategy.Config
-    fields = {f.name: f for f in dataclasses.fields(cfg_cls)}
+    fields = {f.name: f for f in dataclasses.fields(strategy.Config)}
     kwargs: dict[str, Any] = {}
     for key, text in values.items():
         if key not in fields:
@@ -146,23 +171,11 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
                 f"(options: {', '.join(sorted(fields)) or 'none'})"
             )
         f = fields[key]
-        default = f.default
-        conv: Callable[[str], Any]
-        if isinstance(default, bool):
-            conv = _to_bool
-        elif isinstance(default, int):
-            conv = int
-        elif isinstance(default, float):
-            conv = float
-        elif isinstance(default, tuple):
-            conv = _to_tuple
-        else:
-            conv = str
         try:
-            value = conv(text)
+            value = _CONVERTERS.get(type(f.default), str)(text)
         except ValueError:
             raise UsageError(
-                f"{strategy.name}.{key}: cannot read {text!r} as {type(default).__name__}"
+                f"{strategy.name}.{key}: cannot read {text!r} as {type(f.default).__name__}"
             ) from None
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -171,7 +184,7 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
             if hi is not None and value > hi:
                 raise UsageError(f"{strategy.name}.{key} must be at most {hi}, got {value}")
         kwargs[key] = value
-    return cfg_cls(**kwargs)
+    return strategy.Config(**kwargs)
 
 
 def _to_bool(text: str) -> bool:
@@ -185,3 +198,6 @@ def _to_bool(text: str) -> bool:
 
 def _to_tuple(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+_CONVERTERS: dict[type, Callable[[str], Any]] = {bool: _to_bool, int: int, float: float, tuple: _to_tuple}

@@ -1,24 +1,10 @@
 """dedupe: replace copies the context holds again later by a pointer to the copy that stays.
 
-Three kinds of copy, each replaced by a one-line pointer naming the message whose copy stays and citing
-the archive for the original (``[ctxc: same as the result of message 214; original in ctxc archive …
-messages 37]``):
-
-* a tool result identical to a later one of the same tool with the same input (same text, same error
-  flag), and a file read superseded by a later one: a later read whose text holds all of it, a later
-  read of the whole file when this one was of the whole file too, or a later write of the whole file
-  (an edit never supersedes a read: the read still holds the lines the edit did not touch; the
-  ``edited_reads`` option replaces such reads too, as cozempic's stale-reads does, losing those lines
-  from the context but not from the archive);
-* a text block of at least ``min_block_chars`` characters (a CLAUDE.md or AGENTS.md text, an
-  environment context) repeated verbatim in a later user or system message;
-* a tagged block of injected text (``<system-reminder>``, ``<environment_context>``,
-  ``<user_instructions>``) repeated verbatim anywhere later, inside text or tool results.
-
-The copy the agent sees last always stays; a replaced tool result keeps the injected blocks whose last
-copy it holds. Only texts change: no message is dropped, added or reordered, so pairing and thinking
-blocks are exactly as they were. Pinned messages and the last ``keep_last`` messages are left alone
-(their copies count as the ones that stay).
+Three kinds of copy: a tool result repeated later (or a file read that a later read, a whole-file
+write or, by default, an edit of the file made out of date), a long text block repeated in a later
+user or system message, and a tagged block of injected text (``<system-reminder>``...) repeated
+anywhere later. Only texts change, so pairing and thinking are untouched; the model's own words,
+pinned messages and the last ``keep_last`` stay.
 """
 
 from __future__ import annotations
@@ -32,20 +18,14 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ctxc.archive_store import citation
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import CTXC_MARK, Action, CompactContext, Slot, StrategyResult, option, register
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
-
-#: How every ctxc note begins (as in :mod:`ctxc.compaction.mask`).
-CTXC_MARK = "[ctxc"
 
 #: Tags of text a client injects, again and again, into user turns and tool results.
 INJECTED_TAGS: tuple[str, ...] = ("system-reminder", "environment_context", "user_instructions")
 
 #: A file read's result, line by line: ``cat -n`` style numbering (Claude Code ``→``, OpenHands tab).
 _NUMBERED = re.compile(r"^\s*\d+(?:→|\t)")
-
-#: Tools that read a file by path, and the input keys that make a read partial.
 _READ_TOOLS = frozenset({"read", "view", "read_file", "readfile", "view_file", "open_file", "cat"})
 _WRITE_TOOLS = frozenset({"write", "write_file", "writefile", "create_file", "create"})
 _EDIT_TOOLS = frozenset({"edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"})
@@ -55,12 +35,8 @@ _SHELL_TOOLS = frozenset(
     {"bash", "shell", "exec_command", "execute_bash", "run_terminal_cmd", "terminal", "local_shell"}
 )
 _PATH_KEYS = ("file_path", "path", "filename", "filepath", "target_file")
-#: Input keys a read of the whole file may have; any other key (an offset, a line count, a range, in
-#: whatever spelling a tool uses) makes it a partial read.
-_WHOLE_READ_KEYS = frozenset(
-    {*("file_path", "path", "filename", "filepath", "target_file")}
-    | {"command", "description", "explanation", "encoding"}
-)
+#: Input keys a read of the whole file may have; any other (an offset, a range) makes it partial.
+_WHOLE_READ_KEYS = frozenset({*_PATH_KEYS, "command", "description", "explanation", "encoding"})
 _WRITE_CONTENT_KEYS = ("content", "file_text", "contents", "text")
 #: Shell characters that make a command more than a single read of one file.
 _SHELL_META = re.compile(r"[|;&<>`$()*?\[\]{}\n]")
@@ -73,9 +49,9 @@ class DedupeConfig:
     )
     tags: tuple[str, ...] = option(INJECTED_TAGS, "tags of injected text deduplicated at any size")
     edited_reads: bool = option(
-        False,
-        "also replace a file read followed by an edit of that file (lossy: the lines the edit did not "
-        "touch leave the context; they stay in the archive)",
+        True,
+        "replace a file read followed by an edit of that file: the read no longer shows the file as it "
+        "is (false keeps it for the lines the edit did not touch; they stay in the archive either way)",
     )
 
 
@@ -86,10 +62,6 @@ class FileOp:
     op: str
     path: str
     whole: bool = True
-
-
-#: A block's place: (position in the message list, position in the message's blocks).
-Slot = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,54 +86,40 @@ class Dedupe:
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: DedupeConfig = ctx.config(self)
         msgs = list(messages)
-        tail = len(msgs) - ctx.keep_last if ctx.keep_last > 0 else len(msgs)
         # The model's own words are never rewritten, only what a client or a tool put in the context.
         editable = {
             pos
-            for pos in range(max(0, tail))
+            for pos in range(max(0, ctx.tail_start(len(msgs))))
             if msgs[pos].index not in ctx.pinned and msgs[pos].role != "assistant"
         }
         whole = _whole_blocks(msgs, cfg)
-        whole = {s: _resolve(s, whole) for s in whole}
-        whole = {s: p for s, p in whole.items() if s[0] in editable}
+        whole = {s: _resolve(s, whole) for s in whole if s[0] in editable}
         last = _last_segments(msgs, cfg.tags)
         actions: list[Action] = []
         for pos in sorted(editable):
             old = msgs[pos]
             blocks = list(old.blocks)
-            notes: list[str] = []
+            notes: set[str] = set()
+            cite = ctx.cite(old.index)
             for bi, block in enumerate(blocks):
                 if not isinstance(block, TextBlock | ToolResultBlock) or block.text.startswith(CTXC_MARK):
                     continue
-                cite = citation(ctx.archive_id, old.index, old.index)
                 pointer = whole.get((pos, bi))
                 if pointer is not None:
                     # The injected text whose last copy this is stays with the pointer.
                     kept = [s for s, k in _segments(block.text, cfg.tags) if last.get(s) == (pos, bi, k)]
                     new_text = "\n".join([_pointer_text(pointer, msgs, cite), *kept])
-                    notes.append(pointer.what if pointer.what.startswith("same") else "superseded read")
+                    notes.add(pointer.what if pointer.what.startswith("same") else "superseded read")
                 else:
                     new_text = _drop_segments(block.text, pos, bi, last, cfg.tags, msgs, cite)
                     if new_text == block.text:
                         continue
-                    notes.append("injected text")
+                    notes.add("injected text")
                 blocks[bi] = replace(block, text=new_text)
-            if not notes:
-                continue
-            new = replace(old, blocks=tuple(blocks))
-            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
-            if after >= before:
-                continue  # a pointer no smaller than what it replaces is no gain
-            msgs[pos] = new
-            actions.append(
-                Action(
-                    self.name, "dedupe", old.index, old.index, before, after, ", ".join(sorted(set(notes)))
-                )
-            )
+            note = ", ".join(sorted(notes))
+            if notes and (action := ctx.shrink(msgs, pos, blocks, self.name, "dedupe", note)):
+                actions.append(action)
         return StrategyResult(tuple(msgs), tuple(actions))
-
-
-# ------------------------------------------------------------------------------------- whole blocks
 
 
 def _resolve(slot: Slot, whole: Mapping[Slot, _Pointer]) -> _Pointer:
@@ -236,8 +194,7 @@ def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp,
         if _holds(later_text, text):
             return slot
         if op.whole and later_op.whole and _from_line_one(text) and _from_line_one(later_text):
-            # Both read the whole file with numbered lines (not a stub, not an error): the later one shows
-            # it as it is now, edited in between or not.
+            # Both read the whole file with numbered lines: the later one shows it as it is now.
             return slot
     return None
 
@@ -276,9 +233,6 @@ def _canonical(value: Any) -> str:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:
         return repr(value)
-
-
-# ------------------------------------------------------------------------------------------ file ops
 
 
 def file_op(name: str, inp: Any) -> FileOp | None:
@@ -365,9 +319,6 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
     return FileOp("read", os.path.normpath(path), whole)
 
 
-# ------------------------------------------------------------------------------------------ segments
-
-
 def _segment_re(tags: Sequence[str]) -> re.Pattern[str]:
     alts = "|".join(re.escape(t) for t in tags)
     return re.compile(rf"<({alts})>.*?</\1>", re.DOTALL)
@@ -424,8 +375,5 @@ def _drop_segments(
 
 def _pointer_text(pointer: _Pointer, msgs: Sequence[Message], cite: str) -> str:
     target = msgs[pointer.target[0]].index
-    if pointer.what == "same result":
-        return f"[ctxc: same as the result of message {target}; original in {cite}]"
-    if pointer.what == "same text":
-        return f"[ctxc: same as the text of message {target}; original in {cite}]"
-    return f"[ctxc: {pointer.what} in message {target}; original in {cite}]"
+    what = {"same result": "same as the result of", "same text": "same as the text of"}
+    return f"[ctxc: {what.get(pointer.what, pointer.what + ' in')} message {target}; original in {cite}]"

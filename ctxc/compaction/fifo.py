@@ -1,16 +1,8 @@
 """fifo: drop the oldest pairing-safe units until the conversation fits the target.
 
-Pinned units (system messages, the first request, ``--pin`` matches, critical messages) stay where
-they are, and so does the tail: the units holding the last ``keep_last`` messages are a floor that is
-never dropped, even when the target then cannot be met (the run reports how far over it is). Each
-contiguous dropped run leaves one short user message citing the archive range it came from and quoting
-the user instructions and decisions in it verbatim (at most ``carry`` of them, found by the extractive
-summarizer's :func:`~ctxc.summarize.extractive.key_sentences`). A placeholder that quotes nothing is
-left out when it would cost as much as the run itself; quotes are given up only when the target can be
-met no other way (fewer first, then all), and never when the caller says ``Carry.keep``.
-
-The dropping machinery (:func:`drop_units`) is shared with ``selective``, which differs only in the
-order it offers units in.
+Pinned units and those holding the last ``keep_last`` messages stay. Each dropped run leaves one
+message citing the archive range and quoting the run's instructions and decisions (:func:`drop_units`,
+shared with ``selective``, which only offers units in another order).
 """
 
 from __future__ import annotations
@@ -29,17 +21,14 @@ from ctxc.tokens.cost import count_messages
 
 
 def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:
-    """Positions (into ``parts``) of units no trimming strategy may drop.
-
-    A unit is protected when it holds a pinned message, one of the last ``ctx.keep_last`` messages, or
-    the last message (kept even when the caller pinned nothing, because the next turn answers it).
-    """
+    """Positions (into ``parts``) of units no trimming strategy may drop: those holding a pinned
+    message, one of the last ``ctx.keep_last`` messages, or the last message (the next turn answers it)."""
     tail_start = len(messages) - max(ctx.keep_last, 1)
-    out: set[int] = set()
-    for u, part in enumerate(parts):
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages)):
-            out.add(u)
-    return out
+    return {
+        u
+        for u, part in enumerate(parts)
+        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
+    }
 
 
 def placeholder_text(
@@ -103,23 +92,21 @@ def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, 
 
 @dataclass(slots=True)
 class _Run:
-    """A contiguous stretch of dropped units ``[start, stop)`` (positions into the unit list)."""
+    """Dropped units ``[start, stop)``; ``cost``: its placeholder's tokens (None: not yet known);
+    ``bare``: its placeholder was given up to meet the target."""
 
     start: int
     stop: int
     tokens: int
     tags: frozenset[str]
-    #: What the run costs in the output: its placeholder's tokens, or 0 without one. None = not yet known.
     cost: int | None = None
-    #: Its placeholder was given up to meet the target.
     bare: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Carry:
-    """What placeholders quote from the messages they replace: at most ``cap`` instruction and decision
-    sentences each. ``keep``: never give them up to meet the target (the adaptive pipeline summarizes
-    instead); else they are given up last, and only when the target cannot be met otherwise."""
+    """Placeholders quote at most ``cap`` instruction and decision sentences each; ``keep``: never give
+    them up to meet the target (adaptive summarizes instead), else only as a last resort."""
 
     cap: int = 8
     keep: bool = False
@@ -127,10 +114,7 @@ class Carry:
 
 class _Plan:
     """Which units are dropped, as merged runs, with the output's token total kept up to date.
-
-    Dropping is O(1) per unit; placeholder costs are computed only once the kept messages alone are
-    within the target, since before that no placeholder arithmetic can change the decision to go on.
-    """
+    Placeholders are costed only once the kept messages alone are within the target."""
 
     def __init__(
         self,
@@ -145,8 +129,7 @@ class _Plan:
         self.ctx = ctx
         self.placeholders = placeholders
         self.carry = carry
-        #: How many key sentences a placeholder quotes now (lowered only to meet the target).
-        self.level = carry.cap
+        self.level = carry.cap  # how many key sentences a placeholder quotes now
         self.unit_tokens = [ctx.ledger.total(p.messages(messages)) for p in parts]
         self.kept = sum(self.unit_tokens)
         self.by_start: dict[int, _Run] = {}
@@ -160,9 +143,7 @@ class _Plan:
         tokens = self.unit_tokens[u]
         self.kept -= tokens
         run = _Run(u, u + 1, tokens, frozenset((tag,)) if tag else frozenset())
-        left = self.by_stop.get(u)
-        right = self.by_start.get(u + 1)
-        for old in (left, right):
+        for old in (self.by_stop.get(u), self.by_start.get(u + 1)):  # the runs it joins
             if old is not None:
                 self._forget(old)
                 run = _Run(
@@ -204,15 +185,14 @@ class _Plan:
 
     def cheaper_kept(self, u: int) -> bool:
         """Whether unit ``u`` costs less than a placeholder quoting it would (a short instruction, say):
-        dropping it would only make the output longer, so it is kept unless the target needs it gone."""
+        it is then kept unless the target needs it gone."""
         if not self.placeholders or self.level == 0:
             return False
         run = _Run(u, u + 1, self.unit_tokens[u], frozenset())
         if not self._keys_of(run):
             return False
         msg = self._candidate(run)
-        # Bounds that spare counting the candidate: a text has fewer tokens than characters, and (by
-        # far, for any tokenizer ctxc has) more than an eighth of them.
+        # Bounds that spare counting: a text has fewer tokens than characters, and more than an eighth.
         if self.unit_tokens[u] > len(msg.text) + 16:
             return False
         if self.unit_tokens[u] * 8 < len(msg.text):
@@ -221,10 +201,9 @@ class _Plan:
         return self._text_cost[msg.text] >= self.unit_tokens[u]
 
     def shed_placeholders(self, spared: Sequence[tuple[int, str | None]] = ()) -> None:
-        """With nothing left to drop, give up what placeholders cost if that meets the target: first the
-        bare citations (oldest first), then, unless ``carry.keep``, fewer quoted sentences, then none
-        (and the ``spared`` units, which were kept only because quoting them cost more), then the
-        rest. The target is the promise; the citation is a convenience (the manifest has the range)."""
+        """With nothing left to drop, give up what placeholders cost if that meets the target: bare
+        citations (oldest first), then unless ``carry.keep`` fewer quotes, then none (and drop the
+        ``spared`` units), then the rest. The target is the promise; the citation a convenience."""
         if self.kept > self.ctx.target and not spared:
             return  # nothing placeholders give up can meet the target
         if self.under_target():
@@ -264,18 +243,15 @@ class _Plan:
 
     def _keys_of(self, run: _Run) -> list[KeySentence]:
         """The key sentences of the run's messages, in order (each message's found once, then cached)."""
-        out: list[KeySentence] = []
-        seen: set[str] = set()
+        out: dict[str, KeySentence] = {}
         msgs = self.messages
         for pos in range(self.parts[run.start].start, self.parts[run.stop - 1].stop):
             keys = self._keys.get(pos)
             if keys is None:
                 keys = self._keys[pos] = key_sentences(msgs[pos], msgs[pos - 1] if pos else None)
             for k in keys:
-                if k.text not in seen:
-                    seen.add(k.text)
-                    out.append(k)
-        return out
+                out.setdefault(k.text, k)
+        return list(out.values())
 
     def _carried(self, run: _Run) -> tuple[tuple[KeySentence, ...], int]:
         if self.carry.cap == 0:
@@ -291,10 +267,8 @@ class _Plan:
         )
 
     def _count(self, runs: Sequence[_Run]) -> None:
-        """Count the placeholders of ``runs`` in one batch (the tokenizer is fastest on batches).
-
-        Counted without the ledger, so that candidates never written are not kept alive in its memo.
-        """
+        """Count the placeholders of ``runs`` in one batch, without the ledger (whose memo would keep
+        candidates never written alive)."""
         if not self.placeholders:
             return
         todo = {m.text: m for m in map(self._candidate, runs) if m.text not in self._text_cost}
@@ -303,10 +277,8 @@ class _Plan:
             self._text_cost.update(zip(todo, counts, strict=True))
 
     def _placeholder(self, run: _Run) -> tuple[Message | None, int]:
-        """The run's placeholder and its tokens, or (None, 0) when it is off or not worth its cost.
-
-        A bare citation costing as much as the run is not worth it; one quoting the run's instructions
-        or decisions always is (they would otherwise be lost without a trace)."""
+        """The run's placeholder and its tokens, or (None, 0) when it is off or a bare citation costing
+        as much as the run (one quoting instructions or decisions is always worth it)."""
         if not self.placeholders or run.bare:
             return None, 0
         msg = self._candidate(run)
@@ -360,10 +332,8 @@ def drop_units(
     placeholders: bool,
     carry: Carry = Carry(),
 ) -> StrategyResult:
-    """Drop units in ``order`` (unit positions, each with an optional tag named in its placeholder)
-    until the output is within ``ctx.target``; if it never is, everything offered is dropped (best
-    effort: the caller's run decides whether over-target output may be written). Placeholders quote
-    the instructions and decisions of what they replace, as ``carry`` says."""
+    """Drop units in ``order`` (positions, each with an optional tag named in its placeholder) until the
+    output is within ``ctx.target``, else everything offered (the run decides if over is allowed)."""
     plan = _Plan(messages, parts, ctx, placeholders, carry)
     if plan.under_target():
         return StrategyResult(tuple(messages))
@@ -380,15 +350,14 @@ def drop_units(
     return plan.result(strategy)
 
 
-#: The ``carry`` option of the trimming strategies.
+#: Options of the trimming strategies.
 CARRY_HELP = "instruction and decision sentences each placeholder quotes from what it replaces (0: none)"
+PLACEHOLDER_HELP = "leave one short message citing the archive range where each run of messages was dropped"
 
 
 @dataclass(frozen=True, slots=True)
 class FifoConfig:
-    placeholder: bool = option(
-        True, "leave one short message citing the archive range where each run of messages was dropped"
-    )
+    placeholder: bool = option(True, PLACEHOLDER_HELP)
     carry: int = option(8, CARRY_HELP, min=0, max=1000)
 
 
@@ -409,14 +378,9 @@ class Fifo:
             parts = units(msgs)
             keep = protected_units(msgs, parts, ctx)
             order = ((u, None) for u in range(len(parts)) if u not in keep)
+            carry = Carry(cfg.carry)
             return drop_units(
-                msgs,
-                ctx,
-                parts,
-                order,
-                strategy=self.name,
-                placeholders=cfg.placeholder,
-                carry=Carry(cfg.carry),
+                msgs, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder, carry=carry
             )
 
         result = drop(messages)

@@ -1,10 +1,7 @@
 """Compacting one file end to end: read, archive, compact, write atomically, record the run.
 
-``ctxc compact`` calls :func:`compact_file` for a single input in its own process and, for a batch, in
-worker processes (:mod:`ctxc.batch`), so both paths share one sequence of safety steps: the original
-is archived before anything is written, the output is written to a temp file, the run is recorded in
-the manifest, and only then does the output take its name. A job and its report are plain data so
-they cross processes.
+One file and each file of a batch (in worker processes, :mod:`ctxc.batch`) go through the same safety
+steps; a job and its report are plain data so they cross processes.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, named_bytes, read_all
-from ctxc.tokens import counting_processes, make_counter
+from ctxc.tokens import counting_processes
 from ctxc.tokens.reading import load_counted
 
 
@@ -48,20 +45,15 @@ class CompactJob:
     index: bool = True
     #: Write the run's report here (one file's ``--report``), before the output takes its name.
     report: str | None = None
-    #: Write the compacted session as a new session beside the original (``--fork``): a new id in its
-    #: records and its file name, chosen by the format (``output`` is then unused).
+    #: ``--fork``: write a new session beside the original, with a new id (``output`` is unused).
     fork: bool = False
-    #: In a batch, its options fingerprint (:func:`ctxc.batch.fingerprint`): recorded in the manifest
-    #: with the resolved output path, so a re-run knows the file is done even if the journal missed it.
+    #: In a batch, its options fingerprint, recorded in the manifest with the output path (for re-runs).
     batch_options: str | None = None
 
 
 def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
-    """What decides a file's output: a batch re-run with the same of these may skip the file.
-
-    Retries, timeouts, concurrency and caching change how the work is done, not its result, so they
-    are left out; the summarizer's model and command are in.
-    """
+    """What decides a file's output (not retries, timeouts, concurrency or caching): a batch re-run
+    with the same of these may skip the file."""
     opts = asdict(job.options)
     summarizer = opts.pop("summarizer_options")
     opts.pop("use_cache")
@@ -78,7 +70,7 @@ def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
 
 def _saving_worth(result: CompactionResult, options: CompactOptions) -> dict[str, Any] | None:
     """What the tokens removed save on every following call, at the model's input and cache-read
-    prices (the model given, else the one the log's last call names); None when it is unpriced."""
+    prices; None when it is unpriced."""
     models = [u.model for u in result.transcript.usage if u.model]
     model = options.model or (models[-1] if models else None)
     saved = result.tokens_before - result.tokens_after
@@ -143,12 +135,9 @@ def compaction_report(
 def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report (with ``output_sha256`` once written).
 
-    Order matters: archive the original (inside :func:`compact_transcript`), write the output to a
-    temporary file, record the run, then rename the output into place. A failure or Ctrl-C at any
-    point leaves the input as it was and no partial output. A run that died between the record and the
-    rename has a manifest entry and no output (its original is archived all the same); in place, this
-    order means a compacted file is always on record as an output, which a re-run must not take for an
-    original and compact again.
+    Order matters: archive the original, write the output to a temporary file, record the run, then
+    rename the output into place: a failure at any point leaves the input as it was and no partial
+    output, and a compacted file is always on record as an output (a re-run never compacts it again).
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
@@ -156,8 +145,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         raise UsageError("--fork needs a session file, not stdin")
     if not job.dry_run and not job.make_dirs and not job.fork:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
-    # A file is parsed as it is read, and archived from the records read (the same bytes): holding the
-    # whole file besides its records would add its size to the peak. Stdin is read whole first.
+    # A file is parsed as it is read and archived from its records (holding it whole would add its
+    # size to the peak); stdin is read whole first.
     source: str | BinaryIO = job.path
     original: bytes | None = None
     if job.path == "-":
@@ -166,14 +155,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     else:
         size = _size(job.path)
     opts = job.options
-    counter = make_counter(
-        opts.tokenizer,
-        use_cache=opts.use_cache,
-        model=opts.model,
-        concurrency=opts.summarizer_options.concurrency,
-    )
-    # A large input is counted on every core, by worker processes that count each batch of messages
-    # while the next is parsed.
+    counter = opts.counter()
+    # A large input is counted on every core, each batch while the next is parsed.
     with counting_processes(counter, size):
         transcript, counts = load_counted(
             source, counter, input_format=job.input_format, options=job.read_options

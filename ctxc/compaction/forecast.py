@@ -1,12 +1,5 @@
-"""What each adaptive stage would remove from a transcript, without writing anything.
-
-Two figures per stage, summed over conversations:
-
-* ``potential``: the tokens that stage's strategies remove on their own from the original, pushed as
-  far as they go (target 0). It answers "how much is there to win by masking, trimming, summarizing?"
-* ``plan``: what the stage removes in the adaptive plan that ``ctxc compact`` would run to get below
-  the first threshold (escalating as far as that needs).
-"""
+"""What each adaptive stage would remove from a transcript, without writing anything: ``potential``
+(the stage alone, pushed to target 0) and ``plan`` (its share of the plan ``ctxc compact`` would run)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
 """hierarchical: one structured summary of the history, detail by tier.
 
-The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
-replaced by ONE summary with the fixed sections (session intent, decisions, artifacts and files
-touched, errors and fixes, current state, next steps). The summarizer sorts the material into tiers:
-decisions and user instructions quoted verbatim, important events (errors and their fixes, files
-changed) one line each, routine work (reads, listings, searches) collapsed into counts; the
-extractive summarizer does this in :func:`ctxc.summarize.extractive.tier_messages`, and any other
-summarizer gets the same request through the Summarizer Protocol.
-
-Least loss: only the oldest stretch of history that the target requires is summarized, the rest stays
-verbatim; the summary is planned at a quarter of what it replaces (at least ``BUDGET_FLOOR`` tokens,
-at most ``summary_tokens`` and what the target leaves). If the summary comes out larger than planned,
-the span grows as far as that needs; if it is still over the target, the budget halves, down to the
-floor, before the strategy gives up (the run then reports how far over it is). A summary that would
-cost more than the history it replaces is not used.
-
-``essential`` is the adaptive pipeline's stage 5: only the essential sections (intent, current state,
-next steps), the whole history summarized, and only the last ``keep_last`` messages and pinned kept.
+Only the oldest stretch the target requires is summarized, into the fixed sections; the budget is a
+quarter of what it replaces, and halves down to ``BUDGET_FLOOR`` while over the target. ``essential``
+(adaptive's stage 5) summarizes the whole history into intent, current state and next steps.
 """
 
 from __future__ import annotations
@@ -26,20 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.recursive import (
-    Layout,
-    assemble,
-    plan_layout,
-    span_citation,
-    summary_message,
-    summary_overhead,
-)
+from ctxc.compaction.base import CompactContext, StrategyResult, option, register
+from ctxc.compaction.recursive import Layout, plan_layout, span_citation, summary_message, summary_overhead
 from ctxc.model import Message
 from ctxc.summarize import SummaryRequest
 
-#: A summary that comes out over the target (a summarizer may overshoot its budget) is asked again
-#: with half the budget, down to this floor, before the strategy gives up.
+#: A summary over the target is asked again with half the budget, down to this floor.
 BUDGET_FLOOR = 200
 
 
@@ -52,9 +30,8 @@ class HierarchicalConfig:
     )
 
 
-#: A summary is planned at a quarter of the tokens it replaces (at least BUDGET_FLOOR, at most the
-#: configured summary_tokens): enough for its tiers, and small enough that the least history needs
-#: summarizing when the target is generous.
+#: A summary is planned at a quarter of the tokens it replaces (at least BUDGET_FLOOR, at most
+#: summary_tokens): enough for its tiers, and the least history summarized when the target is generous.
 COMPRESSION = 4
 
 
@@ -100,14 +77,11 @@ class Hierarchical:
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: HierarchicalConfig = ctx.config(self)
-        msgs = tuple(messages)
-        if not msgs or ctx.under_target(msgs):
-            return StrategyResult(msgs)
-        layout = plan_layout(msgs, ctx, cfg.keep_last or ctx.keep_last)
+        layout = plan_layout(messages, ctx, cfg.keep_last or ctx.keep_last)
+        if layout is None:
+            return StrategyResult(tuple(messages))
         cands = layout.candidates
-        if not cands:
-            return StrategyResult(msgs)
-        overhead = summary_overhead(ctx, msgs[0])
+        overhead = summary_overhead(ctx, layout.messages[0])
         room = ctx.target - layout.fixed - overhead  # for the summary text once all history is in it
         plan = _Plan(layout, ctx.target, overhead, max(1, min(cfg.summary_tokens, room)))
         n = len(cands) if cfg.essential else plan.smallest()
@@ -142,18 +116,5 @@ class Hierarchical:
             budget = max(floor, budget // 2)
 
         _, summary, n = best
-        chosen = cands[:n]
-        replaced = layout.span_messages(chosen)
-        if ctx.ledger.tokens(summary) >= layout.tokens_of(chosen):
-            return StrategyResult(msgs)  # the summary would cost more than what it replaces
         tiers = "essential sections" if cfg.essential else "tiered sections"
-        action = Action(
-            self.name,
-            "summarize",
-            replaced[0].index,
-            replaced[-1].index,
-            layout.tokens_of(chosen),
-            ctx.ledger.tokens(summary),
-            f"{len(replaced)} message(s) into one summary ({tiers})",
-        )
-        return StrategyResult(assemble(layout, chosen, summary), (action,))
+        return layout.summarized(self.name, cands[:n], summary, ctx, f" into one summary ({tiers})")

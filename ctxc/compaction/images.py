@@ -1,11 +1,7 @@
-"""images: replace images older than the last few assistant turns by a placeholder.
+"""images: replace images older than the last few assistant turns by a line citing the archive.
 
-An image the model has already looked at, several turns ago, costs up to ~1,600 tokens on every later
-call. Images (whole image blocks, and images returned inside tool results) in messages before the
-``keep_last_turns``-th last assistant turn become one line saying what they were (media type,
-dimensions when known, size) and citing the archive, where the original is. Pinned messages and the
-last ``keep_last`` messages are left alone. Only blocks change (an image block becomes a text block,
-a result loses its images): pairing is unchanged.
+An image the model looked at turns ago costs up to ~1,600 tokens on every later call. Only blocks
+change (an image block becomes text, a result loses its images), so pairing is unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.model import Block, ImageBlock, Message, TextBlock, ToolResultBlock
 
@@ -57,19 +52,14 @@ class Images:
         cfg: ImagesConfig = ctx.config(self)
         msgs = list(messages)
         assistant = [pos for pos, m in enumerate(msgs) if m.role == "assistant"]
-        if cfg.keep_last_turns == 0:
-            cut = len(msgs)
-        elif len(assistant) >= cfg.keep_last_turns:
-            cut = assistant[-cfg.keep_last_turns]
-        else:
-            cut = 0
-        tail = len(msgs) - ctx.keep_last if ctx.keep_last > 0 else len(msgs)
+        keep = cfg.keep_last_turns
+        cut = len(msgs) if keep == 0 else assistant[-keep] if len(assistant) >= keep else 0
         actions: list[Action] = []
-        for pos in range(min(cut, tail)):
+        for pos in range(min(cut, ctx.tail_start(len(msgs)))):
             old = msgs[pos]
             if old.index in ctx.pinned:
                 continue
-            cite = citation(ctx.archive_id, old.index, old.index)
+            cite = ctx.cite(old.index)
             blocks: list[Block] = []
             removed: list[ImageBlock] = []
             for b in old.blocks:
@@ -82,23 +72,8 @@ class Images:
                     blocks.append(replace(b, text=f"{b.text}\n{note}" if b.text else note, images=()))
                 else:
                     blocks.append(b)
-            if not removed:
-                continue
-            new = replace(old, blocks=tuple(blocks))
-            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
-            if after >= before:
-                continue
-            msgs[pos] = new
             n = len(removed)
-            actions.append(
-                Action(
-                    self.name,
-                    "mask",
-                    old.index,
-                    old.index,
-                    before,
-                    after,
-                    f"{n} image{'s' if n != 1 else ''}",
-                )
-            )
+            note = f"{n} image{'s' if n != 1 else ''}"
+            if n and (action := ctx.shrink(msgs, pos, blocks, self.name, "mask", note)):
+                actions.append(action)
         return StrategyResult(tuple(msgs), tuple(actions))

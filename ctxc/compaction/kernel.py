@@ -1,12 +1,6 @@
-"""The compaction of one conversation: the kernel every entry point runs.
-
-:func:`compact_conversation` takes one conversation's live messages and a :class:`Plan` (the strategy,
-its context, the rules around it) and returns the compacted messages: what must survive placed where
-the client sends it, pairing repaired, reminders appended, and the target held. ``ctxc compact``
-(through :func:`~ctxc.compaction.run.compact_transcript`, and so :func:`ctxc.compact_record` and the
-Ray example), :class:`ctxc.ContextManager` and :func:`ctxc.compact_messages` all call it; what differs
-between them is only how messages are read and written.
-"""
+"""The compaction of one conversation: the kernel every entry point runs (``ctxc compact``,
+:class:`ctxc.ContextManager`, :func:`ctxc.compact_messages`); they differ only in how messages are
+read and written."""
 
 from __future__ import annotations
 
@@ -28,22 +22,20 @@ class Plan:
     """How conversations are compacted: the same for every conversation of a run."""
 
     strategy: Strategy
-    #: The strategy's context; its ``target`` is each conversation's whole target (what a
-    #: conversation carries as it is, and reminders appended after compaction, are taken off it).
+    #: Its ``target`` is each conversation's whole target (what it carries as it is, and reminders, are
+    #: taken off it).
     context: CompactContext
     #: The ``keep_last`` values to try in turn until the strategy meets the target.
     keep_last_steps: tuple[int, ...]
     allow_over: bool = False
-    #: Whether a repair answers an unanswered call with role ``tool`` messages (the format's way; a
-    #: conversation holding role ``tool`` messages is always answered so).
+    #: Whether a repair answers an unanswered call with role ``tool`` messages (the format's way).
     tool_role: bool = False
     #: The format's client sends nothing before a summary ctxc writes (see ``FormatAdapter``).
     summary_resets: bool = False
 
     @property
     def enforce(self) -> bool:
-        """Whether ending above the target is an error: a best-effort strategy without an explicit
-        target stops where it judges right."""
+        """Whether ending above the target is an error (not for a best-effort strategy without one)."""
         return self.context.explicit_target or not self.strategy.best_effort
 
 
@@ -70,15 +62,11 @@ def compact_conversation(
     conversation: Sequence[Message] = (),
     source: str | None = None,
 ) -> ConversationResult:
-    """Compact one conversation's live ``messages`` by ``plan``.
+    """Compact one conversation's live ``messages`` by ``plan``, keeping the indexes in ``keep``.
 
-    ``keep``: indexes that must survive (:func:`pinned_indexes`). ``carried``: what the log's own
-    compaction carries into the live context, kept as it is but counted. ``requests``: copies of
-    pinned messages from before that compaction, placed after the last summary unless quoted there.
-    ``notes``: the reminder message to append if nothing is compacted, and the one if something is.
-    ``conversation``: the whole conversation, history included (default: ``messages``), to name what
-    is kept in an over-target error.
-    Raises :class:`~ctxc.errors.OverTargetError` when the target is missed and the plan enforces it.
+    ``carried``: what the log's own compaction carries in (kept, counted); ``requests``: copies of pinned
+    messages from before it; ``notes``: the reminder to append if nothing is compacted, and if something
+    is; ``conversation``: the whole of it, to name what is kept in an :class:`OverTargetError`.
     """
     ledger = plan.context.ledger
     target = plan.context.target
@@ -96,8 +84,7 @@ def compact_conversation(
         out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
     tool_role = plan.tool_role or any(m.role == "tool" for m in messages)
     repaired, fixed = repair_messages(out, tool_role=tool_role)
-    # What repair removed (orphan results) or added (stand-in results) shows in the savings, so a
-    # report never says "nothing to do" for an output smaller than its input.
+    # What repair removed or added shows in the savings: never "nothing to do" for a smaller output.
     repair = None
     if fixed:
         span = (messages[0].index, messages[-1].index, ledger.total(out), ledger.total(repaired))
@@ -155,8 +142,7 @@ def _over_target(
 
 
 def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[Message]:
-    """What the client sends of ``messages``: where it resets at a summary ctxc writes, from the last
-    one on (what precedes it stays in the file, and its pinned messages have copies after it)."""
+    """What the client sends: where it resets at a summary ctxc writes, from the last one on."""
     if summary_resets:
         for k in range(len(messages) - 1, -1, -1):
             if messages[k].meta.get("ctxc") == "summary":
@@ -193,8 +179,8 @@ def _largest_kept(
 
 
 def live_pins(messages: Sequence[Message], keep: frozenset[int], strategy: Strategy) -> frozenset[int]:
-    """The indexes of ``messages`` a strategy must keep: those in ``keep``, system messages the log's
-    compaction carried, and the log's own summary unless the strategy folds it into its own."""
+    """The indexes a strategy must keep: ``keep``, system messages the log's compaction carried, and
+    the log's own summary unless the strategy folds it into its own."""
     return frozenset(
         m.index
         for m in messages
@@ -210,34 +196,29 @@ _INDEX_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozenset[int]:
     """Indexes that must survive: system messages, the session's first and last requests, pins,
     critical messages and the last message."""
-    keep: set[int] = set()
     if not messages:
         return frozenset()
-    keep.add(messages[-1].index)
-    for request in (session_intent(messages), last_request(messages)):
-        if request is not None:
-            keep.add(request.index)
+    requests = (session_intent(messages), last_request(messages))
+    keep = {messages[-1].index, *(r.index for r in requests if r is not None)}
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
         m = _INDEX_RANGE.match(pin.strip())
         if m:
-            lo = int(m.group(1))
-            ranges.append((lo, int(m.group(2) or lo)))
+            ranges.append((int(m.group(1)), int(m.group(2) or m.group(1))))
             continue
         try:
             patterns.append(re.compile(pin))
         except re.error as exc:
             raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
-    for msg in messages:
-        if msg.role == "system" or msg.importance == "critical":
-            keep.add(msg.index)
-        if any(lo <= msg.index <= hi for lo, hi in ranges):
-            keep.add(msg.index)
-        if patterns:
-            text = msg.text
-            if any(p.search(text) for p in patterns):
-                keep.add(msg.index)
+    keep.update(
+        msg.index
+        for msg in messages
+        if msg.role == "system"
+        or msg.importance == "critical"
+        or any(lo <= msg.index <= hi for lo, hi in ranges)
+        or (patterns and any(p.search(msg.text) for p in patterns))
+    )
     return frozenset(keep)
 
 
@@ -253,14 +234,9 @@ def _keep_after_summary(
     *,
     summary_resets: bool,
 ) -> tuple[Message, ...]:
-    """Place what must survive where the client sends it.
-
-    Where the client drops what precedes a summary ctxc writes (``summary_resets``), pinned messages
-    kept before the summary get a copy after it (the originals stay where they were, in the file's
-    history). Copies of pinned messages from before the log's own compaction (the session's first and
-    last requests among them) go after the last summary (or first), each unless what the client sends
-    already quotes it.
-    """
+    """Place what must survive where the client sends it: with ``summary_resets``, pinned messages before
+    ctxc's summary get a copy after it; ``requests`` go after the last summary (or first), each unless
+    what the client sends already quotes it."""
     out = list(messages)
     summaries = [k for k, m in enumerate(out) if m.meta.get("ctxc") == "summary"]
     at = summaries[-1] + 1 if summaries else 0

@@ -1,8 +1,5 @@
 """Token accounting for compaction: every message is counted once, new ones as strategies create them.
-
-Messages hold unhashable raw JSON, so the memo is keyed by object identity and keeps the message alive
-(an id is only unique while its object lives).
-"""
+Messages hold unhashable raw JSON, so the memo is keyed by identity and keeps the message alive."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 """offload: move huge tool results, and late in a session large tool inputs, into archive files.
 
-Deep Agents' filesystem offloading: a tool result over ``threshold_tokens`` is written to the archive
-as a file of its own and replaced by that file's path, its first lines and the archive citation, so an
-agent with a file tool can read the rest back. This happens whatever the target (a 50k-token result is
-never worth its place in the window), but each offload is recorded as an action.
-
-Once the context is above ``input_offload_share`` of the window, large file contents in old tool
-*inputs* (a Write's ``content``, an Edit's ``old_string``/``new_string``, a Codex ``apply_patch``) are
-replaced the same way: the input keeps its keys, the big strings become pointers.
-
-The last ``keep_last`` messages and pinned messages are never offloaded. Without an archive (a dry
-run) blobs are not written, but their would-be path is computed so the token effect is the same.
+A result over ``threshold_tokens`` becomes the archive file's path, its first lines and a citation, so
+an agent with a file tool can read the rest back (Deep Agents' filesystem offloading); above
+``input_offload_share`` of the window, large file contents in old tool inputs go the same way.
 """
 
 from __future__ import annotations
@@ -20,32 +12,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive_store import ArchiveStore, archive_root, citation, sha256_hex
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.postprocess import ToolCall, call_summary
+from ctxc.archive_store import ArchiveStore, archive_root, sha256_hex
+from ctxc.compaction.base import (
+    Action,
+    CompactContext,
+    StrategyResult,
+    option,
+    register,
+    tool_calls,
+    with_block,
+)
+from ctxc.compaction.postprocess import ToolCall, call_summary, clip, split_lines
 from ctxc.model import Message, ToolResultBlock, ToolUseBlock
 
-#: Tool input fields that carry file contents (Claude Code Write/Edit/MultiEdit, OpenHands
-#: str_replace_editor, pi write/edit, Kimi WriteFile, Codex apply_patch as a function call).
+#: Tool input fields that carry file contents (Write/Edit/MultiEdit, str_replace_editor, apply_patch).
 DEFAULT_INPUT_KEYS: tuple[str, ...] = (
-    "content",
-    "new_string",
-    "old_string",
-    "newText",
-    "oldText",
-    "new_str",
-    "old_str",
-    "file_text",
-    "patch",
-    "input",
-    "edits",
+    *("content", "new_string", "old_string", "newText", "oldText", "new_str", "old_str", "file_text"),
+    *("patch", "input", "edits"),
 )
 #: Tools whose whole input is a patch string (Codex's freeform ``apply_patch``).
 _PATCH_TOOLS = frozenset({"apply_patch", "applypatch", "patch"})
-#: A preview line longer than this is clipped (Deep Agents clips preview lines the same way).
-PREVIEW_LINE_CHARS = 1000
-#: UTF-8 takes at most 4 bytes a character and byte-level BPE at most one token a byte, so a string of
-#: ``n`` characters has at most ``4 * n`` tokens: shorter strings are skipped without tokenizing them.
+#: A string of ``n`` characters has at most ``4 * n`` tokens (UTF-8 bytes, at most a token each):
+#: shorter strings are skipped without tokenizing them.
 _MAX_TOKENS_PER_CHAR = 4
 
 
@@ -84,21 +72,17 @@ class Offload:
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: OffloadConfig = ctx.config(self)
         msgs = list(messages)
-        tail_start = len(msgs) - ctx.keep_last if ctx.keep_last > 0 else len(msgs)
-        movable = [pos for pos in range(max(0, tail_start)) if msgs[pos].index not in ctx.pinned]
-        calls = {b.id: b for m in msgs for b in m.blocks if isinstance(b, ToolUseBlock)}
+        movable = [
+            pos for pos in range(max(0, ctx.tail_start(len(msgs)))) if msgs[pos].index not in ctx.pinned
+        ]
+        calls = tool_calls(msgs)
         actions: list[Action] = []
         notes: list[tuple[str, int, str]] = []  # for the search index, written at once at the end
 
         def swap(pos: int, bi: int, block: ToolResultBlock | ToolUseBlock, note: str) -> None:
-            old = msgs[pos]
-            blocks = list(old.blocks)
-            blocks[bi] = block
-            new = replace(old, blocks=tuple(blocks))
-            before, after = ctx.ledger.tokens(old), ctx.ledger.tokens(new)
-            if after < before:
-                msgs[pos] = new
-                actions.append(Action(self.name, "offload", old.index, old.index, before, after, note))
+            action = ctx.shrink(msgs, pos, with_block(msgs[pos], bi, block), self.name, "offload", note)
+            if action is not None:
+                actions.append(action)
 
         for pos in movable:
             for bi, b in enumerate(msgs[pos].blocks):
@@ -110,8 +94,9 @@ class Offload:
                 use = calls.get(b.tool_use_id)
                 call = ToolCall(use.name, use.input) if use else ToolCall(b.name or "")
                 blob = store_blob(ctx, b.text, message=msgs[pos].index, tool=call.name, notes=notes)
-                cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
-                text = result_pointer(b.text, call, blob, cite, tokens, cfg.preview_lines)
+                text = result_pointer(
+                    b.text, call, blob, ctx.cite(msgs[pos].index), tokens, cfg.preview_lines
+                )
                 swap(pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
 
         if ctx.window > 0 and ctx.ledger.total(msgs) / ctx.window > cfg.input_offload_share:
@@ -120,11 +105,9 @@ class Offload:
                 for bi, b in enumerate(msgs[pos].blocks):
                     if not isinstance(b, ToolUseBlock):
                         continue
-                    cite = citation(ctx.archive_id, msgs[pos].index, msgs[pos].index)
                     moved: list[str] = []
-                    new_input = _offload_input(
-                        b, keys, cfg.input_threshold_tokens, ctx, cite, moved, msgs[pos].index, notes
-                    )
+                    index = msgs[pos].index
+                    new_input = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, moved, index, notes)
                     if moved:
                         swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
         if ctx.archive is not None and notes:
@@ -140,11 +123,9 @@ def store_blob(
     tool: str,
     notes: list[tuple[str, int, str]],
 ) -> Blob:
-    """Write ``text`` to the archive (content-addressed); in a dry run only compute where it would go.
+    """Write ``text`` to the archive (unsynced: the original is); in a dry run only compute where.
 
-    ``message`` and ``tool`` tell the search index which message of the original the text came from;
-    they are appended to ``notes`` for the caller to write with the others in one transaction. The
-    file is not synced to disk one by one: it is a copy of part of the original, which is.
+    ``(digest, message, tool)`` goes to ``notes``, for the search index to take in one transaction.
     """
     data = text.encode("utf-8")
     if ctx.archive is not None:
@@ -158,16 +139,14 @@ def store_blob(
 
 def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int, preview_lines: int) -> str:
     """The text an offloaded result becomes: where it is, how big it was, and its first lines."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = split_lines(text)
     summary = call_summary(call)
     about = f" of {summary}" if summary else ""
     head = (
         f"[ctxc offloaded the {call.name or 'tool'} result{about} ({tokens:,} tokens, {len(lines):,} lines) "
         f"to {blob.path}; {cite}]"
     )
-    preview = [_clip(x) for x in lines[:preview_lines]]
+    preview = [clip(x) for x in lines[:preview_lines]]
     out = [head]
     if preview:
         out.append(f"First {len(preview)} line{'s' if len(preview) != 1 else ''}:")
@@ -187,7 +166,6 @@ def _offload_input(
     keys: frozenset[str],
     threshold: int,
     ctx: CompactContext,
-    cite: str,
     moved: list[str],
     message: int,
     notes: list[tuple[str, int, str]],
@@ -203,7 +181,7 @@ def _offload_input(
     def pointer(value: str, tokens: int, label: str) -> str:
         moved.append(label)
         blob = store_blob(ctx, value, message=message, tool=block.name, notes=notes)
-        return input_pointer(tokens, blob, cite)
+        return input_pointer(tokens, blob, ctx.cite(message))
 
     def walk(value: Any, key: str | None, path: str) -> Any:
         if isinstance(value, str):
@@ -235,9 +213,3 @@ def _offload_input(
 
 def _may_exceed(text: str, threshold: int) -> bool:
     return len(text) * _MAX_TOKENS_PER_CHAR > threshold
-
-
-def _clip(line: str) -> str:
-    if len(line) <= PREVIEW_LINE_CHARS:
-        return line
-    return f"{line[:PREVIEW_LINE_CHARS]}… (+{len(line) - PREVIEW_LINE_CHARS} chars)"

@@ -1,17 +1,7 @@
 """The log's own compaction summary, shortened when fifo or selective cannot meet the target otherwise.
 
-fifo and selective pin the summary the client wrote at its own compaction (Claude Code's compact
-summary, the message of a Codex or pi compaction): it is the only account of what came before it.
-When it is over the target even with everything droppable gone (a 9,000-character Claude summary at a
-tenth of the live context), the run would fail. Since it is already a summary, it is shortened instead,
-extractively and only by as much as the target needs. The least change first: a summary that holds the
-model's chronological analysis and then its summary part (Claude Code's) loses the analysis, the
-summary part staying verbatim. If that is not enough, its lines are sorted into the fixed sections of a
-ctxc summary and shrunk the extractive summarizer's way: code, routine detail and events first; its
-request and intent, the user's messages, decisions, pending tasks, current work and next step last,
-each line verbatim until it must be shortened. The result is a ctxc summary citing the archived
-original, so nothing is lost for good. An opaque summary (Codex's encrypted compaction) cannot be
-shortened.
+The least change first: the analysis part goes, the summary part staying verbatim; then its lines are
+sorted into the fixed sections of a ctxc summary and shrunk extractively, citing the archived original.
 """
 
 from __future__ import annotations
@@ -20,7 +10,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult
 from ctxc.compaction.recursive import summary_message
 from ctxc.model import Message, TextBlock
@@ -53,6 +42,7 @@ _BOILERPLATE = (
     "This session is being continued from a previous conversation",
     "If you need specific details from before compaction",
 )
+_NOTE = "the log's own compaction summary, shortened extractively to fit (the original is archived)"
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _FENCE = "```"
 
@@ -100,10 +90,8 @@ def _lines(text: str) -> list[_Line]:
         heading = _HEADING.match(raw)
         if heading:
             word = (heading.group("word") or heading.group("tag") or "").lower()
-            if word in ("analysis", "/summary"):
+            if word:  # Analysis/Summary, or their tags, open or close the analysis part
                 analysis = word == "analysis"
-            elif word in ("summary", "/analysis"):
-                analysis = False
             else:
                 section, tier = _classify(heading.group("md") or heading.group("num") or "")
             continue
@@ -131,8 +119,8 @@ def _tiers(message: Message) -> Tiers:
         if section not in (INTENT, NEXT) and "\n" not in line.text and _is_decision(line.text):
             section, tier = DECISIONS, 1
         facts.append(Fact(section, line.text, seq, tier))
-    by_tier = {t: tuple(f for f in facts if f.tier == t) for t in (1, 2, 3)}
-    return Tiers(by_tier[1], by_tier[2], by_tier[3])
+    verbatim, events, routine = (tuple(f for f in facts if f.tier == t) for t in (1, 2, 3))
+    return Tiers(verbatim, events, routine)
 
 
 def _without_analysis(message: Message, cite: str) -> str | None:
@@ -147,11 +135,8 @@ def _without_analysis(message: Message, cite: str) -> str | None:
     for raw in text.split("\n"):
         heading = _HEADING.match(raw)
         word = (heading.group("word") or heading.group("tag") or "").lower() if heading else ""
-        if word in ("analysis", "/summary"):
+        if word:
             analysis = word == "analysis"
-            continue
-        if word in ("summary", "/analysis"):
-            analysis = False
             continue
         if not analysis and not raw.strip().startswith(_BOILERPLATE):
             kept.append(raw)
@@ -167,12 +152,8 @@ def _without_analysis(message: Message, cite: str) -> str | None:
 
 def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> Message | None:
     """``message`` (the log's own summary) as a ctxc summary of at most ``budget`` tokens, or None
-    when even its shortest form (headings, citation, the intent) is over.
-
-    The least change first: the summary part alone, verbatim, when the summary also holds the model's
-    analysis; else (or when that is still over) its lines sorted into the fixed sections and shrunk.
-    """
-    cite = citation(ctx.archive_id, message.index, message.index)
+    when even its shortest form is over: its summary part verbatim if that is enough, else shrunk."""
+    cite = ctx.cite(message.index)
     verbatim = _without_analysis(message, cite)
     if verbatim is not None:
         out = summary_message(verbatim, (message,))
@@ -211,8 +192,7 @@ def fit_own_summary(
     strategy: str,
 ) -> StrategyResult:
     """``result`` is over the target: shorten the pinned own summaries (largest first) by what it is
-    over, and ``rerun`` the strategy on the messages with them. The rerun's result when it meets the
-    target, else ``result`` (the summary whole: a run that fails anyway loses nothing)."""
+    over and ``rerun`` the strategy; its result if that meets the target, else ``result``."""
     spots = sorted(
         (
             pos
@@ -239,10 +219,7 @@ def fit_own_summary(
             after = ctx.ledger.tokens(short)
             out[pos] = short
             left -= before - after
-            note = (
-                "the log's own compaction summary, shortened extractively to fit (the original is archived)"
-            )
-            actions.append(Action(strategy, "summarize", own.index, own.index, before, after, note))
+            actions.append(Action(strategy, "summarize", own.index, own.index, before, after, _NOTE))
         if left > 0:
             return result
         again = rerun(out)

@@ -1,17 +1,7 @@
 """recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one.
 
-The history (everything but pinned units and the units holding the last ``keep_last`` messages) is
-taken oldest first in chunks of whole pairing-safe units, each at most ``chunk_tokens`` and no larger
-than the target still needs. The first chunk is summarized; each later fold hands the summarizer the
-previous summary plus the next chunk, so older material is compressed more often than newer
-material, a natural forgetting curve. Folding stops as soon as the unsummarized rest plus the
-summary fits the target. The summary budget is ``summary_tokens``, never more than the target leaves
-once everything foldable is folded; a summary that would cost more than what it replaces is not used.
-
-The output holds ONE summary message where the summarized span began; pinned units inside the span
-stay verbatim after it, in order. The summary cites the archive range it replaced.
-
-The span layout and summary-message helpers here are shared with ``hierarchical``.
+Folding stops as soon as the rest plus the summary fits; ONE summary stands where the span began, pinned
+units in it staying verbatim after it. The layout and summary helpers are shared with ``hierarchical``.
 """
 
 from __future__ import annotations
@@ -20,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
@@ -30,11 +19,8 @@ from ctxc.tokens.cost import count_messages
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Which units of a conversation may be summarized, and what everything costs.
-
-    ``candidates`` are unit positions (into ``parts``), oldest first: not pinned and not in the tail.
-    ``fixed`` is the tokens of every other unit, which stays verbatim whatever is summarized.
-    """
+    """Which units may be summarized: ``candidates`` (positions into ``parts``, oldest first, not pinned
+    nor in the tail); ``fixed``: the tokens of every other unit, which stays verbatim."""
 
     messages: tuple[Message, ...]
     parts: tuple[Unit, ...]
@@ -48,26 +34,46 @@ class Layout:
     def tokens_of(self, chosen: Sequence[int]) -> int:
         return sum(self.unit_tokens[u] for u in chosen)
 
+    def summarized(
+        self, strategy: str, chosen: Sequence[int], summary: Message, ctx: CompactContext, note: str
+    ) -> StrategyResult:
+        """The output with ``summary`` where the first chosen unit was, unless it costs more than
+        what it replaces; ``note`` follows the message count in the action."""
+        replaced = self.span_messages(chosen)
+        before, after = self.tokens_of(chosen), ctx.ledger.tokens(summary)
+        if after >= before:
+            return StrategyResult(self.messages)
+        first, last = replaced[0].index, replaced[-1].index
+        action = Action(
+            strategy, "summarize", first, last, before, after, f"{len(replaced)} message(s){note}"
+        )
+        chosen_set = set(chosen)
+        out: list[Message] = []
+        for u, part in enumerate(self.parts):
+            if u not in chosen_set:
+                out.extend(part.messages(self.messages))
+            elif u == chosen[0]:
+                out.append(summary)
+        return StrategyResult(tuple(out), (action,))
 
-def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int) -> Layout:
-    """Split ``messages`` into pairing-safe units and find the summarizable history.
 
-    The tail is the units holding the last ``keep_last`` messages (at least the last message, which
-    the next turn answers); a unit holding a pinned message is kept whole, where it is.
-    """
+def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int) -> Layout | None:
+    """The summarizable history of ``messages``, or None when they are within the target or there is
+    none: the tail (at least the last message) and units holding a pinned message stay."""
     msgs = tuple(messages)
+    if not msgs or ctx.under_target(msgs):
+        return None
     parts = tuple(units(msgs))
     tokens = tuple(ctx.ledger.total(p.messages(msgs)) for p in parts)
     tail_start = len(msgs) - max(keep_last, 1)
     candidates: list[int] = []
     fixed = 0
     for u, part in enumerate(parts):
-        pinned = any(m.index in ctx.pinned for m in part.messages(msgs))
-        if part.stop > tail_start or pinned:
+        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(msgs)):
             fixed += tokens[u]
         else:
             candidates.append(u)
-    return Layout(msgs, parts, tokens, tuple(candidates), fixed)
+    return Layout(msgs, parts, tokens, tuple(candidates), fixed) if candidates else None
 
 
 def summary_message(text: str, replaced: Sequence[Message]) -> Message:
@@ -91,22 +97,7 @@ def summary_overhead(ctx: CompactContext, sample: Message) -> int:
 
 
 def span_citation(ctx: CompactContext, replaced: Sequence[Message]) -> str:
-    return citation(ctx.archive_id, replaced[0].index, replaced[-1].index)
-
-
-def assemble(layout: Layout, chosen: Sequence[int], summary: Message) -> tuple[Message, ...]:
-    """The output: unchosen units as they were, the summary where the first chosen unit was."""
-    chosen_set = set(chosen)
-    out: list[Message] = []
-    placed = False
-    for u, part in enumerate(layout.parts):
-        if u in chosen_set:
-            if not placed:
-                out.append(summary)
-                placed = True
-            continue
-        out.extend(part.messages(layout.messages))
-    return tuple(out)
+    return ctx.cite(replaced[0].index, replaced[-1].index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,22 +119,18 @@ class Recursive:
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: RecursiveConfig = ctx.config(self)
-        msgs = tuple(messages)
-        if not msgs or ctx.under_target(msgs):
-            return StrategyResult(msgs)
-        layout = plan_layout(msgs, ctx, cfg.keep_last or ctx.keep_last)
+        layout = plan_layout(messages, ctx, cfg.keep_last or ctx.keep_last)
+        if layout is None:
+            return StrategyResult(tuple(messages))
         cands = layout.candidates
-        if not cands:
-            return StrategyResult(msgs)
-        overhead = summary_overhead(ctx, msgs[0])
+        overhead = summary_overhead(ctx, layout.messages[0])
         # Never more than the target leaves once everything foldable is folded, so the last fold fits
         # whenever the verbatim part does.
         budget = max(1, min(cfg.summary_tokens, ctx.target - layout.fixed - overhead))
         remaining = layout.tokens_of(cands)
         summary_text: str | None = None
-        done = 0
-        folds = 0
         summary: Message | None = None
+        done = folds = 0
         while done < len(cands):
             # A chunk is at most chunk_tokens, and no more than the target still needs removed (with
             # room for a summary at its full budget): the least history is lost.
@@ -173,18 +160,4 @@ class Recursive:
             if layout.fixed + remaining + ctx.ledger.tokens(summary) <= ctx.target:
                 break
         assert summary is not None
-        chosen = cands[:done]
-        replaced = layout.span_messages(chosen)
-        if ctx.ledger.tokens(summary) >= layout.tokens_of(chosen):
-            return StrategyResult(msgs)  # the summary would cost more than what it replaces
-        out = assemble(layout, chosen, summary)
-        action = Action(
-            self.name,
-            "summarize",
-            replaced[0].index,
-            replaced[-1].index,
-            layout.tokens_of(chosen),
-            ctx.ledger.tokens(summary),
-            f"{len(replaced)} message(s) in {folds} fold(s)",
-        )
-        return StrategyResult(out, (action,))
+        return layout.summarized(self.name, cands[:done], summary, ctx, f" in {folds} fold(s)")

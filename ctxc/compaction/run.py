@@ -1,9 +1,6 @@
 """One compaction run: archive the original, compact each conversation, repair, check, write back.
-
-This is the library entry point behind ``ctxc compact``. The order is the safety argument: the
-original is stored in the archive (content-addressed, atomic) before any output exists, the output is
-validated (pairing) and measured (target) before it is written, and it is written atomically.
-"""
+The order is the safety argument: the original is archived before any output exists, and the output
+is validated and measured before it is written."""
 
 from __future__ import annotations
 
@@ -13,14 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
-from ctxc.compaction.kernel import (
-    Plan,
-    compact_conversation,
-    copy_of,
-    is_plain,
-    pinned_indexes,
-    sent_part,
-)
+from ctxc.compaction.kernel import Plan, compact_conversation, copy_of, is_plain, pinned_indexes
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
@@ -51,8 +41,8 @@ class CompactOptions:
     model: str | None = None
     window: int | None = None
     keep_last: int = DEFAULT_KEEP_LAST
-    #: Never keep fewer than ``keep_last`` (the CLI sets it when --keep-last is given). Otherwise an
-    #: explicit target that cannot be met keeps fewer of the last messages, down to one, before failing.
+    #: Never keep fewer than ``keep_last`` (--keep-last given); else an explicit target that cannot be
+    #: met keeps fewer, down to one, before failing.
     strict_keep_last: bool = False
     #: ``--pin`` values: a message index (``12``), an index range (``3-7``), or a regular expression.
     pins: tuple[str, ...] = ()
@@ -64,11 +54,16 @@ class CompactOptions:
     settings: Mapping[str, str] = field(default_factory=dict)
     instructions: str | None = None
     use_cache: bool = True
-    #: How a summarizer that calls out (a model API, a command) is set up; see SummarizerOptions.
     summarizer_options: SummarizerOptions = field(default_factory=SummarizerOptions)
-    #: ``--reminders``: rules whose due reminders are appended to each conversation after compaction
-    #: (see :mod:`ctxc.reminders`); they count against the target like any message.
+    #: ``--reminders``: due reminders are appended after compaction, counted against the target.
     reminders: ReminderRules | None = None
+
+    def counter(self) -> Counter:
+        """The token counter these options name."""
+        concurrency = self.summarizer_options.concurrency
+        return make_counter(
+            self.tokenizer, use_cache=self.use_cache, model=self.model, concurrency=concurrency
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,75 +167,51 @@ def compact_transcript(
     """Compact every conversation of ``transcript``. With an archive, the original is stored first.
 
     ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
-    A run that fails (the original cannot be stored on a full disk, say) leaves none of the objects it
-    offloaded in the archive.
+    A run that fails leaves none of the objects it offloaded in the archive.
     """
-    with discard_new_objects_on_failure():
-        return _compact_transcript(
-            transcript,
-            options,
-            archive=archive,
-            counter=counter,
-            original_bytes=original_bytes,
-            counts=counts,
-        )
-
-
-def _compact_transcript(
-    transcript: Transcript,
-    options: CompactOptions,
-    *,
-    archive: ArchiveStore | None,
-    counter: Counter | None,
-    original_bytes: bytes | None,
-    counts: Sequence[int] | None,
-) -> CompactionResult:
     from ctxc.profiles import resolve_window
 
-    window, _ = resolve_window(model=options.model, window=options.window)
-    resolve_target(options, window)  # a bad target fails before the summarizer is checked
-    summarizer = ready_summarizer(options)
-    counter = counter or make_counter(
-        options.tokenizer,
-        use_cache=options.use_cache,
-        model=options.model,
-        concurrency=options.summarizer_options.concurrency,
-    )
-    ledger = Ledger(counter)
-    data = original_bytes if original_bytes is not None else transcript.parts()
-    archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
-    stored = _store_in_background(archive, data, archive_id)
-    if counts is not None:
-        ledger.seed(transcript.messages, counts)
-    else:
-        ledger.prime(transcript.messages)
-    adapter = get_adapter(transcript.format)
-    plan = make_plan(
-        options,
-        window=window,
-        ledger=ledger,
-        summarizer=summarizer,
-        archive=archive,
-        archive_id=archive_id,
-        adapter=adapter,
-    )
-    outputs, outcomes = compact_live(transcript, options, plan, adapter)
-    written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
-    out = _verify(written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over)
-    if archive is not None and stored is not None:
-        # The original is on disk before this returns, so before the caller writes any output.
-        if stored.result() != archive_id:
-            raise AssertionError("the archive stored other bytes than the original")
-        archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
-    usage = getattr(summarizer, "usage", None)
-    return CompactionResult(
-        transcript=out,
-        archive_id=archive_id,
-        input_sha256=input_sha,
-        window=window,
-        conversations=tuple(outcomes),
-        summarizer_usage=usage() if callable(usage) else None,
-    )
+    with discard_new_objects_on_failure():
+        window, _ = resolve_window(model=options.model, window=options.window)
+        resolve_target(options, window)  # a bad target fails before the summarizer is checked
+        summarizer = ready_summarizer(options)
+        ledger = Ledger(counter or options.counter())
+        data = original_bytes if original_bytes is not None else transcript.parts()
+        archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
+        stored = _store_in_background(archive, data, archive_id)
+        if counts is not None:
+            ledger.seed(transcript.messages, counts)
+        else:
+            ledger.prime(transcript.messages)
+        adapter = get_adapter(transcript.format)
+        plan = make_plan(
+            options,
+            window=window,
+            ledger=ledger,
+            summarizer=summarizer,
+            archive=archive,
+            archive_id=archive_id,
+            adapter=adapter,
+        )
+        outputs, outcomes = compact_live(transcript, options, plan, adapter)
+        written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
+        out = _verify(
+            written, transcript, outcomes, ledger, enforce=plan.enforce, allow_over=options.allow_over
+        )
+        if archive is not None and stored is not None:
+            # The original is on disk before this returns, so before the caller writes any output.
+            if stored.result() != archive_id:
+                raise AssertionError("the archive stored other bytes than the original")
+            archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
+        usage = getattr(summarizer, "usage", None)
+        return CompactionResult(
+            transcript=out,
+            archive_id=archive_id,
+            input_sha256=input_sha,
+            window=window,
+            conversations=tuple(outcomes),
+            summarizer_usage=usage() if callable(usage) else None,
+        )
 
 
 def make_plan(
@@ -283,14 +254,11 @@ def make_plan(
 def compact_live(
     transcript: Transcript, options: CompactOptions, plan: Plan, adapter: FormatAdapter
 ) -> tuple[dict[int, tuple[Message, ...]], list[ConversationOutcome]]:
-    """Each conversation's live context compacted by the kernel; its history stays as it is.
-
-    Returns the messages of each conversation compacted (history first) and what became of it.
-    """
+    """Each conversation's live context compacted by the kernel, its history first and as it is; and
+    what became of each."""
     outcomes: list[ConversationOutcome] = []
     outputs: dict[int, tuple[Message, ...]] = {}
-    # Only the live context is compacted: what the client no longer sends (before the log's own
-    # compaction, subagent runs written inline) stays as it is.
+    # What the client no longer sends (before the log's own compaction, inline subagent runs) stays.
     live = live_context(transcript.boundaries, transcript.messages)
     for conv in range(transcript.conversations):
         everything = transcript.conversation(conv)
@@ -305,8 +273,7 @@ def compact_live(
         reset = live.resets.get(conv)
         # What must survive but lies before the log's own compaction goes into the live context.
         requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
-        # What the log's compaction record carries into the live context counts. Where the writer can
-        # replace it, it is compacted with the rest; elsewhere it stays as it is.
+        # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
         as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
         if as_is and adapter.rewrites_carried:
             messages = (*_carried_copies(as_is, conv), *messages)
@@ -377,11 +344,10 @@ def _reminder_messages(
 
     ledger, window = plan.context.ledger, plan.context.window
     tokens = ledger.total(carried) + ledger.total(messages)
-    out: list[Message | None] = []
-    for compacted in (False, True):
-        due = due_at_end(options.reminders, messages, tokens=tokens, window=window, compacted=compacted)
-        out.append(reminder_message(due, after=messages[-1]) if due else None)
-    return out[0], out[1]
+    rules = options.reminders
+    due = [due_at_end(rules, messages, tokens=tokens, window=window, compacted=c) for c in (False, True)]
+    quiet, loud = (reminder_message(d, after=messages[-1]) if d else None for d in due)
+    return quiet, loud
 
 
 def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:
@@ -408,16 +374,12 @@ def _verify(
     enforce: bool,
     allow_over: bool,
 ) -> Transcript:
-    """Read the output back as any reader would, and hold it to the invariants: pairing and target.
-
-    Writers may drop records the strategy kept (a subagent run whose Task call was summarized away),
-    so the figures reported are those of the file as written, not of the strategy's message list.
-    """
+    """Read the output back as any reader would, and hold it to pairing and the target; the figures
+    reported are the file's (a writer may drop records the strategy kept)."""
     from ctxc.formats import reload
     from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
-    # Lines the input kept as invalid (--skip-invalid) are written back as they were, and a line the
-    # input's --max-line-mb allowed may be over the default limit: read back as the input was read.
+    # Read back as the input was read: its invalid lines (--skip-invalid) and long lines are written back.
     options = ReadOptions(
         skip_invalid=any(r.kind == "invalid" for r in source.records),
         max_line_bytes=max(DEFAULT_MAX_LINE_BYTES, sum(len(r.raw) + len(r.eol) for r in written.records)),
@@ -455,6 +417,5 @@ __all__ = [
     "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
     "ready_summarizer",
     "resolve_target",
-    "sent_part",  # as pinned_indexes
     "strategy_configs",
 ]

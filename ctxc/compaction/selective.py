@@ -1,35 +1,8 @@
 """selective: drop what matters least first: ephemeral units, then normal ones, oldest first.
 
-Every message gets an importance, ``critical``, ``normal`` or ``ephemeral``: its own ``importance``
-field when the log recorded one of those, else the first matching rule of a TOML rules file (the shipped
-``importance.toml`` unless ``selective.rules`` names another). Messages are dropped by whole pairing-safe
-units, so a unit takes the *highest* importance of its messages: a tool turn is only as disposable as
-its most valuable part. That is why the default rules match a read-only tool by name on both its call
-and its result: a read turn is ephemeral as a whole, while a call message a user pinned, or a rule
-made critical, keeps its result with it.
-
-Never dropped: critical units, pinned units, the units holding the last ``keep_last`` messages (and
-always the last message). Each contiguous dropped run leaves a placeholder citing the archive range and
-the importance levels it removed, and quoting the run's user instructions and decisions verbatim (see
-:mod:`ctxc.compaction.fifo`).
-
-Rules file (first matching rule wins; a message matching none gets ``default``)::
-
-    default = "normal"
-
-    [[rule]]
-    name = "user instructions"      # optional, for humans
-    importance = "critical"         # critical | normal | ephemeral (required)
-    role = "user"                   # a role or a list of roles
-    kind = ["text", "image"]        # the message's dominant kind (Message.kind), or a list
-    tool = ["Read", "mcp__*__get*"] # shell-style patterns, case-insensitive; every tool the message
-                                    # calls or answers must match one
-    regex = "(?i)decid"             # re.search on the message's text
-    min_tokens = 0                  # size bounds, inclusive, by the run's tokenizer
-    max_tokens = 2000
-    older_than = 10                 # more than this many messages come after it
-    follows = "assistant"           # the role(s) of the message right before it
-    meta = { is_meta = true }       # adapter facts (Message.meta) that must be equal
+A message's importance is its own ``importance`` field, else the first matching rule of a TOML rules
+file (the shipped ``importance.toml``; keys described in docs/strategies.md); a unit takes the highest
+importance of its messages. Critical, pinned and tail units stay.
 """
 
 from __future__ import annotations
@@ -46,7 +19,7 @@ from typing import Any, ClassVar
 
 from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.fifo import CARRY_HELP, Carry, drop_units, protected_units
+from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units, protected_units
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
@@ -66,15 +39,12 @@ _KINDS = frozenset((*BLOCK_KINDS, "empty"))
 
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """Where a message stands: what a rule may ask beyond the message itself."""
+    """What a rule may ask beyond the message itself: how many messages come after it, the lower-cased
+    names of the tools it calls or answers, the role before it ("" for none), its kind, its tokens."""
 
-    #: How many messages come after it in its conversation.
     age: int
-    #: Lower-cased names of the tools it calls or answers (a result's name comes from its call).
     tools: tuple[str, ...]
-    #: The role of the message before it ("" for the first).
     previous: str
-    #: Its dominant content kind (:attr:`Message.kind`), worked out once for all the rules.
     kind: str
     tokens: Callable[[], int]
 
@@ -184,16 +154,18 @@ def _names(value: Any, where: str, fail: Callable[[str], UsageError]) -> tuple[s
     return tuple(items)
 
 
-def _roles(
-    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError]
+def _choices(
+    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError], known: Sequence[str]
 ) -> frozenset[str] | None:
+    """The lower-cased values under ``key`` (roles, or kinds), each one of ``known``."""
     if key not in table:
         return None
-    roles = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
-    bad = sorted(roles - set(ROLES))
+    values = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
+    bad = sorted(values - set(known))
     if bad:
-        raise fail(f"{label}: {key}: unknown role {bad[0]!r} (roles: {', '.join(ROLES)})")
-    return roles
+        where, noun = (label, "kind") if key == "kind" else (f"{label}: {key}", "role")
+        raise fail(f"{where}: unknown {noun} {bad[0]!r} ({noun}s: {', '.join(known)})")
+    return values
 
 
 def _count(value: Any, where: str, fail: Callable[[str], UsageError]) -> int:
@@ -214,13 +186,8 @@ def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
     name = table.get("name", "")
     if not isinstance(name, str):
         raise fail(f"{label}: name must be a string")
-    roles, follows = (_roles(table, key, label, fail) for key in ("role", "follows"))
-    kinds = None
-    if "kind" in table:
-        kinds = frozenset(k.lower() for k in _names(table["kind"], f"{label}: kind", fail))
-        bad = sorted(kinds - _KINDS)
-        if bad:
-            raise fail(f"{label}: unknown kind {bad[0]!r} (kinds: {', '.join(sorted(_KINDS))})")
+    roles, follows = (_choices(table, key, label, fail, ROLES) for key in ("role", "follows"))
+    kinds = _choices(table, "kind", label, fail, sorted(_KINDS))
     tools = None
     if "tool" in table:
         patterns = _names(table["tool"], f"{label}: tool", fail)
@@ -247,19 +214,8 @@ def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
     }
     if "min_tokens" in sizes and "max_tokens" in sizes and sizes["min_tokens"] > sizes["max_tokens"]:
         raise fail(f"{label}: min_tokens is above max_tokens")
-    return Rule(
-        importance=_level(table["importance"], f"{label}: importance", fail),
-        name=name,
-        roles=roles,
-        kinds=kinds,
-        tools=tools,
-        regex=regex,
-        min_tokens=sizes.get("min_tokens"),
-        max_tokens=sizes.get("max_tokens"),
-        older_than=sizes.get("older_than"),
-        follows=follows,
-        meta=meta,
-    )
+    importance = _level(table["importance"], f"{label}: importance", fail)
+    return Rule(importance, name, roles, kinds, tools, regex, follows=follows, meta=meta, **sizes)
 
 
 def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Message], int]) -> list[str]:
@@ -285,21 +241,17 @@ def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Messag
 
 def _tool_names(m: Message, call_names: Mapping[str, str]) -> tuple[str, ...]:
     """Lower-cased names of the tools ``m`` calls or answers (a result's name comes from its call)."""
-    names: list[str] = []
-    for b in m.blocks:
-        if isinstance(b, ToolUseBlock):
-            names.append(b.name.lower())
-        elif isinstance(b, ToolResultBlock):
-            names.append((b.name or call_names.get(b.tool_use_id, "")).lower())
-    return tuple(names)
+    return tuple(
+        (b.name if isinstance(b, ToolUseBlock) else b.name or call_names.get(b.tool_use_id, "")).lower()
+        for b in m.blocks
+        if isinstance(b, ToolUseBlock | ToolResultBlock)
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SelectiveConfig:
     rules: str = option("", "TOML file of importance rules (empty: the shipped importance.toml)")
-    placeholder: bool = option(
-        True, "leave one short message citing the archive range where each run of messages was dropped"
-    )
+    placeholder: bool = option(True, PLACEHOLDER_HELP)
     carry: int = option(8, CARRY_HELP, min=0, max=1000)
     keep_quotes: bool = option(
         False, "never give up quoted instructions and decisions to meet the target (report it over instead)"
@@ -349,9 +301,8 @@ class Selective:
         result = drop(messages)
         if ctx.under_target(result.messages):
             return result
-        # Critical units stay, but an image in a user's words is not words: shed those images (oldest
-        # first, as few as the target needs) rather than fail; the words stay verbatim, in place. Before
-        # any placeholder gives up its quotes: the rerun gives them up only if still over.
+        # Critical units stay, but their images are not words: shed those (oldest first, as few as the
+        # target needs) before any placeholder gives up its quotes.
         base, best = messages, result
         shed_actions: tuple[Action, ...] = ()
         shed = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)

@@ -1,17 +1,7 @@
 """thinking: remove the thinking of older assistant turns, keeping what the API still needs.
 
-A model that keeps earlier turns' thinking in its context pays for it on every later call (Anthropic's
-``clear_thinking`` context editing exists for that reason). This strategy removes thinking and redacted
-thinking blocks from assistant turns, except:
-
-* the last assistant turn: when the conversation ends in tool results, the turn whose calls they
-  answer, which the API wants back with its thinking blocks unmodified, signatures included;
-* every assistant turn with a tool call still unanswered.
-
-A message left with no blocks (a Codex ``reasoning`` item, a Claude Code record holding only
-thinking) is dropped whole; it has no tool calls, so pairing is unchanged. No note is left in the turn
-(the model's own message); each action cites the archive copy of the message it changed. Pinned
-messages and the last ``keep_last`` messages are left alone.
+The last assistant turn and turns with a call still unanswered keep theirs, signatures included. A
+message left with no blocks (a Codex ``reasoning`` item) is dropped whole; pairing is unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, register
 from ctxc.model import Message, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
@@ -34,7 +23,7 @@ def protected_turns(messages: Sequence[Message]) -> set[int]:
     """Positions of the assistant messages whose thinking must stay: the last assistant turn (the one
     whose tool calls the trailing results answer, if any) and every turn with a call still unanswered."""
     keep: set[int] = set()
-    # The last assistant turn: the last run of assistant messages (Codex writes each item apart).
+    # The last run of assistant messages (Codex writes each item apart).
     pos = len(messages) - 1
     while pos >= 0 and messages[pos].role != "assistant":
         pos -= 1
@@ -64,8 +53,7 @@ class Thinking:
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         keep = protected_turns(messages)
-        # The last ``keep_last`` messages are kept verbatim, as every strategy keeps them.
-        keep.update(range(max(0, len(messages) - ctx.keep_last), len(messages)) if ctx.keep_last > 0 else ())
+        keep.update(range(max(0, ctx.tail_start(len(messages))), len(messages)))
         out: list[Message] = []
         actions: list[Action] = []
         for pos, m in enumerate(messages):
@@ -84,9 +72,7 @@ class Thinking:
             after = ctx.ledger.tokens(new) if new is not None else 0
             if new is not None:
                 out.append(new)
-            cite = citation(ctx.archive_id, m.index, m.index)
-            note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {cite}"
-            actions.append(
-                Action(self.name, "drop" if new is None else "shrink", m.index, m.index, before, after, note)
-            )
+            note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {ctx.cite(m.index)}"
+            kind = "drop" if new is None else "shrink"
+            actions.append(Action(self.name, kind, m.index, m.index, before, after, note))
         return StrategyResult(tuple(out), tuple(actions))

@@ -1,9 +1,5 @@
-"""Pairing-safe units: the smallest runs of messages a strategy may drop or replace as a whole.
-
-An assistant turn that calls tools and the messages carrying its results form one unit, so dropping a
-unit can never leave an orphan tool result or an unanswered call, and thinking blocks (which live in the
-assistant message) go with their turn. Everything else is a unit of one message.
-"""
+"""Pairing-safe units: the smallest runs of messages a strategy may drop or replace as a whole (an
+assistant turn with the messages carrying its results; anything else alone)."""
 
 from __future__ import annotations
 
@@ -42,9 +38,7 @@ def _turns(messages: Sequence[Message]) -> list[Unit]:
             while j < n and messages[j].role == "assistant":
                 open_calls |= _calls(messages[j])
                 j += 1
-            # Then every following non-assistant message that answers one of the turn's calls. System
-            # or developer messages the client slipped in between (Codex does) belong to the turn too,
-            # as long as a result for the turn still follows them.
+            # Then the messages answering its calls, with system messages slipped in between (Codex).
             k = j
             while open_calls and k < n and messages[k].role != "assistant":
                 answered = _results(messages[k]) & open_calls
@@ -61,14 +55,9 @@ def _turns(messages: Sequence[Message]) -> list[Unit]:
 
 
 def units(messages: Sequence[Message]) -> list[Unit]:
-    """Split a conversation into units, in order, covering every message exactly once.
-
-    First the turns (an assistant turn and the results right after it), then turns merged wherever a
-    tool result links one to an earlier call: a message the client put between a call and its result
-    would otherwise split them, and dropping either side alone would leave an orphan. Only links that
-    strict validation accepts (a result answering the latest assistant turn) merge: a result that is
-    already misplaced is the repair step's business, and following it would glue long stretches.
-    """
+    """Split a conversation into units covering every message once: the turns, merged wherever a
+    result answers a call of an earlier turn (as strict validation allows: only the latest turn's;
+    a misplaced result is the repair step's business)."""
     parts = _turns(messages)
     reach = list(range(len(parts)))  # reach[u]: the earliest unit that u must stay with
     open_calls: dict[str, int] = {}  # the current turn's call ids -> their unit

@@ -1,44 +1,28 @@
 """``ctxc eval``: targeted, deterministic, offline measurements of each compaction strategy.
 
-For each transcript (given, or generated from a seed by :mod:`ctxc.evaluate.generate`), facts are
-planted early (:mod:`ctxc.evaluate.needles`), then every strategy compacts it to each target, and
-each output is measured:
-
-* **needle recovery**: each planted fact is either still in the output (verbatim, or in a summary) or
-  found by ``ctxc search`` in the top ``search_k`` hits (the hit's chunk holds the fact);
-* **intent kept**: each conversation's first request and the planted, pinned instruction survive;
-* **survival rate**: the share of file paths (from tool inputs), error lines (from tool results) and
-  decision sentences (from user and assistant text) still in the output, verbatim or in a summary;
-* **validity**: no pairing problem (strict) and no role problem the input did not already have;
-* **budget**: every conversation at or under its target;
-* **cost**: output/input token ratio, and the wall time of the compaction.
-
-The window is, unless given, the size of the transcript's largest conversation, so a target of 10%
-means "to a tenth of what it is": compaction is always forced. Strategies that only shrink tool
-output (offload, mask) then miss the budget, which the table shows; outputs are written with
-``allow_over`` so that they can be measured. Everything but the times is a function of the inputs and
-the seed. Searches run after every original is archived and indexed, against the whole evaluation
-archive; by default each needle is looked for in its own transcript's original (``ctxc search --id``,
-as an agent does with the archive id its summary cites), with ``search_scope="archive"`` in all of it.
+Facts are planted early in each transcript (given, or generated from a seed), every strategy compacts
+it to each target of a window (by default the transcript's largest conversation, so compaction is
+always forced), and each output is measured: needles kept or found by ``ctxc search``, first requests
+and a pinned instruction kept, survival of paths, errors and decisions, validity, budget and cost.
+docs/eval-and-replay.md has the details. Everything but the times is a function of inputs and seed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import CtxcError, UsageError
+from ctxc.evaluate.measures import first_requests, norm, problems, survival, text_of
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
-from ctxc.live import live_context, live_messages, request_text, sent_messages, session_intent
-from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
-from ctxc.search.chunks import render_input
+from ctxc.live import live_context, live_messages, sent_messages
+from ctxc.model import Message, Transcript
 
 if TYPE_CHECKING:
     from ctxc.archive import Archive
@@ -49,18 +33,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TARGETS = (0.10, 0.25)
 SURVIVAL_KINDS = ("paths", "errors", "decisions")
-
-_PATH_KEYS = ("file_path", "path", "filename", "notebook_path", "target_file", "file")
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
-#: A line that says what went wrong: an exception with its message, a test failure, a tool's error.
-#: A traceback's header says only that something did, so it is not one.
-_ERROR_LINE = re.compile(r"(\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|\berror:|\bERROR\b)")
-_DECISION = re.compile(
-    r"\b(decided|decide to|we'll use|I'll use|let's use|let's go with|going with|go with|chose|opted for|"
-    r"instead of|rather than|switch(?:ed)? to)\b",
-    re.I,
-)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,35 +112,14 @@ class Case:
         return self.error is None and self.problems == 0
 
     def to_json(self) -> dict[str, Any]:
+        # The identifying fields first (source to tokens_after), as declared.
+        head = {f.name: getattr(self, f.name) for f in fields(self)[:9]}
         return {
-            "source": self.source,
-            "format": self.format,
-            "strategy": self.strategy,
-            "target_ratio": self.target_ratio,
-            "window": self.window,
-            "target_tokens": self.target_tokens,
-            "archive_id": self.archive_id,
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
+            **head,
             "ratio": round(self.ratio, 4),
             "seconds": round(self.seconds, 3),
-            "needles": [
-                {
-                    "kind": n.kind,
-                    "subject": n.subject,
-                    "value": n.value,
-                    "query": n.query,
-                    "message": n.message,
-                    "retained": n.retained,
-                    "search_rank": n.search_rank,
-                    "recovered": n.recovered,
-                }
-                for n in self.needles
-            ],
-            "intent": {
-                "first_requests": list(self.first_requests),
-                "pinned": list(self.pinned),
-            },
+            "needles": [{**asdict(n), "recovered": n.recovered} for n in self.needles],
+            "intent": {"first_requests": list(self.first_requests), "pinned": list(self.pinned)},
             "survival": {k: list(v) for k, v in self.survival.items()},
             "problems": self.problems,
             "valid": self.valid,
@@ -221,6 +172,14 @@ class Row:
         }
 
 
+def _total(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """(kept, total) pairs added up."""
+    kept = total = 0
+    for k, t in pairs:
+        kept, total = kept + k, total + t
+    return kept, total
+
+
 @dataclass(frozen=True, slots=True)
 class EvalReport:
     options: EvalOptions
@@ -235,13 +194,10 @@ class EvalReport:
         rows: list[Row] = []
         for (strategy, target), cases in groups.items():
             needles = [n for c in cases for n in c.needles]
-            survival = {
-                k: (
-                    sum(c.survival.get(k, (0, 0))[0] for c in cases),
-                    sum(c.survival.get(k, (0, 0))[1] for c in cases),
-                )
-                for k in SURVIVAL_KINDS
-            }
+            survival = {k: _total(c.survival.get(k, (0, 0)) for c in cases) for k in SURVIVAL_KINDS}
+            intent = _total(
+                (c.first_requests[0] + c.pinned[0], c.first_requests[1] + c.pinned[1]) for c in cases
+            )
             ok = [c for c in cases if c.error is None]
             judged = [c.judge.overall for c in cases if c.judge is not None]
             rows.append(
@@ -253,8 +209,8 @@ class EvalReport:
                     needles=len(needles),
                     retained=sum(n.retained for n in needles),
                     by_search=sum((not n.retained) and n.search_rank is not None for n in needles),
-                    intent_kept=sum(c.first_requests[0] + c.pinned[0] for c in cases),
-                    intent=sum(c.first_requests[1] + c.pinned[1] for c in cases),
+                    intent_kept=intent[0],
+                    intent=intent[1],
                     survival=survival,
                     valid=sum(c.valid for c in cases),
                     budget_ok=sum(c.budget_ok for c in cases),
@@ -269,9 +225,6 @@ class EvalReport:
     def lost_needles(self) -> list[tuple[Case, NeedleOutcome]]:
         """Every needle neither retained nor found by search: the findings to look at."""
         return [(c, n) for c in self.cases for n in c.needles if not n.recovered]
-
-
-# ------------------------------------------------------------------------------------------- inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,138 +260,31 @@ def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
     return out
 
 
-# ------------------------------------------------------------------------------------------ measures
-
-
-def text_of(messages: Sequence[Message]) -> str:
-    """Everything a model would read of ``messages``: texts, tool inputs (unescaped), tool results."""
-    parts: list[str] = []
-    for m in messages:
-        for b in m.blocks:
-            if isinstance(b, ToolUseBlock):
-                parts.append(f"{b.name} {render_input(b.input)}")
-            elif isinstance(b, TextBlock | ToolResultBlock):
-                parts.append(b.text)
-            else:
-                text = getattr(b, "text", "")
-                if isinstance(text, str) and text:
-                    parts.append(text)
-    return "\n".join(parts)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _paths(messages: Sequence[Message]) -> list[str]:
-    found: dict[str, None] = {}
-    for m in messages:
-        for b in m.blocks:
-            if not isinstance(b, ToolUseBlock):
-                continue
-            inp = b.input
-            if isinstance(inp, Mapping):
-                for key in _PATH_KEYS:
-                    v = inp.get(key)
-                    if isinstance(v, str) and 2 < len(v) < 300 and "\n" not in v and ("/" in v or "." in v):
-                        found.setdefault(v.strip(), None)
-                patch = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
-            else:
-                patch = inp if isinstance(inp, str) else ""
-            for match in _PATCH_FILE.finditer(patch):
-                found.setdefault(match.group(1).strip(), None)
-    return list(found)
-
-
-def _errors(messages: Sequence[Message]) -> list[str]:
-    """The telling line of each tool result that reports an error (deduplicated)."""
-    found: dict[str, None] = {}
-    for m in messages:
-        for b in m.blocks:
-            if not isinstance(b, ToolResultBlock):
-                continue
-            lines = [ln.strip() for ln in b.text.splitlines() if ln.strip()]
-            hit = next((ln for ln in lines if _ERROR_LINE.search(ln)), None)
-            if hit is None and b.is_error and lines:
-                hit = lines[0]
-            if hit is not None and len(hit) >= 8:
-                found.setdefault(_norm(hit)[:200], None)
-    return list(found)
-
-
-def _decisions(messages: Sequence[Message], exclude: Sequence[str]) -> list[str]:
-    found: dict[str, None] = {}
-    for m in messages:
-        if m.role not in ("user", "assistant"):
-            continue
-        for b in m.blocks:
-            if not isinstance(b, TextBlock):
-                continue
-            for sentence in _SENTENCE.split(b.text):
-                s = _norm(sentence)
-                if 20 <= len(s) <= 300 and _DECISION.search(s) and not any(x in s for x in exclude):
-                    found.setdefault(s, None)
-    return list(found)
-
-
-def survival(
-    original: Sequence[Message], output_text: str, *, exclude: Sequence[str] = ()
-) -> dict[str, tuple[int, int]]:
-    """kind → (kept, total) of file paths, error lines and decision sentences of ``original``."""
-    out = _norm(output_text)
-    items = {
-        "paths": _paths(original),
-        "errors": [e for e in _errors(original) if not any(x in e for x in exclude)],
-        "decisions": _decisions(original, exclude),
-    }
-    return {k: (sum(_norm(v) in out for v in vs), len(vs)) for k, vs in items.items()}
-
-
-def first_requests(transcript: Transcript) -> list[str]:
-    """The user's own words of each conversation's first request (:func:`ctxc.live.session_intent`).
-
-    Subagent runs (Claude Code sidechains) are left out: their first "request" is the prompt the
-    parent agent wrote into its Task call, not the user's intent, and a run goes with that call when
-    compaction drops it.
-    """
-    out: list[str] = []
-    for conv in range(transcript.conversations):
-        m = session_intent(transcript.conversation(conv))
-        if m is not None and not m.meta.get("is_sidechain"):
-            out.append(request_text(m))
-    return out
-
-
-def _problems(output: Sequence[Message], original: Sequence[Message]) -> int:
-    """Strict pairing problems of the output, plus role problems beyond those the input had."""
-    from ctxc.validate import pairing_problems, role_problems
-
-    before: dict[str, int] = {}
-    for p in role_problems(original):
-        before[p.code] = before.get(p.code, 0) + 1
-    after: dict[str, int] = {}
-    for p in role_problems(output):
-        after[p.code] = after.get(p.code, 0) + 1
-    extra = sum(max(0, n - before.get(code, 0)) for code, n in after.items())
-    return len(pairing_problems(output, strict=True)) + extra
-
-
-# -------------------------------------------------------------------------------------------- running
-
-
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     source: Source
     planted: Planted
     window: int
+    requests: list[str]  # the first requests of its conversations
+    sent: tuple[Message, ...]  # what the client sent before compaction
+    exclude: list[str]  # the planted texts, which survival does not count
 
 
-def _window_of(t: Transcript, counter: Counter) -> int:
+def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
+    """The source read, its needles and instruction planted, and what its cases measure against."""
     from ctxc.tokens.cost import count_messages
 
+    rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
+    t = _load(src, skip_invalid=options.skip_invalid)
+    planted = plant(
+        t, make_needles(rng, options.needles), instruction=make_instruction(rng), keep_last=options.keep_last
+    )
+    t = planted.transcript
     live = live_context(t.boundaries, t.messages)
     sizes = [sum(count_messages(live.split(t.conversation(c))[1], counter)) for c in range(t.conversations)]
-    return max([*sizes, 1])
+    exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
+    window = options.window or max([*sizes, 1])
+    return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)
 
 
 @contextlib.contextmanager
@@ -452,22 +298,9 @@ def _archive(explicit: str | Path | None) -> Iterator[Archive]:
         yield Archive(Path(tmp))
 
 
-def run_eval(
-    sources: Sequence[Source],
-    options: EvalOptions = EvalOptions(),
-    *,
-    archive: str | Path | None = None,
-    judge: Judge | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> EvalReport:
-    """Plant, compact with every strategy to every target, search, measure (see the module docstring).
-
-    ``archive`` keeps the evaluation's archive (originals, index) in that directory; by default it is
-    a temporary one, removed at the end.
-    """
+def _check(options: EvalOptions) -> tuple[str, ...]:
+    """The strategies to run; a usage error for an unknown one or a bad option."""
     from ctxc.compaction import strategies as registry
-    from ctxc.compaction.run import CompactOptions, compact_transcript
-    from ctxc.tokens import make_counter
 
     names = options.strategies or tuple(registry())
     unknown = [n for n in names if n not in registry()]
@@ -479,110 +312,103 @@ def run_eval(
         raise UsageError(f"--search-scope is session or archive, not {options.search_scope!r}")
     if options.needles < 1 or options.search_k < 1:
         raise UsageError("--needles and --search-k must be at least 1")
-    counter = make_counter(options.tokenizer, use_cache=options.use_cache)
-    prepared: list[_Prepared] = []
-    planted_counts: dict[str, tuple[int, int]] = {}
-    for src in sources:
-        rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
-        transcript = _load(src, skip_invalid=options.skip_invalid)
-        planted = plant(
-            transcript,
-            make_needles(rng, options.needles),
-            instruction=make_instruction(rng),
-            keep_last=options.keep_last,
-        )
-        window = options.window or _window_of(planted.transcript, counter)
-        prepared.append(_Prepared(src, planted, window))
-        planted_counts[src.name] = (len(planted.needles), options.needles)
+    return names
 
-    raw_cases: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
+
+def _measure(
+    prep: _Prepared,
+    strategy: str,
+    target: float,
+    options: EvalOptions,
+    store: Archive,
+    counter: Counter,
+    judge: Judge | None,
+) -> tuple[Case, tuple[bool, ...]]:
+    """One compaction measured, and which needles its output still holds."""
+    from ctxc.compaction.run import CompactOptions, compact_transcript
+
+    t, planted = prep.planted.transcript, prep.planted
+    opts = CompactOptions(
+        strategy=strategy,
+        target_ratio=target,
+        window=prep.window,
+        keep_last=options.keep_last,
+        pins=(planted.pin,) if planted.pin else (),
+        summarizer=options.summarizer,
+        tokenizer=options.tokenizer,
+        allow_over=True,
+        use_cache=options.use_cache,
+    )
+    case = Case(prep.source.name, t.format, strategy, target, prep.window, int(target * prep.window), "")
+    start = time.perf_counter()
+    try:
+        result = compact_transcript(t, opts, archive=store, counter=counter, original_bytes=planted.data)
+    except CtxcError as exc:
+        return replace(case, error=str(exc)), ()
+    seconds = time.perf_counter() - start
+    out = result.transcript
+    out_text = text_of(sent_messages(out))  # what the client sends next
+    flat = norm(out_text)
+    instruction = planted.instruction
+    case = replace(
+        case,
+        archive_id=result.archive_id,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        seconds=seconds,
+        first_requests=(sum(norm(r) in flat for r in prep.requests), len(prep.requests)),
+        pinned=(1 if instruction and norm(instruction) in flat else 0, 1 if instruction else 0),
+        # Of what the client sent before: history it no longer sends is not lost here.
+        survival=survival(prep.sent, out_text, exclude=prep.exclude),
+        problems=problems(live_messages(out), live_messages(t)),
+        budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
+        judge=judge.score(out.messages, planted, t) if judge is not None else None,
+    )
+    return case, tuple(n.value in out_text for n in planted.needles)
+
+
+def run_eval(
+    sources: Sequence[Source],
+    options: EvalOptions = EvalOptions(),
+    *,
+    archive: str | Path | None = None,
+    judge: Judge | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> EvalReport:
+    """Plant, compact with every strategy to every target, search, measure (see the module docstring).
+    ``archive`` keeps the evaluation's archive (originals, index) there instead of a temporary one."""
+    from ctxc.tokens import make_counter
+
+    names = _check(options)
+    counter = make_counter(options.tokenizer, use_cache=options.use_cache)
+    prepared = [_prepare(src, options, counter) for src in sources]
+    measured: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
     with _archive(archive) as store:
         for prep in prepared:
-            t = prep.planted.transcript
-            requests = first_requests(t)
-            sent_before = sent_messages(t)
-            exclude = [n.value for n in prep.planted.needles] + (
-                [prep.planted.instruction] if prep.planted.instruction else []
-            )
             for strategy in names:
                 for target in options.targets:
                     if progress is not None:
                         progress(f"{Path(prep.source.name).name}: {strategy} to {target:.0%}")
-                    opts = CompactOptions(
-                        strategy=strategy,
-                        target_ratio=target,
-                        window=prep.window,
-                        keep_last=options.keep_last,
-                        pins=(prep.planted.pin,) if prep.planted.pin else (),
-                        summarizer=options.summarizer,
-                        tokenizer=options.tokenizer,
-                        allow_over=True,
-                        use_cache=options.use_cache,
-                    )
-                    base = Case(
-                        source=prep.source.name,
-                        format=t.format,
-                        strategy=strategy,
-                        target_ratio=target,
-                        window=prep.window,
-                        target_tokens=int(target * prep.window),
-                        archive_id="",
-                    )
-                    start = time.perf_counter()
-                    try:
-                        result = compact_transcript(
-                            t, opts, archive=store, counter=counter, original_bytes=prep.planted.data
-                        )
-                    except CtxcError as exc:
-                        raw_cases.append((prep, replace(base, error=str(exc)), ()))
-                        continue
-                    seconds = time.perf_counter() - start
-                    out = result.transcript
-                    out_text = text_of(sent_messages(out))  # what the client sends next
-                    flat = _norm(out_text)
-                    retained = tuple(n.value in out_text for n in prep.planted.needles)
-                    pinned = (
-                        1 if prep.planted.instruction and _norm(prep.planted.instruction) in flat else 0,
-                        1 if prep.planted.instruction else 0,
-                    )
-                    case = replace(
-                        base,
-                        archive_id=result.archive_id,
-                        tokens_before=result.tokens_before,
-                        tokens_after=result.tokens_after,
-                        seconds=seconds,
-                        first_requests=(sum(_norm(r) in flat for r in requests), len(requests)),
-                        pinned=pinned,
-                        # Of what the client sent before: history it no longer sends is not lost here.
-                        survival=survival(sent_before, out_text, exclude=exclude),
-                        problems=_problems(live_messages(out), live_messages(t)),
-                        budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
-                        judge=judge.score(out.messages, prep.planted, t) if judge is not None else None,
-                    )
-                    raw_cases.append((prep, case, retained))
-
+                    case, retained = _measure(prep, strategy, target, options, store, counter, judge)
+                    measured.append((prep, case, retained))
         # Search once every original is archived and indexed: needles compete with all of it.
         ranks = _search_ranks(prepared, store, options)
-
-    cases: list[Case] = []
-    for prep, case, retained in raw_cases:
-        if case.error is not None:
-            cases.append(case)
-            continue
-        outcomes = tuple(
-            NeedleOutcome(
-                n.kind,
-                n.subject,
-                n.value,
-                n.query,
-                n.message,
-                retained[k],
-                ranks[(prep.source.name, k)],
-            )
-            for k, n in enumerate(prep.planted.needles)
+    cases = [
+        case
+        if case.error is not None
+        else replace(
+            case,
+            needles=tuple(
+                NeedleOutcome(
+                    n.kind, n.subject, n.value, n.query, n.message, retained[k], ranks[(prep.source.name, k)]
+                )
+                for k, n in enumerate(prep.planted.needles)
+            ),
         )
-        cases.append(replace(case, needles=outcomes))
-    return EvalReport(options, tuple(cases), planted_counts)
+        for prep, case, retained in measured
+    ]
+    planted = {p.source.name: (len(p.planted.needles), options.needles) for p in prepared}
+    return EvalReport(options, tuple(cases), planted)
 
 
 def _search_ranks(
@@ -604,37 +430,21 @@ def _search_ranks(
         for prep in prepared:
             ident = sha256_hex(prep.planted.data)
             for k, needle in enumerate(prep.planted.needles):
-                ranks[(prep.source.name, k)] = _search_rank(
-                    index,
-                    needle,
-                    ident,
-                    options.search_k,
-                    embedder=embedder,
-                    scoped=options.search_scope == "session",
-                )
+                ranks[(prep.source.name, k)] = _search_rank(index, needle, ident, options, embedder)
     return ranks
 
 
 def _search_rank(
-    index: SearchIndex,
-    needle: Needle,
-    ident: str,
-    k: int,
-    *,
-    embedder: Embedder | None,
-    scoped: bool,
+    index: SearchIndex, needle: Needle, ident: str, options: EvalOptions, embedder: Embedder | None
 ) -> int | None:
+    """The 1-based rank of the first of the top ``search_k`` hits that is in the needle's own original
+    (``ident``) and holds its value, else None."""
     from ctxc.search import search_index
 
+    scope = ident if options.search_scope == "session" else None
+    hybrid = embedder is not None
     hits = search_index(
-        index,
-        needle.query,
-        limit=k,
-        hybrid=embedder is not None,
-        archive_id=ident if scoped else None,
-        embedder=embedder,
+        index, needle.query, limit=options.search_k, hybrid=hybrid, archive_id=scope, embedder=embedder
     )
-    for rank, hit in enumerate(hits, 1):
-        if hit.archive_id == ident and needle.value in hit.text:
-            return int(rank)
-    return None
+    found = (r for r, hit in enumerate(hits, 1) if hit.archive_id == ident and needle.value in hit.text)
+    return next(found, None)

@@ -85,8 +85,6 @@ class _Session:
             b=r.randint(10, 999),
         )
 
-    # --------------------------------------------------------------------------------- messages
-
     def system(self, text: str) -> None:
         self.lines.append({"role": "system", "content": text})
 
@@ -103,36 +101,15 @@ class _Session:
         self.calls += 1
         ident = f"call_{self.calls:04d}_{self.rng.randrange(16**6):06x}"
         if self.dialect == "anthropic":
-            self.lines.append(
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "text", "text": text},
-                        {"type": "tool_use", "id": ident, "name": name, "input": args},
-                    ],
-                }
-            )
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ident, "content": result}
-            if error:
-                block["is_error"] = True
-            self.lines.append({"role": "user", "content": [block]})
+            use = {"type": "tool_use", "id": ident, "name": name, "input": args}
+            outcome = {"type": "tool_result", "tool_use_id": ident, "content": result}
+            self.lines.append({"role": "assistant", "content": [{"type": "text", "text": text}, use]})
+            self.lines.append({"role": "user", "content": [outcome | ({"is_error": True} if error else {})]})
         else:
-            self.lines.append(
-                {
-                    "role": "assistant",
-                    "content": text,
-                    "tool_calls": [
-                        {
-                            "id": ident,
-                            "type": "function",
-                            "function": {"name": name, "arguments": orjson.dumps(args).decode()},
-                        }
-                    ],
-                }
-            )
+            function = {"name": name, "arguments": orjson.dumps(args).decode()}
+            call = {"id": ident, "type": "function", "function": function}
+            self.lines.append({"role": "assistant", "content": text, "tool_calls": [call]})
             self.lines.append({"role": "tool", "tool_call_id": ident, "content": result})
-
-    # ------------------------------------------------------------------------------------ tools
 
     def code(self, path: str, lines: int) -> str:
         r = self.rng

@@ -1,45 +1,28 @@
 """``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone.
 
-For each compacted output, a model gets the output (rendered as the summarizers render transcripts)
-and numbered questions, and answers them in one JSON object. Each answer is scored against what is
-known to be true, without a second model: an answer is right when it contains the expected value.
-
-The probes:
-
-* **recall**: each planted code, name or number ("What is the vault rotation passphrase?");
-* **decisions**: each planted decision ("What was chosen for the message broker ...?");
-* **artifacts**: which files were changed (the paths of the original's Write/Edit/patch calls); the
-  score is the share of them the answer names (a path or its file name);
-* **continuation**: what the user asked for last (the words of the original's last request); the
-  score is the share of its key terms the answer uses.
-
-The model is called through the official ``anthropic`` SDK exactly as the anthropic summarizer calls
-it: imported only here and only when a judge is made, ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``
-read by the SDK, a preflight (``GET /v1/models/{model}``) that turns a missing or rejected key or an
-unknown model into exit 10/11 before any compaction runs, the SDK's retries, and answers cached on disk
-(the summary cache, under a key that cannot collide with a summary's).
+The model gets the compacted output and numbered questions (recall of each planted code, name or
+number; each planted decision; which files were changed; what the user asked for last) and answers in
+one JSON object. An answer is scored without a second model: by the share of the known answers it names.
+The model is called through the anthropic summarizer's client (``AnthropicAPI``): a preflight that
+fails on a missing key or an unknown model before any work, the SDK's retries, answers cached on disk.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ctxc.errors import AuthError, SummarizerError
+from ctxc.errors import SummarizerError
 from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
 from ctxc.summarize.cache import LazySummaryCache
 
 if TYPE_CHECKING:
-    from anthropic import Anthropic
-
     from ctxc.evaluate.needles import Planted
-    from ctxc.summarize.cache import SummaryCache
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters of tool results kept when the compacted context is rendered for the judge (far more
@@ -90,9 +73,6 @@ class Judge(Protocol):
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore: ...
 
 
-# ------------------------------------------------------------------------------------------ probes
-
-
 def _changed_files(messages: Sequence[Message]) -> list[str]:
     found: dict[str, None] = {}
     for m in messages:
@@ -125,20 +105,15 @@ def probes(planted: Planted, original: Transcript) -> list[Probe]:
     """The probe questions for one planted transcript, with their known answers."""
     from ctxc.compaction.postprocess import request_terms
 
-    out: list[Probe] = []
-    for n in planted.needles:
-        kind = "decisions" if n.kind == "decision" else "recall"
-        out.append(Probe(kind, n.question, (n.value,)))
+    out = [
+        Probe("decisions" if n.kind == "decision" else "recall", n.question, (n.value,))
+        for n in planted.needles
+    ]
     messages = original.conversation(planted.conversation)
     files = _changed_files(messages)[:8]
     if files:
-        out.append(
-            Probe(
-                "artifacts",
-                "Which files were created or modified in this session? List their paths.",
-                tuple(files),
-            )
-        )
+        question = "Which files were created or modified in this session? List their paths."
+        out.append(Probe("artifacts", question, tuple(files)))
     terms = request_terms(_last_request(messages))[:5]
     if terms:
         out.append(Probe("continuation", "What did the user ask for most recently?", tuple(terms)))
@@ -183,11 +158,8 @@ def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
     return f"<context>\n{render_context(output)}\n</context>\n\nQuestions:\n{numbered}"
 
 
-# ------------------------------------------------------------------------------------------- the judge
-
-
 class AnthropicJudge:
-    """A Claude model as the judge, through the official SDK (see the module docstring)."""
+    """A Claude model as the judge, through the anthropic summarizer's API client."""
 
     def __init__(
         self,
@@ -198,106 +170,48 @@ class AnthropicJudge:
         use_cache: bool = True,
     ) -> None:
         from ctxc.summarize import SummarizerOptions
-        from ctxc.summarize.anthropic import resolve_model
+        from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
 
         self.model = resolve_model(SummarizerOptions(model=model))
-        self.max_retries = max_retries
-        self.timeout = timeout
         self.use_cache = use_cache
-        self._client: Anthropic | None = None
+        self.api = AnthropicAPI(
+            self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
+        )
         self._cache = LazySummaryCache(use_cache)
-        self._lock = threading.Lock()
-        self.calls = 0
         self.cache_hits = 0
 
-    def _make_client(self) -> Anthropic:
-        if self._client is None:
-            import anthropic
-
-            try:
-                client = anthropic.Anthropic(max_retries=self.max_retries, timeout=self.timeout)
-            except anthropic.CredentialsError as exc:
-                raise AuthError(f"no usable Anthropic credentials: {exc}") from None
-            if client.api_key is None and client.auth_token is None and client.credentials is None:
-                raise AuthError("ANTHROPIC_API_KEY is not set (--judge anthropic needs an API key)")
-            self._client = client
-        return self._client
-
     @property
-    def cache(self) -> SummaryCache | None:
-        """The summary cache, opened once per judge (None with ``use_cache=False`` or when unusable)."""
-        return self._cache.get()
-
-    def _map(self, exc: BaseException) -> Exception:
-        from ctxc.summarize.anthropic import map_api_error
-
-        base = str(self._client.base_url) if self._client is not None else "?"
-        return map_api_error(
-            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
-        )
+    def calls(self) -> int:
+        return self.api.spent.calls
 
     def preflight(self) -> None:
         """Check the key and the model before any work (exit 10 or 11 with a one-line message)."""
-        import anthropic
-
-        client = self._make_client()
-        try:
-            client.models.retrieve(self.model)
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._map(exc) from None
+        self.api.run(self.api.preflight())
 
     def ask(self, user: str) -> str:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
-        import anthropic
-
         key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
-        cache = self.cache
-        hit = cache.get(key) if cache is not None else None
-        if hit is not None:
-            with self._lock:
-                self.cache_hits += 1
+        if (hit := self._cache.lookup(key)) is not None:
+            self.cache_hits += 1
             return hit
-        client = self._make_client()
-        try:
-            resp = client.messages.create(
-                model=self.model,
-                max_tokens=MAX_TOKENS,
-                system=SYSTEM,
-                messages=[{"role": "user", "content": user}],
-            )
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._map(exc) from None
-        with self._lock:
-            self.calls += 1
-        texts = [getattr(b, "text", "") for b in resp.content if getattr(b, "type", None) == "text"]
-        text = "".join(t for t in texts if isinstance(t, str))
-        if not text.strip():
+        reply = self.api.run(self.api.create(SYSTEM, user, MAX_TOKENS))
+        if not reply.text.strip():
             raise SummarizerError(f"the judge model {self.model} returned an empty answer")
-        if cache is not None:
-            usage = getattr(resp, "usage", None)
-            cache.put(
-                key,
-                self.model,
-                text,
-                int(getattr(usage, "input_tokens", 0) or 0),
-                int(getattr(usage, "output_tokens", 0) or 0),
-            )
-        return text
+        if (cache := self._cache.get()) is not None:
+            cache.put(key, self.model, reply.text, reply.input_tokens, reply.output_tokens)
+        return reply.text
 
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
         questions = probes(planted, original)
         if not questions:
             return JudgeScore({})
         answers = parse_answers(self.ask(build_prompt(output, questions)), len(questions))
+        scored = [(p, a, score_answer(p, a)) for p, a in zip(questions, answers, strict=True)]
         per_kind: dict[str, list[float]] = {}
-        scored: list[tuple[str, str, float]] = []
-        for probe, answer in zip(questions, answers, strict=True):
-            s = score_answer(probe, answer)
-            per_kind.setdefault(probe.kind, []).append(s)
-            scored.append((probe.question, answer, s))
-        return JudgeScore(
-            {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}, tuple(scored)
-        )
+        for probe, _, score in scored:
+            per_kind.setdefault(probe.kind, []).append(score)
+        means = {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}
+        return JudgeScore(means, tuple((p.question, a, score) for p, a, score in scored))
 
 
 def make_judge(

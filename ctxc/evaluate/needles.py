@@ -1,17 +1,9 @@
 """Planting facts ("needles") early in a transcript, through its format adapter.
 
-Each needle is one sentence stating a fact nobody could guess (a code, a person's name, a number, a
-decision), with a question it answers and the words one would search for. Needles go into early
-messages that compaction is free to remove: tool results and user messages, never the pinned first
-request, the system prompt or the kept tail. A pinned instruction is planted the same way, and pinned
-(by a regular expression of its exact text), to check that pins survive.
-
-Planting goes through the adapters, not around them: the message's text block or tool result gets
-the sentence appended, the adapter's writer (:func:`ctxc.compaction.write.write_transcript`, the one
-compaction uses) encodes the changed messages back into records, and the bytes are read again. A
-message whose reread text lacks the sentence (a format that stores that text elsewhere) is passed
-over for the next candidate, so every needle reported as planted really is in the file, where the
-archive, ``ctxc search`` and ``ctxc show`` will see it.
+Each needle is a sentence stating a fact nobody could guess, with the question it answers and the words
+one would search for. It is appended to an early message compaction may remove (a tool result or user
+text; never the first request, the system prompt or the kept tail), written by the adapter's writer and
+read back: a message whose reread text lacks it is passed over, so every needle reported is in the file.
 """
 
 from __future__ import annotations
@@ -32,39 +24,24 @@ from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
 EARLY_SHARE = 0.3
 
 _CODE_SUBJECTS = (
-    "vault rotation passphrase",
-    "canary rollout token",
-    "warehouse gate passcode",
-    "incident bridge PIN",
-    "license activation serial",
-    "sandbox tenant identifier",
-    "escrow release voucher",
-    "telemetry ingest secret",
-    "partner onboarding ticket",
-    "cold storage retrieval code",
-    "firmware signing nonce",
-    "dispute arbitration reference",
-)
+    "vault rotation passphrase", "canary rollout token", "warehouse gate passcode", "incident bridge PIN",
+    "license activation serial", "sandbox tenant identifier", "escrow release voucher",
+    "telemetry ingest secret", "partner onboarding ticket", "cold storage retrieval code",
+    "firmware signing nonce", "dispute arbitration reference",
+)  # fmt: skip
 _NAME_SUBJECTS = (
-    "on-call reviewer for the settlement service",
-    "contact person at the acquiring bank",
-    "owner of the flaky nightly reconciliation job",
-    "auditor who signed off the ledger migration",
-    "liaison for the Lisbon data centre move",
-    "maintainer of the forked geohash library",
-    "approver of the quarterly firewall exceptions",
-    "translator of the Icelandic storefront",
-)
+    "on-call reviewer for the settlement service", "contact person at the acquiring bank",
+    "owner of the flaky nightly reconciliation job", "auditor who signed off the ledger migration",
+    "liaison for the Lisbon data centre move", "maintainer of the forked geohash library",
+    "approver of the quarterly firewall exceptions", "translator of the Icelandic storefront",
+)  # fmt: skip
 _NUMBER_SUBJECTS = (
-    "row count of the legacy ledger table",
-    "monthly quota of the geocoding provider",
+    "row count of the legacy ledger table", "monthly quota of the geocoding provider",
     "latency budget of the checkout saga in milliseconds",
     "number of orphaned attachments found in the bucket",
-    "peak throughput of the tariff importer per hour",
-    "size of the quarantine backlog in kilobytes",
-    "count of dormant loyalty accounts purged",
-    "expected yearly egress of the mirror in gigabytes",
-)
+    "peak throughput of the tariff importer per hour", "size of the quarantine backlog in kilobytes",
+    "count of dormant loyalty accounts purged", "expected yearly egress of the mirror in gigabytes",
+)  # fmt: skip
 _DECISION_SUBJECTS = (
     ("message broker for the notification fan-out", ("NATS", "RabbitMQ", "Kafka", "Redis Streams")),
     ("serialization format of the audit trail", ("CBOR", "Avro", "MessagePack", "Protobuf")),
@@ -103,19 +80,19 @@ class Needle:
 
 def make_needles(rng: random.Random, count: int = 4) -> list[Needle]:
     """``count`` needles of rotating kinds, their subjects and values drawn from ``rng``."""
-    kinds = ("code", "name", "number", "decision")
     project = f"the {rng.choice(_PROJECTS)} project"
-    out: list[Needle] = []
-    subjects: dict[str, list[Any]] = {
-        "code": rng.sample(_CODE_SUBJECTS, len(_CODE_SUBJECTS)),
-        "name": rng.sample(_NAME_SUBJECTS, len(_NAME_SUBJECTS)),
-        "number": rng.sample(_NUMBER_SUBJECTS, len(_NUMBER_SUBJECTS)),
-        "decision": rng.sample(range(len(_DECISION_SUBJECTS)), len(_DECISION_SUBJECTS)),
+    pools: dict[str, Sequence[Any]] = {
+        "code": _CODE_SUBJECTS,
+        "name": _NAME_SUBJECTS,
+        "number": _NUMBER_SUBJECTS,
+        "decision": range(len(_DECISION_SUBJECTS)),
     }
+    subjects = {kind: rng.sample(pool, len(pool)) for kind, pool in pools.items()}  # one order per kind
+    kinds = list(subjects)
+    out: list[Needle] = []
     for i in range(count):
         kind = kinds[i % len(kinds)]
-        pool = subjects[kind]
-        pick = pool[(i // len(kinds)) % len(pool)]
+        pick = subjects[kind][(i // len(kinds)) % len(subjects[kind])]
         if kind == "code":
             subject = f"{pick} of {project}"
             prefix = "".join(rng.choice("BCDFGHJKLMNPQRSTVWXZ") for _ in range(2))
@@ -171,12 +148,9 @@ class Planted:
 
 
 def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:
-    """Messages compaction may remove, early ones first: user text (not the first request) and tool
-    results, else any text; never the first request, system or critical messages, or the kept tail.
-
-    Returns (early, later): the early span (the first :data:`EARLY_SHARE` of the conversation) is
-    preferred; later messages are used only when a short conversation has too few early ones.
-    """
+    """(early, later) messages compaction may remove, tool results and user text before other text;
+    never the first request, system or critical messages or the kept tail. "Early" is the first
+    :data:`EARLY_SHARE` of the conversation; later ones serve a short conversation with too few."""
     n = len(messages)
     early = max(1, int(n * EARLY_SHARE))
     tail = n - max(keep_last, 1)
@@ -217,9 +191,7 @@ def _with_sentence(m: Message, sentence: str) -> Message | None:
         new = replace(b, text=f"{b.text.rstrip()}\n\n{sentence}")
     else:
         return None
-    blocks = list(m.blocks)
-    blocks[i] = new
-    return replace(m, blocks=tuple(blocks))
+    return replace(m, blocks=(*m.blocks[:i], new, *m.blocks[i + 1 :]))
 
 
 def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Transcript:
@@ -280,11 +252,8 @@ def plant(
     instruction: str | None = None,
     keep_last: int = 4,
 ) -> Planted:
-    """``transcript`` with each needle in its own early message (see the module docstring).
-
-    Needles that find no message to go into are left out of the result's ``needles``; the caller
-    reports how many were planted.
-    """
+    """``transcript`` with each needle in its own early message (see the module docstring); needles that
+    find no message are left out of the result's ``needles``."""
     conv = _roomiest_conversation(transcript, keep_last)
     current = transcript
     planted: list[Needle] = []

@@ -1,11 +1,9 @@
 """pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``).
 
-The first line is a ``session`` header (metadata, not a message). Every other line is an entry
-``{type, timestamp, ...}``: ``message`` entries hold a pi-ai message (``user``, ``assistant``,
-``toolResult``) or a coding-agent message (``bashExecution``, ``custom``); ``compaction`` entries
-record a compaction the agent did (a :class:`Boundary`, the entries themselves are never deleted);
-``model_change``, ``thinking_level_change``, ``label``... are settings and stay untouched.
-Newer files (session version 2+) add ``id``/``parentId`` to entries (a tree); they go into ``meta``.
+A ``session`` header line, then entries ``{type, timestamp, ...}``: ``message`` entries hold a pi-ai message
+(``user``, ``assistant``, ``toolResult``) or a coding-agent one (``bashExecution``, ``custom``); a
+``compaction`` entry is a :class:`Boundary` (pi never deletes entries); settings entries stay untouched.
+Version 2+ entries carry ``id``/``parentId`` (a tree), kept in ``meta``.
 """
 
 from __future__ import annotations
@@ -48,19 +46,17 @@ _PI_ENTRY_TYPES = frozenset(
         "session_info",
     }
 )
-
-# The wrapping pi puts around summaries when it sends them to the model (coding-agent messages.ts).
-_BRANCH_PREFIX = (
-    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
-)
-_BRANCH_SUFFIX = "</summary>"
-_COMPACTION_PREFIX = (
-    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
-)
-_COMPACTION_SUFFIX = "\n</summary>"
-
-
-# ------------------------------------------------------------------------------------------- blocks
+#: How pi wraps a summary when it sends it to the model (coding-agent messages.ts), by message role.
+_WRAPS = {
+    "branchSummary": (
+        "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n",
+        "</summary>",
+    ),
+    "compactionSummary": (
+        "The conversation history before this point was compacted into the following summary:\n\n<summary>\n",
+        "\n</summary>",
+    ),
+}
 
 
 def parse_block(block: Any) -> Block:
@@ -110,23 +106,13 @@ def _parse_content(content: Any) -> tuple[tuple[Block, ...], bool]:
         return (TextBlock(text=content),), True
     if isinstance(content, list):
         return tuple(parse_block(b) for b in content), False
-    if content is None:
-        return (), False
-    return (UnknownBlock(raw=content, text=dumps_compact(content)),), False
+    return (() if content is None else (UnknownBlock(raw=content, text=dumps_compact(content)),)), False
 
 
 def _encode_content(blocks: Sequence[Block], as_string: bool) -> Any:
     if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
         return blocks[0].text
     return [encode_block(b) for b in blocks]
-
-
-def _result_images(content: Any) -> tuple[ImageBlock, ...]:
-    if not isinstance(content, list):
-        return ()
-    return tuple(
-        b for b in (parse_block(p) for p in content if isinstance(p, dict)) if isinstance(b, ImageBlock)
-    )
 
 
 def bash_execution_text(msg: Mapping[str, Any]) -> str:
@@ -144,51 +130,46 @@ def bash_execution_text(msg: Mapping[str, Any]) -> str:
     return text
 
 
-def _wrap(summary: Any, prefix: str, suffix: str) -> str:
+def _wrap(summary: Any, role: str) -> str:
+    prefix, suffix = _WRAPS[role]
     return prefix + (summary if isinstance(summary, str) else "") + suffix
 
 
-def _unwrap(text: str, prefix: str, suffix: str) -> str:
+def _unwrap(blocks: Sequence[Block], role: str) -> str:
+    text = _text_of(blocks)
+    prefix, suffix = _WRAPS[role]
     if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
         return text[len(prefix) : len(text) - len(suffix)]
     return text
 
 
-# -------------------------------------------------------------------------------------------- usage
+def _text_of(blocks: Sequence[Block]) -> str:
+    return "\n".join(
+        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
+    )
 
 
 def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-
-    def num(key: str) -> int:
-        v = raw.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
+    num = {k: v if isinstance(v, int) and not isinstance(v, bool) else 0 for k, v in raw.items()}
     return Usage(
-        input=num("input"),
-        output=num("output"),
-        cache_read=num("cacheRead"),
-        cache_write=num("cacheWrite"),
+        input=num.get("input", 0),
+        output=num.get("output", 0),
+        cache_read=num.get("cacheRead", 0),
+        cache_write=num.get("cacheWrite", 0),
         line=line,
         model=model if isinstance(model, str) and model else None,
     )
 
 
-# ------------------------------------------------------------------------------------------ adapter
-
-
-# A new entry takes ``meta["timestamp"]``, which the writer fills with the time of the record it follows
-# (so the same input gives the same bytes); only an entry written with no neighbour gets the run's time.
 def _ms_of(stamp: str) -> int:
     """Milliseconds since the epoch of an ISO 8601 time (pi's message timestamps), else the run's."""
     try:
         when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         when = run_time()
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 class PiAdapter:
@@ -218,9 +199,7 @@ class PiAdapter:
                 if msg.get("role") in _PI_ROLES:
                     return 95
                 generic += 1
-            elif rtype in _PI_ENTRY_TYPES and (
-                "modelId" in data or "thinkingLevel" in data or "tokensBefore" in data
-            ):
+            elif rtype in _PI_ENTRY_TYPES and data.keys() & {"modelId", "thinkingLevel", "tokensBefore"}:
                 return 95
         return 80 if generic else 0
 
@@ -234,30 +213,9 @@ class PiAdapter:
             entry = record.data
             if not isinstance(entry, dict):
                 continue
-            etype = entry.get("type")
-            if etype == "compaction":
-                before = entry.get("tokensBefore")
-                yield Boundary(
-                    kind="pi_compaction",
-                    line=record.line,
-                    trigger="hook" if entry.get("fromHook") else None,
-                    pre_tokens=before if isinstance(before, int) else None,
-                    # pi resumes from its last compaction: the summary, the kept tail, what follows.
-                    resets=True,
-                    index=index,
-                    kept_from=_first_kept(entry, index, index_of_id, positions),
-                    carried=(
-                        Message(
-                            role="user",
-                            blocks=(
-                                TextBlock(
-                                    text=_wrap(entry.get("summary"), _COMPACTION_PREFIX, _COMPACTION_SUFFIX)
-                                ),
-                            ),
-                            line=record.line,
-                            meta={"is_compact_summary": True},
-                        ),
-                    ),
+            if entry.get("type") == "compaction":
+                yield _compaction(
+                    entry, record.line, index, _first_kept(entry, index, index_of_id, positions)
                 )
                 continue
             parsed = _parse_entry(entry, record.line)
@@ -287,9 +245,25 @@ class PiAdapter:
         raw = message.raw if isinstance(message.raw, dict) else None
         if raw is not None:
             parsed = _parse_entry(raw, message.line)
-            if parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks:
+            if parsed is not None and parsed[:2] == (message.role, message.blocks):
                 return raw
         return _build_entry(message, raw)
+
+
+def _compaction(entry: Mapping[str, Any], line: int, index: int, kept_from: int | None) -> Boundary:
+    """The boundary of a compaction entry: pi resumes from its last one (summary, kept tail, what follows)."""
+    before = entry.get("tokensBefore")
+    summary = TextBlock(text=_wrap(entry.get("summary"), "compactionSummary"))
+    return Boundary(
+        kind="pi_compaction",
+        line=line,
+        trigger="hook" if entry.get("fromHook") else None,
+        pre_tokens=before if isinstance(before, int) else None,
+        resets=True,
+        index=index,
+        kept_from=kept_from,
+        carried=(Message(role="user", blocks=(summary,), line=line, meta={"is_compact_summary": True}),),
+    )
 
 
 def _first_kept(
@@ -322,28 +296,28 @@ def _parse_entry(
     etype = entry.get("type")
     if etype == "custom_message":
         blocks, as_string = _parse_content(entry.get("content"))
-        return (
-            "user",
-            blocks,
-            None,
-            _entry_meta(entry, custom_type=entry.get("customType"), content_was_string=as_string),
-        )
+        meta = _entry_meta(entry, custom_type=entry.get("customType"), content_was_string=as_string)
+        return "user", blocks, None, meta
     if etype == "branch_summary":
         if not entry.get("summary"):
             return None  # pi sends nothing for an empty branch summary
-        text = _wrap(entry.get("summary"), _BRANCH_PREFIX, _BRANCH_SUFFIX)
-        return "user", (TextBlock(text=text),), None, _entry_meta(entry)
-    if etype != "message":
-        return None
+        return (
+            "user",
+            (TextBlock(text=_wrap(entry.get("summary"), "branchSummary")),),
+            None,
+            _entry_meta(entry),
+        )
     msg = entry.get("message")
-    if not isinstance(msg, dict):
+    if etype != "message" or not isinstance(msg, dict):
         return None
     role = msg.get("role")
-    if role == "user":
+    if role in ("user", "assistant", "custom", "hookMessage"):
         blocks, as_string = _parse_content(msg.get("content"))
-        return "user", blocks, None, _entry_meta(entry, content_was_string=as_string)
-    if role == "assistant":
-        blocks, as_string = _parse_content(msg.get("content"))
+        if role == "user":
+            return "user", blocks, None, _entry_meta(entry, content_was_string=as_string)
+        if role != "assistant":
+            facts = {"source_role": role, "custom_type": msg.get("customType")}
+            return "user", blocks, None, _entry_meta(entry, **facts, content_was_string=as_string)
         meta = _entry_meta(
             entry,
             content_was_string=as_string,
@@ -356,109 +330,73 @@ def _parse_entry(
         return "assistant", blocks, _usage(msg.get("usage"), line, msg.get("model")), meta
     if role == "toolResult":
         content = msg.get("content")
+        images = tuple(b for b in _parse_content(content)[0] if isinstance(b, ImageBlock))
         result = ToolResultBlock(
             tool_use_id=str(msg.get("toolCallId", "")),
             text=content_text(content),
             is_error=bool(msg.get("isError", False)),
             name=msg.get("toolName") if isinstance(msg.get("toolName"), str) else None,
-            images=_result_images(content),
+            images=images if isinstance(content, list) else (),
         )
         return "tool", (result,), None, _entry_meta(entry, source_role="toolResult")
-    if role == "bashExecution":
-        if msg.get("excludeFromContext"):
-            return None  # a "!!" command: shown to the user, never sent to the model
+    if role == "bashExecution" and not msg.get("excludeFromContext"):  # "!!": never sent to the model
         meta = _entry_meta(entry, source_role="bashExecution", command=msg.get("command"))
         return "user", (TextBlock(text=bash_execution_text(msg)),), None, meta
-    if role in ("custom", "hookMessage"):
-        blocks, as_string = _parse_content(msg.get("content"))
-        meta = _entry_meta(
-            entry, source_role=role, custom_type=msg.get("customType"), content_was_string=as_string
-        )
-        return "user", blocks, None, meta
-    if role in ("branchSummary", "compactionSummary"):
-        prefix, suffix = (
-            (_BRANCH_PREFIX, _BRANCH_SUFFIX)
-            if role == "branchSummary"
-            else (_COMPACTION_PREFIX, _COMPACTION_SUFFIX)
-        )
-        return (
-            "user",
-            (TextBlock(text=_wrap(msg.get("summary"), prefix, suffix)),),
-            None,
-            _entry_meta(entry, source_role=role),
-        )
+    if role in _WRAPS:
+        text = _wrap(msg.get("summary"), str(role))
+        return "user", (TextBlock(text=text),), None, _entry_meta(entry, source_role=role)
     return None
 
 
-def _text_of(blocks: Sequence[Block]) -> str:
-    return "\n".join(
-        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
-    )
-
-
 def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
-    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's."""
+    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's.
+
+    A new entry takes ``meta["timestamp"]`` (the writer's time of the record it follows), else the run's.
+    """
     envelope: dict[str, Any] = (
         dict(raw)
         if raw is not None
         else {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
     )
     etype = envelope.get("type")
-    old_msg = envelope.get("message") if isinstance(envelope.get("message"), dict) else {}
-    assert isinstance(old_msg, dict)
-    as_string = bool(message.meta.get("content_was_string"))
-
+    old_msg: dict[str, Any] = envelope["message"] if isinstance(envelope.get("message"), dict) else {}
+    content = _encode_content(message.blocks, bool(message.meta.get("content_was_string")))
     if etype == "custom_message":
-        return {**envelope, "content": _encode_content(message.blocks, as_string)}
+        return {**envelope, "content": content}
     if etype == "branch_summary":
-        return {**envelope, "summary": _unwrap(_text_of(message.blocks), _BRANCH_PREFIX, _BRANCH_SUFFIX)}
+        return {**envelope, "summary": _unwrap(message.blocks, "branchSummary")}
     if etype != "message":  # a message whose record was something else: write it as a new message entry
-        envelope = {k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")}
-        envelope = {"type": "message", **envelope}
+        envelope = {
+            "type": "message",
+            **{k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")},
+        }
         old_msg = {}
-
     timestamp = old_msg.get("timestamp", _ms_of(str(envelope.get("timestamp") or run_timestamp())))
     old_role = old_msg.get("role")
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
         first = results[0] if results else ToolResultBlock(tool_use_id="", text=_text_of(message.blocks))
-        content: list[Any] = [{"type": "text", "text": first.text}, *(encode_block(i) for i in first.images)]
         base = old_msg if old_role == "toolResult" else {}
         new_msg: dict[str, Any] = {
             **base,
             "role": "toolResult",
             "toolCallId": first.tool_use_id,
             "toolName": first.name if first.name is not None else base.get("toolName", ""),
-            "content": content,
+            "content": [{"type": "text", "text": first.text}, *(encode_block(i) for i in first.images)],
             "isError": first.is_error,
             "timestamp": timestamp,
         }
-    elif message.role == "assistant" and old_role == "assistant":
-        new_msg = {**old_msg, "content": _encode_content(message.blocks, as_string)}
-    elif message.role == "assistant":
-        new_msg = {
-            "role": "assistant",
-            "content": [encode_block(b) for b in message.blocks],
-            "stopReason": "stop",
-            "timestamp": timestamp,
-        }
-    elif old_role in ("user", "custom", "hookMessage"):
-        new_msg = {**old_msg, "content": _encode_content(message.blocks, as_string)}
-    elif old_role in ("branchSummary", "compactionSummary"):
-        prefix, suffix = (
-            (_BRANCH_PREFIX, _BRANCH_SUFFIX)
-            if old_role == "branchSummary"
-            else (_COMPACTION_PREFIX, _COMPACTION_SUFFIX)
-        )
-        new_msg = {**old_msg, "summary": _unwrap(_text_of(message.blocks), prefix, suffix)}
+    elif message.role == "assistant" and old_role != "assistant":
+        blocks = [encode_block(b) for b in message.blocks]
+        new_msg = {"role": "assistant", "content": blocks, "stopReason": "stop", "timestamp": timestamp}
+    elif message.role == "assistant" or old_role in ("user", "custom", "hookMessage"):
+        new_msg = {**old_msg, "content": content}
+    elif old_role in _WRAPS:
+        new_msg = {**old_msg, "summary": _unwrap(message.blocks, str(old_role))}
     else:
-        # A new user/system message, or a changed bashExecution: pi sends both to the model as a plain user
-        # message, so that is what a rewritten one becomes (pi-ai has no system role inside a session).
-        new_msg = {
-            "role": "user",
-            "content": _encode_content(message.blocks, as_string),
-            "timestamp": timestamp,
-        }
+        # A new user/system message or a changed bashExecution: pi sends both as a plain user message
+        # (pi-ai has no system role inside a session).
+        new_msg = {"role": "user", "content": content, "timestamp": timestamp}
     return {**envelope, "message": new_msg}
 
 

@@ -1,18 +1,10 @@
 """SWE-agent ``.traj`` files: ONE pretty-printed JSON document ``{environment, trajectory, history, info}``.
 
-The reader hands the whole document over as a single record. ``history`` is the message list the
-model was sent, in OpenAI chat shape, so it is the conversation; ``trajectory`` repeats the same steps
-as (action, observation, response) for humans and is not additional context. Two variants:
-
-* function calling: assistant messages carry ``tool_calls``; results are ``role: tool`` messages with
-  ``tool_call_ids`` (a list);
-* classic: the command is a fenced block inside the assistant text and each observation is the next
-  ``user`` message. No tool-call structure exists, so none is invented: assistant and user text stay text.
-
-An embedded demonstration is a ``user`` message with ``is_demo: true``; it stays a user message (it is
-sent) with ``meta["is_demo"]``. ``thought``/``action``/``agent``/``message_type`` are SWE-agent
-bookkeeping beside the content and go into ``meta``. A message's ``raw`` is its history dict;
-:func:`encode_document` rebuilds the whole document from messages.
+The whole document is one record. ``history`` (OpenAI chat shape) is what the model was sent, so it is the
+conversation; ``trajectory`` repeats the steps for humans. Function-calling runs carry ``tool_calls`` and
+``role: tool`` results with ``tool_call_ids``; classic runs keep commands and observations as plain text
+(no tool structure is invented). ``is_demo`` demonstrations stay user messages; SWE-agent's bookkeeping
+(``thought``, ``action``, ``agent``, ``message_type``) goes into ``meta``.
 """
 
 from __future__ import annotations
@@ -56,33 +48,23 @@ def _parse_message(
     role = openai_role(msg.get("role"))
     if role is None:
         return None
-    meta: dict[str, Any] = {
-        "history_index": position,
-        "content_was_string": isinstance(msg.get("content"), str),
-    }
-    for key in ("agent", "message_type", "thought", "action"):
-        if key in msg:
-            meta[key] = msg[key]
+    content = msg.get("content")
+    meta: dict[str, Any] = {"history_index": position, "content_was_string": isinstance(content, str)}
+    meta.update((key, msg[key]) for key in ("agent", "message_type", "thought", "action") if key in msg)
     if msg.get("is_demo"):
         meta["is_demo"] = True
     if msg.get("role") != role:
         meta["source_role"] = msg.get("role")
-    content = msg.get("content")
     if role == "tool":
-        ids = _result_ids(msg)
-        meta["tool_call_ids"] = ids
-        text = content_text(content)
+        ids = meta["tool_call_ids"] = _result_ids(msg)
         # Several ids share one observation: the text is carried once, by the first id's result.
-        result = ToolResultBlock(
-            tool_use_id=ids[0] if ids else f"swe-{position}", text=text, name=msg.get("name")
+        first = ToolResultBlock(
+            ids[0] if ids else f"swe-{position}", content_text(content), name=msg.get("name")
         )
-        extra = tuple(ToolResultBlock(tool_use_id=i, text="") for i in ids[1:])
-        return "tool", (result, *extra), meta
-    blocks = parse_openai_content(content)
+        return "tool", (first, *(ToolResultBlock(tool_use_id=i, text="") for i in ids[1:])), meta
     calls = msg.get("tool_calls")
-    if isinstance(calls, list):
-        blocks = (*blocks, *(parse_openai_tool_call(c) for c in calls))
-    return role, blocks, meta
+    calls_blocks = tuple(parse_openai_tool_call(c) for c in calls) if isinstance(calls, list) else ()
+    return role, (*parse_openai_content(content), *calls_blocks), meta
 
 
 class SweAgentAdapter:
@@ -105,32 +87,25 @@ class SweAgentAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
-        conversation = 0
-        for rec_index, record in records:
-            data = record.data
-            if not _is_document(data):
-                continue
-            for position, msg in enumerate(data["history"]):
-                if not isinstance(msg, dict):
-                    continue
-                parsed = _parse_message(msg, position)
+        documents = ((i, rec) for i, rec in records if _is_document(rec.data))
+        for conversation, (rec_index, record) in enumerate(documents):
+            for position, msg in enumerate(record.data["history"]):
+                parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
                 if parsed is None:
                     continue
-                role, blocks, meta = parsed
                 importance = msg.get("importance")
                 yield Message(
-                    role=role,
-                    blocks=blocks,
+                    role=parsed[0],
+                    blocks=parsed[1],
                     line=record.line,
                     index=index,
                     records=(rec_index,),
                     conversation=conversation,
                     importance=importance if isinstance(importance, str) else None,
-                    meta=meta,
+                    meta=parsed[2],
                     raw=msg,
                 )
                 index += 1
-            conversation += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
         """The compaction writer's hook: rebuild a whole record from one conversation's messages."""
@@ -141,7 +116,7 @@ class SweAgentAdapter:
         if raw is not None:
             position = message.meta.get("history_index", 0)
             parsed = _parse_message(raw, position if isinstance(position, int) else 0)
-            if parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks:
+            if parsed is not None and parsed[:2] == (message.role, message.blocks):
                 return raw
         return _build(message, raw)
 
@@ -174,12 +149,11 @@ def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     content_blocks = [b for b in message.blocks if not isinstance(b, ToolUseBlock | ToolResultBlock)]
     as_string = raw is None or isinstance(old_content, str)
     if as_string and all(isinstance(b, TextBlock | ThinkingBlock) for b in content_blocks):
-        content: Any = "\n".join(b.text for b in content_blocks if isinstance(b, TextBlock | ThinkingBlock))
+        out["content"] = "\n".join(b.text for b in content_blocks if isinstance(b, TextBlock | ThinkingBlock))
     else:
-        content = encode_openai_content(content_blocks, as_string=False)
-    out["content"] = content
+        out["content"] = encode_openai_content(content_blocks, as_string=False)
     if raw is not None and isinstance(old_content, str) and out.get("thought") == old_content:
-        out["thought"] = content  # the function-calling variant stores the same text twice
+        out["thought"] = out["content"]  # the function-calling variant stores the same text twice
     uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
     if uses:
         out["tool_calls"] = [encode_openai_tool_call(b) for b in uses]
@@ -191,21 +165,19 @@ def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole ``.traj`` document with ``history`` rebuilt from ``messages``; every other key as it was.
-
-    ``trajectory`` and ``info`` are left alone: they record the run, not the context.
-    """
+    """The whole ``.traj`` document with ``history`` rebuilt from ``messages``; every other key as it was
+    (``trajectory`` and ``info`` record the run, not the context)."""
     adapter = SweAgentAdapter()
     template = template_raw.get("history")
     agents = [h.get("agent") for h in template if isinstance(h, dict)] if isinstance(template, list) else []
     agent = next((a for a in agents if isinstance(a, str)), None)
     history: list[dict[str, Any]] = []
     for m in messages:
-        msg = m
-        if m.raw is None and agent is not None and "agent" not in m.meta:
-            # A new message speaks for the agent whose history it joins ("main", "primary", ...).
-            msg = dataclasses.replace(m, meta={**m.meta, "agent": agent})
-        encoded = adapter.encode_message(msg)
+        # A new message speaks for the agent whose history it joins ("main", "primary", ...).
+        joins = m.raw is None and agent is not None and "agent" not in m.meta
+        encoded = adapter.encode_message(
+            dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
+        )
         if isinstance(encoded.get("agent"), str):
             agent = encoded["agent"]
         history.append(encoded)

@@ -1,24 +1,9 @@
 """Find what compaction removed: full-text search over an archive's originals, and ``ctxc show``.
 
-The index (``<archive>/search.sqlite``, :mod:`ctxc.search.index`) is updated when the archive is
-written: :meth:`ctxc.archive.Archive.index` is called by the compaction run right after the original
-is stored (an original of 4 MB or more is indexed by a process of its own, so that the run need not
-wait for it: :mod:`ctxc.search.background`), :meth:`~ctxc.archive.Archive.index_blobs` by offload for
-its offloaded outputs, and :meth:`~ctxc.archive.Archive.record_run` indexes a run's original if
-nothing did yet (``ctxc repair``). Those hooks never fail a run: the archive is the source of truth,
-so an indexing failure is one warning on stderr and the run goes on; :func:`search` waits for a
-background indexer and catches up with the manifest before each query, and :func:`rebuild`
-(``ctxc search --reindex``) makes the whole index again from the archive.
-
-``CTXC_NO_INDEX=1`` turns the hooks off (the next search then indexes what the manifest lists).
-
-Library use::
-
-    from ctxc.archive import Archive
-    from ctxc.search import search
-
-    for hit in search("ORDER-7731 refund", archive=Archive.open(), limit=5):
-        print(hit.ref, hit.snippet)
+The index beside the archive is updated by the archive's hooks, which never fail a run (a failure is
+one warning: the archive is the source of truth); :func:`search` catches up with the background
+indexer's queue and the manifest first, and :func:`rebuild` makes the index again. ``CTXC_NO_INDEX=1``
+turns the hooks off. See docs/archive-and-search.md.
 """
 
 from __future__ import annotations
@@ -33,7 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore
-from ctxc.errors import ArchiveError, CtxcError
+from ctxc.errors import ArchiveError, CtxcError, UsageError
+from ctxc.formats import load
+from ctxc.model import ToolResultBlock, ToolUseBlock
+from ctxc.reader import ReadOptions, named_bytes
 from ctxc.search.background import (
     BACKGROUND_BYTES,
     dequeue,
@@ -42,6 +30,7 @@ from ctxc.search.background import (
     start_indexer,
     writer_lock,
 )
+from ctxc.search.chunks import Chunk, chunk_transcript, split_text
 from ctxc.search.index import Hit, SearchIndex, cleared_index, fts_query, open_index
 from ctxc.system import env_flag
 from ctxc.terminal import visible
@@ -64,31 +53,24 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Tool input strings shorter than this were never offloaded (offload's thresholds are in the
-#: thousands of tokens), so a rebuild does not hash them when it looks for blobs' origins.
+#: Texts shorter than this were never offloaded, so a rebuild does not hash them to find blobs' origins.
 _BLOB_MIN_CHARS = 200
-
-
-def indexing_disabled() -> bool:
-    return env_flag("CTXC_NO_INDEX")
-
-
-#: ArchiveStore roots whose unusable index this process has warned about: once is enough (a compact tries
-#: the index twice, once as it stores the original and once as it records the run).
+#: What an indexing hook turns into a warning.
+_HOOK_ERRORS = (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError)
+#: Archive roots whose unusable index this process has warned about (once is enough).
 _warned: set[str] = set()
 
 
 def _warn(root: Any, what: str, exc: BaseException) -> None:
-    key = str(root)
-    if key in _warned:
+    if str(root) in _warned:
         return
-    _warned.add(key)
+    _warned.add(str(root))
+    why = f"{type(exc).__name__}: {visible(str(exc))}"
     log.warning(
-        "ctxc: warning: the search index of %s was not updated (%s: %s); %s is safe in the archive, "
+        "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
         "and `ctxc search --reindex` rebuilds the index",
         visible(str(root)),
-        type(exc).__name__,
-        visible(str(exc)),
+        why,
         what,
     )
 
@@ -103,42 +85,35 @@ def index_transcript(
 
 def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript, source: str | None) -> int:
     """:func:`index_transcript` into an index the caller has open."""
-    from ctxc.search.chunks import chunk_transcript
-
     if index.has(archive_id):
         return 0
     name = source if source is not None else transcript.source
+    chunks = chunk_transcript(transcript, source=name)
     return index.add(
-        archive_id,
-        chunk_transcript(transcript, source=name),
-        source=name,
-        fmt=transcript.format,
-        messages=len(transcript.messages),
+        archive_id, chunks, source=name, fmt=transcript.format, messages=len(transcript.messages)
     )
 
 
 def index_quietly(
     archive: ArchiveStore, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> None:
-    """:func:`index_transcript` for the archive's hooks: any failure is a warning, never an exception.
-
-    A large stored original is indexed by a background process instead (:mod:`ctxc.search.background`).
-    """
-    if indexing_disabled():
+    """:func:`index_transcript` for the archive's hooks (a large original in the background); any failure
+    is a warning, never an exception."""
+    if env_flag("CTXC_NO_INDEX"):
         return
     try:
         if _in_background(archive, archive_id):
             index_later(archive.root, archive_id, fmt=transcript.format, source=source or transcript.source)
             return
         index_transcript(archive, archive_id, transcript, source=source)
-    except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+    except _HOOK_ERRORS as exc:
         _warn(archive.root, f"original {archive_id[:12]}", exc)
 
 
 def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
     """Record where offloaded outputs came from, ``(digest, message, tool)`` each, in one transaction
     (a failure is a warning, never an exception)."""
-    if indexing_disabled() or not notes:
+    if env_flag("CTXC_NO_INDEX") or not notes:
         return
     try:
         with SearchIndex.for_archive(archive.root) as index:
@@ -150,7 +125,7 @@ def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple
 def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> None:
     """After a manifest line: index the run's original if no hook did (``ctxc repair``, other tools)."""
     ident = entry.get("archive_id") or entry.get("input_sha256")
-    if indexing_disabled() or not isinstance(ident, str):
+    if env_flag("CTXC_NO_INDEX") or not isinstance(ident, str):
         return
     try:
         if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
@@ -159,16 +134,11 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
             if index.has(ident):
                 return
             if _in_background(archive, ident):
-                fmt, source = entry.get("format"), entry.get("input_path")
-                index_later(
-                    archive.root,
-                    ident,
-                    fmt=fmt if isinstance(fmt, str) else "",
-                    source=source if isinstance(source, str) else None,
-                )
+                fmt, source = entry_text(entry, "format"), entry_text(entry, "input_path")
+                index_later(archive.root, ident, fmt=fmt or "", source=source)
             else:
                 _index_object(archive, index, ident, entry)
-    except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+    except _HOOK_ERRORS as exc:
         _warn(archive.root, f"original {ident[:12]}", exc)
 
 
@@ -180,11 +150,14 @@ def _in_background(archive: ArchiveStore, archive_id: str) -> bool:
         return False
 
 
+def entry_text(entry: Mapping[str, Any], key: str) -> str | None:
+    """A manifest entry's string value, or None."""
+    value = entry.get(key)
+    return value if isinstance(value, str) else None
+
+
 def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
     """An archived object's bytes read as a transcript (in ``fmt``, else sniffed), named ``name``."""
-    from ctxc.formats import load
-    from ctxc.reader import ReadOptions, named_bytes
-
     # Whatever the original run accepted (skipped lines, huge lines) must load again here.
     options = ReadOptions(skip_invalid=True, max_line_bytes=1 << 40)
     return load(named_bytes(name, data), input_format=fmt or None, options=options)
@@ -194,17 +167,14 @@ def _index_object(
     archive: ArchiveStore, index: SearchIndex, ident: str, entry: Mapping[str, Any]
 ) -> Transcript:
     """Load the archived original ``entry`` describes and index it; returns the transcript."""
-    fmt = entry.get("format")
-    transcript = load_archived(archive.read(ident), ident[:12], fmt if isinstance(fmt, str) else None)
-    source = entry.get("input_path")
-    _add_transcript(index, ident, transcript, source if isinstance(source, str) else None)
+    transcript = load_archived(archive.read(ident), ident[:12], entry_text(entry, "format"))
+    _add_transcript(index, ident, transcript, entry_text(entry, "input_path"))
     return transcript
 
 
 def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> bool:
-    """Index the originals queued for the background indexer (:mod:`ctxc.search.background`), taking
-    each out of the queue once done; False if any failed (each failure a warning). The caller holds
-    the archive's writer lock."""
+    """Index the queued originals, taking each out of the queue once done; False if any failed (each a
+    warning). The caller holds the archive's writer lock."""
     entries = queue_entries(archive.root)
     if not entries:
         return True
@@ -218,7 +188,7 @@ def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> boo
                 try:
                     if not db.has(ident):
                         _index_object(archive, db, ident, entry)
-                except (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError) as exc:
+                except _HOOK_ERRORS as exc:
                     _warn(archive.root, f"original {ident[:12]}", exc)
                     ok = False
                 done.add(ident)  # failed too: retrying would fail again (`--reindex` says why)
@@ -238,10 +208,8 @@ def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
 
 
 def sync(archive: ArchiveStore, index: SearchIndex) -> int:
-    """Index every original the manifest lists that the index lacks; returns how many were added.
-
-    What cannot be read back is skipped with a warning (the rest of the archive stays searchable).
-    """
+    """Index every original the manifest lists that the index lacks (what cannot be read back is a
+    warning); returns how many were added."""
     have = index.archive_ids()
     added = 0
     for ident, entry in _manifest_originals(archive).items():
@@ -262,8 +230,7 @@ class RebuildReport:
     blobs: int
     chunks: int
     skipped: tuple[str, ...] = ()
-    #: Where a damaged index file was moved before the rebuild, if it was.
-    set_aside: Path | None = None
+    set_aside: Path | None = None  # where a damaged index file was moved, if it was
 
 
 def _objects(archive: ArchiveStore) -> Iterator[str]:
@@ -279,8 +246,6 @@ def _objects(archive: ArchiveStore) -> Iterator[str]:
 
 def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
     """(sha256 of a text offload could have stored, message index, tool) for every tool text."""
-    from ctxc.model import ToolResultBlock, ToolUseBlock
-
     names = {b.id: b.name for m in transcript.messages for b in m.blocks if isinstance(b, ToolUseBlock)}
 
     def strings(value: Any) -> Iterator[str]:
@@ -305,32 +270,26 @@ def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
 
 
 def rebuild(archive: ArchiveStore) -> RebuildReport:
-    """Make the index again from the archive: the manifest's originals, then every other object.
-
-    An object the manifest does not list is, in order: an offloaded output of an indexed original (its
-    sha256 is that of one of the original's tool texts), another transcript (a library run that wrote
-    no manifest line), or plain text, indexed as one document.
-    """
-    from ctxc.search.chunks import Chunk, split_text
-
+    """Make the index again from the archive: the manifest's originals, then every other object as an
+    offloaded output of one of them (by its sha256), another transcript, or plain text."""
     if not archive.root.is_dir():
         raise ArchiveError(f"no archive at {archive.root}")
     skipped: list[str] = []
+    origins: dict[str, tuple[str, int, str]] = {}  # blob digest -> (original, message, tool)
+    loaded: set[str] = set()
+
+    def indexed(ident: str, transcript: Transcript) -> None:
+        loaded.add(ident)
+        for digest, message, tool in _blob_candidates(transcript):
+            origins.setdefault(digest, (ident, message, tool))
+
     with writer_lock(archive.root), cleared_index(archive.root) as (index, set_aside):
-        originals = _manifest_originals(archive)
-        origins: dict[str, tuple[str, int, str]] = {}
-        loaded: set[str] = set()
-        for ident, entry in originals.items():
-            if not archive.object_path(ident).exists():
-                continue
-            try:
-                transcript = _index_object(archive, index, ident, entry)
-            except CtxcError as exc:
-                skipped.append(f"{ident[:12]}: {exc}")
-                continue
-            loaded.add(ident)
-            for digest, message, tool in _blob_candidates(transcript):
-                origins.setdefault(digest, (ident, message, tool))
+        for ident, entry in _manifest_originals(archive).items():
+            if archive.object_path(ident).exists():
+                try:
+                    indexed(ident, _index_object(archive, index, ident, entry))
+                except CtxcError as exc:
+                    skipped.append(f"{ident[:12]}: {exc}")
         blobs = 0
         for ident in _objects(archive):
             if ident in loaded:
@@ -341,44 +300,34 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
                 blobs += 1
                 continue
             try:
-                data = archive.read(ident)
-            except ArchiveError as exc:
+                found = _index_other(archive, index, ident)
+            except (ArchiveError, UnicodeDecodeError) as exc:
                 skipped.append(f"{ident[:12]}: {exc}")
                 continue
-            found: Transcript | None
-            try:
-                found = load_archived(data, ident[:12])
-            except CtxcError:
-                found = None
-            if found is not None and found.messages:
-                transcript = found
-                _add_transcript(index, ident, transcript, f"archive {ident[:12]}")
-                loaded.add(ident)
-                for digest, message, tool in _blob_candidates(transcript):
-                    origins.setdefault(digest, (ident, message, tool))
-                continue
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                skipped.append(f"{ident[:12]}: {exc}")
-                continue
-            pieces = split_text(text)
-            context = f"archived text {ident[:12]} (an offloaded output whose original is not archived here)"
-            index.add(
-                ident,
-                (
-                    Chunk(0, -1, 0, "tool", "text", "", n, len(pieces), context, p)
-                    for n, p in enumerate(pieces)
-                ),
-                kind="text",
-                source=f"archive {ident[:12]}",
-                fmt="text",
-            )
+            if found is not None:
+                indexed(ident, found)
         index_queued(archive, index)  # every stored object is indexed now: this empties the queue
         stats = index.stats()
     return RebuildReport(
         stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped), set_aside
     )
+
+
+def _index_other(archive: ArchiveStore, index: SearchIndex, ident: str) -> Transcript | None:
+    """Index an object no manifest line names: as a transcript if it reads as one (returned), else as text."""
+    data = archive.read(ident)
+    try:
+        found: Transcript | None = load_archived(data, ident[:12])
+    except CtxcError:
+        found = None
+    if found is not None and found.messages:
+        _add_transcript(index, ident, found, f"archive {ident[:12]}")
+        return found
+    pieces = split_text(data.decode("utf-8"))
+    context = f"archived text {ident[:12]} (an offloaded output whose original is not archived here)"
+    chunks = (Chunk(0, -1, 0, "tool", "text", "", n, len(pieces), context, p) for n, p in enumerate(pieces))
+    index.add(ident, chunks, kind="text", source=f"archive {ident[:12]}", fmt="text")
+    return None
 
 
 def search(
@@ -398,8 +347,6 @@ def search(
     ``hybrid`` ranks by 0.4 * BM25 + 0.6 * embedding similarity (needs ``ctxc[embed]``). Before
     searching, originals the manifest lists but the index lacks are indexed (``catch_up``).
     """
-    from ctxc.errors import UsageError
-
     if limit < 1:
         raise UsageError("--limit must be at least 1")
     store = archive if archive is not None else ArchiveStore.open()
@@ -428,12 +375,6 @@ def search_index(
     if hybrid:
         from ctxc.search.embed import default_embedder, hybrid_search
 
-        return hybrid_search(
-            index,
-            query,
-            limit=limit,
-            embedder=embedder or default_embedder(),
-            archive_id=archive_id,
-            raw=raw,
-        )
+        embedder = embedder or default_embedder()
+        return hybrid_search(index, query, limit=limit, embedder=embedder, archive_id=archive_id, raw=raw)
     return index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)

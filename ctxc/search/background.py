@@ -1,23 +1,10 @@
 """Index large originals in a process of their own, so that a compaction does not wait for its index.
 
-Indexing an original for ``ctxc search`` costs about 0.1 s of CPU per MB: chunking, FTS5's tokenizer
-and the commit. For a 100 MB log that is as long as the whole fifo compaction, and a compaction's
-output does not depend on it. So an original of :data:`BACKGROUND_BYTES` or more is, once stored,
-queued in the archive (:data:`QUEUE_NAME`) for ``python -m ctxc.search.indexer``: a process in a
-session of its own (Ctrl-C on the compaction does not reach it), at a lower priority, which reads the
-stored originals back and indexes them. Smaller originals are indexed inline, where that costs less
-than starting a process.
-
-One indexer runs per archive, however many runs queue originals (a batch over thousands of logs
-starts one, not thousands): it holds :data:`LOCK_NAME` while it works, a run starts one only if
-nobody holds that lock, and an indexer looks at the queue again after letting go of the lock, so an
-original queued while it worked is not left behind. A search holds the lock while it catches up (the
-queue, then the manifest), so a search started while an indexer runs waits for it and then sees
-everything. (A run indexing a small original inline takes no such lock: it must not wait behind a
-large one, and the index's own transactions keep concurrent writers correct.) Nothing depends on the
-indexer finishing: an original leaves the queue only once indexed, the next search indexes what is
-left, and the index's transaction per original (:meth:`ctxc.search.index.SearchIndex.add`) keeps it
-whole. Warnings go to :data:`LOG_NAME` in the archive, since the process has no terminal.
+An original of :data:`BACKGROUND_BYTES` or more is queued in the archive (:data:`QUEUE_NAME`) for
+``python -m ctxc.search.indexer``, started in a session of its own at a lower priority. One indexer runs
+per archive: it holds :data:`LOCK_NAME` while it works and looks at the queue again after letting go, a
+search holds the lock while it catches up, and an original leaves the queue only once indexed.
+Warnings go to :data:`LOG_NAME`. See docs/archive-and-search.md.
 """
 
 from __future__ import annotations
@@ -34,8 +21,8 @@ import orjson
 
 from ctxc.archive_store import exclusive_lock, open_private
 
-#: Originals at least this large (bytes) are indexed in the background; indexing a smaller one inline
-#: costs under 0.4 s, not much more than the 0.1 s of starting a process to do it.
+#: Originals at least this large (bytes) are indexed in the background; a smaller one costs little more
+#: inline than starting a process.
 BACKGROUND_BYTES = 4 << 20
 #: The lock file in the archive that the one index writer at a time holds.
 LOCK_NAME = "index.lock"
@@ -49,33 +36,24 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) -> None:
-    """Queue the stored original ``archive_id`` of archive ``root`` for the background indexer, and
-    start one unless one is running."""
-    entry = {"archive_id": archive_id, "format": fmt, "input_path": source}
+    """Queue the stored original ``archive_id`` for the background indexer, and start one unless one runs."""
     with _queue(root) as queue:
-        queue.write(orjson.dumps(entry) + b"\n")
+        queue.write(orjson.dumps({"archive_id": archive_id, "format": fmt, "input_path": source}) + b"\n")
     start_indexer(root)
 
 
 def start_indexer(root: Path) -> None:
-    """Start a background indexer for archive ``root`` if originals are queued and none is running
-    (a running one takes the queue again after it lets go of the lock)."""
+    """Start a background indexer for archive ``root`` if originals are queued and none is running."""
     if not queued(root) or indexer_running(root):
         return
     _children[:] = [child for child in _children if child.poll() is None]
     # The child must run this process's ctxc, wherever that was imported from (a checkout, say).
     home = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (home, os.environ.get("PYTHONPATH")) if p)
-    _children.append(
-        subprocess.Popen(
-            [sys.executable, "-m", "ctxc.search.indexer", str(root)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, "PYTHONPATH": path},
-        )
-    )
+    command = [sys.executable, "-m", "ctxc.search.indexer", str(root)]
+    null, env = subprocess.DEVNULL, {**os.environ, "PYTHONPATH": path}
+    child = subprocess.Popen(command, stdin=null, stdout=null, stderr=null, start_new_session=True, env=env)
+    _children.append(child)
 
 
 @contextlib.contextmanager
@@ -100,12 +78,11 @@ def queue_entries(root: Path) -> list[dict[str, Any]]:
         return []
     with _queue(root) as queue:
         queue.seek(0)
-        data = queue.read()
-    return [entry for entry in map(_entry, data.splitlines()) if entry is not None]
+        return [entry for entry in map(_entry, queue.read().splitlines()) if entry is not None]
 
 
 def _entry(line: bytes) -> dict[str, Any] | None:
-    """A queue line's entry, or None for a line that names no original (torn by a crash mid-write)."""
+    """A queue line's entry, or None for a line that names no original (torn by a crash)."""
     try:
         entry = orjson.loads(line)
     except orjson.JSONDecodeError:

@@ -1,22 +1,14 @@
 """Cutting archived transcripts into searchable chunks, each with a contextual description.
 
-A search hit is only useful if it makes sense on its own: "line 40 of some tool output" does not, "the
-Bash result of `pytest -q tests/test_auth.py` in turn 3 of session.jsonl, whose request was 'fix the
-login test'" does. So every chunk carries a short description of where it sits (session, turn,
-message, role, tool and the file or command the tool worked on, the request the turn answered),
-built from the transcript itself, deterministically and without a model. Its session and tool part
-is indexed too (with a lower weight than the text), which is what lets "auth.py" find the output of a
-command run on it even when the output never names the file (the idea is Anthropic's *contextual
-retrieval*); the whole description is embedded with the text for hybrid ranking.
-
-One chunk is at most :data:`MAX_CHARS` characters of one block (a text, a thinking block, a tool call's
-input, a tool result): long blocks are cut at line ends, a line too long on its own at a space, and
-each chunk after the first repeats the last short line of the previous one, so a sentence that
-straddles a cut is still found whole in one of the two.
+A hit must make sense on its own, so every chunk carries where it sits (session, turn, message, role,
+tool and what the tool worked on, the turn's request), built from the transcript without a model.
+One chunk is at most :data:`MAX_CHARS` of one block, cut at line ends; each chunk after the first
+repeats the last short line of the previous one, so a sentence across a cut is found whole.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +26,7 @@ from ctxc.model import (
     UnknownBlock,
 )
 
-#: Characters per chunk: about 500 tokens, small enough that a hit's text is read at a glance and BM25's
-#: length normalisation does not bury a rare term in a huge tool output, large enough to keep a
-#: function or a traceback together.
+#: Characters per chunk (about 500 tokens): read at a glance, and enough for a function or a traceback.
 MAX_CHARS = 2_000
 #: The last line of a chunk is repeated at the start of the next one when it is at most this long.
 OVERLAP_CHARS = 300
@@ -49,41 +39,28 @@ class Chunk:
     """One searchable piece of one block of one archived message."""
 
     conversation: int
-    #: The message's index in the original (what citations and ``ctxc show`` use).
-    message: int
-    #: The source line the message was read from.
+    message: int  # the message's index in the original (what citations and ``ctxc show`` use)
     line: int
     role: str
-    #: text | thinking | tool_use | tool_result | unknown
-    kind: str
-    #: The tool that was called or answered ("" for plain text).
-    tool: str
-    #: The chunk's number within its message (0-based) and how many the message has.
-    part: int
+    kind: str  # text | thinking | tool_use | tool_result | unknown
+    tool: str  # the tool called or answered ("" for plain text)
+    part: int  # the chunk's number within its message (0-based)
     parts: int
-    #: Where the chunk sits, in words: session, turn, message, line, what the block is, the turn's
-    #: request. Shown with a hit and embedded with the text, but not indexed for BM25 (see ``about``).
+    #: Where the chunk sits, in words; shown with a hit and embedded, but not indexed for BM25.
     context: str
     body: str
-    #: The part of ``context`` indexed for BM25: the session and what the block is (tool, file path or
-    #: command). Positions and the request are left out on purpose: a word every chunk of a turn
-    #: carries would match in most rows and lose its weight (FTS5 clamps the IDF of such terms).
+    #: What BM25 indexes of ``context``: the session and what the block is. Positions and the request
+    #: are left out: a word every chunk of a turn carries would lose its weight.
     about: str = ""
 
 
 def render_input(value: Any) -> str:
-    """A tool call's input as searchable text: ``key: value`` lines with strings unescaped.
-
-    Compact JSON would turn a Write's file content into one line of ``\\n`` escapes, which neither reads
-    nor matches a phrase; nested values stay compact JSON.
-    """
+    """A tool call's input as searchable text: ``key: value`` lines with strings unescaped (not one line
+    of ``\\n`` escapes); nested values stay compact JSON."""
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
-        lines = []
-        for k, v in value.items():
-            lines.append(f"{k}: {v if isinstance(v, str) else _json(v)}")
-        return "\n".join(lines)
+        return "\n".join(f"{k}: {v if isinstance(v, str) else _json(v)}" for k, v in value.items())
     return _json(value)
 
 
@@ -134,11 +111,8 @@ def _longest_line(text: str) -> int:
 
 def _split_at_line_ends(text: str, limit: int) -> list[str]:
     """:func:`split_text` for a text with no line over ``limit``: the same pieces, found by searching for
-    line ends rather than by going through the lines one by one (a 100 MB log holds millions).
-
-    A piece from ``a`` holds its first line (or, after an overlap, the repeated line and the one after
-    it) and then every further line that keeps it under ``limit`` characters: it ends at the last line
-    end before ``a + limit``, or after what it must hold.
+    line ends rather than going through millions of lines. A piece from ``a`` holds what it must (its
+    first line, or the repeated line and the next) and ends at the last line end before ``a + limit``.
     """
     n = len(text)
     pieces: list[str] = []
@@ -208,9 +182,7 @@ def chunk_messages(
     """Every chunk of ``messages`` (one transcript, all its conversations), in message order."""
     session = session_label(source, fmt)
     calls = {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
-    totals: dict[int, int] = {}
-    for m in messages:
-        totals[m.conversation] = totals.get(m.conversation, 0) + 1
+    totals = collections.Counter(m.conversation for m in messages)
     turn: dict[int, int] = {}
     request: dict[int, str] = {}
     for m in messages:
@@ -241,9 +213,7 @@ def chunk_messages(
 
 
 def chunk_transcript(transcript: Transcript, *, source: str | None = None) -> Iterator[Chunk]:
+    name = source if source is not None else transcript.source
     return chunk_messages(
-        transcript.messages,
-        source=source if source is not None else transcript.source,
-        fmt=transcript.format,
-        conversations=transcript.conversations,
+        transcript.messages, source=name, fmt=transcript.format, conversations=transcript.conversations
     )

@@ -1,20 +1,8 @@
 """Optional hybrid ranking: 0.4 * BM25 + 0.6 * embedding similarity, with a model shipped in a wheel.
 
-The embedding model must come inside a PyPI package (``pip install 'ctxc[embed]'``): nothing is ever
-downloaded at run time. The backend is ``tokenlearn-static-model``, a Model2Vec-style *static*
-embedding model (10k-token vocabulary, 64 dimensions, int8, ~4 MB of weights under
-``static_model/model/`` in the wheel, a Rust encoder): no PyTorch, no hub, ~1 s to load, thousands of
-chunks a second on one core. A static model is a bag of word vectors, weaker than a transformer, but
-it runs everywhere ctxc does; :class:`Embedder` is the seam for a better one.
-
-Vectors are computed lazily, on the first hybrid search that needs them, and stored in the index
-(``vectors`` table, float32, keyed by chunk and model name), so compaction never pays for them and a
-later search only embeds what was archived since. Each chunk is embedded with its contextual
-description prepended, as it is indexed for BM25.
-
-Scoring: BM25 scores are divided by the best BM25 score among the candidates (so 1.0 is the best
-lexical match, and a chunk found only by meaning gets 0), similarities are cosines clipped to [0, 1];
-candidates are the best :data:`CANDIDATES` of each ranking.
+The model (``tokenlearn-static-model``, ``pip install 'ctxc[embed]'``) is never downloaded at run time.
+Vectors are computed on the first hybrid search that needs them and stored in the index. BM25 scores
+are divided by the best among the candidates; similarities are cosines clipped to [0, 1].
 """
 
 from __future__ import annotations
@@ -79,12 +67,10 @@ def _unit(vec: Sequence[float]) -> array[float]:
 
 def _vectors(index: SearchIndex, embedder: Embedder, ids: Sequence[int]) -> dict[int, array[float]]:
     """Unit vectors of every chunk in ``ids``, embedding (and storing) those not yet embedded."""
-    stored = index.vectors(embedder.name, ids)
     out: dict[int, array[float]] = {}
-    for i, raw in stored.items():
-        vec: array[float] = array("f")
-        vec.frombytes(raw)
-        out[i] = vec
+    for i, raw in index.vectors(embedder.name, ids).items():
+        out[i] = array("f")
+        out[i].frombytes(raw)
     missing = [i for i in ids if i not in out]
     for start in range(0, len(missing), BATCH * 8):
         part = missing[start : start + BATCH * 8]
@@ -127,12 +113,9 @@ def hybrid_search(
     for i, h in index.hits_by_id([i for i in by_meaning if i not in candidates]).items():
         candidates[i] = replace(h, bm25=0.0)
     scored = [
-        replace(
-            h,
-            score=BM25_WEIGHT * (h.bm25 / best_bm25) + EMBED_WEIGHT * sims.get(i, 0.0),
-            similarity=sims.get(i, 0.0),
-        )
+        replace(h, score=BM25_WEIGHT * (h.bm25 / best_bm25) + EMBED_WEIGHT * sim, similarity=sim)
         for i, h in candidates.items()
+        for sim in [sims.get(i, 0.0)]
     ]
     scored.sort(key=lambda h: (-h.score, h.chunk_id))
     return _collapse(scored, limit)

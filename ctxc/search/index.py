@@ -1,14 +1,8 @@
 """The full-text index beside an archive: ``<archive>/search.sqlite``, SQLite FTS5 ranked by ``bm25()``.
 
-What is indexed: every archived original transcript, chunked with a contextual description
-(:mod:`ctxc.search.chunks`), and where each offloaded tool output went (an offloaded result's text is
-the text of a message of its original, so it is found through that message, and the hit names the
-blob). The index is derived data: the archive is the source of truth, and :func:`rebuild` makes the
-index again from the archive's objects and manifest at any time.
-
-Concurrency: WAL mode and a busy timeout, as the token cache (:mod:`ctxc.sqlite_store`); every write
-is one ``BEGIN IMMEDIATE`` transaction that first checks whether the transcript is already there, so
-two processes indexing the same original at once store it once, and readers never see half of one.
+Derived data: :func:`ctxc.search.rebuild` makes it again from the archive. WAL mode and a busy timeout;
+every write is one ``BEGIN IMMEDIATE`` transaction that first checks whether the object is already
+there, so concurrent indexers store it once and readers never see half of one.
 """
 
 from __future__ import annotations
@@ -21,19 +15,18 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxc.archive_store import private_dir, private_file
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
-from ctxc.sqlite_store import in_batches, open_wal
+from ctxc.sqlite_store import immediate, in_batches, open_wal
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
 SCHEMA_VERSION = 1
-#: BM25 weights of the FTS columns (about, body, context): the description helps find a chunk, but a
-#: term in the text itself is worth more than one in the description that every chunk of a block
-#: shares; ``context`` is not indexed.
+#: BM25 weights of the FTS columns (about, body, context): a term in the text is worth more than one
+#: in the description every chunk of a block shares; ``context`` is not indexed.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
 MARK_OPEN, MARK_CLOSE = "**", "**"
@@ -80,22 +73,16 @@ class Hit:
     tool: str
     part: int
     parts: int
-    #: The original's file name and format, as archived.
-    source: str
+    source: str  # the original's file name and format, as archived
     format: str
     context: str
-    #: The chunk's text with the matched terms between ``**`` markers, cut around the best match.
-    snippet: str
-    #: The whole chunk.
-    text: str
-    #: Higher is better: the BM25 score (``-bm25()``), or the hybrid score with ``hybrid``.
-    score: float
+    snippet: str  # the chunk's text around the best match, matched terms between ``**`` markers
+    text: str  # the whole chunk
+    score: float  # higher is better: ``-bm25()``, or the hybrid score
     bm25: float
     similarity: float | None = None
-    #: The archive id of the file the message's tool output was offloaded to, if it was.
-    blob: str | None = None
-    #: The chunk's row in the index (stable until the index is rebuilt; not part of the JSON).
-    chunk_id: int = 0
+    blob: str | None = None  # the archive id the message's tool output was offloaded to, if it was
+    chunk_id: int = 0  # the chunk's row in the index (not part of the JSON)
 
     @property
     def ref(self) -> str:
@@ -130,8 +117,7 @@ class Hit:
 
 def fts_query(text: str) -> str:
     """A user's words as an FTS5 query that cannot be a syntax error: each word a quoted phrase of its
-    tokens (``ORDER-7731`` → ``"ORDER 7731"``, matching the adjacent tokens as indexed), OR-ed, so a
-    chunk with more (and rarer) words ranks higher, and one with only some still ranks."""
+    tokens (``ORDER-7731`` → ``"ORDER 7731"``), OR-ed, so a chunk with more (and rarer) words ranks higher."""
     phrases: dict[str, None] = {}
     common: dict[str, None] = {}
     for word in text.split():
@@ -169,17 +155,12 @@ class SearchIndex:
             self._conn.close()
             self._conn = None
 
-    # ------------------------------------------------------------------------------------ plumbing
-
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask, and
-            # SQLite gives its -wal and -shm files the mode of the database file.
+            # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask.
             private_file(private_dir(self.path.parent) / self.path.name)
-
-            # Large pages: an original's text goes into FTS5 in one transaction, and with 16 KB pages
-            # that is a fifth faster and the file a quarter smaller than with the 4 KB default.
+            # Large pages: an original goes into FTS5 in one transaction (bench/README.md).
             self._conn = open_wal(self.path, self.timeout, self._migrate, page_size=16384)
             self._conn.execute("PRAGMA cache_size = -65536")  # KiB: room for the pages of one original
         return self._conn
@@ -188,7 +169,7 @@ class SearchIndex:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version == SCHEMA_VERSION:
             return
-        with self._write(conn):
+        with immediate(conn):
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # another process may have
             if version == SCHEMA_VERSION:
                 return
@@ -198,20 +179,6 @@ class SearchIndex:
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    @contextlib.contextmanager
-    def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        """One immediate transaction: one writer at a time, waiting up to the busy timeout."""
-        c = conn if conn is not None else self.conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
-
-    # --------------------------------------------------------------------------------------- writes
 
     def has(self, archive_id: str) -> bool:
         row = self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone()
@@ -230,69 +197,51 @@ class SearchIndex:
         """Index one archived object's chunks (all or nothing); returns how many were added, 0 if the
         object was already indexed."""
         rows = list(chunks)  # chunking is CPU work: done before the write lock is taken
-        with self._write() as c:
+        with immediate(self.conn) as c:
             if c.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone():
                 return 0
             first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
             c.executemany(
                 "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (first + i, archive_id, k.conversation, k.message, k.line, k.role, k.kind, k.tool, *tail)
-                    for i, k in enumerate(rows)
-                    for tail in [(k.part, k.parts)]
-                ],
+                [(first + i, archive_id, *_place(k)) for i, k in enumerate(rows)],
             )
             c.executemany(
                 "INSERT INTO chunks_fts(rowid, about, body, context) VALUES (?, ?, ?, ?)",
                 [(first + i, k.about or k.context, k.body, k.context) for i, k in enumerate(rows)],
             )
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             c.execute(
                 "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    archive_id,
-                    kind,
-                    source,
-                    fmt,
-                    messages,
-                    len(rows),
-                    time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                ),
+                (archive_id, kind, source, fmt, messages, len(rows), now),
             )
         return len(rows)
 
     def add_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         """Record that ``origin``'s messages had tool outputs offloaded: ``(digest, message, tool)``."""
-        with self._write() as c:
+        with immediate(self.conn) as c:
             c.executemany(
                 "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)",
                 [(digest, origin, message, tool) for digest, message, tool in notes],
             )
 
     def clear(self) -> None:
-        with self._write() as c:
+        with immediate(self.conn) as c:
             for table in _TABLES:
                 c.execute(f"DELETE FROM {table}")
 
     def stats(self) -> dict[str, int]:
-        c = self.conn
+        counted = {"originals": "docs WHERE kind = 'transcript'", "texts": "docs WHERE kind = 'text'"}
+        counted.update(chunks="chunks", blobs="blobs")
         return {
-            "originals": int(c.execute("SELECT count(*) FROM docs WHERE kind = 'transcript'").fetchone()[0]),
-            "texts": int(c.execute("SELECT count(*) FROM docs WHERE kind = 'text'").fetchone()[0]),
-            "chunks": int(c.execute("SELECT count(*) FROM chunks").fetchone()[0]),
-            "blobs": int(c.execute("SELECT count(*) FROM blobs").fetchone()[0]),
+            k: int(self.conn.execute(f"SELECT count(*) FROM {q}").fetchone()[0]) for k, q in counted.items()
         }
 
     def archive_ids(self) -> set[str]:
         return {str(r[0]) for r in self.conn.execute("SELECT archive_id FROM docs")}
 
-    # ---------------------------------------------------------------------------------------- reads
-
     def bm25(self, query: str, *, limit: int, archive_id: str | None = None, raw: bool = False) -> list[Hit]:
-        """The best ``limit`` chunks by BM25 (FTS5 ``bm25()``), at most one per message.
-
-        ``raw`` passes ``query`` to FTS5 as written (its syntax: ``AND``, ``NEAR``, ``"phrases"``,
-        ``prefix*``); otherwise the words are OR-ed phrases (:func:`fts_query`).
-        """
+        """The best ``limit`` chunks by BM25, at most one per message. ``raw`` passes ``query`` to FTS5 as
+        written (``AND``, ``NEAR``, ``"phrases"``, ``prefix*``); otherwise see :func:`fts_query`."""
         match = query if raw else fts_query(query)
         if not match.strip():
             raise UsageError("the search query has no words to look for")
@@ -302,15 +251,9 @@ class SearchIndex:
             where += " AND c.archive_id LIKE ?"
             params.append(archive_id.lower() + "%")
         weights = ", ".join(str(w) for w in WEIGHTS)
-        sql = (
-            "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool,"
-            " c.part, c.parts, d.source, d.format, chunks_fts.context, chunks_fts.body,"
-            f" snippet(chunks_fts, 1, '\x02', '\x03', '…', {SNIPPET_TOKENS}),"
-            f" bm25(chunks_fts, {weights}) AS rank, b.digest"
-            " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
-            " JOIN docs d ON d.archive_id = c.archive_id"
-            " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message"
-            f" WHERE {where} ORDER BY rank LIMIT ?"
+        snippet = f"snippet(chunks_fts, 1, '\x02', '\x03', '…', {SNIPPET_TOKENS})"
+        sql = _HITS.format(
+            f"{snippet}, bm25(chunks_fts, {weights}) AS rank", f"{where} ORDER BY rank LIMIT ?"
         )
         # Fetch more than asked: hits are collapsed to one per message below.
         params.append(max(limit * 4, limit + 20))
@@ -331,74 +274,55 @@ class SearchIndex:
             rows = self.conn.execute("SELECT id FROM chunks")
         return [int(r[0]) for r in rows]
 
+    def _by_id(self, sql: str, ids: Sequence[int], *params: Any) -> Iterator[Any]:
+        """The rows of ``sql`` (its ``{}`` the marks of an ``IN``) for ``ids``, in batches."""
+        for part, marks in in_batches(ids):
+            yield from self.conn.execute(sql.format(marks), [*params, *part])
+
     def texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """(context, body) of chunks by id."""
-        out: dict[int, tuple[str, str]] = {}
-        for part, marks in in_batches(ids):
-            for row in self.conn.execute(
-                f"SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({marks})", part
-            ):
-                out[int(row[0])] = (str(row[1]), str(row[2]))
-        return out
+        rows = self._by_id("SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({})", ids)
+        return {int(row[0]): (str(row[1]), str(row[2])) for row in rows}
 
     def hits_by_id(self, ids: Sequence[int]) -> dict[int, Hit]:
         """Hits (without a BM25 score or highlight) for chunks found another way (embeddings)."""
-        out: dict[int, Hit] = {}
-        for part, marks in in_batches(ids):
-            sql = (
-                "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool,"
-                " c.part, c.parts, d.source, d.format, f.context, f.body, substr(f.body, 1, 200),"
-                " 0.0, b.digest"
-                " FROM chunks c JOIN chunks_fts f ON f.rowid = c.id"
-                " JOIN docs d ON d.archive_id = c.archive_id"
-                " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message"
-                f" WHERE c.id IN ({marks})"
-            )
-            for row in self.conn.execute(sql, part):
-                out[int(row[0])] = _hit(row)
-        return out
+        sql = _HITS.format("substr(chunks_fts.body, 1, 200), 0.0", "c.id IN ({})")
+        return {int(row[0]): _hit(row) for row in self._by_id(sql, ids)}
 
     def vectors(self, model: str, ids: Sequence[int]) -> dict[int, bytes]:
-        out: dict[int, bytes] = {}
-        for part, marks in in_batches(ids):
-            for row in self.conn.execute(
-                f"SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({marks})", [model, *part]
-            ):
-                out[int(row[0])] = bytes(row[1])
-        return out
+        sql = "SELECT chunk, vec FROM vectors WHERE model = ? AND chunk IN ({})"
+        return {int(row[0]): bytes(row[1]) for row in self._by_id(sql, ids, model)}
 
     def put_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> None:
-        with self._write() as c:
+        with immediate(self.conn) as c:
             c.executemany(
                 "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", [(i, model, v) for i, v in vectors]
             )
 
 
+def _place(k: Chunk) -> tuple[Any, ...]:
+    return (k.conversation, k.message, k.line, k.role, k.kind, k.tool, k.part, k.parts)
+
+
+#: A hit's columns and joins; ``{0}`` gives the snippet and rank, ``{1}`` the condition.
+_HITS = (
+    "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool, c.part, c.parts,"
+    " d.source, d.format, chunks_fts.context, chunks_fts.body, {0}, b.digest"
+    " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid JOIN docs d ON d.archive_id = c.archive_id"
+    " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message WHERE {1}"
+)
+
+
+#: A hit row's columns from ``archive_id`` to ``context``: Hit's first fields, in order.
+_Place = tuple[str, int, int, int, str, str, str, int, int, str, str, str]
+
+
 def _hit(row: Sequence[Any]) -> Hit:
-    (chunk_id, archive_id, conv, message, line, role, kind, tool, part, parts, source, fmt, context, body) = (
-        row[:14]
-    )
-    snippet, rank, blob = row[14], row[15], row[16]
-    return Hit(
-        archive_id=str(archive_id),
-        conversation=int(conv),
-        message=int(message),
-        line=int(line),
-        role=str(role),
-        kind=str(kind),
-        tool=str(tool),
-        part=int(part),
-        parts=int(parts),
-        source=str(source),
-        format=str(fmt),
-        context=str(context),
-        snippet=" ".join(str(snippet).replace("\x02", MARK_OPEN).replace("\x03", MARK_CLOSE).split()),
-        text=str(body),
-        score=-float(rank),
-        bm25=-float(rank),
-        blob=str(blob) if blob else None,
-        chunk_id=int(chunk_id),
-    )
+    """A :data:`_HITS` row as a hit."""
+    snippet = " ".join(str(row[14]).replace("\x02", MARK_OPEN).replace("\x03", MARK_CLOSE).split())
+    rank = -float(row[15])
+    place = cast("_Place", tuple(row[1:13]))
+    return Hit(*place, snippet, str(row[13]), rank, rank, None, row[16] or None, row[0])
 
 
 def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:

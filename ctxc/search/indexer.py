@@ -1,8 +1,7 @@
 """``python -m ctxc.search.indexer ARCHIVE_ROOT``: the background indexer of an archive.
 
-What it does and why is in :mod:`ctxc.search.background`, which starts it. It is a module of its own,
-which nothing imports, so that running it does not load it a second time: ``ctxc.search`` imports
-:mod:`ctxc.search.background`.
+See :mod:`ctxc.search.background`, which starts it; nothing imports this module, so running it does
+not load it twice.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """``ctxc show REF``: the original messages a summary, a placeholder or a search hit points at.
 
-A reference is what ctxc itself writes, so it can be pasted as is:
-
-* the citation summaries and placeholders carry: ``ctxc archive 3f2a9c1b4d5e messages 3-17`` (also
-  anywhere inside a longer text, such as a whole offload pointer line);
-* a search hit's ``ref``: ``3f2a9c1b4d5e:5`` or ``3f2a9c1b4d5e:3-17``;
-* a bare archive id (every message of that original).
-
-The archived object is read back (its sha256 checked) and parsed in the format the manifest recorded
-for it (else sniffed); an object that is not a transcript (an offloaded tool output) is returned as
-text.
+A reference is what ctxc writes: a citation (``ctxc archive 3f2a9c1b4d5e messages 3-17``, also inside
+a longer text), a hit's ``ref`` (``3f2a9c1b4d5e:5``, ``3f2a9c1b4d5e:3-17``) or a bare archive id. An
+object that is not a transcript (an offloaded tool output) is returned as text.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from ctxc.model import (
     Transcript,
     UnknownBlock,
 )
-from ctxc.search import load_archived
+from ctxc.search import entry_text, load_archived
 from ctxc.search.chunks import render_input
 
 if TYPE_CHECKING:
@@ -55,9 +48,7 @@ class Ref:
 
 def parse_ref(text: str) -> Ref:
     """A reference in any of the forms in the module docstring; anything else is a usage error."""
-    m = _SHORT_REF.match(text)
-    if m is None:
-        m = CITATION_RE.search(text)
+    m = _SHORT_REF.match(text) or CITATION_RE.search(text)
     if m is None:
         raise UsageError(
             f"not an archive reference: {text!r} (give `<id12>:5`, `<id12>:3-17`, "
@@ -86,22 +77,12 @@ class Shown:
         return self.transcript.format if self.transcript is not None else "text"
 
     def raw_records(self) -> bytes:
-        """The source records the messages were read from, exactly as archived, each once, in order.
-
-        For formats that hold a whole conversation in one record (datasets, trajectories) that record is
-        the whole conversation.
-        """
+        """The source records the messages were read from, exactly as archived, each once, in order
+        (a whole conversation where the format holds one in a record)."""
         if self.transcript is None:
             return (self.text or "").encode("utf-8")
         wanted = sorted({r for m in self.messages for r in m.records})
         return b"".join(self.transcript.records[i].to_bytes() for i in wanted)
-
-
-def _manifest_entry(archive: ArchiveStore, ident: str) -> dict[str, Any] | None:
-    for entry in reversed(archive.manifest()):
-        if ident in (entry.get("archive_id"), entry.get("input_sha256")):
-            return dict(entry)
-    return None
 
 
 def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
@@ -109,27 +90,24 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
     r = parse_ref(ref) if isinstance(ref, str) else ref
     ident = archive.resolve(r.archive_id)
     data = archive.read(ident)
-    entry = _manifest_entry(archive, ident)
-    fmt = entry.get("format") if entry else None
-    source = entry.get("input_path") if entry else None
-    name = f"archive {ident[:MIN_PREFIX]}"
+    entry: dict[str, Any] = next((e for e in reversed(archive.manifest()) if ident in _ids(e)), {})
+    source = entry_text(entry, "input_path")
+    short = ident[:MIN_PREFIX]
     try:
-        transcript = load_archived(data, name, fmt if isinstance(fmt, str) else None)
+        transcript: Transcript | None = load_archived(data, f"archive {short}", entry_text(entry, "format"))
     except CtxcError:
         transcript = None
     if transcript is None or not transcript.messages:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise ArchiveError(
-                f"archive object {ident[:MIN_PREFIX]} is neither a transcript nor text"
-            ) from None
+            raise ArchiveError(f"archive object {short} is neither a transcript nor text") from None
         if r.first is not None:
             raise UsageError(
-                f"archive object {ident[:MIN_PREFIX]} is an offloaded output, not a transcript: "
-                f"it has no messages (show it as `{ident[:MIN_PREFIX]}`)"
+                f"archive object {short} is an offloaded output, not a transcript: "
+                f"it has no messages (show it as `{short}`)"
             )
-        return Shown(ident, r, None, (), text=text, source=source if isinstance(source, str) else None)
+        return Shown(ident, r, None, (), text=text, source=source)
     if r.first is None:
         picked = transcript.messages
     else:
@@ -137,8 +115,12 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
         picked = tuple(m for m in transcript.messages if lo <= m.index <= hi)
         if not picked:
             top = transcript.messages[-1].index
-            raise ArchiveError(f"archive {ident[:MIN_PREFIX]} has messages 0-{top}; none in {lo}-{hi}")
-    return Shown(ident, r, transcript, picked, source=source if isinstance(source, str) else None)
+            raise ArchiveError(f"archive {short} has messages 0-{top}; none in {lo}-{hi}")
+    return Shown(ident, r, transcript, picked, source=source)
+
+
+def _ids(entry: dict[str, Any]) -> tuple[Any, Any]:
+    return entry.get("archive_id"), entry.get("input_sha256")
 
 
 def block_text(b: Any) -> tuple[str, str]:

@@ -1,8 +1,7 @@
 """Summarizers behind one Protocol, registered by name.
 
-A summary always has the same fixed sections, whoever writes it, so that a reader (or the next agent
-turn) finds the session's intent, decisions and state in the same place, and it always cites the
-archive id and message range it replaced so every detail stays recoverable.
+Whoever writes it, a summary has the same fixed sections (so the next turn finds the intent, decisions
+and state in the same place) and cites the archive id and message range it replaced.
 """
 
 from __future__ import annotations
@@ -57,11 +56,8 @@ class Summarizer(Protocol):
 
 
 class QuotingIntent:
-    """A summarizer whose every summary quotes the session's intent (:attr:`SummaryRequest.intent`).
-
-    The compaction run wraps the summarizer in this when what a summary replaces is all the client will
-    know of the session's start, so no strategy needs to know about the intent.
-    """
+    """A summarizer whose every summary quotes the session's intent: the compaction run wraps it so when a
+    summary replaces all the client will know of the session's start, and no strategy needs to know."""
 
     def __init__(self, inner: Summarizer, intent: str) -> None:
         self.inner = inner
@@ -108,9 +104,8 @@ def register(name: str, factory: Callable[[SummarizerOptions], Summarizer]) -> N
     _SUMMARIZERS[name] = factory
 
 
-#: The built-in summarizers, each registered by its module (``ctxc.summarize.<name>``) when the name
-#: is first asked for: a compaction with the extractive summarizer never loads the Anthropic one,
-#: nor asyncio (40 ms) with it.
+#: The built-in summarizers, each registered by its module (``ctxc.summarize.<name>``) when first asked
+#: for: a compaction with the extractive summarizer never loads the Anthropic one, nor asyncio.
 BUILTIN_SUMMARIZERS = ("extractive", "anthropic", "command")
 
 

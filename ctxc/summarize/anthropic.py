@@ -1,32 +1,11 @@
 """``--summarizer anthropic``: summaries written by a Claude model through the official SDK.
 
-The SDK is imported only here and only when a call is about to be made (importing it costs ~1.3 s);
-it reads ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` itself. The model is
-``SummarizerOptions.model``, else ``$CTXC_SUMMARY_MODEL``, else :data:`DEFAULT_MODEL`.
-
-What a summarize() call does:
-
-* Cache: every call's result is stored in ``$CTXC_CACHE_DIR/summaries.sqlite3`` (SQLite in WAL mode,
-  safe for several processes) under the SHA-256 of (model, prompt, max_tokens), so re-running a
-  batch costs nothing. ``use_cache=False`` or ``CTXC_NO_CACHE=1`` bypasses it.
-* Preflight, once per process and (base URL, key, model), before the first API call: no key is an
-  :class:`AuthError`; ``GET /v1/models/{model}`` answering 401/403 is an :class:`AuthError`, 404 a
-  :class:`ModelError`.
-* Size: the prompt must fit the summary model's window minus the output budget and a margin, with
-  the run's counts scaled up by :data:`TOKENIZER_SLACK` (Claude's tokenizers count more tokens than
-  o200k for the same text). A span too large is split by messages into segments (a single message
-  too large is clipped with a note), the segments are summarized concurrently (AsyncAnthropic, at
-  most ``concurrency`` calls in flight), and their summaries merged by one more call, itself split
-  and folded when the partial summaries do not fit. ``request.previous`` goes to the final merge.
-* Reliability: the SDK retries 408/409/429/5xx/529 with backoff honouring ``retry-after``
-  (``max_retries``, ``timeout`` per call); what still fails is a one-line :class:`SummarizerError`.
-  A summary that is empty, cut off (stop_reason ``max_tokens``), refused, or missing a required
-  heading is asked for once more, then is a :class:`SummarizerError`. A summary over its budget is
-  asked for once more, shorter; the shorter one is returned and the strategy measures the rest.
-* Dry run: no call and no preflight; each call the run would make is recorded with its input
-  tokens (by the run's counter) and the extractive summarizer stands in for its answer (a cached
-  answer is used when present), so the plan proceeds. :meth:`AnthropicSummarizer.usage` reports
-  calls and tokens, marked ``estimated`` for a dry run.
+The SDK (slow to import) is loaded only when a call is about to be made; it reads
+``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` itself. Answers are cached by (model, prompt,
+max_tokens); the key and model are checked once per process before the first call. A span whose prompt
+would not fit the model's window (or exceeds ``segment_tokens``) is summarized as segments,
+concurrently, then merged by one more call. A dry run calls nothing: it records the calls and input
+tokens it would spend and lets the extractive summarizer stand in for the answers.
 """
 
 from __future__ import annotations
@@ -34,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import os
-import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -48,30 +25,20 @@ from ctxc.archive_store import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.cache import LazySummaryCache, SummaryCache
-from ctxc.summarize.prompt import (
-    RESULT_CHARS,
-    Prompt,
-    Validation,
-    build_prompt,
-    clip,
-    render_message,
-)
+from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.prompt import RESULT_CHARS, Prompt, Validation, build_prompt, clip, render_message
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
-log = logging.getLogger(__name__)
-
-#: The default summary model: Anthropic's fastest current model in its models overview (Claude Haiku
-#: 4.5, 200k window). Kept equal to the tokenizer's default Claude model.
+#: The default summary model, kept equal to the tokenizer's default Claude model.
 DEFAULT_MODEL = DEFAULT_ANTHROPIC_MODEL
 #: For a model ctxc has no profile of: the smallest window and a modest output limit of current Claude models.
 FALLBACK_WINDOW = 200_000
 FALLBACK_MAX_OUTPUT = 32_000
 #: The run's counts (o200k by default) times this bounds Claude's own count of the same text: Claude's
-#: tokenizers yield more tokens than o200k, the newest (Claude 4.7 and later) ~30% more than older ones.
+#: tokenizers yield more tokens than o200k for the same text.
 TOKENIZER_SLACK = 1.35
 #: Tokens of the window left unused beyond the estimate (message framing, the SDK's envelope).
 PROMPT_MARGIN = 512
@@ -87,36 +54,23 @@ def resolve_model(options: SummarizerOptions) -> str:
     return options.model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
 
 
-# ------------------------------------------------------------------------------------------- the cache
-
-
 def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:
     return hashlib.sha256(orjson.dumps([model, prompt.system, prompt.user, max_tokens])).digest()
 
 
-# ------------------------------------------------------------------------------------- error mapping
-
-_WS = re.compile(r"\s+")
-
-
 def _one_line(text: str, limit: int = 240) -> str:
-    flat = _WS.sub(" ", text).strip()
+    flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _api_message(exc: Any) -> str:
     """The error message of an API error body ({"type":"error","error":{"message":...}}), else str(exc)."""
     body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            kind = err.get("type")
-            return _one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        kind = err.get("type")
+        return _one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
     return _one_line(getattr(exc, "message", None) or str(exc))
-
-
-def _retryable(status: int) -> bool:
-    return status in (408, 409, 429) or status >= 500
 
 
 def map_api_error(
@@ -135,11 +89,8 @@ def map_api_error(
             "choose one with --summary-model or CTXC_SUMMARY_MODEL"
         )
     if isinstance(exc, anthropic.APIStatusError):
-        after = (
-            f" after {max_retries} retr{'y' if max_retries == 1 else 'ies'}"
-            if _retryable(exc.status_code)
-            else ""
-        )
+        retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        after = f" after {max_retries} retr{'y' if max_retries == 1 else 'ies'}" if retried else ""
         return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
     if isinstance(exc, anthropic.APITimeoutError):
         return SummarizerError(
@@ -154,9 +105,6 @@ def map_api_error(
             f"malformed response from the Anthropic API at {base_url}: {_one_line(str(exc))}"
         )
     return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {_one_line(str(exc))}")
-
-
-# ------------------------------------------------------------------------------------ the event loop
 
 
 class _LoopThread:
@@ -196,11 +144,121 @@ async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
         raise
 
 
-# ---------------------------------------------------------------------------------------- summarizer
-
 #: (base URL, key fingerprint, model) already preflighted in this process.
 _PREFLIGHTED: set[tuple[str, str, str]] = set()
 _PREFLIGHT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str  # the text of the answer's text blocks
+    stop: str | None
+    input_tokens: int
+    output_tokens: int
+
+
+class AnthropicAPI:
+    """One Claude model through the SDK's async client on a private event loop (see :class:`_LoopThread`):
+    the key and model checked once per process, failures mapped to one-line ctxc errors, usage counted.
+    Shared by the anthropic summarizer and the eval judge."""
+
+    def __init__(self, model: str, *, max_retries: int, timeout: float, needs: str) -> None:
+        self.model = model
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.needs = needs  # who needs the key, for the error when there is none
+        self.spent = Spent()
+        self._loop: _LoopThread | None = None
+        self._client: AsyncAnthropic | None = None
+        self._preflighted = False
+        self._preflight_lock: asyncio.Lock | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            self._loop = _LoopThread()
+        return self._loop.run(coro)
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                self._loop.run(client.close())
+        self._loop.stop()
+        self._loop = self._preflight_lock = None
+
+    def _make_client(self) -> AsyncAnthropic:
+        if self._client is None:
+            import anthropic
+
+            try:
+                client = anthropic.AsyncAnthropic(max_retries=self.max_retries, timeout=self.timeout)
+            except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
+                raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
+            if client.api_key is None and client.auth_token is None and client.credentials is None:
+                raise AuthError(f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)")
+            self._client = client
+        return self._client
+
+    def _map(self, exc: BaseException) -> CtxcError:
+        base = str(self._client.base_url) if self._client is not None else "?"
+        return map_api_error(
+            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
+        )
+
+    async def preflight(self) -> None:
+        """Check the key and the model (``GET /v1/models/{model}``), once per process."""
+        if self._preflight_lock is None:
+            self._preflight_lock = asyncio.Lock()
+        async with self._preflight_lock:
+            if self._preflighted:
+                return
+            client = self._make_client()
+            secret = client.api_key or client.auth_token or ""
+            ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
+            with _PREFLIGHT_LOCK:
+                done = ident in _PREFLIGHTED
+            if not done:
+                import anthropic
+
+                try:
+                    await client.models.retrieve(self.model)
+                except (anthropic.AnthropicError, ValueError) as exc:
+                    raise self._map(exc) from None
+                with _PREFLIGHT_LOCK:
+                    _PREFLIGHTED.add(ident)
+            self._preflighted = True
+
+    async def create(self, system: str, user: str, max_tokens: int) -> Reply:
+        """One Messages API call."""
+        import anthropic
+
+        client = self._make_client()
+        try:
+            resp = await client.messages.create(
+                model=self.model,
+                max_tokens=max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": user}],
+            )
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._map(exc) from None
+        self.spent.calls += 1
+        content = getattr(resp, "content", None)
+        if getattr(resp, "type", None) != "message" or not isinstance(content, list):
+            raise SummarizerError(
+                f"malformed response from the Anthropic API at {client.base_url}: not a message with content"
+            )
+        usage = getattr(resp, "usage", None)
+        found = (getattr(usage, attr, None) for attr in ("input_tokens", "output_tokens"))
+        tokens = [n if isinstance(n, int) else 0 for n in found]
+        self.spent.input_tokens += tokens[0]
+        self.spent.output_tokens += tokens[1]
+        texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
+        stop = getattr(resp, "stop_reason", None)
+        text = "".join(t for t in texts if isinstance(t, str))
+        return Reply(text, stop if isinstance(stop, str) else None, tokens[0], tokens[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,62 +283,32 @@ class AnthropicSummarizer:
     ) -> None:
         from ctxc.profiles import find_profile
 
-        self.options = options or SummarizerOptions()
-        if self.options.concurrency < 1:
-            raise SummarizerError(f"--concurrency must be at least 1, not {self.options.concurrency}")
-        self.model = resolve_model(self.options)
+        self.options = options = options or SummarizerOptions()
+        if options.concurrency < 1:
+            raise SummarizerError(f"--concurrency must be at least 1, not {options.concurrency}")
+        self.model = resolve_model(options)
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
         self.max_output = max_output or (profile.max_output if profile else FALLBACK_MAX_OUTPUT)
         self.result_chars = result_chars
-        self._cache = LazySummaryCache(self.options.use_cache, cache)
-        self._loop: _LoopThread | None = None
-        self._client: AsyncAnthropic | None = None
-        self._preflighted = False
-        self._calls = 0
-        self._input_tokens = 0
-        self._output_tokens = 0
-        self._cache_hits = 0
+        self.api = AnthropicAPI(
+            self.model,
+            max_retries=options.max_retries,
+            timeout=options.timeout,
+            needs="the anthropic summarizer",
+        )
+        self._cache = LazySummaryCache(options.use_cache, cache)
         self._sem: asyncio.Semaphore | None = None
-        self._preflight_lock: asyncio.Lock | None = None
-
-    # ------------------------------------------------------------------------------------ reporting
 
     def usage(self) -> dict[str, Any]:
         """API calls and tokens spent so far (a dry run's are estimates: input by the run's counter,
         output as the budgets asked for, an upper bound)."""
-        return {
-            "model": self.model,
-            "calls": self._calls,
-            "input_tokens": self._input_tokens,
-            "output_tokens": self._output_tokens,
-            "cache_hits": self._cache_hits,
-            "estimated": self.options.dry_run,
-        }
-
-    # ------------------------------------------------------------------------------------- plumbing
-
-    @property
-    def cache(self) -> SummaryCache | None:
-        return self._cache.get()
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop is None:
-            self._loop = _LoopThread()
-        return self._loop.run(coro)
+        return {"model": self.model, **asdict(self.api.spent), "estimated": self.options.dry_run}
 
     def close(self) -> None:
         """Close the HTTP client and stop the private event loop (also fine to leave to process exit)."""
-        if self._loop is None:
-            return
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                self._loop.run(client.close())
-        self._loop.stop()
-        self._loop = None
+        self.api.close()
         self._sem = None
-        self._preflight_lock = None
 
     def max_tokens(self, budget: int) -> int:
         return max(MIN_MAX_TOKENS, min(self.max_output, 2 * max(1, budget) + MAX_TOKENS_EXTRA))
@@ -289,145 +317,44 @@ class AnthropicSummarizer:
         """The most prompt tokens (by the run's counter) one call may carry."""
         return int((self.window - self.max_tokens(budget) - PROMPT_MARGIN) / TOKENIZER_SLACK)
 
-    def _make_client(self) -> AsyncAnthropic:
-        if self._client is None:
-            import anthropic
-
-            try:
-                client = anthropic.AsyncAnthropic(
-                    max_retries=self.options.max_retries, timeout=self.options.timeout
-                )
-            except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
-                raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
-            if client.api_key is None and client.auth_token is None and client.credentials is None:
-                raise AuthError("ANTHROPIC_API_KEY is not set (the anthropic summarizer needs an API key)")
-            self._client = client
-        return self._client
-
-    def _map(self, exc: BaseException) -> CtxcError:
-        base = str(self._client.base_url) if self._client is not None else "?"
-        return map_api_error(
-            exc,
-            model=self.model,
-            base_url=base,
-            max_retries=self.options.max_retries,
-            timeout=self.options.timeout,
-        )
-
-    # ------------------------------------------------------------------------------------ preflight
-
     def preflight(self) -> None:
         """Check the key and the model now (the CLI may call this before any work); a no-op in a dry run."""
         if not self.options.dry_run:
-            self._run(self._preflight())
-
-    async def _preflight(self) -> None:
-        if self._preflight_lock is None:
-            self._preflight_lock = asyncio.Lock()
-        async with self._preflight_lock:
-            if self._preflighted:
-                return
-            client = self._make_client()
-            secret = client.api_key or client.auth_token or ""
-            ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
-            with _PREFLIGHT_LOCK:
-                done = ident in _PREFLIGHTED
-            if not done:
-                import anthropic
-
-                try:
-                    await client.models.retrieve(self.model)
-                except (anthropic.AnthropicError, ValueError) as exc:
-                    raise self._map(exc) from None
-                with _PREFLIGHT_LOCK:
-                    _PREFLIGHTED.add(ident)
-            self._preflighted = True
-
-    # ---------------------------------------------------------------------------------------- calls
-
-    async def _create(self, system: str, user: str, max_tokens: int) -> tuple[str, str | None]:
-        """One Messages API call: the text of its text blocks and its stop reason."""
-        import anthropic
-
-        client = self._make_client()
-        try:
-            resp = await client.messages.create(
-                model=self.model,
-                max_tokens=max_tokens,
-                system=system,
-                messages=[{"role": "user", "content": user}],
-            )
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._map(exc) from None
-        self._calls += 1
-        content = getattr(resp, "content", None)
-        if getattr(resp, "type", None) != "message" or not isinstance(content, list):
-            raise SummarizerError(
-                f"malformed response from the Anthropic API at {client.base_url}: not a message with content"
-            )
-        usage = getattr(resp, "usage", None)
-        for attr in ("input_tokens", "output_tokens"):
-            n = getattr(usage, attr, None)
-            if isinstance(n, int):
-                if attr == "input_tokens":
-                    self._input_tokens += n
-                else:
-                    self._output_tokens += n
-        texts = [
-            b.text
-            for b in content
-            if getattr(b, "type", None) == "text" and isinstance(getattr(b, "text", None), str)
-        ]
-        stop = getattr(resp, "stop_reason", None)
-        return "".join(texts), stop if isinstance(stop, str) else None
+            self.api.run(self.api.preflight())
 
     async def _ask(self, request: SummaryRequest, prompt: Prompt, count: Callable[[str], int]) -> str:
         """A validated summary for one prompt: from the cache, the dry-run stand-in, or the API."""
         max_tokens = self.max_tokens(request.budget)
         key = cache_key(self.model, prompt, max_tokens)
-        cache = self.cache
-        if cache is not None:
-            hit = cache.get(key)
-            if hit is not None:
-                self._cache_hits += 1
-                return hit
+        spent = self.api.spent
+        if (hit := self._cache.lookup(key)) is not None:
+            spent.cache_hits += 1
+            return hit
         if self.options.dry_run:
             from ctxc.summarize.extractive import ExtractiveSummarizer
 
-            self._calls += 1
-            self._input_tokens += count(prompt.system) + count(prompt.user)
-            self._output_tokens += request.budget
+            spent.calls += 1
+            spent.input_tokens += count(prompt.system) + count(prompt.user)
+            spent.output_tokens += request.budget
             return ExtractiveSummarizer().summarize(request, count)
-        await self._preflight()
+        await self.api.preflight()
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.options.concurrency)
         async with self._sem:
-            text = await self._validated(request, prompt, max_tokens, count)
-        if cache is not None:
+            check = Validation(request, count, who=f"model {self.model}")
+            text = None
+            while text is None:
+                reply = await self.api.create(prompt.system, check.extend(prompt.user), max_tokens)
+                text = check.offer(reply.text, reply.stop, max_tokens=max_tokens)
+        if (cache := self._cache.get()) is not None:
             cache.put(key, self.model, text, count(prompt.system) + count(prompt.user), count(text))
         return text
 
-    async def _validated(
-        self, request: SummaryRequest, prompt: Prompt, max_tokens: int, count: Callable[[str], int]
-    ) -> str:
-        check = Validation(request, count, who=f"model {self.model}")
-        while True:
-            raw, stop = await self._create(prompt.system, check.extend(prompt.user), max_tokens)
-            summary = check.offer(raw, stop, max_tokens=max_tokens)
-            if summary is not None:
-                return summary
-
-    # ------------------------------------------------------------------------------------- planning
-
-    def _archive_id(self, request: SummaryRequest) -> str | None:
-        m = CITATION_RE.search(request.citation)
-        return m.group(1) if m else None
-
     def _cite(self, request: SummaryRequest, messages: Sequence[Message]) -> str:
-        archive_id = self._archive_id(request)
-        if archive_id is None or not messages:
+        m = CITATION_RE.search(request.citation)
+        if m is None or not messages:
             return request.citation
-        return citation(archive_id, messages[0].index, messages[-1].index)
+        return citation(m.group(1), messages[0].index, messages[-1].index)
 
     def _fits(self, prompt: Prompt, limit: int, count: Callable[[str], int]) -> bool:
         return count(prompt.system) + count(prompt.user) <= limit
@@ -436,50 +363,43 @@ class AnthropicSummarizer:
         self, request: SummaryRequest, limit: int, count: Callable[[str], int]
     ) -> list[tuple[SummaryRequest, str]]:
         """The span cut by messages into sub-requests whose prompts fit; each with its rendering."""
-        bare = replace(request, messages=(), previous=None)
-        empty = build_prompt(bare, transcript="")
+        empty = build_prompt(replace(request, messages=(), previous=None), transcript="")
         room = limit - count(empty.system) - count(empty.user) - 16  # the per-segment labels
         if room <= 0:
             raise SummarizerError(
                 f"the summary model's window ({self.window:,} tokens) cannot hold the summarization prompt"
             )
-        out: list[tuple[SummaryRequest, str]] = []
-        chunk: list[Message] = []
-        texts: list[str] = []
+        chunks: list[tuple[list[Message], list[str]]] = []
         used = 0
         for m in request.messages:
             text = render_message(m, result_chars=self.result_chars)
             cost = count(text) + 2
             if cost > room:
                 text, cost = self._clip_to(text, room, count)
-            if chunk and used + cost > room:
-                out.append(self._segment(request, chunk, texts))
-                chunk, texts, used = [], [], 0
-            chunk.append(m)
-            texts.append(text)
+            if not chunks or used + cost > room:
+                chunks.append(([], []))
+                used = 0
+            chunks[-1][0].append(m)
+            chunks[-1][1].append(text)
             used += cost
-        if chunk:
-            out.append(self._segment(request, chunk, texts))
-        return out
-
-    def _segment(
-        self, request: SummaryRequest, chunk: list[Message], texts: list[str]
-    ) -> tuple[SummaryRequest, str]:
-        sub = replace(request, messages=tuple(chunk), citation=self._cite(request, chunk), previous=None)
-        return sub, "\n\n".join(texts)
+        return [
+            (
+                replace(request, messages=tuple(ms), citation=self._cite(request, ms), previous=None),
+                "\n\n".join(ts),
+            )
+            for ms, ts in chunks
+        ]
 
     def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
         """A single message too large for one call: keep its head and tail, noting the cut."""
-        original, clipped = text, text
-        chars = len(original)
-        cost = count(original) + 2
+        clipped, chars, cost = text, len(text), count(text) + 2
         while cost > room:
             chars = int(chars * min(0.9, room / cost))
             if chars < 1:
                 raise SummarizerError(
                     f"the summary model's window ({self.window:,} tokens) cannot hold even part of a message"
                 )
-            clipped = clip(original, chars, "characters of this message")
+            clipped = clip(text, chars, "characters of this message")
             cost = count(clipped) + 2
         return clipped, cost
 
@@ -527,7 +447,6 @@ class AnthropicSummarizer:
                     f"partial summaries do not fit the summary model's window ({self.window:,} tokens) two "
                     "at a time; lower the summary budget"
                 )
-
             parts = await _all(self._fold(request, inner, g, count) for g in groups)
 
     async def _fold(
@@ -541,7 +460,7 @@ class AnthropicSummarizer:
         return _Part(msgs, await self._ask(sub, self._merge_prompt(sub, group), count))
 
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
-        return self._run(self._summarize(request, count))
+        return self.api.run(self._summarize(request, count))
 
 
 register("anthropic", AnthropicSummarizer)

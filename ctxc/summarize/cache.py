@@ -6,14 +6,13 @@ Anthropic summarizer (and asyncio with it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ctxc.sqlite_store import SqliteStore
 
 
 class SummaryCache(SqliteStore):
-    """Summaries by prompt hash in SQLite (WAL, busy timeout): thread-safe, safe for several processes.
-
-    Like the token cache, it is never a reason to fail: an unusable file turns it off with one warning.
-    """
+    """Summaries by prompt hash; like every ctxc cache, an unusable file turns it off with one warning."""
 
     NAME = "summary"
     FILENAME = "summaries.sqlite3"
@@ -37,16 +36,30 @@ class SummaryCache(SqliteStore):
 
 
 class LazySummaryCache:
-    """A :class:`SummaryCache` opened on first use, or the one given; None while caching is off
-    (``use`` false) or the file is unusable."""
+    """A :class:`SummaryCache` opened on first use (or the one given), skipped while caching is off."""
 
     def __init__(self, use: bool, cache: SummaryCache | None = None) -> None:
         self._use = use
         self._cache = cache
 
     def get(self) -> SummaryCache | None:
+        """The cache, or None while caching is off (``use`` false) or the file is unusable."""
         if not self._use:
             return None
         if self._cache is None:
             self._cache = SummaryCache()
         return self._cache if self._cache.enabled else None
+
+    def lookup(self, key: bytes) -> str | None:
+        cache = self.get()
+        return cache.get(key) if cache is not None else None
+
+
+@dataclass
+class Spent:
+    """What a summarizer that asks someone else has spent so far, for its ``usage()`` report."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_hits: int = 0

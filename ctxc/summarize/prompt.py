@@ -1,25 +1,10 @@
-"""The summarization prompt shared by the summarizers that call a model (the Anthropic API, a command).
+"""The summarization prompt of the summarizers that ask a model (the Anthropic API, a command).
 
-Public API (other summarizers import these two names; keep them stable):
-
-``build_prompt(request, *, transcript=None, parts=(), result_chars=RESULT_CHARS) -> Prompt``
-    The system and user text for summarizing ``request``: the messages rendered as a readable
-    transcript (``transcript`` replaces that rendering when the caller already rendered or trimmed
-    it), or, when ``parts`` is given, the partial summaries ``(citation, text)`` of consecutive
-    segments to merge. The prompt names the required ``## `` headings (``request.sections``), the
-    archive citation the summary's first line must give, the token budget, the previous summary to
-    fold in (``request.previous``) and the user's own focus (``request.instructions``, like
-    ``/compact [instructions]`` in Claude Code). ``Prompt.text`` is both parts as one text, for a
-    command that reads the prompt on stdin.
-
-``check_summary(text, sections) -> list[str]``
-    The required section headings missing from ``text``, in ``sections`` order (``[]`` when the
-    summary is complete). Any Markdown heading level counts; case and a trailing colon do not matter.
-
-Rendering keeps what a summary needs and no more: text verbatim (very long texts keep their head and
-tail), tool calls as one line with compact JSON input, tool results cut to ``result_chars`` per
-result (head and tail, since tracebacks end a result) with a note that the full text is archived.
-Thinking is left out: it restates what the turn's text and calls already show.
+:func:`build_prompt` renders the span as a readable transcript (text verbatim, long texts and tool
+results cut to head and tail with a note that the rest is archived, tool calls as one line, thinking
+left out) or, when merging, the partial summaries of consecutive segments; it names the required
+headings, the citation, the budget, the previous summary, the user's focus and the session's intent.
+:class:`Validation` checks each answer and says what to ask again.
 """
 
 from __future__ import annotations
@@ -28,18 +13,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ctxc.errors import SummarizerError
 from ctxc.formats.shapes import dumps_compact
 from ctxc.live import quotes
-from ctxc.model import (
-    ImageBlock,
-    Message,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UnknownBlock,
-)
+from ctxc.model import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from ctxc.summarize import SummaryRequest
+from ctxc.summarize.facts import plural
 
 #: Characters kept of each tool result; the rest is in the archive.
 RESULT_CHARS = 2_000
@@ -74,9 +53,6 @@ class Prompt:
         return f"{self.system}\n\n{self.user}"
 
 
-# ------------------------------------------------------------------------------------------ rendering
-
-
 def clip(text: str, limit: int, what: str = "characters") -> str:
     """``text`` cut to about ``limit`` characters keeping head and tail, with a note of what was left out."""
     if len(text) <= limit:
@@ -108,7 +84,7 @@ def _input_text(value: object) -> str:
 
 
 def render_message(m: Message, *, result_chars: int = RESULT_CHARS) -> str:
-    """One message as transcript text: ``[index] ROLE:`` then its blocks."""
+    """One message as transcript text: ``[index] ROLE:`` then its blocks (thinking left out)."""
     lines = [f"[{m.index}] {_role_label(m)}:"]
     for b in m.blocks:
         if isinstance(b, TextBlock):
@@ -128,8 +104,6 @@ def render_message(m: Message, *, result_chars: int = RESULT_CHARS) -> str:
             lines.append(f"[image {b.media_type or ''}{size}]".replace("  ", " "))
         elif isinstance(b, UnknownBlock):
             lines.append(f"[{b.type} block]" + (f": {clip(b.text, INPUT_CHARS)}" if b.text else ""))
-        elif isinstance(b, ThinkingBlock):
-            continue
     return "\n".join(lines)
 
 
@@ -142,13 +116,6 @@ def span_label(messages: Sequence[Message]) -> str:
         return "(none)"
     first, last = messages[0].index, messages[-1].index
     return str(first) if first == last else f"{first}-{last}"
-
-
-# -------------------------------------------------------------------------------------------- prompt
-
-
-def _plural(n: int, unit: str) -> str:
-    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
 
 
 def _system(request: SummaryRequest, merging: bool) -> str:
@@ -181,7 +148,7 @@ def _system(request: SummaryRequest, merging: bool) -> str:
         "numbers and the user's own words where they matter.",
         "- Use only what the material says; never invent files, results or plans.",
         "- Later material wins: Current state and Next steps describe the end of the material.",
-        f"- Length: at most about {_plural(words, 'word')} ({_plural(budget, 'token')}). Drop routine "
+        f"- Length: at most about {plural(words, 'word')} ({plural(budget, 'token')}). Drop routine "
         "detail before decisions, user instructions and errors.",
         "- Output only the summary: no preamble, no closing remarks, no code fence around it.",
     ]
@@ -207,7 +174,8 @@ def build_prompt(
     parts: Sequence[tuple[str, str]] = (),
     result_chars: int = RESULT_CHARS,
 ) -> Prompt:
-    """The prompt for ``request``; see the module docstring."""
+    """The prompt for ``request``: ``transcript`` replaces the rendering of its messages (the caller
+    rendered or clipped them), ``parts`` are the (citation, text) partial summaries to merge instead."""
     merging = bool(parts)
     blocks: list[str] = []
     if request.instructions and request.instructions.strip():
@@ -237,8 +205,6 @@ def build_prompt(
     return Prompt(_system(request, merging), "\n\n".join(blocks))
 
 
-# ---------------------------------------------------------------------------------------- validation
-
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]*(.+?)[ \t#]*$", re.M)
 
 
@@ -250,17 +216,6 @@ def check_summary(text: str, sections: Sequence[str]) -> list[str]:
     """The headings of ``sections`` missing from ``text``, in order; ``[]`` when all are present."""
     found = {_norm(h) for h in _HEADING.findall(text)}
     return [s for s in sections if _norm(s) not in found]
-
-
-__all__ = [
-    "RESULT_CHARS",
-    "Prompt",
-    "build_prompt",
-    "check_summary",
-    "clip",
-    "render_message",
-    "render_transcript",
-]
 
 
 _FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
@@ -299,14 +254,10 @@ def with_intent(text: str, intent: str | None) -> str:
 
 
 class Validation:
-    """Two tries at a good summary, shared by the summarizers that ask someone else for it.
-
-    Ask with :meth:`extend` applied to the prompt, hand the answer to :meth:`offer`: it returns the
-    summary to use, or None to ask once more (the note :meth:`extend` adds then says what was wrong).
-    An empty, cut-off (``max_tokens``), refused or sectionless answer is asked for again once, then
-    raises :class:`SummarizerError`; an answer over budget is asked for shorter once, and the shorter of
-    the two is kept (the target check decides what happens next).
-    """
+    """Two tries at a good summary: ask with :meth:`extend` applied to the prompt, and :meth:`offer` the
+    answer; it returns the summary, or None to ask once more (the note says what was wrong). An empty,
+    cut-off, refused or sectionless answer twice is a :class:`SummarizerError`; over budget twice, the
+    shorter answer is kept."""
 
     def __init__(self, request: SummaryRequest, count: Callable[[str], int], *, who: str) -> None:
         self.request = request
@@ -320,8 +271,6 @@ class Validation:
         return prompt if self.note is None else f"{prompt}\n\n{self.note}"
 
     def offer(self, raw: str, stop: str | None = None, *, max_tokens: int | None = None) -> str | None:
-        from ctxc.errors import SummarizerError
-
         request, attempt = self.request, self.attempt
         self.attempt += 1
         text = unfence(raw.strip())

@@ -1,0 +1,112 @@
+"""What ``ctxc eval`` measures of a compacted output against its original, besides the needles."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from ctxc.live import request_text, session_intent
+from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
+from ctxc.search.chunks import render_input
+from ctxc.summarize.toolcalls import PATH_KEYS
+from ctxc.validate import pairing_problems, role_problems
+
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
+#: A line that says what went wrong: an exception with its message, a test failure, a tool's error.
+#: A traceback's header says only that something did, so it is not one.
+_ERROR_LINE = re.compile(r"(\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|\berror:|\bERROR\b)")
+_DECISION = re.compile(
+    r"\b(decided|decide to|we'll use|I'll use|let's use|let's go with|going with|go with|chose|opted for|"
+    r"instead of|rather than|switch(?:ed)? to)\b",
+    re.I,
+)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def text_of(messages: Sequence[Message]) -> str:
+    """Everything a model would read of ``messages``: texts, tool inputs (unescaped), tool results."""
+    parts: list[str] = []
+    for b in (b for m in messages for b in m.blocks):
+        if isinstance(b, ToolUseBlock):
+            parts.append(f"{b.name} {render_input(b.input)}")
+        elif isinstance(b, TextBlock | ToolResultBlock):
+            parts.append(b.text)
+        elif isinstance(text := getattr(b, "text", ""), str) and text:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _paths(messages: Sequence[Message]) -> list[str]:
+    found: dict[str, None] = {}
+    for b in (b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)):
+        inp = b.input
+        patch = inp if isinstance(inp, str) else ""
+        if isinstance(inp, Mapping):
+            for v in (inp.get(key) for key in PATH_KEYS):
+                if isinstance(v, str) and 2 < len(v) < 300 and "\n" not in v and ("/" in v or "." in v):
+                    found.setdefault(v.strip(), None)
+            patch = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
+        for match in _PATCH_FILE.finditer(patch):
+            found.setdefault(match.group(1).strip(), None)
+    return list(found)
+
+
+def _errors(messages: Sequence[Message]) -> list[str]:
+    """The telling line of each tool result that reports an error (deduplicated)."""
+    found: dict[str, None] = {}
+    for b in (b for m in messages for b in m.blocks if isinstance(b, ToolResultBlock)):
+        lines = [ln.strip() for ln in b.text.splitlines() if ln.strip()]
+        hit = next((ln for ln in lines if _ERROR_LINE.search(ln)), None)
+        if hit is None and b.is_error and lines:
+            hit = lines[0]
+        if hit is not None and len(hit) >= 8:
+            found.setdefault(norm(hit)[:200], None)
+    return list(found)
+
+
+def _decisions(messages: Sequence[Message], exclude: Sequence[str]) -> list[str]:
+    found: dict[str, None] = {}
+    for m in messages:
+        if m.role not in ("user", "assistant"):
+            continue
+        for b in (b for b in m.blocks if isinstance(b, TextBlock)):
+            for s in map(norm, _SENTENCE.split(b.text)):
+                if 20 <= len(s) <= 300 and _DECISION.search(s) and not any(x in s for x in exclude):
+                    found.setdefault(s, None)
+    return list(found)
+
+
+def survival(
+    original: Sequence[Message], output_text: str, *, exclude: Sequence[str] = ()
+) -> dict[str, tuple[int, int]]:
+    """kind → (kept, total) of file paths, error lines and decision sentences of ``original``."""
+    out = norm(output_text)
+    items = {
+        "paths": _paths(original),
+        "errors": [e for e in _errors(original) if not any(x in e for x in exclude)],
+        "decisions": _decisions(original, exclude),
+    }
+    return {k: (sum(norm(v) in out for v in vs), len(vs)) for k, vs in items.items()}
+
+
+def first_requests(transcript: Transcript) -> list[str]:
+    """The user's own words of each conversation's first request (:func:`ctxc.live.session_intent`),
+    but a subagent run's (its "request" is the parent agent's Task prompt, and goes with that call)."""
+    intents = (session_intent(transcript.conversation(c)) for c in range(transcript.conversations))
+    return [request_text(m) for m in intents if m is not None and not m.meta.get("is_sidechain")]
+
+
+def problems(output: Sequence[Message], original: Sequence[Message]) -> int:
+    """Strict pairing problems of the output, plus role problems beyond those the input had."""
+    before: dict[str, int] = {}
+    for p in role_problems(original):
+        before[p.code] = before.get(p.code, 0) + 1
+    after: dict[str, int] = {}
+    for p in role_problems(output):
+        after[p.code] = after.get(p.code, 0) + 1
+    extra = sum(max(0, n - before.get(code, 0)) for code, n in after.items())
+    return len(pairing_problems(output, strict=True)) + extra

@@ -1,0 +1,158 @@
+"""The ``parentUuid`` tree of a Claude Code log, and the chain the client resumes from it.
+
+Claude Code resumes from the last main-chain row back to its root (a ``compact_boundary``); messages on
+other branches (a rewind, an edited prompt) are named by a ``branches`` :class:`~ctxc.model.Boundary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from ctxc.live import BRANCHES
+from ctxc.model import Boundary
+
+CONVERSATIONAL = ("user", "assistant")
+#: The record types Claude Code loads into its conversation tree (progress records it skips).
+_ROWS = frozenset({"user", "assistant", "system", "attachment"})
+
+
+class _Node(NamedTuple):
+    """One record of the tree, as much as finding the resumed chain needs."""
+
+    record: int  # its index in the file's records
+    line: int
+    uuid: str
+    parent: str | None  # through progress records, which the client skips
+    kind: str
+    side: bool
+    message_id: str | None = None  # an assistant record's response id
+    compact: bool = False  # a compact_boundary record
+
+
+def _chain_up(nodes: Mapping[str, _Node], leaf: _Node) -> list[_Node] | None:
+    """``leaf`` and its ancestors up to the root; None when a link names a record the file lacks."""
+    chain: list[_Node] = []
+    seen: set[str] = set()
+    node: _Node | None = leaf
+    while node is not None and node.uuid not in seen:
+        seen.add(node.uuid)
+        chain.append(node)
+        if node.parent is None:
+            break
+        node = nodes.get(node.parent)
+        if node is None:
+            return None
+    return chain
+
+
+def _resumed_chain(
+    nodes: Mapping[str, _Node], start: _Node, results: Container[int]
+) -> tuple[set[int], _Node] | None:
+    """The records Claude Code resumes when ``start`` is the last main-chain row, and the record the
+    chain starts at; None when the chain breaks at a link to a record the file lacks (another tool cut
+    it: nothing can be said about branches then).
+
+    As the client does: from the row up to its nearest user or assistant record (the leaf), then up the
+    links to the root; the leaf's non-message descendants (hook notes after it); every record of a
+    response on the chain (parts share ``message.id``) and the tool results hanging off any of them.
+    """
+    leaf: _Node | None = start
+    seen: set[str] = set()
+    while leaf is not None and leaf.kind not in CONVERSATIONAL and leaf.uuid not in seen:
+        seen.add(leaf.uuid)
+        leaf = nodes.get(leaf.parent) if leaf.parent else None
+    chain = _chain_up(nodes, leaf) if leaf is not None and leaf.kind in CONVERSATIONAL else None
+    if leaf is None or not chain:
+        return None
+    live = {n.record for n in chain}
+    children: dict[str, list[_Node]] = {}  # non-message children, and tool results, by parent
+    responses: set[str] = {n.message_id for n in chain if n.message_id}
+    parts: list[str] = []
+    for n in nodes.values():
+        if n.parent is not None and (n.kind not in CONVERSATIONAL or n.record in results):
+            children.setdefault(n.parent, []).append(n)
+        if n.message_id in responses and n.side == leaf.side:
+            live.add(n.record)
+            parts.append(n.uuid)
+    for part in parts:
+        live.update(c.record for c in children.get(part, ()) if c.record in results)
+    queue = [leaf.uuid]
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            if child.record not in live and child.kind not in CONVERSATIONAL:
+                live.add(child.record)
+                queue.append(child.uuid)
+    return live, chain[-1]
+
+
+class Tree:
+    """The tree of one ``read`` call, noted record by record, and the messages placed on it."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, _Node] = {}
+        self.through: dict[str, str | None] = {}  # progress record uuid -> the parent it stands for
+        self.last_row: dict[bool, str] = {}  # by sidechain flag: the last row in file order
+        # Per emitted message with a uuid: its index, records, conversation and sidechain flag.
+        self.emitted: list[tuple[int, tuple[int, ...], int, bool]] = []
+        self.result_records: set[int] = set()  # user records holding tool results
+        self.linked = False  # whether any message record names its parent (another tool's log may not)
+
+    def resolved(self, parent: str | None) -> str | None:
+        """``parent`` as the client links it: progress records are skipped."""
+        while parent is not None and parent in self.through:
+            parent = self.through[parent]
+        return parent
+
+    def note(self, i: int, line: int, data: Mapping[str, Any]) -> None:
+        """Note record ``i`` in the tree (once per record: kept cheap)."""
+        get = data.get
+        uuid = get("uuid")
+        if not isinstance(uuid, str):
+            return
+        kind = get("type")
+        parent = get("parentUuid")
+        if not isinstance(parent, str):
+            parent = None
+        elif parent in self.through:
+            parent = self.resolved(parent)
+        if kind == "progress":
+            self.through[uuid] = parent
+            return
+        if kind not in _ROWS:
+            return
+        side = get("isSidechain") is True
+        message_id, compact, snapshot = None, False, False
+        if kind == "assistant":
+            message = get("message")
+            message_id = message.get("id") if isinstance(message, dict) else None
+            message_id = message_id if isinstance(message_id, str) else None
+        elif kind == "system":
+            subtype = get("subtype")
+            compact, snapshot = subtype == "compact_boundary", subtype == "file_snapshot"
+        self.nodes[uuid] = _Node(i, line, uuid, parent, kind, side, message_id, compact)
+        if parent is not None and kind in CONVERSATIONAL:
+            self.linked = True
+        if not snapshot:
+            self.last_row[side] = uuid
+
+    def branches(self, index: int) -> Iterator[Boundary]:
+        """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
+        (after the chain's compact_boundary, if it starts at one: before it is history)."""
+        side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
+        start = self.nodes.get(self.last_row.get(side, ""))
+        if start is None or not self.linked:
+            return  # no tree: file order is all there is
+        found = _resumed_chain(self.nodes, start, self.result_records)
+        if found is None:
+            return
+        live, root = found
+        after = root.record if root.compact else -1
+        off = [
+            (at, conv)
+            for at, records, conv, is_side in self.emitted
+            if is_side == side and records[0] > after and not any(i in live for i in records)
+        ]
+        if off:
+            abandoned = tuple(i for i, _ in off)
+            yield Boundary(BRANCHES, start.line, index=index, conversation=off[0][1], abandoned=abandoned)
