@@ -1,9 +1,5 @@
-"""The ``ctxc`` console script and ``python -m ctxc``.
-
-This module stays light on purpose: ``--version`` is answered before anything else is imported, and a
-command that will count tokens starts the worker processes that build the tokenizer
-(:mod:`ctxc.tokens.workers`) before ``ctxc.cli`` and typer are imported.
-"""
+"""The ``ctxc`` console script and ``python -m ctxc``: light on purpose, ``--version`` is answered
+before any import, and the tokenizer's workers (:mod:`ctxc.tokens.workers`) start before typer loads."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Token usage of a transcript: per message, per role/kind/tool, and the compaction stage it is in.
 
-Analysis streams the file: messages are counted in batches as they are read and only small per-message
-figures are kept, so memory stays bounded by the largest batch rather than by the file. On a large file
-the batches go to worker processes (:func:`ctxc.tokens.counting_processes`) that count while this
-process parses the next ones.
+The file is streamed: messages are counted in batches as they are read (by worker processes on a large
+file) and only small per-message figures are kept, so memory is bounded by a batch, not by the file.
 """
 
 from __future__ import annotations
@@ -203,32 +201,18 @@ def finish(
     source: str = "flag",
     prices: PriceTable | None = None,
 ) -> Analysis:
-    """Apply a window and thresholds to a scan: the live context's cumulative tokens, shares, stages
-    and totals, with what the client no longer sends counted apart."""
+    """A scan at a window and thresholds: running contexts, stages and totals, what is not sent apart."""
     live = scan.live
     stats: list[MessageStat] = []
     running: dict[int, int] = {}  # context so far, by conversation
-    resets = sorted((b for b in scan.boundaries if b.resets), key=lambda b: b.index)
-    pending = 0
-    by_role: collections.Counter[str] = collections.Counter()
-    by_kind: collections.Counter[str] = collections.Counter()
-    by_tool: collections.Counter[str] = collections.Counter()
-    history = [0, 0]
-    side = [0, 0]
-    branches = [0, 0]
+    resets, pending = sorted((b for b in scan.boundaries if b.resets), key=lambda b: b.index), 0
+    by_role = collections.Counter[str]()
+    by_kind = collections.Counter[str]()
+    by_tool = collections.Counter[str]()
+    history, side, branches = [0, 0], [0, 0], [0, 0]
     for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
         thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
-        while pending < len(resets) and resets[pending].index <= index:
-            reset = resets[pending]
-            kept = 0
-            if reset.kept_from is not None:  # pi: a tail from before the boundary stays
-                kept = sum(
-                    s.tokens
-                    for s in stats
-                    if s.conversation == reset.conversation and s.index >= reset.kept_from
-                )
-            running[reset.conversation] = reset.carried_tokens + kept
-            pending += 1
+        pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
         cum = running.get(conv, 0) + tokens
         if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
@@ -251,15 +235,11 @@ def finish(
             tally[0] += 1
             tally[1] += tokens
     # A reset after the last message (a log that ends at its compaction) still starts a new context.
-    for reset in resets[pending:]:
-        running[reset.conversation] = reset.carried_tokens
-    carried = sum(b.carried_tokens for b in live.resets.values())
+    running.update({reset.conversation: reset.carried_tokens for reset in resets[pending:]})
     contexts = {c: t for c, t in running.items() if c not in live.side} or {0: 0}
     max_context = max(contexts.values())
-    live_stats = [s for s in stats if s.live]
     # Ties go to the earlier message, as a stable sort has it.
-    largest = heapq.nlargest(top, live_stats, key=lambda s: (s.tokens, -s.index)) if top > 0 else []
-    boundary = live.boundary
+    largest = heapq.nlargest(top, (s for s in stats if s.live), key=lambda s: (s.tokens, -s.index))
     return Analysis(
         path=scan.path,
         format=scan.format,
@@ -281,12 +261,29 @@ def finish(
         skipped_lines=scan.skipped_lines,
         max_context=max_context,
         window_source=source,
-        live_from_line=boundary.line if boundary is not None else None,
+        live_from_line=live.boundary.line if live.boundary is not None else None,
         history_messages=history[0],
         history_tokens=history[1],
         side_messages=side[0],
         side_tokens=side[1],
         branch_messages=branches[0],
         branch_tokens=branches[1],
-        carried_tokens=carried,
+        carried_tokens=sum(b.carried_tokens for b in live.resets.values()),
     )
+
+
+def _reset(
+    resets: list[Boundary], pending: int, index: int, stats: list[MessageStat], running: dict[int, int]
+) -> int:
+    """Apply the compactions the log recorded before message ``index``: each restarts its conversation's
+    context from what it carried (pi: plus the tail it keeps). Returns the first not yet applied."""
+    while pending < len(resets) and resets[pending].index <= index:
+        reset = resets[pending]
+        kept = 0
+        if reset.kept_from is not None:
+            kept = sum(
+                s.tokens for s in stats if s.conversation == reset.conversation and s.index >= reset.kept_from
+            )
+        running[reset.conversation] = reset.carried_tokens + kept
+        pending += 1
+    return pending

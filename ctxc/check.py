@@ -1,16 +1,9 @@
 """A token budget gate for CI: which transcripts are over a budget, by how much, and where.
 
-``ctxc check`` is ``analyze`` reduced to a verdict per file, so it reuses analyze's reading, counting
-and scan cache (a second run over unchanged logs only hashes them). A file's size is its context: the
-largest conversation's tokens (``Analysis.max_context``), or with ``tokenizer="usage"`` the largest
-context a recorded API call sent. Verdicts:
-
-* ``over``: above the budget (``max_tokens``, or ``max_usage`` times the window);
-* ``near``: within budget but at or above the warning level (by default the share of the window where
-  the adaptive pipeline's stage 2 begins, 60%), worth compacting before it becomes a failure;
-* ``ok``; and ``error`` for a file that could not be read (reported and counted, never fatal).
-
-A failure to read wins over a budget failure in the exit code: the budget of an unread file is unknown.
+``check`` is ``analyze`` reduced to a verdict per file (same reading, counting and scan cache). A
+file's size is its context: the largest conversation's tokens, or with ``tokenizer="usage"`` the largest
+context a recorded call sent. It is ``over`` above the budget, ``near`` from the warning level (default:
+where adaptive stage 2 begins) up to it, else ``ok``; ``error`` when unreadable (reported, never fatal).
 """
 
 from __future__ import annotations
@@ -18,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 from ctxc.analysis import analyze
@@ -88,17 +82,8 @@ def resolve_budget(
     if not 0 <= warn_usage <= 10:
         raise UsageError(f"--warn-usage is a share of the window such as 0.6, not {warn_usage}")
     win, model_name = resolve_window(model=model, window=window)
-    limit = max_tokens if max_tokens is not None else round((max_usage or 0) * win)
-    return Budget(
-        limit=max(limit, 1),
-        warn_at=round(warn_usage * win),
-        window=win,
-        model=model_name,
-        max_usage=max_usage,
-        max_tokens=max_tokens,
-        warn_usage=warn_usage,
-        from_log=model is None and window is None,
-    )
+    asked = Budget(0, 0, win, model_name, max_usage, max_tokens, warn_usage, model is None and window is None)
+    return asked.at(win, model_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +128,10 @@ class CheckReport:
         if self.count("over"):
             return int(ExitCode.OVER_TARGET)
         return int(ExitCode.OK)
+
+    def headline(self) -> str:
+        """The summary with the budget and tokenizer: the last line of every rendering."""
+        return f"{self.summary()}; budget {self.budget.describe()}, {self.tokenizer}"
 
     def summary(self) -> str:
         """``4 files: 1 over, 1 near, 1 ok, 1 unreadable``."""
@@ -195,35 +184,27 @@ def check_file(
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
+    crossing: Callable[[int], int | None]
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
         a = usage_analysis(scan, window=window, model=model, thresholds=check_thresholds(thresholds))
-        applied = budget.at(a.window, a.model) if budget.from_log else budget
-        return verdict(
-            a,
-            applied,
-            line_over=crossing_line(scan, applied.limit),
-            line_near=crossing_line(scan, applied.warn_at - 1),
+        crossing = partial(crossing_line, scan)
+    else:
+        a = analyze(
+            path,
+            counter=counter,
+            tokenizer=tokenizer,
+            window=window,
+            model=model,
+            thresholds=thresholds,
+            input_format=input_format,
+            options=options,
+            top=0,
+            use_cache=use_cache,
         )
-    a = analyze(
-        path,
-        counter=counter,
-        tokenizer=tokenizer,
-        window=window,
-        model=model,
-        thresholds=thresholds,
-        input_format=input_format,
-        options=options,
-        top=0,
-        use_cache=use_cache,
-    )
+        crossing = partial(_first_line_over, a)
     applied = budget.at(a.window, a.model) if budget.from_log else budget
-    return verdict(
-        a,
-        applied,
-        line_over=_first_line_over(a, applied.limit),
-        line_near=_first_line_over(a, applied.warn_at - 1),
-    )
+    return verdict(a, applied, line_over=crossing(applied.limit), line_near=crossing(applied.warn_at - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,17 +267,8 @@ def check_paths(
         if on_file is not None:
             on_file(verdict_of(o))
 
-    outcomes = run_batch(
-        items,
-        run_check_job,
-        jobs=jobs,
-        fail_fast=fail_fast,
-        on_outcome=notify,
-    )
+    outcomes = run_batch(items, run_check_job, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
     return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
-
-
-# ------------------------------------------------------------------------------------------ rendering
 
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:
@@ -304,14 +276,7 @@ def report_to_json(report: CheckReport) -> dict[str, Any]:
     b = report.budget
     return envelope(
         "check",
-        budget={
-            "limit": b.limit,
-            "warn_at": b.warn_at,
-            "window": b.window,
-            "model": b.model,
-            "max_usage": b.max_usage,
-            "max_tokens": b.max_tokens,
-        },
+        budget={k: getattr(b, k) for k in ("limit", "warn_at", "window", "model", "max_usage", "max_tokens")},
         tokenizer=report.tokenizer,
         files=[
             {
@@ -335,18 +300,14 @@ def report_to_json(report: CheckReport) -> dict[str, Any]:
     )
 
 
-def _figures(f: FileCheck, budget: Budget) -> str:
-    assert f.tokens is not None
-    assert f.share is not None
-    return f"{f.tokens:,} tokens ({f.share:.1%} of {budget.window:,})"
-
-
 def message(f: FileCheck, budget: Budget) -> str:
     """One sentence on a verdict, for people (table) and for annotations (GitHub)."""
     if f.status == "error":
         return f.error or "could not be read"
     budget = f.budget or budget
-    figures = _figures(f, budget)
+    assert f.tokens is not None
+    assert f.share is not None
+    figures = f"{f.tokens:,} tokens ({f.share:.1%} of {budget.window:,})"
     if f.status == "over":
         pct = f.over_by / budget.limit
         return f"{figures}: {f.over_by:,} ({pct:.1%}) over the budget of {budget.limit:,}"
@@ -366,7 +327,7 @@ def render_table(report: CheckReport) -> str:
     for f in report.files:
         where = f" (line {f.line})" if f.line else ""
         lines.append(f"{labels[f.status]} {f.path:<{width}}  {message(f, b)}{where}")
-    lines.append(f"{report.summary()}; budget {b.describe()}, {report.tokenizer}")
+    lines.append(report.headline())
     return "\n".join(lines) + "\n"
 
 
@@ -402,27 +363,5 @@ def render_github(report: CheckReport) -> str:
             continue
         level = "warning" if f.status == "near" else "error"
         out.append(workflow_command(level, message(f, b), file=f.path, line=f.line, title=titles[f.status]))
-    out.append(
-        workflow_command(
-            "notice", f"{report.summary()}; budget {b.describe()}, {report.tokenizer}", title="ctxc check"
-        )
-    )
+    out.append(workflow_command("notice", report.headline(), title="ctxc check"))
     return "\n".join(out) + "\n"
-
-
-__all__ = [
-    "DEFAULT_WARN_USAGE",
-    "Budget",
-    "CheckReport",
-    "FileCheck",
-    "check_file",
-    "check_paths",
-    "escape_data",
-    "escape_property",
-    "render_github",
-    "render_table",
-    "report_to_json",
-    "resolve_budget",
-    "verdict",
-    "workflow_command",
-]

@@ -1,24 +1,20 @@
 """Convert messages of any format into Anthropic or OpenAI chat lines.
 
-The two dialects place tool results differently: Anthropic puts ``tool_result`` blocks in the user
-message right after the assistant message holding the ``tool_use`` blocks; OpenAI wants one
-``{"role": "tool"}`` message per result, right after the assistant message with the ``tool_calls``.
-Source formats differ too (Codex writes each parallel call as its own item, Anthropic logs mix results
-and text in one user message), so conversion first groups every result with the assistant turn that
-made the call, then writes the turns in the target dialect. Pairing is kept by construction: a result
-is always written after its call, in the message the target dialect expects.
+Every result is first grouped with the assistant turn that made its call, then the turns are written in
+the target dialect (Anthropic: results in the next user message; OpenAI: one ``tool`` message each).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
 from ctxc.errors import FormatError
-from ctxc.formats.shapes import dumps_compact
+from ctxc.formats.shapes import ANTHROPIC_ONLY_PARTS, OPENAI_ONLY_PARTS, dumps_compact, tool_arguments
 from ctxc.model import (
     Block,
     ImageBlock,
@@ -34,47 +30,28 @@ from ctxc.model import (
 Target = Literal["chat-anthropic", "chat-openai"]
 TARGETS: tuple[Target, ...] = ("chat-anthropic", "chat-openai")
 
-#: Anthropic block types with no model block of their own, written back as recorded.
-_ANTHROPIC_PASSTHROUGH = frozenset(
-    {
-        "document",
-        "search_result",
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
-        "container_upload",
-    }
-)
-#: OpenAI content part types with no model block of their own.
-_OPENAI_PASSTHROUGH = frozenset({"input_audio", "file"})
 #: Where formats keep a thinking block's signature (Anthropic, pi).
 _SIGNATURE_KEYS = ("signature", "thinkingSignature")
 _ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+@dataclass(slots=True)
 class _Turn:
     """One output message being planned, with the results of its calls gathered behind it."""
 
-    __slots__ = ("after_results", "blocks", "results", "role", "source_role")
-
-    def __init__(self, role: str, blocks: list[Block], source_role: str | None = None) -> None:
-        self.role = role  # system | user | assistant | results (results whose call was not seen)
-        self.blocks = blocks
-        self.source_role = source_role
-        self.results: list[ToolResultBlock] = []
-        # A user turn left over from a message whose results moved to their call's turn.
-        self.after_results = False
+    role: str  # system | user | assistant | results (results whose call was not seen)
+    blocks: list[Block]
+    source_role: str | None = None
+    results: list[ToolResultBlock] = field(default_factory=list)
+    #: A user turn left over from a message whose results moved to their call's turn.
+    after_results: bool = False
 
     def has_calls(self) -> bool:
         return any(isinstance(b, ToolUseBlock) for b in self.blocks)
 
 
 def _said(block: Block) -> Block:
-    """A terminal call (it ended the run; no result follows) as the text it says: in a chat API a call
-    must be answered, and the agent's own client sends such a call as assistant text."""
+    """A terminal call (it ended the run, no result follows) as the assistant text its client sends."""
     if isinstance(block, ToolUseBlock) and block.terminal:
         args = "" if block.input in ({}, None, "") else f" {dumps_compact(block.input)}"
         return TextBlock(f"[{block.name}]{args}")
@@ -93,32 +70,24 @@ def _plan(messages: Iterable[Message]) -> list[_Turn]:
             if owner is not None:
                 owner.results.append(result)
             elif turns and turns[-1].role == "results":
-                turns[-1].blocks.append(result)
+                turns[-1].results.append(result)
             else:
-                turns.append(_Turn("results", [result]))
+                turns.append(_Turn("results", [], results=[result]))
         if message.role == "assistant":
             last = turns[-1] if turns else None
             if last is not None and last.role == "assistant" and last.has_calls() and not last.results:
-                # Calls split over several records (Codex parallel calls): one assistant turn, so that
-                # all their results can follow it.
+                # Calls split over several records (Codex parallel calls): one turn for all their results.
                 last.blocks.extend(rest)
                 turn = last
             else:
                 turn = _Turn("assistant", list(rest), source_role)
                 turns.append(turn)
-            for block in rest:
-                if isinstance(block, ToolUseBlock):
-                    call_turn[block.id] = turn
+            call_turn.update((b.id, turn) for b in rest if isinstance(b, ToolUseBlock))
         elif message.role == "system":
             turns.append(_Turn("system", list(rest), source_role))
         elif rest or not results:
-            turn = _Turn("user", list(rest), source_role)
-            turn.after_results = bool(results)
-            turns.append(turn)
+            turns.append(_Turn("user", list(rest), source_role, after_results=bool(results)))
     return turns
-
-
-# ---------------------------------------------------------------------------------------------- images
 
 
 def _image_source(block: ImageBlock) -> tuple[str | None, str | None, str | None]:
@@ -151,10 +120,8 @@ def _image_source(block: ImageBlock) -> tuple[str | None, str | None, str | None
 def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
     if data is not None:
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": media or "image/png", "data": data},
-        }
+        source = {"type": "base64", "media_type": media or "image/png", "data": data}
+        return {"type": "image", "source": source}
     if url is not None:
         return {"type": "image", "source": {"type": "url", "url": url}}
     # The log kept no image data (redacted or stripped): say so instead of writing an invalid block.
@@ -164,20 +131,15 @@ def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
 def _openai_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
     if data is not None:
-        return {"type": "image_url", "image_url": {"url": f"data:{media or 'image/png'};base64,{data}"}}
-    if url is not None:
-        return {"type": "image_url", "image_url": {"url": url}}
-    return {"type": "text", "text": "[image]"}
-
-
-# ------------------------------------------------------------------------------------------- anthropic
+        url = f"data:{media or 'image/png'};base64,{data}"
+    if url is None:
+        return {"type": "text", "text": "[image]"}
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 class _AnthropicIds:
-    """Tool ids made valid for the Anthropic API (``[A-Za-z0-9_-]+``), the same way for a call and its result.
-
-    Kimi ids such as ``Bash:1`` are rewritten; a rewrite that would collide with another id gets a suffix.
-    """
+    """Tool ids made valid for the Anthropic API (``[A-Za-z0-9_-]+``), the same for a call and its result:
+    Kimi ids such as ``Bash:1`` are rewritten, with a suffix where a rewrite would collide."""
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
@@ -196,57 +158,51 @@ class _AnthropicIds:
         return new
 
 
-def _signature(block: ThinkingBlock) -> str | None:
-    if isinstance(block.raw, dict):
-        for key in _SIGNATURE_KEYS:
-            value = block.raw.get(key)
-            if isinstance(value, str) and value:
-                return value
-    return None
+def _signature(raw: dict[str, Any]) -> str | None:
+    values = [raw.get(key) for key in _SIGNATURE_KEYS]
+    return next((v for v in values if isinstance(v, str) and v), None)
 
 
 def _anthropic_result(block: ToolResultBlock, ids: _AnthropicIds) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "tool_result", "tool_use_id": ids(block.tool_use_id)}
+    out: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": ids(block.tool_use_id),
+        "content": block.text,
+    }
     if block.images:
         parts: list[dict[str, Any]] = [{"type": "text", "text": block.text}] if block.text else []
-        parts.extend(_anthropic_image(i) for i in block.images)
-        out["content"] = parts
-    else:
-        out["content"] = block.text
+        out["content"] = parts + [_anthropic_image(i) for i in block.images]
     if block.is_error:
         out["is_error"] = True
     return out
 
 
 def _anthropic_block(block: Block, ids: _AnthropicIds) -> dict[str, Any] | None:
+    raw = block.raw if isinstance(block.raw, dict) else {}
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
     if isinstance(block, ThinkingBlock):
-        if isinstance(block.raw, dict) and block.raw.get("type") == "redacted_thinking":
-            return dict(block.raw)
-        signature = _signature(block)
+        if raw.get("type") == "redacted_thinking":
+            return dict(raw)
+        signature = _signature(raw)
         if not block.text and signature is None:
             return None  # an encrypted reasoning item of another vendor: nothing Anthropic can take
         out: dict[str, Any] = {"type": "thinking", "thinking": block.text}
-        if signature is not None:
-            out["signature"] = signature
-        return out
+        return out if signature is None else {**out, "signature": signature}
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": ids(block.id), "name": block.name, "input": block.input}
     if isinstance(block, ToolResultBlock):
         return _anthropic_result(block, ids)
     if isinstance(block, ImageBlock):
         return _anthropic_image(block)
-    if isinstance(block.raw, dict) and block.raw.get("type") in _ANTHROPIC_PASSTHROUGH:
-        return dict(block.raw)
+    if raw.get("type") in ANTHROPIC_ONLY_PARTS:
+        return dict(raw)
     return {"type": "text", "text": block.text} if block.text else None
 
 
-def _anthropic_content(blocks: Sequence[Block], ids: _AnthropicIds) -> str | list[dict[str, Any]]:
-    out = [b for b in (_anthropic_block(block, ids) for block in blocks) if b is not None]
-    if len(out) == 1 and out[0]["type"] == "text":
-        return str(out[0]["text"])
-    return out
+def _single_text(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Content of one text part as a bare string, as both dialects allow."""
+    return str(parts[0]["text"]) if len(parts) == 1 and parts[0]["type"] == "text" else parts
 
 
 def _plain_text(blocks: Sequence[Block]) -> str:
@@ -256,35 +212,28 @@ def _plain_text(blocks: Sequence[Block]) -> str:
 def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
     ids = _AnthropicIds()
     lines: list[dict[str, Any]] = []
+
+    def content(blocks: Sequence[Block]) -> str | list[dict[str, Any]]:
+        return _single_text([b for b in (_anthropic_block(x, ids) for x in blocks) if b is not None])
+
     for turn in turns:
         if turn.role == "system":
             lines.append({"role": "system", "content": _plain_text(turn.blocks)})
-        elif turn.role == "results":
-            lines.append({"role": "user", "content": [_anthropic_result(b, ids) for b in _results(turn)]})
         elif turn.role == "assistant":
-            lines.append({"role": "assistant", "content": _anthropic_content(turn.blocks, ids)})
-            if turn.results:
-                lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
-        else:
-            content = _anthropic_content(turn.blocks, ids)
-            previous = lines[-1] if lines else None
-            if (
-                turn.after_results
-                and previous is not None
-                and previous["role"] == "user"
-                and isinstance(previous["content"], list)
-                and any(b.get("type") == "tool_result" for b in previous["content"])
-            ):
+            lines.append({"role": "assistant", "content": content(turn.blocks)})
+        elif turn.role == "user":
+            text = content(turn.blocks)
+            after = (
+                lines[-1]["content"] if turn.after_results and lines and lines[-1]["role"] == "user" else None
+            )
+            if isinstance(after, list) and any(b.get("type") == "tool_result" for b in after):
                 # Text that came with the results stays in their message, after them.
-                extra = [{"type": "text", "text": content}] if isinstance(content, str) else content
-                previous["content"].extend(extra)
+                after.extend([{"type": "text", "text": text}] if isinstance(text, str) else text)
             else:
-                lines.append({"role": "user", "content": content})
+                lines.append({"role": "user", "content": text})
+        if turn.results:  # an assistant turn's results, or results whose call was not seen
+            lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
     return lines
-
-
-def _results(turn: _Turn) -> list[ToolResultBlock]:
-    return [b for b in turn.blocks if isinstance(b, ToolResultBlock)]
 
 
 def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -292,10 +241,7 @@ def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return _anthropic_lines(_plan(messages))
 
 
-# ---------------------------------------------------------------------------------------------- openai
-
-
-def _openai_parts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | None:
     parts: list[dict[str, Any]] = []
     for block in blocks:
         if isinstance(block, TextBlock):
@@ -303,51 +249,28 @@ def _openai_parts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
         elif isinstance(block, ImageBlock):
             parts.append(_openai_image(block))
         elif isinstance(block, UnknownBlock):
-            if isinstance(block.raw, dict) and block.raw.get("type") in _OPENAI_PASSTHROUGH:
+            if isinstance(block.raw, dict) and block.raw.get("type") in OPENAI_ONLY_PARTS:
                 parts.append(dict(block.raw))
             elif block.text:
                 parts.append({"type": "text", "text": block.text})
-    return parts
-
-
-def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | None:
-    parts = _openai_parts(blocks)
-    if not parts:
-        return None
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        return str(parts[0]["text"])
-    return parts
-
-
-def _openai_tool_message(block: ToolResultBlock) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": block.text}
+    return _single_text(parts) if parts else None
 
 
 def _openai_results(results: Sequence[ToolResultBlock]) -> list[dict[str, Any]]:
-    lines = [_openai_tool_message(r) for r in results]
+    lines = [{"role": "tool", "tool_call_id": r.tool_use_id, "content": r.text} for r in results]
     # Tool messages carry text only; images a tool returned follow as one user message.
     images = [_openai_image(i) for r in results for i in r.images]
-    if images:
-        lines.append({"role": "user", "content": images})
-    return lines
+    return [*lines, {"role": "user", "content": images}] if images else lines
 
 
 def _openai_assistant(turn: _Turn) -> dict[str, Any]:
-    content_blocks = [b for b in turn.blocks if not isinstance(b, ThinkingBlock | ToolUseBlock)]
     reasoning = "\n".join(b.text for b in turn.blocks if isinstance(b, ThinkingBlock) and b.text)
     calls = [
-        {
-            "id": b.id,
-            "type": "function",
-            "function": {
-                "name": b.name,
-                "arguments": b.input if isinstance(b.input, str) else dumps_compact(b.input),
-            },
-        }
+        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": tool_arguments(b.input)}}
         for b in turn.blocks
         if isinstance(b, ToolUseBlock)
     ]
-    content = _openai_content(content_blocks)
+    content = _openai_content([b for b in turn.blocks if not isinstance(b, ThinkingBlock | ToolUseBlock)])
     out: dict[str, Any] = {"role": "assistant", "content": content if content is not None or calls else ""}
     if reasoning:
         out["reasoning_content"] = reasoning
@@ -356,55 +279,43 @@ def _openai_assistant(turn: _Turn) -> dict[str, Any]:
     return out
 
 
-def _openai_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
+def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Chat lines in the OpenAI dialect (``tool_calls``, a ``tool`` message per result), one conversation."""
     lines: list[dict[str, Any]] = []
-    for turn in turns:
+    for turn in _plan(messages):
         if turn.role == "system":
             role = "developer" if turn.source_role == "developer" else "system"
             lines.append({"role": role, "content": _plain_text(turn.blocks)})
-        elif turn.role == "results":
-            lines.extend(_openai_results(_results(turn)))
         elif turn.role == "assistant":
             lines.append(_openai_assistant(turn))
-            lines.extend(_openai_results(turn.results))
-        else:
+        elif turn.role == "user":
             content = _openai_content(turn.blocks)
             lines.append({"role": "user", "content": "" if content is None else content})
+        lines.extend(_openai_results(turn.results))
     return lines
 
 
-def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Chat lines in the OpenAI dialect (``tool_calls``, a ``tool`` message per result), one conversation."""
-    return _openai_lines(_plan(messages))
-
-
-# ---------------------------------------------------------------------------------------------- files
-
-
-def convert_messages(messages: Iterable[Message], target: str) -> list[dict[str, Any]]:
-    if target == "chat-anthropic":
-        return to_anthropic(messages)
-    if target == "chat-openai":
-        return to_openai(messages)
-    raise FormatError(f"cannot convert to {target!r} (targets: {', '.join(TARGETS)})")
+_CONVERTERS: dict[str, Callable[[Iterable[Message]], list[dict[str, Any]]]] = {
+    "chat-anthropic": to_anthropic,
+    "chat-openai": to_openai,
+}
 
 
 def convert_transcript(transcript: Transcript, target: str) -> bytes:
     """A transcript as a JSONL chat file in ``target`` ("chat-anthropic" or "chat-openai").
 
-    A transcript of several conversations (a dataset) is written one after the other, each started by a
-    ``{"role": "_conversation", "index": n}`` line, a pseudo-line the ``chat`` reader understands and
-    keeps out of the messages (as it does Kimi's ``_checkpoint`` lines).
+    Several conversations (a dataset) are written one after the other, each started by a
+    ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of the messages.
     """
-    if target not in TARGETS:
+    convert = _CONVERTERS.get(target)
+    if convert is None:
         raise FormatError(f"cannot convert to {target!r} (targets: {', '.join(TARGETS)})")
     groups: dict[int, list[Message]] = {}
     for message in transcript.messages:
         groups.setdefault(message.conversation, []).append(message)
-    marked = len(groups) > 1
     out: list[bytes] = []
     for number in sorted(groups):
-        if marked:
+        if len(groups) > 1:
             out.append(orjson.dumps({"role": "_conversation", "index": number}) + b"\n")
-        out.extend(orjson.dumps(line) + b"\n" for line in convert_messages(groups[number], target))
+        out.extend(orjson.dumps(line) + b"\n" for line in convert(groups[number]))
     return b"".join(out)

@@ -1,8 +1,5 @@
-"""Exit codes and the exceptions that map onto them.
-
-Library code raises :class:`CtxcError` subclasses; the CLI is the one boundary that turns them into a
-one-line message on stderr and an exit code. Keep every code here so the README table stays complete.
-"""
+"""Exit codes and the exceptions that map onto them: library code raises :class:`CtxcError` subclasses,
+and the CLI's one error boundary turns them into a one-line message and an exit code."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ class ExitCode(IntEnum):
     OUTPUT = 7
     #: The archive is missing, corrupt, or does not hold the requested id.
     ARCHIVE = 8
-    #: A model API call or a summary command failed: API errors after retries, a timeout, an empty,
-    #: truncated or sectionless summary, a failing command, token counting through the API.
+    #: A model API call, a summary command or API token counting failed, or a summary was unusable.
     SUMMARIZER = 9
     #: The API key is missing or was rejected.
     AUTH = 10
@@ -102,8 +98,7 @@ class ModelError(CtxcError):
 
 
 def ignore_interrupts() -> None:
-    """From here on a Ctrl-C is ignored: the command is over, and one arriving while the process
-    exits would only replace its exit code by death from a signal."""
+    """Ignore Ctrl-C from here on: the command is over, and a signal would only replace its exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -111,8 +106,7 @@ def exit_interrupted(message: str = "ctxc: interrupted") -> NoReturn:
     """Exit with :attr:`ExitCode.INTERRUPTED` after a Ctrl-C was handled."""
     ignore_interrupts()
     sys.stderr.write(message + "\n")
-    # CPython remembers a KeyboardInterrupt that escaped code run by exec() on a string (dataclasses
-    # and namedtuple build their methods so while modules import) and at exit kills the process with
-    # SIGINT instead of returning this code; each such exec() clears the note first.
+    # CPython remembers a KeyboardInterrupt that escaped exec()'d code (dataclass methods) and would die
+    # of SIGINT at exit instead of returning this code; a new exec() clears that note.
     exec("None")
     sys.exit(int(ExitCode.INTERRUPTED))

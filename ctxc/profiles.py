@@ -1,14 +1,6 @@
-"""Model profiles: context window, output limit and the tokenizer ctxc counts with, per model.
-
-Figures are the providers' published limits (Anthropic "Models overview" and per-model pages, OpenAI
-model pages, Google Gemini model docs) as of early 2026. ``window`` is the whole context window
-(input + output) a request can use without opt-in betas; ``note`` says where a larger window exists.
-
-Tokenizer: OpenAI's GPT-4o, GPT-4.1, GPT-5 and o-series use o200k_base, which ctxc counts exactly;
-GPT-4 and GPT-3.5 use cl100k_base. Claude and Gemini tokenizers are not public: o200k_base is used
-as the estimate for them (Claude's own tokenizer typically yields somewhat more tokens for the same
-text; the log's recorded usage, when present, is the ground truth).
-"""
+"""Model profiles: context window (input + output, without betas), output limit and tokenizer, as the
+providers published them in early 2026. Claude and Gemini tokenizers are not public: o200k_base estimates
+them (recorded usage, when a log has it, is the ground truth)."""
 
 from __future__ import annotations
 
@@ -51,15 +43,14 @@ PROFILES: tuple[ModelProfile, ...] = (
     ModelProfile("claude-3-opus", _A, 200_000, _ESTIMATE, 4_096),
     ModelProfile("claude-3-haiku", _A, 200_000, _ESTIMATE, 4_096),
     # OpenAI. GPT-5 family: 400k window of which at most 272k input (128k reserved for output).
-    ModelProfile("gpt-5", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5-mini", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5-nano", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5.1", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5.1-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5.2", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5.2-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
-    ModelProfile("gpt-5.3-codex", _O, 400_000, "o200k_base", 128_000, "input at most 272k"),
+    *(
+        ModelProfile(name, _O, 400_000, "o200k_base", 128_000, "input at most 272k")
+        for name in ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5-codex", "gpt-5.1", "gpt-5.1-codex")
+    ),
+    *(
+        ModelProfile(name, _O, 400_000, "o200k_base", 128_000, "input at most 272k")
+        for name in ("gpt-5.2", "gpt-5.2-codex", "gpt-5.3-codex")
+    ),
     ModelProfile("gpt-5.4", _O, 1_050_000, "o200k_base", 128_000, "input over 272k is billed at 2x"),
     ModelProfile("gpt-4.1", _O, 1_047_576, "o200k_base", 32_768),
     ModelProfile("gpt-4.1-mini", _O, 1_047_576, "o200k_base", 32_768),
@@ -87,11 +78,9 @@ _BY_NAME = {p.name: p for p in PROFILES}
 #: Provider aliases whose suffix is a version digit, which prefix matching deliberately refuses.
 _ALIASES = {"claude-opus-4-0": "claude-opus-4", "claude-sonnet-4-0": "claude-sonnet-4"}
 
-# Routing prefixes: "anthropic/claude-...", Gemini's "models/gemini-...", Bedrock's
-# "us.anthropic.claude-...".
+# Routing prefixes: "anthropic/claude-...", Gemini's "models/gemini-...", Bedrock's "us.anthropic.claude-...".
 _PREFIX = re.compile(r"^(?:[\w.-]+/)+|^(?:(?:us|eu|apac|global)\.)?(?:anthropic|openai|google)\.")
-# Version tails: dates (-20251101, -2024-08-06, @20251101), Bedrock's -v1:0, -latest.
-# and OpenAI's old -0613 style.
+# Version tails: dates (-20251101, -2024-08-06, @20251101), Bedrock's -v1:0, -latest, OpenAI's -0613.
 _TAIL = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2}|-\d{4}|-v\d+(?::\d+)?|-latest)+$")
 _ONE_M = "[1m]"  # Claude Code's marker for a session run with the 1M-token window
 
@@ -103,13 +92,14 @@ def _normalize(model: str) -> str:
     return _TAIL.sub("", name)
 
 
-def find_profile(model: str) -> ModelProfile | None:
-    """The profile of a model id as logs write it, or None. Accepts dated ids and provider prefixes.
+def _extends(name: str, candidate: str) -> bool:
+    rest = name[len(candidate) :]
+    return name.startswith(candidate) and len(rest) >= 2 and rest[0] == "-" and not rest[1].isdigit()
 
-    An id matches a profile exactly after normalisation, or when it extends a profile's name with a
-    dash and a non-digit ("gpt-4o-mini-tts" -> gpt-4o-mini); a digit or a dot after the name is a
-    different version ("claude-opus-4-7" is not claude-opus-4) and does not match.
-    """
+
+def find_profile(model: str) -> ModelProfile | None:
+    """The profile of a model id as logs write it (dated, prefixed), or None. Beyond an exact match, an id
+    may extend a name with a dash and a non-digit ("gpt-4o-mini-tts"); "claude-opus-4-7" is another model."""
     text = model.strip().lower()
     one_m = text.endswith(_ONE_M)
     if one_m:
@@ -118,18 +108,8 @@ def find_profile(model: str) -> ModelProfile | None:
     name = _ALIASES.get(name, name)
     profile = _BY_NAME.get(name)
     if profile is None:
-        best = ""
-        for candidate in _BY_NAME:
-            rest = name[len(candidate) :]
-            if (
-                name.startswith(candidate)
-                and len(rest) >= 2
-                and rest[0] == "-"
-                and not rest[1].isdigit()
-                and len(candidate) > len(best)
-            ):
-                best = candidate
-        profile = _BY_NAME.get(best) if best else None
+        longer = [c for c in _BY_NAME if _extends(name, c)]
+        profile = _BY_NAME[max(longer, key=len)] if longer else None
     if profile is not None and one_m and profile.provider == _A and profile.window < 1_000_000:
         profile = dataclasses.replace(
             profile, name=profile.name + _ONE_M, window=1_000_000, note="1M window (context-1m beta)"
@@ -149,11 +129,8 @@ def get_profile(model: str | None = None) -> ModelProfile:
 
 
 def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
-    """The context window to measure against, and the model it belongs to.
-
-    An explicit ``window`` wins (with ``model`` still validated and named when given); otherwise the
-    window of ``model``, or of :data:`DEFAULT_MODEL` when neither is given.
-    """
+    """The context window to measure against and its model: an explicit ``window`` wins (``model`` is still
+    validated), else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
     if window is not None and window <= 0:
         raise UsageError(f"the context window must be a positive number of tokens, not {window}")
     if model is None:
@@ -164,9 +141,8 @@ def resolve_window(*, model: str | None = None, window: int | None = None) -> tu
 
 @dataclass(frozen=True, slots=True)
 class WindowChoice:
-    """The window a log is measured against, the model it belongs to, and where it came from:
-    ``flag`` (--window/--model), ``log`` (the window the log records), ``log model`` (the profile of the
-    model the log records) or ``default``."""
+    """The window a log is measured against, its model, and its source: ``flag``, ``log`` (recorded),
+    ``log model`` (the recorded model's profile) or ``default``."""
 
     window: int
     model: str | None
@@ -189,15 +165,3 @@ def window_for_log(
         return WindowChoice(profile.window, recorded_model, "log model")
     win, name = resolve_window()
     return WindowChoice(win, name, "default")
-
-
-__all__ = [
-    "DEFAULT_MODEL",
-    "PROFILES",
-    "ModelProfile",
-    "WindowChoice",
-    "find_profile",
-    "get_profile",
-    "resolve_window",
-    "window_for_log",
-]

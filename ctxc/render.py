@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -12,16 +14,17 @@ from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
+from ctxc.terminal import UNWRAPPED
+
+
+def _fields(obj: Any, names: str) -> dict[str, Any]:
+    """``{name: obj.name}`` for the space-separated ``names``, in that order."""
+    return {name: getattr(obj, name) for name in names.split()}
 
 
 def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "path": a.path,
-        "format": a.format,
-        "tokenizer": a.tokenizer,
-        "model": a.model,
-        "window": a.window,
-        "window_source": a.window_source,
+        **_fields(a, "path format tokenizer model window window_source"),
         "thresholds": list(a.thresholds),
         "total_tokens": a.total_tokens,
         "context_tokens": a.max_context,
@@ -39,26 +42,14 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
         "history": {"messages": a.history_messages, "tokens": a.history_tokens},
         "sidechains": {"messages": a.side_messages, "tokens": a.side_tokens},
         "abandoned_branches": {"messages": a.branch_messages, "tokens": a.branch_tokens},
-        "by_role": a.by_role,
-        "by_kind": a.by_kind,
-        "by_tool": a.by_tool,
+        **_fields(a, "by_role by_kind by_tool"),
         "largest": [_stat(s) for s in a.largest],
         "recorded_usage": asdict(a.usage) if a.usage else None,
         "boundaries": [
-            {
-                "kind": b.kind,
-                "line": b.line,
-                "trigger": b.trigger,
-                "pre_tokens": b.pre_tokens,
-                "resets": b.resets,
-                "carried_tokens": b.carried_tokens,
-            }
+            _fields(b, "kind line trigger pre_tokens resets carried_tokens")
             for b in compactions(a.boundaries)
         ],
-        "problems": [
-            {"code": p.code, "line": p.line, "index": p.index, "tool_id": p.tool_id, "message": p.message}
-            for p in a.problems
-        ],
+        "problems": [_fields(p, "code line index tool_id message") for p in a.problems],
         "skipped_lines": a.skipped_lines,
     }
     if a.versus_o200k is not None:
@@ -81,17 +72,8 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
 
 def _stat(s: MessageStat) -> dict[str, Any]:
     return {
-        "index": s.index,
-        "line": s.line,
-        "conversation": s.conversation,
-        "role": s.role,
-        "kind": s.kind,
-        "tool": s.tool,
-        "tokens": s.tokens,
-        "cumulative": s.cumulative,
+        **_fields(s, "index line conversation role kind tool tokens cumulative share stage live"),
         "share": round(s.share, 6),
-        "stage": s.stage,
-        "live": s.live,
     }
 
 
@@ -112,102 +94,61 @@ CSV_COLUMNS = (
 
 def analyses_to_csv(items: Sequence[Analysis]) -> str:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for a in items:
-        for s in a.messages:
-            writer.writerow(
-                (
-                    a.path,
-                    s.conversation,
-                    s.index,
-                    s.line,
-                    s.role,
-                    s.kind,
-                    s.tool or "",
-                    s.tokens,
-                    s.cumulative,
-                    f"{s.share:.6f}",
-                    s.stage,
-                )
-            )
+    writer = csv.DictWriter(buf, CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(
+        {**s._asdict(), "path": a.path, "tool": s.tool or "", "share": f"{s.share:.6f}"}
+        for a in items
+        for s in a.messages
+    )
     return buf.getvalue()
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
+_STAGE_STYLES = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}
+_SOURCES = {
+    "log": ", recorded in the log",
+    "log model": ", the log's model",
+    "default": "; no model in the log: the default",
+}
+
+
+def _head(a: Analysis, what: str) -> Any:
+    from rich.text import Text
+
+    head = Text()
+    head.append(a.path, style="bold")
+    head.append(f"  {a.format}  ·  {what}")
+    return head
+
+
+def _stage_line(a: Analysis, window: str, note: str = "") -> Any:
+    """``N tokens`` + ``window`` + share and stage (in its colour) + ``note``."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(f"{a.max_context:,} tokens", style="bold")
+    line.append(window)
+    line.append(f"  {a.share * 100:.1f}%  ")
+    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=_STAGE_STYLES[a.stage])
+    line.append(note)
+    return line
 
 
 def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     """Rich renderables for one file (imported lazily: rich is only needed for tables)."""
-    from rich.table import Table
     from rich.text import Text
 
-    from ctxc.cli.options import cells
-
-    out: list[Any] = []
-    head = Text()
-    head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  {a.live_messages} messages in context")
-    if a.conversations > 1:
-        head.append(f" in {a.conversations} conversations")
-    head.append(f"  ·  {a.tokenizer}")
-    out.append(head)
-    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
-    line = Text()
-    line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(f" of a {a.window:,} window" + (f" ({a.model}" if a.model else " (") + _source(a) + ")")
-    line.append(f"  {_pct(a.share)}  ")
-    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
-    if a.conversations > 1:
-        line.append(f"  (largest conversation; {a.total_tokens:,} tokens in all)")
-    out.append(line)
-    out.extend(_apart_lines(a))
-
-    groups = []
-    for name, items in (("role", a.by_role), ("kind", a.by_kind), ("tool", a.by_tool)):
-        if not items:
-            continue
-        group = Table(box=None, pad_edge=False, show_edge=False)
-        group.add_column(f"by {name}", style="bold")
-        group.add_column("tokens", justify="right")
-        for key, tokens in list(items.items())[: 8 if name == "tool" else None]:
-            group.add_row(*cells(key, f"{tokens:,}"))
-        groups.append(group)
-    out.append(SideBySide(*groups))
-
-    rows = a.messages if show_messages else a.largest
-    table = Table(
-        title="messages" if show_messages else f"largest {len(rows)} messages", title_justify="left"
+    several = a.conversations > 1
+    what = f"{a.live_messages} messages in context" + (
+        f" in {a.conversations} conversations" if several else ""
     )
-    for col, just in (
-        ("#", "right"),
-        ("line", "right"),
-        ("role", "left"),
-        ("kind", "left"),
-        ("tool", "left"),
-        ("tokens", "right"),
-        ("cumulative", "right"),
-        ("window", "right"),
-        ("stage", "right"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for s in rows:
-        table.add_row(
-            *cells(
-                str(s.index),
-                str(s.line),
-                s.role,
-                s.kind,
-                s.tool or "",
-                f"{s.tokens:,}",
-                f"{s.cumulative:,}",
-                _pct(s.share),
-                str(s.stage),
-            )
-        )
-    out.append(Fitted(table, optional=("stage", "line", "window")))
-
+    out: list[Any] = [_head(a, f"{what}  ·  {a.tokenizer}")]
+    model = f" ({a.model}" if a.model else " ("
+    note = f"  (largest conversation; {a.total_tokens:,} tokens in all)" if several else ""
+    out.append(_stage_line(a, f" of a {a.window:,} window{model}{_SOURCES.get(a.window_source, '')})", note))
+    out.extend(_apart_lines(a))
+    out.append(SideBySide(*_group_tables(a)))
+    out.append(_message_table(a, show_messages))
     if a.usage:
         u = a.usage
         usage = Text()
@@ -215,10 +156,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         usage.append(
             f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
             f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
-            f"output {u.output:,}"
+            f"output {u.output:,}" + (f", window {u.window:,}" if u.window else "")
         )
-        if u.window:
-            usage.append(f", window {u.window:,}")
         out.append(usage)
         if u.cost is not None:
             out.append(Text(cost_line(u.cost)))
@@ -227,12 +166,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         claude, o200k, ratio = a.versus_o200k
         out.append(Text(f"{a.tokenizer}: {claude:,} tokens vs o200k_base {o200k:,}: ratio {ratio:.3f}"))
     if a.forecast:
-        fc = Table(title="forecast at this window", title_justify="left")
-        for col in ("stage", "strategies", "could remove", "adaptive plan removes"):
-            fc.add_column(col, justify="left" if col == "strategies" else "right")
-        for f in a.forecast:
-            fc.add_row(*cells(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}"))
-        out.append(Fitted(fc, keys=1))
+        out.append(_forecast_table(a))
     if a.problems:
         from ctxc.terminal import visible
 
@@ -244,43 +178,85 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     return out
 
 
-def _source(a: Analysis) -> str:
-    return {
-        "log": ", recorded in the log",
-        "log model": ", the log's model",
-        "default": "; no model in the log: the default",
-    }.get(a.window_source, "")
+def _group_tables(a: Analysis) -> list[Any]:
+    """Tokens by role, by kind and by tool (the eight largest tools), a small table each."""
+    from rich.table import Table
+
+    from ctxc.cli.options import cells
+
+    groups = []
+    for name, items in (("role", a.by_role), ("kind", a.by_kind), ("tool", a.by_tool)):
+        if items:
+            group = Table(box=None, pad_edge=False, show_edge=False)
+            group.add_column(f"by {name}", style="bold")
+            group.add_column("tokens", justify="right")
+            for key, tokens in list(items.items())[: 8 if name == "tool" else None]:
+                group.add_row(*cells(key, f"{tokens:,}"))
+            groups.append(group)
+    return groups
+
+
+def _message_table(a: Analysis, show_messages: bool) -> Any:
+    from rich.table import Table
+
+    from ctxc.cli.options import cells
+
+    rows = a.messages if show_messages else a.largest
+    title = "messages" if show_messages else f"largest {len(rows)} messages"
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage"):
+        table.add_column(col, justify="left" if col in ("role", "kind", "tool") else "right")
+    for s in rows:
+        table.add_row(
+            *cells(
+                str(s.index),
+                str(s.line),
+                s.role,
+                s.kind,
+                s.tool or "",
+                f"{s.tokens:,}",
+                f"{s.cumulative:,}",
+                f"{s.share * 100:.1f}%",
+                str(s.stage),
+            )
+        )
+    return Fitted(table, optional=("stage", "line", "window"))
+
+
+def _forecast_table(a: Analysis) -> Any:
+    from rich.table import Table
+
+    from ctxc.cli.options import cells
+
+    table = Table(title="forecast at this window", title_justify="left")
+    for col in ("stage", "strategies", "could remove", "adaptive plan removes"):
+        table.add_column(col, justify="left" if col == "strategies" else "right")
+    for f in a.forecast:
+        table.add_row(*cells(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}"))
+    return Fitted(table, keys=1)
 
 
 def _apart_lines(a: Analysis) -> list[Any]:
     """What the client no longer sends: the history before the log's own compaction, and sidechains."""
     from rich.text import Text
 
-    out: list[Any] = []
+    lines = []
     if a.live_from_line is not None:
-        text = (
+        carried = f" (its record carries {a.carried_tokens:,} tokens into it)" if a.carried_tokens else ""
+        lines.append(
             f"{a.history_messages:,} messages, {a.history_tokens:,} tokens before the log's own compaction "
-            f"at line {a.live_from_line}; not in context"
+            f"at line {a.live_from_line}; not in context{carried}"
         )
-        if a.carried_tokens:
-            text += f" (its record carries {a.carried_tokens:,} tokens into it)"
-        out.append(Text(text, style="dim"))
     if a.side_messages:
-        out.append(
-            Text(
-                f"{a.side_messages:,} messages, {a.side_tokens:,} tokens in subagent runs; not in context",
-                style="dim",
-            )
+        lines.append(
+            f"{a.side_messages:,} messages, {a.side_tokens:,} tokens in subagent runs; not in context"
         )
     if a.branch_messages:
-        out.append(
-            Text(
-                f"{a.branch_messages:,} messages, {a.branch_tokens:,} tokens on abandoned branches "
-                "(a rewind, an edited prompt); not in context",
-                style="dim",
-            )
+        lines.append(
+            f"{a.branch_messages:,} messages, {a.branch_tokens:,} tokens on abandoned branches "
+            "(a rewind, an edited prompt); not in context"
         )
-    return out
+    return [Text(line, style="dim") for line in lines]
 
 
 def boundary_lines(a: Analysis) -> list[Any]:
@@ -290,35 +266,24 @@ def boundary_lines(a: Analysis) -> list[Any]:
     out: list[Any] = []
     for b in compactions(a.boundaries):
         t = Text("compaction in log: ", style="bold")
+        trigger = f" ({b.trigger})" if b.trigger else ""
         t.append(
-            f"line {b.line} {b.kind}"
-            + (f" ({b.trigger})" if b.trigger else "")
-            + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
+            f"line {b.line} {b.kind}{trigger}" + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
         )
         out.append(t)
     return out
 
 
-# ------------------------------------------------------------------------------------ fitting tables
-#
-# rich shrinks a table that is too wide by cutting the widest columns, whatever they hold: at 80
-# columns "assistant" became "assista…". print_table decides the widths itself so that a value is never
-# cut: the natural widths when they fit; else each column at least as wide as its longest word, the
-# room left shared out; else fewer columns (those the caller marks optional), the columns in groups
-# that each repeat the key columns, and at last one record per row.
+# Fitting tables. rich shrinks a table that is too wide by cutting its widest columns ("assista…");
+# Fitted sets the widths so no value is cut: natural widths, else each column at least its longest
+# word, else fewer columns, else column groups that repeat the keys, at last one record per row.
 
-#: A column of free text (``fold``) may be narrower than its longest word (a path, a line of code):
-#: such a word is folded onto the next line, all of it shown.
+#: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
 _FOLD_MIN = 16
 
 
 def print_table(
-    console: Any,
-    table: Any,
-    *,
-    optional: Sequence[str] = (),
-    keys: int = 0,
-    fold: Sequence[str] = (),
+    console: Any, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
 ) -> None:
     """Print a rich ``table`` with every value whole within the console's width (see :class:`Fitted`)."""
     console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
@@ -329,13 +294,9 @@ class Late:
     as quietly as it began, a long one still says what it is doing."""
 
     def __init__(self, inner: Any, delay: float = 1.0) -> None:
-        import time
-
         self.inner, self.delay, self.start = inner, delay, time.monotonic()
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        import time
-
         if time.monotonic() - self.start >= self.delay:
             yield self.inner
 
@@ -349,8 +310,6 @@ class SideBySide:
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.measure import Measurement
         from rich.table import Table
-
-        from ctxc.terminal import UNWRAPPED
 
         grid = Table.grid(padding=(0, 3))
         grid.add_row(*self.tables)
@@ -442,8 +401,6 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
 
 def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
-    import copy
-
     sub = copy.copy(table)
     sub.columns = []
     for index, number in enumerate(shown):
@@ -512,31 +469,19 @@ def render_usage(a: Analysis) -> list[Any]:
     """Rich renderables for a usage-only analysis (there are no messages to tabulate)."""
     from rich.text import Text
 
-    from ctxc.render import boundary_lines
-    from ctxc.stages import STAGE_NAMES
-
     u = a.usage
-    head = Text()
-    head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  recorded usage")
-    out: list[Any] = [head]
+    out: list[Any] = [_head(a, "recorded usage")]
     if u is None:
         return out
-    stage_style = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}[a.stage]
-    line = Text()
-    line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(" largest context" + f" of a {a.window:,} window" + (f" ({a.model})" if a.model else ""))
-    line.append(f"  {a.share * 100:.1f}%  ")
-    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=stage_style)
-    out.append(line)
+    model = f" ({a.model})" if a.model else ""
+    out.append(_stage_line(a, f" largest context of a {a.window:,} window{model}"))
     body = Text()
     body.append(f"{u.calls:,} API calls", style="bold")
     body.append(
         f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
         f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
+        + (f"; recorded window {u.window:,}" if u.window else "")
     )
-    if u.window:
-        body.append(f"; recorded window {u.window:,}")
     out.append(body)
     if u.cost is not None:
         out.append(Text(cost_line(u.cost)))

@@ -1,13 +1,7 @@
 """Make a conversation valid for the API it targets, changing as little as possible.
 
-Orphan tool results (their call is gone) are removed; calls left unanswered get an explicit
-"no result recorded" result placed right after their turn, in the dialect the conversation already
-uses (a ``tool`` message per call for OpenAI-like logs, one user message of tool_result blocks for
-Anthropic-like ones). Compaction runs this as its last step; ``ctxc repair`` runs it on its own.
-
-Ids are fixed first: a call that reuses an earlier call's id gets a new one (``<id>-2``), and the
-results that answer it follow; ids the reader made up for calls and results the file gave none are
-written; tool blocks with no usable id at all are dropped (the original stays in the archive).
+Reused or missing call ids are fixed first; then orphan results are removed and unanswered calls get a
+"no result recorded" result right after their turn, in the conversation's own dialect.
 """
 
 from __future__ import annotations
@@ -17,23 +11,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxc.model import MISSING_IDS, Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
-from ctxc.validate import Problem, pairing_problems
+from ctxc.validate import TOOL_BLOCK_TYPES, Problem, pairing_problems
 
 #: The problems :func:`_fix_ids` removes before pairing is repaired.
 _ID_PROBLEMS = frozenset({"duplicate_call", "missing_id"})
-_TOOL_TYPES = frozenset({"tool_use", "tool_result"})
 
 NO_RESULT = "[ctxc] no result was recorded for this tool call"
-
-
-def uses_tool_role(messages: Sequence[Message], default: bool = False) -> bool:
-    """Whether results travel as role ``tool`` messages (OpenAI, Codex) rather than in user messages."""
-    for m in messages:
-        if m.role == "tool":
-            return True
-        if m.role == "user" and any(isinstance(b, ToolResultBlock) for b in m.blocks):
-            return False
-    return default
 
 
 def _carries_results(m: Message) -> bool:
@@ -47,16 +30,17 @@ def repair_messages(
     found = pairing_problems(messages, strict=True)
     if not found:
         return tuple(messages), ()
+    problems = found
     if any(p.code in _ID_PROBLEMS for p in found):
         messages = _fix_ids(messages)
         problems = pairing_problems(messages, strict=True)
-    else:
-        problems = found
-    use_tool_role = uses_tool_role(messages) if tool_role is None else tool_role
+    if tool_role is None:  # results as role ``tool`` messages (OpenAI, Codex), or in user messages
+        tool_role = next((m.role == "tool" for m in messages if _carries_results(m)), False)
     drop_results = {(p.conversation, p.index, p.tool_id) for p in problems if p.code != "unanswered_call"}
-    unanswered = {(p.conversation, p.tool_id) for p in problems if p.code == "unanswered_call"}
     # Results that were not adjacent are dropped too, so their calls need answering again.
-    relocated = {(p.conversation, p.tool_id) for p in problems if p.code == "result_not_adjacent"}
+    answer = {
+        (p.conversation, p.tool_id) for p in problems if p.code in ("unanswered_call", "result_not_adjacent")
+    }
     out: list[Message] = []
     pending: list[tuple[int, ToolUseBlock]] = []  # calls of the current assistant turn still to answer
 
@@ -64,17 +48,11 @@ def repair_messages(
         if not pending:
             return
         conv = pending[0][0]
-        results = [
-            ToolResultBlock(tool_use_id=b.id, text=NO_RESULT, is_error=True, name=b.name) for _, b in pending
-        ]
-        if use_tool_role:
-            out.extend(
-                Message(role="tool", blocks=(r,), conversation=conv, meta={"ctxc": "repair"}) for r in results
-            )
+        results = [ToolResultBlock(b.id, text=NO_RESULT, is_error=True, name=b.name) for _, b in pending]
+        if tool_role:
+            out.extend(Message("tool", (r,), conversation=conv, meta={"ctxc": "repair"}) for r in results)
         else:
-            out.append(
-                Message(role="user", blocks=tuple(results), conversation=conv, meta={"ctxc": "repair"})
-            )
+            out.append(Message("user", tuple(results), conversation=conv, meta={"ctxc": "repair"}))
         pending.clear()
 
     prev: Message | None = None
@@ -102,8 +80,7 @@ def repair_messages(
             pending.extend(
                 (m.conversation, b)
                 for b in m.blocks
-                if isinstance(b, ToolUseBlock)
-                and ((m.conversation, b.id) in unanswered or (m.conversation, b.id) in relocated)
+                if isinstance(b, ToolUseBlock) and (m.conversation, b.id) in answer
             )
         prev = m
     flush()
@@ -114,12 +91,9 @@ def _fix_ids(messages: Sequence[Message]) -> list[Message]:
     """Messages whose calls all have ids of their own, written in the file (see the module doc)."""
     taken: dict[int, set[str]] = defaultdict(set)  # every id a conversation uses, to make new ones
     for m in messages:
-        for b in m.blocks:
-            if isinstance(b, ToolUseBlock):
-                taken[m.conversation].add(b.id)
+        taken[m.conversation].update(b.id for b in m.blocks if isinstance(b, ToolUseBlock))
     seen: dict[int, set[str]] = defaultdict(set)
-    # Per conversation and id as read: the (new) ids of calls still to be answered, in call order,
-    # and the id the latest call took.
+    # Per conversation and id as read: the new ids of calls still to answer (in call order), and the latest.
     waiting: dict[tuple[int, str], list[str]] = defaultdict(list)
     latest: dict[tuple[int, str], str] = {}
     out: list[Message] = []
@@ -128,7 +102,7 @@ def _fix_ids(messages: Sequence[Message]) -> list[Message]:
         blocks: list[Block] = []
         for block in m.blocks:
             b = block
-            if isinstance(b, UnknownBlock) and b.type in _TOOL_TYPES:
+            if isinstance(b, UnknownBlock) and b.type in TOOL_BLOCK_TYPES:
                 continue  # a call or result without a usable id: nothing can pair with it
             if isinstance(b, ToolUseBlock) and m.role == "assistant":
                 read_id = b.id
@@ -147,9 +121,7 @@ def _fix_ids(messages: Sequence[Message]) -> list[Message]:
                 if target != b.tool_use_id:
                     b = replace(b, tool_use_id=target)
             blocks.append(b)
-        meta = m.meta
-        if MISSING_IDS in meta:
-            meta = {k: v for k, v in meta.items() if k != MISSING_IDS}
+        meta = {k: v for k, v in m.meta.items() if k != MISSING_IDS} if MISSING_IDS in m.meta else m.meta
         same = len(blocks) == len(m.blocks) and all(x is y for x, y in zip(blocks, m.blocks, strict=True))
         if same and meta is m.meta:
             out.append(m)

@@ -1,13 +1,10 @@
-"""What an analysis reports (:class:`Analysis`), and the scan of a file it is computed from.
-
-The types sit below :mod:`ctxc.analysis` so that the analysis cache (:mod:`ctxc.scancache`), the
-recorded-usage reader (:mod:`ctxc.usage_scan`) and the renderers share them without importing it.
-"""
+"""What an analysis reports (:class:`Analysis`) and the scan of a file it is computed from: below
+:mod:`ctxc.analysis`, so the scan cache, the recorded-usage reader and the renderers share them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ctxc.live import LiveContext, scanned_live_context
@@ -17,11 +14,8 @@ from ctxc.validate import Problem
 
 
 class MessageStat(NamedTuple):
-    """One message's row of an analysis.
-
-    A named tuple rather than a frozen dataclass like the rest: an analysis makes one per message,
-    and a tuple is several times quicker to make (a cached run over a large log is mostly this).
-    """
+    """One message's row of an analysis: a named tuple, quicker to make than a dataclass (one per
+    message, and a cached run over a large log is mostly making them)."""
 
     index: int  # type: ignore[assignment]  # hides tuple.index(), which a row has no use for
     line: int
@@ -73,7 +67,7 @@ class Analysis:
     boundaries: tuple[Boundary, ...]
     problems: tuple[Problem, ...] = ()
     skipped_lines: int = 0
-    max_context: int = field(default=0)
+    max_context: int = 0
     #: Per-stage forecast (:class:`ctxc.compaction.forecast.StageForecast`), when asked for.
     forecast: tuple[Any, ...] = ()
     #: With ``--tokenizer anthropic``: (Claude's total, o200k's total, their ratio) on the same file.
@@ -82,8 +76,7 @@ class Analysis:
     window_source: str = "flag"
     #: The live context's start: the line of the log's own last compaction, None when it has none.
     live_from_line: int | None = None
-    #: Messages and tokens the client no longer sends: before the log's own compaction, and subagent
-    #: runs written inline (sidechains).
+    #: What the client no longer sends: before the log's own compaction, and inline subagent runs.
     history_messages: int = 0
     history_tokens: int = 0
     side_messages: int = 0
@@ -110,11 +103,8 @@ Row = tuple[int, int, str, str, str | None, int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """What reading and counting a file yields, before any window or threshold is applied.
-
-    This is what the analysis cache stores: it depends only on the file's bytes, the tokenizer and the
-    read options, so the same scan serves any ``--window``, ``--model`` or ``--thresholds``.
-    """
+    """What reading and counting a file yields, before a window or thresholds apply: what the cache
+    stores, as it depends only on the file's bytes, the tokenizer and the read options."""
 
     path: str
     format: str
@@ -133,8 +123,7 @@ class Scan:
 
 
 def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) -> UsageSummary | None:
-    """Calls, token sums, the largest and last context, and the cost of some recorded usage (at
-    ``prices``, else the shipped table with ``$CTXC_PRICES``)."""
+    """Calls, token sums, largest and last context, and cost (at ``prices``, else the shipped table)."""
     if not usage:
         return None
     windows = [u.window for u in usage if u.window]
@@ -149,6 +138,3 @@ def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) ->
         window=windows[-1] if windows else None,
         cost=price_usage(usage, prices or default_prices()),
     )
-
-
-__all__ = ["Analysis", "MessageStat", "Row", "Scan", "UsageSummary", "summarize_usage"]

@@ -1,8 +1,5 @@
-"""Compaction stages: the window shares where each begins, their names, and the stage of a share.
-
-The one home of the thresholds: analysis, the adaptive strategy, the agent loop and the CLI defaults
-all read them from here (the adaptive pipeline's stages, see :mod:`ctxc.compaction.adaptive`).
-"""
+"""Compaction stages: the window shares where each begins, their names, and the stage of a share (the
+one home of the thresholds)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ STAGE_NAMES = {
 
 
 def stage_for(share: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
-    """The stage (1-5) a context filled to ``share`` of the window is in (thresholds ascending, as
-    :func:`check_thresholds` makes them)."""
+    """The stage (1-5) a context filled to ``share`` of the window is in (thresholds ascending)."""
     return bisect_right(thresholds, share) + 1
 
 
@@ -40,6 +36,3 @@ def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, 
     ):
         raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")
     return (thresholds[0], thresholds[1], thresholds[2], thresholds[3])
-
-
-__all__ = ["DEFAULT_THRESHOLDS", "DEFAULT_THRESHOLDS_TEXT", "STAGE_NAMES", "check_thresholds", "stage_for"]

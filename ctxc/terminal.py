@@ -1,11 +1,5 @@
-"""Showing untrusted text on a terminal: control characters made visible, never obeyed.
-
-Transcripts hold whatever tools printed and users pasted, and file names can hold anything but ``/``.
-An escape sequence in them, printed raw, would retitle the window, clear the screen or write the
-clipboard (OSC 52). Every human-readable output (tables, ``show`` text, progress and error lines,
-warnings) goes through :func:`visible`; machine outputs (``--format json``, ``csv``, ``raw``, compacted
-and restored transcripts) are written byte for byte.
-"""
+"""Untrusted text on a terminal: control characters made visible, never obeyed (an escape sequence could
+retitle the window or write the clipboard). Machine outputs are written byte for byte."""
 
 from __future__ import annotations
 
@@ -13,12 +7,10 @@ import re
 import sys
 from typing import Any
 
-#: C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F: a terminal may read
-#: U+009B as CSI, the same as ESC [).
+#: C0 controls but tab and newline, DEL, and C1 controls (a terminal may read U+009B as CSI).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
-#: The width of a console that is not a terminal: a pipe or a file has no width, and its lines are never
-#: wrapped (grep and awk read one record a line).
+#: The width of a console off a terminal: lines to a pipe or file are never wrapped (one record a line).
 UNWRAPPED = 1 << 16
 
 
@@ -27,10 +19,8 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character written as a Python-style escape: ESC as ``\\x1b``, BEL
-    as ``\\x07``, CSI as ``\\x9b``. Tab and newline stay (multi-line text keeps its shape), and so does
-    the carriage return of a CRLF line end; a lone carriage return, which could hide what came
-    before it on the line, shows as ``\\x0d``."""
+    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``); tab, newline and
+    a CRLF's carriage return stay, a lone carriage return (it could hide the line) shows as ``\\x0d``."""
     if _CONTROL.search(text) is None:
         return text
     if "\r\n" in text:
@@ -39,9 +29,8 @@ def visible(text: str) -> str:
 
 
 def visible_console(**options: Any) -> Any:
-    """A rich Console whose output shows control characters in the text it prints as :func:`visible`
-    does: the last line of defence for text that reached a renderable without going through it (rich
-    itself strips only BEL, backspace, VT, FF and CR). The styles rich adds are not touched."""
+    """A rich Console that shows control characters as :func:`visible` does (rich strips only a few): the
+    last defence for text that reached a renderable unescaped. Its own styles are untouched."""
     from rich.console import Console
     from rich.segment import Segment
 
@@ -69,8 +58,7 @@ def stderr_console() -> Any:
 
 
 def width_for(stream: Any) -> dict[str, Any]:
-    """A console's width option for ``stream``: the terminal's own, and :data:`UNWRAPPED` for a pipe or
-    a file (a line is never wrapped there, so grep and awk see one record a line)."""
+    """A console's width option for ``stream``: the terminal's own, else :data:`UNWRAPPED`."""
     try:
         terminal = stream is not None and stream.isatty()
     except ValueError:  # a closed stream

@@ -1,16 +1,7 @@
 """Tool-call pairing and role checks over the model, independent of any file format.
 
-Two strengths of check exist because they answer different questions. ``loose`` asks whether every result
-answers *some* earlier call (what a log of a real session should satisfy, and what analyze reports).
-``strict`` asks whether an API would accept the messages as a request: each result in the message
-right after its call, every call answered there (Anthropic's rule; OpenAI's ``tool`` messages must
-follow their ``tool_calls`` directly). Compaction output must pass ``strict``. A call its adapter
-marked ``terminal`` (it ends the agent's run) awaits no result in either.
-
-Both check the ids themselves too: an API rejects a request where two calls share an id
-(``duplicate_call``), or where a call or result has none (``missing_id``: the file's id is null or
-absent; the reader listed the id it made up in the message's ``meta["missing_ids"]``, or could not
-read the block as a call or result at all).
+``loose``: every result answers some earlier call (a real log). ``strict``: an API would accept it, each
+result right after its call's turn (compaction output). Both report reused and missing ids.
 """
 
 from __future__ import annotations
@@ -33,9 +24,8 @@ ProblemCode = Literal[
     "missing_id",
 ]
 
-#: Block types of an API's tool traffic: an unknown block of one of these is a call or result without
-#: a usable id.
-_TOOL_TYPES = frozenset({"tool_use", "tool_result"})
+#: Block types of an API's tool traffic: an unknown block of one is a call or result without a usable id.
+TOOL_BLOCK_TYPES = frozenset({"tool_use", "tool_result"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +41,10 @@ class Problem:
         return f"line {self.line} (message {self.index}): {self.message}"
 
 
+def _problem(code: ProblemCode, message: str, m: Message, tool_id: str = "") -> Problem:
+    return Problem(code, message, m.line, m.index, tool_id, m.conversation)
+
+
 def pairing_problems(messages: Iterable[Message], *, strict: bool = False) -> list[Problem]:
     """Every pairing problem, in message order. See the module docstring for ``strict``."""
     pairing = Pairing(strict=strict)
@@ -60,8 +54,8 @@ def pairing_problems(messages: Iterable[Message], *, strict: bool = False) -> li
 
 
 class Pairing:
-    """The pairing checks of :func:`pairing_problems`, fed one message at a time in file order, so that
-    a reader streaming a large file need keep no message: only the ids, lines and names of the calls."""
+    """The checks of :func:`pairing_problems` fed one message at a time, keeping only the calls' ids,
+    lines and names (a reader streaming a large file keeps no message)."""
 
     def __init__(self, *, strict: bool = False) -> None:
         self.strict = strict
@@ -92,11 +86,9 @@ class _Conversation:
         self.calls: dict[str, tuple[int, int, str]] = {}  # id -> line, index and name of its call
         self.answered: set[str] = set()
         self.reported: set[str] = set()  # calls already reported unanswered
-        # Calls the adapter marked terminal (they end the run): never reported unanswered.
-        self.terminal: set[str] = set()
-        # Calls of the latest assistant turn. Its results may come in any of the messages up to the
-        # next assistant turn: consecutive user or tool messages form one API message (Anthropic merges
-        # them, OpenAI sends one tool message per result).
+        self.terminal: set[str] = set()  # calls that end the run: never unanswered
+        # Calls of the latest assistant turn, answerable up to the next one: consecutive user or tool
+        # messages form one API message (Anthropic merges them, OpenAI sends one tool message per result).
         self.open_calls: set[str] = set()
         self.prev_role = ""
 
@@ -112,20 +104,14 @@ class _Conversation:
         return found
 
     def add(self, m: Message, strict: bool) -> None:
-        conv = self.number
-        problems = self.problems
-        calls = self.calls
+        problems, calls = self.problems, self.calls
         # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item).
         starts_turn = m.role == "assistant" and self.prev_role != "assistant"
         for tid in m.meta.get(MISSING_IDS, ()):
-            problems.append(
-                Problem("missing_id", "tool call or result without an id", m.line, m.index, tid, conv)
-            )
+            problems.append(_problem("missing_id", "tool call or result without an id", m, tid))
         for b in m.blocks:
-            if isinstance(b, UnknownBlock) and b.type in _TOOL_TYPES:
-                problems.append(
-                    Problem("missing_id", f"{b.type} block without a usable id", m.line, m.index, "", conv)
-                )
+            if isinstance(b, UnknownBlock) and b.type in TOOL_BLOCK_TYPES:
+                problems.append(_problem("missing_id", f"{b.type} block without a usable id", m))
         if starts_turn and strict:
             problems.extend(self.unanswered(self.open_calls, "has no result before the next assistant turn"))
         for b in m.blocks:
@@ -133,63 +119,36 @@ class _Conversation:
                 continue
             tid = b.tool_use_id
             if tid in self.answered and tid in calls:
-                problems.append(
-                    Problem(
-                        "duplicate_result", f"second result for tool call {tid!r}", m.line, m.index, tid, conv
-                    )
-                )
+                problems.append(_problem("duplicate_result", f"second result for tool call {tid!r}", m, tid))
             elif tid not in calls:
                 problems.append(
-                    Problem(
-                        "orphan_result",
-                        f"tool result {tid!r} answers no earlier tool call",
-                        m.line,
-                        m.index,
-                        tid,
-                        conv,
-                    )
+                    _problem("orphan_result", f"tool result {tid!r} answers no earlier tool call", m, tid)
                 )
             elif strict and tid not in self.open_calls:
-                problems.append(
-                    Problem(
-                        "result_not_adjacent",
-                        f"tool result {tid!r} does not follow its call's turn",
-                        m.line,
-                        m.index,
-                        tid,
-                        conv,
-                    )
-                )
+                why = f"tool result {tid!r} does not follow its call's turn"
+                problems.append(_problem("result_not_adjacent", why, m, tid))
             self.answered.add(tid)
         if m.role != "system":
             self.prev_role = m.role
         if starts_turn:
             self.open_calls = set()
-        if m.role == "assistant":
-            for b in m.blocks:
-                if isinstance(b, ToolUseBlock):
-                    if b.id in calls:
-                        first = calls[b.id][0]
-                        problems.append(
-                            Problem(
-                                "duplicate_call",
-                                f"tool call id {b.id!r} ({b.name}) was already used at line {first}",
-                                m.line,
-                                m.index,
-                                b.id,
-                                conv,
-                            )
-                        )
-                    # An id used again is a new call (replayed or redacted logs reuse ids): its
-                    # answer is still to come.
-                    calls[b.id] = (m.line, m.index, b.name)
-                    self.answered.discard(b.id)
-                    self.reported.discard(b.id)
-                    self.open_calls.add(b.id)
-                    if b.terminal:
-                        self.terminal.add(b.id)
-                    else:
-                        self.terminal.discard(b.id)
+        if m.role != "assistant":
+            return
+        for b in m.blocks:
+            if not isinstance(b, ToolUseBlock):
+                continue
+            if b.id in calls:
+                why = f"tool call id {b.id!r} ({b.name}) was already used at line {calls[b.id][0]}"
+                problems.append(_problem("duplicate_call", why, m, b.id))
+            # A reused id is a new call (replayed or redacted logs reuse ids): its answer is still to come.
+            calls[b.id] = (m.line, m.index, b.name)
+            self.answered.discard(b.id)
+            self.reported.discard(b.id)
+            self.open_calls.add(b.id)
+            if b.terminal:
+                self.terminal.add(b.id)
+            else:
+                self.terminal.discard(b.id)
 
 
 def role_problems(messages: Iterable[Message]) -> list[Problem]:
@@ -198,38 +157,14 @@ def role_problems(messages: Iterable[Message]) -> list[Problem]:
     for m in messages:
         for b in m.blocks:
             if isinstance(b, ToolResultBlock) and m.role not in ("user", "tool"):
-                problems.append(
-                    Problem(
-                        "result_outside_user_or_tool",
-                        f"tool result {b.tool_use_id!r} in a {m.role} message",
-                        m.line,
-                        m.index,
-                        b.tool_use_id,
-                        m.conversation,
-                    )
-                )
+                why = f"tool result {b.tool_use_id!r} in a {m.role} message"
+                problems.append(_problem("result_outside_user_or_tool", why, m, b.tool_use_id))
             elif isinstance(b, ToolUseBlock) and m.role != "assistant":
                 problems.append(
-                    Problem(
-                        "call_outside_assistant",
-                        f"tool call {b.id!r} in a {m.role} message",
-                        m.line,
-                        m.index,
-                        b.id,
-                        m.conversation,
-                    )
+                    _problem("call_outside_assistant", f"tool call {b.id!r} in a {m.role} message", m, b.id)
                 )
         if m.role == "tool" and not any(isinstance(b, ToolResultBlock) for b in m.blocks):
-            problems.append(
-                Problem(
-                    "tool_message_without_result",
-                    "tool message carries no tool result",
-                    m.line,
-                    m.index,
-                    "",
-                    m.conversation,
-                )
-            )
+            problems.append(_problem("tool_message_without_result", "tool message carries no tool result", m))
     return problems
 
 

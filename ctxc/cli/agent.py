@@ -7,25 +7,14 @@ that registering them costs nothing at start-up.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    ConversationOpt,
-    InputFormatOpt,
-    MaxLineOpt,
-    ModelOpt,
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    WindowOpt,
-    cells,
-    load_transcript,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli import options as opt
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 
@@ -54,36 +43,32 @@ COMPOSE_EPILOG = (
 )
 
 
-# ------------------------------------------------------------------------------------------- remind
-
-
 def remind_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
+    path: opt.PathArg,
     rules: Annotated[
         str, typer.Option("--rules", "-r", help="Reminder rules (TOML, [\\[reminder]] tables).")
     ],
-    model: ModelOpt = None,
-    window: WindowOpt = None,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    conversation: ConversationOpt = None,
-    fmt: TableOrJsonOpt = None,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
+    conversation: opt.ConversationOpt = None,
+    fmt: opt.TableOrJsonOpt = None,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Show where in a transcript each reminder rule would have fired."""
     from ctxc.agent import ContextManager
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.reminders import ReminderRules
     from ctxc.replay import replay
 
     rule_set = ReminderRules.load(rules)
-    transcript = load_transcript(path, input_format, skip_invalid, max_line_mb)
+    transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     manager = ContextManager(model=model, window=window, tokenizer=tokenizer, reminders=rule_set)
     r = replay(transcript, manager, conversation=conversation, compact=False)
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         doc = envelope(
             "remind",
             path=r.path,
@@ -96,25 +81,22 @@ def remind_command(
                 for u in rule_set.rules
             ],
             reminders=[
-                {
-                    "turn": t.turn,
-                    "index": t.index,
-                    "line": t.line,
-                    "tokens": t.tokens_before,
-                    "rule": x.rule,
-                    "trigger": x.trigger,
-                    "detail": x.detail,
-                }
+                {"turn": t.turn, "index": t.index, "line": t.line, "tokens": t.tokens_before}
+                | {"rule": x.rule, "trigger": x.trigger, "detail": x.detail}
                 for t, x in rows
             ],
         )
         write_stdout(dumps(doc))
         return
+    _print_reminders(r, rows, rule_set, fired)
+
+
+def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
     from rich.table import Table
 
     from ctxc.render import print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     console.print(
         f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  "
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
@@ -122,17 +104,16 @@ def remind_command(
     )
     table = Table("turn", "line", "context", "rule", "trigger", "why")
     for t, x in rows:
-        table.add_row(*cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail))
+        table.add_row(
+            *opt.cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail)
+        )
     print_table(console, table, optional=("line",), keys=1, fold=("why",))
     summary = Table("rule", "trigger", "fired", "max repeats")
     for rule in rule_set.rules:
         summary.add_row(
-            *cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
+            *opt.cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         )
     print_table(console, summary, keys=1, fold=("trigger",))
-
-
-# ------------------------------------------------------------------------------------------ compose
 
 
 def compose_command(
@@ -142,21 +123,16 @@ def compose_command(
     budget: Annotated[
         int | None, typer.Option("--budget", "-b", min=1, help="Token budget (default: no limit).")
     ] = None,
-    base: Annotated[
-        str | None, typer.Option("--base", help="An override prompt that replaces every section.")
-    ] = None,
-    fill: Annotated[
-        bool, typer.Option("--fill", help="Also keep lower-priority sections that still fit.")
-    ] = False,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
+    base: Annotated[str | None, typer.Option(help="An override prompt that replaces every section.")] = None,
+    fill: Annotated[bool, opt.flag("--fill", "Also keep lower-priority sections that still fit.")] = False,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: Annotated[
         ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
     ] = ComposeFormat.text,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.tokens import make_counter
 
     composer = PromptComposer.load(file)
@@ -172,22 +148,20 @@ def compose_command(
             base=result.base,
             prompt=result.prompt,
             sections=[
-                {
-                    "id": o.section.id,
-                    "priority": o.section.priority,
-                    "required": o.section.required,
-                    "tokens": o.tokens,
-                    "kept": o.kept,
-                    "reason": o.reason,
-                }
+                {"id": o.section.id, "priority": o.section.priority, "required": o.section.required}
+                | {"tokens": o.tokens, "kept": o.kept, "reason": o.reason}
                 for o in result.sections
             ],
         )
         write_stdout(dumps(doc))
     else:
         write_stdout(result.prompt + "\n")
-    if quiet:
-        return
+    if not quiet:
+        _print_sections(result, budget)
+
+
+def _print_sections(result: Any, budget: int | None) -> None:
+    """The sections kept and dropped, as a table on stderr (stdout holds the prompt)."""
     from rich.table import Table
 
     from ctxc.render import print_table
@@ -195,7 +169,7 @@ def compose_command(
     table = Table("section", "priority", "required", "tokens", "kept", title=None)
     for o in result.sections:
         table.add_row(
-            *cells(
+            *opt.cells(
                 o.section.id,
                 str(o.section.priority),
                 "yes" if o.section.required else "",
@@ -210,11 +184,7 @@ def compose_command(
         what = f"the override prompt replaced {len(result.sections)} section(s)"
     else:
         what = f"{len(result.kept)} section(s) kept, {len(result.dropped)} dropped"
-    err.print(
-        f"ctxc: {what}; {result.tokens:,} tokens{limit}",
-        markup=False,
-        soft_wrap=True,
-    )
+    err.print(f"ctxc: {what}; {result.tokens:,} tokens{limit}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

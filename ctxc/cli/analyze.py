@@ -3,103 +3,77 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
 
 from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    Commands,
-    FailFastOpt,
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    ModelOpt,
-    NoCacheOpt,
-    OutFormat,
-    PathsArg,
-    PricesOpt,
-    QuietOpt,
-    SkipInvalidOpt,
-    ThresholdsOpt,
-    WindowOpt,
-    parse_thresholds,
-    read_options,
-    stdout_console,
-)
+from ctxc.cli import options as opt
 from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
 
-commands = Commands()
-register = commands.register
+TokenizerOpt = Annotated[
+    str,
+    typer.Option(
+        help="o200k_base, cl100k_base, approx, anthropic (Claude's counts via the API), or usage "
+        "(the usage Claude Code and Codex logs recorded; no counting)."
+    ),
+]
+ForecastOpt = Annotated[
+    bool,
+    opt.flag("--forecast", "Also dry-run each adaptive stage: the tokens it would remove at this window."),
+]
 
-
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
-        "  ctxc analyze logs/ --format json > report.json\n\n"
-        "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
-        "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
-    )
+ANALYZE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
+    "  ctxc analyze logs/ --format json > report.json\n\n"
+    "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
+    "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
 )
+
+
 def analyze(
-    paths: PathsArg = None,
-    fmt: Annotated[
-        OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
-    ] = None,
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            help="o200k_base, cl100k_base, approx, anthropic (Claude's counts via the API), or usage "
-            "(the usage Claude Code and Codex logs recorded; no counting)."
-        ),
-    ] = "o200k_base",
-    model: ModelOpt = None,
-    window: WindowOpt = None,
-    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
+    paths: opt.PathsArg = None,
+    fmt: opt.OutFormatOpt = None,
+    tokenizer: TokenizerOpt = "o200k_base",
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
+    thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
     top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
-        bool, typer.Option("--messages", help="Table: list every message, not only the largest.")
+        bool, opt.flag("--messages", "Table: list every message, not only the largest.")
     ] = False,
-    no_cache: NoCacheOpt = False,
+    no_cache: opt.NoCacheOpt = False,
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="With --tokenizer anthropic: count requests in flight at once.")
     ] = 4,
-    prices: PricesOpt = None,
-    forecast: Annotated[
-        bool,
-        typer.Option(
-            "--forecast", help="Also dry-run each adaptive stage: the tokens it would remove at this window."
-        ),
-    ] = False,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    prices: opt.PricesOpt = None,
+    forecast: ForecastOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Report token usage per message and per file, and the compaction stage each file is in."""
-    from dataclasses import replace
-
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.pricing import default_prices
 
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
-    out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
     if prices:
         default_prices(prices)  # a bad table fails now, once, not in every worker
-    if tokenizer == "usage" and (out_fmt is OutFormat.csv or forecast):  # no messages, nothing counted
+    if tokenizer == "usage" and (out_fmt is opt.OutFormat.csv or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
-    if out_fmt is OutFormat.table:
-        # rich's table is a slow import: import it now, while the counting worker started with the
-        # command (ctxc.tokens.workers) is still building the encoding, not after the counts.
+    if out_fmt is opt.OutFormat.table:
+        # A slow import, made while the counting worker (ctxc.tokens.workers) builds its encoding.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
@@ -108,7 +82,7 @@ def analyze(
         use_cache=not no_cache,
         model=model,
         window=window,
-        thresholds=parse_thresholds(thresholds),
+        thresholds=opt.parse_thresholds(thresholds),
         input_format=input_format,
         read_options=options,
         top=top,
@@ -127,43 +101,42 @@ def analyze(
         tokens_of=lambda a: a.total_tokens,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
-
-    # A table states skipped lines and pairing problems itself: each warning is said once.
-    for a in results if out_fmt is not OutFormat.table else []:
-        if a.skipped_lines:
-            stderr_console().print(
-                f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)", markup=False, soft_wrap=True
-            )
-        if a.problems:
-            p = a.problems[0]
-            more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
-            stderr_console().print(
-                f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}", markup=False, soft_wrap=True
-            )
+    if out_fmt is not opt.OutFormat.table:  # a table states these itself: each warning is said once
+        _warn(results)
     if failed:
         raise typer.Exit(failed)
 
 
+def _warn(results: list[Any]) -> None:
+    """Skipped lines and the first pairing problem of each file, on stderr."""
+    for a in results:
+        if a.skipped_lines:
+            opt.note(f"ctxc: {a.path}: skipped {a.skipped_lines} invalid line(s)")
+        if a.problems:
+            p = a.problems[0]
+            more = f" (and {len(a.problems) - 1} more)" if len(a.problems) > 1 else ""
+            opt.note(f"ctxc: warning: {a.path}:{p.line}: {p.message}{more}")
+
+
 def _emit_analyses(
     results: list[Any],
-    out_fmt: OutFormat,
+    out_fmt: opt.OutFormat,
     show_messages: bool,
     *,
     errors: list[dict[str, Any]],
     exit_code: int,
 ) -> None:
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
 
-    if out_fmt is OutFormat.json:
+    if out_fmt is opt.OutFormat.json:
         doc = envelope(
             "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
         )
         write_stdout(dumps(doc))
-    elif out_fmt is OutFormat.csv:
+    elif out_fmt is opt.OutFormat.csv:
         write_stdout(analyses_to_csv(results))
     else:
-        console = stdout_console()
+        console = opt.stdout_console()
         for i, a in enumerate(results):
             if i:
                 console.print()
@@ -175,3 +148,7 @@ def _emit_analyses(
                 parts = render_analysis(a, show_messages=show_messages)
             for part in parts:
                 console.print(part)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=ANALYZE_EPILOG)(analyze)

@@ -6,6 +6,8 @@ that :func:`main` prints as one line and turns into its exit code; ``CTXC_DEBUG=
 
 from __future__ import annotations
 
+import copy
+import importlib
 import os
 import sys
 from typing import Annotated, Any, NoReturn
@@ -13,8 +15,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ctxc._version import __version__
+from ctxc.cli.options import note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
-from ctxc.terminal import stderr_console, visible
+from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
+from ctxc.terminal import visible
 
 app = typer.Typer(
     name="ctxc",
@@ -73,23 +77,20 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+#: compact's options in help panels, listed in this order (by parameter name).
+_COMPACT_PANELS = {
+    "Input": "input_format skip_invalid max_line_mb",
+    "Target": "target_tokens target_ratio model window keep_last pin allow_over thresholds tokenizer "
+    "no_cache",
+    "Strategy": "strategy settings summarizer instructions reminders summary_model summary_command "
+    "concurrency max_retries segment_tokens timeout",
+    "Output": "output fork fmt dry_run list_actions report quiet",
+    "Batch": "out_dir in_place glob jobs fail_fast force",
+    "Archive": "archive no_index",
+}
 #: Help panels of the commands with too many options for one list, by parameter name.
 HELP_PANELS: dict[str, dict[str, str]] = {
-    "compact": {
-        **dict.fromkeys(("input_format", "skip_invalid", "max_line_mb"), "Input"),
-        **dict.fromkeys(
-            ("target_tokens", "target_ratio", "model", "window", "keep_last", "pin", "allow_over"), "Target"
-        ),
-        **dict.fromkeys(("thresholds", "tokenizer", "no_cache"), "Target"),
-        **dict.fromkeys(("strategy", "settings", "summarizer", "instructions", "reminders"), "Strategy"),
-        **dict.fromkeys(
-            ("summary_model", "summary_command", "concurrency", "max_retries", "segment_tokens", "timeout"),
-            "Strategy",
-        ),
-        **dict.fromkeys(("output", "fork", "fmt", "dry_run", "list_actions", "report", "quiet"), "Output"),
-        **dict.fromkeys(("out_dir", "in_place", "glob", "jobs", "fail_fast", "force"), "Batch"),
-        **dict.fromkeys(("archive", "no_index"), "Archive"),
-    }
+    "compact": {name: panel for panel, names in _COMPACT_PANELS.items() for name in names.split()}
 }
 
 
@@ -114,8 +115,6 @@ class _Command(typer.core.TyperCommand):
 
 
 def _register_command_modules() -> None:
-    import importlib
-
     for name in COMMAND_MODULES:
         importlib.import_module(f"ctxc.cli.{name}").register(app)
     for info in app.registered_commands:
@@ -127,15 +126,9 @@ _register_command_modules()
 
 
 def _click_command(args: list[str]) -> Any:
-    """The click group to run ``args``, built with only the command they name when there is one.
-
-    Typer turns every command's signature into click parameters before running any (evaluating each
-    annotation): about 0.15 s for all of ctxc's commands, paid on every call. The group built here
-    holds the root options and the one command invoked, so ``ctxc analyze ...`` pays for ``analyze``
-    alone; help, bad names and option-only calls get the whole group.
-    """
-    import copy
-
+    """The click group to run ``args``, with only the command they name when there is one: typer turns
+    every command's signature into click parameters first, a cost each call would pay for all of them.
+    Help, bad names and option-only calls get the whole group."""
     name = args[0] if args and not args[0].startswith("-") else None
     chosen = [
         c
@@ -188,7 +181,6 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
     debug = os.environ.get("CTXC_DEBUG", "") not in ("", "0")
-    from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 
     guard_standard_streams()
     try:
@@ -197,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     except CtxcError as exc:
         if debug:
             raise
-        stderr_console().print(f"ctxc: error: {exc}", markup=False, soft_wrap=True)
+        note(f"ctxc: error: {exc}")
         sys.exit(int(exc.exit_code))
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``ctxc``: its message is the help
@@ -219,11 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             exit_interrupted()
         if debug:
             raise
-        stderr_console().print(
-            f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)",
-            markup=False,
-            soft_wrap=True,
-        )
+        note(f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)")
         sys.exit(int(ExitCode.INTERNAL))
     if rc == ExitCode.INTERRUPTED:  # typer turns Ctrl-C inside a command into this return code
         exit_interrupted("ctxc: interrupted; no partial output was left")

@@ -6,6 +6,7 @@ Thin: options in, :mod:`ctxc.archive` and :mod:`ctxc.search` do the work, render
 
 from __future__ import annotations
 
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path, PurePath
@@ -13,17 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    ArchiveOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    TranscriptOutputOpt,
-    cells,
-    stdout_console,
-    table_on_terminal,
-    transcript_output,
-)
-from ctxc.terminal import stderr_console
+from ctxc.cli import options as opt
+from ctxc.errors import ArchiveError, InputError, UsageError
+from ctxc.output import atomic_output, dumps, envelope, write_stdout
+from ctxc.terminal import visible
 
 
 class ShowFormat(StrEnum):
@@ -67,42 +61,29 @@ def restore_command(
     ref: Annotated[
         str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
     ],
-    output: TranscriptOutputOpt = None,
-    archive: ArchiveOpt = None,
+    output: opt.TranscriptOutputOpt = None,
+    archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
-    import re
-
     from ctxc.archive import Archive
-    from ctxc.errors import ArchiveError, InputError
-    from ctxc.output import atomic_output
 
     is_file = Path(ref).is_file()
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
-    inputs: tuple[str, ...] = ()
-    if is_file:
-        found = store.find_original(Path(ref).read_bytes())
-        if found is None:
-            raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
-        ident = found
-        inputs = (ref,)
-    else:
-        ident = store.resolve(ref)
+    ident = store.find_original(Path(ref).read_bytes()) if is_file else store.resolve(ref)
+    if ident is None:
+        raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
-    with atomic_output(
-        transcript_output(output), inputs=inputs, like=str(store.object_path(ident))
-    ) as handle:
+    like = str(store.object_path(ident))
+    with atomic_output(opt.transcript_output(output), inputs=(ref,) if is_file else (), like=like) as handle:
         handle.write(data)
 
 
 def _highlight(snippet: str) -> Any:
     """A snippet with ``**`` markers as rich Text with the matches in bold."""
     from rich.text import Text
-
-    from ctxc.terminal import visible
 
     text = Text()
     for i, part in enumerate(snippet.split("**")):
@@ -115,9 +96,8 @@ def _render_hits(hits: list[Any], query: str) -> None:
     from rich.text import Text
 
     from ctxc.render import print_table
-    from ctxc.terminal import visible
 
-    console = stdout_console()
+    console = opt.stdout_console()
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
@@ -132,7 +112,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
         file = PurePath(h.source).name or h.source
-        table.add_row(*cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
+        table.add_row(*opt.cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
     print_table(console, table, fold=("snippet",))
 
 
@@ -141,9 +121,9 @@ def search_command(
         str | None,
         typer.Argument(help="Words to look for (any order; rarer words weigh more).", metavar="QUERY"),
     ] = None,
-    archive: ArchiveOpt = None,
+    archive: opt.ArchiveOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Hits to return.")] = 10,
-    fmt: TableOrJsonOpt = None,
+    fmt: opt.TableOrJsonOpt = None,
     archive_id: Annotated[
         str | None, typer.Option("--id", help="Search only this original (an archive id or prefix).")
     ] = None,
@@ -152,63 +132,56 @@ def search_command(
     ] = False,
     hybrid: Annotated[
         bool,
-        typer.Option(
-            "--hybrid",
-            help="Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]').",
+        opt.flag(
+            "--hybrid", "Rank by 0.4 BM25 + 0.6 embedding similarity (needs pip install 'ctxc\\[embed]')."
         ),
     ] = False,
-    full: Annotated[bool, typer.Option("--full", help="JSON: include each hit's whole chunk text.")] = False,
+    full: Annotated[bool, opt.flag("--full", "JSON: include each hit's whole chunk text.")] = False,
     reindex: Annotated[
-        bool,
-        typer.Option("--reindex", help="Rebuild the index from the archive first (then search, if a query)."),
+        bool, opt.flag("--reindex", "Rebuild the index from the archive first (then search, if a query).")
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
+    quiet: Annotated[bool, opt.quiet_option("No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
-    from ctxc.errors import UsageError
-    from ctxc.output import dumps, envelope, write_stdout
-    from ctxc.search import rebuild, search
+    from ctxc.search import search
     from ctxc.search.background import indexer_running
 
     store = Archive.open(archive)
     if indexer_running(store.root) and not quiet:
-        note = "ctxc: waiting for the background indexer to finish the search index"
-        stderr_console().print(note, markup=False, soft_wrap=True)
+        opt.note("ctxc: waiting for the background indexer to finish the search index")
     if reindex:
-        report = rebuild(store)
-        if report.set_aside is not None:
-            stderr_console().print(
-                f"ctxc: the search index was damaged; moved it to {report.set_aside}",
-                markup=False,
-                soft_wrap=True,
-            )
-        for line in report.skipped:
-            stderr_console().print(f"ctxc: skipped {line}", markup=False, soft_wrap=True)
-        if not quiet:
-            stderr_console().print(
-                f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
-                f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
-                f"{store.root / 'search.sqlite'}",
-                markup=False,
-                soft_wrap=True,
-            )
+        _reindex(store, quiet)
         if query is None:
             return
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
-    if table_on_terminal(fmt) is TableOrJson.json:
-        doc = envelope(
-            "search",
-            query=query,
-            archive=str(store.root),
-            ranking="hybrid" if hybrid else "bm25",
-            hits=[h.to_json(full=full) for h in hits],
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+        hits_json = [h.to_json(full=full) for h in hits]
+        ranking = "hybrid" if hybrid else "bm25"
+        write_stdout(
+            dumps(envelope("search", query=query, archive=str(store.root), ranking=ranking, hits=hits_json))
         )
-        write_stdout(dumps(doc))
     else:
         _render_hits(hits, query)
+
+
+def _reindex(store: Any, quiet: bool) -> None:
+    """Rebuild the search index from the archive, saying what it holds (and what it could not read)."""
+    from ctxc.search import rebuild
+
+    report = rebuild(store)
+    if report.set_aside is not None:
+        opt.note(f"ctxc: the search index was damaged; moved it to {report.set_aside}")
+    for line in report.skipped:
+        opt.note(f"ctxc: skipped {line}")
+    if not quiet:
+        opt.note(
+            f"ctxc: indexed {report.originals} original(s), {report.texts} other text(s), "
+            f"{report.blobs} offloaded output(s): {report.chunks:,} chunks in "
+            f"{store.root / 'search.sqlite'}"
+        )
 
 
 def show_command(
@@ -219,7 +192,7 @@ def show_command(
             metavar="REF...",
         ),
     ],
-    archive: ArchiveOpt = None,
+    archive: opt.ArchiveOpt = None,
     fmt: Annotated[
         ShowFormat | None,
         typer.Option(
@@ -231,9 +204,7 @@ def show_command(
 ) -> None:
     """Print original messages from the archive, by the reference summaries, placeholders and hits give."""
     from ctxc.archive import Archive
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.search.show import plain, show, shown_json
-    from ctxc.terminal import visible
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
     out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
@@ -258,9 +229,8 @@ def _render_table(shown: Any) -> None:
 
     from ctxc.render import print_table
     from ctxc.search.show import block_text
-    from ctxc.terminal import visible
 
-    console = stdout_console()
+    console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""
     console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
     table = Table("#", "line", "role", "content", show_lines=True)
@@ -271,7 +241,7 @@ def _render_table(shown: Any) -> None:
                 cell.append("\n")
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
-        table.add_row(*cells(str(m.index), str(m.line), m.role), cell)
+        table.add_row(*opt.cells(str(m.index), str(m.line), m.role), cell)
     print_table(console, table, fold=("content",))
 
 

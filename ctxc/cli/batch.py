@@ -1,8 +1,5 @@
-"""The command line's side of batches: how many workers, progress and errors on stderr, the tables.
-
-:mod:`ctxc.batch` runs the files and :mod:`ctxc.compact_batch` resumes a batch from its journal; this
-module decides what the user sees.
-"""
+"""The command line's side of batches (:mod:`ctxc.batch` runs them): how many workers, progress and
+errors on stderr, the tables."""
 
 from __future__ import annotations
 
@@ -12,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
-from ctxc.cli.options import TableOrJson, cells
+from ctxc.cli import options as opt
+from ctxc.output import dumps, write_stdout
 from ctxc.system import cpu_count
-from ctxc.terminal import stderr_console
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,7 +49,7 @@ def run_files(
 
         def on_outcome(outcome: Outcome[R]) -> None:
             if not outcome.ok:
-                stderr_console().print(f"ctxc: error: {outcome.error}", markup=False, soft_wrap=True)
+                opt.note(f"ctxc: error: {outcome.error}")
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
             progress.advance(tokens=tokens, ok=outcome.ok)
 
@@ -78,13 +75,7 @@ def run_one_or_many(
     if len(items) == 1:
         return [work(items[0][1])], [], 0
     outcomes = run_files(
-        items,
-        work,
-        what=what,
-        jobs=jobs,
-        fail_fast=fail_fast,
-        quiet=quiet,
-        tokens_of=tokens_of,
+        items, work, what=what, jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
     )
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
@@ -99,13 +90,12 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: TableOrJson | None,
+    fmt: opt.TableOrJson | None,
     report: str | None,
 ) -> int:
     """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
     progress and errors on stderr and the result as ``fmt`` asks. Returns the exit code."""
     from ctxc.compact_batch import compact_batch
-    from ctxc.output import dumps, write_stdout
 
     def run(
         items: Sequence[tuple[str, T]], work: Callable[[T], R], *, tokens_of: Callable[[R], int]
@@ -117,9 +107,9 @@ def run_compact_batch(
     doc = compact_batch(
         jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
     )
-    if fmt is TableOrJson.json:
+    if fmt is opt.TableOrJson.json:
         write_stdout(dumps(doc))
-    elif fmt is TableOrJson.table:
+    elif fmt is opt.TableOrJson.table:
         _print_table(doc["files"])
     if not quiet:
         _print_totals(doc["totals"])
@@ -129,13 +119,12 @@ def run_compact_batch(
 def _print_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from ctxc.cli.options import stdout_console
     from ctxc.render import print_table
 
     table = Table("file", "status", "format", "before", "after", "archive")
     for r in rows:
         table.add_row(
-            *cells(
+            *opt.cells(
                 r["path"],
                 r["status"],
                 r.get("format") or "",
@@ -144,24 +133,21 @@ def _print_table(rows: Sequence[dict[str, Any]]) -> None:
                 (r.get("archive_id") or "")[:12],
             )
         )
-    print_table(stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+    print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+
+
+_TOTALS = {
+    "unchanged": "unchanged",
+    "planned": "planned",
+    "skipped": "already done",
+    "failed": "failed",
+    "not_run": "not run (--fail-fast)",
+}
 
 
 def _print_totals(t: dict[str, Any]) -> None:
-    parts = [f"{t['ok'] - t['unchanged']} compacted"]
-    for key, label in (
-        ("unchanged", "unchanged"),
-        ("planned", "planned"),
-        ("skipped", "already done"),
-        ("failed", "failed"),
-    ):
-        if t[key]:
-            parts.append(f"{t[key]} {label}")
-    if t["not_run"]:
-        parts.append(f"{t['not_run']} not run (--fail-fast)")
-    stderr_console().print(
-        f"ctxc: {t['files']} files: {', '.join(parts)}; "
-        f"{t['tokens_before']:,} → {t['tokens_after']:,} tokens",
-        markup=False,
-        soft_wrap=True,
+    counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
+    parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
+    opt.note(
+        f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
     )

@@ -8,25 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    ModelOpt,
-    NoCacheOpt,
-    PathsArg,
-    QuietOpt,
-    SkipInvalidOpt,
-    WindowOpt,
-    cells,
-    parse_thresholds,
-    read_options,
-    stdout_console,
-)
+from ctxc.batch import BatchProgress, expand_paths
+from ctxc.cli import options as opt
+from ctxc.output import dumps, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
+from ctxc.terminal import visible
 
 
 class CheckFormat(StrEnum):
@@ -62,16 +48,16 @@ def _print_table(report: Any) -> None:
     table = Table("", "file", "tokens and budget", box=None, pad_edge=False)
     for f in report.files:
         where = f" (line {f.line})" if f.line else ""
-        status, path, text = cells(
+        status, path, text = opt.cells(
             f.status.upper() if f.status in ("over", "error") else f.status,
             f.path,
             message(f, report.budget) + where,
         )
         status.stylize(styles[f.status])
         table.add_row(status, path, text)
-    console = stdout_console()
+    console = opt.stdout_console()
     print_table(console, table, fold=("file", "tokens and budget"))
-    console.print(Text(f"{report.summary()}; budget {report.budget.describe()}, {report.tokenizer}"))
+    console.print(Text(report.headline()))
 
 
 def register(app: typer.Typer) -> None:
@@ -79,23 +65,17 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    paths: PathsArg = None,
+    paths: opt.PathsArg = None,
     max_usage: Annotated[
-        float | None,
-        typer.Option("--max-usage", help="Budget as a share of the window, e.g. 0.8.", show_default=False),
+        float | None, typer.Option(help="Budget as a share of the window, e.g. 0.8.", show_default=False)
     ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Budget in tokens.", show_default=False)
-    ] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Budget in tokens.", show_default=False)] = None,
     warn_usage: Annotated[
         float,
-        typer.Option(
-            "--warn-usage",
-            help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins.",
-        ),
+        typer.Option(help="Warn (near budget) from this share of the window; 0.6 is where stage 2 begins."),
     ] = DEFAULT_THRESHOLDS[0],
-    model: ModelOpt = None,
-    window: WindowOpt = None,
+    model: opt.ModelOpt = None,
+    window: opt.WindowOpt = None,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -110,35 +90,31 @@ def check(
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
     ] = DEFAULT_THRESHOLDS_TEXT,
     fail_fast: Annotated[
-        bool, typer.Option("--fail-fast", help="Stop at the first file that cannot be read.")
+        bool, opt.flag("--fail-fast", "Stop at the first file that cannot be read.")
     ] = False,
-    no_cache: NoCacheOpt = False,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    no_cache: opt.NoCacheOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Exit non-zero when any transcript is over a token budget, saying which and by how much."""
-    from ctxc.check import check_paths, render_github, render_table, report_to_json, resolve_budget
-    from ctxc.output import dumps, write_stdout
-    from ctxc.terminal import visible
+    from ctxc.check import check_paths, resolve_budget
+    from ctxc.cli.batch import resolve_jobs
 
     budget = resolve_budget(
         max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
     )
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
-    from ctxc.batch import BatchProgress
-    from ctxc.cli.batch import resolve_jobs
-
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(
             files,
             budget,
             tokenizer=tokenizer,
-            thresholds=parse_thresholds(thresholds),
+            thresholds=opt.parse_thresholds(thresholds),
             input_format=input_format,
             options=options,
             use_cache=not no_cache,
@@ -146,10 +122,19 @@ def check(
             jobs=resolve_jobs(jobs, files),
             on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
         )
-    for f in report.files:  # the report is data on stdout; each unreadable file is also a diagnostic
+    _emit(report, fmt)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
+def _emit(report: Any, fmt: CheckFormat) -> None:
+    """The report on stdout as ``fmt`` asks; each unreadable file also as a diagnostic on stderr."""
+    from ctxc.check import render_github, render_table, report_to_json
+
+    for f in report.files:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
-            stderr_console().print(f"ctxc: error: {where}: {f.error}", markup=False, soft_wrap=True)
+            opt.note(f"ctxc: error: {where}: {f.error}")
     if fmt is CheckFormat.json:
         write_stdout(dumps(report_to_json(report)))
     elif fmt is CheckFormat.github:
@@ -158,5 +143,3 @@ def check(
         _print_table(report)
     else:  # a CI log or a pipe: one line per file, never wrapped
         write_stdout(visible(render_table(report)))
-    if report.exit_code:
-        raise typer.Exit(report.exit_code)

@@ -8,30 +8,10 @@ from typing import Annotated
 
 import typer
 
-from ctxc.batch import expand_paths
-from ctxc.cli.options import (
-    ArchiveOpt,
-    Commands,
-    FailFastOpt,
-    GlobOpt,
-    InputFormatOpt,
-    JobsOpt,
-    MaxLineOpt,
-    PathsArg,
-    QuietOpt,
-    SkipInvalidOpt,
-    TableOrJson,
-    TranscriptOutputOpt,
-    batch_mode,
-    read_options,
-    stdout_console,
-    transcript_output,
-)
+from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs, expand_paths
+from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
-from ctxc.terminal import stderr_console
-
-commands = Commands()
-register = commands.register
+from ctxc.output import dumps, envelope, write_stdout
 
 
 class ConvertTarget(StrEnum):
@@ -40,45 +20,41 @@ class ConvertTarget(StrEnum):
     chat_openai = "chat-openai"
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
-        "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
-        "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
-    )
+CONVERT_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
+    "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
+    "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
 )
+
+
 def convert(
-    paths: PathsArg = None,
-    output: TranscriptOutputOpt = None,
+    paths: opt.PathsArg = None,
+    output: opt.TranscriptOutputOpt = None,
     to: Annotated[
         ConvertTarget,
         typer.Option(
-            "--to", help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
+            help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
         ),
     ] = ConvertTarget.same,
-    out_dir: Annotated[
-        str | None,
-        typer.Option("--out-dir", help="Write each output here, mirroring the input tree (a batch)."),
-    ] = None,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    out_dir: opt.OutDirOpt = None,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Write a transcript in another format, keeping every tool call paired with its result."""
-    from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs
     from ctxc.cli.batch import run_files
     from ctxc.jobs import ConvertJob, convert_file
 
     inputs = collect_inputs(paths, glob=glob, exclude=[out_dir] if out_dir else [])
-    ropts = read_options(skip_invalid, max_line_mb)
-    batch_mode(paths, inputs, output or "-", out_dir)
+    ropts = opt.read_options(skip_invalid, max_line_mb)
+    opt.batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, transcript_output(output), to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to.value, input_format, ropts))
         return
     jobs_list = [
         ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
@@ -98,37 +74,36 @@ def convert(
         raise typer.Exit(rc)
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc validate small.jsonl\n\n"
-        "  ctxc validate logs/ --format json\n\n"
-        "  ctxc validate session.jsonl --loose     # only results without any earlier call"
-    )
+VALIDATE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc validate small.jsonl\n\n"
+    "  ctxc validate logs/ --format json\n\n"
+    "  ctxc validate session.jsonl --loose     # only results without any earlier call"
 )
+
+
 def validate(
-    paths: PathsArg = None,
+    paths: opt.PathsArg = None,
     loose: Annotated[
-        bool, typer.Option("--loose", help="Accept results that answer an earlier, not adjacent, call.")
+        bool, opt.flag("--loose", "Accept results that answer an earlier, not adjacent, call.")
     ] = False,
     fmt: Annotated[
-        TableOrJson | None,
+        opt.TableOrJson | None,
         typer.Option("--format", "-f", help="table (one line per file or problem) or json."),
     ] = None,
-    glob: GlobOpt = None,
-    jobs: JobsOpt = None,
-    fail_fast: FailFastOpt = False,
-    quiet: QuietOpt = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    quiet: opt.QuietOpt = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Report every tool pairing and role problem with its line; exit 5 if there is any."""
     from ctxc.cli.batch import run_one_or_many
     from ctxc.jobs import ValidateJob, validate_file
-    from ctxc.output import dumps, envelope, write_stdout
 
-    options = read_options(skip_invalid, max_line_mb)
+    options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
     report, errors, failed = run_one_or_many(
@@ -140,12 +115,12 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
-    if fmt is TableOrJson.json:
+    if fmt is opt.TableOrJson.json:
         rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
     else:
-        console = stdout_console()
+        console = opt.stdout_console()
         for r in report:
             if not r["problems"]:
                 console.print(f"{r['path']}: ok ({r['format']}, {r['messages']} messages)", markup=False)
@@ -159,34 +134,40 @@ def validate(
         raise typer.Exit(int(ExitCode.INVALID))
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
-        "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
-    )
+REPAIR_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
+    "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
 )
+
+
 def repair(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
-    output: TranscriptOutputOpt = None,
-    archive: ArchiveOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    path: opt.PathArg,
+    output: opt.TranscriptOutputOpt = None,
+    archive: opt.ArchiveOpt = None,
+    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
     from ctxc.jobs import RepairJob, repair_file
 
     job = RepairJob(
-        path, transcript_output(output), archive, input_format, read_options(skip_invalid, max_line_mb)
+        path,
+        opt.transcript_output(output),
+        archive,
+        input_format,
+        opt.read_options(skip_invalid, max_line_mb),
     )
     done = repair_file(job)
     name, fixed_total, archive_id = done["input_path"], done["fixed"], done["archive_id"]
     if quiet:
         return
-    stderr_console().print(
-        f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}",
-        markup=False,
-        soft_wrap=True,
-    )
+    opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=CONVERT_EPILOG)(convert)
+    app.command(epilog=VALIDATE_EPILOG)(validate)
+    app.command(epilog=REPAIR_EPILOG)(repair)

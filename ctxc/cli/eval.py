@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import (
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    cells,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli import options as opt
+from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 
@@ -39,8 +35,6 @@ EPILOG = (
 
 
 def _floats(text: str, what: str) -> tuple[float, ...]:
-    from ctxc.errors import UsageError
-
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -60,7 +54,7 @@ def _render(report: Any) -> None:
 
     from ctxc.render import print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
     table = Table(title="ctxc eval: each strategy at each target, over every transcript")
@@ -87,7 +81,7 @@ def _render(report: Any) -> None:
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*cells(*row))
+        table.add_row(*opt.cells(*row))
     # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
     print_table(console, table, keys=2)
     console.print(
@@ -98,8 +92,7 @@ def _render(report: Any) -> None:
         style="dim",
         markup=False,
     )
-    lost = report.lost_needles()
-    for case, n in lost:
+    for case, n in report.lost_needles():
         console.print(
             f"lost: {case.source} {case.strategy} {case.target_ratio:.0%}: {n.kind} “{n.subject}” "
             f"= {n.value} (message {n.message}) neither kept nor in the top hits",
@@ -118,64 +111,49 @@ def eval_command(
             help="Transcripts or directories; none: sessions generated from --seed.", metavar="[PATH]..."
         ),
     ] = None,
-    strategies: Annotated[
-        str | None, typer.Option("--strategies", help="Comma-separated strategies (default: all).")
-    ] = None,
-    targets: Annotated[
-        str, typer.Option("--targets", help="Comma-separated targets, shares of the window.")
-    ] = "0.1,0.25",
+    strategies: Annotated[str | None, typer.Option(help="Comma-separated strategies (default: all).")] = None,
+    targets: Annotated[str, typer.Option(help="Comma-separated targets, shares of the window.")] = "0.1,0.25",
     seed: Annotated[int, typer.Option(help="Seed for generated sessions and planted facts.")] = 0,
     generated: Annotated[
-        int, typer.Option("--generated", min=1, max=100, help="Sessions to generate when no paths are given.")
+        int, typer.Option(min=1, max=100, help="Sessions to generate when no paths are given.")
     ] = 3,
-    needles: Annotated[
-        int, typer.Option("--needles", min=1, max=32, help="Facts planted per transcript.")
-    ] = 4,
+    needles: Annotated[int, typer.Option(min=1, max=32, help="Facts planted per transcript.")] = 4,
     window: Annotated[
         int | None, typer.Option(help="Window in tokens (default: each transcript's own size).")
     ] = None,
-    keep_last: Annotated[
-        int, typer.Option("--keep-last", min=1, help="Messages always kept at the end.")
-    ] = 4,
+    keep_last: Annotated[int, typer.Option(min=1, help="Messages always kept at the end.")] = 4,
     search_k: Annotated[
-        int,
-        typer.Option("--search-k", min=1, max=100, help="A needle counts as found within this many hits."),
+        int, typer.Option(min=1, max=100, help="A needle counts as found within this many hits.")
     ] = 5,
     search_scope: Annotated[
         Scope,
         typer.Option(
-            "--search-scope",
-            help="session: search the transcript's own original (--id); archive: all transcripts at once.",
+            help="session: search the transcript's own original (--id); archive: all transcripts at once."
         ),
     ] = Scope.session,
     hybrid: Annotated[
-        bool, typer.Option("--hybrid", help="Search with hybrid ranking (needs ctxc\\[embed]).")
+        bool, opt.flag("--hybrid", "Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
     archive: Annotated[
         str | None,
-        typer.Option(
-            "--archive", help="Keep the evaluation's archive and index here (default: a temporary one)."
-        ),
+        typer.Option(help="Keep the evaluation's archive and index here (default: a temporary one)."),
     ] = None,
     judge: Annotated[
-        str | None, typer.Option("--judge", help="anthropic: also ask probe questions of a Claude model.")
+        str | None, typer.Option(help="anthropic: also ask probe questions of a Claude model.")
     ] = None,
     judge_model: Annotated[
-        str | None, typer.Option("--judge-model", help="The judge's model (default: a current fast Claude).")
+        str | None, typer.Option(help="The judge's model (default: a current fast Claude).")
     ] = None,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=20, help="Judge call retries.")] = 2,
+    max_retries: Annotated[int, typer.Option(min=0, max=20, help="Judge call retries.")] = 2,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one judge call may take.")] = 120.0,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    fmt: TableOrJsonOpt = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not use the token and answer caches.")
-    ] = False,
-    skip_invalid: SkipInvalidOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr.")] = False,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
+    fmt: opt.TableOrJsonOpt = None,
+    no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    quiet: Annotated[bool, opt.quiet_option("No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
-    from ctxc.evaluate import EvalOptions, run_eval, sources_from
-    from ctxc.output import dumps, envelope, write_stdout
+    from ctxc.evaluate import EvalOptions, sources_from
 
     options = EvalOptions(
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
@@ -192,15 +170,24 @@ def eval_command(
         use_cache=not no_cache,
         skip_invalid=skip_invalid,
     )
-    the_judge = None
-    if judge is not None:
-        from ctxc.evaluate.judge import make_judge
+    the_judge = None if judge is None else _judge(judge, judge_model, max_retries, timeout, no_cache)
+    report = _run(sources_from(paths or [], options), options, archive, the_judge, quiet)
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+        write_stdout(dumps(_to_json(report, options)))
+    else:
+        _render(report)
 
-        the_judge = make_judge(
-            judge, model=judge_model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache
-        )
-    sources = sources_from(paths or [], options)
-    err = stderr_console()
+
+def _judge(name: str, model: str | None, max_retries: int, timeout: float, no_cache: bool) -> Any:
+    from ctxc.evaluate.judge import make_judge
+
+    return make_judge(name, model=model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache)
+
+
+def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: bool) -> Any:
+    """The evaluation, with a spinner on stderr when it is a terminal (once it takes over a second)."""
+    from ctxc.evaluate import run_eval
+
     if sys.stderr.isatty() and not quiet:
         from rich.live import Live
         from rich.spinner import Spinner
@@ -212,39 +199,29 @@ def eval_command(
         def progress(text: str) -> None:
             spinner.update(text=text)
 
-        with Live(Late(spinner), console=err, transient=True, refresh_per_second=12.5):
-            report = run_eval(sources, options, archive=archive, judge=the_judge, progress=progress)
+        with Live(Late(spinner), console=stderr_console(), transient=True, refresh_per_second=12.5):
+            report = run_eval(sources, options, archive=archive, judge=judge, progress=progress)
     else:
-        report = run_eval(sources, options, archive=archive, judge=the_judge)
+        report = run_eval(sources, options, archive=archive, judge=judge)
     for name, (got, wanted) in report.planted.items():
         if got < wanted and not quiet:
-            err.print(
-                f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)",
-                markup=False,
-                soft_wrap=True,
-            )
-    if table_on_terminal(fmt) is TableOrJson.json:
-        from dataclasses import asdict
+            opt.note(f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)")
+    return report
 
-        doc = envelope(
-            "eval",
-            options=asdict(options),
-            planted={k: {"planted": v[0], "asked": v[1]} for k, v in report.planted.items()},
-            summary=[r.to_json() for r in report.rows()],
-            lost=[
-                {
-                    "source": c.source,
-                    "strategy": c.strategy,
-                    "target_ratio": c.target_ratio,
-                    "needle": n.value,
-                }
-                for c, n in report.lost_needles()
-            ],
-            cases=[c.to_json() for c in report.cases],
-        )
-        write_stdout(dumps(doc))
-    else:
-        _render(report)
+
+def _to_json(report: Any, options: Any) -> dict[str, Any]:
+    lost = [
+        {"source": c.source, "strategy": c.strategy, "target_ratio": c.target_ratio, "needle": n.value}
+        for c, n in report.lost_needles()
+    ]
+    return envelope(
+        "eval",
+        options=asdict(options),
+        planted={k: {"planted": v[0], "asked": v[1]} for k, v in report.planted.items()},
+        summary=[r.to_json() for r in report.rows()],
+        lost=lost,
+        cases=[c.to_json() for c in report.cases],
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import ArchiveOpt, QuietOpt
-from ctxc.terminal import stderr_console
+from ctxc.cli import options as opt
+from ctxc.errors import CtxcError
+from ctxc.output import write_stdout
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -30,7 +31,7 @@ ProjectOpt = Annotated[
     bool,
     typer.Option("--project/--user", help="The project's .claude/settings.json, or the user's (default)."),
 ]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the change as a diff; write nothing.")]
+DryRunOpt = Annotated[bool, opt.flag("--dry-run", "Print the change as a diff; write nothing.")]
 
 hooks_app = typer.Typer(
     help="Claude Code hooks that archive a session before it is compacted.", epilog=EPILOG
@@ -43,7 +44,6 @@ def register(app: typer.Typer) -> None:
 
 def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
     from ctxc.hooks import change_settings, settings_path
-    from ctxc.output import write_stdout
 
     change = change_settings(
         settings_path("project" if project else "user"), install=install, dry_run=dry_run
@@ -52,12 +52,12 @@ def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
         write_stdout(change.diff().encode())
     elif not quiet:
         done = ("installed in" if install else "removed from") if change.changed else "nothing to change in"
-        stderr_console().print(f"ctxc: hooks {done} {change.path}", markup=False, soft_wrap=True)
+        opt.note(f"ctxc: hooks {done} {change.path}")
 
 
 @hooks_app.command(epilog=EPILOG)
 def install(
-    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: opt.QuietOpt = False
 ) -> None:
     """Add ctxc's PreCompact and SessionEnd hooks to Claude Code's settings (idempotent)."""
     _change(True, project, dry_run, quiet)
@@ -65,29 +65,24 @@ def install(
 
 @hooks_app.command(epilog=EPILOG)
 def uninstall(
-    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: QuietOpt = False
+    agent: AgentArg, project: ProjectOpt = False, dry_run: DryRunOpt = False, quiet: opt.QuietOpt = False
 ) -> None:
     """Remove exactly the hooks ctxc added; other hooks stay as they are."""
     _change(False, project, dry_run, quiet)
 
 
 @hooks_app.command(epilog=EPILOG)
-def run(archive: ArchiveOpt = None, quiet: QuietOpt = False) -> None:
+def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
     """What the hooks call: store the transcript the hook's JSON on stdin names in the archive.
 
     Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
     """
-    from ctxc.errors import CtxcError
     from ctxc.hooks import archive_from_hook
 
     try:
         done = archive_from_hook(sys.stdin.buffer.read(), archive)
     except (CtxcError, OSError) as exc:
-        stderr_console().print(f"ctxc: hooks run: {exc}", markup=False, soft_wrap=True)
+        opt.note(f"ctxc: hooks run: {exc}")
         raise typer.Exit(1) from None
     if not quiet:
-        stderr_console().print(
-            f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}",
-            markup=False,
-            soft_wrap=True,
-        )
+        opt.note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")

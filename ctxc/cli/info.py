@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
-from ctxc.cli.options import (
-    Commands,
-    TableOrJson,
-    TableOrJsonOpt,
-    cells,
-    stdout_console,
-    table_on_terminal,
+from ctxc.cli import options as opt
+from ctxc.formats import adapters
+from ctxc.output import dumps, envelope, write_stdout
+
+STRATEGIES_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc strategies\n\n"
+    "  ctxc strategies --options        # every option with its default and range"
 )
 
-commands = Commands()
-register = commands.register
 
-
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc strategies\n\n"
-        "  ctxc strategies --options        # every option with its default and range"
-    )
-)
 def strategies(
-    show_options: Annotated[
-        bool, typer.Option("--options", help="Also list each strategy's options.")
-    ] = False,
+    show_options: Annotated[bool, opt.flag("--options", "Also list each strategy's options.")] = False,
 ) -> None:
     """List the compaction strategies with a one-line description."""
-    import dataclasses
-
     from rich.table import Table
 
     from ctxc.compaction import strategies as registry
@@ -43,50 +31,48 @@ def strategies(
     table.add_column("strategy", style="bold")
     table.add_column("description")
     for name, cls in registry().items():
-        table.add_row(*cells(name, cls.description))
+        table.add_row(*opt.cells(name, cls.description))
         if show_options:
             for f in dataclasses.fields(cls.Config):
                 lo, hi = f.metadata.get("min"), f.metadata.get("max")
                 rng = f" [{lo}..{hi}]" if lo is not None or hi is not None else ""
                 help_text = f.metadata.get("help", "")
-                table.add_row(*cells("", f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
-    print_table(stdout_console(), table, fold=("description",))
+                table.add_row(*opt.cells("", f"  --set {name}.{f.name}={f.default!r}{rng}  {help_text}"))
+    print_table(opt.stdout_console(), table, fold=("description",))
 
 
-@commands.command(
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc formats\n\n"
-        "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
-        "cannot tell\n\n"
-        "Every command sniffs the format from the first records; --input-format forces one, and a file "
-        "that the forced format reads as no messages at all is an error naming the format sniffing picks."
-    )
+FORMATS_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ctxc formats\n\n"
+    "  ctxc analyze rollout.jsonl --input-format codex     # a name from the list, when sniffing "
+    "cannot tell\n\n"
+    "Every command sniffs the format from the first records; --input-format forces one, and a file "
+    "that the forced format reads as no messages at all is an error naming the format sniffing picks."
 )
+
+
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     from rich.table import Table
 
-    from ctxc.formats import adapters
     from ctxc.render import print_table
 
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column("format", style="bold")
     table.add_column("description")
     for name, adapter in sorted(adapters().items()):
-        table.add_row(*cells(name, adapter.description))
-    print_table(stdout_console(), table, fold=("description",))
+        table.add_row(*opt.cells(name, adapter.description))
+    print_table(opt.stdout_console(), table, fold=("description",))
 
 
-@commands.command(epilog="[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json")
-def models(
-    fmt: TableOrJsonOpt = None,
-) -> None:
+MODELS_EPILOG = "[bold]Examples[/bold]\n\n  ctxc models\n\n  ctxc models --format json"
+
+
+def models(fmt: opt.TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
-    from ctxc.output import dumps, envelope, write_stdout
     from ctxc.profiles import PROFILES
 
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         rows = [
             {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
             for p in PROFILES
@@ -99,5 +85,11 @@ def models(
 
     table = Table("model", "provider", "window", "tokenizer")
     for p in PROFILES:
-        table.add_row(*cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
-    print_table(stdout_console(), table, keys=1)
+        table.add_row(*opt.cells(p.name, p.provider, f"{p.window:,}", p.tokenizer))
+    print_table(opt.stdout_console(), table, keys=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=STRATEGIES_EPILOG)(strategies)
+    app.command(epilog=FORMATS_EPILOG)(formats)
+    app.command(epilog=MODELS_EPILOG)(models)

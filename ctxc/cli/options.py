@@ -7,36 +7,22 @@ the whole command line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar, cast
+from typing import IO, Annotated, Any, cast
 
 import typer
 
 from ctxc.errors import UsageError
+from ctxc.formats import load
+from ctxc.output import StdoutText
+from ctxc.reader import ReadOptions
+from ctxc.terminal import stderr_console, visible, visible_console, width_for
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 
-
-class Commands:
-    """The commands of one module, put on the app by :meth:`register` in the order they are defined."""
-
-    def __init__(self) -> None:
-        self._defined: list[tuple[Callable[..., Any], dict[str, Any]]] = []
-
-    def command(self, **settings: Any) -> Callable[[_F], _F]:
-        """``@commands.command(...)``: as ``@app.command(...)``, once the registry registers the module."""
-
-        def define(fn: _F) -> _F:
-            self._defined.append((fn, settings))
-            return fn
-
-        return define
-
-    def register(self, app: typer.Typer) -> None:
-        for fn, settings in self._defined:
-            app.command(**settings)(fn)
+def flag(name: str, help: str) -> Any:
+    """A boolean option named as given (typer would add ``--no-...`` to one it named itself)."""
+    return typer.Option(name, help=help)
 
 
 class OutFormat(StrEnum):
@@ -72,23 +58,21 @@ def cells(*values: str) -> list[Any]:
     so the columns stay aligned."""
     from rich.text import Text
 
-    from ctxc.terminal import visible
-
     return [Text(visible(v)) for v in values]
+
+
+def note(message: str) -> None:
+    """One diagnostic line on stderr, printed as is (no markup) and never cut."""
+    stderr_console().print(message, markup=False, soft_wrap=True)
 
 
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
-    from ctxc.output import StdoutText
-    from ctxc.terminal import visible_console, width_for
-
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
-    from ctxc.reader import ReadOptions
-
     if max_line_mb <= 0:
         raise UsageError("--max-line-mb must be positive")
     return ReadOptions(skip_invalid=skip_invalid, max_line_bytes=int(max_line_mb * 1_000_000))
@@ -109,9 +93,9 @@ InputFormatOpt = Annotated[
 ]
 SkipInvalidOpt = Annotated[
     bool,
-    typer.Option(
+    flag(
         "--skip-invalid",
-        help="Keep going past lines that are not JSON objects (reported, and written back untouched).",
+        "Keep going past lines that are not JSON objects (reported, and written back untouched).",
     ),
 ]
 MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
@@ -130,7 +114,7 @@ JobsOpt = Annotated[
     ),
 ]
 FailFastOpt = Annotated[
-    bool, typer.Option("--fail-fast", help="Stop at the first file that fails (default: report and go on).")
+    bool, flag("--fail-fast", "Stop at the first file that fails (default: report and go on).")
 ]
 
 
@@ -186,7 +170,7 @@ ArchiveOpt = Annotated[
         "else ~/.local/share/ctxc/archive).",
     ),
 ]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the token count cache.")]
+NoCacheOpt = Annotated[bool, flag("--no-cache", "Do not read or write the token count cache.")]
 ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
 KeepLastOpt = Annotated[
     int | None,
@@ -222,13 +206,26 @@ def batch_mode(
 
 
 ConversationOpt = Annotated[
-    int | None,
-    typer.Option("--conversation", help="Which conversation of the file (default: the largest)."),
+    int | None, typer.Option("--conversation", help="Which conversation of the file (default: the largest).")
 ]
 
 
 def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
     """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
-    from ctxc.formats import load
-
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
+
+
+OutDirOpt = Annotated[
+    str | None, typer.Option(help="Write each output here, mirroring the input tree (a batch).")
+]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")]
+TokenizerOpt = Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")]
+PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")]
+OutFormatOpt = Annotated[
+    OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
+]
+
+
+def quiet_option(help: str) -> Any:
+    """``--quiet``/``-q`` with what it silences in this command."""
+    return typer.Option("--quiet", "-q", help=help)

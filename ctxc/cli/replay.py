@@ -10,27 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ctxc.cli.options import (
-    ConversationOpt,
-    InputFormatOpt,
-    KeepLastOpt,
-    MaxLineOpt,
-    ModelOpt,
-    SetOpt,
-    SkipInvalidOpt,
-    TableOrJson,
-    TableOrJsonOpt,
-    ThresholdsOpt,
-    WindowOpt,
-    cells,
-    load_transcript,
-    parse_sets,
-    parse_thresholds,
-    stdout_console,
-    table_on_terminal,
-)
+from ctxc.cli import options as opt
+from ctxc.errors import UsageError
+from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import stderr_console
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
@@ -49,40 +32,38 @@ REPLAY_EPILOG = (
 
 
 def replay_command(
-    path: Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")],
-    window: WindowOpt = None,
-    model: ModelOpt = None,
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")] = "adaptive",
+    path: opt.PathArg,
+    window: opt.WindowOpt = None,
+    model: opt.ModelOpt = None,
+    strategy: opt.StrategyOpt = "adaptive",
     reminders: Annotated[
-        str | None, typer.Option("--reminders", help="Reminder rules (TOML) to inject as the run goes.")
+        str | None, typer.Option(help="Reminder rules (TOML) to inject as the run goes.")
     ] = None,
     trigger: Annotated[
         float | None,
         typer.Option(help="Compact when the context reaches this share of the window (default: stage 2)."),
     ] = None,
     target_ratio: Annotated[
-        float | None, typer.Option("--target-ratio", help="Compact down to this share of the window.")
+        float | None, typer.Option(help="Compact down to this share of the window.")
     ] = None,
-    keep_last: KeepLastOpt = 4,
-    thresholds: ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
-    settings: SetOpt = None,
-    tokenizer: Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")] = "o200k_base",
-    conversation: ConversationOpt = None,
-    fmt: TableOrJsonOpt = None,
-    turns: Annotated[bool, typer.Option("--turns", help="Table: list every turn, not only events.")] = False,
+    keep_last: opt.KeepLastOpt = 4,
+    thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
+    settings: opt.SetOpt = None,
+    tokenizer: opt.TokenizerOpt = "o200k_base",
+    conversation: opt.ConversationOpt = None,
+    fmt: opt.TableOrJsonOpt = None,
+    turns: Annotated[bool, opt.flag("--turns", "Table: list every turn, not only events.")] = False,
     plot_file: Annotated[
         str | None,
         typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
-    input_format: InputFormatOpt = None,
-    skip_invalid: SkipInvalidOpt = False,
-    max_line_mb: MaxLineOpt = 32.0,
+    quiet: Annotated[bool, opt.quiet_option("Nothing on stderr but errors.")] = False,
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Replay a transcript turn by turn as if its agent had run with ctxc's context manager."""
     from ctxc.agent import ContextManager
-    from ctxc.errors import UsageError
-    from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
     fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
@@ -98,13 +79,13 @@ def replay_command(
         trigger=trigger,
         target_ratio=target_ratio,
         keep_last=4 if keep_last is None else keep_last,
-        thresholds=parse_thresholds(thresholds),
-        settings=parse_sets(settings or []),
+        thresholds=opt.parse_thresholds(thresholds),
+        settings=opt.parse_sets(settings or []),
         tokenizer=tokenizer,
     )
-    transcript = load_transcript(path, input_format, skip_invalid, max_line_mb)
+    transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
-    if table_on_terminal(fmt) is TableOrJson.json:
+    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)
@@ -114,7 +95,7 @@ def replay_command(
     with atomic_output(plot_file, inputs=(path,)) as handle:
         plot(r, handle, fmt=fmt_of_plot)
     if not quiet:
-        stderr_console().print(f"ctxc: wrote {plot_file}", markup=False, soft_wrap=True)
+        opt.note(f"ctxc: wrote {plot_file}")
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
@@ -123,7 +104,7 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
     from ctxc.render import print_table
     from ctxc.replay import events, terminal_chart
 
-    console = stdout_console()
+    console = opt.stdout_console()
 
     def pct(n: int) -> str:
         return f"{n / r.window:.0%}"
@@ -146,7 +127,7 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
             marks.setdefault(turn, []).append(f"{kind}: {detail}")
         for t in r.turns:
             table.add_row(
-                *cells(
+                *opt.cells(
                     str(t.turn),
                     str(t.line),
                     f"{t.raw_tokens:,}",
@@ -159,7 +140,7 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
     else:
         table = Table("turn", "line", "event", "detail")
         for turn, line, kind, detail in events(r):
-            table.add_row(*cells(str(turn), str(line), kind, detail))
+            table.add_row(*opt.cells(str(turn), str(line), kind, detail))
     print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
 
-from ctxc.cli.options import JobsOpt, NoCacheOpt, OutFormat, PricesOpt, QuietOpt, stdout_console
+from ctxc.cli import options as opt
 from ctxc.errors import UsageError
+from ctxc.output import dumps, envelope, write_stdout
+from ctxc.sessions import find_sessions
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -28,6 +31,9 @@ def register(app: typer.Typer) -> None:
     app.command(name="sessions", epilog=EPILOG)(sessions)
 
 
+_COLUMNS = ("id", "agent", "project", "last active")  # left-aligned in the table
+
+
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
@@ -40,34 +46,27 @@ def _since(text: str | None) -> float | None:
 
 def sessions(
     agent: Annotated[
-        str | None, typer.Option("--agent", help="claude-code or codex (default: both).", show_default=False)
+        str | None, typer.Option(help="claude-code or codex (default: both).", show_default=False)
     ] = None,
     project: Annotated[
-        str | None,
-        typer.Option("--project", help="Only the sessions whose working directory is DIR.", metavar="DIR"),
+        str | None, typer.Option(help="Only the sessions whose working directory is DIR.", metavar="DIR")
     ] = None,
     since: Annotated[
-        str | None,
-        typer.Option("--since", help="Only sessions active since DATE (ISO 8601).", metavar="DATE"),
+        str | None, typer.Option(help="Only sessions active since DATE (ISO 8601).", metavar="DATE")
     ] = None,
-    fmt: Annotated[
-        OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
-    ] = None,
-    no_cache: NoCacheOpt = False,
-    jobs: JobsOpt = None,
-    prices: PricesOpt = None,
-    quiet: QuietOpt = False,
+    fmt: opt.OutFormatOpt = None,
+    no_cache: opt.NoCacheOpt = False,
+    jobs: opt.JobsOpt = None,
+    prices: opt.PricesOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
-    import sys
-
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
-    from ctxc.sessions import find_sessions
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
-    out_fmt = fmt or (OutFormat.table if sys.stdout.isatty() else OutFormat.json)
+    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
     job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
     paths = [str(s.path) for s in found]
     analyses: list[Any] = []
@@ -116,13 +115,11 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
 
 
 def _emit(
-    rows: list[dict[str, Any]], out_fmt: OutFormat, *, errors: list[dict[str, Any]], exit_code: int
+    rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
 ) -> None:
-    from ctxc.output import dumps, envelope, write_stdout
-
-    if out_fmt is OutFormat.json:
+    if out_fmt is opt.OutFormat.json:
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
-    elif out_fmt is OutFormat.csv:
+    elif out_fmt is opt.OutFormat.csv:
         import csv
         import io
 
@@ -152,10 +149,9 @@ def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.table import Table
 
-    from ctxc.cli.options import cells
     from ctxc.render import dollars, print_table
 
-    console = stdout_console()
+    console = opt.stdout_console()
     if not rows:
         console.print("no sessions found", markup=False)
         return
@@ -167,20 +163,11 @@ def _table(rows: list[dict[str, Any]]) -> None:
         if i:
             console.print()
         table = Table(title=project, title_justify="left", box=None, pad_edge=False)
-        for name, justify in (
-            ("id", "left"),
-            ("agent", "left"),
-            ("last active", "left"),
-            ("msgs", "right"),
-            ("tokens", "right"),
-            ("stage", "right"),
-            ("cost", "right"),
-            ("size", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for name in ("id", "agent", "last active", "msgs", "tokens", "stage", "cost", "size"):
+            table.add_column(name, justify="left" if name in _COLUMNS else "right", no_wrap=True)
         for row in members:
             table.add_row(
-                *cells(
+                *opt.cells(
                     row["id"][:width],
                     row["agent"],
                     row["last_activity"][:16].replace("T", " "),

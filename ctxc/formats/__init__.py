@@ -1,7 +1,5 @@
-"""Format adapters: the registry, sniffing, and the ``load``/``dump`` entry points.
-
-Adding a format is one new module that calls :func:`register` plus one import at the bottom of this file.
-"""
+"""Format adapters: the registry, sniffing, and ``load``/``dump``. A new format is one module calling
+:func:`register` plus its name in ``FORMAT_MODULES``."""
 
 from __future__ import annotations
 
@@ -45,11 +43,9 @@ def transcript_suffixes() -> tuple[str, ...]:
 
 
 def get_adapter(name: str) -> FormatAdapter:
-    try:
-        return _ADAPTERS[name]
-    except KeyError:
-        known = ", ".join(sorted(_ADAPTERS))
-        raise FormatError(f"unknown format {name!r} (known: {known})") from None
+    if name not in _ADAPTERS:
+        raise FormatError(f"unknown format {name!r} (known: {', '.join(sorted(_ADAPTERS))})")
+    return _ADAPTERS[name]
 
 
 def sniff(sample: list[Record], name: str) -> FormatAdapter:
@@ -66,10 +62,7 @@ def sniff(sample: list[Record], name: str) -> FormatAdapter:
 
 
 def check_forced(forced: str, sample: list[Record], name: str) -> None:
-    """Refuse a forced ``--input-format`` that read nothing from a file sniffing gives to another format
-    (a Codex rollout read as Claude Code is 0 messages, not an empty session)."""
-    if not any(r.kind == "passthrough" for r in sample):
-        return
+    """Refuse a forced ``--input-format`` that read nothing from a file another format sniffs as its own."""
     try:
         guess = sniff(sample, name)
     except FormatError:
@@ -94,17 +87,13 @@ def _forced(items: Iterator[Item], forced: str, sample: list[Record], name: str)
 
 @dataclass
 class Stream:
-    """An opened transcript being read lazily: its adapter, and its records and items as they come.
-
-    ``records`` fills up as ``items`` is consumed; streaming callers that do not need the records can
-    pass ``keep_records=False`` to :func:`open_stream`.
-    """
+    """An opened transcript read lazily: ``records`` (unless ``keep_records=False``) and ``invalid_lines``
+    (records skipped under ``skip_invalid``) fill up as ``items`` is consumed."""
 
     name: str
     adapter: FormatAdapter
     items: Iterator[Item]
     records: list[Record]
-    #: Lines of records kept as ``invalid`` under ``skip_invalid`` (filled as ``items`` is consumed).
     invalid_lines: list[int] = field(default_factory=list)
     _handle: BinaryIO | None = None
 
@@ -161,14 +150,9 @@ def _stream(
                 invalid.append(rec.line)
 
     items = adapter.read(indexed())
-    return Stream(
-        name=name,
-        adapter=adapter,
-        items=_forced(items, adapter.name, sample, name) if input_format else items,
-        records=kept,
-        invalid_lines=invalid,
-        _handle=handle,
-    )
+    if input_format:
+        items = _forced(items, adapter.name, sample, name)
+    return Stream(name, adapter, items, kept, invalid, handle)
 
 
 def load(
@@ -178,23 +162,16 @@ def load(
     options: ReadOptions = ReadOptions(),
     on_message: Callable[[Message], None] | None = None,
 ) -> Transcript:
-    """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream).
-
-    ``on_message`` sees each message as soon as it is read, so work on it (counting its tokens) can go
-    on while the rest of the file is parsed.
-    """
+    """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream); ``on_message`` sees each
+    message as soon as it is read, so work on it can go on while the rest is parsed."""
     return _load(open_stream(src, input_format=input_format, options=options), on_message)
 
 
 def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions = ReadOptions()) -> Transcript:
-    """``written`` read back as :func:`load` reads ``written.to_bytes()``, in ``written.format``.
-
-    A record ``written`` took unchanged from ``read_from`` (as read by ``load``) keeps the JSON the
-    reader parsed from those same bytes, and only the records a writer made are parsed (keeping the JSON
-    they were made from when they read back as it): a read-back holds no second copy of a large file.
-    Lines that might read differently in a file of their own (a line break inside a record, a byte-order
-    mark, a first line that is not JSON) are read back from the bytes.
-    """
+    """``written`` read back as :func:`load` reads ``written.to_bytes()``, without a second copy of a large
+    file: records taken unchanged from ``read_from`` keep their parsed JSON, only new ones are parsed and
+    keep the JSON they were made from when they read back as it (unless some line might read
+    differently on its own: then the bytes are read)."""
     name = read_from.source
     own = {id(r) for r in read_from.records}
     if not _reads_alone(written.records, own, options):
@@ -217,9 +194,8 @@ def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions =
 
 
 def _reads_alone(records: Sequence[Record], own: set[int], options: ReadOptions) -> bool:
-    """Whether each record reads back on its own as it would in the file: one line each, split where
-    the reader splits lines, and a first line the reader reads as JSON (else it tries the whole file
-    as one document)."""
+    """Whether each record reads back alone as in the file: one line each, and a first line that is JSON
+    (else the reader tries the whole file as one document)."""
     if not records:
         return False
     last = len(records) - 1

@@ -1,473 +1,37 @@
-"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line.
-
-Each line is a message as the API takes it: ``{"role", "content"}`` with Anthropic content blocks, or an
-OpenAI chat message (``tool_calls``, role ``tool`` with ``tool_call_id``, legacy ``function_call`` and role
-``function``, role ``developer``, ``reasoning_content``). The dialect is decided per line, because a line
-carrying only a string is valid in both. Lines whose role starts with ``_`` are bookkeeping, not messages
-(Kimi CLI writes ``_checkpoint`` and ``_usage``); they stay in place byte for byte.
-
-The message parsing and encoding live here as public functions because the ``dataset`` format holds the
-same message dicts, one whole conversation per line.
-"""
+"""Plain chat logs: one Anthropic- or OpenAI-shaped message per line, parsed by :mod:`ctxc.formats.dicts`.
+Lines whose role starts with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint``, ``_usage``), kept as is."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
-from ctxc.errors import ValidationError
 from ctxc.formats import register
 from ctxc.formats.base import Item
-from ctxc.formats.shapes import (
-    content_text,
-    dumps_compact,
-    encode_anthropic_content,
-    encode_openai_content,
-    encode_openai_part,
-    encode_openai_tool_call,
-    openai_role,
-    parse_anthropic_content,
-    parse_openai_content,
-    parse_openai_tool_call,
-    parse_tool_arguments,
+from ctxc.formats.dicts import (
+    ChatState,
+    detect_dialect,
+    encode_chat_message,
+    importance_of,
+    is_chat_message,
+    parse_chat_message,
+    parse_usage,
+    uses_responses_parts,
 )
+from ctxc.formats.shapes import openai_role
 from ctxc.live import compaction_block_boundary
-from ctxc.model import (
-    MISSING_IDS,
-    Block,
-    ImageBlock,
-    Message,
-    Record,
-    Role,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UnknownBlock,
-    Usage,
-)
+from ctxc.model import Message, Record, Usage
 
-Dialect = Literal["anthropic", "openai"]
-#: How the message's ``content`` was written, so an unchanged message is written back the same way.
-ContentForm = Literal["string", "list", "null", "absent", "other"]
-
-#: Content block types only the Anthropic Messages API uses.
-_ANTHROPIC_BLOCK_TYPES = frozenset(
-    {
-        "tool_use",
-        "tool_result",
-        "thinking",
-        "redacted_thinking",
-        "document",
-        "search_result",
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
-        "container_upload",
-    }
-)
-#: Content part types only OpenAI chat messages use.
-_OPENAI_PART_TYPES = frozenset({"image_url", "input_audio", "file", "refusal"})
-#: Keys only OpenAI chat messages carry.
-_OPENAI_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_content", "refusal", "audio")
-#: Keys only Anthropic message objects (API responses stored as lines) carry.
-_ANTHROPIC_KEYS = ("stop_reason", "stop_sequence")
-#: Responses-API parts: a line using them is a Codex legacy item, not a chat message.
-_RESPONSES_PART_TYPES = frozenset({"input_text", "output_text"})
-#: Keys OpenAI-compatible providers use for the model's reasoning text.
-_REASONING_KEYS = ("reasoning_content", "reasoning")
-
-
-class ChatState:
-    """What parsing one conversation has to remember: tool names by call id, and calls not yet answered.
-
-    Unanswered calls are kept in call order so that results without an id (legacy ``role: function``
-    messages, tool messages missing ``tool_call_id``) pair positionally with the oldest open call.
-    """
-
-    __slots__ = ("dialect", "names", "open_calls")
-
-    def __init__(self) -> None:
-        self.dialect: Dialect | None = None
-        self.names: dict[str, str] = {}
-        self.open_calls: dict[str, str] = {}
-
-    def call(self, call_id: str, name: str) -> None:
-        self.names[call_id] = name
-        self.open_calls[call_id] = name
-
-    def answer(self, call_id: str | None, name: str | None = None) -> tuple[str | None, str | None]:
-        """Close the call a result answers; without an id, the oldest open call (of that name if any)."""
-        if call_id is None:
-            same_name = [k for k, v in self.open_calls.items() if v == name] if name is not None else []
-            if same_name:
-                call_id = same_name[0]
-            elif self.open_calls:
-                call_id = next(iter(self.open_calls))
-            else:
-                return None, name
-        self.open_calls.pop(call_id, None)
-        return call_id, name or self.names.get(call_id)
-
-
-def _content_form(obj: Mapping[str, Any]) -> ContentForm:
-    if "content" not in obj:
-        return "absent"
-    content = obj["content"]
-    if content is None:
-        return "null"
-    if isinstance(content, str):
-        return "string"
-    if isinstance(content, list):
-        return "list"
-    return "other"
-
-
-def _part_types(content: Any) -> set[str]:
-    if not isinstance(content, list):
-        return set()
-    return {str(p.get("type")) for p in content if isinstance(p, dict) and "type" in p}
-
-
-def uses_responses_parts(obj: Mapping[str, Any]) -> bool:
-    """True for Codex legacy items, whose parts are Responses-API ``input_text``/``output_text``."""
-    return bool(_part_types(obj.get("content")) & _RESPONSES_PART_TYPES)
-
-
-def detect_dialect(obj: Mapping[str, Any]) -> Dialect | None:
-    """The dialect a message line shows, or None when it is valid in both (a string, only text parts)."""
-    role = obj.get("role")
-    if role in ("tool", "function", "developer") or any(k in obj for k in _OPENAI_KEYS):
-        return "openai"
-    content = obj.get("content")
-    if "content" in obj and content is None:
-        return "openai"
-    types = _part_types(content)
-    if types & _OPENAI_PART_TYPES:
-        return "openai"
-    if (
-        types & _ANTHROPIC_BLOCK_TYPES
-        or any(k in obj for k in _ANTHROPIC_KEYS)
-        or obj.get("type") == "message"
-    ):
-        return "anthropic"
-    if "image" in types and any(
-        isinstance(p, dict) and p.get("type") == "image" and "source" in p for p in content or ()
-    ):
-        return "anthropic"
-    return None
-
-
-def is_chat_message(obj: Any) -> bool:
-    """Whether a dict is a conversation message this module parses (not a ``_`` pseudo-line)."""
-    return isinstance(obj, dict) and openai_role(obj.get("role")) is not None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def parse_usage(usage: Any, line: int) -> Usage | None:
-    """Usage recorded on a message (an API response stored as a line), Anthropic or OpenAI field names."""
-    if not isinstance(usage, dict):
-        return None
-    if "input_tokens" in usage or "output_tokens" in usage:
-        return Usage(
-            input=_int(usage.get("input_tokens")),
-            output=_int(usage.get("output_tokens")),
-            cache_read=_int(usage.get("cache_read_input_tokens")),
-            cache_write=_int(usage.get("cache_creation_input_tokens")),
-            line=line,
-        )
-    if "prompt_tokens" in usage or "completion_tokens" in usage:
-        details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        # OpenAI's prompt_tokens already include the cached part.
-        return Usage(
-            input=max(_int(usage.get("prompt_tokens")) - cached, 0),
-            output=_int(usage.get("completion_tokens")),
-            cache_read=cached,
-            line=line,
-        )
-    return None
-
-
-def _openai_tool_result(obj: Mapping[str, Any], call_id: str, name: str | None) -> ToolResultBlock:
-    content = obj.get("content")
-    images = tuple(b for b in parse_openai_content(content) if isinstance(b, ImageBlock))
-    return ToolResultBlock(tool_use_id=call_id, text=content_text(content), name=name, raw=obj, images=images)
-
-
-def parse_chat_message(
-    obj: Mapping[str, Any], state: ChatState, *, synth_id: str
-) -> tuple[Role, tuple[Block, ...], dict[str, Any]] | None:
-    """One message dict as (role, blocks, meta), or None when it is not a conversation message.
-
-    ``synth_id`` names calls and results that carry no id (legacy ``function_call``), so it must be
-    unique per message in the file. ``state`` is shared by the messages of one conversation.
-    """
-    if not is_chat_message(obj):
-        return None
-    source_role = obj["role"]
-    role = openai_role(source_role)
-    assert role is not None
-    found = detect_dialect(obj)
-    dialect: Dialect = found or state.dialect or "openai"
-    if found is not None:
-        state.dialect = found
-    meta: dict[str, Any] = {
-        "dialect": dialect,
-        "dialect_from": "line" if found else ("file" if state.dialect else "default"),
-        "content": _content_form(obj),
-    }
-    if source_role != role:
-        meta["source_role"] = source_role
-    if isinstance(obj.get("name"), str):
-        meta["name"] = obj["name"]
-
-    if dialect == "anthropic":
-        blocks: list[Block] = []
-        for block in parse_anthropic_content(obj.get("content")):
-            if isinstance(block, ToolUseBlock):
-                state.call(block.id, block.name)
-                blocks.append(block)
-            elif isinstance(block, ToolResultBlock):
-                _, name = state.answer(block.tool_use_id)
-                blocks.append(block.named(name))
-            else:
-                blocks.append(block)
-        return role, tuple(blocks), meta
-
-    if role == "tool":
-        call_id = obj.get("tool_call_id")
-        given_name = obj.get("name") if isinstance(obj.get("name"), str) else None
-        paired, name = state.answer(call_id if isinstance(call_id, str) else None, given_name)
-        result = _openai_tool_result(obj, paired or f"{synth_id}-result", name)
-        if not isinstance(call_id, str):
-            meta["synthesized_id"] = True
-            if source_role == "tool":  # a legacy ``function`` result has no id by design; this needs one
-                meta[MISSING_IDS] = (result.tool_use_id,)
-        return role, (result,), meta
-
-    blocks = []
-    for key in _REASONING_KEYS:
-        if isinstance(obj.get(key), str):
-            meta["reasoning_key"] = key
-            blocks.append(ThinkingBlock(text=obj[key]))
-            break
-    blocks.extend(parse_openai_content(obj.get("content")))
-    calls = obj.get("tool_calls")
-    if isinstance(calls, list):
-        missing: list[str] = []
-        for n, call in enumerate(calls):
-            block = parse_openai_tool_call(call)
-            if isinstance(block, ToolUseBlock):
-                given = call.get("id")
-                if not isinstance(given, str) or not given:  # absent, empty or null
-                    block = dataclasses.replace(block, id=f"{synth_id}-{n}")
-                    missing.append(block.id)
-                state.call(block.id, block.name)
-            blocks.append(block)
-        if missing:
-            meta[MISSING_IDS] = tuple(missing)
-    fc = obj.get("function_call")
-    if isinstance(fc, dict):
-        meta["function_call"] = True
-        call_block = ToolUseBlock(
-            id=synth_id, name=str(fc.get("name", "")), input=parse_tool_arguments(fc.get("arguments")), raw=fc
-        )
-        state.call(call_block.id, call_block.name)
-        blocks.append(call_block)
-    return role, tuple(blocks), meta
-
-
-# ------------------------------------------------------------------------------------------- encoding
-
-
-def _bare_result(block: Block) -> Block:
-    # Names are filled in from the call when reading; neither dialect stores them in the block itself.
-    if isinstance(block, ToolResultBlock) and block.name is not None:
-        return dataclasses.replace(block, name=None)
-    return block
-
-
-def _encode_anthropic(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = dict(message.raw) if isinstance(message.raw, dict) else {}
-    out["role"] = "user" if message.role == "tool" else message.role
-    form = message.meta.get("content")
-    blocks = [_bare_result(b) for b in message.blocks]
-    if form == "absent" and not blocks:
-        out.pop("content", None)
-    elif form == "null" and not blocks:
-        out["content"] = None
-    elif form == "other" and _is_odd_content(blocks, out.get("content")):
-        pass  # content that is neither a string nor a list stays as the log wrote it
-    else:
-        out["content"] = encode_anthropic_content(blocks, as_string=form in ("string", None))
-    return out
-
-
-def _is_odd_content(blocks: Sequence[Block], content: Any) -> bool:
-    return len(blocks) == 1 and isinstance(blocks[0], UnknownBlock) and blocks[0].raw is content
-
-
-def _openai_role(message: Message) -> str:
-    source = message.meta.get("source_role")
-    if message.role == "system" and source == "developer":
-        return "developer"
-    if message.role == "tool" and source == "function":
-        return "function"
-    return message.role
-
-
-def _reparsed_result(block: ToolResultBlock) -> bool:
-    """Whether a tool message's result block still equals what its message parses to."""
-    if not isinstance(block.raw, dict):
-        return False
-    again = _openai_tool_result(block.raw, block.tool_use_id, block.name)
-    return again == block
-
-
-def _encode_openai_tool(message: Message, out: dict[str, Any]) -> dict[str, Any]:
-    results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
-    if len(results) > 1:
-        raise ValidationError(
-            f"message {message.index}: an OpenAI tool message carries one result, not {len(results)} "
-            "(convert with ctxc.convert.to_openai to split them)"
-        )
-    form = message.meta.get("content")
-    if not results:
-        text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
-        out["content"] = text
-        return out
-    block = results[0]
-    if _reparsed_result(block):
-        assert isinstance(block.raw, dict)
-        if "content" in block.raw:
-            out["content"] = block.raw["content"]
-    elif form == "list" or block.images:
-        parts: list[Any] = [{"type": "text", "text": block.text}] if block.text or not block.images else []
-        parts.extend(encode_openai_part(i) for i in block.images)
-        out["content"] = parts
-    else:
-        out["content"] = block.text
-    if out["role"] == "function":
-        if block.name is not None:
-            out["name"] = block.name
-    elif block.tool_use_id not in message.meta.get(MISSING_IDS, ()):
-        out["tool_call_id"] = block.tool_use_id  # also an id made up on reading, once repair adopted it
-    return out
-
-
-def _encode_function_call(block: ToolUseBlock) -> Any:
-    raw = block.raw
-    if (
-        isinstance(raw, dict)
-        and raw.get("name", "") == block.name
-        and parse_tool_arguments(raw.get("arguments")) == block.input
-    ):
-        return raw
-    args = block.input if isinstance(block.input, str) else dumps_compact(block.input)
-    base = dict(raw) if isinstance(raw, dict) else {}
-    return {**base, "name": block.name, "arguments": args}
-
-
-def _encode_call(block: Block, missing: Sequence[str]) -> Any:
-    raw = block.raw
-    if not isinstance(block, ToolUseBlock):
-        return raw
-    if isinstance(raw, dict) and not raw.get("id") and block.id in missing:
-        # The id was synthesized on reading: the call is unchanged when all but the id match.
-        again = parse_openai_tool_call(raw)
-        if isinstance(again, ToolUseBlock) and dataclasses.replace(again, id=block.id) == block:
-            return raw
-        encoded = encode_openai_tool_call(block)
-        if isinstance(encoded, dict):
-            encoded.pop("id", None)
-        return encoded
-    return encode_openai_tool_call(block)
-
-
-def _encode_openai(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = dict(message.raw) if isinstance(message.raw, dict) else {}
-    out["role"] = _openai_role(message)
-    if message.role == "tool":
-        return _encode_openai_tool(message, out)
-    meta = message.meta
-    thinking: list[str] = []
-    calls: list[Block] = []
-    content: list[Block] = []
-    # tool_calls entries that are not objects were kept as unknown blocks; they go back into tool_calls.
-    raw_calls = out.get("tool_calls")
-    odd_calls = (
-        {id(c) for c in raw_calls if not isinstance(c, dict)} if isinstance(raw_calls, list) else set()
-    )
-    for block in message.blocks:
-        if isinstance(block, ThinkingBlock):
-            thinking.append(block.text)
-        elif isinstance(block, ToolUseBlock) or (
-            isinstance(block, UnknownBlock) and id(block.raw) in odd_calls
-        ):
-            calls.append(block)
-        elif isinstance(block, ToolResultBlock):
-            raise ValidationError(
-                f"message {message.index}: an OpenAI {message.role} message cannot carry a tool result "
-                "(convert with ctxc.convert.to_openai)"
-            )
-        else:
-            content.append(block)
-
-    form = meta.get("content")
-    if form == "absent" and not content:
-        out.pop("content", None)
-    elif form == "null" and not content:
-        out["content"] = None
-    elif form == "other" and _is_odd_content(content, out.get("content")):
-        pass
-    else:
-        encoded = encode_openai_content(content, as_string=form in ("string", "null", "absent", None))
-        if encoded is None and message.role != "assistant":
-            encoded = ""  # only an assistant message may have null content
-        out["content"] = encoded
-
-    reasoning_key = meta.get("reasoning_key", "reasoning_content")
-    if thinking:
-        out[reasoning_key] = "\n".join(thinking)
-    else:
-        out.pop(reasoning_key, None)
-
-    if meta.get("function_call"):
-        if calls and isinstance(calls[0], ToolUseBlock):
-            out["function_call"] = _encode_function_call(calls[0])
-            calls = calls[1:]
-        else:
-            out.pop("function_call", None)
-    if calls:
-        missing = meta.get(MISSING_IDS, ())
-        out["tool_calls"] = [_encode_call(c, missing) for c in calls]
-    elif out.get("tool_calls"):
-        del out["tool_calls"]  # every call was removed; an empty list or null the log wrote stays
-    return out
-
-
-def encode_chat_message(message: Message) -> dict[str, Any]:
-    """The message dict for ``message`` in its own dialect (``meta["dialect"]``, OpenAI when unknown)."""
-    dialect = message.meta.get("dialect")
-    if dialect == "anthropic":
-        return _encode_anthropic(message)
-    return _encode_openai(message)
-
-
-def importance_of(obj: Mapping[str, Any]) -> str | None:
-    value = obj.get("importance")
-    return value if isinstance(value, str) else None
-
-
-# -------------------------------------------------------------------------------------------- adapter
+#: Names the dataset format and callers import from here.
+__all__ = [
+    "ChatState",
+    "detect_dialect",
+    "encode_chat_message",
+    "importance_of",
+    "is_chat_message",
+    "parse_chat_message",
+    "parse_usage",
+]
 
 
 class ChatAdapter:
@@ -481,16 +45,13 @@ class ChatAdapter:
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
-        with_role = 0
-        marked = False
+        with_role, marked = 0, False
         for rec in sample:
             data = rec.data
             if not isinstance(data, dict):
                 continue
-            if "type" in data and "payload" in data:
-                return 0  # a Codex rollout envelope
-            if uses_responses_parts(data):
-                return 0  # a Codex legacy response item
+            if ("type" in data and "payload" in data) or uses_responses_parts(data):
+                return 0  # a Codex rollout envelope or legacy response item
             role = data.get("role")
             if not isinstance(role, str):
                 continue
@@ -506,8 +67,7 @@ class ChatAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         state = ChatState()
-        index = 0
-        conversation = 0
+        index = conversation = 0
         in_conversation = False
         for i, rec in records:
             obj = rec.data
@@ -515,9 +75,10 @@ class ChatAdapter:
                 continue
             role = obj.get("role")
             if isinstance(role, str) and role.startswith("_"):
-                if role == "_usage" and _int(obj.get("token_count")):
+                tokens = obj.get("token_count")
+                if role == "_usage" and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens:
                     # Kimi's running context size: what the model saw as input at that point.
-                    yield Usage(input=_int(obj["token_count"]), line=rec.line)
+                    yield Usage(input=tokens, line=rec.line)
                 elif role == "_conversation":
                     # ctxc's own marker between conversations when it writes several into one chat file.
                     given = obj.get("index")

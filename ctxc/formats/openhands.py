@@ -1,32 +1,6 @@
-"""OpenHands evaluation and resolver output: one task per line, its ``history`` a list of events.
-
-Each line is one conversation. Two event shapes exist:
-
-* ``events`` (OpenHands 0.2x+): ``{id, timestamp, source, message, action|observation, args|content,
-  cause, tool_call_metadata}``. An observation names the action it answers with ``cause``.
-* ``bare`` (older resolver output): flat ``{action, command, thought, ...}`` and ``{observation,
-  content, ...}`` dicts with no ids or sources; an observation answers the oldest unanswered action.
-
-Events become messages the way OpenHands' ConversationMemory turns them into LLM messages: the
-``system`` action is the system prompt (its ``tools`` kept as an UnknownBlock, they are sent too),
-``message`` actions are user or assistant text, other agent actions are one tool call each (the
-``thought`` is the assistant text beside it, except for ``think``, whose thought *is* the argument),
-observations are tool results. Decisions where OpenHands itself is not a tool exchange:
-
-* ``finish`` and ``reject`` (:data:`TERMINAL_ACTIONS`) end the run: their tool call is marked
-  ``terminal`` (no observation follows, and none is missing);
-
-* a ``recall`` action is not a message (OpenHands sends nothing for it; its query repeats the user's
-  task); its observation is the workspace context OpenHands injects as a user message, kept as an
-  UnknownBlock whose text is the injected knowledge (meta ``context_injection``);
-* an observation that answers no action (an ``error`` for a malformed tool call has no ``cause``) is
-  a user message, as OpenHands sends it;
-* ``condensation`` actions are OpenHands' own compactions: a Boundary ``openhands_condensation``;
-* state changes and null events are not messages.
-
-A message's ``raw`` is its event dict and ``meta["event_index"]`` its position in the history;
-:func:`encode_line` rebuilds a whole line from messages.
-"""
+"""OpenHands evaluation and resolver output: one task per line, its ``history`` a list of events (with ids,
+or the older flat ``bare`` dicts), read as OpenHands' ConversationMemory sends them: actions are tool calls
+(``finish``/``reject`` terminal), observations their results, ``condensation`` a Boundary."""
 
 from __future__ import annotations
 
@@ -56,17 +30,10 @@ _SILENT_ACTIONS = frozenset(
     {"recall", "change_agent_state", "null", "condensation_request", "pause", "resume"}
 )
 _SILENT_OBSERVATIONS = frozenset({"null", "agent_state_changed"})
-#: Agent actions that end the run (OpenHands' AgentFinishAction, AgentRejectAction): the runtime
-#: answers them with no observation, so their tool call awaits no result.
+#: Agent actions that end the run: no observation answers them.
 TERMINAL_ACTIONS = frozenset({"finish", "reject"})
 #: Keys of a bare action dict that are bookkeeping, not the tool's arguments.
 _BARE_ACTION_META = frozenset({"action", "thought", "action_risk", "is_confirmed", "security_risk"})
-
-
-def _now_iso() -> str:
-    # Only for an event written with no neighbour: encode_line gives a new event the time of the event
-    # before it, so compaction output stays the same bytes for the same input.
-    return run_timestamp().removesuffix("Z")  # OpenHands writes naive ISO times
 
 
 def _dialect(event: Mapping[str, Any]) -> str:
@@ -78,6 +45,11 @@ def _tcm(event: Mapping[str, Any]) -> dict[str, Any]:
     return tcm if isinstance(tcm, dict) else {}
 
 
+def _function_name(event: Mapping[str, Any], default: str) -> str:
+    name = _tcm(event).get("function_name")
+    return name if isinstance(name, str) else default
+
+
 def _args(event: Mapping[str, Any]) -> dict[str, Any]:
     """An action's arguments: ``args`` in the events shape, the flat dict minus bookkeeping when bare."""
     if _dialect(event) == "events":
@@ -86,37 +58,25 @@ def _args(event: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k not in _BARE_ACTION_META}
 
 
-def _thought(event: Mapping[str, Any]) -> str:
-    holder = event.get("args") if _dialect(event) == "events" else event
-    thought = holder.get("thought") if isinstance(holder, dict) else None
-    return thought if isinstance(thought, str) else ""
-
-
 def _recall_text(event: Mapping[str, Any]) -> str:
     """The knowledge a recall observation injects: its content and every non-empty string it carries."""
-    parts: list[str] = []
     content = event.get("content")
-    if isinstance(content, str) and content:
-        parts.append(content)
+    parts = [content] if isinstance(content, str) and content else []
+    return "\n".join([*parts, *_strings(event.get("extras"))])
 
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            if value:
-                parts.append(value)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if k in ("recall_type", "name", "trigger"):
-                    continue  # labels of the recall, not text it injects
-                if k == "runtime_hosts" and isinstance(v, dict):
-                    parts.extend(str(h) for h in v)
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
 
-    walk(event.get("extras"))
-    return "\n".join(parts)
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str) and value:
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k == "runtime_hosts" and isinstance(v, dict):
+                yield from map(str, v)
+            elif k not in ("recall_type", "name", "trigger"):  # labels of the recall, not text it injects
+                yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
 
 
 def _message_role(event: Mapping[str, Any]) -> Role:
@@ -141,22 +101,12 @@ def _usage(event: Mapping[str, Any], line: int) -> tuple[str | None, Usage | Non
         v = d.get(key) if isinstance(d, dict) else None
         return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
-    prompt = num(usage, "prompt_tokens")
-    cache_read = num(usage.get("prompt_tokens_details"), "cached_tokens") or num(
-        usage, "cache_read_input_tokens"
-    )
-    cache_write = num(usage, "cache_creation_input_tokens")
+    cached = num(usage.get("prompt_tokens_details"), "cached_tokens") or num(usage, "cache_read_input_tokens")
+    written = num(usage, "cache_creation_input_tokens")
+    fresh = max(num(usage, "prompt_tokens") - cached - written, 0)
     rid = response.get("id")
-    return (
-        rid if isinstance(rid, str) else None,
-        Usage(
-            input=max(prompt - cache_read - cache_write, 0),
-            output=num(usage, "completion_tokens"),
-            cache_read=cache_read,
-            cache_write=cache_write,
-            line=line,
-        ),
-    )
+    counted = Usage(fresh, num(usage, "completion_tokens"), cache_read=cached, cache_write=written, line=line)
+    return (rid if isinstance(rid, str) else None), counted
 
 
 class _Pairing:
@@ -169,11 +119,9 @@ class _Pairing:
 
     def call_id(self, event: Mapping[str, Any], position: int) -> str:
         tcm_id = _tcm(event).get("tool_call_id")
-        if isinstance(tcm_id, str) and tcm_id:
-            call_id = tcm_id
-        else:
-            key = event.get("id", position)
-            call_id = f"oh-{self.line}-{key}"
+        call_id = (
+            tcm_id if isinstance(tcm_id, str) and tcm_id else f"oh-{self.line}-{event.get('id', position)}"
+        )
         if "id" in event:
             self.by_event_id[event["id"]] = call_id
         if _dialect(event) == "bare":
@@ -189,12 +137,9 @@ class _Pairing:
         if isinstance(tcm_id, str) and tcm_id:
             return tcm_id
         if _dialect(event) == "bare" and self.pending:
-            kind = str(event.get("observation"))
-            for i, (action, call_id) in enumerate(self.pending):
-                if action == kind:
-                    del self.pending[i]
-                    return call_id
-            return self.pending.pop(0)[1]
+            kind = str(event.get("observation"))  # the oldest call of the same kind, else the oldest
+            i = next((i for i, (action, _) in enumerate(self.pending) if action == kind), 0)
+            return self.pending.pop(i)[1]
         return None
 
 
@@ -226,16 +171,18 @@ def _parse_event(
         if event.get("source") == "user":
             # A user's own command or edit: OpenHands shows it to the model as user text, not a tool call.
             return "user", (UnknownBlock(raw=args, text=dumps_compact(args), type=f"user_{action}"),), meta
-        tcm = _tcm(event)
-        name = tcm.get("function_name") if isinstance(tcm.get("function_name"), str) else action
-        assert isinstance(name, str)
+        name = _function_name(event, action)
         call_id = pairing.call_id(event, position)
         if action == "think":
             return "assistant", (ToolUseBlock(id=call_id, name=name, input=args),), meta
         tool_input = {k: v for k, v in args.items() if k != "thought"}
-        thought = _thought(event)
-        use = ToolUseBlock(id=call_id, name=name, input=tool_input, terminal=action in TERMINAL_ACTIONS)
-        return "assistant", ((TextBlock(text=thought), use) if thought else (use,)), meta
+        thought = (args if dialect == "events" else event).get("thought")
+        said = (TextBlock(thought),) if isinstance(thought, str) and thought else ()
+        return (
+            "assistant",
+            (*said, ToolUseBlock(call_id, name, tool_input, terminal=action in TERMINAL_ACTIONS)),
+            meta,
+        )
     observation = event.get("observation")
     if not isinstance(observation, str):
         return None
@@ -244,16 +191,14 @@ def _parse_event(
         return None
     if observation == "recall":
         meta["context_injection"] = True
-        extras = event.get("extras")
-        return "user", (UnknownBlock(raw=extras, text=_recall_text(event), type="recall"),), meta
+        return "user", (UnknownBlock(event.get("extras"), _recall_text(event), type="recall"),), meta
     text = content_text(event.get("content"))
     if observation == "agent_condensation":
         return "user", (TextBlock(text=text),), meta
     answered = pairing.answer(event)
     if answered is None:
         return "user", (TextBlock(text=text),), meta
-    tcm = _tcm(event)
-    name = tcm.get("function_name") if isinstance(tcm.get("function_name"), str) else observation
+    name = _function_name(event, observation)
     is_error = observation == "error" or event.get("success") is False
     return "tool", (ToolResultBlock(tool_use_id=answered, text=text, is_error=is_error, name=name),), meta
 
@@ -262,8 +207,7 @@ def _condensation(event: Mapping[str, Any], line: int) -> Boundary | None:
     if event.get("action") != "condensation":
         return None
     args = _args(event)
-    forgotten = args.get("forgotten_event_ids")
-    trigger = "summary" if args.get("summary") else ("forget" if forgotten else None)
+    trigger = "summary" if args.get("summary") else ("forget" if args.get("forgotten_event_ids") else None)
     return Boundary(kind="openhands_condensation", line=line, trigger=trigger)
 
 
@@ -280,7 +224,7 @@ class OpenHandsAdapter:
     rewrites_carried = False
     summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"
-    #: Actions whose tool call ends the run and awaits no result (the reader marks them ``terminal``).
+    #: Actions whose tool call ends the run (the reader marks them ``terminal``).
     terminal_actions = TERMINAL_ACTIONS
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -299,8 +243,7 @@ class OpenHandsAdapter:
         return 0
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
-        index = 0
-        conversation = 0
+        index = conversation = 0
         for rec_index, record in records:
             data = record.data
             if not _is_trajectory(data):
@@ -321,9 +264,9 @@ class OpenHandsAdapter:
                 usage: Usage | None = None
                 if role == "assistant":
                     rid, usage = _usage(event, record.line)
-                    if rid is not None and rid in seen_responses:
+                    if rid in seen_responses:
                         usage = None  # several calls of one response: its usage belongs to the first
-                    elif rid is not None:
+                    if rid is not None:
                         seen_responses.add(rid)
                 importance = event.get("importance")
                 yield Message(
@@ -344,7 +287,6 @@ class OpenHandsAdapter:
             conversation += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        """The compaction writer's hook: rebuild a whole record from one conversation's messages."""
         return encode_line(messages, template)
 
     def encode_message(self, message: Message) -> dict[str, Any]:
@@ -399,18 +341,14 @@ def _action_event(
     if bare:
         keep = {k: v for k, v in base.items() if k in _BARE_ACTION_META and k != "thought"}
         return {**keep, **args, "action": action}
-    event = dict(base)
-    event["action"] = action
-    event["args"] = args
+    event = {**base, "action": action, "args": args}
     event.setdefault("message", "")
     return event
 
 
 def _encode_events(message: Message, dialect: str | None = None) -> list[dict[str, Any]]:
-    """The event(s) for a message: its raw event when unchanged, else the raw event updated (or a new one).
-
-    Only an assistant message with several tool calls gives several events (one per call).
-    """
+    """The event(s) for a message: its raw event when unchanged, else that event updated (or a new one);
+    an assistant message with several tool calls gives one event per call."""
     raw = message.raw if isinstance(message.raw, dict) else None
     if raw is not None and _unchanged(message, raw):
         return [raw]
@@ -418,7 +356,8 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     event: dict[str, Any] = dict(raw) if raw is not None else {}
     if raw is None and not bare:
         event = {
-            "timestamp": str(message.meta.get("timestamp") or _now_iso()),
+            # OpenHands writes naive ISO times; encode_line gives a new event its neighbour's time.
+            "timestamp": str(message.meta.get("timestamp") or run_timestamp().removesuffix("Z")),
             "source": "user" if message.role == "user" else "agent",
         }
     uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
@@ -481,33 +420,26 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
         event["source"] = "user" if message.role in ("user", "system") else "agent"
         event["message"] = ""
     _set_text(event, args, "content", text)
-    event["action"] = "message"
-    event["args"] = args
+    event.update(action="message", args=args)
     return [event]
 
 
 def _stamp_near(history: Sequence[Any], after: int) -> str | None:
     """The time of the event at ``after`` or the nearest one before it, else of the first event after."""
     order = [*range(min(after, len(history) - 1), -1, -1), *range(after + 1, len(history))]
-    for i in order:
-        event = history[i]
-        if isinstance(event, dict) and isinstance(event.get("timestamp"), str):
-            return str(event["timestamp"])
-    return None
+    stamps = (history[i].get("timestamp") for i in order if isinstance(history[i], dict))
+    return next((str(t) for t in stamps if isinstance(t, str)), None)
 
 
 def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
     """A whole line's dict with its ``history`` rebuilt from ``messages`` (one conversation, in order).
 
-    Events that were never messages (recall actions, state changes, condensations) stay where they
-    were; events whose message is no longer in ``messages`` are dropped. New messages (no
-    ``event_index``) go after the message before them; in the events shape they get fresh ids after
-    the largest one, and a new tool result names its call's event as ``cause``.
+    Events that were never messages stay; those of messages no longer there are dropped. New messages go
+    after the message before them, with fresh ids (events shape) and a new result's ``cause`` set.
     """
     history = template_raw.get("history")
     history = history if isinstance(history, list) else []
-    dialects = {_dialect(e) for e in history if isinstance(e, dict)}
-    bare = dialects == {"bare"}
+    bare = {_dialect(e) for e in history if isinstance(e, dict)} == {"bare"}
     pairing = _Pairing(0)
     was_message = [
         isinstance(e, dict) and _condensation(e, 0) is None and _parse_event(e, i, pairing) is not None
@@ -527,18 +459,16 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) ->
             if stamp is not None:
                 m = replace(m, meta={**m.meta, "timestamp": stamp})
         events = _encode_events(m, "bare" if bare else "events")
-        uses = [b for b in m.blocks if isinstance(b, ToolUseBlock)]
-        for use, ev in zip(uses, events, strict=False):
-            call_events[use.id] = ev
+        uses = [b.id for b in m.blocks if isinstance(b, ToolUseBlock)]
+        call_events.update(zip(uses, events, strict=False))
         if is_kept:
             assert isinstance(position, int)
             kept.setdefault(position, []).extend(events)
             after = position
         else:
             inserted.setdefault(after, []).extend(events)
-            for block in m.blocks:
-                if isinstance(block, ToolResultBlock) and events:
-                    causes.append((events[0], block.tool_use_id))
+            if events:
+                causes.extend((events[0], b.tool_use_id) for b in m.blocks if isinstance(b, ToolResultBlock))
 
     out: list[Any] = list(inserted.get(-1, []))
     for i, event in enumerate(history):

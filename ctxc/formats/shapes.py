@@ -1,15 +1,11 @@
-"""Anthropic and OpenAI message shapes: content blocks to model blocks and back.
-
-Chat logs, Claude Code records, datasets and trajectories all embed one of these two shapes, so every
-adapter that meets them uses these functions. The rule for encoding is the same everywhere: a block
-that still equals what its ``raw`` parses to is written back as ``raw`` itself (nothing ctxc does not
-model can be lost); a changed or new block is built from its fields, keeping ``raw``'s other keys.
-"""
+"""Anthropic and OpenAI content blocks, which most formats embed, to model blocks and back: a block still
+equal to what its ``raw`` parses to is written as ``raw`` (nothing unmodelled is lost), else rebuilt."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,6 +13,7 @@ from typing import Any
 import orjson
 
 from ctxc.model import (
+    ROLES,
     Block,
     ImageBlock,
     Role,
@@ -27,7 +24,24 @@ from ctxc.model import (
     UnknownBlock,
 )
 
-# ---------------------------------------------------------------------------------------------- images
+#: Anthropic block types with no model block of their own, kept as recorded.
+ANTHROPIC_ONLY_PARTS = frozenset(
+    {
+        "document",
+        "search_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+#: OpenAI content part types with no model block of their own.
+OPENAI_ONLY_PARTS = frozenset({"input_audio", "file"})
+#: JPEG start-of-frame markers, which hold the image size.
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -41,9 +55,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP" and len(data) >= 30:
         chunk = data[12:16]
         if chunk == b"VP8X":
-            w = int.from_bytes(data[24:27], "little") + 1
-            h = int.from_bytes(data[27:30], "little") + 1
-            return w, h
+            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
         if chunk == b"VP8 " and len(data) >= 30:
             w, h = struct.unpack("<HH", data[26:30])
             return int(w) & 0x3FFF, int(h) & 0x3FFF
@@ -63,7 +75,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
                 i += 2
                 continue
             seg_len = struct.unpack(">H", data[i + 2 : i + 4])[0]
-            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            if marker in _JPEG_SOF:
                 h, w = struct.unpack(">HH", data[i + 5 : i + 9])
                 return int(w), int(h)
             i += 2 + seg_len
@@ -84,9 +96,7 @@ def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock
     if size is None and media_type in ("image/jpeg", "image/jpg"):
         size = image_size(_b64_head(data, 1 << 16))
     width, height = size if size else (None, None)
-    return ImageBlock(
-        media_type=media_type, width=width, height=height, data_bytes=len(data) * 3 // 4, raw=raw
-    )
+    return ImageBlock(media_type, width, height, data_bytes=len(data) * 3 // 4, raw=raw)
 
 
 def _data_url_image(url: str, raw: Any) -> ImageBlock:
@@ -96,12 +106,14 @@ def _data_url_image(url: str, raw: Any) -> ImageBlock:
     return ImageBlock(raw=raw)
 
 
-# ----------------------------------------------------------------------------------------------- text
-
-
 def dumps_compact(value: Any) -> str:
     """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def tool_arguments(value: Any) -> str:
+    """A call's input as OpenAI's ``arguments`` string."""
+    return value if isinstance(value, str) else dumps_compact(value)
 
 
 def content_text(content: Any) -> str:
@@ -111,31 +123,19 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict):
-                t = part.get("text")
-                if isinstance(t, str):
-                    parts.append(t)
-        return "\n".join(parts)
+        parts = [part.get("text") if isinstance(part, dict) else part for part in content]
+        return "\n".join(part for part in parts if isinstance(part, str))
     return dumps_compact(content)
 
 
 def _content_images(content: Any) -> tuple[ImageBlock, ...]:
     if not isinstance(content, list):
         return ()
-    out: list[ImageBlock] = []
-    for part in content:
-        if isinstance(part, dict) and part.get("type") in ("image", "image_url", "input_image"):
-            block = parse_anthropic_block(part) if part.get("type") == "image" else _openai_part(part)
-            if isinstance(block, ImageBlock):
-                out.append(block)
-    return tuple(out)
-
-
-# ------------------------------------------------------------------------------------------ anthropic
+    parts = [
+        p for p in content if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
+    ]
+    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in parts)
+    return tuple(b for b in blocks if isinstance(b, ImageBlock))
 
 
 def parse_anthropic_block(block: Any) -> Block:
@@ -149,38 +149,36 @@ def parse_anthropic_block(block: Any) -> Block:
     if btype == "redacted_thinking":
         return ThinkingBlock(text="", raw=block)
     if btype == "tool_use" and isinstance(block.get("id"), str):
-        return ToolUseBlock(
-            id=block["id"], name=str(block.get("name", "")), input=block.get("input"), raw=block
-        )
+        return ToolUseBlock(block["id"], str(block.get("name", "")), block.get("input"), raw=block)
     if btype == "tool_result" and isinstance(block.get("tool_use_id"), str):
         content = block.get("content")
+        is_error = bool(block.get("is_error", False))
+        images = _content_images(content)
         return ToolResultBlock(
-            tool_use_id=block["tool_use_id"],
-            text=content_text(content),
-            is_error=bool(block.get("is_error", False)),
-            raw=block,
-            images=_content_images(content),
+            block["tool_use_id"], content_text(content), is_error, raw=block, images=images
         )
     if btype == "image":
         source = block.get("source")
-        if (
-            isinstance(source, dict)
-            and source.get("type") == "base64"
-            and isinstance(source.get("data"), str)
-        ):
-            return image_from_base64(source["data"], source.get("media_type"), block)
+        source = source if isinstance(source, dict) else {}
+        data = source.get("data") if source.get("type") == "base64" else None
+        if isinstance(data, str):
+            return image_from_base64(data, source.get("media_type"), block)
         return ImageBlock(raw=block)
     return UnknownBlock(raw=block, text=dumps_compact(block), type=str(btype or "unknown"))
 
 
-def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
+def _parse_content(content: Any, parse_part: Callable[[Any], Block]) -> tuple[Block, ...]:
+    if content is None:
+        return ()
     if isinstance(content, str):
         return (TextBlock(text=content),)
     if isinstance(content, list):
-        return tuple(parse_anthropic_block(b) for b in content)
-    if content is None:
-        return ()
+        return tuple(parse_part(p) for p in content)
     return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+
+
+def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
+    return _parse_content(content, parse_anthropic_block)
 
 
 def _unchanged(block: Block, parse: Callable[[Any], Block]) -> bool:
@@ -231,16 +229,7 @@ def encode_anthropic_content(blocks: Iterable[Block], *, as_string: bool = False
     return [encode_anthropic_block(b) for b in blocks]
 
 
-# --------------------------------------------------------------------------------------------- openai
-
-_OPENAI_ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-    "function": "tool",
-}
+_OPENAI_ROLES: dict[str, Role] = {**{r: r for r in ROLES}, "developer": "system", "function": "tool"}
 
 
 def openai_role(role: Any) -> Role | None:
@@ -255,59 +244,42 @@ def _openai_part(part: Any) -> Block:
         return TextBlock(text=part["text"], raw=part)
     if ptype == "refusal" and isinstance(part.get("refusal"), str):
         return TextBlock(text=part["refusal"], raw=part)
-    if ptype == "image_url":
-        url = part.get("image_url")
-        url = url.get("url") if isinstance(url, dict) else url
-        return _data_url_image(url if isinstance(url, str) else "", part)
-    if ptype == "input_image":
-        url = part.get("image_url")
+    if ptype in ("image_url", "input_image"):
+        url = part.get("image_url")  # a chat part nests it as {"url": ...}, a Responses input_image does not
+        if ptype == "image_url" and isinstance(url, dict):
+            url = url.get("url")
         return _data_url_image(url if isinstance(url, str) else "", part)
     return UnknownBlock(raw=part, text=dumps_compact(part), type=str(ptype or "unknown"))
 
 
 def parse_openai_content(content: Any) -> tuple[Block, ...]:
-    if content is None:
-        return ()
-    if isinstance(content, str):
-        return (TextBlock(text=content),)
-    if isinstance(content, list):
-        return tuple(_openai_part(p) for p in content)
-    return (UnknownBlock(raw=content, text=dumps_compact(content)),)
+    return _parse_content(content, _openai_part)
 
 
 def parse_tool_arguments(arguments: Any) -> Any:
     """OpenAI sends arguments as a JSON string; keep the parsed value, or the string if it is not JSON."""
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             return orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return arguments
     return arguments
 
 
 def parse_openai_tool_call(call: Any) -> Block:
     if not isinstance(call, dict):
         return UnknownBlock(raw=call, text=dumps_compact(call))
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-    assert isinstance(fn, dict)
-    return ToolUseBlock(
-        id=str(call.get("id", "")),
-        name=str(fn.get("name", "")),
-        input=parse_tool_arguments(fn.get("arguments")),
-        raw=call,
-    )
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    arguments = parse_tool_arguments(fn.get("arguments"))
+    return ToolUseBlock(str(call.get("id", "")), str(fn.get("name", "")), arguments, raw=call)
 
 
 def encode_openai_tool_call(block: Block) -> Any:
-    if _unchanged(block, parse_openai_tool_call):
-        return block.raw
-    if not isinstance(block, ToolUseBlock):
+    if _unchanged(block, parse_openai_tool_call) or not isinstance(block, ToolUseBlock):
         return block.raw
     base: dict[str, Any] = dict(block.raw) if isinstance(block.raw, dict) else {"type": "function"}
-    args = block.input if isinstance(block.input, str) else dumps_compact(block.input)
     old_fn = base.get("function")
     fn: dict[str, Any] = dict(old_fn) if isinstance(old_fn, dict) else {}
-    fn.update(name=block.name, arguments=args)
+    fn.update(name=block.name, arguments=tool_arguments(block.input))
     return {**base, "id": block.id, "function": fn}
 
 
