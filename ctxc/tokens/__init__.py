@@ -101,7 +101,7 @@ def make_counter(
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
-    """Count in a worker process, on a thread per core, while the caller parses ``size`` bytes of input.
+    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
 
     For tiktoken counters and inputs of :data:`ctxc.tokens.workers.PROCESS_MIN_BYTES` or more only
     (see :func:`ctxc.tokens.workers.worker_processes`); anything else gets a context that does nothing.

@@ -1,15 +1,14 @@
-"""Counting in a worker process: a one-process pool, forked, whose worker builds the encoding as it starts.
+"""Counting in worker processes: one process pool, forked, whose workers build the encoding as they start.
 
-tiktoken builds an encoding in a Rust constructor that holds the GIL, and ctxc's parsing holds it too,
-so counting runs in another process. A command that counts with a bundled encoding gets the worker as
-it starts (``ctxc/__main__.py`` calls :func:`start_for` before importing the CLI): it builds the
-encoding while ctxc imports and reads, then counts the batches sent to it while ctxc parses the next.
-tiktoken releases the GIL while it encodes, so the worker counts a large batch on one thread per core
-with the one encoding it built (a worker per core would build it once each). A worker for an input of
-at most :data:`PARTIAL_INPUT_BYTES` builds no whole encoding: it parses the rank table and counts each
-batch with a partial encoding of the tokens its texts can use (:mod:`ctxc.tokens.partial`). A library
-caller gets a worker from :func:`counting_processes`. bench/README.md has the measurements behind
-each of these choices.
+tiktoken counts at about one core per process, and builds an encoding in a Rust constructor that holds
+the GIL, so no thread of ctxc's can overlap that build. A command that counts with a bundled encoding
+therefore gets a pool as it starts (``ctxc/__main__.py`` calls :func:`start_for` before importing the
+CLI): its workers build the encoding while ctxc imports and reads, then count the batches it sends
+them while it parses the next. One worker for a small input, one per core from
+:data:`PROCESS_MIN_BYTES` on. A worker for an input of at most :data:`PARTIAL_INPUT_BYTES` builds no
+whole encoding: it parses the rank table and counts each batch with a partial encoding of the tokens
+its texts can use (:mod:`ctxc.tokens.partial`). A library caller gets a pool from
+:func:`counting_processes`. bench/README.md has the measurements behind each of these choices.
 
 Counts are identical whichever process makes them. Workers ignore Ctrl-C (the parent's to handle),
 die at once on SIGTERM (they hold nothing to clean up), and end with their parent even when it is
@@ -39,11 +38,11 @@ if TYPE_CHECKING:
 #: Commands that count tokens and default to o200k_base.
 COUNTING_COMMANDS = frozenset({"analyze", "compact", "check"})
 BUNDLED = ("o200k_base", "cl100k_base")
-#: Inputs from this size on are counted on a thread per core, smaller ones on one.
+#: Inputs from this size on are counted by a worker per core, smaller ones by one.
 PROCESS_MIN_BYTES = base.PROCESS_MIN_BYTES
 #: Inputs up to this size in all are counted with partial encodings (bench/README.md, "100 KB").
 PARTIAL_INPUT_BYTES = 256 << 10
-#: A batch of at least this many characters is split among the worker's threads.
+#: A batch of at least this many characters is split among the workers.
 SPLIT_MIN_CHARS = 1 << 18
 
 
@@ -51,7 +50,7 @@ class Plan(NamedTuple):
     """The pool to start for a command."""
 
     name: str  # the encoding
-    size: int  # how many counting threads
+    size: int  # how many workers
     partial: bool = False  # count with partial encodings (a small input)
 
 
@@ -103,8 +102,8 @@ def plan(args: Sequence[str]) -> Plan | None:
 _count: Callable[[Sequence[str]], list[int]] | None = None
 
 
-def _start_worker(name: str, path: Path | None, partial: bool, parent: int, threads: int) -> None:
-    """Initializer of the worker: signals, then the encoding (or, with ``partial``, its rank table)."""
+def _start_worker(name: str, path: Path | None, partial: bool, parent: int) -> None:
+    """Initializer of a worker: signals, then the encoding (or, with ``partial``, its rank table)."""
     global _count  # noqa: PLW0603 - set once in each worker process, as it starts
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -122,29 +121,10 @@ def _start_worker(name: str, path: Path | None, partial: bool, parent: int, thre
             backend.prepare_partial(spec, path)
             _count = lambda texts: list(map(backend.counter_for(spec, path, texts), texts))  # noqa: E731
         else:
-            _count = _in_threads(backend.counter_for(spec, path), threads)
+            whole = backend.counter_for(spec, path)
+            _count = lambda texts: list(map(whole, texts))  # noqa: E731
     except Exception:
         _count = None
-
-
-def _in_threads(count: Callable[[str], int], threads: int) -> Callable[[Sequence[str]], list[int]]:
-    """Count a batch with ``count``, a large one split among ``threads`` threads in contiguous parts."""
-    if threads < 2:
-        return lambda texts: list(map(count, texts))
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(threads)
-
-    def count_part(part: Sequence[str]) -> list[int]:
-        return list(map(count, part))
-
-    def count_batch(texts: Sequence[str]) -> list[int]:
-        if len(texts) < 2 or sum(map(len, texts)) < SPLIT_MIN_CHARS:
-            return count_part(texts)
-        parts = [texts[a:b] for a, b in split(texts, threads)]
-        return [n for counts in pool.map(count_part, parts) for n in counts]
-
-    return count_batch
 
 
 def _count_in_worker(texts: Sequence[str | bytes]) -> list[int] | None:
@@ -163,10 +143,10 @@ def _sendable(texts: Sequence[str]) -> list[str | bytes]:
 
 
 class CountingPool:
-    """A worker process counting with encoding ``name`` on ``size`` threads (see the module docstring)."""
+    """Worker processes counting with encoding ``name`` (see the module docstring)."""
 
     def __init__(self, name: str, size: int, path: Path | None = None, *, partial: bool = False) -> None:
-        """Fork the worker now. Raises OSError if no pipe or process can be had."""
+        """Fork the workers now. Raises OSError if no pipe or process can be had."""
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -179,13 +159,13 @@ class CountingPool:
         self.answered = False
         self.waited = 0.0
         self._pool: ProcessPoolExecutor = ProcessPoolExecutor(
-            1,
+            self.size,
             mp_context=multiprocessing.get_context("fork"),
             initializer=_start_worker,
-            initargs=(name, path, partial, self.owner, self.size),
+            initargs=(name, path, partial, self.owner),
         )
-        # With the fork start method, the first submit forks the worker (before the pool's threads
-        # start), so it builds while this process goes on. The pool's threads start with Ctrl-C held,
+        # With the fork start method, the first submit forks every worker (before the pool's threads
+        # start), so they build while this process goes on. The pool's threads start with Ctrl-C held,
         # and keep it so: delivered to one of them, it would reach the main thread even while that
         # holds it (ctxc/__main__.py holds it while importing).
         with interrupts_held():
@@ -197,24 +177,31 @@ class CountingPool:
         return os.getpid() == self.owner
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int] | None]:
-        """Send ``texts``; the returned function waits for their counts, or None if the worker failed."""
+        """Send ``texts``; the returned function waits for their counts, or None if a worker failed.
+
+        A large batch is split among the workers, in contiguous parts of about equal length.
+        """
+        large = self.size > 1 and len(texts) > 1 and sum(map(len, texts)) >= SPLIT_MIN_CHARS
+        parts = split(texts, self.size) if large else [(0, len(texts))]
         try:
-            future = self._pool.submit(_count_in_worker, _sendable(texts))
-        except RuntimeError:  # the worker died before (BrokenProcessPool), or the pool was stopped
+            futures = [self._pool.submit(_count_in_worker, _sendable(texts[a:b])) for a, b in parts if b > a]
+        except RuntimeError:  # a worker died before (BrokenProcessPool), or the pool was stopped
             return lambda: None
 
         def collect() -> list[int] | None:
             try:
-                counts = future.result()
+                answers = [f.result() for f in futures]
             except Exception:
                 return None
             self.answered = True
-            return counts
+            if any(a is None for a in answers):
+                return None
+            return [n for a in answers for n in a or ()]
 
         return collect
 
     def close(self) -> None:
-        """Stop the worker at once: it may still be building an encoding nobody will use."""
+        """Stop the workers at once: a worker may still be building an encoding nobody will use."""
         if not self.usable:
             return
         for pid in list(getattr(self._pool, "_processes", None) or {}):
@@ -291,12 +278,11 @@ def stop() -> None:
 
 @contextlib.contextmanager
 def worker_processes(name: str, path: Path | None, workers: int) -> Iterator[bool]:
-    """Count large batches of encoding ``name`` on ``workers`` threads of a worker process; yields
-    whether it is used.
+    """Count large batches of encoding ``name`` in ``workers`` processes; yields whether they are used.
 
-    The worker the command started with serves when it has that many threads; else one is started
-    now and stopped on exit. None is started when ``workers < 2``, in a process that is itself a
-    worker of a pool (a batch's workers already fill the cores), or while other threads run.
+    The pool the command started with serves when it has that many workers; else one is started now
+    and stopped on exit. None is started when ``workers < 2``, in a process that is itself a worker
+    of a pool (a batch's workers already fill the cores), or while other threads run.
     """
     pool = backend.pool_for(name, path)
     if pool is not None and pool.size >= workers:
