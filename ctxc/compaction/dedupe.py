@@ -9,10 +9,11 @@ pinned messages and the last ``keep_last`` stay.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -144,6 +145,9 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     later_text: dict[str, Slot] = {}
     # The newest read and write of each path seen so far, walking backwards.
     later_reads: dict[str, list[tuple[Slot, FileOp, str]]] = {}
+    # Each read is compared with every later read of its file: whether one starts at line 1 is
+    # worked out once per text.
+    from_line_one = functools.cache(lambda text: _listing(text).from_line_one)
     later_write: dict[str, Slot] = {}
     later_edit: dict[str, Slot] = {}
     for pos in range(len(msgs) - 1, -1, -1):
@@ -175,7 +179,7 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
             op = file_op(use.name, use.input)
             if op is None or op.op != "read" or block.is_error or not block.text.strip():
                 continue
-            superseded = _superseding_read(block.text, op, later_reads.get(op.path, ()))
+            superseded = _superseding_read(block.text, op, later_reads.get(op.path, ()), from_line_one)
             if superseded is not None:
                 out[(pos, bi)] = _Pointer(superseded, f"read of {op.path} superseded by the read")
             elif op.path in later_write:
@@ -188,39 +192,47 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     return out
 
 
-def _superseding_read(text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp, str]]) -> Slot | None:
+def _superseding_read(
+    text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp, str]], from_line_one: Callable[[str], bool]
+) -> Slot | None:
     """The nearest later read of the same file that holds everything ``text`` holds."""
+    earlier = _listing(text)
     for slot, later_op, later_text in reversed(later):  # nearest first
-        if _holds(later_text, text):
+        if _holds(later_text, earlier):
             return slot
-        if op.whole and later_op.whole and _from_line_one(text) and _from_line_one(later_text):
+        if op.whole and later_op.whole and earlier.from_line_one and from_line_one(later_text):
             # Both read the whole file with numbered lines: the later one shows it as it is now.
             return slot
     return None
 
 
-def _holds(later: str, earlier: str) -> bool:
-    if earlier.strip() in later:
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """A read's text split into lines, once for all the later reads it is compared with."""
+
+    stripped: str
+    lines: tuple[str, ...]  # the lines that are not blank
+    numbered: bool  # most lines are numbered file lines
+    from_line_one: bool  # a numbered listing starting at line 1
+
+
+def _listing(text: str) -> _Listing:
+    lines = tuple(ln for ln in text.splitlines() if ln.strip())
+    numbered = bool(lines) and sum(1 for ln in lines if _NUMBERED.match(ln)) >= 0.9 * len(lines)
+    first = lines[0].lstrip() if numbered else ""
+    from_one = first.startswith("1") and not first[1:2].isdigit()
+    return _Listing(text.strip(), lines, numbered, from_one)
+
+
+def _holds(later: str, earlier: _Listing) -> bool:
+    if earlier.stripped in later:
         return True
-    lines = [ln for ln in earlier.splitlines() if ln.strip()]
-    if not lines or not _numbered(earlier):
+    if not earlier.lines or not earlier.numbered:
         return False
+    if earlier.lines[0] not in later or earlier.lines[-1] not in later:
+        return False  # a quick test of what the line-by-line one needs
     later_lines = set(later.splitlines())
-    return all(ln in later_lines for ln in lines)
-
-
-def _from_line_one(text: str) -> bool:
-    """Whether ``text`` is a numbered file listing that starts at line 1."""
-    if not _numbered(text):
-        return False
-    first = next(ln for ln in text.splitlines() if ln.strip())
-    return first.lstrip().startswith("1") and not first.lstrip()[1:2].isdigit()
-
-
-def _numbered(text: str) -> bool:
-    """Whether most lines of ``text`` are numbered file lines."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return bool(lines) and sum(1 for ln in lines if _NUMBERED.match(ln)) >= 0.9 * len(lines)
+    return all(ln in later_lines for ln in earlier.lines)
 
 
 def _succeeded(result: ToolResultBlock | None) -> bool:
