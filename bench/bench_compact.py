@@ -359,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"input: {path} ({file_bytes / 2**20:.1f} MiB); ctxc total_tokens {total:,}; B = {budget:,}")
         print(f"  ctxc analyze {an.wall:.2f} s, peak {an.maxrss_mb:.0f} MB: {shlex.join(analyze)}")
 
+        # Peak memory of each strategy, before this process holds the LangChain messages: a child
+        # forked from a large process starts with that process's resident size in its ru_maxrss.
+        memory = memory_runs(path, total, env, tmp, args.format if not args.input else "input")
+
         # LangChain baseline.
         from langchain_core.messages.utils import trim_messages
 
@@ -499,9 +503,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile or run.rc != 0 or run.wall > 2 * an_again.wall:
                 print(f"  profile of adaptive {name}:")
                 print("    " + profile_child(cmd, env, tmp).replace("\n", "\n    "))
-
-        # Peak memory of each strategy (the runs above that are timed also print theirs).
-        memory = memory_runs(path, total, env, tmp, args.format if not args.input else "input")
 
     # ---------------------------------------------------------------------------------- report
     print_table(
