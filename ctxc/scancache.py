@@ -23,7 +23,7 @@ from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
 from ctxc.report import Scan
-from ctxc.system import cache_dir
+from ctxc.system import cache_dir, scanned_marker
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ def scan_key(
     key = h.hexdigest()
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
         _write_atomic(remembered, key.encode())
+        _write_atomic(scanned_marker(path, st), b"")
     return key
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import hashlib
 import os
 import select
 import signal
@@ -31,6 +32,13 @@ def cache_dir() -> Path:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
+
+
+def scanned_marker(path: str | os.PathLike[str], st: os.stat_result) -> Path:
+    """Where the analysis cache (:mod:`ctxc.scancache`) notes that it holds a scan of this very file
+    (path, inode, size and times): a run it will serve needs no counting worker."""
+    ident = f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+    return cache_dir() / "analyses" / "scanned" / hashlib.blake2b(ident.encode(), digest_size=20).hexdigest()
 
 
 def env_flag(name: str) -> bool:

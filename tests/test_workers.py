@@ -376,3 +376,28 @@ def test_cli_counts_match_without_the_pool(tmp_path: Path, command: list[str]) -
         assert done.stdout, done.stderr.decode()
         outs.append((done.returncode, done.stdout))  # check exits non-zero over budget
     assert outs[0] == outs[1]
+
+
+def test_no_worker_for_an_analyze_the_analysis_cache_will_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Starting workers costs a cached run most of its time; the cache notes which files it holds.
+    from ctxc import scancache
+    from ctxc.analysis import analyze
+
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
+    monkeypatch.setattr(scancache, "_STILL_NS", 0)  # remember the file at once (normally after 2 s)
+    log = tmp_path / "log.jsonl"
+    log.write_bytes((SAMPLES / "chat-anthropic.jsonl").read_bytes())
+    assert plan(["analyze", str(log)]) == Plan("o200k_base", 1, partial=True)
+    analyze(log)
+    assert plan(["analyze", str(log)]) is None
+    # Not when the cache is not read, for other commands, or once the file changed.
+    assert plan(["analyze", "--no-cache", str(log)]) is not None
+    assert plan(["compact", str(log)]) is not None
+    monkeypatch.setenv("CTXC_NO_CACHE", "1")
+    assert plan(["analyze", str(log)]) is not None
+    monkeypatch.delenv("CTXC_NO_CACHE")
+    log.write_bytes(log.read_bytes() + b"\n")
+    assert plan(["analyze", str(log)]) is not None
