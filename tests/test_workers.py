@@ -53,7 +53,11 @@ def gone(pids: list[int], seconds: float = 30.0) -> bool:
     return False
 
 
-def test_plan_starts_a_pool_for_inputs_of_counting_commands(tmp_path: Path) -> None:
+def test_plan_starts_a_pool_for_inputs_of_counting_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty analysis cache: a sample another test analyzed would be served from it, with no pool.
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
     small = SAMPLES / "chat-anthropic.jsonl"
     big = tmp_path / "big.jsonl"
     with big.open("wb") as f:
@@ -334,8 +338,8 @@ workers.stop()
 """
 
 
-def test_tokenizer_counts_through_the_pool_until_waiting_costs_a_build() -> None:
-    doc = run_script(TOKENIZER, str(SAMPLES / "chat-anthropic.jsonl"))
+def test_tokenizer_counts_through_the_pool_until_waiting_costs_a_build(tmp_path: Path) -> None:
+    doc = run_script(TOKENIZER, str(SAMPLES / "chat-anthropic.jsonl"), env={"CTXC_CACHE_DIR": str(tmp_path)})
     assert doc == {"same": True, "sent_to_pool": True, "counted_here": True}
 
 
