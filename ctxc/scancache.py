@@ -23,7 +23,7 @@ from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
 from ctxc.report import Scan
-from ctxc.system import cache_dir, scanned_marker
+from ctxc.system import cache_dir, file_identity, scanned_marker
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,7 @@ def scan_key(
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    ident = hashlib.blake2b(
-        f"{prefix}{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
-        f"{st.st_ctime_ns}".encode(),
-        digest_size=20,
-    ).hexdigest()
+    ident = hashlib.blake2b(f"{prefix}{file_identity(path, st)}".encode(), digest_size=20).hexdigest()
     remembered = cache_dir() / "analyses" / "by-stat" / ident
     with contextlib.suppress(OSError, UnicodeDecodeError):
         key = remembered.read_text(encoding="ascii").strip()

@@ -34,11 +34,17 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
 
 
+def file_identity(path: str | os.PathLike[str], st: os.stat_result) -> str:
+    """A file as its path, device, inode, size, mtime and ctime (ns): any write changes the ctime,
+    which no user tool can set back."""
+    return f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
 def scanned_marker(path: str | os.PathLike[str], st: os.stat_result) -> Path:
-    """Where the analysis cache (:mod:`ctxc.scancache`) notes that it holds a scan of this very file
-    (path, inode, size and times): a run it will serve needs no counting worker."""
-    ident = f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-    return cache_dir() / "analyses" / "scanned" / hashlib.blake2b(ident.encode(), digest_size=20).hexdigest()
+    """Where the analysis cache (:mod:`ctxc.scancache`) notes that it holds a scan of this very file:
+    a run it will serve needs no counting worker."""
+    digest = hashlib.blake2b(file_identity(path, st).encode(), digest_size=20).hexdigest()
+    return cache_dir() / "analyses" / "scanned" / digest
 
 
 def env_flag(name: str) -> bool:
