@@ -1,8 +1,5 @@
-"""The format adapter Protocol and the items its reader yields (messages, usage, boundaries).
-
-Everything ctxc knows about a format is on its adapter: the attributes of :class:`FormatAdapter` and, to
-write compacted conversations, :class:`WritesCompacted` or :class:`EncodesConversations`.
-"""
+"""The format adapter Protocol, the items its reader yields, and what adapters share. Everything ctxc knows
+about a format is on its adapter (writing compacted output: WritesCompacted or EncodesConversations)."""
 
 from __future__ import annotations
 
@@ -65,6 +62,27 @@ class FormatAdapter(Protocol):
     def encode_message(self, message: Message) -> dict[str, Any]:
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):
         a message read from one record encodes back to that record's JSON."""
+
+
+class AdapterDefaults:
+    """The attribute values most adapters share; an adapter sets only the ones that differ."""
+
+    tool_role = False
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
+    rewrites_carried = False
+    summary_resets = False
+
+
+def count(value: Any) -> int:
+    """A token count as recorded, else 0 (a bool or a non-int is no count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def importance_of(obj: Mapping[str, Any]) -> str | None:
+    value = obj.get("importance")
+    return value if isinstance(value, str) else None
 
 
 @runtime_checkable

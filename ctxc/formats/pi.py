@@ -1,10 +1,5 @@
-"""pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``).
-
-A ``session`` header line, then entries ``{type, timestamp, ...}``: ``message`` entries hold a pi-ai message
-(``user``, ``assistant``, ``toolResult``) or a coding-agent one (``bashExecution``, ``custom``); a
-``compaction`` entry is a :class:`Boundary` (pi never deletes entries); settings entries stay untouched.
-Version 2+ entries carry ``id``/``parentId`` (a tree), kept in ``meta``.
-"""
+"""pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``): a ``session`` header, then entries whose
+``message`` is a pi-ai or coding-agent message; a ``compaction`` entry is a Boundary (pi deletes nothing)."""
 
 from __future__ import annotations
 
@@ -13,8 +8,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, run_time, run_timestamp
-from ctxc.formats.shapes import content_text, dumps_compact, image_from_base64
+from ctxc.formats.base import AdapterDefaults, Item, count, importance_of, run_time, run_timestamp
+from ctxc.formats.shapes import (
+    bare_text,
+    blocks_text,
+    content_text,
+    dumps_compact,
+    image_from_base64,
+    parse_content,
+    unchanged,
+    unknown_value,
+)
 from ctxc.model import (
     Block,
     Boundary,
@@ -62,7 +66,7 @@ _WRAPS = {
 def parse_block(block: Any) -> Block:
     """One pi-ai content block: text, thinking, toolCall or image."""
     if not isinstance(block, dict):
-        return UnknownBlock(raw=block, text=block if isinstance(block, str) else dumps_compact(block))
+        return unknown_value(block)
     btype = block.get("type")
     if btype == "text" and isinstance(block.get("text"), str):
         return TextBlock(text=block["text"], raw=block)
@@ -82,7 +86,7 @@ def parse_block(block: Any) -> Block:
 
 def encode_block(block: Block) -> Any:
     """The pi-ai JSON for a block: ``raw`` when unchanged, else rebuilt keeping raw's other keys."""
-    if block.raw is not None and parse_block(block.raw) == block:
+    if unchanged(block, parse_block):
         return block.raw
     base = dict(block.raw) if isinstance(block.raw, dict) else {}
     if isinstance(block, TextBlock):
@@ -102,17 +106,12 @@ def encode_block(block: Block) -> Any:
 
 def _parse_content(content: Any) -> tuple[tuple[Block, ...], bool]:
     """Blocks of a message's content, and whether it was a bare string (pi-ai allows both for users)."""
-    if isinstance(content, str):
-        return (TextBlock(text=content),), True
-    if isinstance(content, list):
-        return tuple(parse_block(b) for b in content), False
-    return (() if content is None else (UnknownBlock(raw=content, text=dumps_compact(content)),)), False
+    return parse_content(content, parse_block), isinstance(content, str)
 
 
 def _encode_content(blocks: Sequence[Block], as_string: bool) -> Any:
-    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-        return blocks[0].text
-    return [encode_block(b) for b in blocks]
+    text = bare_text(blocks) if as_string else None
+    return [encode_block(b) for b in blocks] if text is None else text
 
 
 def bash_execution_text(msg: Mapping[str, Any]) -> str:
@@ -136,28 +135,21 @@ def _wrap(summary: Any, role: str) -> str:
 
 
 def _unwrap(blocks: Sequence[Block], role: str) -> str:
-    text = _text_of(blocks)
+    text = blocks_text(blocks)
     prefix, suffix = _WRAPS[role]
     if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
         return text[len(prefix) : len(text) - len(suffix)]
     return text
 
 
-def _text_of(blocks: Sequence[Block]) -> str:
-    return "\n".join(
-        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
-    )
-
-
 def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    num = {k: v if isinstance(v, int) and not isinstance(v, bool) else 0 for k, v in raw.items()}
     return Usage(
-        input=num.get("input", 0),
-        output=num.get("output", 0),
-        cache_read=num.get("cacheRead", 0),
-        cache_write=num.get("cacheWrite", 0),
+        input=count(raw.get("input")),
+        output=count(raw.get("output")),
+        cache_read=count(raw.get("cacheRead")),
+        cache_write=count(raw.get("cacheWrite")),
         line=line,
         model=model if isinstance(model, str) and model else None,
     )
@@ -172,14 +164,9 @@ def _ms_of(stamp: str) -> int:
     return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
-class PiAdapter:
+class PiAdapter(AdapterDefaults):
     name = "pi"
     tool_role = True
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -222,20 +209,11 @@ class PiAdapter:
             if parsed is None:
                 continue
             role, blocks, usage, meta = parsed
-            importance = entry.get("importance")
             if isinstance(entry.get("id"), str):
                 index_of_id[entry["id"]] = index
             positions.append((rec_index, index))
             yield Message(
-                role=role,
-                blocks=blocks,
-                line=record.line,
-                index=index,
-                records=(rec_index,),
-                importance=importance if isinstance(importance, str) else None,
-                usage=usage,
-                meta=meta,
-                raw=entry,
+                role, blocks, record.line, index, (rec_index,), 0, importance_of(entry), usage, meta, entry
             )
             index += 1
             if usage is not None:
@@ -375,7 +353,7 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
     old_role = old_msg.get("role")
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
-        first = results[0] if results else ToolResultBlock(tool_use_id="", text=_text_of(message.blocks))
+        first = results[0] if results else ToolResultBlock(tool_use_id="", text=blocks_text(message.blocks))
         base = old_msg if old_role == "toolResult" else {}
         new_msg: dict[str, Any] = {
             **base,

@@ -1,11 +1,6 @@
-"""SWE-agent ``.traj`` files: ONE pretty-printed JSON document ``{environment, trajectory, history, info}``.
-
-The whole document is one record. ``history`` (OpenAI chat shape) is what the model was sent, so it is the
-conversation; ``trajectory`` repeats the steps for humans. Function-calling runs carry ``tool_calls`` and
-``role: tool`` results with ``tool_call_ids``; classic runs keep commands and observations as plain text
-(no tool structure is invented). ``is_demo`` demonstrations stay user messages; SWE-agent's bookkeeping
-(``thought``, ``action``, ``agent``, ``message_type``) goes into ``meta``.
-"""
+"""SWE-agent ``.traj`` files: one JSON document ``{environment, trajectory, history, info}`` (one record),
+whose ``history`` (OpenAI chat shape, ``tool_call_ids`` on results) is the conversation the model was sent;
+classic runs keep commands as plain text (no tool structure is invented)."""
 
 from __future__ import annotations
 
@@ -14,8 +9,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import AdapterDefaults, Item, importance_of
 from ctxc.formats.shapes import (
+    blocks_text,
     content_text,
     encode_openai_content,
     encode_openai_tool_call,
@@ -67,14 +63,9 @@ def _parse_message(
     return role, (*parse_openai_content(content), *calls_blocks), meta
 
 
-class SweAgentAdapter:
+class SweAgentAdapter(AdapterDefaults):
     name = "swe-agent"
-    tool_role = False
-    usage_before_response = False
     suffixes: tuple[str, ...] = (".traj", ".traj.json")
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -93,22 +84,21 @@ class SweAgentAdapter:
                 parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
                 if parsed is None:
                     continue
-                importance = msg.get("importance")
+                role, blocks, meta = parsed
                 yield Message(
-                    role=parsed[0],
-                    blocks=parsed[1],
+                    role,
+                    blocks,
                     line=record.line,
                     index=index,
                     records=(rec_index,),
                     conversation=conversation,
-                    importance=importance if isinstance(importance, str) else None,
-                    meta=parsed[2],
+                    importance=importance_of(msg),
+                    meta=meta,
                     raw=msg,
                 )
                 index += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        """The compaction writer's hook: rebuild a whole record from one conversation's messages."""
         return encode_document(messages, template)
 
     def encode_message(self, message: Message) -> dict[str, Any]:
@@ -121,12 +111,6 @@ class SweAgentAdapter:
         return _build(message, raw)
 
 
-def _text(blocks: Iterable[Block]) -> str:
-    return "\n".join(
-        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
-    )
-
-
 def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     """A history message for a changed or new message; raw's other keys (agent, message_type...) are kept."""
     out: dict[str, Any] = dict(raw) if raw is not None else {"role": message.role}
@@ -136,7 +120,7 @@ def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
         out["role"] = "tool"
-        out["content"] = _text(results) if results else _text(message.blocks)
+        out["content"] = blocks_text(results) if results else blocks_text(message.blocks)
         ids = [b.tool_use_id for b in results]
         if "tool_call_id" in out and "tool_call_ids" not in out:
             out["tool_call_id"] = ids[0] if ids else ""
