@@ -80,6 +80,21 @@ def count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def recorded_usage(
+    usage: Mapping[str, Any],
+    keys: tuple[str, str, str, str],
+    line: int,
+    *,
+    cached_in_input: bool = False,
+    **more: Any,
+) -> Usage:
+    """Usage from a log's counts named by ``keys`` (input, output, cache read, cache write; "" if not
+    recorded); where the input count includes the cached tokens (OpenAI's), they are taken out of it."""
+    prompt, output, read, write = (count(usage.get(key)) if key else 0 for key in keys)
+    fresh = max(prompt - read - write, 0) if cached_in_input else prompt
+    return Usage(fresh, output, read, write, line=line, **more)
+
+
 def importance_of(obj: Mapping[str, Any]) -> str | None:
     value = obj.get("importance")
     return value if isinstance(value, str) else None

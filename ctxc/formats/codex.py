@@ -19,6 +19,7 @@ from ctxc.formats.base import (
     Item,
     count,
     importance_of,
+    recorded_usage,
     rename_session,
     run_time,
     run_timestamp,
@@ -65,6 +66,9 @@ def _codex_shaped(data: Mapping[str, Any], *, first: bool) -> bool:
     return data.get("record_type") == "state" or _is_bare_item(data) or (first and legacy_header)
 
 
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens")
+
+
 def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usage | None:
     """A Usage for a token_count event that records a new API call, else None: one repeating the last
     totals is a rate-limit refresh, skipped so sums are not doubled."""
@@ -82,13 +86,11 @@ def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usag
         if total == last_total[0]:
             return None
         last_total[0] = total
-    prompt, output = count(last.get("input_tokens")), count(last.get("output_tokens"))
-    if prompt == 0 and output == 0:
+    if count(last.get("input_tokens")) == 0 and count(last.get("output_tokens")) == 0:
         return None
-    cached, written = count(last.get("cached_input_tokens")), count(last.get("cache_write_input_tokens"))
     # Codex input_tokens is the whole prompt, cached tokens included: keep Usage.context == input_tokens.
-    fresh = max(prompt - cached - written, 0)
-    return Usage(fresh, output, cached, written, line=line, window=window if count(window) > 0 else None)
+    window = window if count(window) > 0 else None
+    return recorded_usage(last, _USAGE_KEYS, line, cached_in_input=True, window=window)
 
 
 def uuid7() -> str:

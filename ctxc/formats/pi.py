@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, count, importance_of, run_time, run_timestamp
+from ctxc.formats.base import AdapterDefaults, Item, importance_of, recorded_usage, run_time, run_timestamp
 from ctxc.formats.shapes import (
     bare_text,
     blocks_text,
@@ -145,14 +145,8 @@ def _unwrap(blocks: Sequence[Block], role: str) -> str:
 def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    return Usage(
-        input=count(raw.get("input")),
-        output=count(raw.get("output")),
-        cache_read=count(raw.get("cacheRead")),
-        cache_write=count(raw.get("cacheWrite")),
-        line=line,
-        model=model if isinstance(model, str) and model else None,
-    )
+    model = model if isinstance(model, str) and model else None
+    return recorded_usage(raw, ("input", "output", "cacheRead", "cacheWrite"), line, model=model)
 
 
 def _ms_of(stamp: str) -> int:
