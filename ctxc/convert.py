@@ -1,8 +1,5 @@
-"""Convert messages of any format into Anthropic or OpenAI chat lines.
-
-Every result is first grouped with the assistant turn that made its call, then the turns are written in
-the target dialect (Anthropic: results in the next user message; OpenAI: one ``tool`` message each).
-"""
+"""Convert messages of any format into Anthropic or OpenAI chat lines: every result is grouped with the
+assistant turn that made its call, then the turns are written in the target dialect."""
 
 from __future__ import annotations
 
@@ -302,11 +299,8 @@ _CONVERTERS: dict[str, Callable[[Iterable[Message]], list[dict[str, Any]]]] = {
 
 
 def convert_transcript(transcript: Transcript, target: str) -> bytes:
-    """A transcript as a JSONL chat file in ``target`` ("chat-anthropic" or "chat-openai").
-
-    Several conversations (a dataset) are written one after the other, each started by a
-    ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of the messages.
-    """
+    """A transcript as a JSONL chat file in ``target``; each of several conversations (a dataset) starts
+    with a ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of messages."""
     convert = _CONVERTERS.get(target)
     if convert is None:
         raise FormatError(f"cannot convert to {target!r} (targets: {', '.join(TARGETS)})")

@@ -1,8 +1,5 @@
-"""Tool-call pairing and role checks over the model, independent of any file format.
-
-``loose``: every result answers some earlier call (a real log). ``strict``: an API would accept it, each
-result right after its call's turn (compaction output). Both report reused and missing ids.
-"""
+"""Tool-call pairing and role checks over the model, for any format. Loose: every result answers an
+earlier call (a real log); strict: each result right after its call's turn, as an API takes it."""
 
 from __future__ import annotations
 

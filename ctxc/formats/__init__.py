@@ -169,9 +169,7 @@ def load(
 
 def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions = ReadOptions()) -> Transcript:
     """``written`` read back as :func:`load` reads ``written.to_bytes()``, without a second copy of a large
-    file: records taken unchanged from ``read_from`` keep their parsed JSON, only new ones are parsed and
-    keep the JSON they were made from when they read back as it (unless some line might read
-    differently on its own: then the bytes are read)."""
+    file: records taken from ``read_from`` keep their parsed JSON, and only new ones are parsed."""
     name = read_from.source
     own = {id(r) for r in read_from.records}
     if not _reads_alone(written.records, own, options):

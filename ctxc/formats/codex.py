@@ -187,9 +187,8 @@ class CodexAdapter(AdapterDefaults):
     def write_compacted(
         self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
     ) -> tuple[Record, ...]:
-        """The rollout with ``outputs`` in place of its conversation, recorded the way Codex records it
-        (see :mod:`ctxc.formats.codex_write`). ``archive_id`` is already cited in the summary and
-        placeholder texts, so nothing else needs it."""
+        """The rollout with ``outputs`` in place of its conversation, recorded as Codex would (``archive_id``
+        is already cited in the summary and placeholder texts)."""
         del archive_id
         return CompactedWriter(self, transcript, outputs).write()
 

@@ -1,10 +1,6 @@
-"""Writing compacted Codex rollouts the way Codex records its own compaction.
-
-Kept messages keep their exact lines; changed ones are re-encoded; dropped items go, with their UI
-mirrors, tool events and token counts. A summary becomes a ``compacted`` record whose
-``replacement_history`` is the history Codex would resume with at that point, a ``context_compacted``
-event, then the summary as a user message item. Legacy rollouts have no compacted record.
-"""
+"""Compacted Codex rollouts, written as Codex records its own compaction: dropped items go with their UI
+mirrors, tool events and token counts; a summary is a ``compacted`` record (the history Codex would resume
+with), a ``context_compacted`` event, then the summary as a user message item."""
 
 from __future__ import annotations
 
@@ -92,11 +88,8 @@ class CompactedWriter:
         self.next_record = 0
 
     def _removed_events(self) -> set[int]:
-        """Events of dropped messages: their UI mirrors, tool events and the token counts of their calls.
-
-        Only events next to a dropped message are candidates; everything else (session_meta, turn_context,
-        task events, earlier compactions) stays.
-        """
+        """Events of dropped messages: their UI mirrors, tool events and the token counts of their calls
+        (only events next to a dropped message are candidates)."""
         if not self.dropped:
             return set()
         message_records = sorted(self.by_record)
@@ -129,11 +122,8 @@ class CompactedWriter:
         return removed
 
     def _mirror_owner(self, r: int, etype: str, text: Any, by_kind: Mapping[str, list[int]]) -> int | None:
-        """The item a mirror event repeats: the neighbour of its kind with the same text, else the nearest.
-
-        Codex writes the event before the item (streamed output) or after it (user input), so both
-        neighbours are candidates; redacted logs can differ in text, hence distance.
-        """
+        """The item a mirror event repeats: the neighbour of its kind (before it for streamed output, after
+        for user input) with the same text, else the nearest (redacted logs differ in text)."""
         before, after = _around(by_kind.get(etype, []), r)
         if isinstance(text, str):
             same = [c for c in (before, after) if c is not None and text in _texts(self.by_record[c])]
@@ -206,9 +196,8 @@ class CompactedWriter:
         return new_item(m)
 
     def _carried_part(self) -> tuple[int, int]:
-        """The output positions of what now stands for the log's carried history: the new messages
-        between the last message before its compaction record and the first after it, when the caller
-        compacted that history (they hold carried messages, or replace some: indexes below 0)."""
+        """The output span of new messages around the log's compaction record that stand for its carried
+        history (they hold carried messages or replace some: indexes below 0), else (0, 0)."""
         if self.reset_record is None:
             return 0, 0
         messages = self.out_messages

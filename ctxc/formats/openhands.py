@@ -416,11 +416,8 @@ def _stamp_near(history: Sequence[Any], after: int) -> str | None:
 
 
 def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A whole line's dict with its ``history`` rebuilt from ``messages`` (one conversation, in order).
-
-    Events that were never messages stay; those of messages no longer there are dropped. New messages go
-    after the message before them, with fresh ids (events shape) and a new result's ``cause`` set.
-    """
+    """A line's dict with its ``history`` rebuilt from ``messages``: events that were never messages stay;
+    new ones go after the message before them, with fresh ids and a new result's ``cause`` set."""
     history = template_raw.get("history")
     history = history if isinstance(history, list) else []
     bare = {_dialect(e) for e in history if isinstance(e, dict)} == {"bare"}

@@ -321,10 +321,8 @@ def _parse_entry(
 
 
 def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
-    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's.
-
-    A new entry takes ``meta["timestamp"]`` (the writer's time of the record it follows), else the run's.
-    """
+    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's, or
+    new with ``meta["timestamp"]`` (the time of the record it follows), else the run's."""
     envelope: dict[str, Any] = (
         dict(raw)
         if raw is not None
