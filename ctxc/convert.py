@@ -30,6 +30,8 @@ TARGETS: tuple[Target, ...] = ("chat-anthropic", "chat-openai")
 #: Where formats keep a thinking block's signature (Anthropic, pi).
 _SIGNATURE_KEYS = ("signature", "thinkingSignature")
 _ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+#: An image the log kept no data of (redacted or stripped): said so instead of an invalid block.
+_NO_IMAGE = {"type": "text", "text": "[image]"}
 
 
 @dataclass(slots=True)
@@ -119,19 +121,13 @@ def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
     if data is not None:
         source = {"type": "base64", "media_type": media or "image/png", "data": data}
         return {"type": "image", "source": source}
-    if url is not None:
-        return {"type": "image", "source": {"type": "url", "url": url}}
-    # The log kept no image data (redacted or stripped): say so instead of writing an invalid block.
-    return {"type": "text", "text": "[image]"}
+    return dict(_NO_IMAGE) if url is None else {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _openai_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
-    if data is not None:
-        url = f"data:{media or 'image/png'};base64,{data}"
-    if url is None:
-        return {"type": "text", "text": "[image]"}
-    return {"type": "image_url", "image_url": {"url": url}}
+    url = f"data:{media or 'image/png'};base64,{data}" if data is not None else url
+    return dict(_NO_IMAGE) if url is None else {"type": "image_url", "image_url": {"url": url}}
 
 
 class _AnthropicIds:
@@ -155,11 +151,6 @@ class _AnthropicIds:
         return new
 
 
-def _signature(raw: dict[str, Any]) -> str | None:
-    values = [raw.get(key) for key in _SIGNATURE_KEYS]
-    return next((v for v in values if isinstance(v, str) and v), None)
-
-
 def _anthropic_result(block: ToolResultBlock, ids: _AnthropicIds) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": "tool_result",
@@ -181,7 +172,7 @@ def _anthropic_block(block: Block, ids: _AnthropicIds) -> dict[str, Any] | None:
     if isinstance(block, ThinkingBlock):
         if raw.get("type") == "redacted_thinking":
             return dict(raw)
-        signature = _signature(raw)
+        signature = next((v for k in _SIGNATURE_KEYS if isinstance(v := raw.get(k), str) and v), None)
         if not block.text and signature is None:
             return None  # an encrypted reasoning item of another vendor: nothing Anthropic can take
         out: dict[str, Any] = {"type": "thinking", "thinking": block.text}
