@@ -273,12 +273,8 @@ def _parse_entry(
     if etype == "branch_summary":
         if not entry.get("summary"):
             return None  # pi sends nothing for an empty branch summary
-        return (
-            "user",
-            (TextBlock(text=_wrap(entry.get("summary"), "branchSummary")),),
-            None,
-            _entry_meta(entry),
-        )
+        text = _wrap(entry.get("summary"), "branchSummary")
+        return "user", (TextBlock(text=text),), None, _entry_meta(entry)
     msg = entry.get("message")
     if etype != "message" or not isinstance(msg, dict):
         return None
@@ -323,11 +319,8 @@ def _parse_entry(
 def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's, or
     new with ``meta["timestamp"]`` (the time of the record it follows), else the run's."""
-    envelope: dict[str, Any] = (
-        dict(raw)
-        if raw is not None
-        else {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
-    )
+    new = {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
+    envelope: dict[str, Any] = dict(raw) if raw is not None else new
     etype = envelope.get("type")
     old_msg: dict[str, Any] = envelope["message"] if isinstance(envelope.get("message"), dict) else {}
     content = _encode_content(message.blocks, bool(message.meta.get("content_was_string")))
@@ -336,11 +329,8 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
     if etype == "branch_summary":
         return {**envelope, "summary": _unwrap(message.blocks, "branchSummary")}
     if etype != "message":  # a message whose record was something else: write it as a new message entry
-        envelope = {
-            "type": "message",
-            **{k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")},
-        }
-        old_msg = {}
+        kept = {k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")}
+        envelope, old_msg = {"type": "message", **kept}, {}
     timestamp = old_msg.get("timestamp", _ms_of(str(envelope.get("timestamp") or run_timestamp())))
     old_role = old_msg.get("role")
     if message.role == "tool":
