@@ -15,9 +15,9 @@ from ctxc.formats.shapes import (
     content_text,
     dumps_compact,
     image_from_base64,
+    parse_anthropic_block,
     parse_content,
     unchanged,
-    unknown_value,
 )
 from ctxc.model import (
     Block,
@@ -64,18 +64,13 @@ _WRAPS = {
 
 
 def parse_block(block: Any) -> Block:
-    """One pi-ai content block: text, thinking, toolCall or image."""
-    if not isinstance(block, dict):
-        return unknown_value(block)
-    btype = block.get("type")
-    if btype == "text" and isinstance(block.get("text"), str):
-        return TextBlock(text=block["text"], raw=block)
-    if btype == "thinking":
-        return ThinkingBlock(text=str(block.get("thinking") or ""), raw=block)
+    """One pi-ai content block: text and thinking (spelled as Anthropic's), toolCall or image."""
+    btype = block.get("type") if isinstance(block, dict) else None
+    if btype in ("text", "thinking") or not isinstance(block, dict):
+        return parse_anthropic_block(block)
     if btype == "toolCall" and isinstance(block.get("id"), str):
-        return ToolUseBlock(
-            id=block["id"], name=str(block.get("name", "")), input=block.get("arguments"), raw=block
-        )
+        name = str(block.get("name", ""))
+        return ToolUseBlock(id=block["id"], name=name, input=block.get("arguments"), raw=block)
     if btype == "image":
         data = block.get("data")
         if isinstance(data, str):
