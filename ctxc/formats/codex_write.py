@@ -45,9 +45,7 @@ def _envelope_type(data: Any) -> str | None:
 
 
 def _is_event(data: Any, etype: str | None = None) -> bool:
-    if _envelope_type(data) != "event_msg":
-        return False
-    return etype is None or data["payload"].get("type") == etype
+    return _envelope_type(data) == "event_msg" and (etype is None or data["payload"].get("type") == etype)
 
 
 class CompactedWriter:
@@ -73,16 +71,11 @@ class CompactedWriter:
         self.legacy = bool(originals) and originals[0].meta.get("dialect") == "legacy"
         self.removed = self._removed_events()
         # Call types by id: a result ctxc adds must be the output item its call's type expects.
-        self.call_types = {
-            b.id: str(m.meta.get("item_type"))
-            for m in originals
-            for b in m.blocks
-            if isinstance(b, ToolUseBlock)
-        }
+        uses = [(b, m) for m in originals for b in m.blocks if isinstance(b, ToolUseBlock)]
+        self.call_types = {b.id: str(m.meta.get("item_type")) for b, m in uses}
         self.eol = next((r.eol for r in self.records if r.eol), b"\n")
         self.out: list[Record] = []
-        # The model history Codex rebuilds on resume at this point of the output: response items in
-        # order, reset by every ``compacted`` record to its ``replacement_history``.
+        # The history Codex would resume with at this point of the output (see _emit).
         self.view: list[Any] = []
         self.last_timestamp: str | None = None
         self.next_record = 0
