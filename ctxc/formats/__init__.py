@@ -234,7 +234,8 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
                     boundaries.append(item)
         finally:
             stream.close()
-        marked = _mark_message_records(tuple(stream.records), messages)
+        used = {i for m in messages for i in m.records}
+        marked = tuple(r.but(kind="message") if i in used else r for i, r in enumerate(stream.records))
     problems = tuple(f"line {n}: skipped, not a JSON object" for n in stream.invalid_lines)
     return Transcript(
         format=stream.adapter.name,
@@ -246,13 +247,6 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
         conversations=(max((m.conversation for m in messages), default=0) + 1),
         problems=problems,
     )
-
-
-def _mark_message_records(records: tuple[Record, ...], messages: list[Message]) -> tuple[Record, ...]:
-    used = {i for m in messages for i in m.records}
-    if not used:
-        return records
-    return tuple(r.but(kind="message") if i in used else r for i, r in enumerate(records))
 
 
 def dump(transcript: Transcript, stream: BinaryIO) -> None:
