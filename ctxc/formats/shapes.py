@@ -129,12 +129,11 @@ def content_text(content: Any) -> str:
 
 
 def _content_images(content: Any) -> tuple[ImageBlock, ...]:
-    if not isinstance(content, list):
-        return ()
-    parts = [
-        p for p in content if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
+    parts = content if isinstance(content, list) else ()
+    images = [
+        p for p in parts if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
     ]
-    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in parts)
+    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in images)
     return tuple(b for b in blocks if isinstance(b, ImageBlock))
 
 
