@@ -146,9 +146,10 @@ def _parse_event(
     """Role, blocks and meta for one event, or None when the event is not part of the model's context."""
     dialect = _dialect(event)
     meta: dict[str, Any] = {"event_index": position, "dialect": dialect}
-    meta.update(
-        (name, event[key]) for key, name in (("id", "event_id"), ("source", "source")) if key in event
-    )
+    if "id" in event:
+        meta["event_id"] = event["id"]
+    if "source" in event:
+        meta["source"] = event["source"]
     action = event.get("action")
     if isinstance(action, str):
         meta["action"] = action
@@ -174,11 +175,8 @@ def _parse_event(
         tool_input = {k: v for k, v in args.items() if k != "thought"}
         thought = (args if dialect == "events" else event).get("thought")
         said = (TextBlock(thought),) if isinstance(thought, str) and thought else ()
-        return (
-            "assistant",
-            (*said, ToolUseBlock(call_id, name, tool_input, terminal=action in TERMINAL_ACTIONS)),
-            meta,
-        )
+        call = ToolUseBlock(call_id, name, tool_input, terminal=action in TERMINAL_ACTIONS)
+        return "assistant", (*said, call), meta
     observation = event.get("observation")
     if not isinstance(observation, str):
         return None
@@ -189,9 +187,7 @@ def _parse_event(
         meta["context_injection"] = True
         return "user", (UnknownBlock(event.get("extras"), _recall_text(event), type="recall"),), meta
     text = content_text(event.get("content"))
-    if observation == "agent_condensation":
-        return "user", (TextBlock(text=text),), meta
-    answered = pairing.answer(event)
+    answered = None if observation == "agent_condensation" else pairing.answer(event)
     if answered is None:
         return "user", (TextBlock(text=text),), meta
     name = _function_name(event, observation)
