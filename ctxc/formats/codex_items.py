@@ -197,10 +197,8 @@ def _output_out(block: ToolResultBlock, old: Any) -> Any:
     if _output_value(old) == (block.text, block.images):
         return old
     if isinstance(old, list) or (block.images and not isinstance(old, dict)):
-        return [
-            {"type": "input_text", "text": block.text},
-            *(i.raw for i in block.images if i.raw is not None),
-        ]
+        images = [i.raw for i in block.images if i.raw is not None]
+        return [{"type": "input_text", "text": block.text}, *images]
     return {**old, "text": block.text} if isinstance(old, dict) else block.text
 
 
@@ -259,11 +257,8 @@ def encode_item(payload: Mapping[str, Any], message: Message) -> dict[str, Any]:
         return out
     if ptype in RESULT_TYPES:
         result: ToolResultBlock = _single(blocks, ToolResultBlock, str(ptype))
-        return {
-            **payload,
-            "call_id": result.tool_use_id,
-            "output": _output_out(result, payload.get("output")),
-        }
+        output = _output_out(result, payload.get("output"))
+        return {**payload, "call_id": result.tool_use_id, "output": output}
     unknown: UnknownBlock = _single(blocks, UnknownBlock, str(ptype))
     if not isinstance(unknown.raw, dict):
         raise ValueError(f"a Codex {ptype} item must be written from its recorded form")
@@ -282,14 +277,9 @@ def new_item(message: Message) -> dict[str, Any]:
         return {"type": itype, "call_id": result.tool_use_id, "output": output}
     if "tool_use" in kinds:
         call: ToolUseBlock = _single(blocks, ToolUseBlock, "function_call")
-        if meta_type == "custom_tool_call":
-            return {
-                "type": meta_type,
-                "call_id": call.id,
-                "name": call.name,
-                "input": tool_arguments(call.input),
-            }
         arguments = tool_arguments(call.input)
+        if meta_type == "custom_tool_call":
+            return {"type": meta_type, "call_id": call.id, "name": call.name, "input": arguments}
         return {"type": "function_call", "name": call.name, "arguments": arguments, "call_id": call.id}
     if blocks and kinds == {"thinking"}:
         kept = [b for b in blocks if b.raw is not None or (isinstance(b, ThinkingBlock) and b.text)]
