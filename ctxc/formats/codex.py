@@ -115,15 +115,12 @@ class CodexAdapter(AdapterDefaults):
         return uuid7()
 
     def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
-        metas = [
-            r for r in transcript.records if isinstance(r.data, dict) and r.data.get("type") == "session_meta"
-        ]
-        payload = metas[0].data.get("payload") if metas else None
+        metas = (r.data for r in transcript.records if isinstance(r.data, dict))
+        payload = next((d.get("payload") for d in metas if d.get("type") == "session_meta"), None)
         old = payload.get("id") if isinstance(payload, dict) else None
         if not isinstance(old, str) or not old:
-            raise FormatError(
-                "this rollout names no session id (session_meta.payload.id)", path=transcript.source
-            )
+            why = "this rollout names no session id (session_meta.payload.id)"
+            raise FormatError(why, path=transcript.source)
         return rename_session(transcript, (b"id", b"session_id"), session_id, old=old)
 
     def fork_path(self, original: str, session_id: str) -> str:
@@ -249,13 +246,10 @@ def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Mess
     if isinstance(payload.get("replacement_history"), list):
         return history_messages(payload, line)
     summary = payload.get("message")
-    meta = {"is_compact_summary": True}
-    tail = (
-        [Message("user", (TextBlock(text=summary),), line=line, meta=meta)]
-        if isinstance(summary, str) and summary
-        else []
-    )
-    return (*(replace(m, line=line) for m in requests), *tail)
+    kept = tuple(replace(m, line=line) for m in requests)
+    if not isinstance(summary, str) or not summary:
+        return kept
+    return (*kept, Message("user", (TextBlock(text=summary),), line=line, meta={"is_compact_summary": True}))
 
 
 def _pre(usage: Usage | None) -> int | None:
