@@ -197,14 +197,15 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | UnknownBlock) and b.text)
 
 
-def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
+def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Chat lines in the Anthropic dialect (system lines as ``{"role": "system"}``) for one conversation."""
     ids = _AnthropicIds()
     lines: list[dict[str, Any]] = []
 
     def content(blocks: Sequence[Block]) -> str | list[dict[str, Any]]:
         return _single_text([b for b in (_anthropic_block(x, ids) for x in blocks) if b is not None])
 
-    for turn in turns:
+    for turn in _plan(messages):
         if turn.role == "system":
             lines.append({"role": "system", "content": _plain_text(turn.blocks)})
         elif turn.role == "assistant":
@@ -222,11 +223,6 @@ def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
         if turn.results:  # an assistant turn's results, or results whose call was not seen
             lines.append({"role": "user", "content": [_anthropic_result(r, ids) for r in turn.results]})
     return lines
-
-
-def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Chat lines in the Anthropic dialect (system lines as ``{"role": "system"}``) for one conversation."""
-    return _anthropic_lines(_plan(messages))
 
 
 def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | None:
