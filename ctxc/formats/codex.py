@@ -59,10 +59,8 @@ def _is_bare_item(data: Mapping[str, Any]) -> bool:
 def _codex_shaped(data: Mapping[str, Any], *, first: bool) -> bool:
     if is_envelope(data):
         return data["type"] in ENVELOPE_TYPES
-    legacy_header = {"id", "timestamp", "instructions"} <= data.keys() and not data.keys() & {
-        "type",
-        "messages",
-    }
+    keys = data.keys()
+    legacy_header = {"id", "timestamp", "instructions"} <= keys and not keys & {"type", "messages"}
     return data.get("record_type") == "state" or _is_bare_item(data) or (first and legacy_header)
 
 

@@ -45,15 +45,10 @@ def read_line(
     if _system_prompt(data):
         system = data["system"]
         form = "string" if isinstance(system, str) else "list"
-        meta: dict[str, Any] = {
-            "dialect": "anthropic",
-            "content": form,
-            "dataset_field": SYSTEM_FIELD,
-            **extra,
-        }
+        facts = {"dialect": "anthropic", "content": form, "dataset_field": SYSTEM_FIELD, **extra}
         raw = {"role": "system", "content": system}
         blocks = parse_anthropic_content(system)
-        yield Message("system", blocks, line, index, (record_index,), conversation, meta=meta, raw=raw)
+        yield Message("system", blocks, line, index, (record_index,), conversation, meta=facts, raw=raw)
         index, extra = index + 1, {}
     for position, obj in enumerate(data["messages"]):
         parsed = (

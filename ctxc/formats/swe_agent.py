@@ -79,22 +79,14 @@ class SweAgentAdapter(AdapterDefaults):
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
         documents = ((i, rec) for i, rec in records if _is_document(rec.data))
-        for conversation, (rec_index, record) in enumerate(documents):
-            for position, msg in enumerate(record.data["history"]):
+        for conversation, (i, rec) in enumerate(documents):
+            for position, msg in enumerate(rec.data["history"]):
                 parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
                 if parsed is None:
                     continue
                 role, blocks, meta = parsed
                 yield Message(
-                    role,
-                    blocks,
-                    line=record.line,
-                    index=index,
-                    records=(rec_index,),
-                    conversation=conversation,
-                    importance=importance_of(msg),
-                    meta=meta,
-                    raw=msg,
+                    role, blocks, rec.line, index, (i,), conversation, importance_of(msg), None, meta, msg
                 )
                 index += 1
 
