@@ -240,13 +240,6 @@ def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | Non
     return _single_text(parts) if parts else None
 
 
-def _openai_results(results: Sequence[ToolResultBlock]) -> list[dict[str, Any]]:
-    lines = [{"role": "tool", "tool_call_id": r.tool_use_id, "content": r.text} for r in results]
-    # Tool messages carry text only; images a tool returned follow as one user message.
-    images = [_openai_image(i) for r in results for i in r.images]
-    return [*lines, {"role": "user", "content": images}] if images else lines
-
-
 def _openai_assistant(turn: _Turn) -> dict[str, Any]:
     reasoning = "\n".join(b.text for b in turn.blocks if isinstance(b, ThinkingBlock) and b.text)
     calls = [
@@ -275,7 +268,11 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
         elif turn.role == "user":
             content = _openai_content(turn.blocks)
             lines.append({"role": "user", "content": "" if content is None else content})
-        lines.extend(_openai_results(turn.results))
+        lines.extend({"role": "tool", "tool_call_id": r.tool_use_id, "content": r.text} for r in turn.results)
+        # Tool messages carry text only; images a tool returned follow as one user message.
+        images = [_openai_image(i) for r in turn.results for i in r.images]
+        if images:
+            lines.append({"role": "user", "content": images})
     return lines
 
 
