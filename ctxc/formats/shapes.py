@@ -219,13 +219,8 @@ def encode_anthropic_block(block: Block) -> Any:
         return {**base, "type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
     if isinstance(block, ToolResultBlock):
         out: dict[str, Any] = {**base, "type": "tool_result", "tool_use_id": block.tool_use_id}
-        if block.images:
-            out["content"] = [
-                {"type": "text", "text": block.text},
-                *(encode_anthropic_block(i) for i in block.images),
-            ]
-        else:
-            out["content"] = block.text
+        images = [encode_anthropic_block(i) for i in block.images]
+        out["content"] = [{"type": "text", "text": block.text}, *images] if images else block.text
         if block.is_error:
             out["is_error"] = True
         else:
