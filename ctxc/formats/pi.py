@@ -181,29 +181,25 @@ class PiAdapter(AdapterDefaults):
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
-        # Where each message came from, to find the first entry a compaction keeps: by entry id (tree
-        # sessions) or by entry position (older sessions' firstKeptEntryIndex).
+        # Where each message came from, to find the first entry a compaction keeps (by id, or by position).
         index_of_id: dict[str, int] = {}
         positions: list[tuple[int, int]] = []  # (entry position, message index)
-        for rec_index, record in records:
-            entry = record.data
+        for i, rec in records:
+            entry = rec.data
             if not isinstance(entry, dict):
                 continue
             if entry.get("type") == "compaction":
-                yield _compaction(
-                    entry, record.line, index, _first_kept(entry, index, index_of_id, positions)
-                )
+                kept_from = _first_kept(entry, index, index_of_id, positions)
+                yield _compaction(entry, rec.line, index, kept_from)
                 continue
-            parsed = _parse_entry(entry, record.line)
+            parsed = _parse_entry(entry, rec.line)
             if parsed is None:
                 continue
             role, blocks, usage, meta = parsed
             if isinstance(entry.get("id"), str):
                 index_of_id[entry["id"]] = index
-            positions.append((rec_index, index))
-            yield Message(
-                role, blocks, record.line, index, (rec_index,), 0, importance_of(entry), usage, meta, entry
-            )
+            positions.append((i, index))
+            yield Message(role, blocks, rec.line, index, (i,), 0, importance_of(entry), usage, meta, entry)
             index += 1
             if usage is not None:
                 yield usage
