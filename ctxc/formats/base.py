@@ -147,9 +147,8 @@ def rename_session(
     records = []
     for record in transcript.records:
         raw = pattern.sub(lambda m: m.group(1) + new + m.group(2), record.raw)
+        changed = raw != record.raw
         records.append(
-            record
-            if raw == record.raw
-            else Record(record.line, raw, record.eol, orjson.loads(raw), record.kind)
+            Record(record.line, raw, record.eol, orjson.loads(raw), record.kind) if changed else record
         )
     return dataclasses.replace(transcript, records=tuple(records))
