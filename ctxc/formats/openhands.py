@@ -317,9 +317,7 @@ def _action_event(
     base: dict[str, Any], action: str, args: dict[str, Any], bare: bool, thought: str | None
 ) -> dict[str, Any]:
     """An action event with ``args`` (and the thought beside them unless ``thought`` is None)."""
-    args = dict(args)
-    if thought is not None:
-        args["thought"] = thought
+    args = dict(args) if thought is None else {**args, "thought": thought}
     if bare:
         keep = {k: v for k, v in base.items() if k in _BARE_ACTION_META and k != "thought"}
         return {**keep, **args, "action": action}
