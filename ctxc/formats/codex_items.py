@@ -95,9 +95,7 @@ def _call_block(payload: Mapping[str, Any], line: int) -> ToolUseBlock:
     call_id = str(payload.get("call_id") or payload.get("id") or f"codex-call-{line}")
     name = str(payload.get("name") or "")
     if ptype == "function_call":
-        return ToolUseBlock(
-            id=call_id, name=name, input=parse_tool_arguments(payload.get("arguments")), raw=payload
-        )
+        return ToolUseBlock(call_id, name, parse_tool_arguments(payload.get("arguments")), raw=payload)
     if ptype == "custom_tool_call":
         return ToolUseBlock(id=call_id, name=name, input=payload.get("input"), raw=payload)
     # local_shell_call: the built-in local_shell tool; its action ({type: exec, command, ...}) is the input.

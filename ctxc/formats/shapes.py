@@ -157,10 +157,8 @@ def parse_anthropic_block(block: Any) -> Block:
     if btype == "tool_result" and isinstance(block.get("tool_use_id"), str):
         content = block.get("content")
         is_error = bool(block.get("is_error", False))
-        images = _content_images(content)
-        return ToolResultBlock(
-            block["tool_use_id"], content_text(content), is_error, raw=block, images=images
-        )
+        text, images = content_text(content), _content_images(content)
+        return ToolResultBlock(block["tool_use_id"], text, is_error, raw=block, images=images)
     if btype == "image":
         source = block.get("source")
         source = source if isinstance(source, dict) else {}

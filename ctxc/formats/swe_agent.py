@@ -54,9 +54,8 @@ def _parse_message(
     if role == "tool":
         ids = meta["tool_call_ids"] = _result_ids(msg)
         # Several ids share one observation: the text is carried once, by the first id's result.
-        first = ToolResultBlock(
-            ids[0] if ids else f"swe-{position}", content_text(content), name=msg.get("name")
-        )
+        first_id = ids[0] if ids else f"swe-{position}"
+        first = ToolResultBlock(first_id, content_text(content), name=msg.get("name"))
         return "tool", (first, *(ToolResultBlock(tool_use_id=i, text="") for i in ids[1:])), meta
     calls = msg.get("tool_calls")
     calls_blocks = tuple(parse_openai_tool_call(c) for c in calls) if isinstance(calls, list) else ()
