@@ -115,10 +115,9 @@ class _Pairing:
         self.pending: list[tuple[str, str]] = []  # bare shape: (action kind, call id), oldest first
 
     def call_id(self, event: Mapping[str, Any], position: int) -> str:
-        tcm_id = _tcm(event).get("tool_call_id")
-        call_id = (
-            tcm_id if isinstance(tcm_id, str) and tcm_id else f"oh-{self.line}-{event.get('id', position)}"
-        )
+        call_id = _tcm(event).get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"oh-{self.line}-{event.get('id', position)}"
         if "id" in event:
             self.by_event_id[event["id"]] = call_id
         if _dialect(event) == "bare":
@@ -247,10 +246,9 @@ class OpenHandsAdapter(AdapterDefaults):
 
     def sniff(self, sample: Sequence[Record]) -> int:
         records = [r.data for r in sample if isinstance(r.data, dict)]
-        if not records:
+        # SWE-agent documents, codex envelopes and datasets also have lists of turns.
+        if not records or any("trajectory" in d or "payload" in d or "messages" in d for d in records):
             return 0
-        if any("trajectory" in d or "payload" in d or "messages" in d for d in records):
-            return 0  # SWE-agent documents, codex envelopes and datasets also have lists of turns
         marked = [d for d in records if _is_trajectory(d) and ("instance_id" in d or "instruction" in d)]
         if len(marked) == len(records):
             return 95
