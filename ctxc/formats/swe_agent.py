@@ -150,9 +150,8 @@ def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]
     for m in messages:
         # A new message speaks for the agent whose history it joins ("main", "primary", ...).
         joins = m.raw is None and agent is not None and "agent" not in m.meta
-        encoded = adapter.encode_message(
-            dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
-        )
+        joined = dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
+        encoded = adapter.encode_message(joined)
         if isinstance(encoded.get("agent"), str):
             agent = encoded["agent"]
         history.append(encoded)
