@@ -70,6 +70,9 @@ class Thinking:
             before = ctx.ledger.tokens(m)
             new = replace(m, blocks=blocks) if blocks else None
             after = ctx.ledger.tokens(new) if new is not None else 0
+            if after >= before:  # thinking the client does not send anyway: no saving
+                out.append(m)
+                continue
             if new is not None:
                 out.append(new)
             note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {ctx.cite(m.index)}"

@@ -136,10 +136,15 @@ class Tree:
         if not snapshot:
             self.last_row[side] = uuid
 
+    @property
+    def side(self) -> bool:
+        """The sidechain flag of the thread the client resumes (a subagent's own log: its sidechain)."""
+        return False not in self.last_row
+
     def branches(self, index: int) -> Iterator[Boundary]:
         """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
         (after the chain's compact_boundary, if it starts at one: before it is history)."""
-        side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
+        side = self.side
         start = self.nodes.get(self.last_row.get(side, ""))
         if start is None or not self.linked:
             return  # no tree: file order is all there is
