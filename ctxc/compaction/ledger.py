@@ -33,6 +33,10 @@ class Ledger:
             texts = [b.text for b in m.blocks if isinstance(b, ThinkingBlock) and b.text]
             self._unsent[id(m)] = self.tokens(m) if m.kind == "thinking" else sum(self.counter.count(texts))
 
+    def sends_thinking(self, message: Message) -> bool:
+        """Whether the client sends ``message``'s thinking (not when :meth:`unsend` said otherwise)."""
+        return id(message) not in self._unsent
+
     def tokens(self, message: Message) -> int:
         hit = self._memo.get(id(message))
         if hit is None:

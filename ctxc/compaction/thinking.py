@@ -2,6 +2,7 @@
 
 The last assistant turn and turns with a call still unanswered keep theirs, signatures included. A
 message left with no blocks (a Codex ``reasoning`` item) is dropped whole; pairing is unchanged.
+Thinking the client does not send anyway (another model's) stays: removing it would save nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Thinking:
                 or pos in keep
                 or m.index in ctx.pinned
                 or not any(isinstance(b, ThinkingBlock) for b in m.blocks)
+                or not ctx.ledger.sends_thinking(m)  # removing it would save nothing
             ):
                 out.append(m)
                 continue
@@ -70,9 +72,6 @@ class Thinking:
             before = ctx.ledger.tokens(m)
             new = replace(m, blocks=blocks) if blocks else None
             after = ctx.ledger.tokens(new) if new is not None else 0
-            if after >= before:  # thinking the client does not send anyway: no saving
-                out.append(m)
-                continue
             if new is not None:
                 out.append(new)
             note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {ctx.cite(m.index)}"
