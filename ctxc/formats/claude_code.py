@@ -20,7 +20,6 @@ Each line is one record. ``user``, ``assistant`` and ``system`` records are mess
 from __future__ import annotations
 
 import os
-import re
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +32,7 @@ from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.claude_code_write import CompactWriter
 from ctxc.formats.shapes import parse_anthropic_content
-from ctxc.live import UNSENT_THINKING, is_sidechain
+from ctxc.live import is_sidechain
 from ctxc.model import (
     Block,
     Boundary,
@@ -67,13 +66,6 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 #: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
 _INTERRUPTED = "[Request interrupted by user"
-_DATED = re.compile(r"-\d{8}$")
-
-
-def _model_identity(model: str | None) -> str | None:
-    """A model name without its date (``claude-opus-4-5-20251101`` is ``claude-opus-4-5``), as the
-    client compares them."""
-    return _DATED.sub("", model) if model else None
 
 
 def _int(value: Any) -> int:
@@ -226,8 +218,6 @@ class _Reader:
         # A user message not yet emitted: the next user record on its chain joins it.
         self.held: Message | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
-        # Per response: its index, line, sidechain flag, model, and whether it holds thinking.
-        self.responses: list[tuple[int, int, bool, str | None, bool]] = []
 
     def _emit(self, item: Message | Boundary) -> Iterator[Item]:
         if isinstance(item, Message) and item.role == "user":
@@ -263,7 +253,9 @@ class _Reader:
         if msg.role == "assistant":
             self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
             thinks = any(isinstance(b, ThinkingBlock) for b in msg.blocks)
-            self.responses.append((msg.index, msg.line, is_sidechain(msg), msg.meta.get("model"), thinks))
+            self.tree.responses.append(
+                (msg.index, msg.line, is_sidechain(msg), msg.meta.get("model"), thinks)
+            )
         yield msg
         if msg.usage is not None:
             yield msg.usage
@@ -449,28 +441,7 @@ class _Reader:
                 yield from self.system(i, rec, data)
         yield from self.flush()
         yield from self.release()
-        gone: tuple[int, ...] = ()
-        for item in self.tree.branches(self.index):
-            gone = item.abandoned
-            yield item
-        yield from self.unsent_thinking(frozenset(gone))
-
-    def unsent_thinking(self, gone: frozenset[int]) -> Iterator[Boundary]:
-        """The ``unsent_thinking`` item. Claude Code resumes with the model of the last response of the
-        resumed thread (when it still offers that model, which cannot be known here) and sends only the
-        thinking of responses recorded with it: another model's signatures would not verify."""
-        thread = [r for r in self.responses if r[2] == self.tree.side and r[0] not in gone]
-        last = next((r for r in reversed(thread) if r[3] and r[3] != SYNTHETIC_MODEL), None)
-        if last is None:
-            return
-        resume = _model_identity(last[3])
-        unsent = tuple(
-            index
-            for index, _, _, model, thinks in thread
-            if thinks and model != SYNTHETIC_MODEL and _model_identity(model) != resume
-        )
-        if unsent:
-            yield Boundary(UNSENT_THINKING, last[1], index=self.index, unsent_thinking=unsent)
+        yield from self.tree.items(self.index)
 
 
 class ClaudeCodeAdapter:
