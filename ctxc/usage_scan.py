@@ -21,13 +21,10 @@ import orjson
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
-from ctxc.formats.claude_code import (
-    _BOUNDARIES,
-    _MAX_OPEN_RECORDS,
-    _RECENT_IDS,
-    _SYNTHETIC_MODEL,
-    hour_writes,
-)
+from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS
+from ctxc.formats.claude_code import _max_usage as max_usage
+from ctxc.formats.claude_code import _usage as usage_of
+from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
@@ -205,19 +202,12 @@ class _Lines:
 
 
 def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
-    """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
-
-    Mirrors :mod:`ctxc.formats.claude_code`: an open response takes the field-wise maximum of its
-    records' usage and closes when an assistant record with another id comes; a late part of a recently
-    closed response is not counted again; synthetic turns are not API calls. Plain integers until the
-    end: this runs once per line of a large log.
-    """
-    calls: list[tuple[list[int], str | None]] = []  # [input, output, cache read/write, 1h, line], model
+    """Usage of each response (split records merged by ``message.id``) and the compaction boundaries,
+    read as :mod:`ctxc.formats.claude_code` reads them, without building the messages."""
+    calls: list[Usage | None] = []  # one per response; None when it recorded no usage
     boundaries: list[Boundary] = []
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
-    open_call: list[int] | None = None
-    open_model: str | None = None
     open_records = 0
     for line, _raw, data in lines.parsed(needles):
         if not isinstance(data, dict):
@@ -231,28 +221,10 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         message = data.get("message")
         if rtype != "assistant" or not isinstance(message, dict):
             continue
-        mid = message.get("id")
-        mid = mid if isinstance(mid, str) else None
-        u = message.get("usage")
-        call = None
-        model = message.get("model")
-        if isinstance(u, dict) and model != _SYNTHETIC_MODEL:
-            call = [
-                _int(u.get("input_tokens")),
-                _int(u.get("output_tokens")),
-                _int(u.get("cache_read_input_tokens")),
-                _int(u.get("cache_creation_input_tokens")),
-                hour_writes(u),
-                line,
-            ]
-        model = model if isinstance(model, str) and model and not model.startswith("<") else None
+        mid = str_or_none(message.get("id"))
+        usage = None if message.get("model") == SYNTHETIC_MODEL else usage_of(message, line)
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
-            # Every part repeats the usage and output_tokens grows as the response streams.
-            if open_call is not None and call is not None:
-                open_call[:5] = map(max, open_call[:5], call[:5])
-            elif call is not None:
-                open_call = call
-                calls.append((call, open_model))
+            calls[-1] = max_usage(calls[-1], usage)
             open_records += 1
             continue
         if open_id is not None:
@@ -260,12 +232,9 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             closed[open_id] = None
             if len(closed) > _RECENT_IDS:
                 del closed[next(iter(closed))]
-        open_id, open_records, open_model = mid, 1, model
-        open_call = None if mid in closed else call
-        if open_call is not None:
-            calls.append((open_call, model))
-    usage = tuple(Usage(i, o, r, w, line=at, model=m, cache_write_1h=h) for (i, o, r, w, h, at), m in calls)
-    return usage, tuple(boundaries), lines.skipped
+        open_id, open_records = mid, 1
+        calls.append(None if mid in closed else usage)  # a late part of a closed response counts once
+    return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
 
 
 def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
@@ -280,10 +249,6 @@ def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) ->
         pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
         resets=subtype == "compact_boundary",
     )
-
-
-def _int(value: Any) -> int:
-    return value if type(value) is int else 0  # not bool, which is an int subclass
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
