@@ -194,6 +194,28 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
+def append_jsonl(path: Path, doc: dict[str, Any]) -> None:
+    """Append ``doc`` to ``path`` as one line, in one write under ``<name>.lock``, fsynced."""
+    line = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+    with exclusive_lock(path.with_suffix(".lock")), open_private(path) as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The objects of a JSON-lines file with their line numbers; a line torn by a crash is skipped."""
+    if not path.exists():
+        return
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            yield n, entry
+
+
 @dataclass(frozen=True, slots=True)
 class ArchiveStore:
     """The objects and the manifest; :class:`ctxc.archive.Archive` adds the search index beside them."""
@@ -299,15 +321,8 @@ class ArchiveStore:
             "ctxc_version": __version__,
             **entry,
         }
-        line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
         try:
-            with (
-                exclusive_lock(self.root / "manifest.lock"),
-                open_private(self.root / "manifest.jsonl") as handle,
-            ):
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_jsonl(self.root / "manifest.jsonl", full)
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write the manifest: {exc.strerror or exc}", path=str(self.root)
@@ -321,20 +336,10 @@ class ArchiveStore:
         """Note outputs of ``origin`` that were offloaded; a store keeps no index to note them in."""
 
     def manifest(self) -> list[dict[str, Any]]:
-        path = self.root / "manifest.jsonl"
-        if not path.exists():
-            return []
-        entries: list[dict[str, Any]] = []
-        for n, raw in enumerate(path.read_bytes().splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:  # a line torn by a crash: the others stay usable
-                continue
-            if isinstance(entry, dict):
-                entry.setdefault("_line", n)
-                entries.append(entry)
+        entries = []
+        for n, entry in read_jsonl(self.root / "manifest.jsonl"):
+            entry.setdefault("_line", n)
+            entries.append(entry)
         return entries
 
     def find_original(self, data: bytes) -> str | None:

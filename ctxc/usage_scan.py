@@ -1,12 +1,6 @@
-"""Recorded usage only (``ctxc analyze --tokenizer usage``): what the log says the API calls cost.
-
-Claude Code and Codex logs record every call's tokens, so no tokenizer and no message model are
-needed: the raw bytes are searched for the adapter's ``usage_needles`` and only those lines are parsed.
-The figures equal the full reader's (:attr:`ctxc.model.Transcript.usage`; the tests hold them equal),
-but a broken line that carries no usage is not reported (``--skip-invalid`` counts only usage lines).
-Formats without needles go through the full reader, still without tokenizing. A file that records no
-usage at all is an error, not a silent zero.
-"""
+"""Recorded usage only (``ctxc analyze --tokenizer usage``): only the lines holding the adapter's
+``usage_needles`` are parsed, with the figures of the full reader; formats without needles go through
+the full reader, uncounted. A file that records no usage is an error, not a silent zero."""
 
 from __future__ import annotations
 
@@ -48,7 +42,6 @@ class UsageScan:
     format: str
     usage: tuple[Usage, ...]
     boundaries: tuple[Boundary, ...]
-    #: Usage lines skipped as invalid under ``--skip-invalid`` (only usage lines are parsed).
     skipped_lines: int = 0
     #: True when only the usage lines were parsed; False when the full reader was used.
     fast: bool = False
@@ -60,8 +53,7 @@ def scan_usage(
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> UsageScan:
-    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream); an
-    :class:`~ctxc.errors.InputError` when it records none, besides the reader's usual errors."""
+    """The usage a transcript (a path, ``-`` or a binary stream) recorded; InputError when none."""
     name, handle = open_binary(src)
     owned = isinstance(src, str | os.PathLike) and name != "-"
     try:
@@ -120,8 +112,7 @@ def _scan_buffer(
 
 
 def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
-    """The records sniffing looks at: whole lines up to 64 KB at the head of the buffer, which say as
-    much as the reader's 40 records for these formats at a fraction of the parsing."""
+    """The records sniffing looks at: whole lines up to 64 KB at the head of the buffer."""
     end, lines = 0, 0
     while lines < SNIFF_RECORDS * 2 and (end < _SNIFF_HEAD or lines == 0):
         nl = buf.find(_NL, end)
@@ -149,8 +140,7 @@ def _usage_and_boundaries(items: Iterable[object]) -> tuple[tuple[Usage, ...], t
 
 
 class _Lines:
-    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers
-    (counted with ``find`` jumps from one wanted line to the next, never by splitting the buffer)."""
+    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers."""
 
     def __init__(self, buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> None:
         self.buf, self.name, self.options = buf, name, options
@@ -252,8 +242,7 @@ def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) ->
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
-    """The adapter's own reader over only the lines holding its ``usage_needles``: the usage and
-    boundaries it yields over the whole file come from these lines alone."""
+    """The adapter's own reader over only the lines holding its ``usage_needles``."""
     records = (
         (n, Record(line=line, raw=raw, eol=b"", data=data))
         for n, (line, raw, data) in enumerate(lines.parsed(adapter.usage_needles))
@@ -280,8 +269,8 @@ def usage_analysis(
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
     prices: PriceTable | None = None,
 ) -> Analysis:
-    """An :class:`~ctxc.report.Analysis` from recorded usage alone: ``max_context`` is the largest context
-    a call sent since the log's own last compaction; ``window`` and ``model`` default to the log's."""
+    """An Analysis from recorded usage alone: ``max_context`` is the largest context a call sent since
+    the log's own last compaction."""
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage, prices)
     since = _live_since(scan)
