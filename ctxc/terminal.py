@@ -19,8 +19,8 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``); tab, newline and
-    a CRLF's carriage return stay, a lone carriage return (it could hide the line) shows as ``\\x0d``."""
+    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``) but tab, newline
+    and a CRLF's carriage return (a lone one could hide the line)."""
     if _CONTROL.search(text) is None:
         return text
     if "\r\n" in text:
@@ -29,8 +29,8 @@ def visible(text: str) -> str:
 
 
 def visible_console(**options: Any) -> Any:
-    """A rich Console that shows control characters as :func:`visible` does (rich strips only a few): the
-    last defence for text that reached a renderable unescaped. Its own styles are untouched."""
+    """A rich Console that shows control characters as :func:`visible` does (rich strips only a few), for
+    text that reached a renderable unescaped."""
     from rich.console import Console
     from rich.segment import Segment
 

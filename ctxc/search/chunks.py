@@ -1,10 +1,6 @@
-"""Cutting archived transcripts into searchable chunks, each with a contextual description.
-
-A hit must make sense on its own, so every chunk carries where it sits (session, turn, message, role,
-tool and what the tool worked on, the turn's request), built from the transcript without a model.
-One chunk is at most :data:`MAX_CHARS` of one block, cut at line ends; each chunk after the first
-repeats the last short line of the previous one, so a sentence across a cut is found whole.
-"""
+"""Archived transcripts cut into searchable chunks, each saying where it sits (session, turn, message,
+tool, the turn's request) so a hit makes sense on its own. A chunk is at most :data:`MAX_CHARS` of one
+block, cut at line ends, repeating the previous chunk's last short line (a sentence across a cut is whole)."""
 
 from __future__ import annotations
 
@@ -55,8 +51,7 @@ class Chunk:
 
 
 def render_input(value: Any) -> str:
-    """A tool call's input as searchable text: ``key: value`` lines with strings unescaped (not one line
-    of ``\\n`` escapes); nested values stay compact JSON."""
+    """A tool call's input as searchable text: ``key: value`` lines, strings unescaped, the rest JSON."""
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
@@ -119,17 +114,8 @@ def _line_end(text: str, start: int) -> int:
 
 
 def _request_text(m: Message) -> str:
-    text = " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
-    return _clip(" ".join(text.split()), REQUEST_CHARS)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def session_label(source: str, fmt: str) -> str:
-    name = "stdin" if source in ("", "-") else source.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{name} ({fmt})"
+    text = " ".join(" ".join(b.text for b in m.blocks if isinstance(b, TextBlock)).split())
+    return text if len(text) <= REQUEST_CHARS else text[: REQUEST_CHARS - 1] + "…"
 
 
 def _about(use: ToolUseBlock | None, tool: str) -> str:
@@ -161,7 +147,8 @@ def chunk_messages(
     messages: Sequence[Message], *, source: str, fmt: str, conversations: int = 1
 ) -> Iterator[Chunk]:
     """Every chunk of ``messages`` (one transcript, all its conversations), in message order."""
-    session = session_label(source, fmt)
+    name = "stdin" if source in ("", "-") else source.replace("\\", "/").rsplit("/", 1)[-1]
+    session = f"{name} ({fmt})"
     calls = {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
     totals = collections.Counter(m.conversation for m in messages)
     turn: dict[int, int] = {}
