@@ -1,7 +1,5 @@
-"""Many transcripts in one run: inputs, worker processes and progress.
-
-:func:`run_batch` runs a picklable per-file function in worker processes and returns each file's
-:class:`Outcome` in input order; a :class:`~ctxc.errors.CtxcError` becomes a failed outcome."""
+"""Many transcripts in one run: inputs, worker processes and progress. A per-file function's
+:class:`~ctxc.errors.CtxcError` becomes a failed :class:`Outcome`, not an exception."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """One file of a batch, and its path relative to the argument that named it (what ``--out-dir``
-    mirrors)."""
+    """One file of a batch, and its path relative to the argument that named it (for ``--out-dir``)."""
 
     path: str
     rel: str
@@ -194,10 +191,8 @@ def run_batch(
     on_outcome: Callable[[Outcome[R]], None] | None = None,
 ) -> list[Outcome[R]]:
     """Run ``work`` over ``(path, argument)`` items, in a pool when ``jobs > 1``; outcomes in input order.
-
-    ``fail_fast`` cancels the files not started after the first failure. Ctrl-C and SIGTERM cancel
-    pending files, let running ones finish, and raise ``KeyboardInterrupt``; workers end with this
-    process, even one killed with SIGKILL."""
+    ``fail_fast``, Ctrl-C and SIGTERM cancel the files not started and let running ones finish; workers
+    end with this process, even one killed with SIGKILL."""
     notify = on_outcome or (lambda _o: None)
     outcomes: dict[int, Outcome[R]] = {}
 
@@ -271,8 +266,6 @@ class BatchProgress:
         self.total = total
         self.what = what
         self.enabled = total > 1 and not quiet and sys.stderr.isatty()
-        self.done = 0
-        self.failed = 0
         self.tokens = 0
         self._start = time.monotonic()
         self._bar: Any = None
@@ -307,9 +300,7 @@ class BatchProgress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
-    def advance(self, *, tokens: int = 0, ok: bool = True) -> None:
-        self.done += 1
-        self.failed += 0 if ok else 1
+    def advance(self, *, tokens: int = 0) -> None:
         self.tokens += tokens
         if self._bar is not None:
             elapsed = max(time.monotonic() - self._start, 1e-9)

@@ -110,9 +110,8 @@ def compact_batch(
     report: str | None,
     run_files: FileRunner,
 ) -> dict[str, Any]:
-    """Compact many files (``--out-dir`` or ``--in-place``) with ``run_files``, skipping those the
-    journal (:class:`~ctxc.batch.Journal`) or the manifest records as done; returns the ``compact-batch``
-    document, also written to ``report`` when given."""
+    """Compact many files with ``run_files``, skipping those the journal or the manifest records as done;
+    returns the ``compact-batch`` document, also written to ``report`` when given."""
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
     for d in {str(Path(j.output).parent) for j in jobs_list}:
@@ -151,11 +150,8 @@ def _plan(
     jobs_list: Sequence[CompactJob], *, archive: str | None, resume: bool
 ) -> tuple[list[dict[str, Any] | None], list[tuple[int, CompactJob]]]:
     """The rows of the files already done (None for the others), and the jobs left to run by index.
-
-    Done: an entry with the input's sha256, options and resolved output whose output is unchanged; for
-    ``--in-place`` also when the input *is* that output. A file the manifest has but the journal missed
-    (a kill between the two lines) is journaled now.
-    """
+    Done: an entry with the input's sha256, options and output, whose output is unchanged (for
+    ``--in-place``, also when the input *is* that output); one only the manifest has is journaled now."""
     root = archive_root(archive)
     journal = Journal(root)
     done_entries = {**_manifest_entries(Archive(root)), **journal.entries()} if resume else {}
