@@ -196,12 +196,8 @@ def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> boo
 
 def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
     """The latest manifest entry of each archived original (by full archive id)."""
-    out: dict[str, dict[str, Any]] = {}
-    for entry in archive.manifest():
-        ident = entry.get("archive_id") or entry.get("input_sha256")
-        if isinstance(ident, str) and len(ident) == 64:
-            out[ident] = entry
-    return out
+    ids = ((e.get("archive_id") or e.get("input_sha256"), e) for e in archive.manifest())
+    return {ident: e for ident, e in ids if isinstance(ident, str) and len(ident) == 64}
 
 
 def sync(archive: ArchiveStore, index: SearchIndex) -> int:
@@ -229,15 +225,9 @@ class RebuildReport:
     set_aside: Path | None = None  # where a damaged index file was moved, if it was
 
 
-def _objects(archive: ArchiveStore) -> Iterator[str]:
-    base = archive.root / "objects"
-    if not base.is_dir():
-        return
-    for bucket in sorted(base.iterdir()):
-        if bucket.is_dir():
-            for obj in sorted(bucket.iterdir()):
-                if obj.is_file() and not obj.name.startswith(".tmp-") and len(obj.name) == 64:
-                    yield obj.name
+def _objects(archive: ArchiveStore) -> list[str]:
+    """The ids of the stored objects (temp files have other names), sorted."""
+    return sorted(p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
 
 
 def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:

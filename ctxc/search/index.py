@@ -193,7 +193,7 @@ class SearchIndex:
         """Index one archived object's chunks (all or nothing); returns how many were added."""
         rows = list(chunks)  # chunking is CPU work: done before the write lock is taken
         with immediate(self.conn) as c:
-            if c.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone():
+            if self.has(archive_id):
                 return 0
             first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
             c.executemany(
