@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ctxc.live import request_text, session_intent
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
@@ -40,19 +40,28 @@ def norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def _paths(messages: Sequence[Message]) -> list[str]:
+def tool_paths(
+    messages: Sequence[Message], accept: Callable[[str, str, str], bool], patch_file: re.Pattern[str]
+) -> list[str]:
+    """Paths tool calls name, in order: one-line input values under PATH_KEYS that ``accept(tool, key,
+    value)`` takes, and the files of the patches they carry that ``patch_file`` matches."""
     found: dict[str, None] = {}
     for b in (b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)):
         inp = b.input
         patch = inp if isinstance(inp, str) else ""
         if isinstance(inp, Mapping):
-            for v in (inp.get(key) for key in PATH_KEYS):
-                if isinstance(v, str) and 2 < len(v) < 300 and "\n" not in v and ("/" in v or "." in v):
+            for key in PATH_KEYS:
+                v = inp.get(key)
+                if isinstance(v, str) and "\n" not in v and accept(b.name, key, v):
                     found.setdefault(v.strip(), None)
             patch = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
-        for match in _PATCH_FILE.finditer(patch):
+        for match in patch_file.finditer(patch):
             found.setdefault(match.group(1).strip(), None)
     return list(found)
+
+
+def _pathlike(tool: str, key: str, value: str) -> bool:
+    return 2 < len(value) < 300 and ("/" in value or "." in value)
 
 
 def _errors(messages: Sequence[Message]) -> list[str]:
@@ -86,7 +95,7 @@ def survival(
     """kind → (kept, total) of file paths, error lines and decision sentences of ``original``."""
     out = norm(output_text)
     items = {
-        "paths": _paths(original),
+        "paths": tool_paths(original, _pathlike, _PATCH_FILE),
         "errors": [e for e in _errors(original) if not any(x in e for x in exclude)],
         "decisions": _decisions(original, exclude),
     }
