@@ -22,6 +22,7 @@ from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.facts import plural
 from ctxc.summarize.prompt import RESULT_CHARS, Prompt, Validation, build_prompt, clip, render_message
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
@@ -69,40 +70,6 @@ def _api_message(exc: Any) -> str:
     return _one_line(getattr(exc, "message", None) or str(exc))
 
 
-def map_api_error(
-    exc: BaseException, *, model: str, base_url: str, max_retries: int, timeout: float
-) -> CtxcError:
-    """A one-line ctxc error for an SDK exception (after the SDK's own retries)."""
-    import anthropic
-
-    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-        return AuthError(
-            f"the API key was rejected ({exc.status_code} {_api_message(exc)}); check ANTHROPIC_API_KEY"
-        )
-    if isinstance(exc, anthropic.NotFoundError):
-        return ModelError(
-            f"unknown model {model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
-            "choose one with --summary-model or CTXC_SUMMARY_MODEL"
-        )
-    if isinstance(exc, anthropic.APIStatusError):
-        retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
-        after = f" after {max_retries} retr{'y' if max_retries == 1 else 'ies'}" if retried else ""
-        return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
-    if isinstance(exc, anthropic.APITimeoutError):
-        return SummarizerError(
-            f"the Anthropic API did not answer within {timeout:g}s ({max_retries} retries); "
-            "raise --timeout or try again later"
-        )
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return SummarizerError(f"could not reach the Anthropic API at {base_url}: {_one_line(str(cause))}")
-    if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
-        return SummarizerError(
-            f"malformed response from the Anthropic API at {base_url}: {_one_line(str(exc))}"
-        )
-    return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {_one_line(str(exc))}")
-
-
 class _LoopThread:
     """A private event loop in a daemon thread: summarize() is synchronous, may run inside another loop,
     and the async client keeps its connections only if it always runs on the same loop."""
@@ -141,7 +108,6 @@ async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
 
 #: (base URL, key fingerprint, model) already preflighted in this process.
 _PREFLIGHTED: set[tuple[str, str, str]] = set()
-_PREFLIGHT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +162,38 @@ class AnthropicAPI:
         return self._client
 
     def _map(self, exc: BaseException) -> CtxcError:
-        base = str(self._client.base_url) if self._client is not None else "?"
-        return map_api_error(
-            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
-        )
+        """A one-line ctxc error for an SDK exception (after the SDK's own retries)."""
+        import anthropic
+
+        base_url = str(self._client.base_url) if self._client is not None else "?"
+        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+            return AuthError(
+                f"the API key was rejected ({exc.status_code} {_api_message(exc)}); check ANTHROPIC_API_KEY"
+            )
+        if isinstance(exc, anthropic.NotFoundError):
+            return ModelError(
+                f"unknown model {self.model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
+                "choose one with --summary-model or CTXC_SUMMARY_MODEL"
+            )
+        if isinstance(exc, anthropic.APIStatusError):
+            retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+            after = f" after {plural(self.max_retries, 'retry', 'retries')}" if retried else ""
+            return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
+        if isinstance(exc, anthropic.APITimeoutError):
+            return SummarizerError(
+                f"the Anthropic API did not answer within {self.timeout:g}s ({self.max_retries} retries); "
+                "raise --timeout or try again later"
+            )
+        if isinstance(exc, anthropic.APIConnectionError):
+            cause = exc.__cause__ or exc
+            return SummarizerError(
+                f"could not reach the Anthropic API at {base_url}: {_one_line(str(cause))}"
+            )
+        if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
+            return SummarizerError(
+                f"malformed response from the Anthropic API at {base_url}: {_one_line(str(exc))}"
+            )
+        return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {_one_line(str(exc))}")
 
     async def preflight(self) -> None:
         """Check the key and the model (``GET /v1/models/{model}``), once per process."""
@@ -211,17 +205,14 @@ class AnthropicAPI:
             client = self._make_client()
             secret = client.api_key or client.auth_token or ""
             ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
-            with _PREFLIGHT_LOCK:
-                done = ident in _PREFLIGHTED
-            if not done:
+            if ident not in _PREFLIGHTED:
                 import anthropic
 
                 try:
                     await client.models.retrieve(self.model)
                 except (anthropic.AnthropicError, ValueError) as exc:
                     raise self._map(exc) from None
-                with _PREFLIGHT_LOCK:
-                    _PREFLIGHTED.add(ident)
+                _PREFLIGHTED.add(ident)
             self._preflighted = True
 
     async def create(self, system: str, user: str, max_tokens: int) -> Reply:

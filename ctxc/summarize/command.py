@@ -21,6 +21,7 @@ import orjson
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.facts import plural
 from ctxc.summarize.prompt import Prompt, Validation, build_prompt
 
 #: Seconds before the first retry, doubled for each further one, at most BACKOFF_MAX.
@@ -119,7 +120,7 @@ class CommandSummarizer:
                 return self.run(prompt_text, request)
             except CommandFailed as exc:
                 if attempt == retries:
-                    after = f", after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+                    after = f", after {plural(retries, 'retry', 'retries')}" if retries else ""
                     raise SummarizerError(exc.message + after) from None
                 time.sleep(min(BACKOFF_MAX, BACKOFF * 2**attempt))
         raise AssertionError("unreachable")
