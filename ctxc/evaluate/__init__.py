@@ -10,7 +10,7 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,17 +266,6 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)
 
 
-@contextlib.contextmanager
-def _archive(explicit: str | Path | None) -> Iterator[Archive]:
-    from ctxc.archive import Archive
-
-    if explicit is not None:
-        yield Archive(Path(explicit))
-        return
-    with tempfile.TemporaryDirectory(prefix="ctxc-eval-") as tmp:
-        yield Archive(Path(tmp))
-
-
 def _check(options: EvalOptions) -> tuple[str, ...]:
     """The strategies to run; a usage error for an unknown one or a bad option."""
     from ctxc.compaction import strategies as registry
@@ -356,13 +345,16 @@ def run_eval(
 ) -> EvalReport:
     """Plant, compact with every strategy to every target, search, measure; ``archive`` keeps the
     evaluation's archive there instead of a temporary one."""
+    from ctxc.archive import Archive
     from ctxc.tokens import make_counter
 
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared = [_prepare(src, options, counter) for src in sources]
     measured: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
-    with _archive(archive) as store:
+    temporary = tempfile.TemporaryDirectory(prefix="ctxc-eval-") if archive is None else None
+    with temporary or contextlib.nullcontext(str(archive)) as directory:
+        store = Archive(Path(directory))
         for prep in prepared:
             for strategy in names:
                 for target in options.targets:

@@ -1,10 +1,6 @@
-"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths: deterministic from a seed.
-
-A session looks like what compaction meets in practice: a system prompt, a first request, then turns
-of an assistant reading files, searching, running tests (with failures and tracebacks), editing, with
-decisions stated in passing and a few follow-up requests from the user. Files are written as chat
-JSONL, alternating the Anthropic dialect (content blocks) and the OpenAI one (``tool_calls`` and
-``tool`` messages), so both are read back through the ``chat`` adapter like any user file.
+"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed: reads,
+searches, failing and passing tests, edits, decisions in passing, follow-up requests. Written as chat
+JSONL, alternating the Anthropic and the OpenAI dialect, so both go through the ``chat`` adapter.
 """
 
 from __future__ import annotations
