@@ -23,7 +23,15 @@ from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
 from ctxc.summarize.facts import plural
-from ctxc.summarize.prompt import RESULT_CHARS, Prompt, Validation, build_prompt, clip, render_message
+from ctxc.summarize.prompt import (
+    RESULT_CHARS,
+    Prompt,
+    Validation,
+    build_prompt,
+    clip,
+    one_line,
+    render_message,
+)
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
@@ -55,19 +63,14 @@ def _size(prompt: Prompt, count: Callable[[str], int]) -> int:
     return count(prompt.system) + count(prompt.user)
 
 
-def _one_line(text: str, limit: int = 240) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _api_message(exc: Any) -> str:
     """The error message of an API error body ({"type":"error","error":{"message":...}}), else str(exc)."""
     body = getattr(exc, "body", None)
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         kind = err.get("type")
-        return _one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
-    return _one_line(getattr(exc, "message", None) or str(exc))
+        return one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
+    return one_line(getattr(exc, "message", None) or str(exc))
 
 
 class _LoopThread:
@@ -155,7 +158,7 @@ class AnthropicAPI:
             try:
                 client = anthropic.AsyncAnthropic(max_retries=self.max_retries, timeout=self.timeout)
             except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
-                raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
+                raise AuthError(f"no usable Anthropic credentials: {one_line(str(exc))}") from None
             if client.api_key is None and client.auth_token is None and client.credentials is None:
                 raise AuthError(f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)")
             self._client = client
@@ -186,14 +189,12 @@ class AnthropicAPI:
             )
         if isinstance(exc, anthropic.APIConnectionError):
             cause = exc.__cause__ or exc
-            return SummarizerError(
-                f"could not reach the Anthropic API at {base_url}: {_one_line(str(cause))}"
-            )
+            return SummarizerError(f"could not reach the Anthropic API at {base_url}: {one_line(str(cause))}")
         if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
             return SummarizerError(
-                f"malformed response from the Anthropic API at {base_url}: {_one_line(str(exc))}"
+                f"malformed response from the Anthropic API at {base_url}: {one_line(str(exc))}"
             )
-        return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {_one_line(str(exc))}")
+        return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {one_line(str(exc))}")
 
     async def preflight(self) -> None:
         """Check the key and the model (``GET /v1/models/{model}``), once per process."""

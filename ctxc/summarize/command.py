@@ -22,7 +22,7 @@ from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
 from ctxc.summarize.facts import plural
-from ctxc.summarize.prompt import Prompt, Validation, build_prompt
+from ctxc.summarize.prompt import Prompt, Validation, build_prompt, one_line
 
 #: Seconds before the first retry, doubled for each further one, at most BACKOFF_MAX.
 BACKOFF = 0.5
@@ -31,14 +31,6 @@ BACKOFF_MAX = 8.0
 
 def cache_key(command: str, prompt: Prompt) -> bytes:
     return hashlib.sha256(orjson.dumps(["command", command, prompt.system, prompt.user])).digest()
-
-
-def _first_line(data: bytes) -> str:
-    for line in data.decode("utf-8", "replace").splitlines():
-        if line.strip():
-            flat = " ".join(line.split())
-            return flat if len(flat) <= 200 else flat[:199] + "…"
-    return ""
 
 
 class CommandFailed(SummarizerError):
@@ -106,7 +98,8 @@ class CommandSummarizer:
                 proc.communicate(timeout=5)
             raise
         if proc.returncode != 0:
-            why = _first_line(err)
+            lines = err.decode("utf-8", "replace").splitlines()
+            why = one_line(next((ln for ln in lines if ln.strip()), ""), 200)
             status = f"exit status {proc.returncode}" if proc.returncode > 0 else f"signal {-proc.returncode}"
             raise CommandFailed(
                 f"the summary command failed with {status}{f': {why}' if why else ''} ({self.command})"

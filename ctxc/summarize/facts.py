@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ctxc.archive_store import CITATION_RE
+from ctxc.model import Message
 from ctxc.summarize import SECTIONS, SummaryRequest
 from ctxc.summarize.toolcalls import shorten
 
@@ -61,6 +62,13 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 def add_counts(into: dict[str, int], more: Mapping[str, int]) -> None:
     for k, v in more.items():
         into[k] = into.get(k, 0) + v
+
+
+def span_label(messages: Sequence[Message]) -> str:
+    if not messages:
+        return "(none)"
+    first, last = messages[0].index, messages[-1].index
+    return str(first) if first == last else f"{first}-{last}"
 
 
 def _top(counts: Mapping[str, int], k: int = 5) -> str:
@@ -200,13 +208,10 @@ def _render_fact(f: Fact, limit: int | None) -> str:
 
 def _header(request: SummaryRequest) -> list[str]:
     m = CITATION_RE.search(request.citation)
-    idx = [msg.index for msg in request.messages]
     if m and m.group(2):
         span = m.group(2) + (f"-{m.group(3)}" if m.group(3) else "")
-    elif not idx:
-        span = "(none)"
     else:
-        span = f"{min(idx)}-{max(idx)}" if min(idx) != max(idx) else str(idx[0])
+        span = span_label(sorted(request.messages, key=lambda msg: msg.index))
     lines = [
         f"Summary of messages {span} (ctxc extractive). The full original is archived: "
         f"{request.citation}; run `ctxc restore` / `ctxc show` to recover details."

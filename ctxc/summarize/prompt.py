@@ -13,7 +13,7 @@ from ctxc.formats.shapes import dumps_compact
 from ctxc.live import quotes
 from ctxc.model import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from ctxc.summarize import SummaryRequest
-from ctxc.summarize.facts import plural
+from ctxc.summarize.facts import plural, span_label
 
 #: Characters kept of each tool result; the rest is in the archive.
 RESULT_CHARS = 2_000
@@ -44,6 +44,12 @@ class Prompt:
     @property
     def text(self) -> str:
         return f"{self.system}\n\n{self.user}"
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """``text`` with its whitespace collapsed, cut to ``limit`` characters (for error messages)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def clip(text: str, limit: int, what: str = "characters") -> str:
@@ -102,13 +108,6 @@ def render_message(m: Message, *, result_chars: int = RESULT_CHARS) -> str:
 
 def render_transcript(messages: Sequence[Message], *, result_chars: int = RESULT_CHARS) -> str:
     return "\n\n".join(render_message(m, result_chars=result_chars) for m in messages)
-
-
-def span_label(messages: Sequence[Message]) -> str:
-    if not messages:
-        return "(none)"
-    first, last = messages[0].index, messages[-1].index
-    return str(first) if first == last else f"{first}-{last}"
 
 
 def _system(request: SummaryRequest, merging: bool) -> str:
