@@ -81,13 +81,11 @@ def without_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
             continue
         kept = []
         for group in groups:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                inner = [h for h in group["hooks"] if not _is_ours(h)]
-                if not inner and group["hooks"]:
-                    continue  # only ctxc's hooks were in it
-                kept.append({**group, "hooks": inner})
-            else:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list):
                 kept.append(group)
+            elif not inner or not all(_is_ours(h) for h in inner):  # else only ctxc's hooks were in it
+                kept.append({**group, "hooks": [h for h in inner if not _is_ours(h)]})
         if kept:
             hooks[event] = kept
         elif groups:

@@ -225,15 +225,14 @@ class ReminderRules:
 
 
 def _typed_fields(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
-    for key, types in _FIELD_TYPES.items():
-        if key not in table:
-            continue
-        value = table[key]
+    given = {key: table[key] for key in _FIELD_TYPES if key in table}
+    for key, value in given.items():
+        types = _FIELD_TYPES[key]
         if isinstance(value, bool) and bool not in types:
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, not a boolean")
         if not isinstance(value, types):
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, got {value!r}")
-    return {key: table[key] for key in _FIELD_TYPES if key in table}
+    return given
 
 
 def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set[str]) -> str | None:

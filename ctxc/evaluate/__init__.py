@@ -44,9 +44,7 @@ class EvalOptions:
     tokenizer: str = "o200k_base"
     summarizer: str = "extractive"
     search_k: int = 5
-    #: ``session``: search the transcript's own original (what an agent does with the id its summary
-    #: cites); ``archive``: the whole evaluation archive, every file competing.
-    search_scope: str = "session"
+    search_scope: str = "session"  # the transcript's own original, or the whole ``archive``
     hybrid: bool = False
     use_cache: bool = True
     skip_invalid: bool = False
@@ -100,7 +98,6 @@ class Case:
         return self.error is None and self.problems == 0
 
     def to_json(self) -> dict[str, Any]:
-        # The identifying fields first (source to tokens_after), as declared.
         head = {f.name: getattr(self, f.name) for f in fields(self)[:9]}
         return {
             **head,

@@ -23,10 +23,8 @@ if TYPE_CHECKING:
     from ctxc.evaluate.needles import Planted
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
-#: Characters of tool results kept when the compacted context is rendered for the judge (far more
-#: than a summary prompt keeps: the judge must see what the agent would see).
+#: Characters kept of each tool result and of the whole context: the judge sees what the agent would.
 RESULT_CHARS = 20_000
-#: Characters of the whole rendered context, head and tail kept (about 100k tokens).
 CONTEXT_CHARS = 400_000
 MAX_TOKENS = 1_024
 _CHANGE_TOOLS = frozenset({"write", "edit", "multiedit", "str_replace_editor", "apply_patch", "writefile"})

@@ -12,8 +12,7 @@ from ctxc.summarize.toolcalls import PATH_KEYS
 from ctxc.validate import pairing_problems, role_problems
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
-#: A line that says what went wrong: an exception with its message, a test failure, a tool's error.
-#: A traceback's header says only that something did, so it is not one.
+#: A line that says what went wrong (a traceback's header says only that something did).
 _ERROR_LINE = re.compile(r"(\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|\berror:|\bERROR\b)")
 _DECISION = re.compile(
     r"\b(decided|decide to|we'll use|I'll use|let's use|let's go with|going with|go with|chose|opted for|"

@@ -142,10 +142,8 @@ class Planted:
     data: bytes
     needles: tuple[Needle, ...]
     instruction: str | None
-    #: The regular expression that pins the instruction's message (``CompactOptions.pins``).
-    pin: str | None
-    #: The conversation needles were planted in (the one with the most removable messages).
-    conversation: int
+    pin: str | None  # the regular expression that pins the instruction's message
+    conversation: int  # the one needles were planted in
 
 
 def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:

@@ -378,8 +378,7 @@ class AnthropicSummarizer:
 
     async def _summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         limit = self.input_limit(request.budget)
-        # Independent segments are summarized concurrently, then merged: a long history never goes out
-        # as one huge prompt even when the model's window could take it.
+        # A long history never goes out as one huge prompt, even when the model's window could take it.
         segment_limit = min(limit, max(1_000, self.options.segment_tokens))
         prompt = build_prompt(request, result_chars=self.result_chars)
         if _size(prompt, count) <= segment_limit:

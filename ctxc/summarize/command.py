@@ -71,8 +71,7 @@ class CommandSummarizer:
             "CTXC_SUMMARY_CITATION": request.citation,
         }
         self._runs += 1
-        # A session of its own: on a timeout the whole pipeline (`sh -c 'a | b'`) is killed, not just the
-        # shell, whose children would otherwise keep the pipes open and hang communicate().
+        # A session of its own: a timeout kills the whole pipeline, whose children would hang communicate().
         proc = subprocess.Popen(
             self.command,
             shell=True,

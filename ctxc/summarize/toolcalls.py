@@ -356,8 +356,7 @@ def error_line(result: ToolResultBlock, call: Call | None, exit_code: Any = None
     # grep and friends exit 1 for "no match", which is an answer, not a failure.
     no_match = code == 1 and call is not None and call.kind == "search"
     failed = result.is_error or (code is not None and code != 0 and not no_match)
-    # Only command output is scanned: reads, edits and fetches echo file contents and documents,
-    # where "Error" is code or prose, not an outcome (those tools flag failures with is_error).
+    # Only command output is scanned: in file contents and documents "Error" is code or prose.
     scan = call is not None and call.shell and call.kind in ("command", "change")
     hits = list(_ERROR_LINE.finditer(text)) if (failed or scan) else []
     if not failed and not hits:
