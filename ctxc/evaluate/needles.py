@@ -15,7 +15,7 @@ from typing import Any
 
 from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
-from ctxc.live import LiveContext, live_context
+from ctxc.live import live_context
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
 
 #: Needles are planted among the first this share of a conversation's messages.
@@ -211,19 +211,15 @@ def _planted_copy(t: Transcript, conv: int, m: Message, sentence: str) -> Transc
     return candidate
 
 
-def _live(t: Transcript) -> LiveContext:
-    return live_context(t.boundaries, t.messages)
-
-
 def _live_part(t: Transcript, conv: int) -> tuple[Message, ...]:
     """What the client sends of a conversation: needles go where compaction must deal with them."""
-    return _live(t).split(t.conversation(conv))[1]
+    return live_context(t.boundaries, t.messages).split(t.conversation(conv))[1]
 
 
 def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
     """The conversation with the most messages to plant in (then the largest): usually the only one,
     for datasets the line with the most removable messages."""
-    convs = sorted({m.conversation for m in t.messages} - _live(t).side)
+    convs = sorted({m.conversation for m in t.messages} - live_context(t.boundaries, t.messages).side)
     if len(convs) <= 1:
         return convs[0] if convs else 0
 
