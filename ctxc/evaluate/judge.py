@@ -6,6 +6,7 @@ answers they name. The model is called through the anthropic summarizer's client
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -115,28 +116,20 @@ def parse_answers(text: str, count: int) -> list[str]:
     start, end = text.find("{"), text.rfind("}")
     data: Any = None
     if start >= 0 and end > start:
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             data = orjson.loads(text[start : end + 1])
-        except orjson.JSONDecodeError:
-            data = None
     if not isinstance(data, dict):
         return [""] * count
-    out: list[str] = []
-    for i in range(1, count + 1):
-        v = data.get(str(i), "")
-        out.append(v if isinstance(v, str) else orjson.dumps(v).decode())
-    return out
-
-
-def render_context(messages: Sequence[Message]) -> str:
-    from ctxc.summarize.prompt import clip, render_transcript
-
-    return clip(render_transcript(messages, result_chars=RESULT_CHARS), CONTEXT_CHARS)
+    answers = (data.get(str(i), "") for i in range(1, count + 1))
+    return [v if isinstance(v, str) else orjson.dumps(v).decode() for v in answers]
 
 
 def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
+    from ctxc.summarize.prompt import clip, render_transcript
+
+    context = clip(render_transcript(output, result_chars=RESULT_CHARS), CONTEXT_CHARS)
     numbered = "\n".join(f"{i}. {p.question}" for i, p in enumerate(questions, 1))
-    return f"<context>\n{render_context(output)}\n</context>\n\nQuestions:\n{numbered}"
+    return f"<context>\n{context}\n</context>\n\nQuestions:\n{numbered}"
 
 
 class AnthropicJudge:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ctxc.live import request_text, session_intent
@@ -110,11 +111,6 @@ def first_requests(transcript: Transcript) -> list[str]:
 
 def problems(output: Sequence[Message], original: Sequence[Message]) -> int:
     """Strict pairing problems of the output, plus role problems beyond those the input had."""
-    before: dict[str, int] = {}
-    for p in role_problems(original):
-        before[p.code] = before.get(p.code, 0) + 1
-    after: dict[str, int] = {}
-    for p in role_problems(output):
-        after[p.code] = after.get(p.code, 0) + 1
-    extra = sum(max(0, n - before.get(code, 0)) for code, n in after.items())
-    return len(pairing_problems(output, strict=True)) + extra
+    before = Counter(p.code for p in role_problems(original))
+    extra = Counter(p.code for p in role_problems(output)) - before  # keeps the positive counts
+    return len(pairing_problems(output, strict=True)) + sum(extra.values())
