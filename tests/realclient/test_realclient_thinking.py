@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 import wire
-from clients import CLAUDE, PROMPT, Unavailable, install, resume_claude, run_bounded
+from clients import CLAUDE, PROMPT, installed_or_skip, resume_claude, run_bounded
 from conftest import ROOT, SAMPLES
 
 from ctxc.analysis import analyze
@@ -32,10 +32,7 @@ EARLIER, LAST = "claude-opus-4-5", "claude-sonnet-4-6"
 
 @pytest.fixture(scope="module")
 def exe() -> Path:
-    try:
-        return install(CLAUDE)
-    except Unavailable as exc:
-        pytest.skip(f"{CLAUDE.spec} unavailable: {exc}")
+    return installed_or_skip(CLAUDE)
 
 
 @pytest.fixture(scope="module")
