@@ -23,23 +23,21 @@ class ComposeFormat(StrEnum):
     json = "json"
 
 
-REMIND_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc remind session.jsonl --rules rules.toml\n\n"
-    "  ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json\n\n"
-    "Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
+REMIND_EPILOG = opt.examples(
+    "ctxc remind session.jsonl --rules rules.toml",
+    "ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json",
+    note="Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
     "a share of the window), tool_call, keyword_in_response or after_compaction; a message; and an "
-    "optional max_repeats. A turn is one model call; the context is what that call would be sent."
+    "optional max_repeats. A turn is one model call; the context is what that call would be sent.",
 )
 
-COMPOSE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc compose prompt.toml --budget 2000 > system.txt\n\n"
-    "  ctxc compose prompt.toml --budget 800 --fill --format json\n\n"
-    "  ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections\n\n"
-    "Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
-    "examples, background), required, and content or file. Exit 6 if the required sections alone "
-    "exceed the budget."
+COMPOSE_EPILOG = opt.examples(
+    "ctxc compose prompt.toml --budget 2000 > system.txt",
+    "ctxc compose prompt.toml --budget 800 --fill --format json",
+    "ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections",
+    note="Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, "
+    "output_format, examples, background), required, and content or file. Exit 6 if the required sections "
+    "alone exceed the budget.",
 )
 
 
@@ -92,9 +90,7 @@ def remind_command(
 
 
 def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     console.print(
@@ -102,18 +98,16 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
         markup=False,
     )
-    table = Table("turn", "line", "context", "rule", "trigger", "why")
-    for t, x in rows:
-        table.add_row(
-            *opt.cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail)
-        )
+    cells = [(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail) for t, x in rows]
+    table = make_table(("turn", "line", "context", "rule", "trigger", "why"), cells)
     print_table(console, table, optional=("line",), keys=1, fold=("why",))
-    summary = Table("rule", "trigger", "fired", "max repeats")
-    for rule in rule_set.rules:
-        summary.add_row(
-            *opt.cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
-        )
-    print_table(console, summary, keys=1, fold=("trigger",))
+    summary = [
+        (rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
+        for rule in rule_set.rules
+    ]
+    print_table(
+        console, make_table(("rule", "trigger", "fired", "max repeats"), summary), keys=1, fold=("trigger",)
+    )
 
 
 def compose_command(
@@ -129,7 +123,7 @@ def compose_command(
     fmt: Annotated[
         ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
     ] = ComposeFormat.text,
-    quiet: Annotated[bool, opt.quiet_option("No section table on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
@@ -162,23 +156,22 @@ def compose_command(
 
 def _print_sections(result: Any, budget: int | None) -> None:
     """The sections kept and dropped, as a table on stderr (stdout holds the prompt)."""
-    from rich.table import Table
+    from ctxc.render import make_table, print_table
 
-    from ctxc.render import print_table
-
-    table = Table("section", "priority", "required", "tokens", "kept", title=None)
-    for o in result.sections:
-        table.add_row(
-            *opt.cells(
-                o.section.id,
-                str(o.section.priority),
-                "yes" if o.section.required else "",
-                f"{o.tokens:,}",
-                "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
-            )
+    rows = [
+        (
+            o.section.id,
+            str(o.section.priority),
+            "yes" if o.section.required else "",
+            f"{o.tokens:,}",
+            "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
         )
+        for o in result.sections
+    ]
     err = stderr_console()
-    print_table(err, table, keys=1, fold=("kept",))
+    print_table(
+        err, make_table(("section", "priority", "required", "tokens", "kept"), rows), keys=1, fold=("kept",)
+    )
     limit = f" of a {budget:,} budget" if budget is not None else ""
     if result.base:
         what = f"the override prompt replaced {len(result.sections)} section(s)"

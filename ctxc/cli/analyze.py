@@ -26,12 +26,11 @@ ForecastOpt = Annotated[
     opt.flag("--forecast", "Also dry-run each adaptive stage: the tokens it would remove at this window."),
 ]
 
-ANALYZE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
-    "  ctxc analyze logs/ --format json > report.json\n\n"
-    "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
-    "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
+ANALYZE_EPILOG = opt.examples(
+    "ctxc analyze ~/.claude/projects/myproj/session.jsonl",
+    "ctxc analyze logs/ --format json > report.json",
+    "cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv",
+    "ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages",
 )
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ctxc._version import __version__
-from ctxc.cli.options import note
+from ctxc.cli.options import examples, note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import visible
@@ -28,16 +28,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc analyze session.jsonl\n\n"
-        "  cat t.jsonl | ctxc compact - > small.jsonl\n\n"
-        "  ctxc restore small.jsonl -o original.jsonl\n\n"
-        "[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
+    epilog=examples(
+        "ctxc analyze session.jsonl",
+        "cat t.jsonl | ctxc compact - > small.jsonl",
+        "ctxc restore small.jsonl -o original.jsonl",
+        note="[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
         "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 9 model API or summary "
         "command failed, 10 API key missing or rejected, 11 unknown model, "
         "12 some files of a batch failed, 130 interrupted. "
-        "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks."
+        "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks.",
     ),
 )
 

@@ -27,33 +27,29 @@ class ShowFormat(StrEnum):
     raw = "raw"
 
 
-SEARCH_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc search 'ORDER-7731 refund'\n\n"
-    "  ctxc search 'why did we drop redis' --limit 5 --format json\n\n"
-    "  ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only\n\n"
-    "  ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax\n\n"
-    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]\n\n"
-    "  ctxc search --reindex                                  # rebuild the index from the archive\n\n"
-    "Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
-    "updated as compaction archives them). Each hit names its message: print it with "
-    "`ctxc show <ref>`."
+SEARCH_EPILOG = opt.examples(
+    "ctxc search 'ORDER-7731 refund'",
+    "ctxc search 'why did we drop redis' --limit 5 --format json",
+    "ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only",
+    "ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax",
+    "ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]",
+    "ctxc search --reindex                                  # rebuild the index from the archive",
+    note="Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
+    "updated as compaction archives them). Each hit names its message: print it with `ctxc show <ref>`.",
 )
 
-SHOW_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc show 3f2a9c1b4d5e:42\n\n"
-    "  ctxc show 3f2a9c1b4d5e:3-17 --format json\n\n"
-    "  ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is\n\n"
-    "  ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too\n\n"
-    "  ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte"
+SHOW_EPILOG = opt.examples(
+    "ctxc show 3f2a9c1b4d5e:42",
+    "ctxc show 3f2a9c1b4d5e:3-17 --format json",
+    "ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is",
+    "ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too",
+    "ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte",
 )
 
 
-RESTORE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc restore 3f2a9c1b4d5e -o original.jsonl\n\n"
-    "  ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file"
+RESTORE_EPILOG = opt.examples(
+    "ctxc restore 3f2a9c1b4d5e -o original.jsonl",
+    "ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file",
 )
 
 
@@ -140,7 +136,7 @@ def search_command(
     reindex: Annotated[
         bool, opt.flag("--reindex", "Rebuild the index from the archive first (then search, if a query).")
     ] = False,
-    quiet: Annotated[bool, opt.quiet_option("No notes on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive

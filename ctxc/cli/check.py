@@ -21,18 +21,16 @@ class CheckFormat(StrEnum):
     github = "github"
 
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails\n\n"
-    "  ctxc check session.jsonl --max-tokens 150000 --model claude-opus-4-5\n\n"
-    "  ctxc check logs/ --max-usage 0.8 --format github      # annotations in a GitHub Actions job\n\n"
-    "  ctxc check ~/.claude/projects/ --max-usage 0.9 --tokenizer usage --format json\n\n"
-    "A file is [bold]over[/bold] above the budget, [bold]near[/bold] from --warn-usage of the window "
+EPILOG = opt.examples(
+    "ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails",
+    "ctxc check session.jsonl --max-tokens 150000 --model claude-opus-4-5",
+    "ctxc check logs/ --max-usage 0.8 --format github      # annotations in a GitHub Actions job",
+    "ctxc check ~/.claude/projects/ --max-usage 0.9 --tokenizer usage --format json",
+    note="A file is [bold]over[/bold] above the budget, [bold]near[/bold] from --warn-usage of the window "
     "(default 0.6, where adaptive compaction starts) up to the budget, else ok; a file that cannot be "
-    "read is reported and the others are still checked. "
-    "[bold]Exit codes[/bold]: 0 every file within budget (near is only a warning), 6 some file over "
-    "budget, 12 some of several files unreadable (one file: its own code, e.g. 3 bad input, 4 unknown "
-    "format), 2 bad options."
+    "read is reported and the others are still checked. [bold]Exit codes[/bold]: 0 every file within "
+    "budget (near is only a warning), 6 some file over budget, 12 some of several files unreadable (one "
+    "file: its own code, e.g. 3 bad input, 4 unknown format), 2 bad options.",
 )
 
 

@@ -15,18 +15,17 @@ from ctxc.errors import UsageError
 from ctxc.output import check_output, dumps, same_file, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT, check_thresholds
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc compact session.jsonl -o small.jsonl      # adaptive, to below 60% of the window\n\n"
-    "  cat t.jsonl | ctxc compact - > small.jsonl     # in a pipeline\n\n"
-    "  ctxc compact t.jsonl --strategy fifo --target-tokens 50000 -o small.jsonl\n\n"
-    "  ctxc compact t.jsonl --target-ratio 0.3 --pin 'DO NOT' --pin 0-2 --report r.json > s.jsonl\n\n"
-    "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
-    "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
-    "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
-    "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
-    "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte "
-    "for byte."
+EPILOG = opt.examples(
+    "ctxc compact session.jsonl -o small.jsonl      # adaptive, to below 60% of the window",
+    "cat t.jsonl | ctxc compact - > small.jsonl     # in a pipeline",
+    "ctxc compact t.jsonl --strategy fifo --target-tokens 50000 -o small.jsonl",
+    "ctxc compact t.jsonl --target-ratio 0.3 --pin 'DO NOT' --pin 0-2 --report r.json > s.jsonl",
+    "ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run",
+    "ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch",
+    "ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it",
+    note="The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
+    "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte for "
+    "byte.",
 )
 
 # compact's own options (the shared ones are in ctxc.cli.options).
@@ -140,7 +139,7 @@ def compact(
     max_retries: MaxRetriesOpt = 2,
     segment_tokens: SegmentTokensOpt = 40_000,
     timeout: TimeoutOpt = 120.0,
-    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     no_cache: NoCachesOpt = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,

@@ -20,11 +20,10 @@ class ConvertTarget(StrEnum):
     chat_openai = "chat-openai"
 
 
-CONVERT_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
-    "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
-    "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
+CONVERT_EPILOG = opt.examples(
+    "ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl",
+    "cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl",
+    "ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes",
 )
 
 
@@ -74,11 +73,10 @@ def convert(
         raise typer.Exit(rc)
 
 
-VALIDATE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc validate small.jsonl\n\n"
-    "  ctxc validate logs/ --format json\n\n"
-    "  ctxc validate session.jsonl --loose     # only results without any earlier call"
+VALIDATE_EPILOG = opt.examples(
+    "ctxc validate small.jsonl",
+    "ctxc validate logs/ --format json",
+    "ctxc validate session.jsonl --loose     # only results without any earlier call",
 )
 
 
@@ -134,10 +132,9 @@ def validate(
         raise typer.Exit(int(ExitCode.INVALID))
 
 
-REPAIR_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
-    "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
+REPAIR_EPILOG = opt.examples(
+    "ctxc repair broken.jsonl -o fixed.jsonl",
+    "cat broken.jsonl | ctxc repair - > fixed.jsonl",
 )
 
 
@@ -145,7 +142,7 @@ def repair(
     path: opt.PathArg,
     output: opt.TranscriptOutputOpt = None,
     archive: opt.ArchiveOpt = None,
-    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,

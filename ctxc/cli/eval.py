@@ -20,17 +20,16 @@ class Scope(StrEnum):
     archive = "archive"
 
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%\n\n"
-    "  ctxc eval logs/ --strategies fifo,adaptive --targets 0.1\n\n"
-    "  ctxc eval --seed 7 --generated 5 --format json > eval.json\n\n"
-    "  ctxc eval session.jsonl --search-scope archive --search-k 3\n\n"
-    "  ctxc eval session.jsonl --judge anthropic --judge-model claude-haiku-4-5\n\n"
-    "Facts (codes, names, numbers, decisions) are planted early in each transcript; after compaction each "
-    "must still be in the output or be found by `ctxc search` in the top --search-k hits. Targets are "
-    "shares of the window, which is each transcript's own size unless --window is given, so compaction "
-    "is always forced. Deterministic and offline unless --judge is given."
+EPILOG = opt.examples(
+    "ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%",
+    "ctxc eval logs/ --strategies fifo,adaptive --targets 0.1",
+    "ctxc eval --seed 7 --generated 5 --format json > eval.json",
+    "ctxc eval session.jsonl --search-scope archive --search-k 3",
+    "ctxc eval session.jsonl --judge anthropic --judge-model claude-haiku-4-5",
+    note="Facts (codes, names, numbers, decisions) are planted early in each transcript; after compaction "
+    "each must still be in the output or be found by `ctxc search` in the top --search-k hits. Targets "
+    "are shares of the window, which is each transcript's own size unless --window is given, so "
+    "compaction is always forced. Deterministic and offline unless --judge is given.",
 )
 
 
@@ -150,7 +149,7 @@ def eval_command(
     fmt: opt.TableOrJsonOpt = None,
     no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,
     skip_invalid: opt.SkipInvalidOpt = False,
-    quiet: Annotated[bool, opt.quiet_option("No progress or notes on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from

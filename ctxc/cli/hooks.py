@@ -12,13 +12,12 @@ from ctxc.cli import options as opt
 from ctxc.errors import CtxcError
 from ctxc.output import write_stdout
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc hooks install claude-code              # in ~/.claude/settings.json\n\n"
-    "  ctxc hooks install claude-code --project --dry-run\n\n"
-    "  ctxc hooks uninstall claude-code\n\n"
-    "The hooks run [bold]ctxc hooks run[/bold] on PreCompact and SessionEnd: the session is stored in the "
-    "archive before /compact or auto-compact drops part of it, and ctxc search finds it afterwards."
+EPILOG = opt.examples(
+    "ctxc hooks install claude-code              # in ~/.claude/settings.json",
+    "ctxc hooks install claude-code --project --dry-run",
+    "ctxc hooks uninstall claude-code",
+    note="The hooks run [bold]ctxc hooks run[/bold] on PreCompact and SessionEnd: the session is stored in "
+    "the archive before /compact or auto-compact drops part of it, and ctxc search finds it afterwards.",
 )
 
 

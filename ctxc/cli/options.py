@@ -1,7 +1,6 @@
-"""Pieces every ``ctxc`` command shares: output formats, consoles, path expansion, common options.
+"""Pieces every ``ctxc`` command shares: output formats, consoles, common options, help epilogs.
 
-Kept apart from :mod:`ctxc.cli.app` so each command module (``ctxc.cli.*``) can use them without importing
-the whole command line.
+Apart from :mod:`ctxc.cli.app`, so a command module can use them without importing the whole command line.
 """
 
 from __future__ import annotations
@@ -17,7 +16,12 @@ from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.output import StdoutText
 from ctxc.reader import ReadOptions
-from ctxc.terminal import stderr_console, visible, visible_console, width_for
+from ctxc.terminal import stderr_console, visible_console, width_for
+
+
+def examples(*commands: str, note: str = "") -> str:
+    """A command's help epilog: its example command lines, then ``note``."""
+    return "\n\n".join(["[bold]Examples[/bold]", *(f"  {c}" for c in commands), *([note] if note else [])])
 
 
 def flag(name: str, help: str) -> Any:
@@ -49,16 +53,6 @@ def transcript_output(output: str | None) -> str:
 def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
     """``--format`` as given; by default a table on a terminal and JSON for a pipe or a file."""
     return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
-
-
-def cells(*values: str) -> list[Any]:
-    """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
-    data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
-    Text cells also lay out about 2x quicker. Control characters are shown as escapes before layout,
-    so the columns stay aligned."""
-    from rich.text import Text
-
-    return [Text(visible(v)) for v in values]
 
 
 def note(message: str) -> None:
@@ -224,8 +218,3 @@ PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.
 OutFormatOpt = Annotated[
     OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
 ]
-
-
-def quiet_option(help: str) -> Any:
-    """``--quiet``/``-q`` with what it silences in this command."""
-    return typer.Option("--quiet", "-q", help=help)

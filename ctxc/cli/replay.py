@@ -19,15 +19,14 @@ if TYPE_CHECKING:
     from ctxc.replay import Replay
 
 
-REPLAY_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc replay session.jsonl --window 100000\n\n"
-    "  ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json\n\n"
-    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]\n\n"
-    "  ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns\n\n"
-    "Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
+REPLAY_EPILOG = opt.examples(
+    "ctxc replay session.jsonl --window 100000",
+    "ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json",
+    "ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]",
+    "ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns",
+    note="Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
     "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
-    "recorded usage (Claude Code, Codex, pi, Kimi) add the size the real run reported."
+    "recorded usage (Claude Code, Codex, pi, Kimi) add the size the real run reported.",
 )
 
 
@@ -57,7 +56,7 @@ def replay_command(
         str | None,
         typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
-    quiet: Annotated[bool, opt.quiet_option("Nothing on stderr but errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,

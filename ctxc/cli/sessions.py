@@ -15,15 +15,14 @@ from ctxc.errors import UsageError
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.sessions import find_sessions
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc sessions                                  # every session, newest first\n\n"
-    "  ctxc sessions --agent codex --since 2026-11-01 --format json\n\n"
-    "  ctxc sessions --project .                      # this directory's sessions\n\n"
-    "Sessions are read from $CLAUDE_CONFIG_DIR/projects (default ~/.claude) and $CODEX_HOME/sessions "
+EPILOG = opt.examples(
+    "ctxc sessions                                  # every session, newest first",
+    "ctxc sessions --agent codex --since 2026-11-01 --format json",
+    "ctxc sessions --project .                      # this directory's sessions",
+    note="Sessions are read from $CLAUDE_CONFIG_DIR/projects (default ~/.claude) and $CODEX_HOME/sessions "
     "(default ~/.codex). Every command that takes a PATH also takes a session id, a unique prefix of "
-    "one, or [bold]latest[/bold] (the newest session of the current directory): "
-    "ctxc analyze latest, ctxc compact 03953bb8 --fork."
+    "one, or [bold]latest[/bold] (the newest session of the current directory): ctxc analyze latest, "
+    "ctxc compact 03953bb8 --fork.",
 )
 
 
