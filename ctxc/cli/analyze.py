@@ -102,8 +102,7 @@ def analyze(
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
     if out_fmt is not opt.OutFormat.table:  # a table states these itself: each warning is said once
         _warn(results)
-    if failed:
-        raise typer.Exit(failed)
+    raise typer.Exit(failed)
 
 
 def _warn(results: list[Any]) -> None:
@@ -125,7 +124,7 @@ def _emit_analyses(
     errors: list[dict[str, Any]],
     exit_code: int,
 ) -> None:
-    from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
+    from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis, render_usage
 
     if out_fmt is opt.OutFormat.json:
         doc = envelope(
@@ -139,13 +138,9 @@ def _emit_analyses(
         for i, a in enumerate(results):
             if i:
                 console.print()
-            if a.tokenizer == "usage":  # recorded usage only: no messages to tabulate
-                from ctxc.render import render_usage
-
-                parts = render_usage(a)
-            else:
-                parts = render_analysis(a, show_messages=show_messages)
-            for part in parts:
+            # Recorded usage only has no messages to tabulate.
+            usage_only = a.tokenizer == "usage"
+            for part in render_usage(a) if usage_only else render_analysis(a, show_messages=show_messages):
                 console.print(part)
 
 

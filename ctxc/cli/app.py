@@ -76,18 +76,18 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-#: compact's options in help panels, listed in this order (by parameter name).
+#: Help panels of the commands with too many options for one list, by parameter name; the command's
+#: signature lists its options panel by panel, in the order help shows them.
 _COMPACT_PANELS = {
     "Input": "input_format skip_invalid max_line_mb",
-    "Target": "target_tokens target_ratio model window keep_last pin allow_over thresholds tokenizer "
+    "Target": "target_tokens target_ratio model window keep_last pin tokenizer thresholds allow_over "
     "no_cache",
-    "Strategy": "strategy settings summarizer instructions reminders summary_model summary_command "
+    "Strategy": "strategy summarizer settings instructions reminders summary_model summary_command "
     "concurrency max_retries segment_tokens timeout",
     "Output": "output fork fmt dry_run list_actions report quiet",
     "Batch": "out_dir in_place glob jobs fail_fast force",
-    "Archive": "archive no_index",
+    "Archive": "no_index archive",
 }
-#: Help panels of the commands with too many options for one list, by parameter name.
 HELP_PANELS: dict[str, dict[str, str]] = {
     "compact": {name: panel for panel, names in _COMPACT_PANELS.items() for name in names.split()}
 }
@@ -103,10 +103,6 @@ class _Command(typer.core.TyperCommand):
         for param in self.params:
             if param.name in panels:
                 param.rich_help_panel = panels[param.name]  # type: ignore[attr-defined]
-        # Help shows panels in the order their first option comes; parsing only minds the arguments'
-        # order, which a stable sort keeps.
-        order = list(dict.fromkeys(panels.values()))
-        self.params.sort(key=lambda p: order.index(panels[p.name]) + 1 if p.name in panels else 0)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)

@@ -88,16 +88,15 @@ def _highlight(snippet: str) -> Any:
 
 
 def _render_hits(hits: list[Any], query: str) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
-    table = Table("ref", "file", "what", "score", "snippet", show_lines=True)
+    rows = []
     for h in hits:
         what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
         if h.blob:
@@ -107,8 +106,8 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
-        file = PurePath(h.source).name or h.source
-        table.add_row(*opt.cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
+        rows.append((f"{h.ref}\nline {h.line}", PurePath(h.source).name or h.source, what, score, cell))
+    table = make_table(("ref", "file", "what", "score", "snippet"), rows, show_lines=True)
     print_table(console, table, fold=("snippet",))
 
 
@@ -220,16 +219,15 @@ def show_command(
 
 
 def _render_table(shown: Any) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
     from ctxc.search.show import block_text
 
     console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""
     console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
-    table = Table("#", "line", "role", "content", show_lines=True)
+    rows = []
     for m in shown.messages:
         cell = Text()
         for n, (label, text) in enumerate(block_text(b) for b in m.blocks):
@@ -237,7 +235,8 @@ def _render_table(shown: Any) -> None:
                 cell.append("\n")
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
-        table.add_row(*opt.cells(str(m.index), str(m.line), m.role), cell)
+        rows.append((str(m.index), str(m.line), m.role, cell))
+    table = make_table(("#", "line", "role", "content"), rows, show_lines=True)
     print_table(console, table, fold=("content",))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
@@ -97,13 +98,7 @@ def run_compact_batch(
     progress and errors on stderr and the result as ``fmt`` asks. Returns the exit code."""
     from ctxc.compact_batch import compact_batch
 
-    def run(
-        items: Sequence[tuple[str, T]], work: Callable[[T], R], *, tokens_of: Callable[[R], int]
-    ) -> list[Outcome[R]]:
-        return run_files(
-            items, work, what="compacting", jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
-        )
-
+    run = partial(run_files, what="compacting", jobs=jobs, fail_fast=fail_fast, quiet=quiet)
     doc = compact_batch(
         jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
     )
@@ -117,22 +112,23 @@ def run_compact_batch(
 
 
 def _print_table(rows: Sequence[dict[str, Any]]) -> None:
-    from rich.table import Table
+    from ctxc.render import make_table, print_table
 
-    from ctxc.render import print_table
+    def tokens(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
 
-    table = Table("file", "status", "format", "before", "after", "archive")
-    for r in rows:
-        table.add_row(
-            *opt.cells(
-                r["path"],
-                r["status"],
-                r.get("format") or "",
-                f"{r['tokens_before']:,}" if r.get("tokens_before") is not None else "",
-                f"{r['tokens_after']:,}" if r.get("tokens_after") is not None else "",
-                (r.get("archive_id") or "")[:12],
-            )
+    cells = [
+        (
+            r["path"],
+            r["status"],
+            r.get("format") or "",
+            tokens(r.get("tokens_before")),
+            tokens(r.get("tokens_after")),
+            (r.get("archive_id") or "")[:12],
         )
+        for r in rows
+    ]
+    table = make_table(("file", "status", "format", "before", "after", "archive"), cells)
     print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
 
 

@@ -36,24 +36,24 @@ EPILOG = opt.examples(
 
 def _print_table(report: Any) -> None:
     """The verdicts as a table that fits the terminal: the sentence wraps, the figures stay whole."""
-    from rich.table import Table
     from rich.text import Text
 
     from ctxc.check import message
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     styles = {"over": "bold red", "near": "yellow", "ok": "green", "error": "bold red"}
-    table = Table("", "file", "tokens and budget", box=None, pad_edge=False)
-    for f in report.files:
-        where = f" (line {f.line})" if f.line else ""
-        status, path, text = opt.cells(
-            f.status.upper() if f.status in ("over", "error") else f.status,
+    rows = [
+        (
+            Text.assemble(
+                (f.status.upper() if f.status in ("over", "error") else f.status, styles[f.status])
+            ),
             f.path,
-            message(f, report.budget) + where,
+            message(f, report.budget) + (f" (line {f.line})" if f.line else ""),
         )
-        status.stylize(styles[f.status])
-        table.add_row(status, path, text)
+        for f in report.files
+    ]
     console = opt.stdout_console()
+    table = make_table(("", "file", "tokens and budget"), rows, box=None, pad_edge=False)
     print_table(console, table, fold=("file", "tokens and budget"))
     console.print(Text(report.headline()))
 
@@ -121,8 +121,7 @@ def check(
             on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
         )
     _emit(report, fmt)
-    if report.exit_code:
-        raise typer.Exit(report.exit_code)
+    raise typer.Exit(report.exit_code)
 
 
 def _emit(report: Any, fmt: CheckFormat) -> None:

@@ -105,32 +105,22 @@ def register(app: typer.Typer) -> None:
 
 def compact(
     paths: opt.PathsArg = None,
-    output: opt.TranscriptOutputOpt = None,
-    out_dir: opt.OutDirOpt = None,
-    in_place: InPlaceOpt = False,
-    fork: ForkOpt = False,
-    glob: opt.GlobOpt = None,
-    jobs: opt.JobsOpt = None,
-    fail_fast: opt.FailFastOpt = False,
-    force: ForceOpt = False,
-    no_index: NoIndexOpt = False,
-    fmt: ReportFormatOpt = None,
-    strategy: opt.StrategyOpt = "adaptive",
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
     target_tokens: TargetTokensOpt = None,
     target_ratio: TargetRatioOpt = None,
     model: opt.ModelOpt = None,
     window: opt.WindowOpt = None,
     keep_last: opt.KeepLastOpt = None,
     pin: PinOpt = None,
-    archive: opt.ArchiveOpt = None,
-    summarizer: SummarizerOpt = "extractive",
     tokenizer: CountingOpt = "o200k_base",
     thresholds: StagesOpt = DEFAULT_THRESHOLDS_TEXT,
-    settings: opt.SetOpt = None,
     allow_over: AllowOverOpt = False,
-    dry_run: DryRunOpt = False,
-    list_actions: ListActionsOpt = False,
-    report: ReportOpt = None,
+    no_cache: NoCachesOpt = False,
+    strategy: opt.StrategyOpt = "adaptive",
+    summarizer: SummarizerOpt = "extractive",
+    settings: opt.SetOpt = None,
     instructions: InstructionsOpt = None,
     reminders: RemindersOpt = None,
     summary_model: SummaryModelOpt = None,
@@ -139,11 +129,21 @@ def compact(
     max_retries: MaxRetriesOpt = 2,
     segment_tokens: SegmentTokensOpt = 40_000,
     timeout: TimeoutOpt = 120.0,
+    output: opt.TranscriptOutputOpt = None,
+    fork: ForkOpt = False,
+    fmt: ReportFormatOpt = None,
+    dry_run: DryRunOpt = False,
+    list_actions: ListActionsOpt = False,
+    report: ReportOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
-    no_cache: NoCachesOpt = False,
-    input_format: opt.InputFormatOpt = None,
-    skip_invalid: opt.SkipInvalidOpt = False,
-    max_line_mb: opt.MaxLineOpt = 32.0,
+    out_dir: opt.OutDirOpt = None,
+    in_place: InPlaceOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    force: ForceOpt = False,
+    no_index: NoIndexOpt = False,
+    archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
     flags = SimpleNamespace(**locals())  # read by name in the helpers below
@@ -233,19 +233,18 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     if batch:
         from ctxc.cli.batch import run_compact_batch
 
-        rc = run_compact_batch(
-            jobs,
-            archive=flags.archive,
-            jobs=flags.jobs,
-            fail_fast=flags.fail_fast,
-            force=flags.force,
-            quiet=flags.quiet,
-            fmt=flags.fmt,
-            report=flags.report,
+        raise typer.Exit(
+            run_compact_batch(
+                jobs,
+                archive=flags.archive,
+                jobs=flags.jobs,
+                fail_fast=flags.fail_fast,
+                force=flags.force,
+                quiet=flags.quiet,
+                fmt=flags.fmt,
+                report=flags.report,
+            )
         )
-        if rc:
-            raise typer.Exit(rc)
-        return
     doc = compact_file(jobs[0])
     if flags.dry_run:
         _emit_plan(doc, opt.table_on_terminal(flags.fmt), every_action=flags.list_actions)
@@ -301,9 +300,7 @@ def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool 
     if fmt is opt.TableOrJson.json:
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     run = doc["run"]
@@ -318,38 +315,31 @@ def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool 
     stages: dict[str, list[int]] = {}
     for _, a in actions:
         total = stages.setdefault(a["strategy"], [0, 0, 0, 0])
-        total[0] += 1
-        total[1] += a["last"] - a["first"] + 1
-        total[2] += a["tokens_before"]
-        total[3] += a["tokens_after"]
+        for i, n in enumerate((1, a["last"] - a["first"] + 1, a["tokens_before"], a["tokens_after"])):
+            total[i] += n
     if stages:
-        table = Table("stage")
-        for column in ("actions", "messages", "before", "after", "change"):
-            table.add_column(column, justify="right")
-        for name, (count, span, before, after) in stages.items():
-            table.add_row(
-                *opt.cells(name, str(count), str(span), f"{before:,}", f"{after:,}", f"{after - before:+,}")
-            )
-        print_table(console, table, keys=1)
+        totals = ("stage", "actions", "messages", "before", "after", "change")
+        lines = [
+            (k, str(n), str(span), f"{b:,}", f"{a:,}", f"{a - b:+,}") for k, (n, span, b, a) in stages.items()
+        ]
+        print_table(console, make_table(totals, lines, right=totals[1:]), keys=1)
     if not every_action:
         if actions:
             console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
         return
-    table = Table("conv", "strategy", "action")
-    for column in ("messages", "before", "after", "change"):
-        table.add_column(column, justify="right")
-    table.add_column("note")
-    for conv, a in actions:
-        table.add_row(
-            *opt.cells(
-                str(conv),
-                a["strategy"],
-                a["kind"],
-                f"{a['first']}-{a['last']}",
-                f"{a['tokens_before']:,}",
-                f"{a['tokens_after']:,}",
-                f"{a['tokens_after'] - a['tokens_before']:+,}",
-                a["note"],
-            )
+    columns = ("conv", "strategy", "action", "messages", "before", "after", "change", "note")
+    rows = [
+        (
+            str(conv),
+            a["strategy"],
+            a["kind"],
+            f"{a['first']}-{a['last']}",
+            f"{a['tokens_before']:,}",
+            f"{a['tokens_after']:,}",
+            f"{a['tokens_after'] - a['tokens_before']:+,}",
+            a["note"],
         )
+        for conv, a in actions
+    ]
+    table = make_table(columns, rows, right=("messages", "before", "after", "change"))
     print_table(console, table, optional=("conv", "action"), keys=2, fold=("note",))

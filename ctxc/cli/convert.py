@@ -68,9 +68,7 @@ def convert(
         fail_fast=fail_fast,
         quiet=quiet,
     )
-    rc = batch_exit_code(outcomes, single=fail_fast)
-    if rc:
-        raise typer.Exit(rc)
+    raise typer.Exit(batch_exit_code(outcomes, single=fail_fast))
 
 
 VALIDATE_EPILOG = opt.examples(
@@ -113,8 +111,8 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
+    rc = failed or (int(ExitCode.INVALID) if total else 0)
     if fmt is opt.TableOrJson.json:
-        rc = failed or (int(ExitCode.INVALID) if total else 0)
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
     else:
@@ -126,10 +124,7 @@ def validate(
                 console.print(
                     f"{r['path']}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
                 )
-    if failed:
-        raise typer.Exit(failed)
-    if total:
-        raise typer.Exit(int(ExitCode.INVALID))
+    raise typer.Exit(rc)
 
 
 REPAIR_EPILOG = opt.examples(

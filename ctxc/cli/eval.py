@@ -40,7 +40,7 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
         raise UsageError(f"{what} takes comma-separated numbers, got {text!r}") from None
 
 
-def _pct(kept: int, total: int) -> str:
+def _of(kept: int, total: int) -> str:
     return f"{kept}/{total}" if total else "-"
 
 
@@ -49,38 +49,34 @@ def _share(kept: int, total: int) -> str:
 
 
 def _render(report: Any) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
-    table = Table(title="ctxc eval: each strategy at each target, over every transcript")
-    for col in ("strategy", "target", "needles", "kept+found", "intent", "paths", "errors", "decisions"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for col in ("valid", "budget", "ratio", "time"):
-        table.add_column(col, justify="right")
-    if judged:
-        table.add_column("judge", justify="right")
+    columns = ["strategy", "target", "needles", "kept+found", "intent", "paths", "errors", "decisions"]
+    columns += ["valid", "budget", "ratio", "time", *(["judge"] if judged else [])]
+    cells = []
     for r in rows:
         row = [
             r.strategy,
             f"{r.target_ratio:.0%}",
-            _pct(r.needles_recovered, r.needles),
+            _of(r.needles_recovered, r.needles),
             f"{r.retained}+{r.by_search}",
-            _pct(r.intent_kept, r.intent),
+            _of(r.intent_kept, r.intent),
             _share(*r.survival["paths"]),
             _share(*r.survival["errors"]),
             _share(*r.survival["decisions"]),
-            _pct(r.valid, r.files),
-            _pct(r.budget_ok, r.files),
+            _of(r.valid, r.files),
+            _of(r.budget_ok, r.files),
             f"{r.mean_ratio:.2f}",
             f"{r.seconds:.1f}s",
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*opt.cells(*row))
+        cells.append(row)
+    title = "ctxc eval: each strategy at each target, over every transcript"
+    table = make_table(columns, cells, right=columns[1:], title=title)
     # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
     print_table(console, table, keys=2)
     console.print(

@@ -67,11 +67,8 @@ def models(fmt: opt.TableOrJsonOpt = None) -> None:
     from ctxc.profiles import PROFILES
 
     if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
-        rows = [
-            {"name": p.name, "provider": p.provider, "window": p.window, "tokenizer": p.tokenizer}
-            for p in PROFILES
-        ]
-        write_stdout(dumps(envelope("models", models=rows)))
+        doc = [{k: getattr(p, k) for k in ("name", "provider", "window", "tokenizer")} for p in PROFILES]
+        write_stdout(dumps(envelope("models", models=doc)))
         return
     from ctxc.render import make_table, print_table
 

@@ -65,8 +65,8 @@ def replay_command(
     from ctxc.agent import ContextManager
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
-    fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
     if plot_file:
+        plot_format(plot_file)  # a bad extension fails before any work
         check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
@@ -88,19 +88,15 @@ def replay_command(
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)
-    if plot_file is None:
-        return
-    assert fmt_of_plot is not None
-    with atomic_output(plot_file, inputs=(path,)) as handle:
-        plot(r, handle, fmt=fmt_of_plot)
-    if not quiet:
-        opt.note(f"ctxc: wrote {plot_file}")
+    if plot_file:
+        with atomic_output(plot_file, inputs=(path,)) as handle:
+            plot(r, handle, fmt=plot_format(plot_file))
+        if not quiet:
+            opt.note(f"ctxc: wrote {plot_file}")
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
     from ctxc.replay import events, terminal_chart
 
     console = opt.stdout_console()
@@ -120,26 +116,25 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
     )
     console.print(terminal_chart(r, width=max(20, min(100, console.width - 14))))
     if every_turn:
-        table = Table("turn", "line", "without", "with", "stage", "recorded", "events")
         marks: dict[int, list[str]] = {}
         for turn, _line, kind, detail in events(r):
             marks.setdefault(turn, []).append(f"{kind}: {detail}")
-        for t in r.turns:
-            table.add_row(
-                *opt.cells(
-                    str(t.turn),
-                    str(t.line),
-                    f"{t.raw_tokens:,}",
-                    f"{t.tokens:,}",
-                    str(t.stage),
-                    f"{t.recorded:,}" if t.recorded is not None else "",
-                    "\n".join(marks.get(t.turn, [])),
-                )
+        rows: list[tuple[str, ...]] = [
+            (
+                str(t.turn),
+                str(t.line),
+                f"{t.raw_tokens:,}",
+                f"{t.tokens:,}",
+                str(t.stage),
+                f"{t.recorded:,}" if t.recorded is not None else "",
+                "\n".join(marks.get(t.turn, [])),
             )
+            for t in r.turns
+        ]
+        table = make_table(("turn", "line", "without", "with", "stage", "recorded", "events"), rows)
     else:
-        table = Table("turn", "line", "event", "detail")
-        for turn, line, kind, detail in events(r):
-            table.add_row(*opt.cells(str(turn), str(line), kind, detail))
+        rows = [(str(turn), str(line), kind, detail) for turn, line, kind, detail in events(r)]
+        table = make_table(("turn", "line", "event", "detail"), rows)
     print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
 
 
