@@ -303,13 +303,9 @@ def atomic_output(
     like: str | None = None,
     before_commit: Callable[[], object] = lambda: None,
 ) -> Iterator[BinaryIO]:
-    """Open ``target`` (``-`` is stdout) for writing, refusing to overwrite any of ``inputs``; any failure
-    is an :class:`OutputError`.
-
-    A regular file is written beside itself and renamed into place once whole, with the permission bits
-    of ``like`` (the input) as ``cp`` gives them; a device, FIFO or ``/dev/stdout`` is written directly.
-    ``before_commit`` runs once every byte is written, before the rename: if it fails, the target stays.
-    """
+    """Open ``target`` (``-`` is stdout) to write, never one of ``inputs``. A file is written beside itself
+    with ``like``'s permission bits (as ``cp``) and renamed into place once whole, after ``before_commit``
+    (whose failure leaves the target as it was); a device or FIFO is written directly. Raises OutputError."""
     name = str(target)
     if name == "-":
         sink = _StdoutSink()

@@ -321,12 +321,9 @@ class SideBySide:
 
 @dataclass
 class Fitted:
-    """A rich table laid out so that no value is cut, at whatever width it is printed.
-
-    ``optional`` names columns to leave out, in that order, when the table cannot fit otherwise;
-    ``keys`` is how many leading columns identify a row (repeated when the columns are shown in
-    groups); ``fold`` names free-text columns whose long words may be folded.
-    """
+    """A rich table laid out so that no value is cut: ``optional`` columns are left out, in that order, when
+    it cannot fit otherwise; the ``keys`` leading columns identify a row (repeated when columns go in
+    groups); ``fold`` names free-text columns whose long words may be folded."""
 
     table: Any
     _: KW_ONLY

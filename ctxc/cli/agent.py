@@ -1,27 +1,15 @@
-"""``ctxc remind`` and ``ctxc compose``: the agent-loop pieces from the command line.
-
-Thin: options in, :mod:`ctxc.reminders` and :mod:`ctxc.composer` do the work
-(through :class:`ctxc.agent.ContextManager`), rendering out. Imports stay inside the commands so
-that registering them costs nothing at start-up.
-"""
+"""``ctxc remind`` and ``compose``: the agent-loop pieces (:mod:`ctxc.reminders`, :mod:`ctxc.composer`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from ctxc.cli import options as opt
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
-
-
-class ComposeFormat(StrEnum):
-    text = "text"
-    json = "json"
-
 
 REMIND_EPILOG = opt.examples(
     "ctxc remind session.jsonl --rules rules.toml",
@@ -41,6 +29,7 @@ COMPOSE_EPILOG = opt.examples(
 )
 
 
+@opt.app.command("remind", epilog=REMIND_EPILOG)
 def remind_command(
     path: opt.PathArg,
     rules: Annotated[
@@ -66,7 +55,7 @@ def remind_command(
     r = replay(transcript, manager, conversation=conversation, compact=False)
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         doc = envelope(
             "remind",
             path=r.path,
@@ -110,6 +99,7 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
     )
 
 
+@opt.app.command("compose", epilog=COMPOSE_EPILOG)
 def compose_command(
     file: Annotated[
         str, typer.Argument(help="Prompt sections (TOML, [\\[section]] tables).", metavar="FILE")
@@ -121,8 +111,9 @@ def compose_command(
     fill: Annotated[bool, opt.flag("--fill", "Also keep lower-priority sections that still fit.")] = False,
     tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: Annotated[
-        ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
-    ] = ComposeFormat.text,
+        Literal["text", "json"],
+        typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections."),
+    ] = "text",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
@@ -133,7 +124,7 @@ def compose_command(
     if base is not None:
         composer = composer.with_base(base)
     result = composer.compose(budget, counter=make_counter(tokenizer), fill=fill)
-    if fmt is ComposeFormat.json:
+    if fmt == "json":
         doc = envelope(
             "compose",
             path=file,
@@ -178,8 +169,3 @@ def _print_sections(result: Any, budget: int | None) -> None:
     else:
         what = f"{len(result.kept)} section(s) kept, {len(result.dropped)} dropped"
     err.print(f"ctxc: {what}; {result.tokens:,} tokens{limit}", markup=False, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("remind", epilog=REMIND_EPILOG)(remind_command)
-    app.command("compose", epilog=COMPOSE_EPILOG)(compose_command)

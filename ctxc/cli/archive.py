@@ -1,16 +1,11 @@
-"""``ctxc restore``, ``search`` and ``show``: an archived original back; what compaction removed, found and
-printed.
-
-Thin: options in, :mod:`ctxc.archive` and :mod:`ctxc.search` do the work, rendering out.
-"""
+"""``ctxc restore``, ``search`` and ``show``: an archived original back; what compaction removed, found
+and printed."""
 
 from __future__ import annotations
 
 import re
-import sys
-from enum import StrEnum
 from pathlib import Path, PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -18,14 +13,6 @@ from ctxc.cli import options as opt
 from ctxc.errors import ArchiveError, InputError, UsageError
 from ctxc.output import atomic_output, dumps, envelope, write_stdout
 from ctxc.terminal import visible
-
-
-class ShowFormat(StrEnum):
-    table = "table"
-    text = "text"
-    json = "json"
-    raw = "raw"
-
 
 SEARCH_EPILOG = opt.examples(
     "ctxc search 'ORDER-7731 refund'",
@@ -53,6 +40,7 @@ RESTORE_EPILOG = opt.examples(
 )
 
 
+@opt.app.command("restore", epilog=RESTORE_EPILOG)
 def restore_command(
     ref: Annotated[
         str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
@@ -111,6 +99,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
     print_table(console, table, fold=("snippet",))
 
 
+@opt.app.command("search", epilog=SEARCH_EPILOG)
 def search_command(
     query: Annotated[
         str | None,
@@ -152,7 +141,7 @@ def search_command(
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         hits_json = [h.to_json(full=full) for h in hits]
         ranking = "hybrid" if hybrid else "bm25"
         write_stdout(
@@ -179,6 +168,7 @@ def _reindex(store: Any, quiet: bool) -> None:
         )
 
 
+@opt.app.command("show", epilog=SHOW_EPILOG)
 def show_command(
     ref: Annotated[
         list[str],
@@ -189,7 +179,7 @@ def show_command(
     ],
     archive: opt.ArchiveOpt = None,
     fmt: Annotated[
-        ShowFormat | None,
+        Literal["table", "text", "json", "raw"] | None,
         typer.Option(
             "--format",
             "-f",
@@ -202,17 +192,17 @@ def show_command(
     from ctxc.search.show import plain, show, shown_json
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
-    out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
-    if out is ShowFormat.raw:
+    out = opt.table_on_terminal(fmt, "text")
+    if out == "raw":
         write_stdout(shown.raw_records())
         return
-    if out is ShowFormat.json:
+    if out == "json":
         write_stdout(dumps(envelope("show", **shown_json(shown))))
         return
     if shown.transcript is None:  # an offloaded output: its text is all there is
         write_stdout(visible(shown.text or ""))
         return
-    if out is ShowFormat.text:
+    if out == "text":
         write_stdout(visible(plain(shown.messages)) + "\n")
         return
     _render_table(shown)
@@ -238,9 +228,3 @@ def _render_table(shown: Any) -> None:
         rows.append((str(m.index), str(m.line), m.role, cell))
     table = make_table(("#", "line", "role", "content"), rows, show_lines=True)
     print_table(console, table, fold=("content",))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("restore", epilog=RESTORE_EPILOG)(restore_command)
-    app.command("search", epilog=SEARCH_EPILOG)(search_command)
-    app.command("show", epilog=SHOW_EPILOG)(show_command)

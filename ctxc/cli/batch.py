@@ -68,11 +68,8 @@ def run_one_or_many(
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
 ) -> tuple[list[R], list[dict[str, Any]], int]:
-    """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``.
-
-    One file runs here with no batch machinery, and its error propagates with its own exit code (as
-    for every single-file command); several run as a batch in which a failure is reported and counted.
-    """
+    """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``. One
+    file runs here and its error propagates, as for every single-file command; several run as a batch."""
     if len(items) == 1:
         return [work(items[0][1])], [], 0
     outcomes = run_files(
@@ -91,7 +88,7 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: opt.TableOrJson | None,
+    fmt: str | None,
     report: str | None,
 ) -> int:
     """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
@@ -102,9 +99,9 @@ def run_compact_batch(
     doc = compact_batch(
         jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
     )
-    if fmt is opt.TableOrJson.json:
+    if fmt == "json":
         write_stdout(dumps(doc))
-    elif fmt is opt.TableOrJson.table:
+    elif fmt == "table":
         _print_table(doc["files"])
     if not quiet:
         _print_totals(doc["totals"])

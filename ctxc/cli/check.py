@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -13,13 +12,6 @@ from ctxc.cli import options as opt
 from ctxc.output import dumps, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import visible
-
-
-class CheckFormat(StrEnum):
-    table = "table"
-    json = "json"
-    github = "github"
-
 
 EPILOG = opt.examples(
     "ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails",
@@ -58,10 +50,7 @@ def _print_table(report: Any) -> None:
     console.print(Text(report.headline()))
 
 
-def register(app: typer.Typer) -> None:
-    app.command(name="check", epilog=EPILOG)(check)
-
-
+@opt.app.command(epilog=EPILOG)
 def check(
     paths: opt.PathsArg = None,
     max_usage: Annotated[
@@ -81,9 +70,9 @@ def check(
         ),
     ] = "o200k_base",
     fmt: Annotated[
-        CheckFormat,
+        Literal["table", "json", "github"],
         typer.Option("--format", "-f", help="table, json (ctxc.check/1), or github (workflow annotations)."),
-    ] = CheckFormat.table,
+    ] = "table",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
     ] = DEFAULT_THRESHOLDS_TEXT,
@@ -124,7 +113,7 @@ def check(
     raise typer.Exit(report.exit_code)
 
 
-def _emit(report: Any, fmt: CheckFormat) -> None:
+def _emit(report: Any, fmt: str) -> None:
     """The report on stdout as ``fmt`` asks; each unreadable file also as a diagnostic on stderr."""
     from ctxc.check import render_github, render_table, report_to_json
 
@@ -132,9 +121,9 @@ def _emit(report: Any, fmt: CheckFormat) -> None:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
             opt.note(f"ctxc: error: {where}: {f.error}")
-    if fmt is CheckFormat.json:
+    if fmt == "json":
         write_stdout(dumps(report_to_json(report)))
-    elif fmt is CheckFormat.github:
+    elif fmt == "github":
         write_stdout(visible(render_github(report)))
     elif sys.stdout.isatty():
         _print_table(report)

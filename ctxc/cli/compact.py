@@ -99,10 +99,7 @@ NoCachesOpt = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    app.command("compact", epilog=EPILOG)(compact)
-
-
+@opt.app.command(epilog=EPILOG)
 def compact(
     paths: opt.PathsArg = None,
     input_format: opt.InputFormatOpt = None,
@@ -296,8 +293,8 @@ def _worth(run: dict[str, Any]) -> str:
     )
 
 
-def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool = False) -> None:
-    if fmt is opt.TableOrJson.json:
+def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> None:
+    if fmt == "json":
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
     from ctxc.render import make_table, print_table

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -13,13 +12,6 @@ from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
 from ctxc.output import dumps, envelope, write_stdout
 
-
-class ConvertTarget(StrEnum):
-    same = "same"
-    chat_anthropic = "chat-anthropic"
-    chat_openai = "chat-openai"
-
-
 CONVERT_EPILOG = opt.examples(
     "ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl",
     "cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl",
@@ -27,15 +19,16 @@ CONVERT_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=CONVERT_EPILOG)
 def convert(
     paths: opt.PathsArg = None,
     output: opt.TranscriptOutputOpt = None,
     to: Annotated[
-        ConvertTarget,
+        Literal["same", "chat-anthropic", "chat-openai"],
         typer.Option(
             help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
         ),
-    ] = ConvertTarget.same,
+    ] = "same",
     out_dir: opt.OutDirOpt = None,
     glob: opt.GlobOpt = None,
     jobs: opt.JobsOpt = None,
@@ -53,10 +46,10 @@ def convert(
     ropts = opt.read_options(skip_invalid, max_line_mb)
     opt.batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to, input_format, ropts))
         return
     jobs_list = [
-        ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
+        ConvertJob(i.path, str(Path(out_dir) / i.rel), to, input_format, ropts, make_dirs=True)
         for i in inputs
     ]
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
@@ -78,6 +71,7 @@ VALIDATE_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=VALIDATE_EPILOG)
 def validate(
     paths: opt.PathsArg = None,
     loose: Annotated[
@@ -112,7 +106,7 @@ def validate(
     )
     total = sum(len(r["problems"]) for r in report)
     rc = failed or (int(ExitCode.INVALID) if total else 0)
-    if fmt is opt.TableOrJson.json:
+    if fmt == "json":
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
     else:
@@ -133,6 +127,7 @@ REPAIR_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=REPAIR_EPILOG)
 def repair(
     path: opt.PathArg,
     output: opt.TranscriptOutputOpt = None,
@@ -157,9 +152,3 @@ def repair(
     if quiet:
         return
     opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command(epilog=CONVERT_EPILOG)(convert)
-    app.command(epilog=VALIDATE_EPILOG)(validate)
-    app.command(epilog=REPAIR_EPILOG)(repair)

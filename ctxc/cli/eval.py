@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -13,12 +12,6 @@ from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
-
-
-class Scope(StrEnum):
-    session = "session"
-    archive = "archive"
-
 
 EPILOG = opt.examples(
     "ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%",
@@ -99,6 +92,7 @@ def _render(report: Any) -> None:
             console.print(f"error: {case.source} {case.strategy}: {case.error}", markup=False, soft_wrap=True)
 
 
+@opt.app.command("eval", epilog=EPILOG)
 def eval_command(
     paths: Annotated[
         list[str] | None,
@@ -121,11 +115,11 @@ def eval_command(
         int, typer.Option(min=1, max=100, help="A needle counts as found within this many hits.")
     ] = 5,
     search_scope: Annotated[
-        Scope,
+        Literal["session", "archive"],
         typer.Option(
             help="session: search the transcript's own original (--id); archive: all transcripts at once."
         ),
-    ] = Scope.session,
+    ] = "session",
     hybrid: Annotated[
         bool, opt.flag("--hybrid", "Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
@@ -160,14 +154,14 @@ def eval_command(
         keep_last=keep_last,
         tokenizer=tokenizer,
         search_k=search_k,
-        search_scope=search_scope.value,
+        search_scope=search_scope,
         hybrid=hybrid,
         use_cache=not no_cache,
         skip_invalid=skip_invalid,
     )
     the_judge = None if judge is None else _judge(judge, judge_model, max_retries, timeout, no_cache)
     report = _run(sources_from(paths or [], options), options, archive, the_judge, quiet)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(_to_json(report, options)))
     else:
         _render(report)
@@ -217,7 +211,3 @@ def _to_json(report: Any, options: Any) -> dict[str, Any]:
         lost=lost,
         cases=[c.to_json() for c in report.cases],
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("eval", epilog=EPILOG)(eval_command)

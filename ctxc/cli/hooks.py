@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -21,11 +20,9 @@ EPILOG = opt.examples(
 )
 
 
-class Agent(StrEnum):
-    claude_code = "claude-code"
-
-
-AgentArg = Annotated[Agent, typer.Argument(help="The client whose settings to change: claude-code.")]
+AgentArg = Annotated[
+    Literal["claude-code"], typer.Argument(help="The client whose settings to change: claude-code.")
+]
 ProjectOpt = Annotated[
     bool,
     typer.Option("--project/--user", help="The project's .claude/settings.json, or the user's (default)."),
@@ -36,9 +33,7 @@ hooks_app = typer.Typer(
     help="Claude Code hooks that archive a session before it is compacted.", epilog=EPILOG
 )
 
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(hooks_app, name="hooks")
+opt.app.add_typer(hooks_app, name="hooks")
 
 
 def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
@@ -72,16 +67,13 @@ def uninstall(
 
 @hooks_app.command(epilog=EPILOG)
 def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
-    """What the hooks call: store the transcript the hook's JSON on stdin names in the archive.
-
-    Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
-    """
+    """What the hooks call: store the transcript the hook's JSON on stdin names in the archive."""
     from ctxc.hooks import archive_from_hook
 
     try:
         done = archive_from_hook(sys.stdin.buffer.read(), archive)
     except (CtxcError, OSError) as exc:
         opt.note(f"ctxc: hooks run: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(1) from None  # never 2: from a PreCompact hook, 2 would stop the compaction
     if not quiet:
         opt.note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")

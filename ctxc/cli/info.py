@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-import typer
-
 from ctxc.cli import options as opt
 from ctxc.formats import adapters
 from ctxc.output import dumps, envelope, write_stdout
@@ -17,6 +15,7 @@ STRATEGIES_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=STRATEGIES_EPILOG)
 def strategies(
     show_options: Annotated[bool, opt.flag("--options", "Also list each strategy's options.")] = False,
 ) -> None:
@@ -51,6 +50,7 @@ FORMATS_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=FORMATS_EPILOG)
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
     _print_list(("format", "description"), [(n, a.description) for n, a in sorted(adapters().items())])
@@ -62,11 +62,12 @@ MODELS_EPILOG = opt.examples(
 )
 
 
+@opt.app.command(epilog=MODELS_EPILOG)
 def models(fmt: opt.TableOrJsonOpt = None) -> None:
     """List the model profiles (context window, default tokenizer) that --model accepts."""
     from ctxc.profiles import PROFILES
 
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         doc = [{k: getattr(p, k) for k in ("name", "provider", "window", "tokenizer")} for p in PROFILES]
         write_stdout(dumps(envelope("models", models=doc)))
         return
@@ -75,9 +76,3 @@ def models(fmt: opt.TableOrJsonOpt = None) -> None:
     rows = [(p.name, p.provider, f"{p.window:,}", p.tokenizer) for p in PROFILES]
     table = make_table(("model", "provider", "window", "tokenizer"), rows)
     print_table(opt.stdout_console(), table, keys=1)
-
-
-def register(app: typer.Typer) -> None:
-    app.command(epilog=STRATEGIES_EPILOG)(strategies)
-    app.command(epilog=FORMATS_EPILOG)(formats)
-    app.command(epilog=MODELS_EPILOG)(models)

@@ -1,8 +1,4 @@
-"""``ctxc replay``: a transcript replayed turn by turn as if ctxc had managed its context.
-
-Thin: options in, :mod:`ctxc.replay` does the work (through :class:`ctxc.agent.ContextManager`),
-rendering out.
-"""
+"""``ctxc replay``: a transcript replayed turn by turn as if ctxc had managed its context."""
 
 from __future__ import annotations
 
@@ -30,6 +26,7 @@ REPLAY_EPILOG = opt.examples(
 )
 
 
+@opt.app.command("replay", epilog=REPLAY_EPILOG)
 def replay_command(
     path: opt.PathArg,
     window: opt.WindowOpt = None,
@@ -84,7 +81,7 @@ def replay_command(
     )
     transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)
@@ -136,7 +133,3 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
         rows = [(str(turn), str(line), kind, detail) for turn, line, kind, detail in events(r)]
         table = make_table(("turn", "line", "event", "detail"), rows)
     print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("replay", epilog=REPLAY_EPILOG)(replay_command)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -26,10 +25,6 @@ EPILOG = opt.examples(
 )
 
 
-def register(app: typer.Typer) -> None:
-    app.command(name="sessions", epilog=EPILOG)(sessions)
-
-
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
@@ -40,6 +35,7 @@ def _since(text: str | None) -> float | None:
     return when.timestamp()
 
 
+@opt.app.command(epilog=EPILOG)
 def sessions(
     agent: Annotated[
         str | None, typer.Option(help="claude-code or codex (default: both).", show_default=False)
@@ -62,7 +58,7 @@ def sessions(
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
-    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
+    out_fmt = opt.table_on_terminal(fmt)
     job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
     paths = [str(s.path) for s in found]
     analyses, errors, failed = (
@@ -100,14 +96,12 @@ def _row(session: Any, a: Any) -> dict[str, Any]:
     }
 
 
-def _emit(
-    rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
-) -> None:
+def _emit(rows: list[dict[str, Any]], out_fmt: str, *, errors: list[dict[str, Any]], exit_code: int) -> None:
     from ctxc.render import csv_text
 
-    if out_fmt is opt.OutFormat.json:
+    if out_fmt == "json":
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
-    elif out_fmt is opt.OutFormat.csv:
+    elif out_fmt == "csv":
         columns = "id agent project last_activity messages tokens window stage cost_usd bytes path"
         write_stdout(csv_text(columns, rows).encode())
     else:
