@@ -401,13 +401,10 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
 def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
     sub = copy.copy(table)
-    sub.columns = []
-    for index, number in enumerate(shown):
-        column = copy.copy(table.columns[number])
+    sub.columns = [copy.copy(table.columns[number]) for number in shown]
+    for index, column in enumerate(sub.columns):
         column._index = index
-        sub.columns.append(column)
-    if not title:
-        sub.title = None
+    sub.title = table.title if title else None
     return sub
 
 

@@ -19,7 +19,7 @@ R = TypeVar("R")
 
 
 #: Without ``--jobs``, a batch smaller than this runs in one process: each worker pays its own start-up
-#: (imports, and the tokenizer's 0.35 s build on its first count), which a few small files never repay.
+#: (imports, the tokenizer's build on its first count), which a few small files never repay.
 AUTO_JOBS_MIN_BYTES = 4 << 20
 
 

@@ -206,10 +206,13 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     if batch:
         outputs = [i.path if flags.in_place else str(Path(flags.out_dir or ".") / i.rel) for i in inputs]
     ropts = opt.read_options(flags.skip_invalid, flags.max_line_mb)
-    if flags.report is not None:
-        _check_report(
-            flags.report, inputs=tuple(i.path for i in inputs), outputs=[] if flags.dry_run else outputs
-        )
+    if flags.report is not None:  # refused before any work if it would replace an output or an input
+        for out in [] if flags.dry_run else outputs:
+            if out != "-" and same_file(flags.report, out):
+                raise UsageError(
+                    f"--report {flags.report} is also the output {out}; give the report another name"
+                )
+        check_output(flags.report, inputs=tuple(i.path for i in inputs))
     jobs = [
         CompactJob(
             i.path,
@@ -249,14 +252,6 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         _summary_line(doc)
     if flags.fork and not flags.dry_run:  # the one thing the user needs next: data, on stdout
         write_stdout(f"{doc['run']['resume']}\n".encode())
-
-
-def _check_report(report: str, *, inputs: tuple[str, ...], outputs: list[str]) -> None:
-    """Refuse a ``--report`` that would replace an output or an input, before any work is done."""
-    for out in outputs:
-        if out != "-" and same_file(report, out):
-            raise UsageError(f"--report {report} is also the output {out}; give the report another name")
-    check_output(report, inputs=inputs)
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
