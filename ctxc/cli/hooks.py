@@ -67,13 +67,16 @@ def uninstall(
 
 @hooks_app.command(epilog=EPILOG)
 def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
-    """What the hooks call: store the transcript the hook's JSON on stdin names in the archive."""
+    """What the hooks call: store the transcript the hook's JSON on stdin names in the archive.
+
+    Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
+    """
     from ctxc.hooks import archive_from_hook
 
     try:
         done = archive_from_hook(sys.stdin.buffer.read(), archive)
     except (CtxcError, OSError) as exc:
         opt.note(f"ctxc: hooks run: {exc}")
-        raise typer.Exit(1) from None  # never 2: from a PreCompact hook, 2 would stop the compaction
+        raise typer.Exit(1) from None
     if not quiet:
         opt.note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")
