@@ -22,6 +22,7 @@ import orjson
 from ctxc._version import __version__
 from ctxc.errors import OutputError
 from ctxc.reader import Spool
+from ctxc.system import pid_alive
 
 SCHEMA_VERSION = 1
 #: Documents that changed meaning: analyze and check measure the live context, no longer the whole file.
@@ -342,19 +343,6 @@ def atomic_output(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    # A zombie has ended: a killed worker whose parent died too stays one where nothing reaps orphans.
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:

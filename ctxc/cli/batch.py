@@ -52,7 +52,7 @@ def run_files(
             if not outcome.ok:
                 opt.note(f"ctxc: error: {outcome.error}")
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
-            progress.advance(tokens=tokens, ok=outcome.ok)
+            progress.advance(tokens=tokens)
 
         workers = resolve_jobs(jobs, [path for path, _ in items])
         return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)

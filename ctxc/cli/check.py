@@ -107,7 +107,7 @@ def check(
             use_cache=not no_cache,
             fail_fast=fail_fast,
             jobs=resolve_jobs(jobs, files),
-            on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
+            on_file=lambda f: progress.advance(tokens=f.tokens or 0),
         )
     _emit(report, fmt)
     raise typer.Exit(report.exit_code)
