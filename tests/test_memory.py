@@ -6,12 +6,14 @@
 * The input file is parsed as it is read and archived from its records, byte for byte.
 * A compacted file's lines are copied into the archive's spool as they are read, and read back from it
   rather than held: the output and the archive are what was parsed, whatever happens to the input.
+* A line ctxc writes holds its JSON, not its bytes, and encoding it leaves no UTF-8 copy in its strings.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import pickle
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from ctxc.archive_store import sha256_hex
 from ctxc.compaction import files
 from ctxc.compaction.files import CompactJob, compact_file
 from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.compaction.write import encode_record
 from ctxc.errors import CtxcError
 from ctxc.formats import load, reload
 from ctxc.model import Record, Transcript
@@ -212,3 +215,19 @@ def test_a_record_kept_in_a_spool_reads_and_compares_as_its_bytes(tmp_path: Path
             kept.line = 3  # type: ignore[misc]
         assert spool.hexdigest() == hashlib.sha256(USER + b"\n" + ASSISTANT + b"\n").hexdigest()
     assert not (tmp_path / "spool").exists()  # never committed: removed
+
+
+def test_a_written_line_holds_its_json_not_its_bytes_nor_a_utf8_copy_of_its_strings() -> None:
+    text = "# 주석: 캐시를 비운다\n" + "x = 1\n" * 200
+    others = {"role": "tool", "tool_call_id": "call_1"}
+    size = sys.getsizeof(text)
+    record = encode_record({**others, "content": text}, b"\n", line=3)
+    assert record.kept
+    assert record.size == len(record.raw)
+    assert record.data == {**others, "content": text}
+    assert record.data["content"] is text
+    assert sys.getsizeof(text) == size  # encoding a non-ASCII str caches its UTF-8 form inside it
+    expected = json.dumps({**others, "content": text}, ensure_ascii=False, separators=(",", ":")).encode()
+    assert record.raw == expected
+    assert record.to_bytes() == expected + b"\n"
+    assert pickle.loads(pickle.dumps(record)) == record

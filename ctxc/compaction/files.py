@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ctxc.archive import Archive
-from ctxc.archive_store import sha256_hex
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
-from ctxc.formats import dump, get_adapter
+from ctxc.formats import get_adapter
 from ctxc.formats.base import ForksSessions
 from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
@@ -188,12 +188,15 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
     assert store is not None
     if job.make_dirs:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
-    run = {**doc["run"], "output_sha256": sha256_hex(written.parts())}
+    run = {**doc["run"], "output_sha256": ""}  # filled in as the output is written
     if job.batch_options is not None:
         run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
     recorded: list[dict[str, Any]] = []
 
+    digest = hashlib.sha256()
+
     def record() -> None:
+        run["output_sha256"] = digest.hexdigest()
         recorded.append(store.record_run(run))
         if job.report is not None:  # a report that cannot be written fails the run: no output either
             with atomic_output(job.report, inputs=(name,)) as handle:
@@ -205,7 +208,9 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
     with atomic_output(
         output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:
-        dump(written, handle)  # record by record: the output is never one large bytes object
+        for part in written.parts():  # record by record: the output is never one large bytes object
+            digest.update(part)
+            handle.write(part)
     return {**doc, "run": recorded[0]}
 
 

@@ -21,8 +21,32 @@ __all__ = ["EncodesConversations", "WritesCompacted", "encode_record", "write_li
 
 
 def encode_record(data: dict[str, Any], eol: bytes, line: int = 0) -> Record:
-    # A copy: orjson's own bytes keep the room it reserved while encoding, several times their size.
-    return Record(line=line, raw=bytes(memoryview(orjson.dumps(data))), eol=eol, data=data, kind="message")
+    """A record ctxc made: it keeps ``data`` and encodes its bytes whenever they are read (to check the
+    output, then to write it) rather than hold them beside the strings they repeat."""
+    encoded = _Encoded(data)
+    return Record.kept_in(encoded, 0, len(encoded.read_at(0, 0)), line, eol, data, "message")
+
+
+class _Encoded:
+    """The JSON bytes of ``data``, made again on each read."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return orjson.dumps(_copied(self.data))
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with copies of its non-ASCII strings: encoding a string caches its UTF-8 form inside it
+    for as long as it lives, and these are the written messages' own texts."""
+    if isinstance(value, str):
+        return value if value.isascii() else "".join((value, ""))  # join of two makes a new string
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copied(v) for v in value]
+    return value
 
 
 def default_eol(transcript: Transcript) -> bytes:
