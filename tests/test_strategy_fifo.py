@@ -440,6 +440,32 @@ def test_no_placeholder_when_it_would_cost_more_than_what_it_replaces() -> None:
     assert "no placeholder" in res.actions[0].note
 
 
+class RecordingCounter(WordCounter):
+    """Counts as :class:`WordCounter` does, and how often it is asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        self.calls += 1
+        return super().count(texts)
+
+
+def test_units_in_doubt_are_weighed_against_their_placeholders_in_one_count() -> None:
+    # Each request costs about what a placeholder quoting it would: whether it is cheaper kept needs
+    # counting, once for all of them (one count per unit was a round trip to a worker each).
+    msgs = numbered(
+        m for k in range(40) for m in (user(f"Please rename module {k} " + words(40)), assistant(words(20)))
+    )
+    counter = RecordingCounter()
+    ledger = Ledger(counter)
+    ctx = make_ctx(msgs, ledger.total(msgs) // 2, ledger=ledger)
+    before = counter.calls
+    res = Fifo().compact(msgs, ctx)
+    assert counter.calls - before <= 5
+    assert ledger.total(res.messages) <= ctx.target
+
+
 def test_placeholder_option_off() -> None:
     msgs = story()
     cfg = parse_config(Fifo, {"placeholder": "no"})
