@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ctxc.compaction.base import CTXC_MARK, Action, CompactContext, Slot, StrategyResult, option, register
+from ctxc.compaction.base import CTXC_MARK, Change, CompactContext, Slot, StrategyResult, option, register
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 #: Tags of text a client injects, again and again, into user turns and tool results.
@@ -96,7 +96,7 @@ class Dedupe:
         whole = _whole_blocks(msgs, cfg)
         whole = {s: _resolve(s, whole) for s in whole if s[0] in editable}
         last = _last_segments(msgs, cfg.tags)
-        actions: list[Action] = []
+        changes: list[Change] = []
         for pos in sorted(editable):
             old = msgs[pos]
             blocks = list(old.blocks)
@@ -117,9 +117,9 @@ class Dedupe:
                         continue
                     notes.add("injected text")
                 blocks[bi] = replace(block, text=new_text)
-            note = ", ".join(sorted(notes))
-            if notes and (action := ctx.shrink(msgs, pos, blocks, self.name, "dedupe", note)):
-                actions.append(action)
+            if notes:
+                changes.append((pos, blocks, ", ".join(sorted(notes))))
+        actions = ctx.shrink_all(msgs, changes, self.name, "dedupe")
         return StrategyResult(tuple(msgs), tuple(actions))
 
 

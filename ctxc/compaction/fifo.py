@@ -165,15 +165,20 @@ class _Plan:
             self.known_cost -= run.cost
 
     def under_target(self) -> bool:
-        if self.kept > self.ctx.target:
+        # Over before the runs not yet costed are: over after (they are costed together, later).
+        if self.kept + self.known_cost > self.ctx.target:
             return False
+        self._cost_runs()
+        return self.kept + self.known_cost <= self.ctx.target
+
+    def _cost_runs(self) -> None:
+        """Cost the runs whose cost is not yet known, in one count."""
         runs = [self.by_start[start] for start in sorted(self.unknown)]
         self._count(runs)
         for run in runs:
             run.cost = self._placeholder(run)[1]
             self.known_cost += run.cost
         self.unknown.clear()
-        return self.kept + self.known_cost <= self.ctx.target
 
     def _recost(self) -> bool:
         """Cost every run afresh (after the carry level changed); whether the output is then within."""
@@ -210,8 +215,9 @@ class _Plan:
         if self.kept > self.ctx.target and not spared:
             return  # nothing placeholders give up can meet the target
         if self.under_target():
-            return  # (under_target has now costed every run)
+            return
         if self.kept <= self.ctx.target:
+            self._cost_runs()
             quoting = {start for start, run in self.by_start.items() if self._keys_of(run)}
             for start in sorted(self.by_start):
                 if start not in quoting and self._give_up(self.by_start[start]):
@@ -228,6 +234,7 @@ class _Plan:
                 return
         if self.kept > self.ctx.target:
             return  # best effort: the undroppable alone is over the target
+        self._cost_runs()
         for start in sorted(self.by_start):
             if self._give_up(self.by_start[start]):
                 return
