@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
-from ctxc.compaction.fifo import Fifo, FifoConfig, placeholder_text, protected_units
+from ctxc.compaction.fifo import Carry, Fifo, FifoConfig, drop_units, placeholder_text, protected_units
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import pinned_indexes
 from ctxc.compaction.selective import Selective
@@ -463,6 +463,22 @@ def test_units_in_doubt_are_weighed_against_their_placeholders_in_one_count() ->
     before = counter.calls
     res = Fifo().compact(msgs, ctx)
     assert counter.calls - before <= 5
+    assert ledger.total(res.messages) <= ctx.target
+
+
+def test_placeholders_of_runs_are_costed_together_once_the_output_may_be_within() -> None:
+    # Dropped apart (every other unit first), the runs do not merge: each new run's placeholder is
+    # costed only once the output without it is within the target, all of them in one count.
+    msgs = numbered(m for _ in range(60) for m in (user(words(60)), assistant(words(60))))
+    counter = RecordingCounter()
+    ledger = Ledger(counter)
+    ctx = make_ctx(msgs, int(ledger.total(msgs) * 0.6), ledger=ledger)
+    parts = units(msgs)
+    order = [(u, None) for u in [*range(0, len(parts) - 1, 2), *range(1, len(parts) - 1, 2)]]
+    before = counter.calls
+    res = drop_units(msgs, ctx, parts, order, strategy="fifo", placeholders=True, carry=Carry(0))
+    assert counter.calls - before <= 6
+    assert len(res.actions) == 51
     assert ledger.total(res.messages) <= ctx.target
 
 
