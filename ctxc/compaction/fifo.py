@@ -333,7 +333,7 @@ class _Plan:
 
 
 #: Units weighed against their placeholders at a time.
-_CHUNK = 1024
+_CHUNK = 256
 
 
 def drop_units(
