@@ -480,6 +480,14 @@ def test_placeholders_of_runs_are_costed_together_once_the_output_may_be_within(
     assert counter.calls - before <= 6
     assert len(res.actions) == 51
     assert ledger.total(res.messages) <= ctx.target
+    # Never within (what is kept between the runs is over): every run is costed at the end, together.
+    before = counter.calls
+    apart = order[: len(parts) // 2]
+    res = drop_units(
+        msgs, replace(ctx, target=1), parts, apart, strategy="fifo", placeholders=True, carry=Carry(0)
+    )
+    assert counter.calls - before <= 3
+    assert len(res.actions) == len(apart)
 
 
 def test_placeholder_option_off() -> None:

@@ -300,6 +300,7 @@ class _Plan:
         return (msg, tokens) if worth else (None, 0)
 
     def result(self, strategy: str) -> StrategyResult:
+        self._count([run for run in self.by_start.values() if not run.bare])  # those not yet costed
         out: list[Message] = []
         actions: list[Action] = []
         u = 0
