@@ -210,10 +210,13 @@ def finish(
     by_kind = collections.Counter[str]()
     by_tool = collections.Counter[str]()
     history, side, branches = [0, 0], [0, 0], [0, 0]
-    for index, line, role, kind, tool, tokens, conv, *rest in scan.rows:
+    for index, line, role, kind, tool, counted, conv, *rest in scan.rows:
         thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
         pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
+        tokens = counted
+        if is_live and index in live.unsent_thinking:  # the client leaves that thinking out
+            tokens, thinking = (0, 0) if kind == "thinking" else (counted - thinking, 0)
         cum = running.get(conv, 0) + tokens
         if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
             running[conv] = cum

@@ -1,8 +1,5 @@
-"""The archive with its search index: :class:`~ctxc.archive_store.ArchiveStore` plus the index beside it.
-
-Each stored original is indexed as it is written, offloaded outputs are noted, and a recorded run's
-original is indexed if nothing did yet; none of that ever fails a run (see :mod:`ctxc.search`).
-"""
+"""The archive with its search index: :class:`~ctxc.archive_store.ArchiveStore` whose hooks index what
+is stored and recorded, never failing a run (see :mod:`ctxc.search`)."""
 
 from __future__ import annotations
 
@@ -37,12 +34,10 @@ class Archive(ArchiveStore):
         return full
 
     def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
-        """Add a stored original to the search index; never raises (a failure is a warning)."""
         if self.index_on_write:
             index_quietly(self, archive_id, transcript, source=source)
 
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
-        """Tell the search index that outputs of ``origin`` were offloaded: ``(digest, message, tool)``."""
         note_blobs_quietly(self, origin, notes)
 
 

@@ -1,12 +1,6 @@
-"""The archive's store: every original is stored before any output is written, so nothing is ever lost.
-
-The root is ``--archive``, else ``$CTXC_ARCHIVE``, else a project-local ``.ctxc/archive`` here or in a
-parent, else ``$XDG_DATA_HOME/ctxc/archive``. Objects (``objects/ab/ab12...``) are named by their
-sha256 and written by temp file + rename (an original ``compact`` reads is copied into
-``objects/tmp/`` as it is parsed, then moved); ``manifest.jsonl`` has one line per run, appended under
-``manifest.lock``. Originals hold secrets, so what ctxc creates is 0700/0600 whatever the umask.
-See docs/archive-and-search.md.
-"""
+"""The archive's store: every original is stored before any output is written, so nothing is lost.
+Objects (``objects/ab/ab12...``) are named by their sha256 and written by temp file + rename;
+``manifest.jsonl`` has one line per run. All of it is 0700/0600. See docs/archive-and-search.md."""
 
 from __future__ import annotations
 
@@ -28,8 +22,9 @@ import orjson
 
 from ctxc._version import __version__
 from ctxc.errors import ArchiveError
-from ctxc.output import Data, pid_alive, write_atomic
+from ctxc.output import Data, write_atomic
 from ctxc.reader import Spool
+from ctxc.system import pid_alive
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
@@ -42,6 +37,7 @@ CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(
 
 
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """``--archive``, else ``$CTXC_ARCHIVE``, else ``.ctxc/archive`` here or in a parent, else the user's."""
     chosen = explicit or os.environ.get("CTXC_ARCHIVE")
     if chosen:
         return Path(chosen)
@@ -49,7 +45,7 @@ def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     for directory in (here, *here.parents):
         if (directory / LOCAL_ARCHIVE).is_dir():
             return directory / LOCAL_ARCHIVE
-    data = os.environ.get("XDG_DATA_HOME")  # the per-user default, else ~/.local/share/ctxc/archive
+    data = os.environ.get("XDG_DATA_HOME")
     return (Path(data) if data else Path.home() / ".local" / "share") / "ctxc" / "archive"
 
 
@@ -98,8 +94,7 @@ def tighten(path: Path, mode: int) -> None:
 
 
 def open_private(path: Path, mode: str = "ab") -> BinaryIO:
-    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), 0600 whatever the
-    umask (tightened if it exists with more)."""
+    """Open an archive file for appending (``ab``) or reading and appending (``a+b``), 0600."""
     flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
     fd = os.open(path, flags, PRIVATE_FILE)
     try:
@@ -120,7 +115,7 @@ def private_file(path: Path) -> Path:
     return path
 
 
-#: Temp files of stores in progress are ``.tmp-<pid>-<random>`` beside their object.
+#: Temp files of stores in progress are ``.tmp-<pid>-<random>``.
 TMP_PREFIX = ".tmp-"
 #: A temp file without a pid in its name (ctxc before December 2026) older than this is a leftover.
 _LEGACY_TMP_AGE = 3600.0
@@ -157,9 +152,8 @@ def sweep_dead_temps(objects: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def discard_new_objects_on_failure() -> Iterator[list[Path]]:
-    """Remove the objects stored in the body (by this thread) if it raises: a failed run writes no
-    output and no manifest line, so what it offloaded would be orphans. Objects already there are not
-    touched; nested, the outer one takes over what the inner one stored once the inner body succeeds."""
+    """Remove the objects the body stored (in this thread) if it raises: a failed run's offloads would be
+    orphans. Nested, the outer one takes over what the inner one stored once the inner body succeeds."""
     outer = _created.get()
     created: list[Path] = []
     token = _created.set(created)
@@ -179,8 +173,8 @@ def discard_new_objects_on_failure() -> Iterator[list[Path]]:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``path`` (dropped by the kernel if the holder dies). Without
-    ``wait``, yields False at once, holding nothing, if another process holds it."""
+    """Hold an exclusive ``flock`` on ``path``; without ``wait``, yield False at once, holding nothing,
+    if another process holds it."""
     private_dir(path.parent)
     with open_private(path, "a+b") as lock:
         try:
@@ -192,6 +186,28 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def append_jsonl(path: Path, doc: dict[str, Any]) -> None:
+    """Append ``doc`` to ``path`` as one line, in one write under ``<name>.lock``, fsynced."""
+    line = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+    with exclusive_lock(path.with_suffix(".lock")), open_private(path) as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The objects of a JSON-lines file with their line numbers; a line torn by a crash is skipped."""
+    if not path.exists():
+        return
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            yield n, entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,51 +224,48 @@ class ArchiveStore:
         return self.root / "objects" / digest[:2] / digest
 
     def object_id(self, data: Data) -> str:
-        """The id :meth:`store` gives ``data``: its sha256."""
         return sha256_hex(data)
 
     def store(self, data: Data, digest: str | None = None, *, sync: bool = True) -> str:
-        """Store bytes (or the parts they join to) under their sha256, idempotent and atomic; return the id.
-        ``digest`` is that sha256 if known; ``sync`` waits for the disk, as an original must."""
+        """Store bytes (or the parts they join to) under their sha256 (``digest`` if known), idempotent and
+        atomic; return the id. ``sync`` waits for the disk, as an original must."""
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
         size = sum(map(len, data)) if isinstance(data, list) else len(data)
         if path.exists() and path.stat().st_size == size:
             return digest
-        try:
-            self._prepare()
-            # The temp file is named by this pid, so a store killed midway is swept by the next.
-            temp = private_dir(path.parent) / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-            write_atomic(path, data, sync=sync, temp=temp)
-        except OSError as exc:
-            raise ArchiveError(
-                f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
-            ) from exc
+        with self._writing():
+            write_atomic(path, data, sync=sync, temp=self._temp(path.parent))
         if (created := _created.get()) is not None:
             created.append(path)
         return digest
 
     def spool(self) -> Spool:
-        """A spool to read an original into (:class:`ctxc.reader.Spool`): a temp file among the objects,
-        which :meth:`store` moves into place."""
+        """A spool to read an original into: a temp file among the objects, which :meth:`store` moves."""
+        with self._writing():
+            return Spool(self._temp(self.root / "objects" / "tmp"))
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Once per process and archive, make the objects folder private and sweep the temp files of
+        killed stores; an OSError in the body is an ArchiveError."""
         try:
-            self._prepare()
-            folder = private_dir(self.root / "objects" / "tmp")
+            key = (os.getpid(), str(self.root))
+            if key not in _prepared:
+                objects = private_dir(self.root / "objects")
+                tighten(objects, PRIVATE_DIR)
+                sweep_dead_temps(objects)
+                _prepared.add(key)
+            yield
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write to the archive: {exc.strerror or exc}", path=str(self.root)
             ) from exc
-        return Spool(folder / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
 
-    def _prepare(self) -> None:
-        """Once per process and archive: the objects folder private, temp files of killed stores removed."""
-        key = (os.getpid(), str(self.root))
-        if key in _prepared:
-            return
-        objects = private_dir(self.root / "objects")
-        tighten(objects, PRIVATE_DIR)
-        sweep_dead_temps(objects)
-        _prepared.add(key)
+    @staticmethod
+    def _temp(folder: Path) -> Path:
+        # Named by this pid, so a store killed midway is swept by the next.
+        return private_dir(folder) / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
 
     def path_of(self, ref: str) -> Path:
         """The file of an object, given its id or a unique prefix of at least 12 hex characters."""
@@ -299,15 +312,8 @@ class ArchiveStore:
             "ctxc_version": __version__,
             **entry,
         }
-        line = orjson.dumps(full, option=orjson.OPT_NON_STR_KEYS) + b"\n"
         try:
-            with (
-                exclusive_lock(self.root / "manifest.lock"),
-                open_private(self.root / "manifest.jsonl") as handle,
-            ):
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_jsonl(self.root / "manifest.jsonl", full)
         except OSError as exc:
             raise ArchiveError(
                 f"cannot write the manifest: {exc.strerror or exc}", path=str(self.root)
@@ -318,28 +324,17 @@ class ArchiveStore:
         """Add a stored original to the search index: a store keeps none (an ``Archive`` does)."""
 
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
-        """Note outputs of ``origin`` that were offloaded; a store keeps no index to note them in."""
+        """Note outputs of ``origin`` that were offloaded (into the index an ``Archive`` keeps)."""
 
     def manifest(self) -> list[dict[str, Any]]:
-        path = self.root / "manifest.jsonl"
-        if not path.exists():
-            return []
-        entries: list[dict[str, Any]] = []
-        for n, raw in enumerate(path.read_bytes().splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:  # a line torn by a crash: the others stay usable
-                continue
-            if isinstance(entry, dict):
-                entry.setdefault("_line", n)
-                entries.append(entry)
+        entries = []
+        for n, entry in read_jsonl(self.root / "manifest.jsonl"):
+            entry.setdefault("_line", n)
+            entries.append(entry)
         return entries
 
     def find_original(self, data: bytes) -> str | None:
-        """The archive id of the first original that ``data`` (a compacted output) was made from: the
-        manifest's output-to-input links followed back (an output may have been compacted again)."""
+        """The archive id of the first original ``data`` (an output, maybe compacted again) was made from."""
         digest = sha256_hex(data)
         made_from: dict[str, str] = {}  # output sha256 -> input sha256, the newest run winning
         for entry in self.manifest():

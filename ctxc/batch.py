@@ -1,16 +1,10 @@
-"""Many transcripts in one run: inputs, worker processes, progress, and a journal for resuming.
-
-:func:`run_batch` runs a per-file function in worker processes (``--jobs``) and returns each file's
-:class:`Outcome` in input order, so reports do not depend on the number of jobs. A failing file is an
-outcome, not an exception. Per-file functions must be picklable top-level functions; they report
-failures by raising :class:`~ctxc.errors.CtxcError`, which :func:`_call` turns into an outcome.
-"""
+"""Many transcripts in one run: inputs, worker processes and progress. A per-file function's
+:class:`~ctxc.errors.CtxcError` becomes a failed :class:`Outcome`, not an exception."""
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import hashlib
 import os
 import signal
 import sys
@@ -21,9 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import orjson
-
-from ctxc.archive_store import exclusive_lock, open_private
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
 from ctxc.formats import transcript_suffixes
 from ctxc.sessions import looks_like_reference, resolve_session
@@ -39,8 +30,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """One file of a batch, and its path relative to the argument that named it (what ``--out-dir``
-    mirrors: ``logs/a/b.jsonl`` found by walking ``logs`` has ``rel == "a/b.jsonl"``)."""
+    """One file of a batch, and its path relative to the argument that named it (for ``--out-dir``)."""
 
     path: str
     rel: str
@@ -59,12 +49,9 @@ def collect_inputs(
     glob: str | None = None,
     exclude: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Input]:
-    """Files as given (each once, by any spelling), directories walked recursively in sorted order.
-
-    ``glob`` selects the files taken from directories (default: each format's suffixes); with no
-    paths it walks the current directory. A walk never enters ``exclude``. A directory the walk
-    cannot list is kept as an input, so the batch reports it as a failure rather than skip it unseen.
-    """
+    """Files as given (each once, by any spelling), directories walked recursively in sorted order
+    for ``glob`` (default: each format's suffixes), never entering ``exclude``. A directory the walk
+    cannot list is kept as an input, so the batch reports it as a failure."""
     if not paths:
         if glob is None:
             raise UsageError("give a transcript file, a directory, or - for stdin")
@@ -124,8 +111,8 @@ def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[
 
 
 def check_distinct_outputs(pairs: Sequence[tuple[str, str]]) -> None:
-    """Refuse (:class:`UsageError`) ``(input, output)`` pairs in which two inputs write one output or an
-    output is another input; paths are compared resolved."""
+    """Refuse ``(input, output)`` pairs in which two inputs write one output or an output is another
+    input (paths compared resolved)."""
     inputs = {os.path.realpath(i): i for i, _ in pairs if i != "-"}
     writers: dict[str, str] = {}
     for src, dst in pairs:
@@ -147,7 +134,6 @@ class Outcome(Generic[R]):
     index: int
     path: str
     value: R | None = None
-    #: The whole one-line error (``path:line: message``), and its parts.
     error: str | None = None
     exit_code: int = 0
     seconds: float = 0.0
@@ -204,13 +190,9 @@ def run_batch(
     fail_fast: bool = False,
     on_outcome: Callable[[Outcome[R]], None] | None = None,
 ) -> list[Outcome[R]]:
-    """Run ``work`` over ``(path, argument)`` items; outcomes come back in input order.
-
-    ``jobs == 1`` (or one item) runs in this process; more run in a pool of worker processes. With
-    ``fail_fast`` the first failure cancels every file not yet started. Ctrl-C and SIGTERM cancel
-    pending files, let running ones finish, and raise ``KeyboardInterrupt``; workers end with this
-    process, even one killed with SIGKILL.
-    """
+    """Run ``work`` over ``(path, argument)`` items, in a pool when ``jobs > 1``; outcomes in input order.
+    ``fail_fast``, Ctrl-C and SIGTERM cancel the files not started and let running ones finish; workers
+    end with this process, even one killed with SIGKILL."""
     notify = on_outcome or (lambda _o: None)
     outcomes: dict[int, Outcome[R]] = {}
 
@@ -267,80 +249,16 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def batch_exit_code(outcomes: Sequence[Outcome[Any]], *, single: bool) -> int:
-    """0 when every file succeeded, else 12 (``PARTIAL``); ``single`` (one file, ``--fail-fast``) keeps
-    the first failure's own code."""
+    """0 when every file succeeded, else ``PARTIAL``; ``single`` keeps the first failure's own code."""
     failed = [o for o in outcomes if not o.ok]
     if not failed:
         return int(ExitCode.OK)
     return failed[0].exit_code if single else int(ExitCode.PARTIAL)
 
 
-def fingerprint(doc: Any) -> str:
-    """A stable hash of options (sorted keys), for deciding whether a finished file needs redoing."""
-    return hashlib.sha256(
-        orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    ).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Journal:
-    """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished.
-
-    A re-run skips an input whose input sha256, options fingerprint and resolved output path match an
-    entry whose output still holds the recorded bytes. Lines are appended whole, under the lock and
-    fsynced, so a kill loses at most the files in flight; a torn line is ignored when reading.
-    """
-
-    root: Path
-
-    @property
-    def path(self) -> Path:
-        return self.root / "journal.jsonl"
-
-    def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
-        """The newest entry per (input sha256, options fingerprint, resolved output path)."""
-        out: dict[tuple[str, str, str], dict[str, Any]] = {}
-        if not self.path.exists():
-            return out
-        for raw in self.path.read_bytes().splitlines():
-            try:
-                entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(entry, dict) or not {"input_sha256", "options", "output_path"} <= entry.keys():
-                continue
-            if isinstance(entry["output_path"], str):
-                key = os.path.realpath(entry["output_path"])
-                out[(entry["input_sha256"], entry["options"], key)] = entry
-        return out
-
-    def record(self, entry: dict[str, Any]) -> None:
-        line = orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        with exclusive_lock(self.root / "journal.lock"), open_private(self.path) as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-
-def file_sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def already_done(entry: dict[str, Any] | None) -> bool:
-    """True when a journal entry's output is still on disk with the bytes it recorded."""
-    out, want = (entry or {}).get("output_path"), (entry or {}).get("output_sha256")
-    if not isinstance(out, str) or not isinstance(want, str):
-        return False
-    try:
-        return file_sha256(out) == want
-    except OSError:
-        return False
-
-
 class BatchProgress:
-    """Progress on stderr (files, tokens, rate, ETA): a rich bar on a terminal only, not for one file or
-    ``quiet``, nor in a run's first :attr:`SHOW_AFTER` seconds (a quick run ends as quietly as it began)."""
+    """Progress on stderr (files, tokens, rate, ETA): a rich bar on a terminal, for more than one file,
+    shown after :attr:`SHOW_AFTER` seconds (a quick run ends as quietly as it began)."""
 
     SHOW_AFTER = 1.0
 
@@ -348,8 +266,6 @@ class BatchProgress:
         self.total = total
         self.what = what
         self.enabled = total > 1 and not quiet and sys.stderr.isatty()
-        self.done = 0
-        self.failed = 0
         self.tokens = 0
         self._start = time.monotonic()
         self._bar: Any = None
@@ -362,8 +278,6 @@ class BatchProgress:
             start, delay = self._start, self.SHOW_AFTER
 
             class LateProgress(progress.Progress):
-                """A bar that stays blank for its first ``delay`` seconds."""
-
                 def get_renderables(self) -> Any:
                     if time.monotonic() - start >= delay:
                         yield from super().get_renderables()
@@ -386,9 +300,7 @@ class BatchProgress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
-    def advance(self, *, tokens: int = 0, ok: bool = True) -> None:
-        self.done += 1
-        self.failed += 0 if ok else 1
+    def advance(self, *, tokens: int = 0) -> None:
         self.tokens += tokens
         if self._bar is not None:
             elapsed = max(time.monotonic() - self._start, 1e-9)

@@ -3,28 +3,90 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from ctxc.archive import Archive
-from ctxc.archive_store import archive_root
-from ctxc.batch import (
-    Journal,
-    Outcome,
-    already_done,
-    batch_exit_code,
-    check_distinct_outputs,
-    file_sha256,
-    fingerprint,
-)
-from ctxc.compaction.files import CompactJob, options_fingerprint_doc
-from ctxc.jobs import RUN_FIELDS, compact_journaled, journal_entry
+from ctxc.archive_store import append_jsonl, archive_root, read_jsonl
+from ctxc.batch import Outcome, batch_exit_code, check_distinct_outputs
+from ctxc.compaction.files import CompactJob, compact_file, options_fingerprint_doc
 from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
 _Key = tuple[str, str, str]
+#: What a batch's row and journal line take from a file's manifest run.
+RUN_FIELDS = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
+
+
+def fingerprint(doc: Any) -> str:
+    """A stable hash of options (sorted keys), for deciding whether a finished file needs redoing."""
+    return hashlib.sha256(
+        orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    ).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished, appended
+    whole under the lock and fsynced (a kill loses at most the files in flight; a torn line is ignored)."""
+
+    root: Path
+
+    @property
+    def path(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """The newest entry per (input sha256, options fingerprint, resolved output path)."""
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for _, entry in read_jsonl(self.path):
+            if {"input_sha256", "options", "output_path"} <= entry.keys() and isinstance(
+                entry["output_path"], str
+            ):
+                out[(entry["input_sha256"], entry["options"], os.path.realpath(entry["output_path"]))] = entry
+        return out
+
+    def record(self, entry: dict[str, Any]) -> None:
+        append_jsonl(self.path, entry)
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def already_done(entry: dict[str, Any] | None) -> bool:
+    """True when a journal entry's output is still on disk with the bytes it recorded."""
+    out, want = (entry or {}).get("output_path"), (entry or {}).get("output_sha256")
+    if not isinstance(out, str) or not isinstance(want, str):
+        return False
+    try:
+        return file_sha256(out) == want
+    except OSError:
+        return False
+
+
+def compact_journaled(job: CompactJob) -> dict[str, Any]:
+    """Compact one file of a batch and append its journal line at once, in the worker: the batch's own
+    process may be killed at any moment."""
+    start = time.perf_counter()
+    doc = compact_file(job)
+    if not job.dry_run:
+        entry = journal_entry(doc["run"], path=job.path, output=job.output, options=job.batch_options or "")
+        Journal(archive_root(job.archive)).record({**entry, "seconds": round(time.perf_counter() - start, 3)})
+    return doc
+
+
+def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) -> dict[str, Any]:
+    """The journal's line for a finished file, from its manifest run."""
+    row = _row(run, path, output, status="ok", seconds=0.0, output_path=os.path.realpath(output))
+    return {**row, "input_sha256": run.get("input_sha256"), "options": options}
 
 
 class FileRunner(Protocol):
@@ -48,9 +110,8 @@ def compact_batch(
     report: str | None,
     run_files: FileRunner,
 ) -> dict[str, Any]:
-    """Compact many files (``--out-dir`` or ``--in-place``) with ``run_files``, skipping those the
-    journal (:class:`~ctxc.batch.Journal`) or the manifest records as done; returns the ``compact-batch``
-    document, also written to ``report`` when given."""
+    """Compact many files with ``run_files``, skipping those the journal or the manifest records as done;
+    returns the ``compact-batch`` document, also written to ``report`` when given."""
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
     for d in {str(Path(j.output).parent) for j in jobs_list}:
@@ -65,7 +126,7 @@ def compact_batch(
         k, job = todo[outcome.index]
         if outcome.ok and outcome.value is not None:
             status = "planned" if dry_run else "ok"
-            rows[k] = _row(job, outcome.value["run"], status=status, seconds=outcome.seconds)
+            rows[k] = _row(outcome.value["run"], job.path, job.output, status=status, seconds=outcome.seconds)
         else:
             rows[k] = {
                 "path": job.path,
@@ -89,11 +150,8 @@ def _plan(
     jobs_list: Sequence[CompactJob], *, archive: str | None, resume: bool
 ) -> tuple[list[dict[str, Any] | None], list[tuple[int, CompactJob]]]:
     """The rows of the files already done (None for the others), and the jobs left to run by index.
-
-    Done: an entry with the input's sha256, options and resolved output whose output is unchanged; for
-    ``--in-place`` also when the input *is* that output. A file the manifest has but the journal missed
-    (a kill between the two lines) is journaled now.
-    """
+    Done: an entry with the input's sha256, options and output, whose output is unchanged (for
+    ``--in-place``, also when the input *is* that output); one only the manifest has is journaled now."""
     root = archive_root(archive)
     journal = Journal(root)
     done_entries = {**_manifest_entries(Archive(root)), **journal.entries()} if resume else {}
@@ -117,7 +175,7 @@ def _plan(
         if entry is not None and already_done(entry):
             if entry.get("from_manifest"):
                 journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
-            row = _row(job, entry, status="skipped", seconds=0.0)
+            row = _row(entry, job.path, job.output, status="skipped", seconds=0.0)
             row["status"] = row.pop("status")  # a skipped row lists its status last
             rows[k] = row
         else:
@@ -158,13 +216,21 @@ def _manifest_entries(store: Archive) -> dict[_Key, dict[str, Any]]:
     return out
 
 
-def _row(job: CompactJob, run: dict[str, Any], *, status: str, seconds: float) -> dict[str, Any]:
+def _row(
+    run: dict[str, Any],
+    path: str,
+    output: str,
+    *,
+    status: str,
+    seconds: float,
+    output_path: str | None = None,
+) -> dict[str, Any]:
     return {
-        "path": job.path,
-        "output": None if status == "planned" else job.output,
+        "path": path,
+        "output": None if status == "planned" else output,
         "status": status,
         **{k: run.get(k) for k in RUN_FIELDS},
-        "output_path": job.output,
+        "output_path": output if output_path is None else output_path,
         "error": None,
         "exit_code": 0,
         "seconds": round(seconds, 3),

@@ -1,11 +1,7 @@
 """A priority prompt composer: a system prompt made of sections that fits a token budget.
 
-Sections carry a priority (0-100, higher first) and a ``required`` flag. Within a budget the kept
-optional sections are the highest-priority ones that fit, in order (``fill=True`` also keeps lower ones
-that still fit); required sections are never dropped: if they alone exceed the budget, composing fails
-with :class:`~ctxc.errors.OverTargetError`. An override ``base`` prompt replaces the sections. Sections
-come from the API or a TOML file of ``[[section]]`` tables (``id``, ``priority`` as a number or a name
-in :data:`PRIORITIES`, ``required``, ``content`` or ``file``). See docs/library.md.
+Optional sections are kept highest priority first while they fit; required ones are never dropped (an
+:class:`~ctxc.errors.OverTargetError` if they alone exceed the budget). See docs/library.md.
 """
 
 from __future__ import annotations
@@ -116,32 +112,29 @@ class PromptComposer:
         return replace(self, base=base)
 
     def ordered(self) -> tuple[Section, ...]:
-        """Highest priority first; equal priorities keep the order they were added in."""
+        """Highest priority first (a stable sort: equal priorities keep their order)."""
         return tuple(sorted(self.sections, key=lambda s: -s.priority))
 
     def compose(
         self, budget: int | None = None, *, counter: Counter | None = None, fill: bool = False
     ) -> Composition:
-        """The prompt within ``budget`` tokens (no limit when None). See the module docstring."""
+        """The prompt within ``budget`` tokens (None: no limit); ``fill`` keeps lower ones that fit too."""
         if budget is not None and budget < 1:
             raise UsageError(f"the prompt budget must be a positive number of tokens, not {budget}")
         count = (counter or make_counter("o200k_base")).count
         ordered = self.ordered()
-        tokens = count([s.content for s in ordered]) if ordered else []
+        pairs = list(zip(ordered, count([s.content for s in ordered]) if ordered else [], strict=True))
         if self.base is not None:
             base_tokens = count([self.base])[0]
             if budget is not None and base_tokens > budget:
                 raise OverTargetError(
                     f"the override prompt is {base_tokens:,} tokens, over the budget of {budget:,}"
                 )
-            outcomes = tuple(
-                SectionOutcome(s, n, False, "replaced by the override prompt")
-                for s, n in zip(ordered, tokens, strict=True)
-            )
+            outcomes = tuple(SectionOutcome(s, n, False, "replaced by the override prompt") for s, n in pairs)
             return Composition(self.base, base_tokens, budget, outcomes, base=True)
 
         sep = count([self.separator])[0] if self.separator else 0
-        required = [(s, n) for s, n in zip(ordered, tokens, strict=True) if s.required]
+        required = [(s, n) for s, n in pairs if s.required]
         used = sum(n for _, n in required) + sep * max(len(required) - 1, 0)
         if budget is not None and used > budget:
             names = ", ".join(s.id for s, _ in required)
@@ -151,7 +144,7 @@ class PromptComposer:
             )
         keep = {s.id for s, _ in required}
         stopped = False
-        for s, n in zip(ordered, tokens, strict=True):
+        for s, n in pairs:
             if s.required:
                 continue
             extra = n + (sep if keep else 0)
@@ -161,8 +154,7 @@ class PromptComposer:
                 used += extra
             else:
                 stopped = True
-        # Per-section sums can miss a token at a seam (BPE merges across the separator): measure the
-        # prompt itself and drop more of the lowest kept optional ones.
+        # BPE merges across a separator can add a token: measure the prompt itself, drop more if needed.
         while True:
             prompt = self.separator.join(s.content for s in ordered if s.id in keep)
             total = count([prompt])[0] if prompt else 0
@@ -175,8 +167,7 @@ class PromptComposer:
                 )
             keep.discard(optional[-1].id)
         outcomes = tuple(
-            SectionOutcome(s, n, s.id in keep, "" if s.id in keep else "over budget")
-            for s, n in zip(ordered, tokens, strict=True)
+            SectionOutcome(s, n, s.id in keep, "" if s.id in keep else "over budget") for s, n in pairs
         )
         return Composition(prompt, total, budget, outcomes)
 
@@ -216,18 +207,14 @@ def _section(table: Any, n: int, root: Path) -> Section:
         raise UsageError(f"section {n} needs a string id")
     if ("content" in table) == ("file" in table):
         raise UsageError(f"section {sid!r} needs exactly one of content and file")
-    if "file" in table:
-        name = table["file"]
-        if not isinstance(name, str):
-            raise UsageError(f"section {sid!r}: file must be a string")
+    key = "file" if "file" in table else "content"
+    if not isinstance(content := table[key], str):
+        raise UsageError(f"section {sid!r}: {key} must be a string")
+    if key == "file":
         try:
-            content = (root / name).read_text(encoding="utf-8")
+            content = (root / content).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"section {sid!r}: cannot read {name}: {exc}") from None
-    else:
-        content = table["content"]
-        if not isinstance(content, str):
-            raise UsageError(f"section {sid!r}: content must be a string")
+            raise InputError(f"section {sid!r}: cannot read {table['file']}: {exc}") from None
     priority = table.get("priority", 50)
     if isinstance(priority, str):
         if priority.lower() not in PRIORITIES:
@@ -249,5 +236,4 @@ def compose(
     counter: Counter | None = None,
     fill: bool = False,
 ) -> Composition:
-    """Shorthand for ``PromptComposer(tuple(sections), base=base).compose(budget, ...)``."""
     return PromptComposer(tuple(sections), base=base).compose(budget, counter=counter, fill=fill)

@@ -1,8 +1,5 @@
-"""Convert messages of any format into Anthropic or OpenAI chat lines.
-
-Every result is first grouped with the assistant turn that made its call, then the turns are written in
-the target dialect (Anthropic: results in the next user message; OpenAI: one ``tool`` message each).
-"""
+"""Convert messages of any format into Anthropic or OpenAI chat lines: every result is grouped with the
+assistant turn that made its call, then the turns are written in the target dialect."""
 
 from __future__ import annotations
 
@@ -33,6 +30,8 @@ TARGETS: tuple[Target, ...] = ("chat-anthropic", "chat-openai")
 #: Where formats keep a thinking block's signature (Anthropic, pi).
 _SIGNATURE_KEYS = ("signature", "thinkingSignature")
 _ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+#: An image the log kept no data of (redacted or stripped): said so instead of an invalid block.
+_NO_IMAGE = {"type": "text", "text": "[image]"}
 
 
 @dataclass(slots=True)
@@ -122,19 +121,13 @@ def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
     if data is not None:
         source = {"type": "base64", "media_type": media or "image/png", "data": data}
         return {"type": "image", "source": source}
-    if url is not None:
-        return {"type": "image", "source": {"type": "url", "url": url}}
-    # The log kept no image data (redacted or stripped): say so instead of writing an invalid block.
-    return {"type": "text", "text": "[image]"}
+    return dict(_NO_IMAGE) if url is None else {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _openai_image(block: ImageBlock) -> dict[str, Any]:
     media, data, url = _image_source(block)
-    if data is not None:
-        url = f"data:{media or 'image/png'};base64,{data}"
-    if url is None:
-        return {"type": "text", "text": "[image]"}
-    return {"type": "image_url", "image_url": {"url": url}}
+    url = f"data:{media or 'image/png'};base64,{data}" if data is not None else url
+    return dict(_NO_IMAGE) if url is None else {"type": "image_url", "image_url": {"url": url}}
 
 
 class _AnthropicIds:
@@ -158,11 +151,6 @@ class _AnthropicIds:
         return new
 
 
-def _signature(raw: dict[str, Any]) -> str | None:
-    values = [raw.get(key) for key in _SIGNATURE_KEYS]
-    return next((v for v in values if isinstance(v, str) and v), None)
-
-
 def _anthropic_result(block: ToolResultBlock, ids: _AnthropicIds) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": "tool_result",
@@ -184,7 +172,7 @@ def _anthropic_block(block: Block, ids: _AnthropicIds) -> dict[str, Any] | None:
     if isinstance(block, ThinkingBlock):
         if raw.get("type") == "redacted_thinking":
             return dict(raw)
-        signature = _signature(raw)
+        signature = next((v for k in _SIGNATURE_KEYS if isinstance(v := raw.get(k), str) and v), None)
         if not block.text and signature is None:
             return None  # an encrypted reasoning item of another vendor: nothing Anthropic can take
         out: dict[str, Any] = {"type": "thinking", "thinking": block.text}
@@ -209,14 +197,15 @@ def _plain_text(blocks: Sequence[Block]) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | UnknownBlock) and b.text)
 
 
-def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
+def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Chat lines in the Anthropic dialect (system lines as ``{"role": "system"}``) for one conversation."""
     ids = _AnthropicIds()
     lines: list[dict[str, Any]] = []
 
     def content(blocks: Sequence[Block]) -> str | list[dict[str, Any]]:
         return _single_text([b for b in (_anthropic_block(x, ids) for x in blocks) if b is not None])
 
-    for turn in turns:
+    for turn in _plan(messages):
         if turn.role == "system":
             lines.append({"role": "system", "content": _plain_text(turn.blocks)})
         elif turn.role == "assistant":
@@ -236,11 +225,6 @@ def _anthropic_lines(turns: list[_Turn]) -> list[dict[str, Any]]:
     return lines
 
 
-def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Chat lines in the Anthropic dialect (system lines as ``{"role": "system"}``) for one conversation."""
-    return _anthropic_lines(_plan(messages))
-
-
 def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | None:
     parts: list[dict[str, Any]] = []
     for block in blocks:
@@ -254,13 +238,6 @@ def _openai_content(blocks: Sequence[Block]) -> str | list[dict[str, Any]] | Non
             elif block.text:
                 parts.append({"type": "text", "text": block.text})
     return _single_text(parts) if parts else None
-
-
-def _openai_results(results: Sequence[ToolResultBlock]) -> list[dict[str, Any]]:
-    lines = [{"role": "tool", "tool_call_id": r.tool_use_id, "content": r.text} for r in results]
-    # Tool messages carry text only; images a tool returned follow as one user message.
-    images = [_openai_image(i) for r in results for i in r.images]
-    return [*lines, {"role": "user", "content": images}] if images else lines
 
 
 def _openai_assistant(turn: _Turn) -> dict[str, Any]:
@@ -291,7 +268,11 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
         elif turn.role == "user":
             content = _openai_content(turn.blocks)
             lines.append({"role": "user", "content": "" if content is None else content})
-        lines.extend(_openai_results(turn.results))
+        lines.extend({"role": "tool", "tool_call_id": r.tool_use_id, "content": r.text} for r in turn.results)
+        # Tool messages carry text only; images a tool returned follow as one user message.
+        images = [_openai_image(i) for r in turn.results for i in r.images]
+        if images:
+            lines.append({"role": "user", "content": images})
     return lines
 
 
@@ -302,11 +283,8 @@ _CONVERTERS: dict[str, Callable[[Iterable[Message]], list[dict[str, Any]]]] = {
 
 
 def convert_transcript(transcript: Transcript, target: str) -> bytes:
-    """A transcript as a JSONL chat file in ``target`` ("chat-anthropic" or "chat-openai").
-
-    Several conversations (a dataset) are written one after the other, each started by a
-    ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of the messages.
-    """
+    """A transcript as a JSONL chat file in ``target``; each of several conversations (a dataset) starts
+    with a ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of messages."""
     convert = _CONVERTERS.get(target)
     if convert is None:
         raise FormatError(f"cannot convert to {target!r} (targets: {', '.join(TARGETS)})")

@@ -1,9 +1,5 @@
-"""Claude Code hooks that archive a session before Claude's own compaction drops part of it.
-
-``ctxc hooks install claude-code`` adds a ``PreCompact`` and a ``SessionEnd`` hook running ``ctxc hooks
-run``, which stores the transcript the hook's JSON names in the archive, where ``ctxc search`` finds
-what ``/compact`` removed. ctxc's entries are recognised by their command (ending with
-:data:`RUN_COMMAND`), so installing twice changes nothing and uninstalling removes only those.
+"""Claude Code hooks (``PreCompact``, ``SessionEnd``) that archive a session before Claude's own
+compaction drops part of it. ctxc's entries are recognised by their command, so installing is idempotent.
 """
 
 from __future__ import annotations
@@ -26,14 +22,11 @@ from ctxc.sessions import claude_home
 
 EVENTS = ("PreCompact", "SessionEnd")
 RUN_COMMAND = "-m ctxc hooks run"
-#: A hook's input is a small JSON object; anything larger is not one.
 MAX_HOOK_INPUT = 1 << 20
 
 
 @dataclass(frozen=True)
 class SettingsChange:
-    """What installing or uninstalling does to one settings file."""
-
     path: Path
     before: str
     after: str
@@ -88,13 +81,11 @@ def without_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
             continue
         kept = []
         for group in groups:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                inner = [h for h in group["hooks"] if not _is_ours(h)]
-                if not inner and group["hooks"]:
-                    continue  # only ctxc's hooks were in it
-                kept.append({**group, "hooks": inner})
-            else:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list):
                 kept.append(group)
+            elif not inner or not all(_is_ours(h) for h in inner):  # else only ctxc's hooks were in it
+                kept.append({**group, "hooks": [h for h in inner if not _is_ours(h)]})
         if kept:
             hooks[event] = kept
         elif groups:
@@ -134,8 +125,9 @@ def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> Sett
         try:
             write_atomic(path, after.encode())
         except OSError as exc:
-            msg = f"cannot write Claude Code's settings: {exc.strerror or exc}"
-            raise OutputError(msg, path=str(path)) from exc
+            raise OutputError(
+                f"cannot write Claude Code's settings: {exc.strerror or exc}", path=str(path)
+            ) from exc
     return change
 
 

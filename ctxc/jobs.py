@@ -5,13 +5,11 @@ for a bad file."""
 from __future__ import annotations
 
 import functools
-import os
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ctxc.archive_store import archive_root, sha256_hex
+from ctxc.archive_store import sha256_hex
 from ctxc.formats import dump, get_adapter, load, open_stream
 from ctxc.model import Message
 from ctxc.output import atomic_output
@@ -22,9 +20,6 @@ from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.tokens import Counter, make_counter
 from ctxc.tokens.cost import compare_with_o200k
 from ctxc.validate import all_problems
-
-if TYPE_CHECKING:
-    from ctxc.compaction.files import CompactJob
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,8 +94,6 @@ def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> 
 
 
 _PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
-#: What a batch's row and journal line take from a file's manifest run.
-RUN_FIELDS = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,33 +187,3 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     ) as handle:
         handle.write(out_bytes)
     return entry
-
-
-def compact_journaled(job: CompactJob) -> dict[str, Any]:
-    """Compact one file of a batch and append its line to the run journal at once, in the worker: the
-    batch's own process may be killed at any moment."""
-    from ctxc.batch import Journal
-    from ctxc.compaction.files import compact_file
-
-    start = time.perf_counter()
-    doc = compact_file(job)
-    if not job.dry_run:
-        entry = journal_entry(doc["run"], path=job.path, output=job.output, options=job.batch_options or "")
-        Journal(archive_root(job.archive)).record({**entry, "seconds": round(time.perf_counter() - start, 3)})
-    return doc
-
-
-def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) -> dict[str, Any]:
-    """The journal's line for a finished file, from its manifest run."""
-    return {
-        "path": path,
-        "output": output,
-        "status": "ok",
-        **{k: run.get(k) for k in RUN_FIELDS},
-        "output_path": os.path.realpath(output),
-        "error": None,
-        "exit_code": 0,
-        "seconds": 0.0,
-        "input_sha256": run.get("input_sha256"),
-        "options": options,
-    }

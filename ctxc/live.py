@@ -31,17 +31,20 @@ _HARNESS_OPENINGS = (
 )
 #: The kind of the item that names the messages on abandoned branches; it is no compaction.
 BRANCHES = "branches"
+#: The kind of the item that names the messages whose thinking the client does not send; no compaction.
+UNSENT_THINKING = "unsent_thinking"
 
 
 @dataclass(frozen=True, slots=True)
 class LiveContext:
     """Which messages of a log its client sends next: per conversation the boundary it resumes from
-    (``resets``), the conversations run apart from the main one (``side``), and the indexes of messages
-    on abandoned branches."""
+    (``resets``), the conversations run apart from the main one (``side``), the indexes of messages
+    on abandoned branches, and of those whose thinking blocks it leaves out (``unsent_thinking``)."""
 
     resets: Mapping[int, Boundary] = field(default_factory=dict)
     side: frozenset[int] = frozenset()
     abandoned: frozenset[int] = frozenset()
+    unsent_thinking: frozenset[int] = frozenset()
 
     def is_live(self, index: int, conversation: int) -> bool:
         if conversation in self.side or index in self.abandoned:
@@ -71,15 +74,17 @@ def abandoned_messages(boundaries: Iterable[Boundary]) -> frozenset[int]:
 
 
 def compactions(boundaries: Iterable[Boundary]) -> tuple[Boundary, ...]:
-    """The compactions a log records (what reports list), without the ``branches`` items."""
-    return tuple(b for b in boundaries if b.kind != BRANCHES)
+    """The compactions a log records (what reports list), without the ``branches`` and
+    ``unsent_thinking`` items."""
+    return tuple(b for b in boundaries if b.kind not in (BRANCHES, UNSENT_THINKING))
 
 
 def scanned_live_context(boundaries: Sequence[Boundary], side: Iterable[int]) -> LiveContext:
     """The live context from a scan's boundaries and the conversations it found to be sidechains."""
     # Each conversation's client resumes from its newest resetting boundary.
     resets = {b.conversation: b for b in boundaries if b.resets}
-    return LiveContext(resets=resets, side=frozenset(side), abandoned=abandoned_messages(boundaries))
+    unsent = frozenset(i for b in boundaries for i in b.unsent_thinking)
+    return LiveContext(resets, frozenset(side), abandoned_messages(boundaries), unsent)
 
 
 def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:

@@ -136,6 +136,9 @@ class Boundary:
     #: Indexes of messages on branches the client abandoned (a rewind, an edited prompt): they are in
     #: the file but on no chain it resumes. Only a ``branches`` item (Claude Code) carries them.
     abandoned: tuple[int, ...] = ()
+    #: Indexes of messages whose thinking the client does not send (signed by another model than the
+    #: one it resumes with). Only an ``unsent_thinking`` item (Claude Code) carries them.
+    unsent_thinking: tuple[int, ...] = ()
 
 
 class ByteSource(Protocol):

@@ -1,10 +1,6 @@
-"""Machine output contracts and safe file writing.
-
-Every ``--format json`` document is an envelope with a ``schema`` string (``ctxc.<command>/<major>``):
-the major number changes only when a field is removed or changes meaning, so scripts can rely on it.
-Files are written atomically: a temporary file in the target directory, fsync, then ``os.replace``; an
-interrupted run leaves the old file (or nothing), never half of a new one.
-"""
+"""Machine output contracts and safe writing: every JSON document is an envelope whose ``schema``
+(``ctxc.<command>/<major>``) changes major only when a field goes or changes meaning; files are written
+to a temporary file, synced and renamed, so an interrupted run never leaves half of one."""
 
 from __future__ import annotations
 
@@ -26,24 +22,21 @@ import orjson
 from ctxc._version import __version__
 from ctxc.errors import OutputError
 from ctxc.reader import Spool
+from ctxc.system import pid_alive
 
 SCHEMA_VERSION = 1
-#: Commands whose documents changed meaning since version 1: analyze and check measure the live
-#: context (after the log's own compaction), no longer the whole file.
+#: Documents that changed meaning: analyze and check measure the live context, no longer the whole file.
 _SCHEMA_VERSIONS = {"analyze": 2, "check": 2}
 TEMP_SUFFIX = ".ctxc-tmp"
 
 
-#: Bytes, or a list of the parts they are made of (a transcript's lines), written without joining them,
-#: or a spool of them already on disk, moved into place.
+#: Bytes, the parts they are made of (written without joining them), or a spool already on disk.
 Data = bytes | list[bytes] | Spool
 
 
 def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
-    """Write ``data`` to ``target`` (its directory created if need be) through a temporary file beside
-    it and a rename, so a reader sees the old file or the whole new one, never part of it. ``sync``
-    waits for the bytes to reach the disk first; ``temp`` names the temporary file (created owner-only,
-    never over an existing one). Raises ``OSError``: the caller knows what is lost."""
+    """Replace ``target`` (creating its directory) with ``data`` through a temporary file and a rename;
+    ``sync`` first waits for the disk, ``temp`` names the (new, owner-only) temporary file. Raises OSError."""
     target.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, Spool):
         data.commit(target, sync=sync)
@@ -97,9 +90,8 @@ def _current_umask() -> int:
 
 
 def _mode_for(target: str, like: str | None) -> int:
-    """The permission bits of a new output, as ``cp`` gives them: the input's (``like``) less the umask,
-    else 0666 less the umask. A replaced file keeps its bits, less any the input lacks, so an output is
-    never readable by more people than its input."""
+    """The permission bits ``cp`` would give a new output (the input ``like``'s, else 0666, less the umask);
+    a replaced file keeps its own, less any the input lacks: never more readable than the input."""
     source = None
     if like is not None and like != "-":
         with contextlib.suppress(OSError):
@@ -113,9 +105,8 @@ def _mode_for(target: str, like: str | None) -> int:
 
 
 def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()) -> None:
-    """Raise :class:`OutputError` if ``target`` cannot be written: it is one of ``inputs``, or its
-    directory is missing. :func:`atomic_output` checks this; a command that writes only after long work
-    calls it first, so a bad path fails at once."""
+    """Raise :class:`OutputError` if ``target`` is one of ``inputs`` or its directory is missing; a command
+    that writes only after long work calls it first, so a bad path fails at once."""
     name = str(target)
     if name == "-":
         return
@@ -127,15 +118,10 @@ def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()
         raise OutputError(f"directory {directory} does not exist", path=name)
 
 
-# ---------------------------------------------------------------------------------------- stdout
-#
-# Every byte for stdout goes through write_stdout, which writes all of it or raises OutputError: with
-# PYTHONUNBUFFERED, sys.stdout.buffer is the raw file, whose write() returns a short count on a full
-# disk and raises nothing, and a text write through it drops the rest silently.
+# Every byte for stdout is written whole or raises: with PYTHONUNBUFFERED, sys.stdout.buffer is the raw
+# file, whose write() returns a short count on a full disk, and a text write through it loses the rest.
 
-
-#: Standard descriptors that were closed when ctxc started (now /dev/null): ``-o /dev/stdout`` to
-#: one of them is an error, as writing to stdout is.
+#: Standard descriptors closed when ctxc started (now /dev/null): ``-o /dev/stdout`` to one is an error.
 _CLOSED_AT_START: set[int] = set()
 
 
@@ -163,12 +149,8 @@ class _ClosedStdout:
 
 
 def guard_standard_streams() -> None:
-    """Make a process started with stdin, stdout or stderr closed safe to run.
-
-    The closed descriptors get ``/dev/null``, so a file ctxc opens never takes number 1 (where a child
-    process's or a stray write's output would land in it); a closed stdout stays an error to write to
-    (:class:`_ClosedStdout`), and a closed stdin one to read from (:func:`ctxc.reader.open_binary`).
-    """
+    """Give closed standard descriptors ``/dev/null``, so a file ctxc opens never takes number 1 (where
+    stray output would land in it); writing to a closed stdout, or reading a closed stdin, stays an error."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -183,8 +165,8 @@ def guard_standard_streams() -> None:
 
 
 class ReaderGone(Exception):
-    """The reader of stdout went away (``| head``): the CLI stops quietly. Not an ``OSError``, which
-    click would turn into exit 1, nor a ``BrokenPipeError``, which rich would."""
+    """The reader of stdout went away (``| head``): the CLI stops quietly. Not an OSError or a
+    BrokenPipeError, which click or rich would turn into exit 1."""
 
 
 def _stdout_failure(exc: OSError) -> Exception:
@@ -282,19 +264,23 @@ class _StdoutSink:
             sys.stdout.buffer.flush()
 
 
-# ------------------------------------------------------------------------------------------ files
-
 #: Names of this process's own descriptors: written through a copy of the descriptor, as a shell does.
 _OWN_FD = re.compile(r"/dev/(?:fd/(\d+)|(stdout|stderr))|/proc/(?:self|thread-self)/fd/(\d+)")
 
 
-def _open_directly(name: str) -> BinaryIO | None:
-    """A handle on ``name`` when it must be written in place rather than replaced: an existing device,
-    FIFO or socket (replacing ``/dev/null`` or a FIFO someone reads would break them), or one of this
-    process's descriptors (``/dev/stdout`` appended to a log must append to it). None for a regular
-    file or a new one, which :func:`atomic_output` replaces atomically."""
-    own = _OWN_FD.fullmatch(os.path.abspath(name))
+@contextlib.contextmanager
+def _write_errors(name: str) -> Iterator[None]:
     try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
+
+
+def _open_directly(name: str) -> BinaryIO | None:
+    """A handle on ``name`` if it must be written in place, not replaced: an existing device, FIFO or
+    socket, or one of this process's descriptors (``/dev/stdout`` appended to a log); None for a file."""
+    own = _OWN_FD.fullmatch(os.path.abspath(name))
+    with _write_errors(name):
         if own:
             number = own[1] or own[3]
             fd = int(number) if number else (1 if own[2] == "stdout" else 2)
@@ -308,8 +294,6 @@ def _open_directly(name: str) -> BinaryIO | None:
             return None
         # No O_TRUNC (a device or FIFO has nothing to cut) and no O_CREAT (it exists).
         return os.fdopen(os.open(name, os.O_WRONLY | os.O_CLOEXEC), "wb")
-    except OSError as exc:
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
 
 
 @contextlib.contextmanager
@@ -318,86 +302,52 @@ def atomic_output(
     *,
     inputs: tuple[str, ...] = (),
     like: str | None = None,
-    before_commit: Callable[[], object] | None = None,
+    before_commit: Callable[[], object] = lambda: None,
 ) -> Iterator[BinaryIO]:
-    """Open ``target`` for writing (``-`` is stdout). Refuses to overwrite any of ``inputs``.
-
-    A regular file is written to a temporary file beside it and renamed over it once complete, so it is
-    never seen half-written; a device, FIFO or ``/dev/stdout`` is written directly. A new file gets the
-    permission bits of ``like`` (the input), as ``cp`` does. ``before_commit`` runs once every byte is
-    written and synced, before the rename: if it fails (a manifest that cannot be written), the target
-    is left as it was. Any failure to write is an :class:`OutputError`.
-    """
+    """Open ``target`` (``-`` is stdout) to write, never one of ``inputs``. A file is written beside itself
+    with ``like``'s permission bits (as ``cp``) and renamed into place once whole, after ``before_commit``
+    (whose failure leaves the target as it was); a device or FIFO is written directly. Raises OutputError."""
     name = str(target)
     if name == "-":
         sink = _StdoutSink()
         yield cast(BinaryIO, sink)
         sink.flush()
-        if before_commit is not None:
-            before_commit()
+        before_commit()
         return
     check_output(name, inputs=inputs)
     direct = _open_directly(name)
     if direct is not None:
-        with direct:
-            try:
-                yield direct
-                direct.flush()
-            except OSError as exc:
-                raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
-        if before_commit is not None:
-            before_commit()
+        with _write_errors(name), direct:
+            yield direct
+            direct.flush()
+        before_commit()
         return
     # A link is followed, as a shell's > or cp does: the file it names is replaced, not the link.
     final = Path(name).resolve()
-    try:
+    with _write_errors(name):
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(
             prefix=f".{final.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=final.parent
         )
-    except OSError as exc:
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     try:
-        try:
-            # mkstemp creates the file 0600; give it the mode cp would (or the replaced file's).
-            os.fchmod(fd, _mode_for(str(final), like))
+        with _write_errors(name):
+            os.fchmod(fd, _mode_for(str(final), like))  # mkstemp made it 0600
             with os.fdopen(fd, "wb") as handle:
                 yield handle
                 handle.flush()
                 os.fsync(handle.fileno())
-        except OSError as exc:
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
-        if before_commit is not None:
-            before_commit()
-        try:
+        before_commit()
+        with _write_errors(name):
             os.replace(tmp, final)
-        except OSError as exc:
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    # A zombie has ended: a killed worker whose parent died too stays one where nothing reaps orphans.
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
-
-
 def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
-    """Remove temp files that killed runs left under ``directory`` (``SIGKILL`` skips every cleanup).
-
-    Only ctxc's own temp files (``.<name>.<pid>.<random>.ctxc-tmp``) whose process is gone are removed;
-    a concurrent run's files in progress are left alone.
-    """
+    """Remove the temporary files (``.<name>.<pid>.<random>.ctxc-tmp``) that killed runs left under
+    ``directory``; those of a process still alive are left alone."""
     removed: list[Path] = []
     root = Path(directory)
     if not root.is_dir():

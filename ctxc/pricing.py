@@ -1,10 +1,6 @@
-"""What the usage a log recorded cost, from a dated price table (``prices.toml``, overridable).
-
-A call is priced at its model's rates per kind of token; an unknown model is reported as unpriced,
-never guessed. Names drop a provider prefix and a date or version suffix (``claude-sonnet-4-5-20250929``
-is ``claude-sonnet-4-5``); there is no prefix matching, which would price ``claude-opus-4-7`` as
-``claude-opus-4``.
-"""
+"""What the usage a log recorded cost, from a dated price table (``prices.toml``, overridable). Names
+drop a provider prefix and a date or version suffix; an unknown model is unpriced, never guessed (no
+prefix matching, which would price ``claude-opus-4-7`` as ``claude-opus-4``)."""
 
 from __future__ import annotations
 
@@ -148,8 +144,7 @@ def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
 
 
 def default_prices(override: str | None = None) -> PriceTable:
-    """The shipped table with the ``override`` file (else ``$CTXC_PRICES``) applied, read once per
-    process and file."""
+    """The shipped table with the ``override`` file (else ``$CTXC_PRICES``), read once per process."""
     return _cached_prices(override or os.environ.get("CTXC_PRICES") or None)
 
 
@@ -179,8 +174,8 @@ def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:
 
 
 def saving_per_turn(tokens: int, model: str | None, table: PriceTable) -> tuple[float, float] | None:
-    """What ``tokens`` fewer in the context save on every following call: at the model's input price,
-    and at its cache-read price (None when the model is unpriced)."""
+    """What ``tokens`` fewer in the context save on every following call, at the model's input and
+    cache-read prices (None when unpriced)."""
     found = table.find(model)
     if found is None:
         return None

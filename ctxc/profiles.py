@@ -45,11 +45,10 @@ PROFILES: tuple[ModelProfile, ...] = (
     # OpenAI. GPT-5 family: 400k window of which at most 272k input (128k reserved for output).
     *(
         ModelProfile(name, _O, 400_000, "o200k_base", 128_000, "input at most 272k")
-        for name in ("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5-codex", "gpt-5.1", "gpt-5.1-codex")
-    ),
-    *(
-        ModelProfile(name, _O, 400_000, "o200k_base", 128_000, "input at most 272k")
-        for name in ("gpt-5.2", "gpt-5.2-codex", "gpt-5.3-codex")
+        for name in (
+            *("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5-codex", "gpt-5.1", "gpt-5.1-codex"),
+            *("gpt-5.2", "gpt-5.2-codex", "gpt-5.3-codex"),
+        )
     ),
     ModelProfile("gpt-5.4", _O, 1_050_000, "o200k_base", 128_000, "input over 272k is billed at 2x"),
     ModelProfile("gpt-4.1", _O, 1_047_576, "o200k_base", 32_768),
@@ -98,8 +97,8 @@ def _extends(name: str, candidate: str) -> bool:
 
 
 def find_profile(model: str) -> ModelProfile | None:
-    """The profile of a model id as logs write it (dated, prefixed), or None. Beyond an exact match, an id
-    may extend a name with a dash and a non-digit ("gpt-4o-mini-tts"); "claude-opus-4-7" is another model."""
+    """The profile of a model id as logs write it (dated, prefixed), or None; an id may extend a name with
+    a dash and a non-digit ("gpt-4o-mini-tts"), but "claude-opus-4-7" is another model."""
     text = model.strip().lower()
     one_m = text.endswith(_ONE_M)
     if one_m:
@@ -129,8 +128,8 @@ def get_profile(model: str | None = None) -> ModelProfile:
 
 
 def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
-    """The context window to measure against and its model: an explicit ``window`` wins (``model`` is still
-    validated), else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
+    """The context window to measure against and its model: ``window`` if given (``model`` still checked),
+    else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
     if window is not None and window <= 0:
         raise UsageError(f"the context window must be a positive number of tokens, not {window}")
     if model is None:

@@ -1,11 +1,8 @@
 """Event reminders: restate key instructions when something happens, before instructions fade out.
 
-A rule names one trigger (``every_n_turns``, ``token_threshold`` as a count or a share of the window,
-fired on crossing it, ``tool_call``, ``keyword_in_response``, ``after_compaction``), a message and an
-optional ``max_repeats``. Rules are data (TOML ``[[reminder]]`` tables); :meth:`ReminderRules.due` is a
-pure function of the :class:`TurnState` and the :class:`ReminderState`. A reminder is injected as
-``<system-reminder id="ID">MESSAGE</system-reminder>``, so a later run can count the ones already in a
-transcript. See docs/library.md.
+Rules are data (TOML ``[[reminder]]`` tables, one trigger each); :meth:`ReminderRules.due` is a pure
+function of the turn and the state. Reminders are tagged with their rule's id, so a later run can count
+them. See docs/library.md.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from ctxc.model import Message, TextBlock, ToolUseBlock
 
 Trigger = Literal["every_n_turns", "token_threshold", "tool_call", "keyword_in_response", "after_compaction"]
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
-_RULE_KEYS = frozenset({"id", "message", "max_repeats", *TRIGGERS})
-#: The types a rule table's optional fields may have (TOML gives ints, floats, strings, bools).
+#: The types a rule table's optional fields may have.
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "every_n_turns": (int,),
     "token_threshold": (int, float),
@@ -32,13 +28,12 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "after_compaction": (bool,),
     "max_repeats": (int,),
 }
+_RULE_KEYS = frozenset({"id", "message", *_FIELD_TYPES})
 _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
-#: How a reminder appears in a conversation; the id makes earlier injections countable.
 _TAG = re.compile(r'<system-reminder id="([A-Za-z0-9_.:-]+)">')
 
 
 def read_toml(path: str | Path, missing: str, unreadable: str) -> str:
-    """The text of a TOML file; a missing or unreadable one is an :class:`InputError`."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -82,10 +77,14 @@ class ReminderRule:
                 f"reminder {self.id!r} needs exactly one trigger ({', '.join(TRIGGERS)}), "
                 f"got {', '.join(set_triggers) or 'none'}"
             )
-        tool, word = self.tool_call, self.keyword_in_response
+        tool, word, t = self.tool_call, self.keyword_in_response, self.token_threshold
+        bad_threshold = (
+            isinstance(t, bool) or (isinstance(t, float) and not 0 < t <= 1) or (isinstance(t, int) and t < 1)
+        )
         problems = {
             "every_n_turns must be at least 1": self.every_n_turns is not None and self.every_n_turns < 1,
-            _BAD_THRESHOLD: self.token_threshold is not None and _bad_threshold(self.token_threshold),
+            "token_threshold is a token count (an integer of at least 1) or a share of the window "
+            "(a number between 0 and 1)": bad_threshold,
             "tool_call names a tool": tool is not None and not tool.strip(),
             "keyword_in_response is empty": word is not None and not word.strip(),
             "max_repeats must be at least 1": self.max_repeats is not None and self.max_repeats < 1,
@@ -103,16 +102,6 @@ class ReminderRule:
         return f"{self.trigger} = {getattr(self, self.trigger)!r}".replace("True", "true")
 
 
-_BAD_THRESHOLD = (
-    "token_threshold is a token count (an integer of at least 1) or a share of the window "
-    "(a number between 0 and 1)"
-)
-
-
-def _bad_threshold(t: float) -> bool:
-    return isinstance(t, bool) or (isinstance(t, float) and not 0 < t <= 1) or (isinstance(t, int) and t < 1)
-
-
 def _is_set(value: object) -> bool:
     # ``after_compaction = false`` is unset; a zero count is set (and then rejected as out of range).
     return value is not None and value is not False
@@ -120,8 +109,8 @@ def _is_set(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TurnState:
-    """What the agent loop knows just before a model call: the responses so far (``turn``), the
-    context, the last response's tool calls and text, and whether the context was compacted since."""
+    """What the agent loop knows before a model call: responses so far (``turn``), context tokens, the
+    last response's tool calls and text, whether the context was compacted since."""
 
     turn: int
     tokens: int
@@ -156,13 +145,11 @@ class ReminderState:
 
     fired: Mapping[str, int] = field(default_factory=dict)
     last_turn: Mapping[str, int] = field(default_factory=dict)
-    #: Threshold rules whose context was above the threshold at the last check (they fire on crossing).
-    above: frozenset[str] = frozenset()
+    above: frozenset[str] = frozenset()  # threshold rules above at the last check (they fire on crossing)
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> ReminderState:
-        """The state a conversation's own history implies: the reminders already injected in it, each
-        at the turn it was injected (how ``ctxc compact --reminders`` honours ``max_repeats``)."""
+        """The reminders already injected in a conversation, each at its turn (so ``max_repeats`` holds)."""
         fired: dict[str, int] = {}
         last: dict[str, int] = {}
         for turn, m in _numbered(messages):
@@ -238,16 +225,14 @@ class ReminderRules:
 
 
 def _typed_fields(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
-    """The optional fields of a rule table, type-checked."""
-    for key, types in _FIELD_TYPES.items():
-        if key not in table:
-            continue
-        value = table[key]
+    given = {key: table[key] for key in _FIELD_TYPES if key in table}
+    for key, value in given.items():
+        types = _FIELD_TYPES[key]
         if isinstance(value, bool) and bool not in types:
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, not a boolean")
         if not isinstance(value, types):
             raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, got {value!r}")
-    return {key: table[key] for key in _FIELD_TYPES if key in table}
+    return given
 
 
 def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set[str]) -> str | None:
@@ -258,8 +243,8 @@ def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set
             return None
         origin = "it last fired" if rule.id in state.last_turn else "the start"
         return f"{turn.turn - since} turns since {origin}"
-    if rule.token_threshold is not None:
-        limit = _limit(rule.token_threshold, turn.window)
+    if (t := rule.token_threshold) is not None:
+        limit = t if not isinstance(t, float) else int(t * turn.window) if turn.window else None
         if limit is None:
             return None
         if turn.tokens <= limit:
@@ -274,12 +259,6 @@ def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set
         word = rule.keyword_in_response
         return f"{word!r} in response" if word.lower() in turn.response.lower() else None
     return "context compacted" if rule.after_compaction and turn.compacted else None
-
-
-def _limit(threshold: float, window: int | None) -> int | None:
-    if isinstance(threshold, float):
-        return int(threshold * window) if window else None
-    return threshold
 
 
 def last_response(messages: Sequence[Message]) -> tuple[tuple[str, ...], str]:
@@ -319,21 +298,19 @@ def due_at_end(
     window: int | None = None,
     compacted: bool = False,
 ) -> tuple[Reminder, ...]:
-    """The reminders due at the end of a recorded conversation, given the reminders already in it (what
-    ``ctxc compact --reminders`` runs: ``tokens`` called for compaction; ``compacted``: it changed it)."""
+    """The reminders due at the end of a recorded conversation, given those already in it."""
     calls, text = last_response(messages)
     turn = TurnState(count_turns(messages), tokens, window, calls, text, compacted)
     return rules.due(turn, ReminderState.from_messages(messages))[0]
 
 
 def reminder_message(reminders: Sequence[Reminder], *, after: Message | None = None) -> Message:
-    """One new user message carrying ``reminders``, placed after ``after`` (no records of its own:
-    the format's writer encodes it), with ``after``'s index and line so reports place it there."""
+    """One new user message carrying ``reminders``, placed (and reported) where ``after`` is."""
     return Message(
         role="user",
         blocks=(TextBlock("\n\n".join(r.text for r in reminders)),),
-        line=after.line if after is not None else 0,
-        index=after.index if after is not None else 0,
-        conversation=after.conversation if after is not None else 0,
+        line=after.line if after else 0,
+        index=after.index if after else 0,
+        conversation=after.conversation if after else 0,
         meta={"ctxc": "reminder", "rules": tuple(r.rule for r in reminders)},
     )

@@ -6,15 +6,15 @@ import copy
 import csv
 import io
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
 from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
-from ctxc.terminal import UNWRAPPED
+from ctxc.terminal import UNWRAPPED, visible
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
@@ -77,31 +77,46 @@ def _stat(s: MessageStat) -> dict[str, Any]:
     }
 
 
-CSV_COLUMNS = (
-    "path",
-    "conversation",
-    "index",
-    "line",
-    "role",
-    "kind",
-    "tool",
-    "tokens",
-    "cumulative",
-    "share",
-    "stage",
-)
+def csv_text(columns: str, rows: Iterable[Mapping[str, Any]]) -> str:
+    """``rows`` as CSV under a header of the space-separated ``columns`` (other keys are left out)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, columns.split(), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 def analyses_to_csv(items: Sequence[Analysis]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(
-        {**s._asdict(), "path": a.path, "tool": s.tool or "", "share": f"{s.share:.6f}"}
-        for a in items
-        for s in a.messages
+    return csv_text(
+        "path conversation index line role kind tool tokens cumulative share stage",
+        (
+            {**s._asdict(), "path": a.path, "tool": s.tool or "", "share": f"{s.share:.6f}"}
+            for a in items
+            for s in a.messages
+        ),
     )
-    return buf.getvalue()
+
+
+def cells(*values: Any) -> list[Any]:
+    """Table cells shown exactly as given: a str is not parsed for rich markup and emoji codes (a file
+    "[draft]:ok:.jsonl" would print as "🆗.jsonl"), and its control characters are shown as escapes."""
+    from rich.text import Text
+
+    return [Text(visible(v)) if isinstance(v, str) else v for v in values]
+
+
+def make_table(
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Collection[str] = (), **options: Any
+) -> Any:
+    """A rich table of ``rows`` (see :func:`cells`); the columns named in ``right`` are right-justified."""
+    from rich.table import Table
+
+    out = Table(**options)
+    for name in columns:
+        out.add_column(name, justify="right" if name in right else "left")
+    for row in rows:
+        out.add_row(*cells(*row))
+    return out
 
 
 _STAGE_STYLES = {1: "green", 2: "cyan", 3: "yellow", 4: "dark_orange", 5: "red"}
@@ -115,23 +130,18 @@ _SOURCES = {
 def _head(a: Analysis, what: str) -> Any:
     from rich.text import Text
 
-    head = Text()
-    head.append(a.path, style="bold")
-    head.append(f"  {a.format}  ·  {what}")
-    return head
+    return Text.assemble((a.path, "bold"), f"  {a.format}  ·  {what}")
 
 
 def _stage_line(a: Analysis, window: str, note: str = "") -> Any:
     """``N tokens`` + ``window`` + share and stage (in its colour) + ``note``."""
     from rich.text import Text
 
-    line = Text()
-    line.append(f"{a.max_context:,} tokens", style="bold")
-    line.append(window)
-    line.append(f"  {a.share * 100:.1f}%  ")
-    line.append(f"stage {a.stage}: {STAGE_NAMES[a.stage]}", style=_STAGE_STYLES[a.stage])
-    line.append(note)
-    return line
+    stage = f"stage {a.stage}: {STAGE_NAMES[a.stage]}"
+    share = f"  {a.share * 100:.1f}%  "
+    return Text.assemble(
+        (f"{a.max_context:,} tokens", "bold"), window, share, (stage, _STAGE_STYLES[a.stage]), note
+    )
 
 
 def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
@@ -151,14 +161,12 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     out.append(_message_table(a, show_messages))
     if a.usage:
         u = a.usage
-        usage = Text()
-        usage.append("recorded usage: ", style="bold")
-        usage.append(
+        figures = (
             f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
             f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
             f"output {u.output:,}" + (f", window {u.window:,}" if u.window else "")
         )
-        out.append(usage)
+        out.append(Text.assemble(("recorded usage: ", "bold"), figures))
         if u.cost is not None:
             out.append(Text(cost_line(u.cost)))
     out.extend(boundary_lines(a))
@@ -166,13 +174,21 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         claude, o200k, ratio = a.versus_o200k
         out.append(Text(f"{a.tokenizer}: {claude:,} tokens vs o200k_base {o200k:,}: ratio {ratio:.3f}"))
     if a.forecast:
-        out.append(_forecast_table(a))
+        rows = [
+            (str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}") for f in a.forecast
+        ]
+        columns = ("stage", "strategies", "could remove", "adaptive plan removes")
+        forecast = make_table(
+            columns,
+            rows,
+            right=("stage", "could remove", "adaptive plan removes"),
+            title="forecast at this window",
+            title_justify="left",
+        )
+        out.append(Fitted(forecast, keys=1))
     if a.problems:
-        from ctxc.terminal import visible
-
-        t = Text(f"{len(a.problems)} pairing problem(s): ", style="yellow")
-        t.append(visible("; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")))
-        out.append(t)
+        listed = "; ".join(str(p) for p in a.problems[:3]) + (" …" if len(a.problems) > 3 else "")
+        out.append(Text.assemble(f"{len(a.problems)} pairing problem(s): ", visible(listed), style="yellow"))
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid line(s) skipped", style="yellow"))
     return out
@@ -180,60 +196,45 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
 
 def _group_tables(a: Analysis) -> list[Any]:
     """Tokens by role, by kind and by tool (the eight largest tools), a small table each."""
-    from rich.table import Table
-
-    from ctxc.cli.options import cells
-
     groups = []
     for name, items in (("role", a.by_role), ("kind", a.by_kind), ("tool", a.by_tool)):
         if items:
-            group = Table(box=None, pad_edge=False, show_edge=False)
-            group.add_column(f"by {name}", style="bold")
-            group.add_column("tokens", justify="right")
-            for key, tokens in list(items.items())[: 8 if name == "tool" else None]:
-                group.add_row(*cells(key, f"{tokens:,}"))
+            rows = [
+                (key, f"{tokens:,}") for key, tokens in list(items.items())[: 8 if name == "tool" else None]
+            ]
+            group = make_table(
+                (f"by {name}", "tokens"), rows, right=("tokens",), box=None, pad_edge=False, show_edge=False
+            )
+            group.columns[0].style = "bold"
             groups.append(group)
     return groups
 
 
 def _message_table(a: Analysis, show_messages: bool) -> Any:
-    from rich.table import Table
-
-    from ctxc.cli.options import cells
-
-    rows = a.messages if show_messages else a.largest
-    title = "messages" if show_messages else f"largest {len(rows)} messages"
-    table = Table(title=title, title_justify="left")
-    for col in ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage"):
-        table.add_column(col, justify="left" if col in ("role", "kind", "tool") else "right")
-    for s in rows:
-        table.add_row(
-            *cells(
-                str(s.index),
-                str(s.line),
-                s.role,
-                s.kind,
-                s.tool or "",
-                f"{s.tokens:,}",
-                f"{s.cumulative:,}",
-                f"{s.share * 100:.1f}%",
-                str(s.stage),
-            )
+    rows = [
+        (
+            str(s.index),
+            str(s.line),
+            s.role,
+            s.kind,
+            s.tool or "",
+            f"{s.tokens:,}",
+            f"{s.cumulative:,}",
+            f"{s.share * 100:.1f}%",
+            str(s.stage),
         )
-    return Fitted(table, optional=("stage", "line", "window"))
-
-
-def _forecast_table(a: Analysis) -> Any:
-    from rich.table import Table
-
-    from ctxc.cli.options import cells
-
-    table = Table(title="forecast at this window", title_justify="left")
-    for col in ("stage", "strategies", "could remove", "adaptive plan removes"):
-        table.add_column(col, justify="left" if col == "strategies" else "right")
-    for f in a.forecast:
-        table.add_row(*cells(str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}"))
-    return Fitted(table, keys=1)
+        for s in (a.messages if show_messages else a.largest)
+    ]
+    title = "messages" if show_messages else f"largest {len(rows)} messages"
+    columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
+    messages = make_table(
+        columns,
+        rows,
+        right=("#", "line", "tokens", "cumulative", "window", "stage"),
+        title=title,
+        title_justify="left",
+    )
+    return Fitted(messages, optional=("stage", "line", "window"))
 
 
 def _apart_lines(a: Analysis) -> list[Any]:
@@ -265,12 +266,9 @@ def boundary_lines(a: Analysis) -> list[Any]:
 
     out: list[Any] = []
     for b in compactions(a.boundaries):
-        t = Text("compaction in log: ", style="bold")
         trigger = f" ({b.trigger})" if b.trigger else ""
-        t.append(
-            f"line {b.line} {b.kind}{trigger}" + (f", {b.pre_tokens:,} tokens before" if b.pre_tokens else "")
-        )
-        out.append(t)
+        before = f", {b.pre_tokens:,} tokens before" if b.pre_tokens else ""
+        out.append(Text(f"compaction in log: line {b.line} {b.kind}{trigger}{before}", style="bold"))
     return out
 
 
@@ -289,12 +287,14 @@ def print_table(
     console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
 
 
+@dataclass
 class Late:
     """A renderable shown only once ``delay`` seconds have passed since it was made: a quick run ends
     as quietly as it began, a long one still says what it is doing."""
 
-    def __init__(self, inner: Any, delay: float = 1.0) -> None:
-        self.inner, self.delay, self.start = inner, delay, time.monotonic()
+    inner: Any
+    delay: float = 1.0
+    start: float = field(default_factory=time.monotonic)
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         if time.monotonic() - self.start >= self.delay:
@@ -319,18 +319,17 @@ class SideBySide:
             yield from self.tables
 
 
+@dataclass
 class Fitted:
-    """A rich table laid out so that no value is cut, at whatever width it is printed.
+    """A rich table laid out so that no value is cut: ``optional`` columns are left out, in that order, when
+    it cannot fit otherwise; the ``keys`` leading columns identify a row (repeated when columns go in
+    groups); ``fold`` names free-text columns whose long words may be folded."""
 
-    ``optional`` names columns to leave out, in that order, when the table cannot fit otherwise;
-    ``keys`` is how many leading columns identify a row (repeated when the columns are shown in
-    groups); ``fold`` names free-text columns whose long words may be folded.
-    """
-
-    def __init__(
-        self, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
-    ) -> None:
-        self.table, self.optional, self.keys, self.fold = table, tuple(optional), keys, tuple(fold)
+    table: Any
+    _: KW_ONLY
+    optional: Sequence[str] = ()
+    keys: int = 0
+    fold: Sequence[str] = ()
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         table, fold = self.table, self.fold
@@ -402,13 +401,10 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
 def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
     sub = copy.copy(table)
-    sub.columns = []
-    for index, number in enumerate(shown):
-        column = copy.copy(table.columns[number])
+    sub.columns = [copy.copy(table.columns[number]) for number in shown]
+    for index, column in enumerate(sub.columns):
         column._index = index
-        sub.columns.append(column)
-    if not title:
-        sub.title = None
+    sub.title = table.title if title else None
     return sub
 
 
@@ -475,14 +471,12 @@ def render_usage(a: Analysis) -> list[Any]:
         return out
     model = f" ({a.model})" if a.model else ""
     out.append(_stage_line(a, f" largest context of a {a.window:,} window{model}"))
-    body = Text()
-    body.append(f"{u.calls:,} API calls", style="bold")
-    body.append(
+    figures = (
         f", last context {u.last_context:,}; input {u.input:,}, cache read {u.cache_read:,}, "
         f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
         + (f"; recorded window {u.window:,}" if u.window else "")
     )
-    out.append(body)
+    out.append(Text.assemble((f"{u.calls:,} API calls", "bold"), figures))
     if u.cost is not None:
         out.append(Text(cost_line(u.cost)))
     out.extend(boundary_lines(a))

@@ -1,8 +1,5 @@
-"""Make a conversation valid for the API it targets, changing as little as possible.
-
-Reused or missing call ids are fixed first; then orphan results are removed and unanswered calls get a
-"no result recorded" result right after their turn, in the conversation's own dialect.
-"""
+"""Make a conversation valid for its API, changing as little as possible: reused or missing call ids are
+fixed, orphan results removed, and unanswered calls get a "no result" result right after their turn."""
 
 from __future__ import annotations
 

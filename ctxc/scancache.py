@@ -29,7 +29,7 @@ from ctxc.validate import Problem
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 5  # 5: rows carry the thinking tokens of messages of another kind
+_LAYOUT = 6  # 6: boundaries name the messages whose thinking the client does not send
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 
@@ -98,7 +98,8 @@ def load_scan(key: str, path: str) -> Scan | None:
             rows=tuple(tuple(r) for r in data["rows"]),
             usage=tuple(Usage(**u) for u in data["usage"]),
             boundaries=tuple(
-                Boundary(**{**b, "abandoned": tuple(b.get("abandoned", ()))}) for b in data["boundaries"]
+                Boundary(**{**b, **{k: tuple(b.get(k, ())) for k in ("abandoned", "unsent_thinking")}})
+                for b in data["boundaries"]
             ),
             problems=tuple(Problem(**p) for p in data["problems"]),
             skipped_lines=int(data["skipped_lines"]),

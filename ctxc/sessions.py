@@ -1,9 +1,6 @@
-"""Where Claude Code and Codex keep their sessions, and finding one by id, id prefix or ``latest``.
-
-Claude Code: ``$CLAUDE_CONFIG_DIR/projects/<cwd, non-alphanumerics as ->/<id>.jsonl``; Codex:
-``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`` (cwd in ``session_meta``). Subagent logs
-are not sessions a user resumes, so they are not listed.
-"""
+"""Where Claude Code (``$CLAUDE_CONFIG_DIR/projects/<cwd>/<id>.jsonl``) and Codex
+(``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``) keep their sessions, and finding one by
+id, id prefix or ``latest``. Subagent logs are not sessions a user resumes, so they are not listed."""
 
 from __future__ import annotations
 
@@ -19,11 +16,11 @@ import orjson
 from ctxc.errors import InputError, UsageError
 
 AGENTS = ("claude-code", "codex")
-#: A session reference that means "the newest session of this directory's project".
+#: The newest session of this directory's project.
 LATEST = "latest"
 #: Shorter prefixes match too much to be a deliberate reference.
 MIN_PREFIX = 4
-#: How much of a file's head is read for its working directory (a Codex ``session_meta`` can be long).
+#: How much of a file's head is read for its working directory (a Codex ``session_meta`` is long).
 _HEAD_BYTES = 1 << 20
 _HEAD_LINES = 30
 _CODEX_FILE = re.compile(r"rollout-.*([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl")
@@ -32,35 +29,31 @@ _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 @dataclass(frozen=True)
 class Session:
-    """One session file of a coding agent."""
+    """One session file of a coding agent; ``project`` is the working directory it recorded, ``modified``
+    its last activity."""
 
     id: str
     agent: str
     path: Path
-    #: The working directory the session recorded (None when its head does not say).
     project: str | None
-    #: The file's modification time (seconds since the epoch): the session's last activity.
     modified: float
     size: int
 
     @property
     def resume_command(self) -> str:
-        """The command that resumes this session in its client."""
         return f"claude --resume {self.id}" if self.agent == "claude-code" else f"codex resume {self.id}"
 
 
 def claude_home() -> Path:
-    """Claude Code's configuration directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
     return Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
 
 
 def codex_home() -> Path:
-    """Codex's home: ``$CODEX_HOME``, else ``~/.codex``."""
     return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
 
 
 def claude_project_dir(cwd: str | os.PathLike[str]) -> str:
-    """The directory name Claude Code files a working directory's sessions under."""
+    """The directory name Claude Code files a working directory's sessions under (non-alphanumerics as -)."""
     return _NOT_ALNUM.sub("-", os.fspath(cwd))
 
 
@@ -153,8 +146,8 @@ def looks_like_reference(text: str) -> bool:
 
 
 def resolve_session(reference: str, *, cwd: str | None = None) -> Session:
-    """The session ``reference`` names: ``latest`` (the newest session of the project of ``cwd``, the
-    current directory by default), a session id, or a prefix of exactly one id."""
+    """The session ``reference`` names: ``latest`` (the newest of the project of ``cwd``), an id, or a
+    prefix of exactly one id."""
     if reference == LATEST:
         project = os.path.abspath(cwd or os.getcwd())
         mine = find_sessions(project=project)

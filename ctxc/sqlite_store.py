@@ -1,7 +1,5 @@
-"""The SQLite file behind ctxc's caches: WAL mode and a busy timeout so processes can share it, and a
-store that never fails a run: any error turns it off for the run with one warning per file and
-process. ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
-"""
+"""The SQLite file behind ctxc's caches, shared by processes (WAL, busy timeout); a store that never
+fails a run: an error turns it off with one warning per file and process (as ``CTXC_NO_CACHE=1`` does)."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ T = TypeVar("T")
 
 
 def in_batches(values: Sequence[T], size: int = 500) -> Iterator[tuple[list[T], str]]:
-    """``values`` in slices of at most ``size`` (under SQLite's limit on variables), each with its
-    ``?,?,...`` marks for an ``IN (...)``."""
+    """``values`` in slices under SQLite's limit on variables, each with its ``?,?,...`` for an ``IN``."""
     for start in range(0, len(values), size):
         part = list(values[start : start + size])
         yield part, ",".join("?" * len(part))
@@ -53,10 +50,8 @@ def open_wal(
     *,
     page_size: int | None = None,
 ) -> sqlite3.Connection:
-    """Connect in autocommit mode, switch to WAL, then run ``setup`` (create tables); ``page_size``
-    applies to a file created now. Set-up is retried within ``timeout``: switching to WAL can get
-    "database is locked" at once, without the busy handler, while another process sets up the file.
-    """
+    """Connect in autocommit mode, switch to WAL and run ``setup``, retried within ``timeout``: switching
+    to WAL can fail with "database is locked" at once, without the busy handler."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -82,8 +77,8 @@ def open_wal(
 
 
 class SqliteStore:
-    """Subclasses give ``NAME`` ("token"), ``FILENAME`` (in ctxc's cache folder unless a ``path`` is
-    given), ``TABLE``, its ``SCHEMA`` and ``PURPOSE`` ("counting without it")."""
+    """Subclasses give ``NAME`` ("token"), ``FILENAME`` (in the cache folder), ``TABLE``, ``SCHEMA`` and
+    ``PURPOSE`` ("counting without it")."""
 
     NAME: ClassVar[str]
     FILENAME: ClassVar[str]
@@ -103,7 +98,6 @@ class SqliteStore:
         return not self._off
 
     def _fail(self, exc: BaseException) -> None:
-        """Turn the store off for this run and say so once per path and process."""
         self._off = True
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
@@ -140,7 +134,7 @@ class SqliteStore:
                 return None
 
     def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        """Run ``sql`` for every row in one immediate transaction (one writer at a time)."""
+        """Run ``sql`` for every row in one immediate transaction."""
         if not rows:
             return
         with self._lock:

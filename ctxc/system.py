@@ -25,8 +25,7 @@ def cpu_count() -> int:
 
 
 def cache_dir() -> Path:
-    """Where ctxc keeps what it can recompute: ``$CTXC_CACHE_DIR``, else ``$XDG_CACHE_HOME/ctxc``, else
-    ``~/.cache/ctxc``."""
+    """Where ctxc keeps what it can recompute: ``$CTXC_CACHE_DIR``, else the user's cache folder."""
     base = os.environ.get("CTXC_CACHE_DIR")
     if base:
         return Path(base)
@@ -41,8 +40,7 @@ def file_identity(path: str | os.PathLike[str], st: os.stat_result) -> str:
 
 
 def scanned_marker(path: str | os.PathLike[str], st: os.stat_result) -> Path:
-    """Where the analysis cache (:mod:`ctxc.scancache`) notes that it holds a scan of this very file:
-    a run it will serve needs no counting worker."""
+    """Where the analysis cache notes that it holds a scan of this very file (then no worker is needed)."""
     digest = hashlib.blake2b(file_identity(path, st).encode(), digest_size=20).hexdigest()
     return cache_dir() / "analyses" / "scanned" / digest
 
@@ -68,8 +66,7 @@ def interrupts_held() -> Iterator[None]:
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a bulk read: reading makes many containers and almost no
-    cycles, and the young collections would walk them again and again."""
+    """Pause the cyclic garbage collector for a bulk read, which makes many containers and no cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -84,9 +81,8 @@ def gc_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Within, SIGTERM raises :class:`KeyboardInterrupt` in the main thread, so ``kill`` and a CI
-    cancel unwind through the same cleanup as Ctrl-C (exit 130). Elsewhere than the main thread it
-    does nothing."""
+    """Within, SIGTERM raises KeyboardInterrupt in the main thread, so ``kill`` and a CI cancel unwind
+    through the same cleanup as Ctrl-C (exit 130)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -118,7 +114,7 @@ def _wait_gone(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)  # Linux 5.3+: readable once the process has ended, no polling
     except (AttributeError, OSError):
-        while _alive(pid):  # elsewhere, or already gone: ask once a second
+        while pid_alive(pid):  # elsewhere, or already gone: ask once a second
             time.sleep(1.0)
         return
     try:
@@ -127,11 +123,14 @@ def _wait_gone(pid: int) -> None:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # exists, owned by someone else
         return True
+    # A zombie has ended: a killed worker whose parent died too stays one where nothing reaps orphans.
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True

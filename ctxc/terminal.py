@@ -9,6 +9,8 @@ from typing import Any
 
 #: C0 controls but tab and newline, DEL, and C1 controls (a terminal may read U+009B as CSI).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: The same but a CRLF's carriage return: what :func:`visible` escapes.
+_ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 
 #: The width of a console off a terminal: lines to a pipe or file are never wrapped (one record a line).
 UNWRAPPED = 1 << 16
@@ -19,18 +21,15 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``); tab, newline and
-    a CRLF's carriage return stay, a lone carriage return (it could hide the line) shows as ``\\x0d``."""
-    if _CONTROL.search(text) is None:
-        return text
-    if "\r\n" in text:
-        return "\r\n".join(_CONTROL.sub(_escape, part) for part in text.split("\r\n"))
-    return _CONTROL.sub(_escape, text)
+    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``) but tab, newline
+    and a CRLF's carriage return (a lone one could hide the line)."""
+    # A character class alone scans at C speed: text without controls (most) is not run through _ESCAPED.
+    return text if _CONTROL.search(text) is None else _ESCAPED.sub(_escape, text)
 
 
 def visible_console(**options: Any) -> Any:
-    """A rich Console that shows control characters as :func:`visible` does (rich strips only a few): the
-    last defence for text that reached a renderable unescaped. Its own styles are untouched."""
+    """A rich Console that shows control characters as :func:`visible` does (rich strips only a few), for
+    text that reached a renderable unescaped."""
     from rich.console import Console
     from rich.segment import Segment
 

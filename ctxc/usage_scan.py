@@ -1,12 +1,6 @@
-"""Recorded usage only (``ctxc analyze --tokenizer usage``): what the log says the API calls cost.
-
-Claude Code and Codex logs record every call's tokens, so no tokenizer and no message model are
-needed: the raw bytes are searched for the adapter's ``usage_needles`` and only those lines are parsed.
-The figures equal the full reader's (:attr:`ctxc.model.Transcript.usage`; the tests hold them equal),
-but a broken line that carries no usage is not reported (``--skip-invalid`` counts only usage lines).
-Formats without needles go through the full reader, still without tokenizing. A file that records no
-usage at all is an error, not a silent zero.
-"""
+"""Recorded usage only (``ctxc analyze --tokenizer usage``): only the lines holding the adapter's
+``usage_needles`` are parsed, with the figures of the full reader; formats without needles go through
+the full reader, uncounted. A file that records no usage is an error, not a silent zero."""
 
 from __future__ import annotations
 
@@ -21,13 +15,10 @@ import orjson
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
-from ctxc.formats.claude_code import (
-    _BOUNDARIES,
-    _MAX_OPEN_RECORDS,
-    _RECENT_IDS,
-    _SYNTHETIC_MODEL,
-    hour_writes,
-)
+from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS
+from ctxc.formats.claude_code import _max_usage as max_usage
+from ctxc.formats.claude_code import _usage as usage_of
+from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
@@ -51,7 +42,6 @@ class UsageScan:
     format: str
     usage: tuple[Usage, ...]
     boundaries: tuple[Boundary, ...]
-    #: Usage lines skipped as invalid under ``--skip-invalid`` (only usage lines are parsed).
     skipped_lines: int = 0
     #: True when only the usage lines were parsed; False when the full reader was used.
     fast: bool = False
@@ -63,8 +53,7 @@ def scan_usage(
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
 ) -> UsageScan:
-    """The usage a transcript recorded (a path, ``-`` for stdin, or a binary stream); an
-    :class:`~ctxc.errors.InputError` when it records none, besides the reader's usual errors."""
+    """The usage a transcript (a path, ``-`` or a binary stream) recorded; InputError when none."""
     name, handle = open_binary(src)
     owned = isinstance(src, str | os.PathLike) and name != "-"
     try:
@@ -112,7 +101,7 @@ def _scan_buffer(
             stream.close()
         return UsageScan(name, stream.adapter.name, usage, boundaries, len(stream.invalid_lines))
     lines = _Lines(buf, name, options)
-    # Claude Code's hand-written loop equals its reader over these lines (tested), in half the time.
+    # Claude Code's own loop equals its reader over these lines (tested), without building messages.
     if adapter.name == "claude-code":
         usage, boundaries, skipped = _claude_code(lines, adapter.usage_needles)
     else:
@@ -123,8 +112,7 @@ def _scan_buffer(
 
 
 def _head_records(buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> Iterator[Record]:
-    """The records sniffing looks at: whole lines up to 64 KB at the head of the buffer, which say as
-    much as the reader's 40 records for these formats at a fraction of the parsing."""
+    """The records sniffing looks at: whole lines up to 64 KB at the head of the buffer."""
     end, lines = 0, 0
     while lines < SNIFF_RECORDS * 2 and (end < _SNIFF_HEAD or lines == 0):
         nl = buf.find(_NL, end)
@@ -152,8 +140,7 @@ def _usage_and_boundaries(items: Iterable[object]) -> tuple[tuple[Usage, ...], t
 
 
 class _Lines:
-    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers
-    (counted with ``find`` jumps from one wanted line to the next, never by splitting the buffer)."""
+    """The lines of a buffer that hold any of some byte strings, parsed, with their line numbers."""
 
     def __init__(self, buf: bytes | mmap.mmap, name: str, options: ReadOptions) -> None:
         self.buf, self.name, self.options = buf, name, options
@@ -205,19 +192,12 @@ class _Lines:
 
 
 def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
-    """Usage of each response (split records merged by ``message.id``) and the compaction boundaries.
-
-    Mirrors :mod:`ctxc.formats.claude_code`: an open response takes the field-wise maximum of its
-    records' usage and closes when an assistant record with another id comes; a late part of a recently
-    closed response is not counted again; synthetic turns are not API calls. Plain integers until the
-    end: this runs once per line of a large log.
-    """
-    calls: list[tuple[list[int], str | None]] = []  # [input, output, cache read/write, 1h, line], model
+    """Usage of each response (split records merged by ``message.id``) and the compaction boundaries,
+    read as :mod:`ctxc.formats.claude_code` reads them, without building the messages."""
+    calls: list[Usage | None] = []  # one per response; None when it recorded no usage
     boundaries: list[Boundary] = []
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
-    open_call: list[int] | None = None
-    open_model: str | None = None
     open_records = 0
     for line, _raw, data in lines.parsed(needles):
         if not isinstance(data, dict):
@@ -231,28 +211,10 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         message = data.get("message")
         if rtype != "assistant" or not isinstance(message, dict):
             continue
-        mid = message.get("id")
-        mid = mid if isinstance(mid, str) else None
-        u = message.get("usage")
-        call = None
-        model = message.get("model")
-        if isinstance(u, dict) and model != _SYNTHETIC_MODEL:
-            call = [
-                _int(u.get("input_tokens")),
-                _int(u.get("output_tokens")),
-                _int(u.get("cache_read_input_tokens")),
-                _int(u.get("cache_creation_input_tokens")),
-                hour_writes(u),
-                line,
-            ]
-        model = model if isinstance(model, str) and model and not model.startswith("<") else None
+        mid = str_or_none(message.get("id"))
+        usage = None if message.get("model") == SYNTHETIC_MODEL else usage_of(message, line)
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
-            # Every part repeats the usage and output_tokens grows as the response streams.
-            if open_call is not None and call is not None:
-                open_call[:5] = map(max, open_call[:5], call[:5])
-            elif call is not None:
-                open_call = call
-                calls.append((call, open_model))
+            calls[-1] = max_usage(calls[-1], usage)
             open_records += 1
             continue
         if open_id is not None:
@@ -260,12 +222,9 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             closed[open_id] = None
             if len(closed) > _RECENT_IDS:
                 del closed[next(iter(closed))]
-        open_id, open_records, open_model = mid, 1, model
-        open_call = None if mid in closed else call
-        if open_call is not None:
-            calls.append((open_call, model))
-    usage = tuple(Usage(i, o, r, w, line=at, model=m, cache_write_1h=h) for (i, o, r, w, h, at), m in calls)
-    return usage, tuple(boundaries), lines.skipped
+        open_id, open_records = mid, 1
+        calls.append(None if mid in closed else usage)  # a late part of a closed response counts once
+    return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
 
 
 def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
@@ -282,13 +241,8 @@ def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) ->
     )
 
 
-def _int(value: Any) -> int:
-    return value if type(value) is int else 0  # not bool, which is an int subclass
-
-
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
-    """The adapter's own reader over only the lines holding its ``usage_needles``: the usage and
-    boundaries it yields over the whole file come from these lines alone."""
+    """The adapter's own reader over only the lines holding its ``usage_needles``."""
     records = (
         (n, Record(line=line, raw=raw, eol=b"", data=data))
         for n, (line, raw, data) in enumerate(lines.parsed(adapter.usage_needles))
@@ -315,8 +269,8 @@ def usage_analysis(
     thresholds: tuple[float, float, float, float] = DEFAULT_THRESHOLDS,
     prices: PriceTable | None = None,
 ) -> Analysis:
-    """An :class:`~ctxc.report.Analysis` from recorded usage alone: ``max_context`` is the largest context
-    a call sent since the log's own last compaction; ``window`` and ``model`` default to the log's."""
+    """An Analysis from recorded usage alone: ``max_context`` is the largest context a call sent since
+    the log's own last compaction."""
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage, prices)
     since = _live_since(scan)

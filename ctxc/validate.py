@@ -1,8 +1,5 @@
-"""Tool-call pairing and role checks over the model, independent of any file format.
-
-``loose``: every result answers some earlier call (a real log). ``strict``: an API would accept it, each
-result right after its call's turn (compaction output). Both report reused and missing ids.
-"""
+"""Tool-call pairing and role checks over the model, for any format. Loose: every result answers an
+earlier call (a real log); strict: each result right after its call's turn, as an API takes it."""
 
 from __future__ import annotations
 
@@ -87,8 +84,7 @@ class _Conversation:
         self.answered: set[str] = set()
         self.reported: set[str] = set()  # calls already reported unanswered
         self.terminal: set[str] = set()  # calls that end the run: never unanswered
-        # Calls of the latest assistant turn, answerable up to the next one: consecutive user or tool
-        # messages form one API message (Anthropic merges them, OpenAI sends one tool message per result).
+        # Calls of the latest assistant turn, answerable up to the next (user and tool messages between).
         self.open_calls: set[str] = set()
         self.prev_role = ""
 
@@ -98,9 +94,8 @@ class _Conversation:
             if mark:
                 self.reported.add(tid)
             line, index, name = self.calls[tid]
-            found.append(
-                Problem("unanswered_call", f"tool call {tid!r} ({name}) {why}", line, index, tid, self.number)
-            )
+            text = f"tool call {tid!r} ({name}) {why}"
+            found.append(Problem("unanswered_call", text, line, index, tid, self.number))
         return found
 
     def add(self, m: Message, strict: bool) -> None:
@@ -121,9 +116,8 @@ class _Conversation:
             if tid in self.answered and tid in calls:
                 problems.append(_problem("duplicate_result", f"second result for tool call {tid!r}", m, tid))
             elif tid not in calls:
-                problems.append(
-                    _problem("orphan_result", f"tool result {tid!r} answers no earlier tool call", m, tid)
-                )
+                why = f"tool result {tid!r} answers no earlier tool call"
+                problems.append(_problem("orphan_result", why, m, tid))
             elif strict and tid not in self.open_calls:
                 why = f"tool result {tid!r} does not follow its call's turn"
                 problems.append(_problem("result_not_adjacent", why, m, tid))
@@ -160,9 +154,8 @@ def role_problems(messages: Iterable[Message]) -> list[Problem]:
                 why = f"tool result {b.tool_use_id!r} in a {m.role} message"
                 problems.append(_problem("result_outside_user_or_tool", why, m, b.tool_use_id))
             elif isinstance(b, ToolUseBlock) and m.role != "assistant":
-                problems.append(
-                    _problem("call_outside_assistant", f"tool call {b.id!r} in a {m.role} message", m, b.id)
-                )
+                why = f"tool call {b.id!r} in a {m.role} message"
+                problems.append(_problem("call_outside_assistant", why, m, b.id))
         if m.role == "tool" and not any(isinstance(b, ToolResultBlock) for b in m.blocks):
             problems.append(_problem("tool_message_without_result", "tool message carries no tool result", m))
     return problems

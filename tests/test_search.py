@@ -104,12 +104,21 @@ def test_split_text_respects_the_limit_and_overlaps_short_lines() -> None:
     st.lists(st.sampled_from(["a", "bb", " ", "\n", "\n\n", "word ", "x" * 7]), max_size=80),
     st.integers(min_value=3, max_value=40),
 )
-def test_splitting_at_line_ends_equals_splitting_line_by_line(parts: list[str], limit: int) -> None:
-    from ctxc.search.chunks import _split_at_line_ends, _split_by_lines
-
+def test_split_text_keeps_every_line_in_order_in_pieces_under_the_limit(parts: list[str], limit: int) -> None:
     text = "".join(parts).strip("\n")
-    if len(text) > limit and max(map(len, text.split("\n"))) <= limit:
-        assert _split_at_line_ends(text, limit) == _split_by_lines(text, limit)
+    pieces = split_text(text, limit)
+    assert all(len(p) <= limit and p.strip() for p in pieces)
+    if max(map(len, text.split("\n"))) <= limit:
+        # Each piece is a run of the text's lines; together, with overlaps, they hold every non-blank line.
+        lines = text.split("\n")
+        at = 0
+        for p in pieces:
+            run = p.split("\n")
+            starts = [i for i in range(max(at - 1, 0), len(lines)) if lines[i : i + len(run)] == run]
+            assert starts, p
+            assert not any(line.strip() for line in lines[at : starts[0]])  # no line left out
+            at = starts[0] + len(run)
+        assert not any(line.strip() for line in lines[at:])
 
 
 def test_split_text_cuts_a_huge_line_at_spaces() -> None:

@@ -83,6 +83,18 @@ def test_import_is_lazy() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def test_the_counting_workers_fork_before_the_count_cache_is_imported() -> None:
+    # ctxc/__main__.py forks the workers right after importing ctxc.tokens.workers: what that imports
+    # delays them (the cache's SQLite, archive and output modules cost a small analyze ~20 ms).
+    code = (
+        "import sys\n"
+        "import ctxc.tokens.workers\n"
+        "heavy = {'sqlite3', 'ctxc.tokens.cache', 'ctxc.archive_store', 'ctxc.output'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 # ------------------------------------------------------------------------------------------- tiktoken
 
 

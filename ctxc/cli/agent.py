@@ -1,15 +1,9 @@
-"""``ctxc remind`` and ``ctxc compose``: the agent-loop pieces from the command line.
-
-Thin: options in, :mod:`ctxc.reminders` and :mod:`ctxc.composer` do the work
-(through :class:`ctxc.agent.ContextManager`), rendering out. Imports stay inside the commands so
-that registering them costs nothing at start-up.
-"""
+"""``ctxc remind`` and ``compose``: the agent-loop pieces (:mod:`ctxc.reminders`, :mod:`ctxc.composer`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -17,32 +11,25 @@ from ctxc.cli import options as opt
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
-
-class ComposeFormat(StrEnum):
-    text = "text"
-    json = "json"
-
-
-REMIND_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc remind session.jsonl --rules rules.toml\n\n"
-    "  ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json\n\n"
-    "Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
+REMIND_EPILOG = opt.examples(
+    "ctxc remind session.jsonl --rules rules.toml",
+    "ctxc remind rollout.jsonl --rules rules.toml --window 128000 --format json",
+    note="Rules are [\\[reminder]] tables with one trigger each: every_n_turns, token_threshold (tokens, or "
     "a share of the window), tool_call, keyword_in_response or after_compaction; a message; and an "
-    "optional max_repeats. A turn is one model call; the context is what that call would be sent."
+    "optional max_repeats. A turn is one model call; the context is what that call would be sent.",
 )
 
-COMPOSE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc compose prompt.toml --budget 2000 > system.txt\n\n"
-    "  ctxc compose prompt.toml --budget 800 --fill --format json\n\n"
-    "  ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections\n\n"
-    "Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, output_format, "
-    "examples, background), required, and content or file. Exit 6 if the required sections alone "
-    "exceed the budget."
+COMPOSE_EPILOG = opt.examples(
+    "ctxc compose prompt.toml --budget 2000 > system.txt",
+    "ctxc compose prompt.toml --budget 800 --fill --format json",
+    "ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections",
+    note="Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, "
+    "output_format, examples, background), required, and content or file. Exit 6 if the required sections "
+    "alone exceed the budget.",
 )
 
 
+@opt.app.command("remind", epilog=REMIND_EPILOG)
 def remind_command(
     path: opt.PathArg,
     rules: Annotated[
@@ -68,7 +55,7 @@ def remind_command(
     r = replay(transcript, manager, conversation=conversation, compact=False)
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         doc = envelope(
             "remind",
             path=r.path,
@@ -92,9 +79,7 @@ def remind_command(
 
 
 def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     console.print(
@@ -102,20 +87,19 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
         markup=False,
     )
-    table = Table("turn", "line", "context", "rule", "trigger", "why")
-    for t, x in rows:
-        table.add_row(
-            *opt.cells(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail)
-        )
+    cells = [(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail) for t, x in rows]
+    table = make_table(("turn", "line", "context", "rule", "trigger", "why"), cells)
     print_table(console, table, optional=("line",), keys=1, fold=("why",))
-    summary = Table("rule", "trigger", "fired", "max repeats")
-    for rule in rule_set.rules:
-        summary.add_row(
-            *opt.cells(rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
-        )
-    print_table(console, summary, keys=1, fold=("trigger",))
+    summary = [
+        (rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
+        for rule in rule_set.rules
+    ]
+    print_table(
+        console, make_table(("rule", "trigger", "fired", "max repeats"), summary), keys=1, fold=("trigger",)
+    )
 
 
+@opt.app.command("compose", epilog=COMPOSE_EPILOG)
 def compose_command(
     file: Annotated[
         str, typer.Argument(help="Prompt sections (TOML, [\\[section]] tables).", metavar="FILE")
@@ -127,9 +111,10 @@ def compose_command(
     fill: Annotated[bool, opt.flag("--fill", "Also keep lower-priority sections that still fit.")] = False,
     tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: Annotated[
-        ComposeFormat, typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections.")
-    ] = ComposeFormat.text,
-    quiet: Annotated[bool, opt.quiet_option("No section table on stderr.")] = False,
+        Literal["text", "json"],
+        typer.Option("--format", "-f", help="text: the prompt; json: prompt and sections."),
+    ] = "text",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No section table on stderr.")] = False,
 ) -> None:
     """Compose a system prompt from prioritised sections within a token budget."""
     from ctxc.composer import PromptComposer
@@ -139,7 +124,7 @@ def compose_command(
     if base is not None:
         composer = composer.with_base(base)
     result = composer.compose(budget, counter=make_counter(tokenizer), fill=fill)
-    if fmt is ComposeFormat.json:
+    if fmt == "json":
         doc = envelope(
             "compose",
             path=file,
@@ -162,31 +147,25 @@ def compose_command(
 
 def _print_sections(result: Any, budget: int | None) -> None:
     """The sections kept and dropped, as a table on stderr (stdout holds the prompt)."""
-    from rich.table import Table
+    from ctxc.render import make_table, print_table
 
-    from ctxc.render import print_table
-
-    table = Table("section", "priority", "required", "tokens", "kept", title=None)
-    for o in result.sections:
-        table.add_row(
-            *opt.cells(
-                o.section.id,
-                str(o.section.priority),
-                "yes" if o.section.required else "",
-                f"{o.tokens:,}",
-                "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
-            )
+    rows = [
+        (
+            o.section.id,
+            str(o.section.priority),
+            "yes" if o.section.required else "",
+            f"{o.tokens:,}",
+            "kept" if o.kept else (o.reason if result.base else f"dropped: {o.reason}"),
         )
+        for o in result.sections
+    ]
     err = stderr_console()
-    print_table(err, table, keys=1, fold=("kept",))
+    print_table(
+        err, make_table(("section", "priority", "required", "tokens", "kept"), rows), keys=1, fold=("kept",)
+    )
     limit = f" of a {budget:,} budget" if budget is not None else ""
     if result.base:
         what = f"the override prompt replaced {len(result.sections)} section(s)"
     else:
         what = f"{len(result.kept)} section(s) kept, {len(result.dropped)} dropped"
     err.print(f"ctxc: {what}; {result.tokens:,} tokens{limit}", markup=False, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("remind", epilog=REMIND_EPILOG)(remind_command)
-    app.command("compose", epilog=COMPOSE_EPILOG)(compose_command)

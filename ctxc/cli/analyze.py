@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -26,15 +25,15 @@ ForecastOpt = Annotated[
     opt.flag("--forecast", "Also dry-run each adaptive stage: the tokens it would remove at this window."),
 ]
 
-ANALYZE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc analyze ~/.claude/projects/myproj/session.jsonl\n\n"
-    "  ctxc analyze logs/ --format json > report.json\n\n"
-    "  cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv\n\n"
-    "  ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages"
+ANALYZE_EPILOG = opt.examples(
+    "ctxc analyze ~/.claude/projects/myproj/session.jsonl",
+    "ctxc analyze logs/ --format json > report.json",
+    "cat rollout.jsonl | ctxc analyze - --model gpt-5 --format csv",
+    "ctxc analyze session.jsonl --window 200000 --thresholds 0.5,0.65,0.8,0.9 --messages",
 )
 
 
+@opt.app.command(epilog=ANALYZE_EPILOG)
 def analyze(
     paths: opt.PathsArg = None,
     fmt: opt.OutFormatOpt = None,
@@ -67,12 +66,12 @@ def analyze(
 
     options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
-    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
+    out_fmt = opt.table_on_terminal(fmt)
     if prices:
         default_prices(prices)  # a bad table fails now, once, not in every worker
-    if tokenizer == "usage" and (out_fmt is opt.OutFormat.csv or forecast):  # no messages, nothing counted
+    if tokenizer == "usage" and (out_fmt == "csv" or forecast):  # no messages, nothing counted
         raise UsageError("--tokenizer usage has no per-message rows to forecast or list as CSV")
-    if out_fmt is opt.OutFormat.table:
+    if out_fmt == "table":
         # A slow import, made while the counting worker (ctxc.tokens.workers) builds its encoding.
         import rich.table  # noqa: F401
     workers = resolve_jobs(jobs, files)
@@ -101,10 +100,9 @@ def analyze(
         tokens_of=lambda a: a.total_tokens,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)
-    if out_fmt is not opt.OutFormat.table:  # a table states these itself: each warning is said once
+    if out_fmt != "table":  # a table states these itself: each warning is said once
         _warn(results)
-    if failed:
-        raise typer.Exit(failed)
+    raise typer.Exit(failed)
 
 
 def _warn(results: list[Any]) -> None:
@@ -120,35 +118,27 @@ def _warn(results: list[Any]) -> None:
 
 def _emit_analyses(
     results: list[Any],
-    out_fmt: opt.OutFormat,
+    out_fmt: str,
     show_messages: bool,
     *,
     errors: list[dict[str, Any]],
     exit_code: int,
 ) -> None:
-    from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis
+    from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis, render_usage
 
-    if out_fmt is opt.OutFormat.json:
+    if out_fmt == "json":
         doc = envelope(
             "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
         )
         write_stdout(dumps(doc))
-    elif out_fmt is opt.OutFormat.csv:
+    elif out_fmt == "csv":
         write_stdout(analyses_to_csv(results))
     else:
         console = opt.stdout_console()
         for i, a in enumerate(results):
             if i:
                 console.print()
-            if a.tokenizer == "usage":  # recorded usage only: no messages to tabulate
-                from ctxc.render import render_usage
-
-                parts = render_usage(a)
-            else:
-                parts = render_analysis(a, show_messages=show_messages)
-            for part in parts:
+            # Recorded usage only has no messages to tabulate.
+            usage_only = a.tokenizer == "usage"
+            for part in render_usage(a) if usage_only else render_analysis(a, show_messages=show_messages):
                 console.print(part)
-
-
-def register(app: typer.Typer) -> None:
-    app.command(epilog=ANALYZE_EPILOG)(analyze)

@@ -1,8 +1,5 @@
-"""The ``ctxc`` Typer app: its registry of command modules, help panels and one error boundary.
-
-Data goes to stdout, diagnostics to stderr. Every library error is a :class:`~ctxc.errors.CtxcError`
-that :func:`main` prints as one line and turns into its exit code; ``CTXC_DEBUG=1`` shows tracebacks.
-"""
+"""The ``ctxc`` command modules, their help panels, and :func:`main`, the one error boundary (every
+:class:`~ctxc.errors.CtxcError` is one line on stderr and its exit code)."""
 
 from __future__ import annotations
 
@@ -10,58 +7,17 @@ import copy
 import importlib
 import os
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 
-from ctxc._version import __version__
-from ctxc.cli.options import note
+from ctxc.cli.options import app, note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import visible
 
-app = typer.Typer(
-    name="ctxc",
-    help="Read, measure and compact LLM agent transcripts (Claude Code, Codex, chat logs, datasets).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=(
-        "[bold]Examples[/bold]\n\n"
-        "  ctxc analyze session.jsonl\n\n"
-        "  cat t.jsonl | ctxc compact - > small.jsonl\n\n"
-        "  ctxc restore small.jsonl -o original.jsonl\n\n"
-        "[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
-        "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 9 model API or summary "
-        "command failed, 10 API key missing or rejected, 11 unknown model, "
-        "12 some files of a batch failed, 130 interrupted. "
-        "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks."
-    ),
-)
-
-
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"ctxc {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", "-V", callback=_version_callback, is_eager=True, help="Show the version and exit."
-        ),
-    ] = False,
-) -> None:
-    """Global options; the commands do the work."""
-
-
-# The command modules, one family of commands each, in the order ``ctxc --help`` lists them; each has
-# ``register(app)``. A tuple rather than discovery, so the order is deliberate and a typo fails loudly.
+# The command modules, each adding its commands to the app when imported, in the order ``ctxc --help``
+# lists them: a tuple rather than discovery, so the order is deliberate and a typo fails loudly.
 COMMAND_MODULES: tuple[str, ...] = (
     "analyze",
     "compact",
@@ -77,18 +33,18 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-#: compact's options in help panels, listed in this order (by parameter name).
+#: Help panels of the commands with too many options for one list, by parameter name; the command's
+#: signature lists its options panel by panel, in the order help shows them.
 _COMPACT_PANELS = {
     "Input": "input_format skip_invalid max_line_mb",
-    "Target": "target_tokens target_ratio model window keep_last pin allow_over thresholds tokenizer "
+    "Target": "target_tokens target_ratio model window keep_last pin tokenizer thresholds allow_over "
     "no_cache",
-    "Strategy": "strategy settings summarizer instructions reminders summary_model summary_command "
+    "Strategy": "strategy summarizer settings instructions reminders summary_model summary_command "
     "concurrency max_retries segment_tokens timeout",
     "Output": "output fork fmt dry_run list_actions report quiet",
     "Batch": "out_dir in_place glob jobs fail_fast force",
-    "Archive": "archive no_index",
+    "Archive": "no_index archive",
 }
-#: Help panels of the commands with too many options for one list, by parameter name.
 HELP_PANELS: dict[str, dict[str, str]] = {
     "compact": {name: panel for panel, names in _COMPACT_PANELS.items() for name in names.split()}
 }
@@ -104,31 +60,22 @@ class _Command(typer.core.TyperCommand):
         for param in self.params:
             if param.name in panels:
                 param.rich_help_panel = panels[param.name]  # type: ignore[attr-defined]
-        # Help shows panels in the order their first option comes; parsing only minds the arguments'
-        # order, which a stable sort keeps.
-        order = list(dict.fromkeys(panels.values()))
-        self.params.sort(key=lambda p: order.index(panels[p.name]) + 1 if p.name in panels else 0)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
 
 
-def _register_command_modules() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"ctxc.cli.{name}").register(app)
-    for info in app.registered_commands:
-        if info.cls in (None, typer.core.TyperCommand):
-            info.cls = _Command
-
-
-_register_command_modules()
+for module in COMMAND_MODULES:
+    importlib.import_module(f"ctxc.cli.{module}")
+for command in app.registered_commands:
+    if command.cls in (None, typer.core.TyperCommand):
+        command.cls = _Command
 
 
 def _click_command(args: list[str]) -> Any:
-    """The click group to run ``args``, with only the command they name when there is one: typer turns
-    every command's signature into click parameters first, a cost each call would pay for all of them.
-    Help, bad names and option-only calls get the whole group."""
+    """The click group to run ``args``, with only the command they name (typer converts every command it
+    holds, a cost each run would pay for all of them); help, bad names and bare options get them all."""
     name = args[0] if args and not args[0].startswith("-") else None
     chosen = [
         c
@@ -155,9 +102,8 @@ def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bo
 
 
 def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` stands for a Ctrl-C: CPython wraps a KeyboardInterrupt raised while a class is
-    being made (in ``__set_name__``, as a lazily imported module defines its dataclasses) in a
-    RuntimeError."""
+    """Whether ``exc`` stands for a Ctrl-C, which CPython wraps in a RuntimeError when it comes while a
+    class is made (a lazily imported module defining its dataclasses)."""
     return _caused_by(exc, (KeyboardInterrupt,))
 
 

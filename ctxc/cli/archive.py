@@ -1,16 +1,11 @@
-"""``ctxc restore``, ``search`` and ``show``: an archived original back; what compaction removed, found and
-printed.
-
-Thin: options in, :mod:`ctxc.archive` and :mod:`ctxc.search` do the work, rendering out.
-"""
+"""``ctxc restore``, ``search`` and ``show``: an archived original back; what compaction removed, found
+and printed."""
 
 from __future__ import annotations
 
 import re
-import sys
-from enum import StrEnum
 from pathlib import Path, PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -19,44 +14,33 @@ from ctxc.errors import ArchiveError, InputError, UsageError
 from ctxc.output import atomic_output, dumps, envelope, write_stdout
 from ctxc.terminal import visible
 
-
-class ShowFormat(StrEnum):
-    table = "table"
-    text = "text"
-    json = "json"
-    raw = "raw"
-
-
-SEARCH_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc search 'ORDER-7731 refund'\n\n"
-    "  ctxc search 'why did we drop redis' --limit 5 --format json\n\n"
-    "  ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only\n\n"
-    "  ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax\n\n"
-    "  ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]\n\n"
-    "  ctxc search --reindex                                  # rebuild the index from the archive\n\n"
-    "Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
-    "updated as compaction archives them). Each hit names its message: print it with "
-    "`ctxc show <ref>`."
+SEARCH_EPILOG = opt.examples(
+    "ctxc search 'ORDER-7731 refund'",
+    "ctxc search 'why did we drop redis' --limit 5 --format json",
+    "ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only",
+    "ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax",
+    "ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]",
+    "ctxc search --reindex                                  # rebuild the index from the archive",
+    note="Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
+    "updated as compaction archives them). Each hit names its message: print it with `ctxc show <ref>`.",
 )
 
-SHOW_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc show 3f2a9c1b4d5e:42\n\n"
-    "  ctxc show 3f2a9c1b4d5e:3-17 --format json\n\n"
-    "  ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is\n\n"
-    "  ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too\n\n"
-    "  ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte"
+SHOW_EPILOG = opt.examples(
+    "ctxc show 3f2a9c1b4d5e:42",
+    "ctxc show 3f2a9c1b4d5e:3-17 --format json",
+    "ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is",
+    "ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too",
+    "ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte",
 )
 
 
-RESTORE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc restore 3f2a9c1b4d5e -o original.jsonl\n\n"
-    "  ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file"
+RESTORE_EPILOG = opt.examples(
+    "ctxc restore 3f2a9c1b4d5e -o original.jsonl",
+    "ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file",
 )
 
 
+@opt.app.command("restore", epilog=RESTORE_EPILOG)
 def restore_command(
     ref: Annotated[
         str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
@@ -92,16 +76,15 @@ def _highlight(snippet: str) -> Any:
 
 
 def _render_hits(hits: list[Any], query: str) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     if not hits:
         console.print(f"no hits for {query!r}", markup=False)
         return
-    table = Table("ref", "file", "what", "score", "snippet", show_lines=True)
+    rows = []
     for h in hits:
         what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
         if h.blob:
@@ -111,11 +94,12 @@ def _render_hits(hits: list[Any], query: str) -> None:
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
-        file = PurePath(h.source).name or h.source
-        table.add_row(*opt.cells(f"{h.ref}\nline {h.line}", file, what, score), cell)
+        rows.append((f"{h.ref}\nline {h.line}", PurePath(h.source).name or h.source, what, score, cell))
+    table = make_table(("ref", "file", "what", "score", "snippet"), rows, show_lines=True)
     print_table(console, table, fold=("snippet",))
 
 
+@opt.app.command("search", epilog=SEARCH_EPILOG)
 def search_command(
     query: Annotated[
         str | None,
@@ -140,7 +124,7 @@ def search_command(
     reindex: Annotated[
         bool, opt.flag("--reindex", "Rebuild the index from the archive first (then search, if a query).")
     ] = False,
-    quiet: Annotated[bool, opt.quiet_option("No notes on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
 ) -> None:
     """Full-text search (BM25) over every archived original message and offloaded tool output."""
     from ctxc.archive import Archive
@@ -157,7 +141,7 @@ def search_command(
     if query is None:
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         hits_json = [h.to_json(full=full) for h in hits]
         ranking = "hybrid" if hybrid else "bm25"
         write_stdout(
@@ -184,6 +168,7 @@ def _reindex(store: Any, quiet: bool) -> None:
         )
 
 
+@opt.app.command("show", epilog=SHOW_EPILOG)
 def show_command(
     ref: Annotated[
         list[str],
@@ -194,7 +179,7 @@ def show_command(
     ],
     archive: opt.ArchiveOpt = None,
     fmt: Annotated[
-        ShowFormat | None,
+        Literal["table", "text", "json", "raw"] | None,
         typer.Option(
             "--format",
             "-f",
@@ -207,33 +192,32 @@ def show_command(
     from ctxc.search.show import plain, show, shown_json
 
     shown = show(" ".join(ref), archive=Archive.open(archive))
-    out = fmt or (ShowFormat.table if sys.stdout.isatty() else ShowFormat.text)
-    if out is ShowFormat.raw:
+    out = opt.table_on_terminal(fmt, "text")
+    if out == "raw":
         write_stdout(shown.raw_records())
         return
-    if out is ShowFormat.json:
+    if out == "json":
         write_stdout(dumps(envelope("show", **shown_json(shown))))
         return
     if shown.transcript is None:  # an offloaded output: its text is all there is
         write_stdout(visible(shown.text or ""))
         return
-    if out is ShowFormat.text:
+    if out == "text":
         write_stdout(visible(plain(shown.messages)) + "\n")
         return
     _render_table(shown)
 
 
 def _render_table(shown: Any) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
     from ctxc.search.show import block_text
 
     console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""
     console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
-    table = Table("#", "line", "role", "content", show_lines=True)
+    rows = []
     for m in shown.messages:
         cell = Text()
         for n, (label, text) in enumerate(block_text(b) for b in m.blocks):
@@ -241,11 +225,6 @@ def _render_table(shown: Any) -> None:
                 cell.append("\n")
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
-        table.add_row(*opt.cells(str(m.index), str(m.line), m.role), cell)
+        rows.append((str(m.index), str(m.line), m.role, cell))
+    table = make_table(("#", "line", "role", "content"), rows, show_lines=True)
     print_table(console, table, fold=("content",))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("restore", epilog=RESTORE_EPILOG)(restore_command)
-    app.command("search", epilog=SEARCH_EPILOG)(search_command)
-    app.command("show", epilog=SHOW_EPILOG)(show_command)

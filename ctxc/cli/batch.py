@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
@@ -18,7 +19,7 @@ R = TypeVar("R")
 
 
 #: Without ``--jobs``, a batch smaller than this runs in one process: each worker pays its own start-up
-#: (imports, and the tokenizer's 0.35 s build on its first count), which a few small files never repay.
+#: (imports, the tokenizer's build on its first count), which a few small files never repay.
 AUTO_JOBS_MIN_BYTES = 4 << 20
 
 
@@ -51,7 +52,7 @@ def run_files(
             if not outcome.ok:
                 opt.note(f"ctxc: error: {outcome.error}")
             tokens = tokens_of(outcome.value) if outcome.value is not None else 0
-            progress.advance(tokens=tokens, ok=outcome.ok)
+            progress.advance(tokens=tokens)
 
         workers = resolve_jobs(jobs, [path for path, _ in items])
         return run_batch(items, work, jobs=workers, fail_fast=fail_fast, on_outcome=on_outcome)
@@ -67,11 +68,8 @@ def run_one_or_many(
     quiet: bool = False,
     tokens_of: Callable[[R], int] = lambda _r: 0,
 ) -> tuple[list[R], list[dict[str, Any]], int]:
-    """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``.
-
-    One file runs here with no batch machinery, and its error propagates with its own exit code (as
-    for every single-file command); several run as a batch in which a failure is reported and counted.
-    """
+    """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``. One
+    file runs here and its error propagates, as for every single-file command; several run as a batch."""
     if len(items) == 1:
         return [work(items[0][1])], [], 0
     outcomes = run_files(
@@ -90,26 +88,20 @@ def run_compact_batch(
     fail_fast: bool,
     force: bool,
     quiet: bool,
-    fmt: opt.TableOrJson | None,
+    fmt: str | None,
     report: str | None,
 ) -> int:
     """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
     progress and errors on stderr and the result as ``fmt`` asks. Returns the exit code."""
     from ctxc.compact_batch import compact_batch
 
-    def run(
-        items: Sequence[tuple[str, T]], work: Callable[[T], R], *, tokens_of: Callable[[R], int]
-    ) -> list[Outcome[R]]:
-        return run_files(
-            items, work, what="compacting", jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
-        )
-
+    run = partial(run_files, what="compacting", jobs=jobs, fail_fast=fail_fast, quiet=quiet)
     doc = compact_batch(
         jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
     )
-    if fmt is opt.TableOrJson.json:
+    if fmt == "json":
         write_stdout(dumps(doc))
-    elif fmt is opt.TableOrJson.table:
+    elif fmt == "table":
         _print_table(doc["files"])
     if not quiet:
         _print_totals(doc["totals"])
@@ -117,22 +109,23 @@ def run_compact_batch(
 
 
 def _print_table(rows: Sequence[dict[str, Any]]) -> None:
-    from rich.table import Table
+    from ctxc.render import make_table, print_table
 
-    from ctxc.render import print_table
+    def tokens(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
 
-    table = Table("file", "status", "format", "before", "after", "archive")
-    for r in rows:
-        table.add_row(
-            *opt.cells(
-                r["path"],
-                r["status"],
-                r.get("format") or "",
-                f"{r['tokens_before']:,}" if r.get("tokens_before") is not None else "",
-                f"{r['tokens_after']:,}" if r.get("tokens_after") is not None else "",
-                (r.get("archive_id") or "")[:12],
-            )
+    cells = [
+        (
+            r["path"],
+            r["status"],
+            r.get("format") or "",
+            tokens(r.get("tokens_before")),
+            tokens(r.get("tokens_after")),
+            (r.get("archive_id") or "")[:12],
         )
+        for r in rows
+    ]
+    table = make_table(("file", "status", "format", "before", "after", "archive"), cells)
     print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -14,56 +13,44 @@ from ctxc.output import dumps, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import visible
 
-
-class CheckFormat(StrEnum):
-    table = "table"
-    json = "json"
-    github = "github"
-
-
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails\n\n"
-    "  ctxc check session.jsonl --max-tokens 150000 --model claude-opus-4-5\n\n"
-    "  ctxc check logs/ --max-usage 0.8 --format github      # annotations in a GitHub Actions job\n\n"
-    "  ctxc check ~/.claude/projects/ --max-usage 0.9 --tokenizer usage --format json\n\n"
-    "A file is [bold]over[/bold] above the budget, [bold]near[/bold] from --warn-usage of the window "
+EPILOG = opt.examples(
+    "ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails",
+    "ctxc check session.jsonl --max-tokens 150000 --model claude-opus-4-5",
+    "ctxc check logs/ --max-usage 0.8 --format github      # annotations in a GitHub Actions job",
+    "ctxc check ~/.claude/projects/ --max-usage 0.9 --tokenizer usage --format json",
+    note="A file is [bold]over[/bold] above the budget, [bold]near[/bold] from --warn-usage of the window "
     "(default 0.6, where adaptive compaction starts) up to the budget, else ok; a file that cannot be "
-    "read is reported and the others are still checked. "
-    "[bold]Exit codes[/bold]: 0 every file within budget (near is only a warning), 6 some file over "
-    "budget, 12 some of several files unreadable (one file: its own code, e.g. 3 bad input, 4 unknown "
-    "format), 2 bad options."
+    "read is reported and the others are still checked. [bold]Exit codes[/bold]: 0 every file within "
+    "budget (near is only a warning), 6 some file over budget, 12 some of several files unreadable (one "
+    "file: its own code, e.g. 3 bad input, 4 unknown format), 2 bad options.",
 )
 
 
 def _print_table(report: Any) -> None:
     """The verdicts as a table that fits the terminal: the sentence wraps, the figures stay whole."""
-    from rich.table import Table
     from rich.text import Text
 
     from ctxc.check import message
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     styles = {"over": "bold red", "near": "yellow", "ok": "green", "error": "bold red"}
-    table = Table("", "file", "tokens and budget", box=None, pad_edge=False)
-    for f in report.files:
-        where = f" (line {f.line})" if f.line else ""
-        status, path, text = opt.cells(
-            f.status.upper() if f.status in ("over", "error") else f.status,
+    rows = [
+        (
+            Text.assemble(
+                (f.status.upper() if f.status in ("over", "error") else f.status, styles[f.status])
+            ),
             f.path,
-            message(f, report.budget) + where,
+            message(f, report.budget) + (f" (line {f.line})" if f.line else ""),
         )
-        status.stylize(styles[f.status])
-        table.add_row(status, path, text)
+        for f in report.files
+    ]
     console = opt.stdout_console()
+    table = make_table(("", "file", "tokens and budget"), rows, box=None, pad_edge=False)
     print_table(console, table, fold=("file", "tokens and budget"))
     console.print(Text(report.headline()))
 
 
-def register(app: typer.Typer) -> None:
-    app.command(name="check", epilog=EPILOG)(check)
-
-
+@opt.app.command(epilog=EPILOG)
 def check(
     paths: opt.PathsArg = None,
     max_usage: Annotated[
@@ -83,9 +70,9 @@ def check(
         ),
     ] = "o200k_base",
     fmt: Annotated[
-        CheckFormat,
+        Literal["table", "json", "github"],
         typer.Option("--format", "-f", help="table, json (ctxc.check/1), or github (workflow annotations)."),
-    ] = CheckFormat.table,
+    ] = "table",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")
     ] = DEFAULT_THRESHOLDS_TEXT,
@@ -120,14 +107,13 @@ def check(
             use_cache=not no_cache,
             fail_fast=fail_fast,
             jobs=resolve_jobs(jobs, files),
-            on_file=lambda f: progress.advance(tokens=f.tokens or 0, ok=f.status != "error"),
+            on_file=lambda f: progress.advance(tokens=f.tokens or 0),
         )
     _emit(report, fmt)
-    if report.exit_code:
-        raise typer.Exit(report.exit_code)
+    raise typer.Exit(report.exit_code)
 
 
-def _emit(report: Any, fmt: CheckFormat) -> None:
+def _emit(report: Any, fmt: str) -> None:
     """The report on stdout as ``fmt`` asks; each unreadable file also as a diagnostic on stderr."""
     from ctxc.check import render_github, render_table, report_to_json
 
@@ -135,9 +121,9 @@ def _emit(report: Any, fmt: CheckFormat) -> None:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
             opt.note(f"ctxc: error: {where}: {f.error}")
-    if fmt is CheckFormat.json:
+    if fmt == "json":
         write_stdout(dumps(report_to_json(report)))
-    elif fmt is CheckFormat.github:
+    elif fmt == "github":
         write_stdout(visible(render_github(report)))
     elif sys.stdout.isatty():
         _print_table(report)

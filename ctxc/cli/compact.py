@@ -15,18 +15,17 @@ from ctxc.errors import UsageError
 from ctxc.output import check_output, dumps, same_file, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT, check_thresholds
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc compact session.jsonl -o small.jsonl      # adaptive, to below 60% of the window\n\n"
-    "  cat t.jsonl | ctxc compact - > small.jsonl     # in a pipeline\n\n"
-    "  ctxc compact t.jsonl --strategy fifo --target-tokens 50000 -o small.jsonl\n\n"
-    "  ctxc compact t.jsonl --target-ratio 0.3 --pin 'DO NOT' --pin 0-2 --report r.json > s.jsonl\n\n"
-    "  ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run\n\n"
-    "  ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch\n\n"
-    "  ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it\n\n"
-    "The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
-    "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte "
-    "for byte."
+EPILOG = opt.examples(
+    "ctxc compact session.jsonl -o small.jsonl      # adaptive, to below 60% of the window",
+    "cat t.jsonl | ctxc compact - > small.jsonl     # in a pipeline",
+    "ctxc compact t.jsonl --strategy fifo --target-tokens 50000 -o small.jsonl",
+    "ctxc compact t.jsonl --target-ratio 0.3 --pin 'DO NOT' --pin 0-2 --report r.json > s.jsonl",
+    "ctxc compact t.jsonl --strategy mask --set mask.keep_last_results=5 --dry-run",
+    "ctxc compact logs/ --out-dir compacted/ --jobs 2 --report report.json   # a batch",
+    "ctxc compact t.jsonl --reminders rules.toml -o small.jsonl   # restate instructions after it",
+    note="The original is stored in the archive (--archive, $CTXC_ARCHIVE, default "
+    "~/.local/share/ctxc/archive) before any output is written; `ctxc restore` gives it back byte for "
+    "byte.",
 )
 
 # compact's own options (the shared ones are in ctxc.cli.options).
@@ -100,38 +99,25 @@ NoCachesOpt = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    app.command("compact", epilog=EPILOG)(compact)
-
-
+@opt.app.command(epilog=EPILOG)
 def compact(
     paths: opt.PathsArg = None,
-    output: opt.TranscriptOutputOpt = None,
-    out_dir: opt.OutDirOpt = None,
-    in_place: InPlaceOpt = False,
-    fork: ForkOpt = False,
-    glob: opt.GlobOpt = None,
-    jobs: opt.JobsOpt = None,
-    fail_fast: opt.FailFastOpt = False,
-    force: ForceOpt = False,
-    no_index: NoIndexOpt = False,
-    fmt: ReportFormatOpt = None,
-    strategy: opt.StrategyOpt = "adaptive",
+    input_format: opt.InputFormatOpt = None,
+    skip_invalid: opt.SkipInvalidOpt = False,
+    max_line_mb: opt.MaxLineOpt = 32.0,
     target_tokens: TargetTokensOpt = None,
     target_ratio: TargetRatioOpt = None,
     model: opt.ModelOpt = None,
     window: opt.WindowOpt = None,
     keep_last: opt.KeepLastOpt = None,
     pin: PinOpt = None,
-    archive: opt.ArchiveOpt = None,
-    summarizer: SummarizerOpt = "extractive",
     tokenizer: CountingOpt = "o200k_base",
     thresholds: StagesOpt = DEFAULT_THRESHOLDS_TEXT,
-    settings: opt.SetOpt = None,
     allow_over: AllowOverOpt = False,
-    dry_run: DryRunOpt = False,
-    list_actions: ListActionsOpt = False,
-    report: ReportOpt = None,
+    no_cache: NoCachesOpt = False,
+    strategy: opt.StrategyOpt = "adaptive",
+    summarizer: SummarizerOpt = "extractive",
+    settings: opt.SetOpt = None,
     instructions: InstructionsOpt = None,
     reminders: RemindersOpt = None,
     summary_model: SummaryModelOpt = None,
@@ -140,11 +126,21 @@ def compact(
     max_retries: MaxRetriesOpt = 2,
     segment_tokens: SegmentTokensOpt = 40_000,
     timeout: TimeoutOpt = 120.0,
-    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
-    no_cache: NoCachesOpt = False,
-    input_format: opt.InputFormatOpt = None,
-    skip_invalid: opt.SkipInvalidOpt = False,
-    max_line_mb: opt.MaxLineOpt = 32.0,
+    output: opt.TranscriptOutputOpt = None,
+    fork: ForkOpt = False,
+    fmt: ReportFormatOpt = None,
+    dry_run: DryRunOpt = False,
+    list_actions: ListActionsOpt = False,
+    report: ReportOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+    out_dir: opt.OutDirOpt = None,
+    in_place: InPlaceOpt = False,
+    glob: opt.GlobOpt = None,
+    jobs: opt.JobsOpt = None,
+    fail_fast: opt.FailFastOpt = False,
+    force: ForceOpt = False,
+    no_index: NoIndexOpt = False,
+    archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write a compacted transcript in the format it was read, archiving the original first."""
     flags = SimpleNamespace(**locals())  # read by name in the helpers below
@@ -210,10 +206,13 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     if batch:
         outputs = [i.path if flags.in_place else str(Path(flags.out_dir or ".") / i.rel) for i in inputs]
     ropts = opt.read_options(flags.skip_invalid, flags.max_line_mb)
-    if flags.report is not None:
-        _check_report(
-            flags.report, inputs=tuple(i.path for i in inputs), outputs=[] if flags.dry_run else outputs
-        )
+    if flags.report is not None:  # refused before any work if it would replace an output or an input
+        for out in [] if flags.dry_run else outputs:
+            if out != "-" and same_file(flags.report, out):
+                raise UsageError(
+                    f"--report {flags.report} is also the output {out}; give the report another name"
+                )
+        check_output(flags.report, inputs=tuple(i.path for i in inputs))
     jobs = [
         CompactJob(
             i.path,
@@ -234,19 +233,18 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     if batch:
         from ctxc.cli.batch import run_compact_batch
 
-        rc = run_compact_batch(
-            jobs,
-            archive=flags.archive,
-            jobs=flags.jobs,
-            fail_fast=flags.fail_fast,
-            force=flags.force,
-            quiet=flags.quiet,
-            fmt=flags.fmt,
-            report=flags.report,
+        raise typer.Exit(
+            run_compact_batch(
+                jobs,
+                archive=flags.archive,
+                jobs=flags.jobs,
+                fail_fast=flags.fail_fast,
+                force=flags.force,
+                quiet=flags.quiet,
+                fmt=flags.fmt,
+                report=flags.report,
+            )
         )
-        if rc:
-            raise typer.Exit(rc)
-        return
     doc = compact_file(jobs[0])
     if flags.dry_run:
         _emit_plan(doc, opt.table_on_terminal(flags.fmt), every_action=flags.list_actions)
@@ -254,14 +252,6 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         _summary_line(doc)
     if flags.fork and not flags.dry_run:  # the one thing the user needs next: data, on stdout
         write_stdout(f"{doc['run']['resume']}\n".encode())
-
-
-def _check_report(report: str, *, inputs: tuple[str, ...], outputs: list[str]) -> None:
-    """Refuse a ``--report`` that would replace an output or an input, before any work is done."""
-    for out in outputs:
-        if out != "-" and same_file(report, out):
-            raise UsageError(f"--report {report} is also the output {out}; give the report another name")
-    check_output(report, inputs=inputs)
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
@@ -298,13 +288,11 @@ def _worth(run: dict[str, Any]) -> str:
     )
 
 
-def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool = False) -> None:
-    if fmt is opt.TableOrJson.json:
+def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> None:
+    if fmt == "json":
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     run = doc["run"]
@@ -319,38 +307,31 @@ def _emit_plan(doc: dict[str, Any], fmt: opt.TableOrJson, *, every_action: bool 
     stages: dict[str, list[int]] = {}
     for _, a in actions:
         total = stages.setdefault(a["strategy"], [0, 0, 0, 0])
-        total[0] += 1
-        total[1] += a["last"] - a["first"] + 1
-        total[2] += a["tokens_before"]
-        total[3] += a["tokens_after"]
+        for i, n in enumerate((1, a["last"] - a["first"] + 1, a["tokens_before"], a["tokens_after"])):
+            total[i] += n
     if stages:
-        table = Table("stage")
-        for column in ("actions", "messages", "before", "after", "change"):
-            table.add_column(column, justify="right")
-        for name, (count, span, before, after) in stages.items():
-            table.add_row(
-                *opt.cells(name, str(count), str(span), f"{before:,}", f"{after:,}", f"{after - before:+,}")
-            )
-        print_table(console, table, keys=1)
+        totals = ("stage", "actions", "messages", "before", "after", "change")
+        lines = [
+            (k, str(n), str(span), f"{b:,}", f"{a:,}", f"{a - b:+,}") for k, (n, span, b, a) in stages.items()
+        ]
+        print_table(console, make_table(totals, lines, right=totals[1:]), keys=1)
     if not every_action:
         if actions:
             console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
         return
-    table = Table("conv", "strategy", "action")
-    for column in ("messages", "before", "after", "change"):
-        table.add_column(column, justify="right")
-    table.add_column("note")
-    for conv, a in actions:
-        table.add_row(
-            *opt.cells(
-                str(conv),
-                a["strategy"],
-                a["kind"],
-                f"{a['first']}-{a['last']}",
-                f"{a['tokens_before']:,}",
-                f"{a['tokens_after']:,}",
-                f"{a['tokens_after'] - a['tokens_before']:+,}",
-                a["note"],
-            )
+    columns = ("conv", "strategy", "action", "messages", "before", "after", "change", "note")
+    rows = [
+        (
+            str(conv),
+            a["strategy"],
+            a["kind"],
+            f"{a['first']}-{a['last']}",
+            f"{a['tokens_before']:,}",
+            f"{a['tokens_after']:,}",
+            f"{a['tokens_after'] - a['tokens_before']:+,}",
+            a["note"],
         )
+        for conv, a in actions
+    ]
+    table = make_table(columns, rows, right=("messages", "before", "after", "change"))
     print_table(console, table, optional=("conv", "action"), keys=2, fold=("note",))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -13,30 +12,23 @@ from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
 from ctxc.output import dumps, envelope, write_stdout
 
-
-class ConvertTarget(StrEnum):
-    same = "same"
-    chat_anthropic = "chat-anthropic"
-    chat_openai = "chat-openai"
-
-
-CONVERT_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl\n\n"
-    "  cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl\n\n"
-    "  ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes"
+CONVERT_EPILOG = opt.examples(
+    "ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl",
+    "cat rollout.jsonl | ctxc convert - --to chat-openai > openai.jsonl",
+    "ctxc convert session.jsonl -o copy.jsonl      # own format: identical bytes",
 )
 
 
+@opt.app.command(epilog=CONVERT_EPILOG)
 def convert(
     paths: opt.PathsArg = None,
     output: opt.TranscriptOutputOpt = None,
     to: Annotated[
-        ConvertTarget,
+        Literal["same", "chat-anthropic", "chat-openai"],
         typer.Option(
             help="Target: same (the input's own format, byte for byte), chat-anthropic, chat-openai."
         ),
-    ] = ConvertTarget.same,
+    ] = "same",
     out_dir: opt.OutDirOpt = None,
     glob: opt.GlobOpt = None,
     jobs: opt.JobsOpt = None,
@@ -54,10 +46,10 @@ def convert(
     ropts = opt.read_options(skip_invalid, max_line_mb)
     opt.batch_mode(paths, inputs, output or "-", out_dir)
     if out_dir is None:
-        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to.value, input_format, ropts))
+        convert_file(ConvertJob(inputs[0].path, opt.transcript_output(output), to, input_format, ropts))
         return
     jobs_list = [
-        ConvertJob(i.path, str(Path(out_dir) / i.rel), to.value, input_format, ropts, make_dirs=True)
+        ConvertJob(i.path, str(Path(out_dir) / i.rel), to, input_format, ropts, make_dirs=True)
         for i in inputs
     ]
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
@@ -69,19 +61,17 @@ def convert(
         fail_fast=fail_fast,
         quiet=quiet,
     )
-    rc = batch_exit_code(outcomes, single=fail_fast)
-    if rc:
-        raise typer.Exit(rc)
+    raise typer.Exit(batch_exit_code(outcomes, single=fail_fast))
 
 
-VALIDATE_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc validate small.jsonl\n\n"
-    "  ctxc validate logs/ --format json\n\n"
-    "  ctxc validate session.jsonl --loose     # only results without any earlier call"
+VALIDATE_EPILOG = opt.examples(
+    "ctxc validate small.jsonl",
+    "ctxc validate logs/ --format json",
+    "ctxc validate session.jsonl --loose     # only results without any earlier call",
 )
 
 
+@opt.app.command(epilog=VALIDATE_EPILOG)
 def validate(
     paths: opt.PathsArg = None,
     loose: Annotated[
@@ -115,8 +105,8 @@ def validate(
         quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
-    if fmt is opt.TableOrJson.json:
-        rc = failed or (int(ExitCode.INVALID) if total else 0)
+    rc = failed or (int(ExitCode.INVALID) if total else 0)
+    if fmt == "json":
         doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
         write_stdout(dumps(doc))
     else:
@@ -128,24 +118,21 @@ def validate(
                 console.print(
                     f"{r['path']}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
                 )
-    if failed:
-        raise typer.Exit(failed)
-    if total:
-        raise typer.Exit(int(ExitCode.INVALID))
+    raise typer.Exit(rc)
 
 
-REPAIR_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc repair broken.jsonl -o fixed.jsonl\n\n"
-    "  cat broken.jsonl | ctxc repair - > fixed.jsonl"
+REPAIR_EPILOG = opt.examples(
+    "ctxc repair broken.jsonl -o fixed.jsonl",
+    "cat broken.jsonl | ctxc repair - > fixed.jsonl",
 )
 
 
+@opt.app.command(epilog=REPAIR_EPILOG)
 def repair(
     path: opt.PathArg,
     output: opt.TranscriptOutputOpt = None,
     archive: opt.ArchiveOpt = None,
-    quiet: Annotated[bool, opt.quiet_option("No summary on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,
@@ -165,9 +152,3 @@ def repair(
     if quiet:
         return
     opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command(epilog=CONVERT_EPILOG)(convert)
-    app.command(epilog=VALIDATE_EPILOG)(validate)
-    app.command(epilog=REPAIR_EPILOG)(repair)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -14,23 +13,16 @@ from ctxc.errors import UsageError
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
-
-class Scope(StrEnum):
-    session = "session"
-    archive = "archive"
-
-
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%\n\n"
-    "  ctxc eval logs/ --strategies fifo,adaptive --targets 0.1\n\n"
-    "  ctxc eval --seed 7 --generated 5 --format json > eval.json\n\n"
-    "  ctxc eval session.jsonl --search-scope archive --search-k 3\n\n"
-    "  ctxc eval session.jsonl --judge anthropic --judge-model claude-haiku-4-5\n\n"
-    "Facts (codes, names, numbers, decisions) are planted early in each transcript; after compaction each "
-    "must still be in the output or be found by `ctxc search` in the top --search-k hits. Targets are "
-    "shares of the window, which is each transcript's own size unless --window is given, so compaction "
-    "is always forced. Deterministic and offline unless --judge is given."
+EPILOG = opt.examples(
+    "ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%",
+    "ctxc eval logs/ --strategies fifo,adaptive --targets 0.1",
+    "ctxc eval --seed 7 --generated 5 --format json > eval.json",
+    "ctxc eval session.jsonl --search-scope archive --search-k 3",
+    "ctxc eval session.jsonl --judge anthropic --judge-model claude-haiku-4-5",
+    note="Facts (codes, names, numbers, decisions) are planted early in each transcript; after compaction "
+    "each must still be in the output or be found by `ctxc search` in the top --search-k hits. Targets "
+    "are shares of the window, which is each transcript's own size unless --window is given, so "
+    "compaction is always forced. Deterministic and offline unless --judge is given.",
 )
 
 
@@ -41,7 +33,7 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
         raise UsageError(f"{what} takes comma-separated numbers, got {text!r}") from None
 
 
-def _pct(kept: int, total: int) -> str:
+def _of(kept: int, total: int) -> str:
     return f"{kept}/{total}" if total else "-"
 
 
@@ -50,38 +42,34 @@ def _share(kept: int, total: int) -> str:
 
 
 def _render(report: Any) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     rows = report.rows()
     judged = any(r.judge is not None for r in rows)
-    table = Table(title="ctxc eval: each strategy at each target, over every transcript")
-    for col in ("strategy", "target", "needles", "kept+found", "intent", "paths", "errors", "decisions"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for col in ("valid", "budget", "ratio", "time"):
-        table.add_column(col, justify="right")
-    if judged:
-        table.add_column("judge", justify="right")
+    columns = ["strategy", "target", "needles", "kept+found", "intent", "paths", "errors", "decisions"]
+    columns += ["valid", "budget", "ratio", "time", *(["judge"] if judged else [])]
+    cells = []
     for r in rows:
         row = [
             r.strategy,
             f"{r.target_ratio:.0%}",
-            _pct(r.needles_recovered, r.needles),
+            _of(r.needles_recovered, r.needles),
             f"{r.retained}+{r.by_search}",
-            _pct(r.intent_kept, r.intent),
+            _of(r.intent_kept, r.intent),
             _share(*r.survival["paths"]),
             _share(*r.survival["errors"]),
             _share(*r.survival["decisions"]),
-            _pct(r.valid, r.files),
-            _pct(r.budget_ok, r.files),
+            _of(r.valid, r.files),
+            _of(r.budget_ok, r.files),
             f"{r.mean_ratio:.2f}",
             f"{r.seconds:.1f}s",
         ]
         if judged:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
-        table.add_row(*opt.cells(*row))
+        cells.append(row)
+    title = "ctxc eval: each strategy at each target, over every transcript"
+    table = make_table(columns, cells, right=columns[1:], title=title)
     # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
     print_table(console, table, keys=2)
     console.print(
@@ -104,6 +92,7 @@ def _render(report: Any) -> None:
             console.print(f"error: {case.source} {case.strategy}: {case.error}", markup=False, soft_wrap=True)
 
 
+@opt.app.command("eval", epilog=EPILOG)
 def eval_command(
     paths: Annotated[
         list[str] | None,
@@ -126,11 +115,11 @@ def eval_command(
         int, typer.Option(min=1, max=100, help="A needle counts as found within this many hits.")
     ] = 5,
     search_scope: Annotated[
-        Scope,
+        Literal["session", "archive"],
         typer.Option(
             help="session: search the transcript's own original (--id); archive: all transcripts at once."
         ),
-    ] = Scope.session,
+    ] = "session",
     hybrid: Annotated[
         bool, opt.flag("--hybrid", "Search with hybrid ranking (needs ctxc\\[embed]).")
     ] = False,
@@ -150,7 +139,7 @@ def eval_command(
     fmt: opt.TableOrJsonOpt = None,
     no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,
     skip_invalid: opt.SkipInvalidOpt = False,
-    quiet: Annotated[bool, opt.quiet_option("No progress or notes on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
@@ -165,14 +154,14 @@ def eval_command(
         keep_last=keep_last,
         tokenizer=tokenizer,
         search_k=search_k,
-        search_scope=search_scope.value,
+        search_scope=search_scope,
         hybrid=hybrid,
         use_cache=not no_cache,
         skip_invalid=skip_invalid,
     )
     the_judge = None if judge is None else _judge(judge, judge_model, max_retries, timeout, no_cache)
     report = _run(sources_from(paths or [], options), options, archive, the_judge, quiet)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(_to_json(report, options)))
     else:
         _render(report)
@@ -222,7 +211,3 @@ def _to_json(report: Any, options: Any) -> dict[str, Any]:
         lost=lost,
         cases=[c.to_json() for c in report.cases],
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("eval", epilog=EPILOG)(eval_command)

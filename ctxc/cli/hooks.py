@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -12,21 +11,18 @@ from ctxc.cli import options as opt
 from ctxc.errors import CtxcError
 from ctxc.output import write_stdout
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc hooks install claude-code              # in ~/.claude/settings.json\n\n"
-    "  ctxc hooks install claude-code --project --dry-run\n\n"
-    "  ctxc hooks uninstall claude-code\n\n"
-    "The hooks run [bold]ctxc hooks run[/bold] on PreCompact and SessionEnd: the session is stored in the "
-    "archive before /compact or auto-compact drops part of it, and ctxc search finds it afterwards."
+EPILOG = opt.examples(
+    "ctxc hooks install claude-code              # in ~/.claude/settings.json",
+    "ctxc hooks install claude-code --project --dry-run",
+    "ctxc hooks uninstall claude-code",
+    note="The hooks run [bold]ctxc hooks run[/bold] on PreCompact and SessionEnd: the session is stored in "
+    "the archive before /compact or auto-compact drops part of it, and ctxc search finds it afterwards.",
 )
 
 
-class Agent(StrEnum):
-    claude_code = "claude-code"
-
-
-AgentArg = Annotated[Agent, typer.Argument(help="The client whose settings to change: claude-code.")]
+AgentArg = Annotated[
+    Literal["claude-code"], typer.Argument(help="The client whose settings to change: claude-code.")
+]
 ProjectOpt = Annotated[
     bool,
     typer.Option("--project/--user", help="The project's .claude/settings.json, or the user's (default)."),
@@ -37,9 +33,7 @@ hooks_app = typer.Typer(
     help="Claude Code hooks that archive a session before it is compacted.", epilog=EPILOG
 )
 
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(hooks_app, name="hooks")
+opt.app.add_typer(hooks_app, name="hooks")
 
 
 def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:

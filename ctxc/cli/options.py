@@ -1,39 +1,69 @@
-"""Pieces every ``ctxc`` command shares: output formats, consoles, path expansion, common options.
-
-Kept apart from :mod:`ctxc.cli.app` so each command module (``ctxc.cli.*``) can use them without importing
-the whole command line.
-"""
+"""What ``ctxc`` commands share: the Typer app they add themselves to, output formats, consoles, common
+options (apart from :mod:`ctxc.cli.app`, so a command module need not import the whole command line)."""
 
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import IO, Annotated, Any, cast
+from typing import IO, Annotated, Any, Literal, cast
 
 import typer
 
+from ctxc._version import __version__
 from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.output import StdoutText
 from ctxc.reader import ReadOptions
-from ctxc.terminal import stderr_console, visible, visible_console, width_for
+from ctxc.terminal import stderr_console, visible_console, width_for
+
+
+def examples(*commands: str, note: str = "") -> str:
+    """A command's help epilog: its example command lines, then ``note``."""
+    return "\n\n".join(["[bold]Examples[/bold]", *(f"  {c}" for c in commands), *([note] if note else [])])
+
+
+app = typer.Typer(
+    name="ctxc",
+    help="Read, measure and compact LLM agent transcripts (Claude Code, Codex, chat logs, datasets).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=examples(
+        "ctxc analyze session.jsonl",
+        "cat t.jsonl | ctxc compact - > small.jsonl",
+        "ctxc restore small.jsonl -o original.jsonl",
+        note="[bold]Exit codes[/bold]: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 unknown format, "
+        "5 invalid transcript, 6 over target, 7 output error, 8 archive error, 9 model API or summary "
+        "command failed, 10 API key missing or rejected, 11 unknown model, "
+        "12 some files of a batch failed, 130 interrupted. "
+        "Data goes to stdout, diagnostics to stderr; NO_COLOR is honoured; CTXC_DEBUG=1 shows tracebacks.",
+    ),
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"ctxc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version_callback, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Global options; the commands do the work."""
 
 
 def flag(name: str, help: str) -> Any:
     """A boolean option named as given (typer would add ``--no-...`` to one it named itself)."""
     return typer.Option(name, help=help)
-
-
-class OutFormat(StrEnum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
-class TableOrJson(StrEnum):
-    table = "table"
-    json = "json"
 
 
 def transcript_output(output: str | None) -> str:
@@ -46,19 +76,9 @@ def transcript_output(output: str | None) -> str:
     return "-"
 
 
-def table_on_terminal(fmt: TableOrJson | None) -> TableOrJson:
-    """``--format`` as given; by default a table on a terminal and JSON for a pipe or a file."""
-    return fmt or (TableOrJson.table if sys.stdout.isatty() else TableOrJson.json)
-
-
-def cells(*values: str) -> list[Any]:
-    """Table cells shown exactly as given. A str cell is parsed for rich markup and emoji codes, which
-    data is not: a file "[draft]:ok:.jsonl" would print as "🆗.jsonl", and "[/x]" would not print.
-    Text cells also lay out about 2x quicker. Control characters are shown as escapes before layout,
-    so the columns stay aligned."""
-    from rich.text import Text
-
-    return [Text(visible(v)) for v in values]
+def table_on_terminal(fmt: str | None, piped: str = "json") -> str:
+    """``--format`` as given; by default a table on a terminal, else ``piped`` (for a pipe or a file)."""
+    return fmt or ("table" if sys.stdout.isatty() else piped)
 
 
 def note(message: str) -> None:
@@ -78,44 +98,16 @@ def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
     return ReadOptions(skip_invalid=skip_invalid, max_line_bytes=int(max_line_mb * 1_000_000))
 
 
+def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
+    """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
+    return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
+
+
 def parse_thresholds(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(","))
     except ValueError:
         raise UsageError(f"--thresholds takes four comma-separated shares, got {text!r}") from None
-
-
-InputFormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--input-format", help="Force the input format instead of sniffing it (see `ctxc formats`)."
-    ),
-]
-SkipInvalidOpt = Annotated[
-    bool,
-    flag(
-        "--skip-invalid",
-        "Keep going past lines that are not JSON objects (reported, and written back untouched).",
-    ),
-]
-MaxLineOpt = Annotated[float, typer.Option("--max-line-mb", help="Refuse lines larger than this many MB.")]
-GlobOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--glob",
-        help="Which files to take from directories (e.g. '*.json', 'sessions/**/*.jsonl'); "
-        "with no paths, from the current directory. Default: *.jsonl, *.traj.",
-    ),
-]
-JobsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--jobs", "-j", min=1, help="Files processed at once, in worker processes (default: the cores)."
-    ),
-]
-FailFastOpt = Annotated[
-    bool, flag("--fail-fast", "Stop at the first file that fails (default: report and go on).")
-]
 
 
 def parse_sets(values: list[str]) -> dict[str, str]:
@@ -127,65 +119,6 @@ def parse_sets(values: list[str]) -> dict[str, str]:
             raise UsageError(f"--set takes strategy.option=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
-
-
-TranscriptOutputOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--output",
-        "-o",
-        help="Output file, or - for stdout (the default, unless stdout is a terminal).",
-        show_default=False,
-    ),
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
-ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
-WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
-PricesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prices",
-        envvar="CTXC_PRICES",
-        metavar="FILE",
-        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
-        show_default=False,
-    ),
-]
-TableOrJsonOpt = Annotated[
-    TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
-]
-PathsArg = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="Transcript files, directories (walked; see --glob), or - for stdin.",
-        show_default=False,
-        metavar="[PATH]...",
-    ),
-]
-ArchiveOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--archive",
-        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, "
-        "else ~/.local/share/ctxc/archive).",
-    ),
-]
-NoCacheOpt = Annotated[bool, flag("--no-cache", "Do not read or write the token count cache.")]
-ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
-KeepLastOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--keep-last",
-        min=1,
-        help="Messages at the end always kept verbatim. Default: 4, or fewer (down to 1) when an explicit "
-        "target cannot be met otherwise.",
-        show_default=False,
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
-]
 
 
 def batch_mode(
@@ -205,27 +138,99 @@ def batch_mode(
     return batch
 
 
-ConversationOpt = Annotated[
-    int | None, typer.Option("--conversation", help="Which conversation of the file (default: the largest).")
+# The options several commands share; typer names each after its parameter unless a name is given.
+OutFormat = Literal["table", "json", "csv"]
+TableOrJson = Literal["table", "json"]
+PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")]
+PathsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Transcript files, directories (walked; see --glob), or - for stdin.",
+        show_default=False,
+        metavar="[PATH]...",
+    ),
 ]
-
-
-def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
-    """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
-    return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
-
-
+InputFormatOpt = Annotated[
+    str | None, typer.Option(help="Force the input format instead of sniffing it (see `ctxc formats`).")
+]
+SkipInvalidOpt = Annotated[
+    bool,
+    flag(
+        "--skip-invalid",
+        "Keep going past lines that are not JSON objects (reported, and written back untouched).",
+    ),
+]
+MaxLineOpt = Annotated[float, typer.Option(help="Refuse lines larger than this many MB.")]
+GlobOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Which files to take from directories (e.g. '*.json', 'sessions/**/*.jsonl'); "
+        "with no paths, from the current directory. Default: *.jsonl, *.traj.",
+    ),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, help="Files processed at once, in worker processes (default: the cores)."
+    ),
+]
+FailFastOpt = Annotated[
+    bool, flag("--fail-fast", "Stop at the first file that fails (default: report and go on).")
+]
+TranscriptOutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Output file, or - for stdout (the default, unless stdout is a terminal).",
+        show_default=False,
+    ),
+]
 OutDirOpt = Annotated[
     str | None, typer.Option(help="Write each output here, mirroring the input tree (a batch).")
 ]
-StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")]
-TokenizerOpt = Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")]
-PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
+ModelOpt = Annotated[str | None, typer.Option(help="Model profile for the window (see `ctxc models`).")]
+WindowOpt = Annotated[int | None, typer.Option(help="Context window in tokens (overrides --model).")]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="CTXC_PRICES",
+        metavar="FILE",
+        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
+        show_default=False,
+    ),
+]
+TableOrJsonOpt = Annotated[
+    TableOrJson | None, typer.Option("--format", "-f", help="table (the default on a terminal) or json.")
+]
 OutFormatOpt = Annotated[
     OutFormat | None, typer.Option("--format", "-f", help="table (default on a terminal), json, or csv.")
 ]
-
-
-def quiet_option(help: str) -> Any:
-    """``--quiet``/``-q`` with what it silences in this command."""
-    return typer.Option("--quiet", "-q", help=help)
+ArchiveOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Archive directory (default $CTXC_ARCHIVE, else a .ctxc/archive here or above, "
+        "else ~/.local/share/ctxc/archive).",
+    ),
+]
+NoCacheOpt = Annotated[bool, flag("--no-cache", "Do not read or write the token count cache.")]
+ThresholdsOpt = Annotated[str, typer.Option(help="Window shares where stages 2-5 begin.")]
+KeepLastOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Messages at the end always kept verbatim. Default: 4, or fewer (down to 1) when an explicit "
+        "target cannot be met otherwise.",
+        show_default=False,
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Strategy option, e.g. mask.keep_last_results=5. Repeatable."),
+]
+ConversationOpt = Annotated[
+    int | None, typer.Option(help="Which conversation of the file (default: the largest).")
+]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="See `ctxc strategies`.")]
+TokenizerOpt = Annotated[str, typer.Option(help="o200k_base, cl100k_base or approx.")]

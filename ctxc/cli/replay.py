@@ -1,8 +1,4 @@
-"""``ctxc replay``: a transcript replayed turn by turn as if ctxc had managed its context.
-
-Thin: options in, :mod:`ctxc.replay` does the work (through :class:`ctxc.agent.ContextManager`),
-rendering out.
-"""
+"""``ctxc replay``: a transcript replayed turn by turn as if ctxc had managed its context."""
 
 from __future__ import annotations
 
@@ -19,18 +15,18 @@ if TYPE_CHECKING:
     from ctxc.replay import Replay
 
 
-REPLAY_EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc replay session.jsonl --window 100000\n\n"
-    "  ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json\n\n"
-    "  ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]\n\n"
-    "  ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns\n\n"
-    "Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
+REPLAY_EPILOG = opt.examples(
+    "ctxc replay session.jsonl --window 100000",
+    "ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json",
+    "ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]",
+    "ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns",
+    note="Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
     "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
-    "recorded usage (Claude Code, Codex, pi, Kimi) add the size the real run reported."
+    "recorded usage (Claude Code, Codex, pi, Kimi) add the size the real run reported.",
 )
 
 
+@opt.app.command("replay", epilog=REPLAY_EPILOG)
 def replay_command(
     path: opt.PathArg,
     window: opt.WindowOpt = None,
@@ -57,7 +53,7 @@ def replay_command(
         str | None,
         typer.Option("--plot", help="Also draw the replay to an .svg or .png file (needs ctxc\\[plot])."),
     ] = None,
-    quiet: Annotated[bool, opt.quiet_option("Nothing on stderr but errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")] = False,
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,
@@ -66,8 +62,8 @@ def replay_command(
     from ctxc.agent import ContextManager
     from ctxc.replay import have_matplotlib, plot, plot_format, replay, replay_to_json
 
-    fmt_of_plot = plot_format(plot_file) if plot_file else None  # a bad extension fails before any work
     if plot_file:
+        plot_format(plot_file)  # a bad extension fails before any work
         check_output(plot_file, inputs=(path,))  # as does a path that cannot be written
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
@@ -85,23 +81,19 @@ def replay_command(
     )
     transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
-    if opt.table_on_terminal(fmt) is opt.TableOrJson.json:
+    if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(envelope("replay", **replay_to_json(r))))
     else:
         _print_replay(r, turns)
-    if plot_file is None:
-        return
-    assert fmt_of_plot is not None
-    with atomic_output(plot_file, inputs=(path,)) as handle:
-        plot(r, handle, fmt=fmt_of_plot)
-    if not quiet:
-        opt.note(f"ctxc: wrote {plot_file}")
+    if plot_file:
+        with atomic_output(plot_file, inputs=(path,)) as handle:
+            plot(r, handle, fmt=plot_format(plot_file))
+        if not quiet:
+            opt.note(f"ctxc: wrote {plot_file}")
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
-    from rich.table import Table
-
-    from ctxc.render import print_table
+    from ctxc.render import make_table, print_table
     from ctxc.replay import events, terminal_chart
 
     console = opt.stdout_console()
@@ -121,28 +113,23 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
     )
     console.print(terminal_chart(r, width=max(20, min(100, console.width - 14))))
     if every_turn:
-        table = Table("turn", "line", "without", "with", "stage", "recorded", "events")
         marks: dict[int, list[str]] = {}
         for turn, _line, kind, detail in events(r):
             marks.setdefault(turn, []).append(f"{kind}: {detail}")
-        for t in r.turns:
-            table.add_row(
-                *opt.cells(
-                    str(t.turn),
-                    str(t.line),
-                    f"{t.raw_tokens:,}",
-                    f"{t.tokens:,}",
-                    str(t.stage),
-                    f"{t.recorded:,}" if t.recorded is not None else "",
-                    "\n".join(marks.get(t.turn, [])),
-                )
+        rows: list[tuple[str, ...]] = [
+            (
+                str(t.turn),
+                str(t.line),
+                f"{t.raw_tokens:,}",
+                f"{t.tokens:,}",
+                str(t.stage),
+                f"{t.recorded:,}" if t.recorded is not None else "",
+                "\n".join(marks.get(t.turn, [])),
             )
+            for t in r.turns
+        ]
+        table = make_table(("turn", "line", "without", "with", "stage", "recorded", "events"), rows)
     else:
-        table = Table("turn", "line", "event", "detail")
-        for turn, line, kind, detail in events(r):
-            table.add_row(*opt.cells(str(turn), str(line), kind, detail))
+        rows = [(str(turn), str(line), kind, detail) for turn, line, kind, detail in events(r)]
+        table = make_table(("turn", "line", "event", "detail"), rows)
     print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("replay", epilog=REPLAY_EPILOG)(replay_command)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -15,23 +14,15 @@ from ctxc.errors import UsageError
 from ctxc.output import dumps, envelope, write_stdout
 from ctxc.sessions import find_sessions
 
-EPILOG = (
-    "[bold]Examples[/bold]\n\n"
-    "  ctxc sessions                                  # every session, newest first\n\n"
-    "  ctxc sessions --agent codex --since 2026-11-01 --format json\n\n"
-    "  ctxc sessions --project .                      # this directory's sessions\n\n"
-    "Sessions are read from $CLAUDE_CONFIG_DIR/projects (default ~/.claude) and $CODEX_HOME/sessions "
+EPILOG = opt.examples(
+    "ctxc sessions                                  # every session, newest first",
+    "ctxc sessions --agent codex --since 2026-11-01 --format json",
+    "ctxc sessions --project .                      # this directory's sessions",
+    note="Sessions are read from $CLAUDE_CONFIG_DIR/projects (default ~/.claude) and $CODEX_HOME/sessions "
     "(default ~/.codex). Every command that takes a PATH also takes a session id, a unique prefix of "
-    "one, or [bold]latest[/bold] (the newest session of the current directory): "
-    "ctxc analyze latest, ctxc compact 03953bb8 --fork."
+    "one, or [bold]latest[/bold] (the newest session of the current directory): ctxc analyze latest, "
+    "ctxc compact 03953bb8 --fork.",
 )
-
-
-def register(app: typer.Typer) -> None:
-    app.command(name="sessions", epilog=EPILOG)(sessions)
-
-
-_COLUMNS = ("id", "agent", "project", "last active")  # left-aligned in the table
 
 
 def _since(text: str | None) -> float | None:
@@ -44,6 +35,7 @@ def _since(text: str | None) -> float | None:
     return when.timestamp()
 
 
+@opt.app.command(epilog=EPILOG)
 def sessions(
     agent: Annotated[
         str | None, typer.Option(help="claude-code or codex (default: both).", show_default=False)
@@ -61,35 +53,34 @@ def sessions(
     quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
-    from ctxc.cli.batch import resolve_jobs, run_one_or_many
+    from ctxc.cli.batch import run_one_or_many
     from ctxc.jobs import AnalyzeJob, analyze_file
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
-    out_fmt = fmt or (opt.OutFormat.table if sys.stdout.isatty() else opt.OutFormat.json)
+    out_fmt = opt.table_on_terminal(fmt)
     job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
     paths = [str(s.path) for s in found]
-    analyses: list[Any] = []
-    errors: list[dict[str, Any]] = []
-    failed = 0
-    if paths:
-        analyses, errors, failed = run_one_or_many(
+    analyses, errors, failed = (
+        run_one_or_many(
             [(p, replace(job, path=p)) for p in paths],
             analyze_file,
             what="reading sessions",
-            jobs=resolve_jobs(jobs, paths),
+            jobs=jobs,
             quiet=quiet,
         )
+        if paths
+        else ([], [], 0)
+    )
     by_path = {a.path: a for a in analyses}
     rows = [_row(s, by_path.get(str(s.path))) for s in found]
     _emit(rows, out_fmt, errors=errors, exit_code=failed)
-    if failed:
-        raise typer.Exit(failed)
+    raise typer.Exit(failed)
 
 
-def _row(session: Any, analysis: Any) -> dict[str, Any]:
+def _row(session: Any, a: Any) -> dict[str, Any]:
     modified = dt.datetime.fromtimestamp(session.modified, dt.UTC)
-    row: dict[str, Any] = {
+    return {
         "id": session.id,
         "agent": session.agent,
         "project": session.project,
@@ -97,59 +88,29 @@ def _row(session: Any, analysis: Any) -> dict[str, Any]:
         "bytes": session.size,
         "path": os.fspath(session.path),
         "resume": session.resume_command,
-        "messages": None,
-        "tokens": None,
-        "window": None,
-        "stage": None,
-        "cost_usd": None,
+        "messages": None if a is None else a.live_messages,
+        "tokens": None if a is None else a.total_tokens,
+        "window": None if a is None else a.window,
+        "stage": None if a is None else a.stage,
+        "cost_usd": a.usage.cost.usd if a is not None and a.usage and a.usage.cost else None,
     }
-    if analysis is not None:
-        row.update(
-            messages=analysis.live_messages,
-            tokens=analysis.total_tokens,
-            window=analysis.window,
-            stage=analysis.stage,
-            cost_usd=analysis.usage.cost.usd if analysis.usage and analysis.usage.cost else None,
-        )
-    return row
 
 
-def _emit(
-    rows: list[dict[str, Any]], out_fmt: opt.OutFormat, *, errors: list[dict[str, Any]], exit_code: int
-) -> None:
-    if out_fmt is opt.OutFormat.json:
+def _emit(rows: list[dict[str, Any]], out_fmt: str, *, errors: list[dict[str, Any]], exit_code: int) -> None:
+    from ctxc.render import csv_text
+
+    if out_fmt == "json":
         write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
-    elif out_fmt is opt.OutFormat.csv:
-        import csv
-        import io
-
-        buffer = io.StringIO()
-        fields = [
-            "id",
-            "agent",
-            "project",
-            "last_activity",
-            "messages",
-            "tokens",
-            "window",
-            "stage",
-            "cost_usd",
-            "bytes",
-            "path",
-        ]
-        writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_stdout(buffer.getvalue().encode())
+    elif out_fmt == "csv":
+        columns = "id agent project last_activity messages tokens window stage cost_usd bytes path"
+        write_stdout(csv_text(columns, rows).encode())
     else:
         _table(rows)
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
-    from rich.table import Table
-
-    from ctxc.render import dollars, print_table
+    from ctxc.render import dollars, make_table, print_table
 
     console = opt.stdout_console()
     if not rows:
@@ -159,25 +120,28 @@ def _table(rows: list[dict[str, Any]]) -> None:
     projects: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         projects.setdefault(row["project"] or "(unknown directory)", []).append(row)
+    columns = ("id", "agent", "last active", "msgs", "tokens", "stage", "cost", "size")
     for i, (project, members) in enumerate(projects.items()):
         if i:
             console.print()
-        table = Table(title=project, title_justify="left", box=None, pad_edge=False)
-        for name in ("id", "agent", "last active", "msgs", "tokens", "stage", "cost", "size"):
-            table.add_column(name, justify="left" if name in _COLUMNS else "right", no_wrap=True)
-        for row in members:
-            table.add_row(
-                *opt.cells(
-                    row["id"][:width],
-                    row["agent"],
-                    row["last_activity"][:16].replace("T", " "),
-                    _number(row["messages"]),
-                    _number(row["tokens"]),
-                    "?" if row["stage"] is None else str(row["stage"]),
-                    "" if row["cost_usd"] is None else dollars(row["cost_usd"]),
-                    _size(row["bytes"]),
-                )
+        cells = [
+            (
+                row["id"][:width],
+                row["agent"],
+                row["last_activity"][:16].replace("T", " "),
+                _number(row["messages"]),
+                _number(row["tokens"]),
+                "?" if row["stage"] is None else str(row["stage"]),
+                "" if row["cost_usd"] is None else dollars(row["cost_usd"]),
+                _size(row["bytes"]),
             )
+            for row in members
+        ]
+        table = make_table(
+            columns, cells, right=columns[3:], title=project, title_justify="left", box=None, pad_edge=False
+        )
+        for column in table.columns:
+            column.no_wrap = True
         print_table(console, table, optional=("size", "cost"), keys=1)
 
 

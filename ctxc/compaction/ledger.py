@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ctxc.model import Message
+from ctxc.model import Message, ThinkingBlock
 from ctxc.tokens import Counter
 from ctxc.tokens.cost import count_messages
 
@@ -14,6 +14,7 @@ class Ledger:
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
         self._memo: dict[int, tuple[Message, int]] = {}
+        self._unsent: dict[int, int] = {}  # by identity: tokens of a counted message its client leaves out
 
     def prime(self, messages: Sequence[Message]) -> None:
         """Count many messages in one batch (the tokenizer is fastest on batches)."""
@@ -26,12 +27,22 @@ class Ledger:
         for m, n in zip(messages, counts, strict=True):
             self._memo[id(m)] = (m, n)
 
+    def unsend(self, messages: Iterable[Message]) -> None:
+        """Count ``messages`` as their client sends them: without their thinking (another model's)."""
+        for m in messages:
+            texts = [b.text for b in m.blocks if isinstance(b, ThinkingBlock) and b.text]
+            self._unsent[id(m)] = self.tokens(m) if m.kind == "thinking" else sum(self.counter.count(texts))
+
+    def sends_thinking(self, message: Message) -> bool:
+        """Whether the client sends ``message``'s thinking (not when :meth:`unsend` said otherwise)."""
+        return id(message) not in self._unsent
+
     def tokens(self, message: Message) -> int:
         hit = self._memo.get(id(message))
         if hit is None:
             self.prime([message])
             hit = self._memo[id(message)]
-        return hit[1]
+        return hit[1] - self._unsent.get(id(message), 0)
 
     def carry(self, new: Sequence[Message], old: Sequence[Message]) -> None:
         """Give each of ``new`` the count of the message in its place in ``old``, where that one is
@@ -48,7 +59,7 @@ class Ledger:
     def total(self, messages: Iterable[Message]) -> int:
         messages = list(messages)
         self.prime(messages)
-        return sum(self._memo[id(m)][1] for m in messages)
+        return sum(self._memo[id(m)][1] - self._unsent.get(id(m), 0) for m in messages)
 
     def count_text(self, text: str) -> int:
         return self.counter.count([text])[0] if text else 0

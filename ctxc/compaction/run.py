@@ -260,6 +260,7 @@ def compact_live(
     outputs: dict[int, tuple[Message, ...]] = {}
     # What the client no longer sends (before the log's own compaction, inline subagent runs) stays.
     live = live_context(transcript.boundaries, transcript.messages)
+    plan.context.ledger.unsend(m for m in transcript.messages if m.index in live.unsent_thinking)
     for conv in range(transcript.conversations):
         everything = transcript.conversation(conv)
         if conv in live.side:
@@ -391,6 +392,7 @@ def _verify(
         if problems:
             raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
     ledger.carry(reread.messages, written.messages)  # most lines read back as they were written
+    ledger.unsend(m for m in reread.messages if m.index in live.unsent_thinking)
     for k, outcome in enumerate(outcomes):
         reset = live.resets.get(outcome.conversation)
         carried = ledger.total(reset.carried) if reset is not None else 0

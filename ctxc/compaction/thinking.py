@@ -2,6 +2,7 @@
 
 The last assistant turn and turns with a call still unanswered keep theirs, signatures included. A
 message left with no blocks (a Codex ``reasoning`` item) is dropped whole; pairing is unchanged.
+Thinking the client does not send anyway (another model's) stays: removing it would save nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Thinking:
                 or pos in keep
                 or m.index in ctx.pinned
                 or not any(isinstance(b, ThinkingBlock) for b in m.blocks)
+                or not ctx.ledger.sends_thinking(m)  # removing it would save nothing
             ):
                 out.append(m)
                 continue

@@ -1,10 +1,7 @@
 """``ctxc eval``: targeted, deterministic, offline measurements of each compaction strategy.
 
-Facts are planted early in each transcript (given, or generated from a seed), every strategy compacts
-it to each target of a window (by default the transcript's largest conversation, so compaction is
-always forced), and each output is measured: needles kept or found by ``ctxc search``, first requests
-and a pinned instruction kept, survival of paths, errors and decisions, validity, budget and cost.
-docs/eval-and-replay.md has the details. Everything but the times is a function of inputs and seed.
+Facts are planted early in each transcript, every strategy compacts it to each target, and each output is
+measured: needles kept or found by search, intent, survival, validity, budget. See docs/eval-and-replay.md.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +19,7 @@ from ctxc.errors import CtxcError, UsageError
 from ctxc.evaluate.measures import first_requests, norm, problems, survival, text_of
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
 from ctxc.live import live_context, live_messages, sent_messages
-from ctxc.model import Message, Transcript
+from ctxc.model import Message
 
 if TYPE_CHECKING:
     from ctxc.archive import Archive
@@ -37,27 +34,19 @@ SURVIVAL_KINDS = ("paths", "errors", "decisions")
 
 @dataclass(frozen=True, slots=True)
 class EvalOptions:
-    #: Strategy names; empty means every registered strategy.
-    strategies: tuple[str, ...] = ()
-    #: Targets as shares of the window.
-    targets: tuple[float, ...] = DEFAULT_TARGETS
+    strategies: tuple[str, ...] = ()  # empty: every registered strategy
+    targets: tuple[float, ...] = DEFAULT_TARGETS  # shares of the window
     seed: int = 0
-    #: Sessions generated when no paths are given.
-    generated: int = 3
+    generated: int = 3  # sessions generated when no paths are given
     needles: int = 4
-    #: The window the targets are shares of; None: each transcript's largest conversation.
-    window: int | None = None
+    window: int | None = None  # None: each transcript's largest conversation
     keep_last: int = 4
     tokenizer: str = "o200k_base"
     summarizer: str = "extractive"
     search_k: int = 5
-    #: ``session``: search the transcript's own original (``ctxc search --id``, what an agent does with
-    #: the archive id its summary cites); ``archive``: the whole evaluation archive, every file competing.
-    search_scope: str = "session"
+    search_scope: str = "session"  # the transcript's own original, or the whole ``archive``
     hybrid: bool = False
     use_cache: bool = True
-    #: Skip lines that are not JSON objects (``--skip-invalid``); by default they are an error, as in
-    #: every other command.
     skip_invalid: bool = False
 
 
@@ -69,8 +58,7 @@ class NeedleOutcome:
     query: str
     message: int
     retained: bool
-    #: 1-based rank of the first search hit holding the value, among the top ``search_k``; else None.
-    search_rank: int | None
+    search_rank: int | None  # 1-based, among the top ``search_k`` hits
 
     @property
     def recovered(self) -> bool:
@@ -92,11 +80,9 @@ class Case:
     tokens_after: int = 0
     seconds: float = 0.0
     needles: tuple[NeedleOutcome, ...] = ()
-    #: (kept, total) first requests, one per conversation.
+    # (kept, total) of first requests (one per conversation), pinned instructions, and each SURVIVAL_KIND
     first_requests: tuple[int, int] = (0, 0)
-    #: (kept, total) pinned instructions.
     pinned: tuple[int, int] = (0, 0)
-    #: kind → (kept, total) for paths, errors, decisions.
     survival: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     problems: int = 0
     budget_ok: bool = False
@@ -112,7 +98,6 @@ class Case:
         return self.error is None and self.problems == 0
 
     def to_json(self) -> dict[str, Any]:
-        # The identifying fields first (source to tokens_after), as declared.
         head = {f.name: getattr(self, f.name) for f in fields(self)[:9]}
         return {
             **head,
@@ -173,19 +158,15 @@ class Row:
 
 
 def _total(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    """(kept, total) pairs added up."""
-    kept = total = 0
-    for k, t in pairs:
-        kept, total = kept + k, total + t
-    return kept, total
+    pairs = list(pairs)
+    return sum(k for k, _ in pairs), sum(t for _, t in pairs)
 
 
 @dataclass(frozen=True, slots=True)
 class EvalReport:
     options: EvalOptions
     cases: tuple[Case, ...]
-    #: Needles asked for and planted, per source (short files have room for fewer).
-    planted: Mapping[str, tuple[int, int]]
+    planted: Mapping[str, tuple[int, int]]  # per source: needles planted, asked for
 
     def rows(self) -> list[Row]:
         groups: dict[tuple[str, float], list[Case]] = {}
@@ -233,13 +214,6 @@ class Source:
     data: bytes
 
 
-def _load(src: Source, *, skip_invalid: bool = False) -> Transcript:
-    from ctxc.formats import load
-    from ctxc.reader import ReadOptions, named_bytes
-
-    return load(named_bytes(src.name, src.data), options=ReadOptions(skip_invalid=skip_invalid))
-
-
 def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
     """The files of ``paths`` (directories walked), or generated sessions when there are none."""
     if not paths:
@@ -272,10 +246,12 @@ class _Prepared:
 
 def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     """The source read, its needles and instruction planted, and what its cases measure against."""
+    from ctxc.formats import load
+    from ctxc.reader import ReadOptions, named_bytes
     from ctxc.tokens.cost import count_messages
 
     rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
-    t = _load(src, skip_invalid=options.skip_invalid)
+    t = load(named_bytes(src.name, src.data), options=ReadOptions(skip_invalid=options.skip_invalid))
     planted = plant(
         t, make_needles(rng, options.needles), instruction=make_instruction(rng), keep_last=options.keep_last
     )
@@ -285,17 +261,6 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
     window = options.window or max([*sizes, 1])
     return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)
-
-
-@contextlib.contextmanager
-def _archive(explicit: str | Path | None) -> Iterator[Archive]:
-    from ctxc.archive import Archive
-
-    if explicit is not None:
-        yield Archive(Path(explicit))
-        return
-    with tempfile.TemporaryDirectory(prefix="ctxc-eval-") as tmp:
-        yield Archive(Path(tmp))
 
 
 def _check(options: EvalOptions) -> tuple[str, ...]:
@@ -375,15 +340,18 @@ def run_eval(
     judge: Judge | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
-    """Plant, compact with every strategy to every target, search, measure (see the module docstring).
-    ``archive`` keeps the evaluation's archive (originals, index) there instead of a temporary one."""
+    """Plant, compact with every strategy to every target, search, measure; ``archive`` keeps the
+    evaluation's archive there instead of a temporary one."""
+    from ctxc.archive import Archive
     from ctxc.tokens import make_counter
 
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared = [_prepare(src, options, counter) for src in sources]
     measured: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
-    with _archive(archive) as store:
+    temporary = tempfile.TemporaryDirectory(prefix="ctxc-eval-") if archive is None else None
+    with temporary or contextlib.nullcontext(str(archive)) as directory:
+        store = Archive(Path(directory))
         for prep in prepared:
             for strategy in names:
                 for target in options.targets:

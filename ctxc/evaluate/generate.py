@@ -1,10 +1,6 @@
-"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths: deterministic from a seed.
-
-A session looks like what compaction meets in practice: a system prompt, a first request, then turns
-of an assistant reading files, searching, running tests (with failures and tracebacks), editing, with
-decisions stated in passing and a few follow-up requests from the user. Files are written as chat
-JSONL, alternating the Anthropic dialect (content blocks) and the OpenAI one (``tool_calls`` and
-``tool`` messages), so both are read back through the ``chat`` adapter like any user file.
+"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed: reads,
+searches, failing and passing tests, edits, decisions in passing, follow-up requests. Written as chat
+JSONL, alternating the Anthropic and the OpenAI dialect, so both go through the ``chat`` adapter.
 """
 
 from __future__ import annotations
@@ -85,17 +81,9 @@ class _Session:
             b=r.randint(10, 999),
         )
 
-    def system(self, text: str) -> None:
-        self.lines.append({"role": "system", "content": text})
-
-    def user(self, text: str) -> None:
-        if self.dialect == "anthropic":
-            self.lines.append({"role": "user", "content": [{"type": "text", "text": text}]})
-        else:
-            self.lines.append({"role": "user", "content": text})
-
-    def assistant(self, text: str) -> None:
-        self.lines.append({"role": "assistant", "content": text})
+    def say(self, role: str, text: str) -> None:
+        blocks = role == "user" and self.dialect == "anthropic"
+        self.lines.append({"role": role, "content": [{"type": "text", "text": text}] if blocks else text})
 
     def tool(self, text: str, name: str, args: dict[str, Any], result: str, *, error: bool = False) -> None:
         self.calls += 1
@@ -209,18 +197,19 @@ def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Generate
     rng = random.Random(f"ctxc-eval/{seed}/{number}")
     dialect = "anthropic" if number % 2 == 0 else "openai"
     s = _Session(rng, dialect)
-    s.system(
+    s.say(
+        "system",
         "You are a coding agent working in a Python repository. Use the tools to read files, search and "
-        "run commands. Keep changes minimal and run the tests after every change."
+        "run commands. Keep changes minimal and run the tests after every change.",
     )
-    s.user(s.fill(rng.choice(_TASKS)))
+    s.say("user", s.fill(rng.choice(_TASKS)))
     follow_ups = sorted(rng.sample(range(4, turns - 2), 3))
     decisions = sorted(rng.sample(range(2, turns - 1), 3))
     for turn in range(turns):
         if turn in follow_ups:
-            s.user(s.fill(rng.choice(_FOLLOW_UPS)))
+            s.say("user", s.fill(rng.choice(_FOLLOW_UPS)))
         if turn in decisions:
-            s.assistant(s.fill(rng.choice(_DECISIONS)))
+            s.say("assistant", s.fill(rng.choice(_DECISIONS)))
         action = rng.random()
         if turn < 3 or action < 0.35:
             s.read(rng.choice(s.files))
@@ -231,9 +220,10 @@ def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Generate
         else:
             s.edit(rng.choice(s.files[:4]))
     s.pytest(failing=False)
-    s.assistant(
+    s.say(
+        "assistant",
         f"Done: the change is in {s.files[0]} and the tests pass. Next I would add a test for the empty "
-        f"{rng.choice(_NOUNS)} case."
+        f"{rng.choice(_NOUNS)} case.",
     )
     data = b"".join(orjson.dumps(line) + b"\n" for line in s.lines)
     return Generated(f"generated-{seed}-{number}-{dialect}.jsonl", data)

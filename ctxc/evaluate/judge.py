@@ -1,14 +1,12 @@
 """``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone.
 
-The model gets the compacted output and numbered questions (recall of each planted code, name or
-number; each planted decision; which files were changed; what the user asked for last) and answers in
-one JSON object. An answer is scored without a second model: by the share of the known answers it names.
-The model is called through the anthropic summarizer's client (``AnthropicAPI``): a preflight that
-fails on a missing key or an unknown model before any work, the SDK's retries, answers cached on disk.
+Answers come back as one JSON object and are scored without a second model, by the share of the known
+answers they name. The model is called through the anthropic summarizer's client (``AnthropicAPI``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -18,20 +16,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from ctxc.errors import SummarizerError
-from ctxc.model import Message, TextBlock, ToolUseBlock, Transcript
+from ctxc.evaluate.measures import tool_paths
+from ctxc.model import Message, TextBlock, Transcript
 from ctxc.summarize.cache import LazySummaryCache
 
 if TYPE_CHECKING:
     from ctxc.evaluate.needles import Planted
 
 PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
-#: Characters of tool results kept when the compacted context is rendered for the judge (far more
-#: than a summary prompt keeps: the judge must see what the agent would see).
+#: Characters kept of each tool result and of the whole context: the judge sees what the agent would.
 RESULT_CHARS = 20_000
-#: Characters of the whole rendered context, head and tail kept (about 100k tokens).
 CONTEXT_CHARS = 400_000
 MAX_TOKENS = 1_024
 _CHANGE_TOOLS = frozenset({"write", "edit", "multiedit", "str_replace_editor", "apply_patch", "writefile"})
+_CHANGE_KEYS = ("file_path", "path", "filename")
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.+)$", re.M)
 
 SYSTEM = (
@@ -73,25 +71,9 @@ class Judge(Protocol):
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore: ...
 
 
-def _changed_files(messages: Sequence[Message]) -> list[str]:
-    found: dict[str, None] = {}
-    for m in messages:
-        for b in m.blocks:
-            if not isinstance(b, ToolUseBlock):
-                continue
-            name = b.name.lower().rsplit("__", 1)[-1]
-            inp = b.input
-            if isinstance(inp, Mapping) and name in _CHANGE_TOOLS:
-                for key in ("file_path", "path", "filename"):
-                    v = inp.get(key)
-                    if isinstance(v, str) and v.strip() and "\n" not in v:
-                        found.setdefault(v.strip(), None)
-            text = inp if isinstance(inp, str) else ""
-            if isinstance(inp, Mapping):
-                text = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
-            for match in _PATCH_FILE.finditer(text):
-                found.setdefault(match.group(1).strip(), None)
-    return list(found)
+def _changed(tool: str, key: str, value: str) -> bool:
+    """A path a change tool names (MCP tools are named server__tool)."""
+    return key in _CHANGE_KEYS and tool.lower().rsplit("__", 1)[-1] in _CHANGE_TOOLS and bool(value.strip())
 
 
 def _last_request(messages: Sequence[Message]) -> str:
@@ -110,7 +92,7 @@ def probes(planted: Planted, original: Transcript) -> list[Probe]:
         for n in planted.needles
     ]
     messages = original.conversation(planted.conversation)
-    files = _changed_files(messages)[:8]
+    files = tool_paths(messages, _changed, _PATCH_FILE)[:8]
     if files:
         question = "Which files were created or modified in this session? List their paths."
         out.append(Probe("artifacts", question, tuple(files)))
@@ -134,28 +116,20 @@ def parse_answers(text: str, count: int) -> list[str]:
     start, end = text.find("{"), text.rfind("}")
     data: Any = None
     if start >= 0 and end > start:
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             data = orjson.loads(text[start : end + 1])
-        except orjson.JSONDecodeError:
-            data = None
     if not isinstance(data, dict):
         return [""] * count
-    out: list[str] = []
-    for i in range(1, count + 1):
-        v = data.get(str(i), "")
-        out.append(v if isinstance(v, str) else orjson.dumps(v).decode())
-    return out
-
-
-def render_context(messages: Sequence[Message]) -> str:
-    from ctxc.summarize.prompt import clip, render_transcript
-
-    return clip(render_transcript(messages, result_chars=RESULT_CHARS), CONTEXT_CHARS)
+    answers = (data.get(str(i), "") for i in range(1, count + 1))
+    return [v if isinstance(v, str) else orjson.dumps(v).decode() for v in answers]
 
 
 def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
+    from ctxc.summarize.prompt import clip, render_transcript
+
+    context = clip(render_transcript(output, result_chars=RESULT_CHARS), CONTEXT_CHARS)
     numbered = "\n".join(f"{i}. {p.question}" for i, p in enumerate(questions, 1))
-    return f"<context>\n{render_context(output)}\n</context>\n\nQuestions:\n{numbered}"
+    return f"<context>\n{context}\n</context>\n\nQuestions:\n{numbered}"
 
 
 class AnthropicJudge:
@@ -173,16 +147,10 @@ class AnthropicJudge:
         from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
 
         self.model = resolve_model(SummarizerOptions(model=model))
-        self.use_cache = use_cache
         self.api = AnthropicAPI(
             self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
         )
         self._cache = LazySummaryCache(use_cache)
-        self.cache_hits = 0
-
-    @property
-    def calls(self) -> int:
-        return self.api.spent.calls
 
     def preflight(self) -> None:
         """Check the key and the model before any work (exit 10 or 11 with a one-line message)."""
@@ -191,14 +159,12 @@ class AnthropicJudge:
     def ask(self, user: str) -> str:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
         key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
-        if (hit := self._cache.lookup(key)) is not None:
-            self.cache_hits += 1
+        if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         reply = self.api.run(self.api.create(SYSTEM, user, MAX_TOKENS))
         if not reply.text.strip():
             raise SummarizerError(f"the judge model {self.model} returned an empty answer")
-        if (cache := self._cache.get()) is not None:
-            cache.put(key, self.model, reply.text, reply.input_tokens, reply.output_tokens)
+        self._cache.put(key, self.model, reply.text, reply.input_tokens, reply.output_tokens)
         return reply.text
 
     def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
 from ctxc.live import request_text, session_intent
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
@@ -12,8 +13,7 @@ from ctxc.summarize.toolcalls import PATH_KEYS
 from ctxc.validate import pairing_problems, role_problems
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
-#: A line that says what went wrong: an exception with its message, a test failure, a tool's error.
-#: A traceback's header says only that something did, so it is not one.
+#: A line that says what went wrong (a traceback's header says only that something did).
 _ERROR_LINE = re.compile(r"(\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|\berror:|\bERROR\b)")
 _DECISION = re.compile(
     r"\b(decided|decide to|we'll use|I'll use|let's use|let's go with|going with|go with|chose|opted for|"
@@ -40,19 +40,28 @@ def norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def _paths(messages: Sequence[Message]) -> list[str]:
+def tool_paths(
+    messages: Sequence[Message], accept: Callable[[str, str, str], bool], patch_file: re.Pattern[str]
+) -> list[str]:
+    """Paths tool calls name, in order: one-line input values under PATH_KEYS that ``accept(tool, key,
+    value)`` takes, and the files of the patches they carry that ``patch_file`` matches."""
     found: dict[str, None] = {}
     for b in (b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)):
         inp = b.input
         patch = inp if isinstance(inp, str) else ""
         if isinstance(inp, Mapping):
-            for v in (inp.get(key) for key in PATH_KEYS):
-                if isinstance(v, str) and 2 < len(v) < 300 and "\n" not in v and ("/" in v or "." in v):
+            for key in PATH_KEYS:
+                v = inp.get(key)
+                if isinstance(v, str) and "\n" not in v and accept(b.name, key, v):
                     found.setdefault(v.strip(), None)
             patch = next((v for v in inp.values() if isinstance(v, str) and "*** " in v), "")
-        for match in _PATCH_FILE.finditer(patch):
+        for match in patch_file.finditer(patch):
             found.setdefault(match.group(1).strip(), None)
     return list(found)
+
+
+def _pathlike(tool: str, key: str, value: str) -> bool:
+    return 2 < len(value) < 300 and ("/" in value or "." in value)
 
 
 def _errors(messages: Sequence[Message]) -> list[str]:
@@ -86,7 +95,7 @@ def survival(
     """kind → (kept, total) of file paths, error lines and decision sentences of ``original``."""
     out = norm(output_text)
     items = {
-        "paths": _paths(original),
+        "paths": tool_paths(original, _pathlike, _PATCH_FILE),
         "errors": [e for e in _errors(original) if not any(x in e for x in exclude)],
         "decisions": _decisions(original, exclude),
     }
@@ -102,11 +111,6 @@ def first_requests(transcript: Transcript) -> list[str]:
 
 def problems(output: Sequence[Message], original: Sequence[Message]) -> int:
     """Strict pairing problems of the output, plus role problems beyond those the input had."""
-    before: dict[str, int] = {}
-    for p in role_problems(original):
-        before[p.code] = before.get(p.code, 0) + 1
-    after: dict[str, int] = {}
-    for p in role_problems(output):
-        after[p.code] = after.get(p.code, 0) + 1
-    extra = sum(max(0, n - before.get(code, 0)) for code, n in after.items())
-    return len(pairing_problems(output, strict=True)) + extra
+    before = Counter(p.code for p in role_problems(original))
+    extra = Counter(p.code for p in role_problems(output)) - before  # keeps the positive counts
+    return len(pairing_problems(output, strict=True)) + sum(extra.values())

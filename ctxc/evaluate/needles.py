@@ -1,9 +1,7 @@
 """Planting facts ("needles") early in a transcript, through its format adapter.
 
-Each needle is a sentence stating a fact nobody could guess, with the question it answers and the words
-one would search for. It is appended to an early message compaction may remove (a tool result or user
-text; never the first request, the system prompt or the kept tail), written by the adapter's writer and
-read back: a message whose reread text lacks it is passed over, so every needle reported is in the file.
+Each needle is a sentence stating a fact nobody could guess, appended to an early message compaction may
+remove, written by the adapter and read back: every needle reported is in the file.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 
 from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
-from ctxc.live import LiveContext, live_context
+from ctxc.live import live_context
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
 
 #: Needles are planted among the first this share of a conversation's messages.
@@ -52,8 +50,7 @@ _DECISION_SUBJECTS = (
 )
 _FIRST = ("Marisol", "Tobiah", "Ingrid", "Oluwaseun", "Radomir", "Henrike", "Caoimhe", "Yevgenia", "Baptiste")
 _LAST = ("Quennell", "Okonkwo-Baird", "Vasquez-Lind", "Thorvaldsen", "Abernathy", "Szczepanik", "Delacroix")
-#: Each transcript's needles are about one project, named from here, as real facts are: the name keeps
-#: two transcripts' facts on the same subject apart when they share an archive.
+#: Each transcript's needles are about one project: the name keeps two transcripts' facts apart.
 _PROJECTS = (
     "Halcyon", "Basalt", "Juniper", "Marlin", "Quartzite", "Tamarind", "Vireo", "Obsidian", "Larkspur",
     "Cobalt", "Saffron", "Wolfram", "Heron", "Talus", "Zephyrine", "Peregrine", "Cinnabar", "Alder",
@@ -61,6 +58,19 @@ _PROJECTS = (
     "Quokka", "Rowan", "Sorrel", "Tupelo", "Umber", "Verdigris", "Wapiti", "Yarrow", "Zircon", "Bramble",
 )  # fmt: skip
 _CODE_WORDS = ("OSPREY", "MAGPIE", "KESTREL", "PLOVER", "SISKIN", "BITTERN", "WRYNECK")
+
+
+#: Per kind: the subject, the sentence stating the fact, the question asking for it.
+_PHRASES = {
+    "code": ("{pick} of {project}", "For the record, the {subject} is {value}.", "What is the {subject}?"),
+    "name": ("{pick} in {project}", "Note that the {subject} is {value}.", "Who is the {subject}?"),
+    "number": ("{pick} in {project}", "FYI the {subject} is {value}.", "What is the {subject}?"),
+    "decision": (
+        "{pick} of {project}",
+        "Decision: for the {subject} we go with {value} instead of {rejected}.",
+        "What was chosen for the {subject}?",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +82,8 @@ class Needle:
     value: str
     sentence: str
     question: str
-    #: Words one would search for: the subject, not the answer.
-    query: str
-    #: Index of the message it was planted in (-1 until planted).
-    message: int = -1
+    query: str  # words one would search for: the subject, not the answer
+    message: int = -1  # the message it was planted in
 
 
 def make_needles(rng: random.Random, count: int = 4) -> list[Needle]:
@@ -93,30 +101,23 @@ def make_needles(rng: random.Random, count: int = 4) -> list[Needle]:
     for i in range(count):
         kind = kinds[i % len(kinds)]
         pick = subjects[kind][(i // len(kinds)) % len(subjects[kind])]
+        rejected = ""
         if kind == "code":
-            subject = f"{pick} of {project}"
             prefix = "".join(rng.choice("BCDFGHJKLMNPQRSTVWXZ") for _ in range(2))
             value = f"{prefix}-{rng.randint(1000, 9999)}-{rng.choice(_CODE_WORDS)}"
-            sentence = f"For the record, the {subject} is {value}."
-            question = f"What is the {subject}?"
         elif kind == "name":
-            subject = f"{pick} in {project}"
             value = f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
-            sentence = f"Note that the {subject} is {value}."
-            question = f"Who is the {subject}?"
         elif kind == "number":
-            subject = f"{pick} in {project}"
             value = f"{rng.randint(1_000_000, 9_999_999):,}"
-            sentence = f"FYI the {subject} is {value}."
-            question = f"What is the {subject}?"
         else:
-            topic, options = _DECISION_SUBJECTS[int(pick)]
-            subject = f"{topic} of {project}"
-            chosen, rejected = rng.sample(options, 2)
-            value = chosen
-            sentence = f"Decision: for the {subject} we go with {chosen} instead of {rejected}."
-            question = f"What was chosen for the {subject}?"
-        out.append(Needle(kind, subject, value, sentence, question, query=subject))
+            pick, options = _DECISION_SUBJECTS[int(pick)]
+            value, rejected = rng.sample(options, 2)
+        subject_form, sentence, question = _PHRASES[kind]
+        subject = subject_form.format(pick=pick, project=project)
+        said = {"subject": subject, "value": value, "rejected": rejected}
+        out.append(
+            Needle(kind, subject, value, sentence.format(**said), question.format(**said), query=subject)
+        )
     return out
 
 
@@ -141,10 +142,8 @@ class Planted:
     data: bytes
     needles: tuple[Needle, ...]
     instruction: str | None
-    #: The regular expression that pins the instruction's message (``CompactOptions.pins``).
-    pin: str | None
-    #: The conversation needles were planted in (the one with the most removable messages).
-    conversation: int
+    pin: str | None  # the regular expression that pins the instruction's message
+    conversation: int  # the one needles were planted in
 
 
 def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:
@@ -170,28 +169,19 @@ def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Messa
 
 def _target(m: Message) -> int | None:
     """The block a sentence goes into: the last tool result, else the last non-empty text block."""
-    for i in range(len(m.blocks) - 1, -1, -1):
-        if isinstance(m.blocks[i], ToolResultBlock):
-            return i
-    for i in range(len(m.blocks) - 1, -1, -1):
-        b = m.blocks[i]
-        if isinstance(b, TextBlock) and b.text.strip():
-            return i
-    return None
+    last_first = list(enumerate(m.blocks))[::-1]
+    results = (i for i, b in last_first if isinstance(b, ToolResultBlock))
+    texts = (i for i, b in last_first if isinstance(b, TextBlock) and b.text.strip())
+    return next(results, next(texts, None))
 
 
 def _with_sentence(m: Message, sentence: str) -> Message | None:
-    i = _target(m)
-    if i is None:
+    if (i := _target(m)) is None or not isinstance(b := m.blocks[i], ToolResultBlock | TextBlock):
         return None
-    b = m.blocks[i]
-    if isinstance(b, ToolResultBlock):
-        new: ToolResultBlock | TextBlock = replace(b, text=f"{b.text.rstrip()}\n{sentence}")
-    elif isinstance(b, TextBlock):
-        new = replace(b, text=f"{b.text.rstrip()}\n\n{sentence}")
-    else:
-        return None
-    return replace(m, blocks=(*m.blocks[:i], new, *m.blocks[i + 1 :]))
+    sep = "\n" if isinstance(b, ToolResultBlock) else "\n\n"
+    return replace(
+        m, blocks=(*m.blocks[:i], replace(b, text=f"{b.text.rstrip()}{sep}{sentence}"), *m.blocks[i + 1 :])
+    )
 
 
 def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Transcript:
@@ -221,19 +211,15 @@ def _planted_copy(t: Transcript, conv: int, m: Message, sentence: str) -> Transc
     return candidate
 
 
-def _live(t: Transcript) -> LiveContext:
-    return live_context(t.boundaries, t.messages)
-
-
 def _live_part(t: Transcript, conv: int) -> tuple[Message, ...]:
     """What the client sends of a conversation: needles go where compaction must deal with them."""
-    return _live(t).split(t.conversation(conv))[1]
+    return live_context(t.boundaries, t.messages).split(t.conversation(conv))[1]
 
 
 def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
     """The conversation with the most messages to plant in (then the largest): usually the only one,
     for datasets the line with the most removable messages."""
-    convs = sorted({m.conversation for m in t.messages} - _live(t).side)
+    convs = sorted({m.conversation for m in t.messages} - live_context(t.boundaries, t.messages).side)
     if len(convs) <= 1:
         return convs[0] if convs else 0
 

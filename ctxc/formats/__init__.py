@@ -169,9 +169,7 @@ def load(
 
 def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions = ReadOptions()) -> Transcript:
     """``written`` read back as :func:`load` reads ``written.to_bytes()``, without a second copy of a large
-    file: records taken unchanged from ``read_from`` keep their parsed JSON, only new ones are parsed and
-    keep the JSON they were made from when they read back as it (unless some line might read
-    differently on its own: then the bytes are read)."""
+    file: records taken from ``read_from`` keep their parsed JSON, and only new ones are parsed."""
     name = read_from.source
     own = {id(r) for r in read_from.records}
     if not _reads_alone(written.records, own, options):
@@ -236,7 +234,8 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
                     boundaries.append(item)
         finally:
             stream.close()
-        marked = _mark_message_records(tuple(stream.records), messages)
+        used = {i for m in messages for i in m.records}
+        marked = tuple(r.but(kind="message") if i in used else r for i, r in enumerate(stream.records))
     problems = tuple(f"line {n}: skipped, not a JSON object" for n in stream.invalid_lines)
     return Transcript(
         format=stream.adapter.name,
@@ -248,13 +247,6 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
         conversations=(max((m.conversation for m in messages), default=0) + 1),
         problems=problems,
     )
-
-
-def _mark_message_records(records: tuple[Record, ...], messages: list[Message]) -> tuple[Record, ...]:
-    used = {i for m in messages for i in m.records}
-    if not used:
-        return records
-    return tuple(r.but(kind="message") if i in used else r for i, r in enumerate(records))
 
 
 def dump(transcript: Transcript, stream: BinaryIO) -> None:

@@ -1,8 +1,5 @@
-"""The format adapter Protocol and the items its reader yields (messages, usage, boundaries).
-
-Everything ctxc knows about a format is on its adapter: the attributes of :class:`FormatAdapter` and, to
-write compacted conversations, :class:`WritesCompacted` or :class:`EncodesConversations`.
-"""
+"""The format adapter Protocol, the items its reader yields, and what adapters share. Everything ctxc knows
+about a format is on its adapter (writing compacted output: WritesCompacted or EncodesConversations)."""
 
 from __future__ import annotations
 
@@ -67,6 +64,42 @@ class FormatAdapter(Protocol):
         a message read from one record encodes back to that record's JSON."""
 
 
+class AdapterDefaults:
+    """The attribute values most adapters share; an adapter sets only the ones that differ."""
+
+    tool_role = False
+    usage_before_response = False
+    suffixes: tuple[str, ...] = (".jsonl",)
+    usage_needles: tuple[bytes, ...] = ()
+    rewrites_carried = False
+    summary_resets = False
+
+
+def count(value: Any) -> int:
+    """A token count as recorded, else 0 (a bool or a non-int is no count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def recorded_usage(
+    usage: Mapping[str, Any],
+    keys: tuple[str, str, str, str],
+    line: int,
+    *,
+    cached_in_input: bool = False,
+    **more: Any,
+) -> Usage:
+    """Usage from a log's counts named by ``keys`` (input, output, cache read, cache write; "" if not
+    recorded); where the input count includes the cached tokens (OpenAI's), they are taken out of it."""
+    prompt, output, read, write = (count(usage.get(key)) if key else 0 for key in keys)
+    fresh = max(prompt - read - write, 0) if cached_in_input else prompt
+    return Usage(fresh, output, read, write, line=line, **more)
+
+
+def importance_of(obj: Mapping[str, Any]) -> str | None:
+    value = obj.get("importance")
+    return value if isinstance(value, str) else None
+
+
 @runtime_checkable
 class WritesCompacted(Protocol):
     """An adapter that writes compacted conversations its own way (Claude Code, Codex)."""
@@ -114,9 +147,8 @@ def rename_session(
     records = []
     for record in transcript.records:
         raw = pattern.sub(lambda m: m.group(1) + new + m.group(2), record.raw)
+        changed = raw != record.raw
         records.append(
-            record
-            if raw == record.raw
-            else Record(record.line, raw, record.eol, orjson.loads(raw), record.kind)
+            Record(record.line, raw, record.eol, orjson.loads(raw), record.kind) if changed else record
         )
     return dataclasses.replace(transcript, records=tuple(records))

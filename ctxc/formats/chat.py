@@ -7,13 +7,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import AdapterDefaults, Item, count, importance_of
 from ctxc.formats.dicts import (
     ChatState,
     detect_dialect,
     encode_chat_message,
-    importance_of,
-    is_chat_message,
     parse_chat_message,
     parse_usage,
     uses_responses_parts,
@@ -22,26 +20,12 @@ from ctxc.formats.shapes import openai_role
 from ctxc.live import compaction_block_boundary
 from ctxc.model import Message, Record, Usage
 
-#: Names the dataset format and callers import from here.
-__all__ = [
-    "ChatState",
-    "detect_dialect",
-    "encode_chat_message",
-    "importance_of",
-    "is_chat_message",
-    "parse_chat_message",
-    "parse_usage",
-]
+__all__ = ["ChatAdapter", "ChatState", "detect_dialect", "encode_chat_message", "parse_chat_message"]
 
 
-class ChatAdapter:
+class ChatAdapter(AdapterDefaults):
     name = "chat"
-    tool_role = False
     usage_before_response = True  # Kimi's _usage line is the context as the next call is made
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -75,8 +59,7 @@ class ChatAdapter:
                 continue
             role = obj.get("role")
             if isinstance(role, str) and role.startswith("_"):
-                tokens = obj.get("token_count")
-                if role == "_usage" and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens:
+                if role == "_usage" and (tokens := count(obj.get("token_count"))):
                     # Kimi's running context size: what the model saw as input at that point.
                     yield Usage(input=tokens, line=rec.line)
                 elif role == "_conversation":
@@ -95,16 +78,7 @@ class ChatAdapter:
             msg_role, blocks, meta = parsed
             usage = parse_usage(obj.get("usage"), rec.line)
             message = Message(
-                role=msg_role,
-                blocks=blocks,
-                line=rec.line,
-                index=index,
-                records=(i,),
-                conversation=conversation,
-                importance=importance_of(obj),
-                usage=usage,
-                meta=meta,
-                raw=obj,
+                msg_role, blocks, rec.line, index, (i,), conversation, importance_of(obj), usage, meta, obj
             )
             if (reset := compaction_block_boundary(message)) is not None:
                 yield reset

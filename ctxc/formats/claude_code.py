@@ -32,6 +32,7 @@ from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.claude_code_write import CompactWriter
 from ctxc.formats.shapes import parse_anthropic_content
+from ctxc.live import is_sidechain
 from ctxc.model import (
     Block,
     Boundary,
@@ -39,6 +40,7 @@ from ctxc.model import (
     Record,
     Role,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     Transcript,
@@ -250,6 +252,10 @@ class _Reader:
             self.tree.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
         if msg.role == "assistant":
             self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
+            thinks = any(isinstance(b, ThinkingBlock) for b in msg.blocks)
+            self.tree.responses.append(
+                (msg.index, msg.line, is_sidechain(msg), msg.meta.get("model"), thinks)
+            )
         yield msg
         if msg.usage is not None:
             yield msg.usage
@@ -435,7 +441,7 @@ class _Reader:
                 yield from self.system(i, rec, data)
         yield from self.flush()
         yield from self.release()
-        yield from self.tree.branches(self.index)
+        yield from self.tree.items(self.index)
 
 
 class ClaudeCodeAdapter:

@@ -1,18 +1,22 @@
 """The ``parentUuid`` tree of a Claude Code log, and the chain the client resumes from it.
 
 Claude Code resumes from the last main-chain row back to its root (a ``compact_boundary``); messages on
-other branches (a rewind, an edited prompt) are named by a ``branches`` :class:`~ctxc.model.Boundary`.
+other branches (a rewind, an edited prompt) are named by a ``branches`` :class:`~ctxc.model.Boundary`,
+responses whose thinking it does not send by an ``unsent_thinking`` one.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ctxc.live import BRANCHES
+from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
+from ctxc.live import BRANCHES, UNSENT_THINKING
 from ctxc.model import Boundary
 
 CONVERSATIONAL = ("user", "assistant")
+_DATED = re.compile(r"-\d{8}$")
 #: The record types Claude Code loads into its conversation tree (progress records it skips).
 _ROWS = frozenset({"user", "assistant", "system", "attachment"})
 
@@ -97,6 +101,8 @@ class Tree:
         self.emitted: list[tuple[int, tuple[int, ...], int, bool]] = []
         self.result_records: set[int] = set()  # user records holding tool results
         self.linked = False  # whether any message record names its parent (another tool's log may not)
+        # Per response: its index, line, sidechain flag, model, and whether it holds thinking.
+        self.responses: list[tuple[int, int, bool, str | None, bool]] = []
 
     def resolved(self, parent: str | None) -> str | None:
         """``parent`` as the client links it: progress records are skipped."""
@@ -136,10 +142,15 @@ class Tree:
         if not snapshot:
             self.last_row[side] = uuid
 
+    @property
+    def side(self) -> bool:
+        """The sidechain flag of the thread the client resumes (a subagent's own log: its sidechain)."""
+        return False not in self.last_row
+
     def branches(self, index: int) -> Iterator[Boundary]:
         """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
         (after the chain's compact_boundary, if it starts at one: before it is history)."""
-        side = False not in self.last_row  # a subagent's own log: its sidechain is its thread
+        side = self.side
         start = self.nodes.get(self.last_row.get(side, ""))
         if start is None or not self.linked:
             return  # no tree: file order is all there is
@@ -156,3 +167,28 @@ class Tree:
         if off:
             abandoned = tuple(i for i, _ in off)
             yield Boundary(BRANCHES, start.line, index=index, conversation=off[0][1], abandoned=abandoned)
+
+    def items(self, index: int) -> Iterator[Boundary]:
+        """The ``branches`` item, then the ``unsent_thinking`` item."""
+        gone: tuple[int, ...] = ()
+        for item in self.branches(index):
+            gone = item.abandoned
+            yield item
+        yield from self.unsent_thinking(index, frozenset(gone))
+
+    def unsent_thinking(self, index: int, gone: frozenset[int]) -> Iterator[Boundary]:
+        """The ``unsent_thinking`` item. Claude Code resumes with the model of the last response of the
+        resumed thread (when it still offers that model, which cannot be known here) and sends only the
+        thinking of responses recorded with it (dates aside): another model's signatures would not verify."""
+        thread = [r for r in self.responses if r[2] == self.side and r[0] not in gone]
+        last = next((r for r in reversed(thread) if r[3] and r[3] != SYNTHETIC_MODEL), None)
+        if last is None:
+            return
+        resume = _DATED.sub("", last[3] or "")
+        unsent = tuple(
+            at
+            for at, _, _, model, thinks in thread
+            if thinks and model != SYNTHETIC_MODEL and _DATED.sub("", model or "") != resume
+        )
+        if unsent:
+            yield Boundary(UNSENT_THINKING, last[1], index=index, unsent_thinking=unsent)

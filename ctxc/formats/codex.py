@@ -1,14 +1,6 @@
-"""OpenAI Codex CLI rollouts (``~/.codex/sessions/**/rollout-*.jsonl``), current and legacy dialects.
-
-Current rollouts wrap every line as ``{timestamp, type, payload}``; only ``response_item`` lines are the
-model's history, one message per line (so records map 1:1 to messages). Of the ``event_msg`` lines only
-``token_count`` (recorded usage: ``last_token_usage``; a repeat with unchanged totals is a rate-limit
-refresh) and ``context_compacted`` matter. Legacy rollouts (2025-09) start with a bare ``{id, timestamp,
-instructions, git}`` header, then hold bare ResponseItems and ``{"record_type": "state"}`` markers.
-A ``compacted`` record is one Boundary (its ``context_compacted`` event is the same compaction). Items
-are parsed and encoded in :mod:`ctxc.formats.codex_items`, compacted output written in
-:mod:`ctxc.formats.codex_write`.
-"""
+"""OpenAI Codex CLI rollouts (``~/.codex/sessions/**/rollout-*.jsonl``): ``{timestamp, type, payload}`` lines
+whose ``response_item`` lines are the model's history, one message each, or (legacy, 2025-09) bare items
+after a ``{id, timestamp, instructions}`` header. Items: :mod:`.codex_items`; writing: :mod:`.codex_write`."""
 
 from __future__ import annotations
 
@@ -22,7 +14,16 @@ from typing import Any
 
 from ctxc.errors import FormatError
 from ctxc.formats import register
-from ctxc.formats.base import Item, rename_session, run_time, run_timestamp
+from ctxc.formats.base import (
+    AdapterDefaults,
+    Item,
+    count,
+    importance_of,
+    recorded_usage,
+    rename_session,
+    run_time,
+    run_timestamp,
+)
 from ctxc.formats.codex_items import (
     CALL_TYPES,
     ENVELOPE_TYPES,
@@ -36,6 +37,7 @@ from ctxc.formats.codex_items import (
     parse_item,
 )
 from ctxc.formats.codex_write import CompactedWriter
+from ctxc.formats.dicts import uses_responses_parts
 from ctxc.live import compaction_block_boundary, request_text
 from ctxc.model import Boundary, Message, Record, TextBlock, ToolResultBlock, ToolUseBlock, Transcript, Usage
 
@@ -48,12 +50,7 @@ def _is_bare_item(data: Mapping[str, Any]) -> bool:
     if itype not in ITEM_TYPES or "payload" in data:
         return False
     if itype == "message":
-        content = data.get("content")
-        return (
-            isinstance(data.get("role"), str)
-            and isinstance(content, list)
-            and any(isinstance(p, dict) and p.get("type") in ("input_text", "output_text") for p in content)
-        )
+        return isinstance(data.get("role"), str) and uses_responses_parts(data)
     if itype in CALL_TYPES or itype in RESULT_TYPES:
         return "call_id" in data
     return itype in ("reasoning", "ghost_snapshot", "web_search_call")
@@ -62,19 +59,17 @@ def _is_bare_item(data: Mapping[str, Any]) -> bool:
 def _codex_shaped(data: Mapping[str, Any], *, first: bool) -> bool:
     if is_envelope(data):
         return data["type"] in ENVELOPE_TYPES
-    legacy_header = {"id", "timestamp", "instructions"} <= data.keys() and not data.keys() & {
-        "type",
-        "messages",
-    }
+    keys = data.keys()
+    legacy_header = {"id", "timestamp", "instructions"} <= keys and not keys & {"type", "messages"}
     return data.get("record_type") == "state" or _is_bare_item(data) or (first and legacy_header)
 
 
-def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usage | None:
-    """A Usage for a token_count event that records a new API call, else None.
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens")
 
-    Codex writes token_count again with unchanged totals when only rate limits refresh (half the events
-    in the corpus); those repeat the previous call and are skipped so sums are not doubled.
-    """
+
+def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usage | None:
+    """A Usage for a token_count event that records a new API call, else None: one repeating the last
+    totals is a rate-limit refresh, skipped so sums are not doubled."""
     info = payload.get("info")
     if isinstance(info, dict):
         last, total = info.get("last_token_usage"), info.get("total_token_usage")
@@ -89,19 +84,11 @@ def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usag
         if total == last_total[0]:
             return None
         last_total[0] = total
-    num = {k: v if isinstance(v, int) and not isinstance(v, bool) else 0 for k, v in last.items()}
-    if num.get("input_tokens", 0) == 0 and num.get("output_tokens", 0) == 0:
+    if count(last.get("input_tokens")) == 0 and count(last.get("output_tokens")) == 0:
         return None
-    cached, written = num.get("cached_input_tokens", 0), num.get("cache_write_input_tokens", 0)
     # Codex input_tokens is the whole prompt, cached tokens included: keep Usage.context == input_tokens.
-    return Usage(
-        input=max(num.get("input_tokens", 0) - cached - written, 0),
-        output=num.get("output_tokens", 0),
-        cache_read=cached,
-        cache_write=written,
-        line=line,
-        window=window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
-    )
+    window = window if count(window) > 0 else None
+    return recorded_usage(last, _USAGE_KEYS, line, cached_in_input=True, window=window)
 
 
 def uuid7() -> str:
@@ -111,13 +98,10 @@ def uuid7() -> str:
     return str(uuid.UUID(int=(millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b))
 
 
-class CodexAdapter:
+class CodexAdapter(AdapterDefaults):
     name = "codex"
     tool_role = True
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
     usage_needles: tuple[bytes, ...] = (b'"token_count"', b'compacted"', b'"turn_context"')
-    summary_resets = False
     rewrites_carried = True  # a new compacted record replaces the last one's replacement_history
     description = (
         "OpenAI Codex CLI rollout (session_meta/response_item/event_msg lines, and the 2025 legacy form)"
@@ -129,15 +113,12 @@ class CodexAdapter:
         return uuid7()
 
     def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
-        metas = [
-            r for r in transcript.records if isinstance(r.data, dict) and r.data.get("type") == "session_meta"
-        ]
-        payload = metas[0].data.get("payload") if metas else None
+        metas = (r.data for r in transcript.records if isinstance(r.data, dict))
+        payload = next((d.get("payload") for d in metas if d.get("type") == "session_meta"), None)
         old = payload.get("id") if isinstance(payload, dict) else None
         if not isinstance(old, str) or not old:
-            raise FormatError(
-                "this rollout names no session id (session_meta.payload.id)", path=transcript.source
-            )
+            why = "this rollout names no session id (session_meta.payload.id)"
+            raise FormatError(why, path=transcript.source)
         return rename_session(transcript, (b"id", b"session_id"), session_id, old=old)
 
     def fork_path(self, original: str, session_id: str) -> str:
@@ -201,9 +182,8 @@ class CodexAdapter:
     def write_compacted(
         self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
     ) -> tuple[Record, ...]:
-        """The rollout with ``outputs`` in place of its conversation, recorded the way Codex records it
-        (see :mod:`ctxc.formats.codex_write`). ``archive_id`` is already cited in the summary and
-        placeholder texts, so nothing else needs it."""
+        """The rollout with ``outputs`` in place of its conversation, recorded as Codex would (``archive_id``
+        is already cited in the summary and placeholder texts)."""
         del archive_id
         return CompactedWriter(self, transcript, outputs).write()
 
@@ -252,17 +232,8 @@ def _message(
     meta["dialect"] = dialect
     if rtype is not None and isinstance(data.get("timestamp"), str):
         meta["timestamp"] = data["timestamp"]
-    importance = data.get("importance", payload.get("importance"))
-    return Message(
-        role=role,
-        blocks=blocks,
-        line=line,
-        index=index,
-        records=(rec_index,),
-        importance=importance if isinstance(importance, str) else None,
-        meta=meta,
-        raw=data,
-    )
+    importance = importance_of(data if "importance" in data else payload)
+    return Message(role, blocks, line, index, (rec_index,), importance=importance, meta=meta, raw=data)
 
 
 def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Message, ...]:
@@ -273,13 +244,10 @@ def _carried(payload: Any, line: int, requests: Sequence[Message]) -> tuple[Mess
     if isinstance(payload.get("replacement_history"), list):
         return history_messages(payload, line)
     summary = payload.get("message")
-    meta = {"is_compact_summary": True}
-    tail = (
-        [Message("user", (TextBlock(text=summary),), line=line, meta=meta)]
-        if isinstance(summary, str) and summary
-        else []
-    )
-    return (*(replace(m, line=line) for m in requests), *tail)
+    kept = tuple(replace(m, line=line) for m in requests)
+    if not isinstance(summary, str) or not summary:
+        return kept
+    return (*kept, Message("user", (TextBlock(text=summary),), line=line, meta={"is_compact_summary": True}))
 
 
 def _pre(usage: Usage | None) -> int | None:

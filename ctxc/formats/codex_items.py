@@ -1,12 +1,6 @@
-"""Codex ResponseItems: parsing one into role, blocks and meta, and encoding messages back into items.
-
-Item mapping (the item type is kept in ``meta["item_type"]``): ``message`` (developer and system become
-role ``system`` with ``meta["source_role"]``); ``reasoning``, an assistant message of ThinkingBlocks (the
-opaque ``encrypted_content`` stays in ``raw``); calls, assistant ToolUseBlocks (id = ``call_id``); their
-outputs, role ``tool`` with the output text exactly as the model sees it; web search, tool search, image
-generation, ``compaction`` and unknown items, an UnknownBlock written back verbatim (web search has no
-output item, so a tool call would be left unanswered); ``ghost_snapshot`` (an undo checkpoint), nothing.
-"""
+"""Codex ResponseItems to (role, blocks, meta) and back (``meta["item_type"]``): calls' outputs are role
+``tool``; web search (it has no output item), image generation, compaction and unknown items are UnknownBlocks
+written back verbatim; ``ghost_snapshot`` (an undo checkpoint) is not conversation."""
 
 from __future__ import annotations
 
@@ -20,6 +14,7 @@ from ctxc.formats.shapes import (
     openai_role,
     parse_openai_content,
     parse_tool_arguments,
+    tool_arguments,
 )
 from ctxc.model import (
     Block,
@@ -100,9 +95,7 @@ def _call_block(payload: Mapping[str, Any], line: int) -> ToolUseBlock:
     call_id = str(payload.get("call_id") or payload.get("id") or f"codex-call-{line}")
     name = str(payload.get("name") or "")
     if ptype == "function_call":
-        return ToolUseBlock(
-            id=call_id, name=name, input=parse_tool_arguments(payload.get("arguments")), raw=payload
-        )
+        return ToolUseBlock(call_id, name, parse_tool_arguments(payload.get("arguments")), raw=payload)
     if ptype == "custom_tool_call":
         return ToolUseBlock(id=call_id, name=name, input=payload.get("input"), raw=payload)
     # local_shell_call: the built-in local_shell tool; its action ({type: exec, command, ...}) is the input.
@@ -163,10 +156,8 @@ def parse_item(
 
 
 def history_messages(payload: Mapping[str, Any], line: int = 0) -> tuple[Message, ...]:
-    """The ``replacement_history`` of a ``compacted`` payload as messages (the model's new history).
-
-    ``read`` does not yield them (they have no record of their own); callers count them after a compaction.
-    """
+    """The ``replacement_history`` of a ``compacted`` payload as messages (the model's new history), which
+    have no record of their own."""
     history = payload.get("replacement_history")
     out: list[Message] = []
     names: dict[str, str] = {}
@@ -204,10 +195,8 @@ def _output_out(block: ToolResultBlock, old: Any) -> Any:
     if _output_value(old) == (block.text, block.images):
         return old
     if isinstance(old, list) or (block.images and not isinstance(old, dict)):
-        return [
-            {"type": "input_text", "text": block.text},
-            *(i.raw for i in block.images if i.raw is not None),
-        ]
+        images = [i.raw for i in block.images if i.raw is not None]
+        return [{"type": "input_text", "text": block.text}, *images]
     return {**old, "text": block.text} if isinstance(old, dict) else block.text
 
 
@@ -215,10 +204,6 @@ def _single(blocks: Sequence[Block], kind: type[Any], itype: str) -> Any:
     if len(blocks) != 1 or not isinstance(blocks[0], kind):
         raise ValueError(f"a Codex {itype} item holds exactly one {kind.__name__}")
     return blocks[0]
-
-
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else dumps_compact(value)
 
 
 def _reasoning_item(payload: Mapping[str, Any], blocks: Sequence[Block]) -> dict[str, Any]:
@@ -261,20 +246,17 @@ def encode_item(payload: Mapping[str, Any], message: Message) -> dict[str, Any]:
         if ptype == "function_call":
             out["name"] = call.name
             if parse_tool_arguments(payload.get("arguments")) != call.input:
-                out["arguments"] = _as_text(call.input)
+                out["arguments"] = tool_arguments(call.input)
         elif ptype == "custom_tool_call":
             out["name"] = call.name
-            out["input"] = _as_text(call.input)
+            out["input"] = tool_arguments(call.input)
         else:
             out["action"] = call.input
         return out
     if ptype in RESULT_TYPES:
         result: ToolResultBlock = _single(blocks, ToolResultBlock, str(ptype))
-        return {
-            **payload,
-            "call_id": result.tool_use_id,
-            "output": _output_out(result, payload.get("output")),
-        }
+        output = _output_out(result, payload.get("output"))
+        return {**payload, "call_id": result.tool_use_id, "output": output}
     unknown: UnknownBlock = _single(blocks, UnknownBlock, str(ptype))
     if not isinstance(unknown.raw, dict):
         raise ValueError(f"a Codex {ptype} item must be written from its recorded form")
@@ -293,14 +275,10 @@ def new_item(message: Message) -> dict[str, Any]:
         return {"type": itype, "call_id": result.tool_use_id, "output": output}
     if "tool_use" in kinds:
         call: ToolUseBlock = _single(blocks, ToolUseBlock, "function_call")
+        arguments = tool_arguments(call.input)
         if meta_type == "custom_tool_call":
-            return {"type": meta_type, "call_id": call.id, "name": call.name, "input": _as_text(call.input)}
-        return {
-            "type": "function_call",
-            "name": call.name,
-            "arguments": _as_text(call.input),
-            "call_id": call.id,
-        }
+            return {"type": meta_type, "call_id": call.id, "name": call.name, "input": arguments}
+        return {"type": "function_call", "name": call.name, "arguments": arguments, "call_id": call.id}
     if blocks and kinds == {"thinking"}:
         kept = [b for b in blocks if b.raw is not None or (isinstance(b, ThinkingBlock) and b.text)]
         summary = [_reasoning_out(b) for b in kept]

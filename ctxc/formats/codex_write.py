@@ -1,10 +1,6 @@
-"""Writing compacted Codex rollouts the way Codex records its own compaction.
-
-Kept messages keep their exact lines; changed ones are re-encoded; dropped items go, with their UI
-mirrors, tool events and token counts. A summary becomes a ``compacted`` record whose
-``replacement_history`` is the history Codex would resume with at that point, a ``context_compacted``
-event, then the summary as a user message item. Legacy rollouts have no compacted record.
-"""
+"""Compacted Codex rollouts, written as Codex records its own compaction: dropped items go with their UI
+mirrors, tool events and token counts; a summary is a ``compacted`` record (the history Codex would resume
+with), a ``context_compacted`` event, then the summary as a user message item."""
 
 from __future__ import annotations
 
@@ -49,9 +45,7 @@ def _envelope_type(data: Any) -> str | None:
 
 
 def _is_event(data: Any, etype: str | None = None) -> bool:
-    if _envelope_type(data) != "event_msg":
-        return False
-    return etype is None or data["payload"].get("type") == etype
+    return _envelope_type(data) == "event_msg" and (etype is None or data["payload"].get("type") == etype)
 
 
 class CompactedWriter:
@@ -77,26 +71,18 @@ class CompactedWriter:
         self.legacy = bool(originals) and originals[0].meta.get("dialect") == "legacy"
         self.removed = self._removed_events()
         # Call types by id: a result ctxc adds must be the output item its call's type expects.
-        self.call_types = {
-            b.id: str(m.meta.get("item_type"))
-            for m in originals
-            for b in m.blocks
-            if isinstance(b, ToolUseBlock)
-        }
+        uses = [(b, m) for m in originals for b in m.blocks if isinstance(b, ToolUseBlock)]
+        self.call_types = {b.id: str(m.meta.get("item_type")) for b, m in uses}
         self.eol = next((r.eol for r in self.records if r.eol), b"\n")
         self.out: list[Record] = []
-        # The model history Codex rebuilds on resume at this point of the output: response items in
-        # order, reset by every ``compacted`` record to its ``replacement_history``.
+        # The history Codex would resume with at this point of the output (see _emit).
         self.view: list[Any] = []
         self.last_timestamp: str | None = None
         self.next_record = 0
 
     def _removed_events(self) -> set[int]:
-        """Events of dropped messages: their UI mirrors, tool events and the token counts of their calls.
-
-        Only events next to a dropped message are candidates; everything else (session_meta, turn_context,
-        task events, earlier compactions) stays.
-        """
+        """Events of dropped messages: their UI mirrors, tool events and the token counts of their calls
+        (only events next to a dropped message are candidates)."""
         if not self.dropped:
             return set()
         message_records = sorted(self.by_record)
@@ -129,11 +115,8 @@ class CompactedWriter:
         return removed
 
     def _mirror_owner(self, r: int, etype: str, text: Any, by_kind: Mapping[str, list[int]]) -> int | None:
-        """The item a mirror event repeats: the neighbour of its kind with the same text, else the nearest.
-
-        Codex writes the event before the item (streamed output) or after it (user input), so both
-        neighbours are candidates; redacted logs can differ in text, hence distance.
-        """
+        """The item a mirror event repeats: the neighbour of its kind (before it for streamed output, after
+        for user input) with the same text, else the nearest (redacted logs differ in text)."""
         before, after = _around(by_kind.get(etype, []), r)
         if isinstance(text, str):
             same = [c for c in (before, after) if c is not None and text in _texts(self.by_record[c])]
@@ -206,9 +189,8 @@ class CompactedWriter:
         return new_item(m)
 
     def _carried_part(self) -> tuple[int, int]:
-        """The output positions of what now stands for the log's carried history: the new messages
-        between the last message before its compaction record and the first after it, when the caller
-        compacted that history (they hold carried messages, or replace some: indexes below 0)."""
+        """The output span of new messages around the log's compaction record that stand for its carried
+        history (they hold carried messages or replace some: indexes below 0), else (0, 0)."""
         if self.reset_record is None:
             return 0, 0
         messages = self.out_messages

@@ -1,9 +1,5 @@
-"""Conversation datasets: one whole conversation per line, ``{"messages": [...], ...}``.
-
-Each line is its own conversation (fine-tuning and evaluation sets) with optional ``tools``/``functions``;
-message indexes count across the file. Messages are chat messages (:mod:`ctxc.formats.chat`); a
-top-level Anthropic-style ``system`` prompt becomes a system message too.
-"""
+"""Conversation datasets: one conversation per line, ``{"messages": [...], "tools": [...]}``, its messages
+chat messages (:mod:`ctxc.formats.dicts`); a top-level Anthropic ``system`` prompt is a system message too."""
 
 from __future__ import annotations
 
@@ -11,11 +7,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
-from ctxc.formats.chat import (
+from ctxc.formats.base import AdapterDefaults, Item, importance_of
+from ctxc.formats.dicts import (
     ChatState,
     encode_chat_message,
-    importance_of,
     is_chat_message,
     parse_chat_message,
     parse_usage,
@@ -49,17 +44,11 @@ def read_line(
     extra: dict[str, Any] = {"tools_key": tools_key, "tools": data[tools_key]} if tools_key else {}
     if _system_prompt(data):
         system = data["system"]
-        meta = {"dialect": "anthropic", "content": "string" if isinstance(system, str) else "list"}
-        yield Message(
-            role="system",
-            blocks=parse_anthropic_content(system),
-            line=line,
-            index=index,
-            records=(record_index,),
-            conversation=conversation,
-            meta={**meta, "dataset_field": SYSTEM_FIELD, **extra},
-            raw={"role": "system", "content": system},
-        )
+        form = "string" if isinstance(system, str) else "list"
+        facts = {"dialect": "anthropic", "content": form, "dataset_field": SYSTEM_FIELD, **extra}
+        raw = {"role": "system", "content": system}
+        blocks = parse_anthropic_content(system)
+        yield Message("system", blocks, line, index, (record_index,), conversation, meta=facts, raw=raw)
         index, extra = index + 1, {}
     for position, obj in enumerate(data["messages"]):
         parsed = (
@@ -70,26 +59,17 @@ def read_line(
         if parsed is None:
             continue
         role, blocks, meta = parsed
+        usage = parse_usage(obj.get("usage"), line)
+        meta = {**meta, "position": position, **extra}
         yield Message(
-            role=role,
-            blocks=blocks,
-            line=line,
-            index=index,
-            records=(record_index,),
-            conversation=conversation,
-            importance=importance_of(obj),
-            usage=parse_usage(obj.get("usage"), line),
-            meta={**meta, "position": position, **extra},
-            raw=obj,
+            role, blocks, line, index, (record_index,), conversation, importance_of(obj), usage, meta, obj
         )
         index, extra = index + 1, {}
 
 
 def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A whole dataset line holding ``messages``, keeping the template line's other keys.
-
-    Template list items that were not messages keep their place, by the position each message was read from.
-    """
+    """A whole dataset line holding ``messages``, keeping the template line's other keys; its list items
+    that were not messages keep their place, by the position each message was read from."""
     out: dict[str, Any] = dict(template_raw) if template_raw is not None else {}
     template_items = out.get("messages")
     kept = [
@@ -116,14 +96,8 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any] | N
     return out
 
 
-class DatasetAdapter:
+class DatasetAdapter(AdapterDefaults):
     name = "dataset"
-    tool_role = False
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = (
         "one conversation per line: {'messages': [...], 'tools'|'functions': [...]} (fine-tuning sets)"
     )
@@ -143,7 +117,6 @@ class DatasetAdapter:
                 index += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        """The compaction writer's hook: rebuild a whole line from one conversation's messages."""
         return encode_line(messages, template)
 
     def encode_message(self, message: Message) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import orjson
 
 from ctxc.errors import UsageError, ValidationError
+from ctxc.formats.base import importance_of, recorded_usage
 from ctxc.formats.shapes import (
     ANTHROPIC_ONLY_PARTS,
     OPENAI_ONLY_PARTS,
@@ -54,6 +55,9 @@ _OPENAI_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_conten
 _ANTHROPIC_KEYS = ("stop_reason", "stop_sequence")
 #: Responses-API parts: a line using them is a Codex legacy item, not a chat message.
 _RESPONSES_PART_TYPES = frozenset({"input_text", "output_text"})
+#: Usage counts as the two APIs name them: input, output, cache read, cache write.
+_ANTHROPIC_USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+_OPENAI_USAGE = ("prompt_tokens", "completion_tokens", "cached_tokens", "")
 #: Keys OpenAI-compatible providers use for the model's reasoning text.
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -129,32 +133,16 @@ def is_chat_message(obj: Any) -> bool:
     return isinstance(obj, dict) and openai_role(obj.get("role")) is not None
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def parse_usage(usage: Any, line: int) -> Usage | None:
     """Usage recorded on a message (an API response stored as a line), Anthropic or OpenAI field names."""
     if not isinstance(usage, dict):
         return None
     if "input_tokens" in usage or "output_tokens" in usage:
-        return Usage(
-            input=_int(usage.get("input_tokens")),
-            output=_int(usage.get("output_tokens")),
-            cache_read=_int(usage.get("cache_read_input_tokens")),
-            cache_write=_int(usage.get("cache_creation_input_tokens")),
-            line=line,
-        )
+        return recorded_usage(usage, _ANTHROPIC_USAGE, line)
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        # OpenAI's prompt_tokens already include the cached part.
-        return Usage(
-            input=max(_int(usage.get("prompt_tokens")) - cached, 0),
-            output=_int(usage.get("completion_tokens")),
-            cache_read=cached,
-            line=line,
-        )
+        counts = {**usage, "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else 0}
+        return recorded_usage(counts, _OPENAI_USAGE, line, cached_in_input=True)
     return None
 
 
@@ -167,11 +155,8 @@ def _openai_tool_result(obj: Mapping[str, Any], call_id: str, name: str | None) 
 def parse_chat_message(
     obj: Mapping[str, Any], state: ChatState, *, synth_id: str
 ) -> tuple[Role, tuple[Block, ...], dict[str, Any]] | None:
-    """One message dict as (role, blocks, meta), or None when it is not a conversation message.
-
-    ``synth_id`` names calls and results that carry no id, so it must be unique per message in the file;
-    ``state`` is shared by the messages of one conversation.
-    """
+    """One message dict as (role, blocks, meta), or None when it is not a conversation message; ``synth_id``
+    (unique per message in the file) names calls and results without an id."""
     if not is_chat_message(obj):
         return None
     source_role = obj["role"]
@@ -402,11 +387,6 @@ def encode_chat_message(message: Message) -> dict[str, Any]:
     if message.meta.get("dialect") == "anthropic":
         return _encode_anthropic(message)
     return _encode_openai(message)
-
-
-def importance_of(obj: Mapping[str, Any]) -> str | None:
-    value = obj.get("importance")
-    return value if isinstance(value, str) else None
 
 
 def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, run_timestamp
+from ctxc.formats.base import AdapterDefaults, Item, count, importance_of, run_timestamp
 from ctxc.formats.shapes import content_text, dumps_compact
 from ctxc.model import (
     Block,
@@ -96,16 +96,13 @@ def _usage(event: Mapping[str, Any], line: int) -> tuple[str | None, Usage | Non
     usage = response.get("usage")
     if not isinstance(usage, dict):
         return None, None
-
-    def num(d: Any, key: str) -> int:
-        v = d.get(key) if isinstance(d, dict) else None
-        return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-    cached = num(usage.get("prompt_tokens_details"), "cached_tokens") or num(usage, "cache_read_input_tokens")
-    written = num(usage, "cache_creation_input_tokens")
-    fresh = max(num(usage, "prompt_tokens") - cached - written, 0)
+    details = usage.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens") if isinstance(details, dict) else None)
+    cached = cached or count(usage.get("cache_read_input_tokens"))
+    written = count(usage.get("cache_creation_input_tokens"))
+    fresh = max(count(usage.get("prompt_tokens")) - cached - written, 0)
     rid = response.get("id")
-    counted = Usage(fresh, num(usage, "completion_tokens"), cache_read=cached, cache_write=written, line=line)
+    counted = Usage(fresh, count(usage.get("completion_tokens")), cached, written, line=line)
     return (rid if isinstance(rid, str) else None), counted
 
 
@@ -118,10 +115,9 @@ class _Pairing:
         self.pending: list[tuple[str, str]] = []  # bare shape: (action kind, call id), oldest first
 
     def call_id(self, event: Mapping[str, Any], position: int) -> str:
-        tcm_id = _tcm(event).get("tool_call_id")
-        call_id = (
-            tcm_id if isinstance(tcm_id, str) and tcm_id else f"oh-{self.line}-{event.get('id', position)}"
-        )
+        call_id = _tcm(event).get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"oh-{self.line}-{event.get('id', position)}"
         if "id" in event:
             self.by_event_id[event["id"]] = call_id
         if _dialect(event) == "bare":
@@ -178,11 +174,8 @@ def _parse_event(
         tool_input = {k: v for k, v in args.items() if k != "thought"}
         thought = (args if dialect == "events" else event).get("thought")
         said = (TextBlock(thought),) if isinstance(thought, str) and thought else ()
-        return (
-            "assistant",
-            (*said, ToolUseBlock(call_id, name, tool_input, terminal=action in TERMINAL_ACTIONS)),
-            meta,
-        )
+        call = ToolUseBlock(call_id, name, tool_input, terminal=action in TERMINAL_ACTIONS)
+        return "assistant", (*said, call), meta
     observation = event.get("observation")
     if not isinstance(observation, str):
         return None
@@ -193,9 +186,7 @@ def _parse_event(
         meta["context_injection"] = True
         return "user", (UnknownBlock(event.get("extras"), _recall_text(event), type="recall"),), meta
     text = content_text(event.get("content"))
-    if observation == "agent_condensation":
-        return "user", (TextBlock(text=text),), meta
-    answered = pairing.answer(event)
+    answered = None if observation == "agent_condensation" else pairing.answer(event)
     if answered is None:
         return "user", (TextBlock(text=text),), meta
     name = _function_name(event, observation)
@@ -211,28 +202,53 @@ def _condensation(event: Mapping[str, Any], line: int) -> Boundary | None:
     return Boundary(kind="openhands_condensation", line=line, trigger=trigger)
 
 
+def _history_items(
+    history: list[Any], line: int, rec_index: int, conversation: int, index: int
+) -> Iterator[Item]:
+    """The messages (indexed from ``index``), usage and boundaries of one line's event history."""
+    pairing = _Pairing(line)
+    seen_responses: set[str] = set()
+    for position, event in enumerate(history):
+        if not isinstance(event, dict):
+            continue
+        boundary = _condensation(event, line)
+        if boundary is not None:
+            yield boundary
+            continue
+        parsed = _parse_event(event, position, pairing)
+        if parsed is None:
+            continue
+        role, blocks, meta = parsed
+        rid, usage = _usage(event, line) if role == "assistant" else (None, None)
+        if rid in seen_responses:
+            usage = None  # several calls of one response: its usage belongs to the first
+        if rid is not None:
+            seen_responses.add(rid)
+        meta["record"] = rec_index
+        yield Message(
+            role, blocks, line, index, (rec_index,), conversation, importance_of(event), usage, meta, event
+        )
+        index += 1
+        if usage is not None:
+            yield usage
+
+
 def _is_trajectory(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("history"), list)
 
 
-class OpenHandsAdapter:
+class OpenHandsAdapter(AdapterDefaults):
     name = "openhands"
     tool_role = True
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"
     #: Actions whose tool call ends the run (the reader marks them ``terminal``).
     terminal_actions = TERMINAL_ACTIONS
 
     def sniff(self, sample: Sequence[Record]) -> int:
         records = [r.data for r in sample if isinstance(r.data, dict)]
-        if not records:
+        # SWE-agent documents, codex envelopes and datasets also have lists of turns.
+        if not records or any("trajectory" in d or "payload" in d or "messages" in d for d in records):
             return 0
-        if any("trajectory" in d or "payload" in d or "messages" in d for d in records):
-            return 0  # SWE-agent documents, codex envelopes and datasets also have lists of turns
         marked = [d for d in records if _is_trajectory(d) and ("instance_id" in d or "instruction" in d)]
         if len(marked) == len(records):
             return 95
@@ -243,48 +259,12 @@ class OpenHandsAdapter:
         return 0
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
-        index = conversation = 0
-        for rec_index, record in records:
-            data = record.data
-            if not _is_trajectory(data):
-                continue
-            pairing = _Pairing(record.line)
-            seen_responses: set[str] = set()
-            for position, event in enumerate(data["history"]):
-                if not isinstance(event, dict):
-                    continue
-                boundary = _condensation(event, record.line)
-                if boundary is not None:
-                    yield boundary
-                    continue
-                parsed = _parse_event(event, position, pairing)
-                if parsed is None:
-                    continue
-                role, blocks, meta = parsed
-                usage: Usage | None = None
-                if role == "assistant":
-                    rid, usage = _usage(event, record.line)
-                    if rid in seen_responses:
-                        usage = None  # several calls of one response: its usage belongs to the first
-                    if rid is not None:
-                        seen_responses.add(rid)
-                importance = event.get("importance")
-                yield Message(
-                    role=role,
-                    blocks=blocks,
-                    line=record.line,
-                    index=index,
-                    records=(rec_index,),
-                    conversation=conversation,
-                    importance=importance if isinstance(importance, str) else None,
-                    usage=usage,
-                    meta={**meta, "record": rec_index},
-                    raw=event,
-                )
-                index += 1
-                if usage is not None:
-                    yield usage
-            conversation += 1
+        index = 0
+        lines = ((i, rec) for i, rec in records if _is_trajectory(rec.data))
+        for conversation, (rec_index, record) in enumerate(lines):
+            for item in _history_items(record.data["history"], record.line, rec_index, conversation, index):
+                index += isinstance(item, Message)
+                yield item
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
         return encode_line(messages, template)
@@ -335,9 +315,7 @@ def _action_event(
     base: dict[str, Any], action: str, args: dict[str, Any], bare: bool, thought: str | None
 ) -> dict[str, Any]:
     """An action event with ``args`` (and the thought beside them unless ``thought`` is None)."""
-    args = dict(args)
-    if thought is not None:
-        args["thought"] = thought
+    args = dict(args) if thought is None else {**args, "thought": thought}
     if bare:
         keep = {k: v for k, v in base.items() if k in _BARE_ACTION_META and k != "thought"}
         return {**keep, **args, "action": action}
@@ -390,9 +368,7 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
         return out
 
     if action == "system" or (action is None and message.role == "system"):
-        args = dict(event["args"]) if isinstance(event.get("args"), dict) else {}
-        if bare:
-            args = {k: v for k, v in event.items() if k not in _BARE_ACTION_META}
+        args = _args(event)  # an event built here has the shape ``bare`` says
         _set_text(event, args, "content", text)
         tools = [b for b in unknown if b.type == "tools"]
         if tools:
@@ -432,11 +408,8 @@ def _stamp_near(history: Sequence[Any], after: int) -> str | None:
 
 
 def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A whole line's dict with its ``history`` rebuilt from ``messages`` (one conversation, in order).
-
-    Events that were never messages stay; those of messages no longer there are dropped. New messages go
-    after the message before them, with fresh ids (events shape) and a new result's ``cause`` set.
-    """
+    """A line's dict with its ``history`` rebuilt from ``messages``: events that were never messages stay;
+    new ones go after the message before them, with fresh ids and a new result's ``cause`` set."""
     history = template_raw.get("history")
     history = history if isinstance(history, list) else []
     bare = {_dialect(e) for e in history if isinstance(e, dict)} == {"bare"}

@@ -1,10 +1,5 @@
-"""pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``).
-
-A ``session`` header line, then entries ``{type, timestamp, ...}``: ``message`` entries hold a pi-ai message
-(``user``, ``assistant``, ``toolResult``) or a coding-agent one (``bashExecution``, ``custom``); a
-``compaction`` entry is a :class:`Boundary` (pi never deletes entries); settings entries stay untouched.
-Version 2+ entries carry ``id``/``parentId`` (a tree), kept in ``meta``.
-"""
+"""pi coding-agent sessions (``~/.pi/agent/sessions/*.jsonl``): a ``session`` header, then entries whose
+``message`` is a pi-ai or coding-agent message; a ``compaction`` entry is a Boundary (pi deletes nothing)."""
 
 from __future__ import annotations
 
@@ -13,8 +8,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, run_time, run_timestamp
-from ctxc.formats.shapes import content_text, dumps_compact, image_from_base64
+from ctxc.formats.base import AdapterDefaults, Item, importance_of, recorded_usage, run_time, run_timestamp
+from ctxc.formats.shapes import (
+    bare_text,
+    blocks_text,
+    content_text,
+    dumps_compact,
+    image_from_base64,
+    parse_anthropic_block,
+    parse_content,
+    unchanged,
+)
 from ctxc.model import (
     Block,
     Boundary,
@@ -60,18 +64,13 @@ _WRAPS = {
 
 
 def parse_block(block: Any) -> Block:
-    """One pi-ai content block: text, thinking, toolCall or image."""
-    if not isinstance(block, dict):
-        return UnknownBlock(raw=block, text=block if isinstance(block, str) else dumps_compact(block))
-    btype = block.get("type")
-    if btype == "text" and isinstance(block.get("text"), str):
-        return TextBlock(text=block["text"], raw=block)
-    if btype == "thinking":
-        return ThinkingBlock(text=str(block.get("thinking") or ""), raw=block)
+    """One pi-ai content block: text and thinking (spelled as Anthropic's), toolCall or image."""
+    btype = block.get("type") if isinstance(block, dict) else None
+    if btype in ("text", "thinking") or not isinstance(block, dict):
+        return parse_anthropic_block(block)
     if btype == "toolCall" and isinstance(block.get("id"), str):
-        return ToolUseBlock(
-            id=block["id"], name=str(block.get("name", "")), input=block.get("arguments"), raw=block
-        )
+        name = str(block.get("name", ""))
+        return ToolUseBlock(id=block["id"], name=name, input=block.get("arguments"), raw=block)
     if btype == "image":
         data = block.get("data")
         if isinstance(data, str):
@@ -82,7 +81,7 @@ def parse_block(block: Any) -> Block:
 
 def encode_block(block: Block) -> Any:
     """The pi-ai JSON for a block: ``raw`` when unchanged, else rebuilt keeping raw's other keys."""
-    if block.raw is not None and parse_block(block.raw) == block:
+    if unchanged(block, parse_block):
         return block.raw
     base = dict(block.raw) if isinstance(block.raw, dict) else {}
     if isinstance(block, TextBlock):
@@ -102,17 +101,12 @@ def encode_block(block: Block) -> Any:
 
 def _parse_content(content: Any) -> tuple[tuple[Block, ...], bool]:
     """Blocks of a message's content, and whether it was a bare string (pi-ai allows both for users)."""
-    if isinstance(content, str):
-        return (TextBlock(text=content),), True
-    if isinstance(content, list):
-        return tuple(parse_block(b) for b in content), False
-    return (() if content is None else (UnknownBlock(raw=content, text=dumps_compact(content)),)), False
+    return parse_content(content, parse_block), isinstance(content, str)
 
 
 def _encode_content(blocks: Sequence[Block], as_string: bool) -> Any:
-    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-        return blocks[0].text
-    return [encode_block(b) for b in blocks]
+    text = bare_text(blocks) if as_string else None
+    return [encode_block(b) for b in blocks] if text is None else text
 
 
 def bash_execution_text(msg: Mapping[str, Any]) -> str:
@@ -136,31 +130,18 @@ def _wrap(summary: Any, role: str) -> str:
 
 
 def _unwrap(blocks: Sequence[Block], role: str) -> str:
-    text = _text_of(blocks)
+    text = blocks_text(blocks)
     prefix, suffix = _WRAPS[role]
     if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
         return text[len(prefix) : len(text) - len(suffix)]
     return text
 
 
-def _text_of(blocks: Sequence[Block]) -> str:
-    return "\n".join(
-        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
-    )
-
-
 def _usage(raw: Any, line: int, model: Any = None) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    num = {k: v if isinstance(v, int) and not isinstance(v, bool) else 0 for k, v in raw.items()}
-    return Usage(
-        input=num.get("input", 0),
-        output=num.get("output", 0),
-        cache_read=num.get("cacheRead", 0),
-        cache_write=num.get("cacheWrite", 0),
-        line=line,
-        model=model if isinstance(model, str) and model else None,
-    )
+    model = model if isinstance(model, str) and model else None
+    return recorded_usage(raw, ("input", "output", "cacheRead", "cacheWrite"), line, model=model)
 
 
 def _ms_of(stamp: str) -> int:
@@ -172,14 +153,9 @@ def _ms_of(stamp: str) -> int:
     return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
-class PiAdapter:
+class PiAdapter(AdapterDefaults):
     name = "pi"
     tool_role = True
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -205,38 +181,25 @@ class PiAdapter:
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
-        # Where each message came from, to find the first entry a compaction keeps: by entry id (tree
-        # sessions) or by entry position (older sessions' firstKeptEntryIndex).
+        # Where each message came from, to find the first entry a compaction keeps (by id, or by position).
         index_of_id: dict[str, int] = {}
         positions: list[tuple[int, int]] = []  # (entry position, message index)
-        for rec_index, record in records:
-            entry = record.data
+        for i, rec in records:
+            entry = rec.data
             if not isinstance(entry, dict):
                 continue
             if entry.get("type") == "compaction":
-                yield _compaction(
-                    entry, record.line, index, _first_kept(entry, index, index_of_id, positions)
-                )
+                kept_from = _first_kept(entry, index, index_of_id, positions)
+                yield _compaction(entry, rec.line, index, kept_from)
                 continue
-            parsed = _parse_entry(entry, record.line)
+            parsed = _parse_entry(entry, rec.line)
             if parsed is None:
                 continue
             role, blocks, usage, meta = parsed
-            importance = entry.get("importance")
             if isinstance(entry.get("id"), str):
                 index_of_id[entry["id"]] = index
-            positions.append((rec_index, index))
-            yield Message(
-                role=role,
-                blocks=blocks,
-                line=record.line,
-                index=index,
-                records=(rec_index,),
-                importance=importance if isinstance(importance, str) else None,
-                usage=usage,
-                meta=meta,
-                raw=entry,
-            )
+            positions.append((i, index))
+            yield Message(role, blocks, rec.line, index, (i,), 0, importance_of(entry), usage, meta, entry)
             index += 1
             if usage is not None:
                 yield usage
@@ -301,12 +264,8 @@ def _parse_entry(
     if etype == "branch_summary":
         if not entry.get("summary"):
             return None  # pi sends nothing for an empty branch summary
-        return (
-            "user",
-            (TextBlock(text=_wrap(entry.get("summary"), "branchSummary")),),
-            None,
-            _entry_meta(entry),
-        )
+        text = _wrap(entry.get("summary"), "branchSummary")
+        return "user", (TextBlock(text=text),), None, _entry_meta(entry)
     msg = entry.get("message")
     if etype != "message" or not isinstance(msg, dict):
         return None
@@ -349,15 +308,10 @@ def _parse_entry(
 
 
 def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
-    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's.
-
-    A new entry takes ``meta["timestamp"]`` (the writer's time of the record it follows), else the run's.
-    """
-    envelope: dict[str, Any] = (
-        dict(raw)
-        if raw is not None
-        else {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
-    )
+    """A pi entry for a changed or new message; the envelope (type, timestamp, id, parentId) is raw's, or
+    new with ``meta["timestamp"]`` (the time of the record it follows), else the run's."""
+    new = {"type": "message", "timestamp": str(message.meta.get("timestamp") or run_timestamp())}
+    envelope: dict[str, Any] = dict(raw) if raw is not None else new
     etype = envelope.get("type")
     old_msg: dict[str, Any] = envelope["message"] if isinstance(envelope.get("message"), dict) else {}
     content = _encode_content(message.blocks, bool(message.meta.get("content_was_string")))
@@ -366,16 +320,13 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
     if etype == "branch_summary":
         return {**envelope, "summary": _unwrap(message.blocks, "branchSummary")}
     if etype != "message":  # a message whose record was something else: write it as a new message entry
-        envelope = {
-            "type": "message",
-            **{k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")},
-        }
-        old_msg = {}
+        kept = {k: v for k, v in envelope.items() if k in ("id", "parentId", "timestamp")}
+        envelope, old_msg = {"type": "message", **kept}, {}
     timestamp = old_msg.get("timestamp", _ms_of(str(envelope.get("timestamp") or run_timestamp())))
     old_role = old_msg.get("role")
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
-        first = results[0] if results else ToolResultBlock(tool_use_id="", text=_text_of(message.blocks))
+        first = results[0] if results else ToolResultBlock(tool_use_id="", text=blocks_text(message.blocks))
         base = old_msg if old_role == "toolResult" else {}
         new_msg: dict[str, Any] = {
             **base,

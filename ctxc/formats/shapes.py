@@ -7,7 +7,7 @@ import base64
 import binascii
 import contextlib
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -129,18 +129,22 @@ def content_text(content: Any) -> str:
 
 
 def _content_images(content: Any) -> tuple[ImageBlock, ...]:
-    if not isinstance(content, list):
-        return ()
-    parts = [
-        p for p in content if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
+    parts = content if isinstance(content, list) else ()
+    images = [
+        p for p in parts if isinstance(p, dict) and p.get("type") in ("image", "image_url", "input_image")
     ]
-    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in parts)
+    blocks = (parse_anthropic_block(p) if p["type"] == "image" else _openai_part(p) for p in images)
     return tuple(b for b in blocks if isinstance(b, ImageBlock))
+
+
+def unknown_value(value: Any) -> UnknownBlock:
+    """A value where a content block was expected, kept as it is (its text, or its JSON)."""
+    return UnknownBlock(raw=value, text=value if isinstance(value, str) else dumps_compact(value))
 
 
 def parse_anthropic_block(block: Any) -> Block:
     if not isinstance(block, dict):
-        return UnknownBlock(raw=block, text=block if isinstance(block, str) else dumps_compact(block))
+        return unknown_value(block)
     btype = block.get("type")
     if btype == "text" and isinstance(block.get("text"), str):
         return TextBlock(text=block["text"], raw=block)
@@ -153,10 +157,8 @@ def parse_anthropic_block(block: Any) -> Block:
     if btype == "tool_result" and isinstance(block.get("tool_use_id"), str):
         content = block.get("content")
         is_error = bool(block.get("is_error", False))
-        images = _content_images(content)
-        return ToolResultBlock(
-            block["tool_use_id"], content_text(content), is_error, raw=block, images=images
-        )
+        text, images = content_text(content), _content_images(content)
+        return ToolResultBlock(block["tool_use_id"], text, is_error, raw=block, images=images)
     if btype == "image":
         source = block.get("source")
         source = source if isinstance(source, dict) else {}
@@ -167,7 +169,8 @@ def parse_anthropic_block(block: Any) -> Block:
     return UnknownBlock(raw=block, text=dumps_compact(block), type=str(btype or "unknown"))
 
 
-def _parse_content(content: Any, parse_part: Callable[[Any], Block]) -> tuple[Block, ...]:
+def parse_content(content: Any, parse_part: Callable[[Any], Block]) -> tuple[Block, ...]:
+    """Message content as blocks: a string is one text block, a list's parts go through ``parse_part``."""
     if content is None:
         return ()
     if isinstance(content, str):
@@ -178,15 +181,30 @@ def _parse_content(content: Any, parse_part: Callable[[Any], Block]) -> tuple[Bl
 
 
 def parse_anthropic_content(content: Any) -> tuple[Block, ...]:
-    return _parse_content(content, parse_anthropic_block)
+    return parse_content(content, parse_anthropic_block)
 
 
-def _unchanged(block: Block, parse: Callable[[Any], Block]) -> bool:
+def unchanged(block: Block, parse: Callable[[Any], Block]) -> bool:
+    """Whether ``block`` is still what its ``raw`` parses to (then ``raw`` is written back as it was)."""
     return block.raw is not None and parse(block.raw) == block
 
 
+def blocks_text(blocks: Iterable[Block]) -> str:
+    """The text a format without block structure keeps of text, thinking and tool-result blocks."""
+    return "\n".join(
+        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
+    )
+
+
+def bare_text(blocks: Sequence[Block]) -> str | None:
+    """The text of content that is one text block made by ctxc, which may be written as a bare string."""
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+        return blocks[0].text
+    return None
+
+
 def encode_anthropic_block(block: Block) -> Any:
-    if _unchanged(block, parse_anthropic_block):
+    if unchanged(block, parse_anthropic_block):
         return block.raw
     base = dict(block.raw) if isinstance(block.raw, dict) else {}
     if isinstance(block, TextBlock):
@@ -199,13 +217,8 @@ def encode_anthropic_block(block: Block) -> Any:
         return {**base, "type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
     if isinstance(block, ToolResultBlock):
         out: dict[str, Any] = {**base, "type": "tool_result", "tool_use_id": block.tool_use_id}
-        if block.images:
-            out["content"] = [
-                {"type": "text", "text": block.text},
-                *(encode_anthropic_block(i) for i in block.images),
-            ]
-        else:
-            out["content"] = block.text
+        images = [encode_anthropic_block(i) for i in block.images]
+        out["content"] = [{"type": "text", "text": block.text}, *images] if images else block.text
         if block.is_error:
             out["is_error"] = True
         else:
@@ -222,10 +235,8 @@ def encode_anthropic_block(block: Block) -> Any:
 def encode_anthropic_content(blocks: Iterable[Block], *, as_string: bool = False) -> Any:
     """Content for an Anthropic message; a single plain text block may be written as a bare string."""
     blocks = tuple(blocks)
-    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-        return blocks[0].text
-    if as_string and not blocks:
-        return ""
+    if as_string and (not blocks or bare_text(blocks) is not None):
+        return bare_text(blocks) or ""
     return [encode_anthropic_block(b) for b in blocks]
 
 
@@ -238,7 +249,7 @@ def openai_role(role: Any) -> Role | None:
 
 def _openai_part(part: Any) -> Block:
     if not isinstance(part, dict):
-        return UnknownBlock(raw=part, text=part if isinstance(part, str) else dumps_compact(part))
+        return unknown_value(part)
     ptype = part.get("type")
     if ptype in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
         return TextBlock(text=part["text"], raw=part)
@@ -253,7 +264,7 @@ def _openai_part(part: Any) -> Block:
 
 
 def parse_openai_content(content: Any) -> tuple[Block, ...]:
-    return _parse_content(content, _openai_part)
+    return parse_content(content, _openai_part)
 
 
 def parse_tool_arguments(arguments: Any) -> Any:
@@ -274,7 +285,7 @@ def parse_openai_tool_call(call: Any) -> Block:
 
 
 def encode_openai_tool_call(block: Block) -> Any:
-    if _unchanged(block, parse_openai_tool_call) or not isinstance(block, ToolUseBlock):
+    if unchanged(block, parse_openai_tool_call) or not isinstance(block, ToolUseBlock):
         return block.raw
     base: dict[str, Any] = dict(block.raw) if isinstance(block.raw, dict) else {"type": "function"}
     old_fn = base.get("function")
@@ -284,7 +295,7 @@ def encode_openai_tool_call(block: Block) -> Any:
 
 
 def encode_openai_part(block: Block) -> Any:
-    if _unchanged(block, _openai_part):
+    if unchanged(block, _openai_part):
         return block.raw
     base = dict(block.raw) if isinstance(block.raw, dict) else {}
     if isinstance(block, TextBlock):
@@ -298,9 +309,6 @@ def encode_openai_part(block: Block) -> Any:
 
 def encode_openai_content(blocks: Iterable[Block], *, as_string: bool) -> Any:
     blocks = tuple(blocks)
-    if as_string:
-        if not blocks:
-            return None
-        if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-            return blocks[0].text
+    if as_string and (not blocks or bare_text(blocks) is not None):
+        return bare_text(blocks)
     return [encode_openai_part(b) for b in blocks]

@@ -1,11 +1,6 @@
-"""SWE-agent ``.traj`` files: ONE pretty-printed JSON document ``{environment, trajectory, history, info}``.
-
-The whole document is one record. ``history`` (OpenAI chat shape) is what the model was sent, so it is the
-conversation; ``trajectory`` repeats the steps for humans. Function-calling runs carry ``tool_calls`` and
-``role: tool`` results with ``tool_call_ids``; classic runs keep commands and observations as plain text
-(no tool structure is invented). ``is_demo`` demonstrations stay user messages; SWE-agent's bookkeeping
-(``thought``, ``action``, ``agent``, ``message_type``) goes into ``meta``.
-"""
+"""SWE-agent ``.traj`` files: one JSON document ``{environment, trajectory, history, info}`` (one record),
+whose ``history`` (OpenAI chat shape, ``tool_call_ids`` on results) is the conversation the model was sent;
+classic runs keep commands as plain text (no tool structure is invented)."""
 
 from __future__ import annotations
 
@@ -14,8 +9,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item
+from ctxc.formats.base import AdapterDefaults, Item, importance_of
 from ctxc.formats.shapes import (
+    blocks_text,
     content_text,
     encode_openai_content,
     encode_openai_tool_call,
@@ -58,23 +54,17 @@ def _parse_message(
     if role == "tool":
         ids = meta["tool_call_ids"] = _result_ids(msg)
         # Several ids share one observation: the text is carried once, by the first id's result.
-        first = ToolResultBlock(
-            ids[0] if ids else f"swe-{position}", content_text(content), name=msg.get("name")
-        )
+        first_id = ids[0] if ids else f"swe-{position}"
+        first = ToolResultBlock(first_id, content_text(content), name=msg.get("name"))
         return "tool", (first, *(ToolResultBlock(tool_use_id=i, text="") for i in ids[1:])), meta
     calls = msg.get("tool_calls")
     calls_blocks = tuple(parse_openai_tool_call(c) for c in calls) if isinstance(calls, list) else ()
     return role, (*parse_openai_content(content), *calls_blocks), meta
 
 
-class SweAgentAdapter:
+class SweAgentAdapter(AdapterDefaults):
     name = "swe-agent"
-    tool_role = False
-    usage_before_response = False
     suffixes: tuple[str, ...] = (".traj", ".traj.json")
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
     description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
 
     def sniff(self, sample: Sequence[Record]) -> int:
@@ -88,27 +78,18 @@ class SweAgentAdapter:
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         index = 0
         documents = ((i, rec) for i, rec in records if _is_document(rec.data))
-        for conversation, (rec_index, record) in enumerate(documents):
-            for position, msg in enumerate(record.data["history"]):
+        for conversation, (i, rec) in enumerate(documents):
+            for position, msg in enumerate(rec.data["history"]):
                 parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
                 if parsed is None:
                     continue
-                importance = msg.get("importance")
+                role, blocks, meta = parsed
                 yield Message(
-                    role=parsed[0],
-                    blocks=parsed[1],
-                    line=record.line,
-                    index=index,
-                    records=(rec_index,),
-                    conversation=conversation,
-                    importance=importance if isinstance(importance, str) else None,
-                    meta=parsed[2],
-                    raw=msg,
+                    role, blocks, rec.line, index, (i,), conversation, importance_of(msg), None, meta, msg
                 )
                 index += 1
 
     def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        """The compaction writer's hook: rebuild a whole record from one conversation's messages."""
         return encode_document(messages, template)
 
     def encode_message(self, message: Message) -> dict[str, Any]:
@@ -121,12 +102,6 @@ class SweAgentAdapter:
         return _build(message, raw)
 
 
-def _text(blocks: Iterable[Block]) -> str:
-    return "\n".join(
-        b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock) and b.text
-    )
-
-
 def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     """A history message for a changed or new message; raw's other keys (agent, message_type...) are kept."""
     out: dict[str, Any] = dict(raw) if raw is not None else {"role": message.role}
@@ -136,7 +111,7 @@ def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
     if message.role == "tool":
         results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
         out["role"] = "tool"
-        out["content"] = _text(results) if results else _text(message.blocks)
+        out["content"] = blocks_text(results) if results else blocks_text(message.blocks)
         ids = [b.tool_use_id for b in results]
         if "tool_call_id" in out and "tool_call_ids" not in out:
             out["tool_call_id"] = ids[0] if ids else ""
@@ -175,9 +150,8 @@ def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]
     for m in messages:
         # A new message speaks for the agent whose history it joins ("main", "primary", ...).
         joins = m.raw is None and agent is not None and "agent" not in m.meta
-        encoded = adapter.encode_message(
-            dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
-        )
+        joined = dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
+        encoded = adapter.encode_message(joined)
         if isinstance(encoded.get("agent"), str):
             agent = encoded["agent"]
         history.append(encoded)

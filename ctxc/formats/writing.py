@@ -22,10 +22,8 @@ def replaces(message: Message) -> tuple[int, int] | None:
 
 
 def fix_eols(out: Sequence[Record], source: Sequence[Record], eol: bytes) -> tuple[Record, ...]:
-    """Every line but the last ends with a newline; the last ends as the input's last line did.
-
-    (The rule of ``ctxc.compaction.write``, which the formats layer must not import.)
-    """
+    """Every line but the last ends with a newline; the last ends as the input's last line did (the rule
+    of ``ctxc.compaction.write``, which the formats layer must not import)."""
     if not out:
         return ()
     final = source[-1].eol if source else b"\n"

@@ -1,10 +1,7 @@
 """Find what compaction removed: full-text search over an archive's originals, and ``ctxc show``.
 
-The index beside the archive is updated by the archive's hooks, which never fail a run (a failure is
-one warning: the archive is the source of truth); :func:`search` catches up with the background
-indexer's queue and the manifest first, and :func:`rebuild` makes the index again. ``CTXC_NO_INDEX=1``
-turns the hooks off. See docs/archive-and-search.md.
-"""
+The archive's hooks keep the index beside it up to date and never fail a run (a failure is one warning);
+:func:`search` catches up with the queue and the manifest first. See docs/archive-and-search.md."""
 
 from __future__ import annotations
 
@@ -61,7 +58,7 @@ _HOOK_ERRORS = (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError)
 _warned: set[str] = set()
 
 
-def _warn(root: Any, what: str, exc: BaseException) -> None:
+def _warn(root: Path, what: str, exc: BaseException) -> None:
     if str(root) in _warned:
         return
     _warned.add(str(root))
@@ -94,32 +91,37 @@ def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript,
     )
 
 
+@contextlib.contextmanager
+def _quietly(root: Path, what: str) -> Iterator[None]:
+    """An indexing hook's failure as one warning, never an exception: the archive is the truth."""
+    try:
+        yield
+    except _HOOK_ERRORS as exc:
+        _warn(root, what, exc)
+
+
 def index_quietly(
     archive: ArchiveStore, archive_id: str, transcript: Transcript, *, source: str | None = None
 ) -> None:
-    """:func:`index_transcript` for the archive's hooks (a large original in the background); any failure
-    is a warning, never an exception."""
+    """:func:`index_transcript` for the archive's hooks (a large original in the background)."""
     if env_flag("CTXC_NO_INDEX"):
         return
-    try:
+    with _quietly(archive.root, f"original {archive_id[:12]}"):
         if _in_background(archive, archive_id):
             index_later(archive.root, archive_id, fmt=transcript.format, source=source or transcript.source)
-            return
-        index_transcript(archive, archive_id, transcript, source=source)
-    except _HOOK_ERRORS as exc:
-        _warn(archive.root, f"original {archive_id[:12]}", exc)
+        else:
+            index_transcript(archive, archive_id, transcript, source=source)
 
 
 def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
-    """Record where offloaded outputs came from, ``(digest, message, tool)`` each, in one transaction
-    (a failure is a warning, never an exception)."""
+    """Record where offloaded outputs came from, ``(digest, message, tool)`` each, in one transaction."""
     if env_flag("CTXC_NO_INDEX") or not notes:
         return
-    try:
-        with SearchIndex.for_archive(archive.root) as index:
-            index.add_blobs(origin, notes)
-    except (OSError, sqlite3.Error) as exc:
-        _warn(archive.root, f"offloaded outputs of {origin[:12]}", exc)
+    with (
+        _quietly(archive.root, f"offloaded outputs of {origin[:12]}"),
+        SearchIndex.for_archive(archive.root) as index,
+    ):
+        index.add_blobs(origin, notes)
 
 
 def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> None:
@@ -127,7 +129,7 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if env_flag("CTXC_NO_INDEX") or not isinstance(ident, str):
         return
-    try:
+    with _quietly(archive.root, f"original {ident[:12]}"):
         if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
             return  # the background indexer has it
         with SearchIndex.for_archive(archive.root) as index:
@@ -138,8 +140,6 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
                 index_later(archive.root, ident, fmt=fmt or "", source=source)
             else:
                 _index_object(archive, index, ident, entry)
-    except _HOOK_ERRORS as exc:
-        _warn(archive.root, f"original {ident[:12]}", exc)
 
 
 def _in_background(archive: ArchiveStore, archive_id: str) -> bool:
@@ -151,14 +151,12 @@ def _in_background(archive: ArchiveStore, archive_id: str) -> bool:
 
 
 def entry_text(entry: Mapping[str, Any], key: str) -> str | None:
-    """A manifest entry's string value, or None."""
     value = entry.get(key)
     return value if isinstance(value, str) else None
 
 
 def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
-    """An archived object's bytes read as a transcript (in ``fmt``, else sniffed), named ``name``."""
-    # Whatever the original run accepted (skipped lines, huge lines) must load again here.
+    """An archived object's bytes as a transcript, reading whatever the original run accepted."""
     options = ReadOptions(skip_invalid=True, max_line_bytes=1 << 40)
     return load(named_bytes(name, data), input_format=fmt or None, options=options)
 
@@ -173,8 +171,7 @@ def _index_object(
 
 
 def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> bool:
-    """Index the queued originals, taking each out of the queue once done; False if any failed (each a
-    warning). The caller holds the archive's writer lock."""
+    """Index the queued originals (the caller holds the writer lock); False if any failed (a warning)."""
     entries = queue_entries(archive.root)
     if not entries:
         return True
@@ -199,17 +196,12 @@ def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> boo
 
 def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
     """The latest manifest entry of each archived original (by full archive id)."""
-    out: dict[str, dict[str, Any]] = {}
-    for entry in archive.manifest():
-        ident = entry.get("archive_id") or entry.get("input_sha256")
-        if isinstance(ident, str) and len(ident) == 64:
-            out[ident] = entry
-    return out
+    ids = ((e.get("archive_id") or e.get("input_sha256"), e) for e in archive.manifest())
+    return {ident: e for ident, e in ids if isinstance(ident, str) and len(ident) == 64}
 
 
 def sync(archive: ArchiveStore, index: SearchIndex) -> int:
-    """Index every original the manifest lists that the index lacks (what cannot be read back is a
-    warning); returns how many were added."""
+    """Index every original the manifest lists that the index lacks; returns how many were added."""
     have = index.archive_ids()
     added = 0
     for ident, entry in _manifest_originals(archive).items():
@@ -233,15 +225,9 @@ class RebuildReport:
     set_aside: Path | None = None  # where a damaged index file was moved, if it was
 
 
-def _objects(archive: ArchiveStore) -> Iterator[str]:
-    base = archive.root / "objects"
-    if not base.is_dir():
-        return
-    for bucket in sorted(base.iterdir()):
-        if bucket.is_dir():
-            for obj in sorted(bucket.iterdir()):
-                if obj.is_file() and not obj.name.startswith(".tmp-") and len(obj.name) == 64:
-                    yield obj.name
+def _objects(archive: ArchiveStore) -> list[str]:
+    """The ids of the stored objects (temp files have other names), sorted."""
+    return sorted(p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
 
 
 def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
@@ -341,12 +327,9 @@ def search(
     catch_up: bool = True,
     embedder: Embedder | None = None,
 ) -> list[Hit]:
-    """The best ``limit`` hits for ``query`` in the archive's originals (at most one per message).
-
-    ``archive_id`` (a prefix) restricts the search to one original; ``raw`` takes FTS5 query syntax;
-    ``hybrid`` ranks by 0.4 * BM25 + 0.6 * embedding similarity (needs ``ctxc[embed]``). Before
-    searching, originals the manifest lists but the index lacks are indexed (``catch_up``).
-    """
+    """The best ``limit`` hits for ``query`` in the archive's originals (at most one per message),
+    after indexing what the manifest lists and the index lacks (``catch_up``); ``archive_id`` is a
+    prefix of one original, ``raw`` takes FTS5 syntax, ``hybrid`` adds embedding similarity."""
     if limit < 1:
         raise UsageError("--limit must be at least 1")
     store = archive if archive is not None else ArchiveStore.open()

@@ -1,11 +1,6 @@
-"""Index large originals in a process of their own, so that a compaction does not wait for its index.
-
-An original of :data:`BACKGROUND_BYTES` or more is queued in the archive (:data:`QUEUE_NAME`) for
-``python -m ctxc.search.indexer``, started in a session of its own at a lower priority. One indexer runs
-per archive: it holds :data:`LOCK_NAME` while it works and looks at the queue again after letting go, a
-search holds the lock while it catches up, and an original leaves the queue only once indexed.
-Warnings go to :data:`LOG_NAME`. See docs/archive-and-search.md.
-"""
+"""Index large originals in a process of their own (``python -m ctxc.search.indexer``), so that a
+compaction does not wait for its index: queued in the archive, indexed by one indexer at a time holding
+:data:`LOCK_NAME`, and taken out of the queue only once indexed. See docs/archive-and-search.md."""
 
 from __future__ import annotations
 
@@ -21,14 +16,10 @@ import orjson
 
 from ctxc.archive_store import exclusive_lock, open_private
 
-#: Originals at least this large (bytes) are indexed in the background; a smaller one costs little more
-#: inline than starting a process.
+#: Originals at least this large (bytes) are indexed in the background (a smaller one costs less inline).
 BACKGROUND_BYTES = 4 << 20
-#: The lock file in the archive that the one index writer at a time holds.
 LOCK_NAME = "index.lock"
-#: Originals waiting for the background indexer, one JSON object a line.
 QUEUE_NAME = "index.queue"
-#: Where a background indexer's warnings go (created on the first one).
 LOG_NAME = "index.log"
 
 # Started indexers, kept so they are reaped (not left as zombies of a long-lived library caller).
@@ -36,7 +27,7 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def index_later(root: Path, archive_id: str, *, fmt: str, source: str | None) -> None:
-    """Queue the stored original ``archive_id`` for the background indexer, and start one unless one runs."""
+    """Queue the stored original ``archive_id`` for the background indexer, and start one."""
     with _queue(root) as queue:
         queue.write(orjson.dumps({"archive_id": archive_id, "format": fmt, "input_path": source}) + b"\n")
     start_indexer(root)
@@ -58,14 +49,12 @@ def start_indexer(root: Path) -> None:
 
 @contextlib.contextmanager
 def _queue(root: Path) -> Iterator[BinaryIO]:
-    """The queue file, opened for appending and locked against other readers and writers."""
     path = root / QUEUE_NAME
     with exclusive_lock(path), open_private(path, "a+b") as queue:
         yield queue
 
 
 def queued(root: Path) -> bool:
-    """Whether any original waits in the queue of archive ``root``."""
     try:
         return (root / QUEUE_NAME).stat().st_size > 0
     except OSError:
@@ -73,7 +62,7 @@ def queued(root: Path) -> bool:
 
 
 def queue_entries(root: Path) -> list[dict[str, Any]]:
-    """What the queue holds, oldest first (a torn last line, from a crash mid-write, is skipped)."""
+    """What the queue holds, oldest first (a line torn by a crash is skipped)."""
     if not queued(root):
         return []
     with _queue(root) as queue:
@@ -82,7 +71,6 @@ def queue_entries(root: Path) -> list[dict[str, Any]]:
 
 
 def _entry(line: bytes) -> dict[str, Any] | None:
-    """A queue line's entry, or None for a line that names no original (torn by a crash)."""
     try:
         entry = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -108,13 +96,12 @@ def dequeue(root: Path, done: set[str]) -> None:
 
 
 def writer_lock(root: Path, *, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
-    """Hold the archive's index lock; yields False at once, holding nothing, if ``wait`` is off and
-    another process holds it."""
+    """Hold the archive's index lock (see :func:`~ctxc.archive_store.exclusive_lock`)."""
     return exclusive_lock(root / LOCK_NAME, wait=wait)
 
 
 def indexer_running(root: Path) -> bool:
-    """Whether an index writer (a background indexer, mostly) holds the archive's lock right now."""
+    """Whether an index writer (a background indexer, mostly) holds the archive's lock."""
     if not (root / LOCK_NAME).exists():
         return False
     with writer_lock(root, wait=False) as held:

@@ -1,10 +1,6 @@
-"""Cutting archived transcripts into searchable chunks, each with a contextual description.
-
-A hit must make sense on its own, so every chunk carries where it sits (session, turn, message, role,
-tool and what the tool worked on, the turn's request), built from the transcript without a model.
-One chunk is at most :data:`MAX_CHARS` of one block, cut at line ends; each chunk after the first
-repeats the last short line of the previous one, so a sentence across a cut is found whole.
-"""
+"""Archived transcripts cut into searchable chunks, each saying where it sits (session, turn, message,
+tool, the turn's request) so a hit makes sense on its own. A chunk is at most :data:`MAX_CHARS` of one
+block, cut at line ends, repeating the previous chunk's last short line (a sentence across a cut is whole)."""
 
 from __future__ import annotations
 
@@ -55,8 +51,7 @@ class Chunk:
 
 
 def render_input(value: Any) -> str:
-    """A tool call's input as searchable text: ``key: value`` lines with strings unescaped (not one line
-    of ``\\n`` escapes); nested values stay compact JSON."""
+    """A tool call's input as searchable text: ``key: value`` lines, strings unescaped, the rest JSON."""
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
@@ -69,51 +64,32 @@ def _json(value: Any) -> str:
 
 
 def split_text(text: str, limit: int = MAX_CHARS) -> list[str]:
-    """``text`` cut into pieces of at most ``limit`` characters at line ends (see the module docstring)."""
+    """``text`` cut into pieces of at most ``limit`` characters at line ends (see the module docstring);
+    a longer line is cut first, at a space if it has one."""
     text = text.strip("\n")
     if len(text) <= limit:
         return [text] if text.strip() else []
-    if limit > 2 and _longest_line(text) <= limit:
-        return _split_at_line_ends(text, limit)
-    return _split_by_lines(text, limit)
+    if max(map(len, text.split("\n"))) > limit:
+        text = "\n".join(_cut_long_lines(text, limit))
+    return _split_at_line_ends(text, limit)
 
 
-def _split_by_lines(text: str, limit: int) -> list[str]:
-    """The general case of :func:`split_text`, line by line: lines over ``limit`` are cut first."""
-    lines: list[str] = []
+def _cut_long_lines(text: str, limit: int) -> Iterator[str]:
+    """The lines of ``text``, each over ``limit`` characters (a minified file, a JSON blob) cut in pieces."""
     for whole in text.split("\n"):
         line = whole
-        while len(line) > limit:  # a minified file or a one-line JSON blob: cut at a space if there is one
+        while len(line) > limit:
             cut = line.rfind(" ", limit // 2, limit)
             cut = cut if cut > 0 else limit
-            lines.append(line[:cut])
+            yield line[:cut]
             line = line[cut:].lstrip(" ")
-        lines.append(line)
-    pieces: list[str] = []
-    current: list[str] = []
-    size = 0
-    for line in lines:
-        if current and size + len(line) + 1 > limit:
-            pieces.append("\n".join(current))
-            last = current[-1]
-            current = [last] if 0 < len(last) <= OVERLAP_CHARS and len(last) + len(line) + 1 <= limit else []
-            size = sum(len(x) + 1 for x in current)
-        current.append(line)
-        size += len(line) + 1
-    if current and any(x.strip() for x in current):
-        pieces.append("\n".join(current))
-    return [p for p in pieces if p.strip()]
-
-
-def _longest_line(text: str) -> int:
-    return max(map(len, text.split("\n")))
+        yield line
 
 
 def _split_at_line_ends(text: str, limit: int) -> list[str]:
-    """:func:`split_text` for a text with no line over ``limit``: the same pieces, found by searching for
-    line ends rather than going through millions of lines. A piece from ``a`` holds what it must (its
-    first line, or the repeated line and the next) and ends at the last line end before ``a + limit``.
-    """
+    """:func:`split_text` for a text with no line over ``limit``, found by searching for line ends: a
+    piece from ``a`` holds its first line (or the repeated line and the next) and ends at the last line
+    end before ``a + limit``."""
     n = len(text)
     pieces: list[str] = []
     a = 0
@@ -138,17 +114,8 @@ def _line_end(text: str, start: int) -> int:
 
 
 def _request_text(m: Message) -> str:
-    text = " ".join(b.text for b in m.blocks if isinstance(b, TextBlock))
-    return _clip(" ".join(text.split()), REQUEST_CHARS)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def session_label(source: str, fmt: str) -> str:
-    name = "stdin" if source in ("", "-") else source.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{name} ({fmt})"
+    text = " ".join(" ".join(b.text for b in m.blocks if isinstance(b, TextBlock)).split())
+    return text if len(text) <= REQUEST_CHARS else text[: REQUEST_CHARS - 1] + "…"
 
 
 def _about(use: ToolUseBlock | None, tool: str) -> str:
@@ -180,7 +147,8 @@ def chunk_messages(
     messages: Sequence[Message], *, source: str, fmt: str, conversations: int = 1
 ) -> Iterator[Chunk]:
     """Every chunk of ``messages`` (one transcript, all its conversations), in message order."""
-    session = session_label(source, fmt)
+    name = "stdin" if source in ("", "-") else source.replace("\\", "/").rsplit("/", 1)[-1]
+    session = f"{name} ({fmt})"
     calls = {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
     totals = collections.Counter(m.conversation for m in messages)
     turn: dict[int, int] = {}

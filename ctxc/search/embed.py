@@ -1,9 +1,5 @@
-"""Optional hybrid ranking: 0.4 * BM25 + 0.6 * embedding similarity, with a model shipped in a wheel.
-
-The model (``tokenlearn-static-model``, ``pip install 'ctxc[embed]'``) is never downloaded at run time.
-Vectors are computed on the first hybrid search that needs them and stored in the index. BM25 scores
-are divided by the best among the candidates; similarities are cosines clipped to [0, 1].
-"""
+"""Optional hybrid ranking: 0.4 * BM25 (over the best candidate's) + 0.6 * cosine similarity, with the
+model inside the ``tokenlearn-static-model`` wheel (``ctxc[embed]``); vectors are stored in the index."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ BM25_WEIGHT = 0.4
 EMBED_WEIGHT = 0.6
 CANDIDATES = 100
 BATCH = 256
-#: Characters of a chunk (description and text) given to the embedder; static models average word
-#: vectors, so more text only blurs the vector.
+#: Characters of a chunk given to the embedder (a static model averages word vectors: more text blurs).
 EMBED_CHARS = 2_400
 
 

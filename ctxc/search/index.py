@@ -1,9 +1,6 @@
 """The full-text index beside an archive: ``<archive>/search.sqlite``, SQLite FTS5 ranked by ``bm25()``.
-
-Derived data: :func:`ctxc.search.rebuild` makes it again from the archive. WAL mode and a busy timeout;
-every write is one ``BEGIN IMMEDIATE`` transaction that first checks whether the object is already
-there, so concurrent indexers store it once and readers never see half of one.
-"""
+Derived data (:func:`ctxc.search.rebuild` makes it again); each object is added in one immediate
+transaction that first checks it is not there, so concurrent indexers store it once."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ from ctxc.sqlite_store import immediate, in_batches, open_wal
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
 SCHEMA_VERSION = 1
-#: BM25 weights of the FTS columns (about, body, context): a term in the text is worth more than one
-#: in the description every chunk of a block shares; ``context`` is not indexed.
+#: BM25 weights of the FTS columns (about, body, context): the text counts more than its description.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
 MARK_OPEN, MARK_CLOSE = "**", "**"
@@ -133,7 +129,7 @@ def fts_query(text: str) -> str:
 
 
 class SearchIndex:
-    """The index file of one archive. Open it with :meth:`open`; it is a context manager."""
+    """The index file of one archive (:meth:`for_archive`), connected on first use; a context manager."""
 
     def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
         self.path = path
@@ -194,11 +190,10 @@ class SearchIndex:
         fmt: str = "",
         messages: int = 0,
     ) -> int:
-        """Index one archived object's chunks (all or nothing); returns how many were added, 0 if the
-        object was already indexed."""
+        """Index one archived object's chunks (all or nothing); returns how many were added."""
         rows = list(chunks)  # chunking is CPU work: done before the write lock is taken
         with immediate(self.conn) as c:
-            if c.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone():
+            if self.has(archive_id):
                 return 0
             first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
             c.executemany(
@@ -240,8 +235,7 @@ class SearchIndex:
         return {str(r[0]) for r in self.conn.execute("SELECT archive_id FROM docs")}
 
     def bm25(self, query: str, *, limit: int, archive_id: str | None = None, raw: bool = False) -> list[Hit]:
-        """The best ``limit`` chunks by BM25, at most one per message. ``raw`` passes ``query`` to FTS5 as
-        written (``AND``, ``NEAR``, ``"phrases"``, ``prefix*``); otherwise see :func:`fts_query`."""
+        """The best ``limit`` chunks by BM25, at most one per message; ``raw`` passes ``query`` to FTS5."""
         match = query if raw else fts_query(query)
         if not match.strip():
             raise UsageError("the search query has no words to look for")
@@ -266,13 +260,8 @@ class SearchIndex:
         return _collapse([_hit(r) for r in rows], limit)
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
-        if archive_id:
-            rows = self.conn.execute(
-                "SELECT id FROM chunks WHERE archive_id LIKE ?", (archive_id.lower() + "%",)
-            )
-        else:
-            rows = self.conn.execute("SELECT id FROM chunks")
-        return [int(r[0]) for r in rows]
+        where, params = (" WHERE archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
+        return [int(r[0]) for r in self.conn.execute("SELECT id FROM chunks" + where, params)]
 
     def _by_id(self, sql: str, ids: Sequence[int], *params: Any) -> Iterator[Any]:
         """The rows of ``sql`` (its ``{}`` the marks of an ``IN``) for ``ids``, in batches."""
@@ -365,9 +354,8 @@ def is_corrupt(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def cleared_index(root: Path) -> Iterator[tuple[SearchIndex, Path | None]]:
-    """The archive's index emptied for a rebuild (the caller holds the writer lock). A damaged file
-    is renamed ``search.sqlite.corrupt-<time>`` (with its -wal and -shm) and a new one made: it is
-    derived data, but renamed rather than deleted, in case someone wants to look at it."""
+    """The archive's index emptied for a rebuild (the caller holds the writer lock); a damaged file is
+    set aside as ``search.sqlite.corrupt-<time>`` (with its -wal and -shm) and a new one made."""
     index = SearchIndex.for_archive(root)
     try:
         index.clear()

@@ -1,8 +1,5 @@
-"""``python -m ctxc.search.indexer ARCHIVE_ROOT``: the background indexer of an archive.
-
-See :mod:`ctxc.search.background`, which starts it; nothing imports this module, so running it does
-not load it twice.
-"""
+"""``python -m ctxc.search.indexer ARCHIVE_ROOT``: the background indexer of an archive, started by
+:mod:`ctxc.search.background`."""
 
 from __future__ import annotations
 
@@ -26,7 +23,6 @@ class _PrivateFileHandler(logging.FileHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Index what the queue of the archive named on the command line holds."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m ctxc.search.indexer ARCHIVE_ROOT", file=sys.stderr)

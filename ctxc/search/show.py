@@ -1,9 +1,5 @@
-"""``ctxc show REF``: the original messages a summary, a placeholder or a search hit points at.
-
-A reference is what ctxc writes: a citation (``ctxc archive 3f2a9c1b4d5e messages 3-17``, also inside
-a longer text), a hit's ``ref`` (``3f2a9c1b4d5e:5``, ``3f2a9c1b4d5e:3-17``) or a bare archive id. An
-object that is not a transcript (an offloaded tool output) is returned as text.
-"""
+"""``ctxc show REF``: the original messages a citation (``ctxc archive 3f2a9c1b4d5e messages 3-17``),
+a hit's ``ref`` (``3f2a9c1b4d5e:3-17``) or an archive id points at; an offloaded output as text."""
 
 from __future__ import annotations
 
@@ -47,7 +43,7 @@ class Ref:
 
 
 def parse_ref(text: str) -> Ref:
-    """A reference in any of the forms in the module docstring; anything else is a usage error."""
+    """A reference in one of the forms in the module docstring, else a UsageError."""
     m = _SHORT_REF.match(text) or CITATION_RE.search(text)
     if m is None:
         raise UsageError(
@@ -77,8 +73,7 @@ class Shown:
         return self.transcript.format if self.transcript is not None else "text"
 
     def raw_records(self) -> bytes:
-        """The source records the messages were read from, exactly as archived, each once, in order
-        (a whole conversation where the format holds one in a record)."""
+        """The source records the messages were read from, exactly as archived, each once, in order."""
         if self.transcript is None:
             return (self.text or "").encode("utf-8")
         wanted = sorted({r for m in self.messages for r in m.records})
@@ -90,7 +85,9 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
     r = parse_ref(ref) if isinstance(ref, str) else ref
     ident = archive.resolve(r.archive_id)
     data = archive.read(ident)
-    entry: dict[str, Any] = next((e for e in reversed(archive.manifest()) if ident in _ids(e)), {})
+    entry: dict[str, Any] = next(
+        (e for e in reversed(archive.manifest()) if ident in (e.get("archive_id"), e.get("input_sha256"))), {}
+    )
     source = entry_text(entry, "input_path")
     short = ident[:MIN_PREFIX]
     try:
@@ -117,10 +114,6 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
             top = transcript.messages[-1].index
             raise ArchiveError(f"archive {short} has messages 0-{top}; none in {lo}-{hi}")
     return Shown(ident, r, transcript, picked, source=source)
-
-
-def _ids(entry: dict[str, Any]) -> tuple[Any, Any]:
-    return entry.get("archive_id"), entry.get("input_sha256")
 
 
 def block_text(b: Any) -> tuple[str, str]:

@@ -1,11 +1,7 @@
 """``--summarizer anthropic``: summaries written by a Claude model through the official SDK.
 
-The SDK (slow to import) is loaded only when a call is about to be made; it reads
-``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` itself. Answers are cached by (model, prompt,
-max_tokens); the key and model are checked once per process before the first call. A span whose prompt
-would not fit the model's window (or exceeds ``segment_tokens``) is summarized as segments,
-concurrently, then merged by one more call. A dry run calls nothing: it records the calls and input
-tokens it would spend and lets the extractive summarizer stand in for the answers.
+The SDK (slow to import) loads only when a call is about to be made. A span whose prompt would not fit
+the model's window (or exceeds ``segment_tokens``) is summarized as segments, concurrently, then merged.
 """
 
 from __future__ import annotations
@@ -26,24 +22,29 @@ from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
-from ctxc.summarize.prompt import RESULT_CHARS, Prompt, Validation, build_prompt, clip, render_message
+from ctxc.summarize.facts import plural
+from ctxc.summarize.prompt import (
+    RESULT_CHARS,
+    Prompt,
+    Validation,
+    build_prompt,
+    clip,
+    one_line,
+    render_message,
+)
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
-#: The default summary model, kept equal to the tokenizer's default Claude model.
 DEFAULT_MODEL = DEFAULT_ANTHROPIC_MODEL
-#: For a model ctxc has no profile of: the smallest window and a modest output limit of current Claude models.
+#: For a model ctxc has no profile of: the smallest window and a modest output limit of current models.
 FALLBACK_WINDOW = 200_000
 FALLBACK_MAX_OUTPUT = 32_000
-#: The run's counts (o200k by default) times this bounds Claude's own count of the same text: Claude's
-#: tokenizers yield more tokens than o200k for the same text.
+#: The run's counts times this bounds Claude's own count of the same text (its tokenizers yield more).
 TOKENIZER_SLACK = 1.35
-#: Tokens of the window left unused beyond the estimate (message framing, the SDK's envelope).
-PROMPT_MARGIN = 512
-#: max_tokens is twice the budget plus this (the model writes in its own tokens, and a summary cut off
-#: at max_tokens is lost), at least MIN_MAX_TOKENS, at most the model's output limit.
+PROMPT_MARGIN = 512  # tokens left for message framing and the SDK's envelope
+#: max_tokens is twice the budget plus this (a summary cut off at max_tokens is lost), within limits.
 MAX_TOKENS_EXTRA = 256
 MIN_MAX_TOKENS = 512
 
@@ -58,9 +59,8 @@ def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:
     return hashlib.sha256(orjson.dumps([model, prompt.system, prompt.user, max_tokens])).digest()
 
 
-def _one_line(text: str, limit: int = 240) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def _size(prompt: Prompt, count: Callable[[str], int]) -> int:
+    return count(prompt.system) + count(prompt.user)
 
 
 def _api_message(exc: Any) -> str:
@@ -69,48 +69,13 @@ def _api_message(exc: Any) -> str:
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         kind = err.get("type")
-        return _one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
-    return _one_line(getattr(exc, "message", None) or str(exc))
-
-
-def map_api_error(
-    exc: BaseException, *, model: str, base_url: str, max_retries: int, timeout: float
-) -> CtxcError:
-    """A one-line ctxc error for an SDK exception (after the SDK's own retries)."""
-    import anthropic
-
-    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-        return AuthError(
-            f"the API key was rejected ({exc.status_code} {_api_message(exc)}); check ANTHROPIC_API_KEY"
-        )
-    if isinstance(exc, anthropic.NotFoundError):
-        return ModelError(
-            f"unknown model {model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
-            "choose one with --summary-model or CTXC_SUMMARY_MODEL"
-        )
-    if isinstance(exc, anthropic.APIStatusError):
-        retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
-        after = f" after {max_retries} retr{'y' if max_retries == 1 else 'ies'}" if retried else ""
-        return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
-    if isinstance(exc, anthropic.APITimeoutError):
-        return SummarizerError(
-            f"the Anthropic API did not answer within {timeout:g}s ({max_retries} retries); "
-            "raise --timeout or try again later"
-        )
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return SummarizerError(f"could not reach the Anthropic API at {base_url}: {_one_line(str(cause))}")
-    if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
-        return SummarizerError(
-            f"malformed response from the Anthropic API at {base_url}: {_one_line(str(exc))}"
-        )
-    return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {_one_line(str(exc))}")
+        return one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
+    return one_line(getattr(exc, "message", None) or str(exc))
 
 
 class _LoopThread:
-    """A private event loop in a daemon thread: summarize() is synchronous (the Protocol), may be
-    called from code that already runs a loop, and the async client keeps its connections between
-    calls only if it always runs on the same loop."""
+    """A private event loop in a daemon thread: summarize() is synchronous, may run inside another loop,
+    and the async client keeps its connections only if it always runs on the same loop."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -146,7 +111,6 @@ async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
 
 #: (base URL, key fingerprint, model) already preflighted in this process.
 _PREFLIGHTED: set[tuple[str, str, str]] = set()
-_PREFLIGHT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +122,8 @@ class Reply:
 
 
 class AnthropicAPI:
-    """One Claude model through the SDK's async client on a private event loop (see :class:`_LoopThread`):
-    the key and model checked once per process, failures mapped to one-line ctxc errors, usage counted.
-    Shared by the anthropic summarizer and the eval judge."""
+    """One Claude model through the SDK's async client, for the summarizer and the eval judge: the key and
+    model checked once per process, failures mapped to one-line ctxc errors, usage counted."""
 
     def __init__(self, model: str, *, max_retries: int, timeout: float, needs: str) -> None:
         self.model = model
@@ -195,17 +158,43 @@ class AnthropicAPI:
             try:
                 client = anthropic.AsyncAnthropic(max_retries=self.max_retries, timeout=self.timeout)
             except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
-                raise AuthError(f"no usable Anthropic credentials: {_one_line(str(exc))}") from None
+                raise AuthError(f"no usable Anthropic credentials: {one_line(str(exc))}") from None
             if client.api_key is None and client.auth_token is None and client.credentials is None:
                 raise AuthError(f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)")
             self._client = client
         return self._client
 
     def _map(self, exc: BaseException) -> CtxcError:
-        base = str(self._client.base_url) if self._client is not None else "?"
-        return map_api_error(
-            exc, model=self.model, base_url=base, max_retries=self.max_retries, timeout=self.timeout
-        )
+        """A one-line ctxc error for an SDK exception (after the SDK's own retries)."""
+        import anthropic
+
+        base_url = str(self._client.base_url) if self._client is not None else "?"
+        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+            return AuthError(
+                f"the API key was rejected ({exc.status_code} {_api_message(exc)}); check ANTHROPIC_API_KEY"
+            )
+        if isinstance(exc, anthropic.NotFoundError):
+            return ModelError(
+                f"unknown model {self.model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
+                "choose one with --summary-model or CTXC_SUMMARY_MODEL"
+            )
+        if isinstance(exc, anthropic.APIStatusError):
+            retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+            after = f" after {plural(self.max_retries, 'retry', 'retries')}" if retried else ""
+            return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
+        if isinstance(exc, anthropic.APITimeoutError):
+            return SummarizerError(
+                f"the Anthropic API did not answer within {self.timeout:g}s ({self.max_retries} retries); "
+                "raise --timeout or try again later"
+            )
+        if isinstance(exc, anthropic.APIConnectionError):
+            cause = exc.__cause__ or exc
+            return SummarizerError(f"could not reach the Anthropic API at {base_url}: {one_line(str(cause))}")
+        if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
+            return SummarizerError(
+                f"malformed response from the Anthropic API at {base_url}: {one_line(str(exc))}"
+            )
+        return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {one_line(str(exc))}")
 
     async def preflight(self) -> None:
         """Check the key and the model (``GET /v1/models/{model}``), once per process."""
@@ -217,21 +206,17 @@ class AnthropicAPI:
             client = self._make_client()
             secret = client.api_key or client.auth_token or ""
             ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
-            with _PREFLIGHT_LOCK:
-                done = ident in _PREFLIGHTED
-            if not done:
+            if ident not in _PREFLIGHTED:
                 import anthropic
 
                 try:
                     await client.models.retrieve(self.model)
                 except (anthropic.AnthropicError, ValueError) as exc:
                     raise self._map(exc) from None
-                with _PREFLIGHT_LOCK:
-                    _PREFLIGHTED.add(ident)
+                _PREFLIGHTED.add(ident)
             self._preflighted = True
 
     async def create(self, system: str, user: str, max_tokens: int) -> Reply:
-        """One Messages API call."""
         import anthropic
 
         client = self._make_client()
@@ -252,13 +237,13 @@ class AnthropicAPI:
             )
         usage = getattr(resp, "usage", None)
         found = (getattr(usage, attr, None) for attr in ("input_tokens", "output_tokens"))
-        tokens = [n if isinstance(n, int) else 0 for n in found]
-        self.spent.input_tokens += tokens[0]
-        self.spent.output_tokens += tokens[1]
+        n_in, n_out = (n if isinstance(n, int) else 0 for n in found)
+        self.spent.input_tokens += n_in
+        self.spent.output_tokens += n_out
         texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
         stop = getattr(resp, "stop_reason", None)
         text = "".join(t for t in texts if isinstance(t, str))
-        return Reply(text, stop if isinstance(stop, str) else None, tokens[0], tokens[1])
+        return Reply(text, stop if isinstance(stop, str) else None, n_in, n_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,12 +286,11 @@ class AnthropicSummarizer:
         self._sem: asyncio.Semaphore | None = None
 
     def usage(self) -> dict[str, Any]:
-        """API calls and tokens spent so far (a dry run's are estimates: input by the run's counter,
-        output as the budgets asked for, an upper bound)."""
+        """API calls and tokens spent so far (a dry run's are estimates, output as the budgets asked for)."""
         return {"model": self.model, **asdict(self.api.spent), "estimated": self.options.dry_run}
 
     def close(self) -> None:
-        """Close the HTTP client and stop the private event loop (also fine to leave to process exit)."""
+        """Close the HTTP client and stop the private event loop (fine to leave to process exit too)."""
         self.api.close()
         self._sem = None
 
@@ -326,17 +310,10 @@ class AnthropicSummarizer:
         """A validated summary for one prompt: from the cache, the dry-run stand-in, or the API."""
         max_tokens = self.max_tokens(request.budget)
         key = cache_key(self.model, prompt, max_tokens)
-        spent = self.api.spent
-        if (hit := self._cache.lookup(key)) is not None:
-            spent.cache_hits += 1
+        if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         if self.options.dry_run:
-            from ctxc.summarize.extractive import ExtractiveSummarizer
-
-            spent.calls += 1
-            spent.input_tokens += count(prompt.system) + count(prompt.user)
-            spent.output_tokens += request.budget
-            return ExtractiveSummarizer().summarize(request, count)
+            return self.api.spent.stand_in(request, count, _size(prompt, count))
         await self.api.preflight()
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.options.concurrency)
@@ -346,8 +323,7 @@ class AnthropicSummarizer:
             while text is None:
                 reply = await self.api.create(prompt.system, check.extend(prompt.user), max_tokens)
                 text = check.offer(reply.text, reply.stop, max_tokens=max_tokens)
-        if (cache := self._cache.get()) is not None:
-            cache.put(key, self.model, text, count(prompt.system) + count(prompt.user), count(text))
+        self._cache.put(key, self.model, text, _size(prompt, count), count(text))
         return text
 
     def _cite(self, request: SummaryRequest, messages: Sequence[Message]) -> str:
@@ -356,15 +332,12 @@ class AnthropicSummarizer:
             return request.citation
         return citation(m.group(1), messages[0].index, messages[-1].index)
 
-    def _fits(self, prompt: Prompt, limit: int, count: Callable[[str], int]) -> bool:
-        return count(prompt.system) + count(prompt.user) <= limit
-
     def _segments(
         self, request: SummaryRequest, limit: int, count: Callable[[str], int]
     ) -> list[tuple[SummaryRequest, str]]:
         """The span cut by messages into sub-requests whose prompts fit; each with its rendering."""
         empty = build_prompt(replace(request, messages=(), previous=None), transcript="")
-        room = limit - count(empty.system) - count(empty.user) - 16  # the per-segment labels
+        room = limit - _size(empty, count) - 16  # the per-segment labels
         if room <= 0:
             raise SummarizerError(
                 f"the summary model's window ({self.window:,} tokens) cannot hold the summarization prompt"
@@ -405,18 +378,17 @@ class AnthropicSummarizer:
 
     async def _summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         limit = self.input_limit(request.budget)
-        # Independent segments are summarized concurrently, then merged: a long history never goes out
-        # as one huge prompt even when the model's window could take it.
+        # A long history never goes out as one huge prompt, even when the model's window could take it.
         segment_limit = min(limit, max(1_000, self.options.segment_tokens))
         prompt = build_prompt(request, result_chars=self.result_chars)
-        if self._fits(prompt, segment_limit, count):
+        if _size(prompt, count) <= segment_limit:
             return await self._ask(request, prompt, count)
         segments = self._segments(request, segment_limit, count)
         if len(segments) == 1:  # one message was clipped to fit
             sub, text = segments[0]
             whole = replace(sub, citation=request.citation, previous=request.previous)
             single = build_prompt(whole, transcript=text)
-            if self._fits(single, limit, count):
+            if _size(single, count) <= limit:
                 return await self._ask(whole, single, count)
         texts = await _all(
             self._ask(sub, build_prompt(sub, transcript=text), count) for sub, text in segments
@@ -432,13 +404,13 @@ class AnthropicSummarizer:
     ) -> str:
         while True:
             prompt = self._merge_prompt(request, parts)
-            if self._fits(prompt, limit, count):
+            if _size(prompt, count) <= limit:
                 return await self._ask(request, prompt, count)
             # Too many partial summaries for one call: merge them in groups that fit, then again.
             inner = replace(request, previous=None)
             groups: list[list[_Part]] = []
             for part in parts:
-                if groups and self._fits(self._merge_prompt(inner, [*groups[-1], part]), limit, count):
+                if groups and _size(self._merge_prompt(inner, [*groups[-1], part]), count) <= limit:
                     groups[-1].append(part)
                 else:
                     groups.append([part])

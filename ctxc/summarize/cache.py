@@ -1,14 +1,18 @@
 """The summary cache the summarizers and the judge share: answers by prompt hash, in SQLite.
 
-Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading the
-Anthropic summarizer (and asyncio with it).
+Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading asyncio.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ctxc.sqlite_store import SqliteStore
+
+if TYPE_CHECKING:
+    from ctxc.summarize import SummaryRequest
 
 
 class SummaryCache(SqliteStore):
@@ -35,6 +39,25 @@ class SummaryCache(SqliteStore):
         )
 
 
+@dataclass
+class Spent:
+    """What a summarizer that asks someone else has spent so far, for its ``usage()`` report."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_hits: int = 0
+
+    def stand_in(self, request: SummaryRequest, count: Callable[[str], int], input_tokens: int) -> str:
+        """A dry run's answer: the extractive summary, counting the call it replaces."""
+        from ctxc.summarize.extractive import ExtractiveSummarizer
+
+        self.calls += 1
+        self.input_tokens += input_tokens
+        self.output_tokens += request.budget
+        return ExtractiveSummarizer().summarize(request, count)
+
+
 class LazySummaryCache:
     """A :class:`SummaryCache` opened on first use (or the one given), skipped while caching is off."""
 
@@ -50,16 +73,12 @@ class LazySummaryCache:
             self._cache = SummaryCache()
         return self._cache if self._cache.enabled else None
 
-    def lookup(self, key: bytes) -> str | None:
-        cache = self.get()
-        return cache.get(key) if cache is not None else None
+    def lookup(self, key: bytes, spent: Spent) -> str | None:
+        """The cached answer, counted in ``spent.cache_hits``."""
+        hit = cache.get(key) if (cache := self.get()) is not None else None
+        spent.cache_hits += hit is not None
+        return hit
 
-
-@dataclass
-class Spent:
-    """What a summarizer that asks someone else has spent so far, for its ``usage()`` report."""
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_hits: int = 0
+    def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
+        if (cache := self.get()) is not None:
+            cache.put(key, model, text, input_tokens, output_tokens)

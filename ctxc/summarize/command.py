@@ -1,11 +1,7 @@
-"""``--summarizer command --summary-command 'CMD'``: summaries written by any program.
+"""``--summarizer command --summary-command 'CMD'``: summaries written by any program (local models, CLIs).
 
-For local models and other CLIs (``ollama run llama3``, ``llm -m ...``, ``claude -p``): the command runs
-through the shell with the summarization prompt on stdin (the Anthropic summarizer's prompt, system and
-user parts joined by a blank line) and ``CTXC_SUMMARY_BUDGET`` and ``CTXC_SUMMARY_CITATION`` in its
-environment, and writes the summary to stdout. A failed or timed-out run (its process group killed) is
-retried; an answer is validated like the API's. Answers are cached by command and prompt; a dry run
-never starts the command.
+The command runs through the shell with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and
+``CTXC_SUMMARY_CITATION`` in its environment; it writes the summary to stdout.
 """
 
 from __future__ import annotations
@@ -25,23 +21,16 @@ import orjson
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
-from ctxc.summarize.prompt import Prompt, Validation, build_prompt
+from ctxc.summarize.facts import plural
+from ctxc.summarize.prompt import Prompt, Validation, build_prompt, one_line
 
-#: Seconds before the first retry of a failed command; doubled for each further retry, at most MAX.
+#: Seconds before the first retry, doubled for each further one, at most BACKOFF_MAX.
 BACKOFF = 0.5
 BACKOFF_MAX = 8.0
 
 
 def cache_key(command: str, prompt: Prompt) -> bytes:
     return hashlib.sha256(orjson.dumps(["command", command, prompt.system, prompt.user])).digest()
-
-
-def _first_line(data: bytes) -> str:
-    for line in data.decode("utf-8", "replace").splitlines():
-        if line.strip():
-            flat = " ".join(line.split())
-            return flat if len(flat) <= 200 else flat[:199] + "…"
-    return ""
 
 
 class CommandFailed(SummarizerError):
@@ -64,8 +53,7 @@ class CommandSummarizer:
         self._runs = 0
 
     def usage(self) -> dict[str, Any]:
-        """Summaries asked for and their tokens, by the run's counter (a command reports no usage, so
-        these are always estimates; ``runs`` counts every start of the command, retries included)."""
+        """Estimates by the run's counter (a command reports no usage); ``runs`` counts retries too."""
         spent = asdict(self.spent)
         return {
             "model": "command",
@@ -83,8 +71,7 @@ class CommandSummarizer:
             "CTXC_SUMMARY_CITATION": request.citation,
         }
         self._runs += 1
-        # A session of its own: on a timeout the whole pipeline (`sh -c 'a | b'`) is killed, not just the
-        # shell, whose children would otherwise keep the pipes open and hang communicate().
+        # A session of its own: a timeout kills the whole pipeline, whose children would hang communicate().
         proc = subprocess.Popen(
             self.command,
             shell=True,
@@ -110,7 +97,8 @@ class CommandSummarizer:
                 proc.communicate(timeout=5)
             raise
         if proc.returncode != 0:
-            why = _first_line(err)
+            lines = err.decode("utf-8", "replace").splitlines()
+            why = one_line(next((ln for ln in lines if ln.strip()), ""), 200)
             status = f"exit status {proc.returncode}" if proc.returncode > 0 else f"signal {-proc.returncode}"
             raise CommandFailed(
                 f"the summary command failed with {status}{f': {why}' if why else ''} ({self.command})"
@@ -124,7 +112,7 @@ class CommandSummarizer:
                 return self.run(prompt_text, request)
             except CommandFailed as exc:
                 if attempt == retries:
-                    after = f", after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+                    after = f", after {plural(retries, 'retry', 'retries')}" if retries else ""
                     raise SummarizerError(exc.message + after) from None
                 time.sleep(min(BACKOFF_MAX, BACKOFF * 2**attempt))
         raise AssertionError("unreachable")
@@ -132,26 +120,20 @@ class CommandSummarizer:
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         prompt = build_prompt(request)
         key = cache_key(self.command, prompt)
-        if (hit := self._cache.lookup(key)) is not None:
-            self.spent.cache_hits += 1
+        if (hit := self._cache.lookup(key, self.spent)) is not None:
             return hit
         input_tokens = count(prompt.text)
+        if self.options.dry_run:
+            return self.spent.stand_in(request, count, input_tokens)
         self.spent.calls += 1
         self.spent.input_tokens += input_tokens
-        if self.options.dry_run:
-            from ctxc.summarize.extractive import ExtractiveSummarizer
-
-            self.spent.output_tokens += request.budget
-            return ExtractiveSummarizer().summarize(request, count)
-        # Asked once more when empty, sectionless or over budget (see Validation).
         check = Validation(request, count, who=f"command: {self.command}")
         text = None
         while text is None:
             text = check.offer(self._run_retrying(check.extend(prompt.text), request))
         size = count(text)
         self.spent.output_tokens += size
-        if (cache := self._cache.get()) is not None:
-            cache.put(key, f"command:{self.command}", text, input_tokens, size)
+        self._cache.put(key, f"command:{self.command}", text, input_tokens, size)
         return text
 
 

@@ -1,10 +1,7 @@
 """The default summarizer: fills the fixed sections from the transcript itself. No model, no network.
 
-:func:`tier_messages` sorts a span into tiers: the user's requests and stated decisions quoted
-verbatim (tier 1), errors with their fixes, file changes and the current state one line each (tier 2),
-routine work as counts (tier 3). :func:`ctxc.summarize.facts.compose` then shrinks the lower tiers
-first to the budget. :func:`key_sentences` gives the tier-1 quotes of one message, for the
-placeholders the trimming strategies leave.
+Requests and decisions are quoted verbatim (tier 1), errors, file changes and state take one line each
+(tier 2), routine work is counted (tier 3); :func:`~ctxc.summarize.facts.compose` fits them to the budget.
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ __all__ = [
     "tier_messages",
 ]
 
-#: Later requests longer than this are shortened from the start (users paste logs into requests).
-REQUEST_CHARS = 400
+REQUEST_CHARS = 400  # later requests are shortened (users paste logs into them)
 DECISION_CHARS = 400
 #: How a placeholder's text starts and how it lists what it quotes (see ctxc.compaction.fifo).
 PLACEHOLDER_PREFIX = "[ctxc] "

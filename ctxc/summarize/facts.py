@@ -1,8 +1,5 @@
-"""Summary bullets ("facts") and how the extractive summarizer fits them to a budget.
-
-Shrinking spends the lower tiers first (routine counts, then one-line events, then verbatim quotes),
-and bullets matching the user's focus last of all; the same facts and budget always give the same text.
-"""
+"""Summary bullets ("facts") and how the extractive summarizer fits them to a budget, deterministically:
+lower tiers shrink first (routine counts, events, then quotes), bullets matching the user's focus last."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ctxc.archive_store import CITATION_RE
+from ctxc.model import Message
 from ctxc.summarize import SECTIONS, SummaryRequest
 from ctxc.summarize.toolcalls import shorten
 
@@ -19,8 +17,7 @@ INTENT, DECISIONS, ARTIFACTS, ERRORS, STATE, NEXT = SECTIONS
 
 #: The first request is the session's intent: never dropped, never cut below this many characters.
 FIRST_REQUEST_FLOOR = 500
-#: The label of the session's intent when the request names it (:attr:`SummaryRequest.intent`); it is
-#: then quoted whole, whatever the budget.
+#: The label of :attr:`SummaryRequest.intent`, which is quoted whole whatever the budget.
 INTENT_LABEL = "the session's intent (its first request, verbatim): "
 EMPTY = "none recorded"
 #: Shortening levels tried, longest first, before any bullet is dropped.
@@ -42,13 +39,12 @@ class Fact:
 
 @dataclass(frozen=True, slots=True)
 class Tiers:
-    """The material of a span sorted by how much detail it deserves."""
+    """The material of a span sorted by how much detail it deserves (tiers 1 to 3)."""
 
-    verbatim: tuple[Fact, ...]  # tier 1
-    events: tuple[Fact, ...]  # tier 2
-    routine: tuple[Fact, ...]  # tier 3
-    #: Bullets of earlier summaries found in the span (a summary message being folded again).
-    earlier: tuple[Fact, ...] = ()
+    verbatim: tuple[Fact, ...]
+    events: tuple[Fact, ...]
+    routine: tuple[Fact, ...]
+    earlier: tuple[Fact, ...] = ()  # bullets of earlier summaries found in the span
     omitted: Mapping[str, int] = field(default_factory=dict)
 
     def facts(self) -> list[Fact]:
@@ -68,6 +64,13 @@ def add_counts(into: dict[str, int], more: Mapping[str, int]) -> None:
         into[k] = into.get(k, 0) + v
 
 
+def span_label(messages: Sequence[Message]) -> str:
+    if not messages:
+        return "(none)"
+    first, last = messages[0].index, messages[-1].index
+    return str(first) if first == last else f"{first}-{last}"
+
+
 def _top(counts: Mapping[str, int], k: int = 5) -> str:
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     shown = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in ranked[:k])
@@ -82,8 +85,8 @@ def routine_facts(
     totals: Mapping[str, int],
     seqs: Mapping[str, int],
 ) -> list[Fact]:
-    """The tier-3 bullets: files read, searches and listings, commands run (``tables["ran"]``), other tool
-    calls; ``totals`` may exceed a table's sum when an earlier summary listed only its top names."""
+    """The tier-3 bullets: files read, searches and listings, commands run, other tool calls; ``totals``
+    may exceed a table's sum when an earlier summary listed only its top names."""
     out: list[Fact] = []
     if reads:
         more = read_total - min(len(reads), 6)
@@ -146,8 +149,8 @@ _TOP_ITEM = re.compile(r"^(.*?)(?: x(\d+))?$")
 
 
 def _fold(facts: list[Fact], omitted: dict[str, int]) -> list[Fact]:
-    """Merge an earlier summary's bullets (negative seq) with a newer span's: its current state and next
-    steps go when the span has its own (stale is wrong, not just old); routine counts add up per kind."""
+    """Merge an earlier summary's bullets (negative seq) with a newer span's: its state and next steps go
+    when the span has its own (stale is wrong, not just old); routine counts add up per kind."""
     newer = {f.section for f in facts if f.seq >= 0}
     out = [f for f in facts if not (f.section in _SUPERSEDED and f.section in newer and f.seq < 0)]
     for section in newer.intersection(_SUPERSEDED):
@@ -205,13 +208,10 @@ def _render_fact(f: Fact, limit: int | None) -> str:
 
 def _header(request: SummaryRequest) -> list[str]:
     m = CITATION_RE.search(request.citation)
-    idx = [msg.index for msg in request.messages]
     if m and m.group(2):
         span = m.group(2) + (f"-{m.group(3)}" if m.group(3) else "")
-    elif not idx:
-        span = "(none)"
     else:
-        span = f"{min(idx)}-{max(idx)}" if min(idx) != max(idx) else str(idx[0])
+        span = span_label(sorted(request.messages, key=lambda msg: msg.index))
     lines = [
         f"Summary of messages {span} (ctxc extractive). The full original is archived: "
         f"{request.citation}; run `ctxc restore` / `ctxc show` to recover details."
@@ -284,8 +284,7 @@ _STEPS = (
 
 
 def _restates(f: Fact, intent: str) -> bool:
-    """Whether a Session intent bullet is the intent again (the span's own copy of the first request, an
-    earlier summary's quote of it), whole or shortened."""
+    """Whether a Session intent bullet quotes ``intent`` again, whole or shortened."""
     if f.section != INTENT:
         return False
     body = norm(_USER_LABEL.sub("", f.label + f.body)).rstrip("…").strip()

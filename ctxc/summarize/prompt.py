@@ -1,10 +1,5 @@
-"""The summarization prompt of the summarizers that ask a model (the Anthropic API, a command).
-
-:func:`build_prompt` renders the span as a readable transcript (text verbatim, long texts and tool
-results cut to head and tail with a note that the rest is archived, tool calls as one line, thinking
-left out) or, when merging, the partial summaries of consecutive segments; it names the required
-headings, the citation, the budget, the previous summary, the user's focus and the session's intent.
-:class:`Validation` checks each answer and says what to ask again.
+"""The summarization prompt of the summarizers that ask a model (the Anthropic API, a command), and
+:class:`Validation` of their answers. Long texts are cut to head and tail, noting the rest is archived.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from ctxc.formats.shapes import dumps_compact
 from ctxc.live import quotes
 from ctxc.model import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from ctxc.summarize import SummaryRequest
-from ctxc.summarize.facts import plural
+from ctxc.summarize.facts import plural, span_label
 
 #: Characters kept of each tool result; the rest is in the archive.
 RESULT_CHARS = 2_000
@@ -26,8 +21,7 @@ RESULT_CHARS = 2_000
 INPUT_CHARS = 600
 #: Characters kept of one text block (a pasted log in a user request).
 TEXT_CHARS = 12_000
-#: Words per token of the run's tokenizer, used to state the budget in words (models follow word
-#: counts better than token counts); English prose with Markdown runs ~0.75, and this stays below.
+#: Words per token, to state the budget in words (models follow word counts better than token counts).
 WORDS_PER_TOKEN = 0.6
 
 #: What each section holds, told to the model so every summarizer fills the same places.
@@ -49,8 +43,13 @@ class Prompt:
 
     @property
     def text(self) -> str:
-        """Both parts as one text (for a command that reads the prompt on stdin)."""
         return f"{self.system}\n\n{self.user}"
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """``text`` with its whitespace collapsed, cut to ``limit`` characters (for error messages)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def clip(text: str, limit: int, what: str = "characters") -> str:
@@ -109,13 +108,6 @@ def render_message(m: Message, *, result_chars: int = RESULT_CHARS) -> str:
 
 def render_transcript(messages: Sequence[Message], *, result_chars: int = RESULT_CHARS) -> str:
     return "\n\n".join(render_message(m, result_chars=result_chars) for m in messages)
-
-
-def span_label(messages: Sequence[Message]) -> str:
-    if not messages:
-        return "(none)"
-    first, last = messages[0].index, messages[-1].index
-    return str(first) if first == last else f"{first}-{last}"
 
 
 def _system(request: SummaryRequest, merging: bool) -> str:
@@ -177,13 +169,9 @@ def build_prompt(
     """The prompt for ``request``: ``transcript`` replaces the rendering of its messages (the caller
     rendered or clipped them), ``parts`` are the (citation, text) partial summaries to merge instead."""
     merging = bool(parts)
-    blocks: list[str] = []
-    if request.instructions and request.instructions.strip():
-        blocks.append(f"<instructions>\n{request.instructions.strip()}\n</instructions>")
-    if request.intent and request.intent.strip():
-        blocks.append(f"<session_intent>\n{request.intent.strip()}\n</session_intent>")
-    if request.previous and request.previous.strip():
-        blocks.append(f"<previous_summary>\n{request.previous.strip()}\n</previous_summary>")
+    tags = ("instructions", "session_intent", "previous_summary")
+    texts = (request.instructions, request.intent, request.previous)
+    blocks = [f"<{t}>\n{x.strip()}\n</{t}>" for t, x in zip(tags, texts, strict=True) if x and x.strip()]
     if merging:
         body = "\n\n".join(
             f'<part n="{i}" covers="{cite}">\n{text.strip()}\n</part>'
@@ -240,8 +228,8 @@ INTENT_BULLET = "- The session's intent (its first request, verbatim): "
 
 
 def with_intent(text: str, intent: str | None) -> str:
-    """Every summary quotes the session's intent when asked to: an answer that left it out (or changed
-    a word) gets it as the first bullet of its Session intent section."""
+    """An answer that left out the session's intent (or changed a word) gets it as the first bullet of its
+    Session intent section."""
     if not intent or not intent.strip() or quotes(text, intent):
         return text
     lines = intent.strip().split("\n")
@@ -254,10 +242,9 @@ def with_intent(text: str, intent: str | None) -> str:
 
 
 class Validation:
-    """Two tries at a good summary: ask with :meth:`extend` applied to the prompt, and :meth:`offer` the
-    answer; it returns the summary, or None to ask once more (the note says what was wrong). An empty,
-    cut-off, refused or sectionless answer twice is a :class:`SummarizerError`; over budget twice, the
-    shorter answer is kept."""
+    """Two tries at a good summary: ask with :meth:`extend` applied to the prompt and :meth:`offer` the
+    answer, which returns the summary or None to ask once more. A bad answer twice is a
+    :class:`SummarizerError`; over budget twice, the shorter answer is kept."""
 
     def __init__(self, request: SummaryRequest, count: Callable[[str], int], *, who: str) -> None:
         self.request = request

@@ -1,7 +1,4 @@
-"""What a tool call did and whether its result failed, read from names and inputs in any format.
-
-The extractive summarizer builds its file, error and routine bullets from these readings.
-"""
+"""What a tool call did and whether its result failed, read from names and inputs in any format."""
 
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ import orjson
 
 from ctxc.model import ToolResultBlock, ToolUseBlock
 
-#: The input keys that name a file, in every format ctxc reads.
 PATH_KEYS = ("file_path", "path", "filename", "notebook_path", "file", "target_file")
 
 
@@ -119,8 +115,7 @@ def _command_text(inp: Any) -> str:
 
 
 def _tokens(segment: str) -> list[str]:
-    """Shell words unquoted, without variable assignments (a forgiving shlex.split: commands in logs
-    are often cut off mid-quote)."""
+    """Shell words unquoted, without assignments (a forgiving shlex.split: logs cut commands mid-quote)."""
     words = [_QUOTED.sub(lambda m: m.group(1) or m.group(2) or "", w) for w in _WORD.findall(segment)]
     return [t for t in words if not _ASSIGNMENT.match(t)]
 
@@ -237,6 +232,7 @@ def _shell_call(command: str) -> tuple[str, list[tuple[str, str]], list[str]]:
 
 
 def _patch_changes(text: str) -> Iterator[tuple[str, str]]:
+    """(action, path) of each file an apply_patch text touches."""
     for m in _PATCH_HEADER.finditer(text):
         yield ("created", m.group(3)) if m.group(3) else (_PATCH_ACTIONS[m.group(1)], m.group(2))
 
@@ -360,8 +356,7 @@ def error_line(result: ToolResultBlock, call: Call | None, exit_code: Any = None
     # grep and friends exit 1 for "no match", which is an answer, not a failure.
     no_match = code == 1 and call is not None and call.kind == "search"
     failed = result.is_error or (code is not None and code != 0 and not no_match)
-    # Only command output is scanned: reads, edits and fetches echo file contents and documents,
-    # where "Error" is code or prose, not an outcome (those tools flag failures with is_error).
+    # Only command output is scanned: in file contents and documents "Error" is code or prose.
     scan = call is not None and call.shell and call.kind in ("command", "change")
     hits = list(_ERROR_LINE.finditer(text)) if (failed or scan) else []
     if not failed and not hits:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import TYPE_CHECKING
 
 from ctxc.errors import UsageError
 from ctxc.system import cpu_count
@@ -29,7 +30,9 @@ from ctxc.tokens.base import (
     StartingTokenizer,
     Tokenizer,
 )
-from ctxc.tokens.cache import CachedCounter, TokenCache
+
+if TYPE_CHECKING:
+    from ctxc.tokens.cache import CachedCounter
 
 _instances: dict[str, Tokenizer] = {}
 _lock = threading.Lock()
@@ -82,6 +85,10 @@ def make_cached_counter(
 ) -> CachedCounter:
     """The cached counter analyze and compact use: tokenizer ``name`` with the on-disk count cache
     (off when ``use_cache`` is false or ``CTXC_NO_CACHE=1``)."""
+    # Imported here, not above: ctxc/__main__.py forks the counting workers after importing this
+    # package, and the cache's SQLite and archive modules would delay them (bench/README.md).
+    from ctxc.tokens.cache import CachedCounter, TokenCache
+
     tokenizer = get_tokenizer(name, model=model, concurrency=concurrency)
     return CachedCounter(tokenizer, TokenCache(disabled=not use_cache))
 
@@ -107,7 +114,7 @@ def counting_processes(counter: object, size: int) -> contextlib.AbstractContext
     (see :func:`ctxc.tokens.workers.worker_processes`); anything else gets a context that does nothing.
     Use it around the whole read-and-count, before starting any thread of your own.
     """
-    tokenizer = counter.tokenizer if isinstance(counter, CachedCounter) else counter
+    tokenizer = getattr(counter, "tokenizer", counter)
     name, path = getattr(tokenizer, "name", ""), getattr(tokenizer, "path", None)
     if size < workers.PROCESS_MIN_BYTES or name not in workers.BUNDLED:
         return contextlib.nullcontext(False)

@@ -116,6 +116,16 @@ def _working(client: Client, prefix: Path) -> Path | None:
     return None
 
 
+def installed_or_skip(client: Client) -> Path:
+    """:func:`install`, or the calling test skipped with the reason the client cannot be had."""
+    import pytest  # only here: this module also runs as a script, without pytest
+
+    try:
+        return install(client)
+    except Unavailable as exc:
+        pytest.skip(f"{client.spec} unavailable: {exc}")
+
+
 def install(client: Client) -> Path:
     """The client's executable, installed with npm into the cache on first use. Raises Unavailable."""
     problem = isolation_problem()

@@ -64,9 +64,10 @@ KNOWN_FAILURES: tuple[tuple[str, str, str, str, str], ...] = (
         "thinking",
         "50%",
         "smaller",
-        "Claude Code 2.1.332 resumes a log recorded with a model it no longer offers (claude-sonnet-4-5) "
-        "with its default model, and sends no thinking signed by another model; ctxc counts those "
-        "thinking blocks in the live context, so removing them shrinks ctxc's count, not the request",
+        "Claude Code 2.1.332 no longer offers the model the log was recorded with (claude-sonnet-4-5), so "
+        "it resumes with its default model and sends none of the log's thinking; which models a client "
+        "has retired cannot be known offline, so ctxc counts the thinking of the log's last model as "
+        "sent, and removing it shrinks ctxc's count, not the request",
     ),
     (
         "codex/localpush_rollout_compacted_text-redacted_0.104.jsonl",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import wire
-from clients import CLAUDE, PROMPT, Unavailable, install, resume_claude, run_bounded
+from clients import CLAUDE, PROMPT, installed_or_skip, resume_claude, run_bounded
 from conftest import ROOT
 
 from ctxc.formats import load
@@ -102,10 +102,7 @@ def _log() -> bytes:
 
 @pytest.fixture(scope="module")
 def exe() -> Path:
-    try:
-        return install(CLAUDE)
-    except Unavailable as exc:
-        pytest.skip(f"{CLAUDE.spec} unavailable: {exc}")
+    return installed_or_skip(CLAUDE)
 
 
 @pytest.fixture(scope="module")

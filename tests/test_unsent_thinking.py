@@ -1,0 +1,139 @@
+"""Claude Code sends only the thinking of responses recorded with the model it resumes with (the last
+response's): ctxc's live context leaves the rest out of every count, and `thinking` saves nothing on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import SAMPLES
+
+from ctxc.analysis import analyze
+from ctxc.check import check_file, resolve_budget
+from ctxc.compaction.base import CompactContext
+from ctxc.compaction.ledger import Ledger
+from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.compaction.thinking import Thinking
+from ctxc.formats import load
+from ctxc.live import live_context
+from ctxc.model import ThinkingBlock
+from ctxc.summarize import get_summarizer
+from ctxc.tokens import make_counter
+
+EARLIER = "claude-opus-4-5-20251101"
+SAMPLE = SAMPLES / "claude-code.jsonl"
+
+
+def _switched(tmp_path: Path, models: dict[str, str]) -> Path:
+    """The sample with the responses named (by ``message.id``) recorded with other models."""
+    records = [orjson.loads(line) for line in SAMPLE.read_bytes().splitlines()]
+    for record in records:
+        message = record.get("message")
+        if record.get("type") == "assistant" and message.get("id") in models:
+            message["model"] = models[message["id"]]
+    path = tmp_path / "switched.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+def _thinking_responses() -> list[str]:
+    """The ids of the sample's responses with thinking, in order."""
+    found: list[str] = []
+    for m in load(SAMPLE).messages:
+        mid = m.meta.get("message_id")
+        if m.role == "assistant" and any(isinstance(b, ThinkingBlock) for b in m.blocks) and mid not in found:
+            found.append(mid)
+    return found
+
+
+def _thinking_tokens(path: Path, ids: list[str]) -> int:
+    counter = make_counter("o200k_base")
+    texts = [
+        b.text
+        for m in load(path).messages
+        if m.meta.get("message_id") in ids
+        for b in m.blocks
+        if isinstance(b, ThinkingBlock)
+    ]
+    return sum(counter.count(texts))
+
+
+@pytest.fixture
+def switched(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
+    """The sample recorded with EARLIER until its last response with thinking: (path, the responses
+    whose thinking is not sent, those whose thinking is)."""
+    ids = _thinking_responses()
+    assert len(ids) >= 3
+    return _switched(tmp_path, dict.fromkeys(ids[:-1], EARLIER)), ids[:-1], ids[-1:]
+
+
+def test_analyze_counts_only_the_thinking_of_the_resume_model(
+    switched: tuple[Path, list[str], list[str]],
+) -> None:
+    path, unsent, sent = switched
+    before = analyze(SAMPLE, use_cache=False)
+    after = analyze(path, use_cache=False)
+    cut = _thinking_tokens(path, unsent)
+    assert cut > 0
+    assert after.total_tokens == before.total_tokens - cut
+    assert after.by_kind["thinking"] == before.by_kind["thinking"] - cut == _thinking_tokens(path, sent)
+    assert sum(s.tokens for s in after.messages if s.live) == after.total_tokens
+    # Nothing new is listed as a compaction.
+    assert after.boundaries == () or all(b.kind != "compact_boundary" for b in after.boundaries)
+
+
+def test_a_cached_scan_gives_the_answer_of_a_fresh_one(
+    switched: tuple[Path, list[str], list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    path = switched[0]
+    fresh = analyze(path)
+    assert analyze(path) == fresh == analyze(path, use_cache=False)
+
+
+def test_the_resume_model_is_the_last_real_response_of_the_resumed_thread(tmp_path: Path) -> None:
+    ids = _thinking_responses()
+    last = [m for m in load(SAMPLE).messages if m.role == "assistant"][-1].meta["message_id"]
+    # Only the last response changes model: every thinking block was signed by another model.
+    path = _switched(tmp_path, {last: "claude-sonnet-4-6"})
+    live = live_context(load(path).boundaries, load(path).messages)
+    everything = {m.index for m in load(path).messages if m.meta.get("message_id") in ids}
+    assert live.unsent_thinking == everything
+    # A date is no other model, and a message the client made up ("<synthetic>") names none.
+    for model in ("claude-sonnet-4-5", "<synthetic>"):
+        path = _switched(tmp_path, {last: model})
+        assert live_context(load(path).boundaries, load(path).messages).unsent_thinking == frozenset()
+
+
+def test_check_and_compact_count_the_live_context_as_sent(
+    switched: tuple[Path, list[str], list[str]],
+) -> None:
+    path = switched[0]
+    total = analyze(path, use_cache=False).total_tokens
+    assert total < analyze(SAMPLE, use_cache=False).total_tokens
+    assert check_file(path, resolve_budget(max_tokens=total), use_cache=False).status != "over"
+    assert check_file(path, resolve_budget(max_tokens=total - 1), use_cache=False).status == "over"
+    options = CompactOptions(strategy="thinking", target_ratio=0.9, keep_last=0)
+    assert compact_transcript(load(path), options).tokens_before == total
+
+
+def test_thinking_strategy_saves_nothing_on_thinking_not_sent(
+    switched: tuple[Path, list[str], list[str]],
+) -> None:
+    path, unsent, _ = switched
+    t = load(path)
+    live = live_context(t.boundaries, t.messages)
+    ledger = Ledger(make_counter("o200k_base"))
+    ledger.unsend(m for m in t.messages if m.index in live.unsent_thinking)
+    ctx = CompactContext(
+        target=1, window=200_000, ledger=ledger, summarizer=get_summarizer("extractive"), keep_last=0
+    )
+    result = Thinking().compact(t.messages, ctx)
+    touched = {m.meta.get("message_id") for m in t.messages if m.index in {a.first for a in result.actions}}
+    assert touched
+    assert touched.isdisjoint(unsent)
+    assert all(a.saved > 0 for a in result.actions)
+    kept = [m for m in result.messages if m.meta.get("message_id") in unsent]
+    assert kept
+    assert all(any(isinstance(b, ThinkingBlock) for b in m.blocks) for m in kept)
