@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ctxc.archive_store import CITATION_RE, citation
 from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
-from ctxc.compaction.fifo import Fifo, FifoConfig, placeholder_text, protected_units
+from ctxc.compaction.fifo import Carry, Fifo, FifoConfig, drop_units, placeholder_text, protected_units
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import pinned_indexes
 from ctxc.compaction.selective import Selective
@@ -438,6 +438,56 @@ def test_no_placeholder_when_it_would_cost_more_than_what_it_replaces() -> None:
     assert [m.index for m in res.messages] == [0, 2, 3]
     assert res.actions[0].tokens_after == 0
     assert "no placeholder" in res.actions[0].note
+
+
+class RecordingCounter(WordCounter):
+    """Counts as :class:`WordCounter` does, and how often it is asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        self.calls += 1
+        return super().count(texts)
+
+
+def test_units_in_doubt_are_weighed_against_their_placeholders_in_one_count() -> None:
+    # Each request costs about what a placeholder quoting it would: whether it is cheaper kept needs
+    # counting, once for all of them (one count per unit was a round trip to a worker each).
+    msgs = numbered(
+        m for k in range(40) for m in (user(f"Please rename module {k} " + words(40)), assistant(words(20)))
+    )
+    counter = RecordingCounter()
+    ledger = Ledger(counter)
+    ctx = make_ctx(msgs, ledger.total(msgs) // 2, ledger=ledger)
+    before = counter.calls
+    res = Fifo().compact(msgs, ctx)
+    assert counter.calls - before <= 5
+    assert ledger.total(res.messages) <= ctx.target
+
+
+def test_placeholders_of_runs_are_costed_together_once_the_output_may_be_within() -> None:
+    # Dropped apart (every other unit first), the runs do not merge: each new run's placeholder is
+    # costed only once the output without it is within the target, all of them in one count.
+    msgs = numbered(m for _ in range(60) for m in (user(words(60)), assistant(words(60))))
+    counter = RecordingCounter()
+    ledger = Ledger(counter)
+    ctx = make_ctx(msgs, int(ledger.total(msgs) * 0.6), ledger=ledger)
+    parts = units(msgs)
+    order = [(u, None) for u in [*range(0, len(parts) - 1, 2), *range(1, len(parts) - 1, 2)]]
+    before = counter.calls
+    res = drop_units(msgs, ctx, parts, order, strategy="fifo", placeholders=True, carry=Carry(0))
+    assert counter.calls - before <= 6
+    assert len(res.actions) == 51
+    assert ledger.total(res.messages) <= ctx.target
+    # Never within (what is kept between the runs is over): every run is costed at the end, together.
+    before = counter.calls
+    apart = order[: len(parts) // 2]
+    res = drop_units(
+        msgs, replace(ctx, target=1), parts, apart, strategy="fifo", placeholders=True, carry=Carry(0)
+    )
+    assert counter.calls - before <= 3
+    assert len(res.actions) == len(apart)
 
 
 def test_placeholder_option_off() -> None:

@@ -27,11 +27,13 @@ from ctxc.formats import load
 from ctxc.live import live_context
 from ctxc.model import (
     ImageBlock,
+    TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     Transcript,
 )
+from ctxc.tokens.cache import CachedCounter
 from ctxc.validate import pairing_problems
 
 
@@ -99,6 +101,57 @@ def test_identical_result_points_at_the_later_copy_which_stays() -> None:
     assert texts["a"].startswith(f"[ctxc: same as the result of message {later}; original in ctxc archive ")
     assert re.search(r"ctxc archive [0-9a-f]{12} messages 2\]", texts["a"])
     assert texts["b"] == "12 passed in 0.31s " * 20
+
+
+class WordsTokenizer:
+    """A tokenizer behind the cached counter, counting how many batches of new texts it is given."""
+
+    name = "words"
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        self.batches += 1
+        return [len(t.split()) for t in texts]
+
+
+def test_dedupe_and_mask_count_what_they_write_in_batches() -> None:
+    # Each new text was one count, a round trip to a counting worker: 30 pointers, 40 placeholders.
+    repeated = [
+        line
+        for k in range(60)
+        for line in (call(f"a{k}", "Bash", {"command": "pytest"}), result(f"a{k}", f"{k % 30} " * 99))
+    ]
+    moved = [
+        line
+        for k in range(40)
+        for line in (
+            call(f"m{k}", "Bash", {"command": f"pytest t{k}"}),
+            result(f"m{k}", f"[ctxc: {k} " + "w " * 300),
+        )
+    ]
+    for strategy, lines in (("dedupe", repeated), ("mask", moved)):
+        t = chat(
+            [
+                {"role": "user", "content": "Task: run the tests"},
+                *lines,
+                {"role": "user", "content": "thanks"},
+            ]
+        )
+        tokenizer = WordsTokenizer()
+        counter = CachedCounter(tokenizer)
+        counter.count(
+            [b.text for m in t.messages for b in m.blocks if isinstance(b, TextBlock | ToolResultBlock)]
+        )
+        tokenizer.batches = 0
+        options = CompactOptions(strategy, 2_000, window=1_000_000, keep_last=1, allow_over=True)
+        result_ = compact_transcript(t, options, counter=counter)
+        assert len(result_.actions) >= 30
+        assert tokenizer.batches <= 3, strategy
 
 
 def test_a_read_is_superseded_by_a_later_read_holding_it_or_made_out_of_date_by_an_edit() -> None:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 CTXC_MARK = "[ctxc"
 #: A block's place: (position in the message list, position in the message's blocks).
 Slot = tuple[int, int]
+#: A message's new blocks: (its position in the list, the blocks, a note saying why).
+Change = tuple[int, Sequence[Block], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +90,24 @@ class CompactContext:
         self, msgs: list[Message], pos: int, blocks: Sequence[Block], strategy: str, kind: str, note: str
     ) -> Action | None:
         """Give ``msgs[pos]`` these blocks if that makes it smaller, and say so; else None."""
-        old = msgs[pos]
-        new = replace(old, blocks=tuple(blocks))
-        before, after = self.ledger.tokens(old), self.ledger.tokens(new)
-        if after >= before:
-            return None
-        msgs[pos] = new
-        return Action(strategy, kind, old.index, old.index, before, after, note)
+        done = self.shrink_all(msgs, [(pos, blocks, note)], strategy, kind)
+        return done[0] if done else None
+
+    def shrink_all(
+        self, msgs: list[Message], changes: Sequence[Change], strategy: str, kind: str
+    ) -> list[Action]:
+        """:meth:`shrink` for each ``(position, blocks, note)`` of distinct positions, what the new
+        messages cost counted in one batch."""
+        news = [(pos, replace(msgs[pos], blocks=tuple(blocks)), note) for pos, blocks, note in changes]
+        self.ledger.prime([new for _, new, _ in news])
+        actions: list[Action] = []
+        for pos, new, note in news:
+            old = msgs[pos]
+            before, after = self.ledger.tokens(old), self.ledger.tokens(new)
+            if after < before:
+                msgs[pos] = new
+                actions.append(Action(strategy, kind, old.index, old.index, before, after, note))
+        return actions
 
 
 def tool_calls(messages: Sequence[Message]) -> dict[str, ToolUseBlock]:

@@ -9,17 +9,19 @@ pinned messages and the last ``keep_last`` stay.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import re
 import shlex
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import orjson
 
-from ctxc.compaction.base import CTXC_MARK, Action, CompactContext, Slot, StrategyResult, option, register
+from ctxc.compaction.base import CTXC_MARK, Change, CompactContext, Slot, StrategyResult, option, register
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 #: Tags of text a client injects, again and again, into user turns and tool results.
@@ -96,7 +98,7 @@ class Dedupe:
         whole = _whole_blocks(msgs, cfg)
         whole = {s: _resolve(s, whole) for s in whole if s[0] in editable}
         last = _last_segments(msgs, cfg.tags)
-        actions: list[Action] = []
+        changes: list[Change] = []
         for pos in sorted(editable):
             old = msgs[pos]
             blocks = list(old.blocks)
@@ -117,9 +119,9 @@ class Dedupe:
                         continue
                     notes.add("injected text")
                 blocks[bi] = replace(block, text=new_text)
-            note = ", ".join(sorted(notes))
-            if notes and (action := ctx.shrink(msgs, pos, blocks, self.name, "dedupe", note)):
-                actions.append(action)
+            if notes:
+                changes.append((pos, blocks, ", ".join(sorted(notes))))
+        actions = ctx.shrink_all(msgs, changes, self.name, "dedupe")
         return StrategyResult(tuple(msgs), tuple(actions))
 
 
@@ -145,9 +147,10 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     later_text: dict[str, Slot] = {}
     # The newest read and write of each path seen so far, walking backwards.
     later_reads: dict[str, list[tuple[Slot, FileOp, str]]] = {}
-    # Each read is compared with every later read of its file: whether one starts at line 1 is
-    # worked out once per text.
+    # Each read is compared with every later read of its file: whether one starts at line 1, and its
+    # lines' hashes (sorted, 8 bytes a line), are worked out once per text.
     from_line_one = functools.cache(lambda text: _listing(text).from_line_one)
+    line_hashes = functools.cache(lambda text: array("q", sorted(map(hash, text.splitlines()))))
     later_write: dict[str, Slot] = {}
     later_edit: dict[str, Slot] = {}
     for pos in range(len(msgs) - 1, -1, -1):
@@ -179,7 +182,8 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
             op = file_op(use.name, use.input)
             if op is None or op.op != "read" or block.is_error or not block.text.strip():
                 continue
-            superseded = _superseding_read(block.text, op, later_reads.get(op.path, ()), from_line_one)
+            later = later_reads.get(op.path, ())
+            superseded = _superseding_read(block.text, op, later, from_line_one, line_hashes)
             if superseded is not None:
                 out[(pos, bi)] = _Pointer(superseded, f"read of {op.path} superseded by the read")
             elif op.path in later_write:
@@ -193,12 +197,16 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
 
 
 def _superseding_read(
-    text: str, op: FileOp, later: Sequence[tuple[Slot, FileOp, str]], from_line_one: Callable[[str], bool]
+    text: str,
+    op: FileOp,
+    later: Sequence[tuple[Slot, FileOp, str]],
+    from_line_one: Callable[[str], bool],
+    line_hashes: Callable[[str], array[int]],
 ) -> Slot | None:
     """The nearest later read of the same file that holds everything ``text`` holds."""
     earlier = _listing(text)
     for slot, later_op, later_text in reversed(later):  # nearest first
-        if _holds(later_text, earlier):
+        if _holds(later_text, earlier, line_hashes(later_text)):
             return slot
         if op.whole and later_op.whole and earlier.from_line_one and from_line_one(later_text):
             # Both read the whole file with numbered lines: the later one shows it as it is now.
@@ -224,7 +232,14 @@ def _listing(text: str) -> _Listing:
     return _Listing(text.strip(), lines, numbered, from_one)
 
 
-def _holds(later: str, earlier: _Listing) -> bool:
+def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
+    # A line inside what ``later`` holds is one of its lines: a few, looked up by hash, rule out most
+    # later reads before any text is searched.
+    inner = earlier.lines[1:-1]
+    for line in inner[:: max(1, len(inner) // 4)][:5]:
+        at = bisect.bisect_left(line_hashes, hash(line))
+        if at == len(line_hashes) or line_hashes[at] != hash(line):
+            return False
     if earlier.stripped in later:
         return True
     if not earlier.lines or not earlier.numbered:

@@ -165,15 +165,20 @@ class _Plan:
             self.known_cost -= run.cost
 
     def under_target(self) -> bool:
-        if self.kept > self.ctx.target:
+        # Over before the runs not yet costed are: over after (they are costed together, later).
+        if self.kept + self.known_cost > self.ctx.target:
             return False
+        self._cost_runs()
+        return self.kept + self.known_cost <= self.ctx.target
+
+    def _cost_runs(self) -> None:
+        """Cost the runs whose cost is not yet known, in one count."""
         runs = [self.by_start[start] for start in sorted(self.unknown)]
         self._count(runs)
         for run in runs:
             run.cost = self._placeholder(run)[1]
             self.known_cost += run.cost
         self.unknown.clear()
-        return self.kept + self.known_cost <= self.ctx.target
 
     def _recost(self) -> bool:
         """Cost every run afresh (after the carry level changed); whether the output is then within."""
@@ -183,22 +188,25 @@ class _Plan:
         self.unknown = set(self.by_start)
         return self.under_target()
 
-    def cheaper_kept(self, u: int) -> bool:
-        """Whether unit ``u`` costs less than a placeholder quoting it would (a short instruction, say):
-        it is then kept unless the target needs it gone."""
+    def cheaper_kept(self, offered: Iterable[int]) -> set[int]:
+        """The units of ``offered`` that cost less than a placeholder quoting them would (a short
+        instruction, say): they are kept unless the target needs them gone. Counted in one batch."""
         if not self.placeholders or self.level == 0:
-            return False
-        run = _Run(u, u + 1, self.unit_tokens[u], frozenset())
-        if not self._keys_of(run):
-            return False
-        msg = self._candidate(run)
-        # Bounds that spare counting: a text has fewer tokens than characters, and more than an eighth.
-        if self.unit_tokens[u] > len(msg.text) + 16:
-            return False
-        if self.unit_tokens[u] * 8 < len(msg.text):
-            return True
-        self._count([run])
-        return self._text_cost[msg.text] >= self.unit_tokens[u]
+            return set()
+        cheaper: set[int] = set()
+        doubt: list[tuple[int, _Run, str]] = []
+        for u in offered:
+            run = _Run(u, u + 1, self.unit_tokens[u], frozenset())
+            if not self._keys_of(run):
+                continue
+            text = self._candidate(run).text
+            # Bounds that spare counting: a text has fewer tokens than characters, and more than an eighth.
+            if self.unit_tokens[u] * 8 < len(text):
+                cheaper.add(u)
+            elif self.unit_tokens[u] <= len(text) + 16:
+                doubt.append((u, run, text))
+        self._count([run for _, run, _ in doubt])
+        return cheaper | {u for u, _, text in doubt if self._text_cost[text] >= self.unit_tokens[u]}
 
     def shed_placeholders(self, spared: Sequence[tuple[int, str | None]] = ()) -> None:
         """With nothing left to drop, give up what placeholders cost if that meets the target: bare
@@ -207,8 +215,9 @@ class _Plan:
         if self.kept > self.ctx.target and not spared:
             return  # nothing placeholders give up can meet the target
         if self.under_target():
-            return  # (under_target has now costed every run)
+            return
         if self.kept <= self.ctx.target:
+            self._cost_runs()
             quoting = {start for start, run in self.by_start.items() if self._keys_of(run)}
             for start in sorted(self.by_start):
                 if start not in quoting and self._give_up(self.by_start[start]):
@@ -225,6 +234,7 @@ class _Plan:
                 return
         if self.kept > self.ctx.target:
             return  # best effort: the undroppable alone is over the target
+        self._cost_runs()
         for start in sorted(self.by_start):
             if self._give_up(self.by_start[start]):
                 return
@@ -290,6 +300,7 @@ class _Plan:
         return (msg, tokens) if worth else (None, 0)
 
     def result(self, strategy: str) -> StrategyResult:
+        self._count([run for run in self.by_start.values() if not run.bare])  # those not yet costed
         out: list[Message] = []
         actions: list[Action] = []
         u = 0
@@ -322,11 +333,15 @@ class _Plan:
         return StrategyResult(tuple(out), tuple(actions))
 
 
+#: Units weighed against their placeholders at a time.
+_CHUNK = 256
+
+
 def drop_units(
     messages: Sequence[Message],
     ctx: CompactContext,
     parts: Sequence[Unit],
-    order: Iterable[tuple[int, str | None]],
+    order: Sequence[tuple[int, str | None]],
     *,
     strategy: str,
     placeholders: bool,
@@ -338,8 +353,11 @@ def drop_units(
     if plan.under_target():
         return StrategyResult(tuple(messages))
     spared: list[tuple[int, str | None]] = []
-    for u, tag in order:
-        if plan.cheaper_kept(u):
+    cheaper: set[int] = set()
+    for k, (u, tag) in enumerate(order):
+        if k % _CHUNK == 0:  # weighed a chunk at a time: one count, not one per unit
+            cheaper = plan.cheaper_kept(v for v, _ in order[k : k + _CHUNK])
+        if u in cheaper:
             spared.append((u, tag))
             continue
         plan.drop(u, tag)
@@ -377,7 +395,7 @@ class Fifo:
         def drop(msgs: Sequence[Message]) -> StrategyResult:
             parts = units(msgs)
             keep = protected_units(msgs, parts, ctx)
-            order = ((u, None) for u in range(len(parts)) if u not in keep)
+            order = [(u, None) for u in range(len(parts)) if u not in keep]
             carry = Carry(cfg.carry)
             return drop_units(
                 msgs, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder, carry=carry

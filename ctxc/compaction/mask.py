@@ -143,12 +143,17 @@ class _Masking:
                     self.masked.add(slot)
 
     def mask_the_rest(self, slots: Sequence[Slot]) -> None:
-        """Pass 2, still over: shrunk and untouched results alike become placeholders, oldest first."""
-        for slot in slots:
+        """Pass 2, still over: shrunk and untouched results alike become placeholders, oldest first,
+        counted a chunk at a time."""
+        for start in range(0, len(slots), _CHUNK):
             if self.total <= self.ctx.target:
                 return
-            if slot not in self.masked:
-                original = self.originals.get(slot, self.block(slot))
+            chunk = [slot for slot in slots[start : start + _CHUNK] if slot not in self.masked]
+            todo = [(slot, self.originals.get(slot, self.block(slot))) for slot in chunk]
+            self.ctx.ledger.counter.count([self.placeholder(slot, original).text for slot, original in todo])
+            for slot, original in todo:
+                if self.total <= self.ctx.target:
+                    return
                 if self.apply(slot, self.placeholder(slot, original), "mask", _label(self.call(original))):
                     self.masked.add(slot)
 

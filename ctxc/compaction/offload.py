@@ -84,6 +84,7 @@ class Offload:
             if action is not None:
                 actions.append(action)
 
+        pointers: list[tuple[int, int, ToolResultBlock, str]] = []
         for pos in movable:
             for bi, b in enumerate(msgs[pos].blocks):
                 if not isinstance(b, ToolResultBlock) or not _may_exceed(b.text, cfg.threshold_tokens):
@@ -97,7 +98,12 @@ class Offload:
                 text = result_pointer(
                     b.text, call, blob, ctx.cite(msgs[pos].index), tokens, cfg.preview_lines
                 )
-                swap(pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
+                pointers.append(
+                    (pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
+                )
+        ctx.ledger.counter.count([block.text for _, _, block, _ in pointers])  # one count, not one each
+        for pos, bi, block, note in pointers:
+            swap(pos, bi, block, note)
 
         if ctx.window > 0 and ctx.ledger.total(msgs) / ctx.window > cfg.input_offload_share:
             keys = frozenset(cfg.input_keys)

@@ -94,8 +94,12 @@ def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[]
         parts, extra = message_parts(m)
         spans.append((len(texts), len(texts) + len(parts), extra))
         texts.extend(parts)
-    started = counter.start(texts) if texts and isinstance(counter, StartingCounter) else None
-    counted = counter.count(texts) if texts and started is None else []
+    started, counted = None, []
+    # The concrete class first: a Protocol's isinstance walks its members on every call.
+    if texts and isinstance(counter, CachedCounter | StartingCounter):
+        started = counter.start(texts)
+    elif texts:
+        counted = counter.count(texts)
 
     def finish() -> list[int]:
         counts = started() if started is not None else counted
