@@ -221,11 +221,8 @@ def finish(
         if index not in live.abandoned:  # an abandoned branch never adds to the context resumed
             running[conv] = cum
         share = cum / window
-        stats.append(
-            MessageStat(
-                index, line, role, kind, tool, tokens, cum, share, stage_for(share, thresholds), conv, is_live
-            )
-        )
+        stage = stage_for(share, thresholds)
+        stats.append(MessageStat(index, line, role, kind, tool, tokens, cum, share, stage, conv, is_live))
         if is_live:
             by_role[role] += tokens
             by_kind[kind] += tokens - thinking
