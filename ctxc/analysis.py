@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import BinaryIO
 
 from ctxc.live import is_sidechain
-from ctxc.model import Boundary, Message, ThinkingBlock, Usage
+from ctxc.model import Boundary, Message, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reader import ReadOptions
@@ -23,7 +23,7 @@ from ctxc.scancache import load_scan, scan_key, store_scan
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
 from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
-from ctxc.tokens.cost import count_messages
+from ctxc.tokens.cost import count_messages, thinking_tokens
 from ctxc.tokens.reading import CountingQueue, message_batches
 from ctxc.usage_scan import analyze_usage
 from ctxc.validate import Pairing
@@ -163,32 +163,10 @@ def _scan(
 
 
 def _rows(batch: list[Message], counts: list[int], counter: Counter) -> Iterator[Row]:
-    thinking = _thinking_tokens(batch, counter)
+    thinking = thinking_tokens(batch, counter)
     for m, tokens, think in zip(batch, counts, thinking, strict=True):
         names = m.tool_names
         yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation, think)
-
-
-def thinking_texts(message: Message) -> list[str]:
-    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
-    thinking beside text and calls): analyze reports them under kind ``thinking`` all the same."""
-    if message.kind == "thinking":
-        return []
-    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
-
-
-def _thinking_tokens(batch: Sequence[Message], counter: Counter) -> list[int]:
-    """Tokens of each message's :func:`thinking_texts` (counted already with the message: a cache hit
-    for a caching counter)."""
-    per = [thinking_texts(m) for m in batch]
-    flat = [t for texts in per for t in texts]
-    if not flat:
-        return [0] * len(batch)
-    counts, out, at = counter.count(flat), [], 0
-    for texts in per:
-        out.append(sum(counts[at : at + len(texts)]))
-        at += len(texts)
-    return out
 
 
 def finish(

@@ -3,6 +3,7 @@ response's): ctxc's live context leaves the rest out of every count, and `thinki
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -137,3 +138,24 @@ def test_thinking_strategy_saves_nothing_on_thinking_not_sent(
     kept = [m for m in result.messages if m.meta.get("message_id") in unsent]
     assert kept
     assert all(any(isinstance(b, ThinkingBlock) for b in m.blocks) for m in kept)
+
+
+def test_the_ledger_counts_unsent_thinking_in_one_call() -> None:
+    messages = [m for m in load(SAMPLE).messages if any(isinstance(b, ThinkingBlock) for b in m.blocks)]
+    assert len(messages) > 1
+    inner = make_counter("o200k_base", use_cache=False)
+    calls: list[int] = []
+
+    class Recording:
+        name = inner.name
+
+        def count(self, texts: Sequence[str]) -> list[int]:
+            calls.append(len(texts))
+            return inner.count(texts)
+
+    ledger = Ledger(Recording())
+    ledger.prime(messages)
+    before = len(calls)
+    ledger.unsend(messages)
+    assert len(calls) - before == 1  # a round trip to a counting worker each would be one per message
+    assert all(not ledger.sends_thinking(m) for m in messages)

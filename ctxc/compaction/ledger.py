@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ctxc.model import Message, ThinkingBlock
+from ctxc.model import Message
 from ctxc.tokens import Counter
-from ctxc.tokens.cost import count_messages
+from ctxc.tokens.cost import count_messages, thinking_tokens
 
 
 class Ledger:
@@ -28,10 +28,12 @@ class Ledger:
             self._memo[id(m)] = (m, n)
 
     def unsend(self, messages: Iterable[Message]) -> None:
-        """Count ``messages`` as their client sends them: without their thinking (another model's)."""
-        for m in messages:
-            texts = [b.text for b in m.blocks if isinstance(b, ThinkingBlock) and b.text]
-            self._unsent[id(m)] = self.tokens(m) if m.kind == "thinking" else sum(self.counter.count(texts))
+        """Count ``messages`` as their client sends them: without their thinking (another model's); a
+        message of thinking alone is not sent at all. One count for all of them."""
+        messages = list(messages)
+        self.prime(messages)
+        for m, thinking in zip(messages, thinking_tokens(messages, self.counter), strict=True):
+            self._unsent[id(m)] = self._memo[id(m)][1] if m.kind == "thinking" else thinking
 
     def sends_thinking(self, message: Message) -> bool:
         """Whether the client sends ``message``'s thinking (not when :meth:`unsend` said otherwise)."""

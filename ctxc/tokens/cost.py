@@ -61,6 +61,28 @@ def message_texts(message: Message) -> list[str]:
     return out
 
 
+def thinking_texts(message: Message) -> list[str]:
+    """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
+    thinking beside text and calls): analyze reports them under kind ``thinking`` all the same."""
+    if message.kind == "thinking":
+        return []
+    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+
+
+def thinking_tokens(messages: Sequence[Message], counter: Counter) -> list[int]:
+    """Tokens of each message's :func:`thinking_texts`, all counted in one call (counted already with
+    the messages, they are cache hits for a caching counter)."""
+    per = [thinking_texts(m) for m in messages]
+    flat = [t for texts in per for t in texts]
+    if not flat:
+        return [0] * len(messages)
+    counts, out, at = counter.count(flat), [], 0
+    for texts in per:
+        out.append(sum(counts[at : at + len(texts)]))
+        at += len(texts)
+    return out
+
+
 def message_images(message: Message) -> list[ImageBlock]:
     """Every image the message carries, including those returned inside tool results."""
     out: list[ImageBlock] = []
