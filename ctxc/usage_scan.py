@@ -15,9 +15,7 @@ import orjson
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
-from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS
-from ctxc.formats.claude_code import _max_usage as max_usage
-from ctxc.formats.claude_code import _usage as usage_of
+from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, merged_usage, response_usage
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
@@ -212,9 +210,9 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         if rtype != "assistant" or not isinstance(message, dict):
             continue
         mid = str_or_none(message.get("id"))
-        usage = None if message.get("model") == SYNTHETIC_MODEL else usage_of(message, line)
+        usage = None if message.get("model") == SYNTHETIC_MODEL else response_usage(message, line)
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
-            calls[-1] = max_usage(calls[-1], usage)
+            calls[-1] = merged_usage(calls[-1], usage)
             open_records += 1
             continue
         if open_id is not None:

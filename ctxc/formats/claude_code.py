@@ -72,7 +72,8 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _usage(message: Mapping[str, Any], line: int) -> Usage | None:
+def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
+    """The usage an assistant record's ``message`` carries (this reader's and ``usage_scan``'s)."""
     u = message.get("usage")
     if not isinstance(u, dict):
         return None
@@ -95,9 +96,9 @@ def hour_writes(usage: Mapping[str, Any]) -> int:
     return _int(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
 
 
-def _max_usage(a: Usage | None, b: Usage | None) -> Usage | None:
-    # Every split record repeats the usage; output_tokens grows as the response streams, so the
-    # field-wise maximum is the final count.
+def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
+    """The usage of a response split over records: each repeats it, and output_tokens grows as the
+    response streams, so the field-wise maximum is the final count."""
     if a is None or b is None:
         return a or b
     return Usage(
@@ -345,7 +346,7 @@ class _Reader:
     def assistant(self, i: int, rec: Record, data: dict[str, Any], message: dict[str, Any]) -> Iterator[Item]:
         blocks = parse_anthropic_content(message.get("content"))
         self._remember_tools(blocks)
-        usage = None if message.get("model") == SYNTHETIC_MODEL else _usage(message, rec.line)
+        usage = None if message.get("model") == SYNTHETIC_MODEL else response_usage(message, rec.line)
         mid = _str(message.get("id"))
         op = self.open
         if (
@@ -357,7 +358,7 @@ class _Reader:
             op.indexes.append(i)
             op.raws.append(data)
             op.blocks.extend(blocks)
-            op.usage = _max_usage(op.usage, usage)
+            op.usage = merged_usage(op.usage, usage)
             return
         yield from self.flush()
         # A late part of a response already yielded (only past the state bounds, or when another
