@@ -246,9 +246,9 @@ class _Prepared:
 
 def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     """The source read, its needles and instruction planted, and what its cases measure against."""
+    from ctxc.compaction.ledger import Ledger
     from ctxc.formats import load
     from ctxc.reader import ReadOptions, named_bytes
-    from ctxc.tokens.cost import count_messages
 
     rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
     t = load(named_bytes(src.name, src.data), options=ReadOptions(skip_invalid=options.skip_invalid))
@@ -257,7 +257,9 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     )
     t = planted.transcript
     live = live_context(t.boundaries, t.messages)
-    sizes = [sum(count_messages(live.split(t.conversation(c))[1], counter)) for c in range(t.conversations)]
+    ledger = Ledger(counter)  # counts the live context as sent, as compaction does
+    ledger.unsend(m for m in t.messages if m.index in live.unsent_thinking)
+    sizes = [ledger.total(live.split(t.conversation(c))[1]) for c in range(t.conversations)]
     exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
     window = options.window or max([*sizes, 1])
     return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)
@@ -312,7 +314,8 @@ def _measure(
         return replace(case, error=str(exc)), ()
     seconds = time.perf_counter() - start
     out = result.transcript
-    out_text = text_of(sent_messages(out))  # what the client sends next
+    sent = sent_messages(out)  # what the client sends next
+    out_text = text_of(sent)
     flat = norm(out_text)
     instruction = planted.instruction
     case = replace(
@@ -327,7 +330,7 @@ def _measure(
         survival=survival(prep.sent, out_text, exclude=prep.exclude),
         problems=problems(live_messages(out), live_messages(t)),
         budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
-        judge=judge.score(out.messages, planted, t) if judge is not None else None,
+        judge=judge.score(sent, planted, t) if judge is not None else None,
     )
     return case, tuple(n.value in out_text for n in planted.needles)
 
