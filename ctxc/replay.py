@@ -265,22 +265,16 @@ def _recorded(
 ) -> tuple[Turn, ...]:
     """Attach the context size the log recorded to each turn: usage on the turn's own messages
     (Claude Code, pi), else usage lines placed by position (Codex after the response, Kimi before)."""
-    if not turns:
-        return ()
-    recorded: dict[int, int] = {}
-    on_messages = [m for m in msgs if m.usage is not None]
-    if on_messages:
-        for m in on_messages:
-            assert m.usage is not None
-            k = bisect.bisect_right(starts, m.line)  # the turn whose run holds this message
-            if k and m.usage.context:
-                recorded.setdefault(k, m.usage.context)
-    elif transcript.conversations == 1:
+    found = [(m.line, m.usage.context) for m in msgs if m.usage is not None]
+    before = False  # on the turn's messages or after its response: the turn whose run holds it
+    if not found and transcript.conversations == 1:
+        found = [(u.line, u.context) for u in transcript.usage]
         before = get_adapter(transcript.format).usage_before_response
-        for u in transcript.usage:
-            k = _turn_after(starts, u.line) if before else bisect.bisect_right(starts, u.line)
-            if 1 <= k <= len(turns) and u.context:
-                recorded.setdefault(k, u.context)
+    recorded: dict[int, int] = {}
+    for line, context in found:
+        k = bisect.bisect_right(starts, line) + before
+        if 1 <= k <= len(turns) and context:
+            recorded.setdefault(k, context)
     return tuple(dataclasses.replace(t, recorded=recorded.get(t.turn)) for t in turns)
 
 
@@ -342,13 +336,8 @@ def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
     for c in range(width):
         span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
         seen = [t.recorded for t in span if t.recorded is not None]
-        ev = (
-            "C"
-            if any(t.compaction is not None for t in span)
-            else "R"
-            if any(t.reminders for t in span)
-            else " "
-        )
+        compacted, reminded = any(t.compaction is not None for t in span), any(t.reminders for t in span)
+        ev = "C" if compacted else "R" if reminded else " "
         cols.append(
             (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen, default=None), ev)
         )
@@ -361,6 +350,8 @@ def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
 
 
 _STAGE_STYLES = {1: "green", 2: "yellow", 3: "dark_orange", 4: "red", 5: "bold red"}
+#: The chart's marks for the managed, recorded and raw sizes and the window, with their styles.
+_MARKS = (("●", "bold cyan"), ("◆", "magenta"), ("·", "dim"), ("─", "red"))
 
 
 def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
@@ -384,16 +375,9 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
         stage = stage_for((row + 0.5) * top / height / r.window, r.thresholds)
         out.append(f"{row * top / height / 1000:>6,.0f}k s{stage} │", style=_STAGE_STYLES[stage])
         for raw, managed, logged, _ in cols:
-            if row_of(managed) == row:
-                out.append("●", style="bold cyan")
-            elif logged is not None and row_of(logged) == row:
-                out.append("◆", style="magenta")
-            elif row_of(raw) == row:
-                out.append("·", style="dim")
-            elif row == row_of(r.window):
-                out.append("─", style="red")
-            else:
-                out.append(" ")
+            values = (managed, logged, raw, r.window)  # the first one at this row shows
+            hit = (mark for v, mark in zip(values, _MARKS, strict=True) if v is not None and row_of(v) == row)
+            out.append(*next(hit, (" ", None)))
         out.append("\n")
     pad, last = " " * 11, r.turns[-1].turn
     out.append(" " * 10 + "└" + "─" * width + "\n")
