@@ -179,18 +179,22 @@ def _thinking_before(path: Path, ids: list[str], index: int) -> int:
     return sum(counter.count(texts)) if texts else 0
 
 
+@pytest.mark.parametrize("earlier", [slice(0, -1), slice(1, -1)], ids=["switch-once", "switch-and-back"])
 def test_replay_counts_the_thinking_each_turn_sent_and_the_resume_sends(
-    switched: tuple[Path, list[str], list[str]],
+    tmp_path: Path, earlier: slice
 ) -> None:
-    path, unsent, _ = switched
+    ids = _thinking_responses()
+    unsent = ids[earlier]  # recorded with EARLIER; the rest, the last included, with the sample's model
+    path = _switched(tmp_path, dict.fromkeys(unsent, EARLIER))
     as_recorded = replay(load(SAMPLE), ContextManager(window=10_000_000))
     r = replay(load(path), ContextManager(window=10_000_000))
     model = {m.index: m.meta.get("model") for m in load(path).messages}
+    by_response = {m.meta.get("message_id"): m.meta.get("model") for m in load(path).messages}
     assert {model[t.index] for t in r.turns} == {EARLIER, model[r.turns[-1].index]}
     for old, new in zip(as_recorded.turns, r.turns, strict=True):
-        # A turn of the earlier model was sent its thinking; a later one was not.
-        cut = 0 if model[new.index] == EARLIER else _thinking_before(path, unsent, new.index)
-        assert new.raw_tokens == new.tokens == old.raw_tokens - cut
+        # A turn is sent the thinking recorded with its own model, not another's.
+        other = [i for i in ids if by_response[i] != model[new.index]]
+        assert new.raw_tokens == new.tokens == old.raw_tokens - _thinking_before(path, other, new.index)
     assert any(t.raw_tokens < o.raw_tokens for o, t in zip(as_recorded.turns, r.turns, strict=True))
     # The context after the last message is the one a resume sends: analyze's.
     assert r.final_raw == r.final_tokens == analyze(path, use_cache=False).total_tokens
