@@ -97,11 +97,7 @@ class Replay:
 
 
 def replay(
-    transcript: Transcript,
-    manager: ContextManager,
-    *,
-    conversation: int | None = None,
-    compact: bool = True,
+    transcript: Transcript, manager: ContextManager, *, conversation: int | None = None, compact: bool = True
 ) -> Replay:
     """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
     ``compact=False`` only injects reminders (``ctxc remind``)."""
@@ -115,7 +111,7 @@ def replay(
     msgs = transcript.conversation(conv)
     if not msgs:
         raise UsageError(f"conversation {conv} has no messages")
-    run = _Run(manager, ledger, msgs, compact, sha256_hex(transcript.to_bytes()), transcript.format)
+    run = _Run(manager, ledger, transcript, msgs, compact)
     # Where the log's own compaction reset the context, the replay resets to what it carried.
     resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
     started, prev_role = 0, ""  # where the previous turn's response began in ``msgs``
@@ -168,14 +164,14 @@ class _Run:
         self,
         manager: ContextManager,
         ledger: Ledger,
+        transcript: Transcript,
         msgs: Sequence[Message],
         compact: bool,
-        cite: str,
-        fmt: str,
     ) -> None:
         self.manager, self.ledger, self.compact = manager, ledger, compact
         # Citations name the transcript's content hash, as `compact` without an archive does.
-        self.cite, self.tool_role = cite, True if get_adapter(fmt).tool_role else None
+        self.cite = sha256_hex(transcript.to_bytes())
+        self.tool_role = True if get_adapter(transcript.format).tool_role else None
         self.raw: list[Message] = []
         self.managed: list[Message] = []
         self.raw_tokens = self.managed_tokens = 0

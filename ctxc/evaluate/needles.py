@@ -231,11 +231,7 @@ def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
 
 
 def plant(
-    transcript: Transcript,
-    needles: Sequence[Needle],
-    *,
-    instruction: str | None = None,
-    keep_last: int = 4,
+    transcript: Transcript, needles: Sequence[Needle], *, instruction: str | None = None, keep_last: int = 4
 ) -> Planted:
     """``transcript`` with each needle in its own early message (see the module docstring); needles that
     find no message are left out of the result's ``needles``."""
