@@ -4,7 +4,6 @@ Lines whose role starts with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint``, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 from ctxc.formats import register
 from ctxc.formats.base import AdapterDefaults, Item, count, importance_of
@@ -88,8 +87,7 @@ class ChatAdapter(AdapterDefaults):
             index += 1
             in_conversation = True
 
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        return encode_chat_message(message)
+    encode_message = staticmethod(encode_chat_message)
 
 
 register(ChatAdapter())

@@ -116,11 +116,8 @@ class DatasetAdapter(AdapterDefaults):
                     yield message.usage
                 index += 1
 
-    def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        return encode_line(messages, template)
-
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        return encode_chat_message(message)
+    encode_conversation = staticmethod(encode_line)
+    encode_message = staticmethod(encode_chat_message)
 
 
 register(DatasetAdapter())
