@@ -335,7 +335,6 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
         args = unknown[0].raw if isinstance(unknown[0].raw, dict) else {}
         return [_action_event(event, action, args, bare, None)]
 
-    # A message action, or a new text message.
     if bare:
         if action != "message":
             event = {"action": "message", "content": "", "image_urls": None}
