@@ -33,22 +33,23 @@ def run_timestamp() -> str:
 
 @runtime_checkable
 class FormatAdapter(Protocol):
-    """One transcript format. Register an instance with :func:`ctxc.formats.register`."""
+    """One transcript format. Register an instance with :func:`ctxc.formats.register`; an adapter that
+    subclasses this Protocol takes the defaults below and sets only what differs."""
 
     name: str  # ``--input-format`` and ``Transcript.format``
     description: str  # one line for ``ctxc formats``
     #: Whether the client resumes from ctxc's summary and sends nothing before it (Claude Code's boundary).
-    summary_resets: bool
+    summary_resets: bool = False
     #: Whether its writer can replace what the log's own compaction record carries (Codex).
-    rewrites_carried: bool
+    rewrites_carried: bool = False
     #: Whether tool results travel as role ``tool`` messages rather than inside a user message (for repair).
-    tool_role: bool
+    tool_role: bool = False
     #: Whether recorded usage comes *before* the response it measures (Kimi's ``_usage``), not with or after.
-    usage_before_response: bool
+    usage_before_response: bool = False
     #: File name endings a directory walk picks up (``ctxc compact DIR`` without ``--glob``).
-    suffixes: tuple[str, ...]
+    suffixes: tuple[str, ...] = (".jsonl",)
     #: Bytes every record with usage or a boundary contains, so ``--tokenizer usage`` parses only those lines.
-    usage_needles: tuple[bytes, ...]
+    usage_needles: tuple[bytes, ...] = ()
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""
@@ -60,17 +61,6 @@ class FormatAdapter(Protocol):
     def encode_message(self, message: Message) -> dict[str, Any]:
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):
         a message read from one record encodes back to that record's JSON."""
-
-
-class AdapterDefaults:
-    """The attribute values most adapters share; an adapter sets only the ones that differ."""
-
-    tool_role = False
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
 
 
 def count(value: Any) -> int:

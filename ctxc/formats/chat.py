@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, count, importance_of
+from ctxc.formats.base import FormatAdapter, Item, count, importance_of
 from ctxc.formats.dicts import (
     ChatState,
     detect_dialect,
@@ -22,7 +22,7 @@ from ctxc.model import Message, Record, Usage
 __all__ = ["ChatAdapter", "ChatState", "detect_dialect", "encode_chat_message", "parse_chat_message"]
 
 
-class ChatAdapter(AdapterDefaults):
+class ChatAdapter(FormatAdapter):
     name = "chat"
     usage_before_response = True  # Kimi's _usage line is the context as the next call is made
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, count, importance_of, recorded_usage, run_timestamp
+from ctxc.formats.base import FormatAdapter, Item, count, importance_of, recorded_usage, run_timestamp
 from ctxc.formats.shapes import content_text, dumps_compact
 from ctxc.model import (
     Block,
@@ -417,7 +417,7 @@ def _is_trajectory(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("history"), list)
 
 
-class OpenHandsAdapter(AdapterDefaults):
+class OpenHandsAdapter(FormatAdapter):
     name = "openhands"
     tool_role = True
     description = "OpenHands evaluation/resolver output (one task per line with its event history)"

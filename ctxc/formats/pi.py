@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, importance_of, recorded_usage, run_time, run_timestamp
+from ctxc.formats.base import FormatAdapter, Item, importance_of, recorded_usage, run_time, run_timestamp
 from ctxc.formats.shapes import (
     blocks_text,
     content_text,
@@ -142,7 +142,7 @@ def _ms_of(stamp: str) -> int:
     return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
-class PiAdapter(AdapterDefaults):
+class PiAdapter(FormatAdapter):
     name = "pi"
     tool_role = True
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"

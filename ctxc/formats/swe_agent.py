@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, importance_of
+from ctxc.formats.base import FormatAdapter, Item, importance_of
 from ctxc.formats.shapes import (
     blocks_text,
     content_text,
@@ -128,7 +128,7 @@ def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]
     return {**template_raw, "history": history}
 
 
-class SweAgentAdapter(AdapterDefaults):
+class SweAgentAdapter(FormatAdapter):
     name = "swe-agent"
     suffixes: tuple[str, ...] = (".traj", ".traj.json")
     description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
