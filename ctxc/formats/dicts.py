@@ -228,11 +228,6 @@ def _parse_openai(
     return tuple(blocks)
 
 
-def _bare_result(block: Block) -> Block:
-    # Names are filled in from the call when reading; neither dialect stores them in the block itself.
-    return block.named(None) if isinstance(block, ToolResultBlock) and block.name is not None else block
-
-
 def _kept_content(out: dict[str, Any], form: Any, blocks: Sequence[Block]) -> bool:
     """Keep content the log wrote absent, null or odd (neither a string nor a list) while it still is."""
     if form == "absent" and not blocks:
@@ -249,7 +244,8 @@ def _encode_anthropic(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = dict(message.raw) if isinstance(message.raw, dict) else {}
     out["role"] = "user" if message.role == "tool" else message.role
     form = message.meta.get("content")
-    blocks = [_bare_result(b) for b in message.blocks]
+    # Names are filled in from the call when reading; neither dialect stores them in the block itself.
+    blocks = [b.named(None) if isinstance(b, ToolResultBlock) else b for b in message.blocks]
     if not _kept_content(out, form, blocks):
         out["content"] = encode_anthropic_content(blocks, as_string=form in ("string", None))
     return out

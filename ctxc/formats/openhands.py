@@ -231,10 +231,6 @@ def _history_items(
             yield usage
 
 
-def _texts(blocks: Sequence[Block]) -> str:
-    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
-
-
 class _ReplayPairing(_Pairing):
     """Pairing for re-parsing one event alone: the ids are the ones the message already carries."""
 
@@ -248,12 +244,6 @@ class _ReplayPairing(_Pairing):
 
     def answer(self, event: Mapping[str, Any]) -> str | None:
         return self._results[0] if self._results else None
-
-
-def _unchanged(message: Message, raw: Mapping[str, Any]) -> bool:
-    position = message.meta.get("event_index", 0)
-    parsed = _parse_event(raw, position if isinstance(position, int) else 0, _ReplayPairing(message))
-    return parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks
 
 
 def _set_text(event: dict[str, Any], holder: dict[str, Any], key: str, new: str) -> None:
@@ -281,8 +271,11 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     """The event(s) for a message: its raw event when unchanged, else that event updated (or a new one);
     an assistant message with several tool calls gives one event per call."""
     raw = message.raw if isinstance(message.raw, dict) else None
-    if raw is not None and _unchanged(message, raw):
-        return [raw]
+    if raw is not None:
+        position = message.meta.get("event_index", 0)
+        parsed = _parse_event(raw, position if isinstance(position, int) else 0, _ReplayPairing(message))
+        if parsed is not None and parsed[:2] == (message.role, message.blocks):
+            return [raw]
     bare = (_dialect(raw) if raw is not None else (dialect or message.meta.get("dialect"))) == "bare"
     event: dict[str, Any] = dict(raw) if raw is not None else {}
     if raw is None and not bare:
@@ -294,7 +287,7 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
     results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
     unknown = [b for b in message.blocks if isinstance(b, UnknownBlock)]
-    text = _texts(message.blocks)
+    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
     action = event.get("action") if isinstance(event.get("action"), str) else None
 
     if "observation" in event or results:

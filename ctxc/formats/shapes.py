@@ -90,13 +90,6 @@ def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock
     return ImageBlock(media_type, width, height, data_bytes=len(data) * 3 // 4, raw=raw)
 
 
-def _data_url_image(url: str, raw: Any) -> ImageBlock:
-    if url.startswith("data:") and ";base64," in url:
-        header, data = url.split(";base64,", 1)
-        return image_from_base64(data, header[5:] or None, raw)
-    return ImageBlock(raw=raw)
-
-
 def dumps_compact(value: Any) -> str:
     """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
@@ -257,7 +250,10 @@ def _openai_part(part: Any) -> Block:
         url = part.get("image_url")  # a chat part nests it as {"url": ...}, a Responses input_image does not
         if ptype == "image_url" and isinstance(url, dict):
             url = url.get("url")
-        return _data_url_image(url if isinstance(url, str) else "", part)
+        if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
+            header, data = url.split(";base64,", 1)
+            return image_from_base64(data, header[5:] or None, part)
+        return ImageBlock(raw=part)
     return UnknownBlock(raw=part, text=dumps_compact(part), type=str(ptype or "unknown"))
 
 
