@@ -62,6 +62,11 @@ class FormatAdapter(Protocol):
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):
         a message read from one record encodes back to that record's JSON."""
 
+    def thinking_model(self, message: Message) -> str | None:
+        """The model ``message``'s thinking may be sent to, for a client that sends a model only the
+        thinking recorded with it (signatures verify nowhere else); None when the format has no such rule."""
+        return None
+
 
 def count(value: Any) -> int:
     """A token count as recorded, else 0 (a bool or a non-int is no count)."""

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, rename_session
-from ctxc.formats.claude_code_chain import Tree
+from ctxc.formats.base import FormatAdapter, Item, rename_session
+from ctxc.formats.claude_code_chain import Tree, signer
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.claude_code_write import CompactWriter
@@ -445,7 +445,7 @@ class _Reader:
         yield from self.tree.items(self.index)
 
 
-class ClaudeCodeAdapter:
+class ClaudeCodeAdapter(FormatAdapter):
     name = "claude-code"
     tool_role = False
     usage_before_response = False
@@ -482,6 +482,11 @@ class ClaudeCodeAdapter:
     def encode_message(self, message: Message) -> dict[str, Any]:
         """One record for ``message`` (see :func:`~ctxc.formats.claude_code_records.encode_message`)."""
         return encode_message(message)
+
+    def thinking_model(self, message: Message) -> str | None:
+        """Its response's model, dates aside; None for a response the client made up (``<synthetic>``)."""
+        model = message.meta.get("model")
+        return None if model is None or model == SYNTHETIC_MODEL else signer(model)
 
     def write_compacted(
         self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
