@@ -20,7 +20,7 @@ import orjson
 
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.cache import Spent, SummaryCache, summary_cache
 from ctxc.summarize.facts import plural
 from ctxc.summarize.prompt import Prompt, Validation, build_prompt, one_line
 
@@ -49,7 +49,7 @@ class CommandSummarizer:
             raise UsageError("--summarizer command needs --summary-command")
         self.command = command
         self.spent = Spent()
-        self._cache = LazySummaryCache(self.options.use_cache, cache)
+        self._cache = summary_cache(self.options.use_cache, cache)
         self._runs = 0
 
     def usage(self) -> dict[str, Any]:

@@ -36,23 +36,7 @@ from ctxc.summarize.facts import (
 )
 from ctxc.summarize.toolcalls import Call, classify_call, error_line, shorten
 
-__all__ = [
-    "FIRST_REQUEST_FLOOR",
-    "INTENT_LABEL",
-    "PLACEHOLDER_PREFIX",
-    "QUOTES_HEADING",
-    "ExtractiveSummarizer",
-    "Fact",
-    "KeySentence",
-    "Tiers",
-    "classify_call",
-    "compose",
-    "error_line",
-    "focus_words",
-    "key_sentences",
-    "shorten",
-    "tier_messages",
-]
+__all__ = ["INTENT_LABEL", "focus_words"]  # re-exports; names defined here need no listing
 
 REQUEST_CHARS = 400  # later requests are shortened (users paste logs into them)
 DECISION_CHARS = 400
