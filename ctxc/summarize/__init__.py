@@ -1,7 +1,5 @@
-"""Summarizers behind one Protocol, registered by name.
-
-Every summary has the same fixed sections and cites the archive id and message range it replaced.
-"""
+"""Summarizers behind one Protocol, registered by name. Every summary has the same fixed sections
+and cites the archive id and message range it replaced."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``--summarizer command --summary-command 'CMD'``: summaries written by any program (local models, CLIs).
-
-The command runs through the shell with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and
-``CTXC_SUMMARY_CITATION`` in its environment; it writes the summary to stdout.
-"""
+"""``--summarizer command --summary-command 'CMD'``: summaries by any program, run through the shell
+with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and ``CTXC_SUMMARY_CITATION`` in its environment."""
 
 from __future__ import annotations
 
@@ -54,14 +51,8 @@ class CommandSummarizer:
 
     def usage(self) -> dict[str, Any]:
         """Estimates by the run's counter (a command reports no usage); ``runs`` counts retries too."""
-        spent = asdict(self.spent)
-        return {
-            "model": "command",
-            "calls": spent.pop("calls"),
-            "runs": self._runs,
-            **spent,
-            "estimated": True,
-        }
+        spent = asdict(self.spent)  # its "calls" keeps the place it has here, before "runs"
+        return {"model": "command", "calls": spent["calls"], "runs": self._runs, **spent, "estimated": True}
 
     def run(self, prompt_text: str, request: SummaryRequest) -> str:
         """One run of the command on ``prompt_text``: its stdout, or :class:`CommandFailed`."""

@@ -1,8 +1,5 @@
-"""The default summarizer: fills the fixed sections from the transcript itself. No model, no network.
-
-Requests and decisions are quoted verbatim (tier 1), errors, file changes and state take one line each
-(tier 2), routine work is counted (tier 3); :func:`~ctxc.summarize.facts.compose` fits them to the budget.
-"""
+"""The default summarizer, offline: requests and decisions quoted verbatim (tier 1), errors, file changes
+and state in a line each (tier 2), routine work counted (tier 3), fitted to the budget by ``compose``."""
 
 from __future__ import annotations
 

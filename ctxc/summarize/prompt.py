@@ -1,6 +1,5 @@
-"""The summarization prompt of the summarizers that ask a model (the Anthropic API, a command), and
-:class:`Validation` of their answers. Long texts are cut to head and tail, noting the rest is archived.
-"""
+"""The prompt of the summarizers that ask a model (the Anthropic API, a command) and the
+:class:`Validation` of their answers."""
 
 from __future__ import annotations
 
