@@ -60,9 +60,8 @@ def _text_of(m: Message) -> str:
 
 def _is_placeholder_text(m: Message) -> bool:
     """A placeholder read back from a file (its metadata is gone): ctxc's note, not a user's words."""
-    if m.role != "user" or len(m.blocks) != 1 or not isinstance(m.blocks[0], TextBlock):
-        return False
-    return m.blocks[0].text.startswith(PLACEHOLDER_PREFIX)
+    first = m.blocks[0] if len(m.blocks) == 1 else None
+    return m.role == "user" and isinstance(first, TextBlock) and first.text.startswith(PLACEHOLDER_PREFIX)
 
 
 def _is_request(m: Message, prev: Message | None) -> bool:
@@ -156,9 +155,7 @@ def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence,
         _, _, quoted = _text_of(m).partition(QUOTES_HEADING)
         found = (_QUOTED_LINE.match(line) for line in quoted.splitlines())
         return tuple(
-            KeySentence(
-                int(f.group(1)), f.group(2), f.group(3), "instruction" if f.group(2) == "user" else "decision"
-            )
+            KeySentence(int(f[1]), f[2], f[3], "instruction" if f[2] == "user" else "decision")
             for f in found
             if f
         )
