@@ -122,7 +122,6 @@ class AnthropicAPI:
         self.spent = Spent()
         self._loop: _LoopThread | None = None
         self._client: AsyncAnthropic | None = None
-        self._preflighted = False
         self._preflight_lock: asyncio.Lock | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -190,8 +189,6 @@ class AnthropicAPI:
         if self._preflight_lock is None:
             self._preflight_lock = asyncio.Lock()
         async with self._preflight_lock:
-            if self._preflighted:
-                return
             client = self._make_client()
             secret = client.api_key or client.auth_token or ""
             ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
@@ -203,7 +200,6 @@ class AnthropicAPI:
                 except (anthropic.AnthropicError, ValueError) as exc:
                     raise self._map(exc) from None
                 _PREFLIGHTED.add(ident)
-            self._preflighted = True
 
     async def create(self, system: str, user: str, max_tokens: int) -> Reply:
         import anthropic

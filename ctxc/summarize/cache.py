@@ -37,10 +37,8 @@ class SummaryCache(SqliteStore):
         return hit
 
     def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-            [(key, model, text, input_tokens, output_tokens)],
-        )
+        row = (key, model, text, input_tokens, output_tokens)
+        self._write("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)", [row])
 
 
 @dataclass
