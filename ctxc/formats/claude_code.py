@@ -112,27 +112,26 @@ def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
-    get = rec.get
     model = _str(message.get("model"))
-    uuid = _str(get("uuid"))
+    uuid = _str(rec.get("uuid"))
     return {
         "uuid": uuid,
         "uuids": (uuid,) if uuid else (),
-        "parent_uuid": _str(get("parentUuid")),
-        "logical_parent_uuid": _str(get("logicalParentUuid")),
-        "is_sidechain": get("isSidechain") is True,
-        "is_meta": get("isMeta") is True,
-        "is_compact_summary": get("isCompactSummary") is True,
-        "is_visible_in_transcript_only": get("isVisibleInTranscriptOnly") is True,
+        "parent_uuid": _str(rec.get("parentUuid")),
+        "logical_parent_uuid": _str(rec.get("logicalParentUuid")),
+        "is_sidechain": rec.get("isSidechain") is True,
+        "is_meta": rec.get("isMeta") is True,
+        "is_compact_summary": rec.get("isCompactSummary") is True,
+        "is_visible_in_transcript_only": rec.get("isVisibleInTranscriptOnly") is True,
         "message_id": _str(message.get("id")),
-        "request_id": _str(get("requestId")),
-        "agent_id": _str(get("agentId")),
-        "session_id": _str(get("sessionId")),
-        "timestamp": _str(get("timestamp")),
+        "request_id": _str(rec.get("requestId")),
+        "agent_id": _str(rec.get("agentId")),
+        "session_id": _str(rec.get("sessionId")),
+        "timestamp": _str(rec.get("timestamp")),
         "model": model,
         "stop_reason": _str(message.get("stop_reason")),
-        "subtype": _str(get("subtype")),
-        "is_api_error": get("isApiErrorMessage") is True,
+        "subtype": _str(rec.get("subtype")),
+        "is_api_error": rec.get("isApiErrorMessage") is True,
         "synthetic": model == SYNTHETIC_MODEL,
         "has_tool_use_result": "toolUseResult" in rec,
         "content_string": content_string,
