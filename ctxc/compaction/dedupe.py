@@ -1,10 +1,8 @@
 """dedupe: replace copies the context holds again later by a pointer to the copy that stays.
 
-Three kinds of copy: a tool result repeated later (or a file read that a later read, a whole-file
-write or, by default, an edit of the file made out of date), a long text block repeated in a later
-user or system message, and a tagged block of injected text (``<system-reminder>``...) repeated
-anywhere later. Only texts change, so pairing and thinking are untouched; the model's own words,
-pinned messages and the last ``keep_last`` stay.
+Copies: a repeated tool result, a file read made out of date by a later read, write or edit, a long
+repeated user or system text, and repeated injected text (``<system-reminder>``...). Only texts change;
+the model's own words, pinned messages and the last ``keep_last`` stay.
 """
 
 from __future__ import annotations
@@ -29,11 +27,15 @@ INJECTED_TAGS: tuple[str, ...] = ("system-reminder", "environment_context", "use
 
 #: A file read's result, line by line: ``cat -n`` style numbering (Claude Code ``→``, OpenHands tab).
 _NUMBERED = re.compile(r"^\s*\d+(?:→|\t)")
-_READ_TOOLS = frozenset({"read", "view", "read_file", "readfile", "view_file", "open_file", "cat"})
-_WRITE_TOOLS = frozenset({"write", "write_file", "writefile", "create_file", "create"})
-_EDIT_TOOLS = frozenset({"edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"})
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Delete) File: (.+)$", re.MULTILINE)
+#: What a call does to the file at its path, by tool name (an editor tool: by its ``command``).
+_TOOL_OPS = {
+    **dict.fromkeys(("read", "view", "read_file", "readfile", "view_file", "open_file", "cat"), "read"),
+    **dict.fromkeys(("write", "write_file", "writefile", "create_file", "create"), "write"),
+    **dict.fromkeys(("edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"), "edit"),
+}
 _EDITOR_TOOLS = frozenset({"str_replace_editor", "file_editor", "str_replace_based_edit_tool"})
+_EDITOR_OPS = {"view": "read", "create": "write", "str_replace": "edit", "insert": "edit"}
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Delete) File: (.+)$", re.MULTILINE)
 _SHELL_TOOLS = frozenset(
     {"bash", "shell", "exec_command", "execute_bash", "run_terminal_cmd", "terminal", "local_shell"}
 )
@@ -110,7 +112,8 @@ class Dedupe:
                 pointer = whole.get((pos, bi))
                 if pointer is not None:
                     # The injected text whose last copy this is stays with the pointer.
-                    kept = [s for s, k in _segments(block.text, cfg.tags) if last.get(s) == (pos, bi, k)]
+                    segments = _segments(block.text, cfg.tags)
+                    kept = [s.group(0) for s, k in segments if last.get(s.group(0)) == (pos, bi, k)]
                     new_text = "\n".join([_pointer_text(pointer, msgs, cite), *kept])
                     notes.add(pointer.what if pointer.what.startswith("same") else "superseded read")
                 else:
@@ -276,25 +279,19 @@ def file_op(name: str, inp: Any) -> FileOp | None:
             return None
     if not isinstance(inp, Mapping):
         return None
-    path = _path(inp)
-    if tool in _EDITOR_TOOLS:
-        command = inp.get("command")
-        if path and command == "view":
-            return FileOp("read", path, _whole(inp))
-        if path and command == "create" and isinstance(inp.get("file_text"), str):
-            return FileOp("write", path)
-        if path and command in ("str_replace", "insert"):
-            return FileOp("edit", path)
-        return None
-    if tool in _READ_TOOLS and path:
-        return FileOp("read", path, _whole(inp))
-    if tool in _WRITE_TOOLS and path and any(isinstance(inp.get(k), str) for k in _WRITE_CONTENT_KEYS):
-        return FileOp("write", path)
-    if tool in _EDIT_TOOLS and path:
-        return FileOp("edit", path)
     if tool in _SHELL_TOOLS:
         return shell_read(inp.get("command", inp.get("cmd")), inp.get("workdir") or inp.get("cwd"))
-    return None
+    path, command = _path(inp), inp.get("command")
+    if tool in _EDITOR_TOOLS:
+        op = _EDITOR_OPS.get(command) if isinstance(command, str) else None
+        content_keys: tuple[str, ...] = ("file_text",)
+    else:
+        op, content_keys = _TOOL_OPS.get(tool), _WRITE_CONTENT_KEYS
+    if not path or op is None:
+        return None
+    if op == "write" and not any(isinstance(inp.get(k), str) for k in content_keys):
+        return None
+    return FileOp(op, path, op != "read" or _whole(inp))
 
 
 def _whole(inp: Mapping[str, Any]) -> bool:
@@ -346,21 +343,16 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
     return FileOp("read", os.path.normpath(path), whole)
 
 
-def _segment_re(tags: Sequence[str]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(t) for t in tags)
-    return re.compile(rf"<({alts})>.*?</\1>", re.DOTALL)
-
-
-def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[str, int]]:
+def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[re.Match[str], int]]:
     """Each tagged segment of ``text`` with how many copies of it the text holds before it."""
     if not tags or "<" not in text:
         return
     seen: dict[str, int] = {}
-    for match in _segment_re(tags).finditer(text):
-        seg = match.group(0)
-        k = seen.get(seg, 0)
-        seen[seg] = k + 1
-        yield seg, k
+    alts = "|".join(re.escape(t) for t in tags)
+    for match in re.finditer(rf"<({alts})>.*?</\1>", text, re.DOTALL):
+        k = seen.get(match.group(0), 0)
+        seen[match.group(0)] = k + 1
+        yield match, k
 
 
 def _last_segments(msgs: Sequence[Message], tags: Sequence[str]) -> dict[str, tuple[int, int, int]]:
@@ -369,8 +361,8 @@ def _last_segments(msgs: Sequence[Message], tags: Sequence[str]) -> dict[str, tu
     for pos, m in enumerate(msgs):
         for bi, b in enumerate(m.blocks):
             if isinstance(b, TextBlock | ToolResultBlock):
-                for seg, k in _segments(b.text, tags):
-                    last[seg] = (pos, bi, k)
+                for match, k in _segments(b.text, tags):
+                    last[match.group(0)] = (pos, bi, k)
     return last
 
 
@@ -383,21 +375,18 @@ def _drop_segments(
     msgs: Sequence[Message],
     cite: str,
 ) -> str:
-    if not tags or "<" not in text:
-        return text
-    seen: dict[str, int] = {}
-
-    def swap(match: re.Match[str]) -> str:
-        seg = match.group(0)
-        k = seen.get(seg, 0)
-        seen[seg] = k + 1
-        where = last.get(seg)
-        if where is None or where == (pos, bi, k):
-            return seg
-        tag = match.group(1)
-        return f"[ctxc: <{tag}> repeated in message {msgs[where[0]].index}; original in {cite}]"
-
-    return _segment_re(tags).sub(swap, text)
+    """``text`` with each injected segment whose last copy is elsewhere replaced by a pointer to it."""
+    out: list[str] = []
+    at = 0
+    for match, k in _segments(text, tags):
+        where = last.get(match.group(0))
+        if where is not None and where != (pos, bi, k):
+            pointer = (
+                f"[ctxc: <{match.group(1)}> repeated in message {msgs[where[0]].index}; original in {cite}]"
+            )
+            out += [text[at : match.start()], pointer]
+            at = match.end()
+    return "".join([*out, text[at:]])
 
 
 def _pointer_text(pointer: _Pointer, msgs: Sequence[Message], cite: str) -> str:
