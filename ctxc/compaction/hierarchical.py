@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxc.compaction.base import CompactContext, StrategyResult, option, register
-from ctxc.compaction.recursive import Layout, plan_layout, span_citation, summary_message, summary_overhead
+from ctxc.compaction.recursive import Layout, plan_layout, summarize
 from ctxc.model import Message
-from ctxc.summarize import SummaryRequest
 
 #: A summary over the target is asked again with half the budget, down to this floor.
 BUDGET_FLOOR = 200
@@ -80,8 +79,7 @@ class Hierarchical:
         layout = plan_layout(messages, ctx, cfg.keep_last or ctx.keep_last)
         if layout is None:
             return StrategyResult(tuple(messages))
-        cands = layout.candidates
-        overhead = summary_overhead(ctx, layout.messages[0])
+        cands, overhead = layout.candidates, layout.overhead
         room = ctx.target - layout.fixed - overhead  # for the summary text once all history is in it
         plan = _Plan(layout, ctx.target, overhead, max(1, min(cfg.summary_tokens, room)))
         n = len(cands) if cfg.essential else plan.smallest()
@@ -90,15 +88,7 @@ class Hierarchical:
 
         best: tuple[int, Message, int] | None = None  # (output tokens, summary, units summarized)
         while True:
-            replaced = layout.span_messages(cands[:n])
-            request = SummaryRequest(
-                messages=replaced,
-                citation=span_citation(ctx, replaced),
-                budget=budget,
-                instructions=ctx.instructions,
-                essential=cfg.essential,
-            )
-            summary = summary_message(ctx.summarizer.summarize(request, ctx.ledger.count_text), replaced)
+            summary = summarize(ctx, layout.span_messages(cands[:n]), budget, essential=cfg.essential)
             cost = ctx.ledger.tokens(summary)
             total = layout.fixed + plan.rest(n) + cost
             if best is None or total < best[0]:
