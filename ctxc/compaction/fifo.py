@@ -61,25 +61,6 @@ def placeholder_text(
     return text
 
 
-def placeholder_message(
-    removed: Sequence[Message],
-    archive_id: str,
-    tags: Sequence[str] = (),
-    carried: Sequence[KeySentence] = (),
-    left_out: int = 0,
-) -> Message:
-    """A brand-new user message standing in for ``removed`` (a contiguous run, in order)."""
-    first, last = removed[0].index, removed[-1].index
-    text = placeholder_text(len(removed), first, last, archive_id, tags, carried, left_out)
-    return Message(
-        role="user",
-        blocks=(TextBlock(text),),
-        index=first,
-        conversation=removed[0].conversation,
-        meta={"ctxc": "placeholder", "replaces": (first, last), "carried": tuple(carried)},
-    )
-
-
 def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, ...]:
     """At most ``cap`` of a span's key sentences, in message order: instructions before decisions, the
     newest of each first (a later instruction or decision is the one still in force)."""
@@ -144,12 +125,8 @@ class _Plan:
         for old in (self.by_stop.get(u), self.by_start.get(u + 1)):  # the runs it joins
             if old is not None:
                 self._forget(old)
-                run = _Run(
-                    min(run.start, old.start),
-                    max(run.stop, old.stop),
-                    run.tokens + old.tokens,
-                    run.tags | old.tags,
-                )
+                start, stop = min(run.start, old.start), max(run.stop, old.stop)
+                run = _Run(start, stop, run.tokens + old.tokens, run.tags | old.tags)
         self.by_start[run.start] = run
         self.by_stop[run.stop] = run
         self.unknown.add(run.start)
@@ -258,11 +235,17 @@ class _Plan:
         return list(out.values())
 
     def _candidate(self, run: _Run) -> Message:
+        """The run's placeholder: a brand-new user message standing in for its messages."""
         keys = self._keys_of(run) if self.carry.cap else []  # quoting off: a bare citation
         carried = choose_carried(keys, self.level)
         removed = self._removed(run)
-        return placeholder_message(
-            removed, self.ctx.archive_id, sorted(run.tags), carried, len(keys) - len(carried)
+        first, last, left_out = removed[0].index, removed[-1].index, len(keys) - len(carried)
+        text = placeholder_text(
+            len(removed), first, last, self.ctx.archive_id, sorted(run.tags), carried, left_out
+        )
+        meta = {"ctxc": "placeholder", "replaces": (first, last), "carried": carried}
+        return Message(
+            "user", (TextBlock(text),), index=first, conversation=removed[0].conversation, meta=meta
         )
 
     def _count(self, runs: Sequence[_Run]) -> None:
