@@ -161,8 +161,11 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
         for bi in range(len(m.blocks) - 1, -1, -1):
             block = m.blocks[bi]
             if isinstance(block, ToolUseBlock):
-                op = file_op(block.name, block.input)
-                if op is not None and op.op in ("write", "edit") and _succeeded(results.get(block.id)):
+                op, result = file_op(block.name, block.input), results.get(block.id)
+                failed = result is None or result.is_error or "error" in result.text[:200].lower()
+                if (
+                    op is not None and op.op in ("write", "edit") and not failed
+                ):  # a failed one changed nothing
                     (later_write if op.op == "write" else later_edit)[op.path] = (pos, bi)
                 continue
             if isinstance(block, TextBlock):
@@ -177,7 +180,11 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
             use = calls.get(block.tool_use_id)
             if use is None:
                 continue
-            key = (use.name, _canonical(use.input), block.text, block.is_error)
+            try:
+                canonical = orjson.dumps(use.input, option=orjson.OPT_SORT_KEYS).decode()
+            except TypeError:
+                canonical = repr(use.input)
+            key = (use.name, canonical, block.text, block.is_error)
             if key in later_result:
                 out[(pos, bi)] = _Pointer(later_result[key], "same result")
                 continue
@@ -251,18 +258,6 @@ def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
         return False  # a quick test of what the line-by-line one needs
     later_lines = set(later.splitlines())
     return all(ln in later_lines for ln in earlier.lines)
-
-
-def _succeeded(result: ToolResultBlock | None) -> bool:
-    """Whether a call got a result that is not an error (a failed write changed nothing)."""
-    return result is not None and not result.is_error and "error" not in result.text[:200].lower()
-
-
-def _canonical(value: Any) -> str:
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:
-        return repr(value)
 
 
 def file_op(name: str, inp: Any) -> FileOp | None:

@@ -1,7 +1,6 @@
 """Compacting one file end to end: read, archive, compact, write atomically, record the run.
 
-One file and each file of a batch (in worker processes, :mod:`ctxc.batch`) go through the same safety
-steps; a job and its report are plain data so they cross processes.
+A job and its report are plain data, so each file of a batch takes the same steps in a worker process.
 """
 
 from __future__ import annotations
@@ -32,22 +31,18 @@ class CompactJob:
     """Everything one file's compaction needs; picklable, so it can run in a worker process."""
 
     path: str
-    #: Output file, ``-`` for stdout; for ``in_place`` the input itself.
-    output: str
+    output: str  # a file, ``-`` for stdout; for ``in_place`` the input itself
     options: CompactOptions
     archive: str | None = None
     input_format: str | None = None
     read_options: ReadOptions = ReadOptions()
     dry_run: bool = False
     in_place: bool = False
-    #: Create the output's directory first (``--out-dir`` mirrors the input tree).
-    make_dirs: bool = False
-    #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
-    index: bool = True
+    make_dirs: bool = False  # create the output's directory first (``--out-dir``)
+    index: bool = True  # index the original for ``ctxc search`` now (not with ``--no-index``)
     #: Write the run's report here (one file's ``--report``), before the output takes its name.
     report: str | None = None
-    #: ``--fork``: write a new session beside the original, with a new id (``output`` is unused).
-    fork: bool = False
+    fork: bool = False  # write a new session beside the original, with a new id (``output`` is unused)
     #: In a batch, its options fingerprint, recorded in the manifest with the output path (for re-runs).
     batch_options: str | None = None
 
@@ -136,9 +131,8 @@ def compaction_report(
 def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report (with ``output_sha256`` once written).
 
-    Order matters: archive the original, write the output to a temporary file, record the run, then
-    rename the output into place: a failure at any point leaves the input as it was and no partial
-    output, and a compacted file is always on record as an output (a re-run never compacts it again).
+    Archive the original, write a temporary output, record the run, then rename the output into place:
+    a failure leaves no partial output, and every compacted file is on record (never compacted again).
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
