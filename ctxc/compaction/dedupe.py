@@ -316,26 +316,18 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
     prog, args = argv[0], argv[1:]
     files = [a for a in args if not a.startswith("-")]
     flags = [a for a in args if a.startswith("-")]
-    whole = True
-    if prog in ("cat", "nl") and len(files) == 1 and all(f in ("-n", "-ba", "-b", "-A") for f in flags):
-        pass
-    elif prog in ("head", "tail") and len(files) in (1, 2):
-        if len(files) == 2:
-            if not (flags == ["-n"] and files[0].isdigit()):
-                return None
-            files = files[1:]
-        elif not all(re.fullmatch(r"-\d+|-n\d+", f) for f in flags):
-            return None
-        whole = False
-    elif prog == "sed" and flags == ["-n"] and len(files) == 2 and re.fullmatch(r"\d+(,\d+)?p", files[0]):
-        files = files[1:]
-        whole = False
-    else:
+    cat = prog in ("cat", "nl") and len(files) == 1 and all(f in ("-n", "-ba", "-b", "-A") for f in flags)
+    head = prog in ("head", "tail") and (
+        (len(files) == 2 and flags == ["-n"] and files[0].isdigit())
+        or (len(files) == 1 and all(re.fullmatch(r"-\d+|-n\d+", f) for f in flags))
+    )
+    sed = prog == "sed" and flags == ["-n"] and len(files) == 2 and re.fullmatch(r"\d+(,\d+)?p", files[0])
+    if not (cat or head or sed):
         return None
-    path = files[0]
+    path = files[-1]  # after a head/tail count or a sed range
     if isinstance(workdir, str) and workdir and not os.path.isabs(path):
         path = os.path.join(workdir, path)
-    return FileOp("read", os.path.normpath(path), whole)
+    return FileOp("read", os.path.normpath(path), cat)
 
 
 def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[re.Match[str], int]]:

@@ -152,12 +152,14 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
     # A file is parsed as it is read, its bytes copied into the archive's spool as they are (records
     # read theirs back from it): a large input is not held twice. Stdin is read whole first, for its size.
     source: str | BinaryIO = job.path
+    size = 0
     if job.path == "-":
         name, whole = read_all(job.path)
         source, size = named_bytes(name, whole), len(whole)
         del whole
     else:
-        size = _size(job.path)
+        with contextlib.suppress(OSError):  # the reader says what is wrong with the file
+            size = os.stat(job.path).st_size
     opts = job.options
     counter = opts.counter()
     # A large input is counted on every core, each batch while the next is parsed.
@@ -220,10 +222,3 @@ def _fork(transcript: Transcript, name: str, job: CompactJob) -> tuple[ForksSess
     if not job.dry_run:
         check_output(path, inputs=(name,))
     return adapter, path, session_id
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:  # the reader says what is wrong with it
-        return 0

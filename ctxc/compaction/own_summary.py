@@ -55,11 +55,7 @@ class _Line:
 
 def shortenable(message: Message) -> bool:
     """A summary made of words ctxc can read (not an opaque, encrypted one)."""
-    return (
-        bool(message.blocks)
-        and all(isinstance(b, TextBlock) for b in message.blocks)
-        and bool(message.text.strip())
-    )
+    return all(isinstance(b, TextBlock) for b in message.blocks) and bool(message.text.strip())
 
 
 def _classify(title: str) -> tuple[str, int]:

@@ -400,14 +400,10 @@ def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None
     errors = 0
     skip_to = 0  # lines of a traceback already kept are not looked at again
     for i in sorted(flagged):
-        if i < skip_to:
-            continue
-        if i in tracebacks:
-            skip_to = _traceback_end(lines, i)
+        if i >= skip_to:
+            skip_to = _traceback_end(lines, i) if i in tracebacks else i + 1
             spans.append((i, skip_to))
-        else:
-            spans.append((i, i + 1))
-        errors += 1
+            errors += 1
     spans = join_spans(spans, n)
     if sum(b - a for a, b in spans) >= n:
         return None

@@ -77,9 +77,7 @@ class Rule:
             return False
         if self.min_tokens is not None or self.max_tokens is not None:
             n = where.tokens()
-            if self.min_tokens is not None and n < self.min_tokens:
-                return False
-            if self.max_tokens is not None and n > self.max_tokens:
+            if n < (self.min_tokens or 0) or (self.max_tokens is not None and n > self.max_tokens):
                 return False
         return self.regex is None or self.regex.search(m.text) is not None
 
@@ -94,12 +92,6 @@ class Rules:
     rules: tuple[Rule, ...]
     default: str = "normal"
     source: str = SHIPPED_RULES
-
-    def importance(self, m: Message, where: _Where) -> str:
-        for rule in self.rules:
-            if rule.matches(m, where):
-                return rule.importance
-        return self.default
 
 
 def load_rules(path: str = "") -> Rules:
@@ -225,7 +217,7 @@ def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Messag
             previous=messages[pos - 1].role if pos else "",
             tokens=functools.partial(tokens, m),
         )
-        out.append(rules.importance(m, where))
+        out.append(next((r.importance for r in rules.rules if r.matches(m, where)), rules.default))
     return out
 
 
