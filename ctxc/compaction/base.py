@@ -18,6 +18,7 @@ from ctxc.model import Block, Message, ToolUseBlock
 if TYPE_CHECKING:
     from ctxc.archive_store import ArchiveStore
     from ctxc.compaction.ledger import Ledger
+    from ctxc.compaction.units import Unit
     from ctxc.summarize import Summarizer
 
 #: How every note, placeholder and pointer ctxc writes into a message begins.
@@ -112,6 +113,19 @@ class CompactContext:
 def tool_calls(messages: Sequence[Message]) -> dict[str, ToolUseBlock]:
     """Every tool call of ``messages`` by its id."""
     return {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+
+
+def protected_units(
+    messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext, keep_last: int | None = None
+) -> set[int]:
+    """Positions (into ``parts``) of the units holding a pinned message or one of the last ``keep_last``
+    (default ``ctx.keep_last``; at least one) messages: no strategy drops or summarizes them."""
+    tail_start = len(messages) - max(ctx.keep_last if keep_last is None else keep_last, 1)
+    return {
+        u
+        for u, part in enumerate(parts)
+        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
+    }
 
 
 def with_block(message: Message, at: int, block: Block) -> tuple[Block, ...]:

@@ -150,8 +150,7 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     later_text: dict[str, Slot] = {}
     # The newest read and write of each path seen so far, walking backwards.
     later_reads: dict[str, list[tuple[Slot, FileOp, str]]] = {}
-    # Each read is compared with every later read of its file: whether one starts at line 1, and its
-    # lines' hashes (sorted, 8 bytes a line), are worked out once per text.
+    # Worked out once per text, for every later read it is compared with: numbered from 1? sorted line hashes.
     from_line_one = functools.cache(lambda text: _listing(text).from_line_one)
     line_hashes = functools.cache(lambda text: array("q", sorted(map(hash, text.splitlines()))))
     later_write: dict[str, Slot] = {}
@@ -243,8 +242,7 @@ def _listing(text: str) -> _Listing:
 
 
 def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
-    # A line inside what ``later`` holds is one of its lines: a few, looked up by hash, rule out most
-    # later reads before any text is searched.
+    # A few inner lines, looked up by hash, rule out most later reads before any text is searched.
     inner = earlier.lines[1:-1]
     for line in inner[:: max(1, len(inner) // 4)][:5]:
         at = bisect.bisect_left(line_hashes, hash(line))

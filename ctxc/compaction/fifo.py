@@ -11,23 +11,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxc.archive_store import citation
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize.extractive import PLACEHOLDER_PREFIX, QUOTES_HEADING, KeySentence, key_sentences
 from ctxc.tokens.cost import count_messages
-
-
-def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:
-    """Positions (into ``parts``) of the units holding a pinned message or one of the last
-    ``ctx.keep_last`` (at least one) messages: no trimming strategy drops them."""
-    tail_start = len(messages) - max(ctx.keep_last, 1)
-    return {
-        u
-        for u, part in enumerate(parts)
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
-    }
 
 
 def placeholder_text(

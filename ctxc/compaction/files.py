@@ -149,8 +149,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
 
 
 def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -> dict[str, Any]:
-    # A file is parsed as it is read, its bytes copied into the archive's spool as they are (records
-    # read theirs back from it): a large input is not held twice. Stdin is read whole first, for its size.
+    # A file's bytes go to the archive's spool as it is parsed (not held twice); stdin is read whole first.
     source: str | BinaryIO = job.path
     size = 0
     if job.path == "-":
@@ -198,9 +197,8 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
             with atomic_output(job.report, inputs=(name,)) as handle:
                 handle.write(dumps({**doc, "run": recorded[0]}))
 
-    # In place is the one write allowed onto an input, and only because the original is archived. The
-    # run is recorded before the output takes its place: no output exists that the manifest does not
-    # know, and a manifest that cannot be written leaves no output.
+    # In place is the one write onto an input (the original is archived). The run is recorded before the
+    # output takes its place: no output exists that the manifest does not know.
     with atomic_output(
         output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:

@@ -1,8 +1,7 @@
-"""hierarchical: one structured summary of the history, detail by tier.
+"""hierarchical: one structured summary of the oldest stretch the target requires, detail by tier.
 
-Only the oldest stretch the target requires is summarized, into the fixed sections; the budget is a
-quarter of what it replaces, and halves down to ``BUDGET_FLOOR`` while over the target. ``essential``
-(adaptive's stage 5) summarizes the whole history into intent, current state and next steps.
+The budget halves down to ``BUDGET_FLOOR`` while over the target. ``essential`` (adaptive's stage 5)
+summarizes the whole history into intent, current state and next steps.
 """
 
 from __future__ import annotations
@@ -37,10 +36,9 @@ COMPRESSION = 4
 class _Plan:
     """Prefix arithmetic over the candidate units: what summarizing the first ``n`` would leave."""
 
-    def __init__(self, layout: Layout, target: int, overhead: int, cap: int) -> None:
+    def __init__(self, layout: Layout, target: int, cap: int) -> None:
         self.layout = layout
         self.target = target
-        self.overhead = overhead
         self.cap = cap  # the configured summary_tokens, capped by what the target leaves
         self.prefix = list(
             itertools.accumulate((layout.unit_tokens[u] for u in layout.candidates), initial=0)
@@ -57,7 +55,7 @@ class _Plan:
         ``cost`` (or its planned budget), or all of them when no prefix does."""
         cands = self.layout.candidates
         for n in range(1, len(cands) + 1):
-            c = cost if cost is not None else self.budget(n) + self.overhead
+            c = cost if cost is not None else self.budget(n) + self.layout.overhead
             if self.layout.fixed + self.rest(n) + c <= self.target:
                 return n
         return len(cands)
@@ -79,9 +77,9 @@ class Hierarchical:
         layout = plan_layout(messages, ctx, cfg.keep_last or ctx.keep_last)
         if layout is None:
             return StrategyResult(tuple(messages))
-        cands, overhead = layout.candidates, layout.overhead
-        room = ctx.target - layout.fixed - overhead  # for the summary text once all history is in it
-        plan = _Plan(layout, ctx.target, overhead, max(1, min(cfg.summary_tokens, room)))
+        cands = layout.candidates
+        room = ctx.target - layout.fixed - layout.overhead  # for the summary text once all history is in it
+        plan = _Plan(layout, ctx.target, max(1, min(cfg.summary_tokens, room)))
         n = len(cands) if cfg.essential else plan.smallest()
         budget = plan.cap if cfg.essential else plan.budget(n)
         floor = min(BUDGET_FLOOR, budget)
@@ -95,8 +93,7 @@ class Hierarchical:
                 best = (total, summary, n)
             if total <= ctx.target:
                 break
-            # The summary came out larger than planned (its minimum exceeds the budget, or the
-            # summarizer overshot): summarize more of the history first, then ask for less.
+            # Larger than planned: summarize more of the history first, then ask for less.
             grown = plan.smallest(cost)
             if grown > n:
                 n = grown

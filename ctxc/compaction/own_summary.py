@@ -157,8 +157,7 @@ def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> M
         if ctx.ledger.tokens(out) <= budget:
             return out
     tiers = _tiers(message)
-    # The message's framing is a few tokens the text budget must leave, and the shrinking goes in
-    # steps, so a smaller budget may give the same text: ask for less, by more each time.
+    # Framing costs a few tokens and shrinking goes in steps: ask for less, by more each time.
     text_budget, step = budget, 1
     for _ in range(12):
         if text_budget < 1:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize import SummaryRequest
@@ -66,19 +66,14 @@ def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int
         return None
     parts = tuple(units(msgs))
     tokens = tuple(ctx.ledger.total(p.messages(msgs)) for p in parts)
-    tail_start = len(msgs) - max(keep_last, 1)
-    candidates: list[int] = []
-    fixed = 0
-    for u, part in enumerate(parts):
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(msgs)):
-            fixed += tokens[u]
-        else:
-            candidates.append(u)
+    keep = protected_units(msgs, parts, ctx, keep_last)
+    candidates = tuple(u for u in range(len(parts)) if u not in keep)
     if not candidates:
         return None
     # The framing is counted without the ledger so the probe is not kept alive in its memo.
     framed = count_messages([summary_message("x", msgs[:1])], ctx.ledger.counter)[0]
-    return Layout(msgs, parts, tokens, tuple(candidates), fixed, max(0, framed - ctx.ledger.count_text("x")))
+    fixed = sum(tokens[u] for u in keep)
+    return Layout(msgs, parts, tokens, candidates, fixed, max(0, framed - ctx.ledger.count_text("x")))
 
 
 def summary_message(text: str, replaced: Sequence[Message]) -> Message:
@@ -134,15 +129,13 @@ class Recursive:
         if layout is None:
             return StrategyResult(tuple(messages))
         cands, overhead = layout.candidates, layout.overhead
-        # Never more than the target leaves once everything foldable is folded, so the last fold fits
-        # whenever the verbatim part does.
+        # At most what the target leaves once all is folded: the last fold fits if the verbatim part does.
         budget = max(1, min(cfg.summary_tokens, ctx.target - layout.fixed - overhead))
         remaining = layout.tokens_of(cands)
         summary: Message | None = None
         done = folds = 0
         while done < len(cands):
-            # A chunk is at most chunk_tokens, and no more than the target still needs removed (with
-            # room for a summary at its full budget): the least history is lost.
+            # No more than the target still needs removed (with room for a full summary): the least is lost.
             current = ctx.ledger.tokens(summary) if summary is not None else 0
             needed = layout.fixed + remaining + max(current, budget + overhead) - ctx.target
             limit = max(1, min(cfg.chunk_tokens, needed))

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxc.archive_store import citation
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units, protected_units
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
+from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
@@ -281,8 +281,7 @@ class Selective:
         result = drop(messages)
         if ctx.under_target(result.messages):
             return result
-        # Critical units stay, but their images are not words: shed those (oldest first, as few as the
-        # target needs) before any placeholder gives up its quotes.
+        # Critical units stay, but their images are not words: shed as few as the target needs first.
         base, shed_actions = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)
         best = drop(base) if shed_actions else result
         if shed_actions and ctx.under_target(best.messages):
