@@ -58,14 +58,6 @@ def shortenable(message: Message) -> bool:
     return all(isinstance(b, TextBlock) for b in message.blocks) and bool(message.text.strip())
 
 
-def _classify(title: str) -> tuple[str, int]:
-    low = title.lower()
-    for words, section, tier in _SECTION_WORDS:
-        if any(w in low for w in words):
-            return section, tier
-    return STATE, 2
-
-
 def _lines(text: str) -> list[_Line]:
     """The summary's lines (a fenced code block as one), each with its section and tier."""
     out: list[_Line] = []
@@ -87,7 +79,9 @@ def _lines(text: str) -> list[_Line]:
             if word:  # Analysis/Summary, or their tags, open or close the analysis part
                 analysis = word == "analysis"
             else:
-                section, tier = _classify(heading.group("md") or heading.group("num") or "")
+                title = (heading.group("md") or heading.group("num") or "").lower()
+                found = ((s, t) for words, s, t in _SECTION_WORDS if any(w in title for w in words))
+                section, tier = next(found, (STATE, 2))
             continue
         body = _BULLET.sub("", raw).strip()
         if body and not body.startswith(_BOILERPLATE):
