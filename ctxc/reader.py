@@ -241,6 +241,16 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 yield document
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
+        if offset is None and raw[:1] == b"{" and body is raw:
+            # Nearly every line of a log: an object, parsed here without read_line's checks and calls.
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
+            if type(data) is dict:
+                any_record = True
+                yield Record(line_no, raw, eol, data)
+                continue
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"
         yield record

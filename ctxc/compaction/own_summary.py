@@ -12,7 +12,8 @@ from ctxc.compaction.base import Action, CompactContext, StrategyResult
 from ctxc.compaction.recursive import summary_message
 from ctxc.model import Message, TextBlock
 from ctxc.summarize import SECTIONS, SummaryRequest
-from ctxc.summarize.extractive import Fact, Tiers, compose, key_sentences
+from ctxc.summarize.extractive import key_sentences
+from ctxc.summarize.facts import Fact, Tiers, compose
 
 INTENT, DECISIONS, ARTIFACTS, ERRORS, STATE, NEXT = SECTIONS
 

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, rename_session
-from ctxc.formats.claude_code_chain import Tree
+from ctxc.formats.base import FormatAdapter, Item, rename_session
+from ctxc.formats.claude_code_chain import Tree, signer
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.claude_code_write import CompactWriter
 from ctxc.formats.shapes import parse_anthropic_content
-from ctxc.live import is_sidechain
 from ctxc.model import (
     Block,
     Boundary,
@@ -113,26 +112,27 @@ def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
+    get = rec.get
     model = _str(message.get("model"))
-    uuid = _str(rec.get("uuid"))
+    uuid = _str(get("uuid"))
     return {
         "uuid": uuid,
         "uuids": (uuid,) if uuid else (),
-        "parent_uuid": _str(rec.get("parentUuid")),
-        "logical_parent_uuid": _str(rec.get("logicalParentUuid")),
-        "is_sidechain": rec.get("isSidechain") is True,
-        "is_meta": rec.get("isMeta") is True,
-        "is_compact_summary": rec.get("isCompactSummary") is True,
-        "is_visible_in_transcript_only": rec.get("isVisibleInTranscriptOnly") is True,
+        "parent_uuid": _str(get("parentUuid")),
+        "logical_parent_uuid": _str(get("logicalParentUuid")),
+        "is_sidechain": get("isSidechain") is True,
+        "is_meta": get("isMeta") is True,
+        "is_compact_summary": get("isCompactSummary") is True,
+        "is_visible_in_transcript_only": get("isVisibleInTranscriptOnly") is True,
         "message_id": _str(message.get("id")),
-        "request_id": _str(rec.get("requestId")),
-        "agent_id": _str(rec.get("agentId")),
-        "session_id": _str(rec.get("sessionId")),
-        "timestamp": _str(rec.get("timestamp")),
+        "request_id": _str(get("requestId")),
+        "agent_id": _str(get("agentId")),
+        "session_id": _str(get("sessionId")),
+        "timestamp": _str(get("timestamp")),
         "model": model,
         "stop_reason": _str(message.get("stop_reason")),
-        "subtype": _str(rec.get("subtype")),
-        "is_api_error": rec.get("isApiErrorMessage") is True,
+        "subtype": _str(get("subtype")),
+        "is_api_error": get("isApiErrorMessage") is True,
         "synthetic": model == SYNTHETIC_MODEL,
         "has_tool_use_result": "toolUseResult" in rec,
         "content_string": content_string,
@@ -230,7 +230,7 @@ class _Reader:
             if not _own(item.meta):
                 self.held = item
                 return
-        else:
+        elif self.held is not None:
             yield from self.release()
         yield from self._place(item)
 
@@ -249,14 +249,14 @@ class _Reader:
             self.record_conv.pop(i, None)
         msg = item.with_position(self.index, conv)
         self.index += 1
-        if msg.meta.get("uuid") is not None:
-            self.tree.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
+        meta = msg.meta
+        side = meta.get("is_sidechain") is True
+        if meta.get("uuid") is not None:
+            self.tree.emitted.append((msg.index, msg.records, conv, side))
         if msg.role == "assistant":
-            self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
+            self.last_response[conv] = frozenset(meta.get("uuids") or ())
             thinks = any(isinstance(b, ThinkingBlock) for b in msg.blocks)
-            self.tree.responses.append(
-                (msg.index, msg.line, is_sidechain(msg), msg.meta.get("model"), thinks)
-            )
+            self.tree.responses.append((msg.index, msg.line, side, meta.get("model"), thinks))
         yield msg
         if msg.usage is not None:
             yield msg.usage
@@ -445,7 +445,7 @@ class _Reader:
         yield from self.tree.items(self.index)
 
 
-class ClaudeCodeAdapter:
+class ClaudeCodeAdapter(FormatAdapter):
     name = "claude-code"
     tool_role = False
     usage_before_response = False
@@ -482,6 +482,11 @@ class ClaudeCodeAdapter:
     def encode_message(self, message: Message) -> dict[str, Any]:
         """One record for ``message`` (see :func:`~ctxc.formats.claude_code_records.encode_message`)."""
         return encode_message(message)
+
+    def thinking_model(self, message: Message) -> str | None:
+        """Its response's model, dates aside; None for a response the client made up (``<synthetic>``)."""
+        model = message.meta.get("model")
+        return None if model is None or model == SYNTHETIC_MODEL else signer(model)
 
     def write_compacted(
         self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str
