@@ -20,6 +20,8 @@ from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.tokens import make_counter
+from ctxc.tokens.cache import CachedCounter
+from ctxc.tokens.cost import message_texts
 from ctxc.validate import pairing_problems
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "0" * 52
@@ -282,6 +284,38 @@ def test_a_second_run_does_not_stack_notes() -> None:
     # What the first run shrank is left to the placeholder pass; an untouched result is shrunk now.
     assert second.actions[0].kind == "shrink"
     assert result_text(first.messages[second.actions[0].first]) == result_text(msgs[second.actions[0].first])
+
+
+class CountingTokenizer:
+    """A token per four characters, recording the size of each batch it is asked to count."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def count(self, text: str) -> int:
+        return self.count_batch([text])[0]
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        self.batches.append(len(texts))
+        return [len(t) // 4 for t in texts]
+
+
+def test_the_second_pass_counts_in_batches_not_one_result_at_a_time() -> None:
+    """Each count may be a round trip to a counting worker: results shrunk by an earlier run, masked now,
+    have their sizes counted together."""
+    shrunk = "[ctxc: Bash result shrunk: tail kept; full output in ctxc archive 3f2a9c1b4d5e messages 1]\n"
+    msgs = conversation(
+        [("Bash", {"command": f"make {i}"}, shrunk + bash_output(300, f"s{i}")) for i in range(20)]
+    )
+    tokenizer = CountingTokenizer()
+    led = Ledger(CachedCounter(tokenizer))
+    # Counts taken as the file was read, as compact does: the counter has not seen these texts.
+    led.seed(msgs, [sum(len(t) // 4 for t in message_texts(m)) + 4 for m in msgs])
+    result = MASK.compact(msgs, make_ctx(msgs, target=1, ledger=led, config=MaskConfig(keep_last_results=0)))
+    assert sum(a.kind == "mask" for a in result.actions) == 20
+    assert len(tokenizer.batches) <= 4, tokenizer.batches
 
 
 def test_pinned_and_keep_last_are_untouched() -> None:

@@ -582,6 +582,24 @@ def test_shrinking_drops_oldest_bullets_first(o200k: Callable[[str], int]) -> No
     assert 0 not in kept
 
 
+@pytest.mark.parametrize("budget", [400, 700, 1200])
+def test_fitting_counts_whole_summaries_not_each_dropped_line(
+    o200k: Callable[[str], int], budget: int
+) -> None:
+    """A count may be a round trip to a counting worker: dropping bullets to fit must not count each."""
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return o200k(text)
+
+    text = summarize(long_session(), count, budget)
+    assert re.fullmatch(r"\(\d+ older items omitted\)", sections_of(text)["Decisions"][0])
+    assert o200k(text) <= budget
+    assert all(t.startswith("Summary of messages ") for t in counted)
+    assert len(counted) <= 20  # one per step or round, not one per bullet (~150 before)
+
+
 def test_deterministic_across_hash_seeds() -> None:
     script = (
         "import sys; sys.path[:0] = [sys.argv[1]]\n"

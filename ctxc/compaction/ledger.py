@@ -62,6 +62,16 @@ class Ledger:
             if hit is not None and id(n) not in self._memo and n.blocks == o.blocks:
                 self._memo[id(n)] = (n, hit[1])
 
+    def only(self, messages: Iterable[Message]) -> Ledger:
+        """A ledger with the counts of ``messages`` alone, so that this one, holding every message a
+        strategy counted, can be let go."""
+        out = Ledger(self.counter)
+        for m in messages:
+            hit = self._memo.get(id(m))
+            if hit is not None:
+                out._memo[id(m)] = hit
+        return out
+
     def total(self, messages: Iterable[Message]) -> int:
         messages = list(messages)
         self.prime(messages)

@@ -150,7 +150,10 @@ class _Masking:
                 return
             chunk = [slot for slot in slots[start : start + _CHUNK] if slot not in self.masked]
             todo = [(slot, self.originals.get(slot, self.block(slot))) for slot in chunk]
-            self.ctx.ledger.counter.count([self.placeholder(slot, original).text for slot, original in todo])
+            count = self.ctx.ledger.counter.count
+            # A placeholder states its original's tokens: those not counted yet are counted together.
+            count([original.text for slot, original in todo if slot not in self._made])
+            count([self.placeholder(slot, original).text for slot, original in todo])
             for slot, original in todo:
                 if self.total <= self.ctx.target:
                     return

@@ -179,7 +179,8 @@ def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions =
     for line_no, rec in enumerate(written.records, 1):
         if id(rec) in own and rec.kind != "invalid":
             kind = "passthrough" if rec.kind == "message" else rec.kind
-            records.append(rec.but(line=line_no, kind=kind))
+            as_read = rec.line == line_no and rec.kind == kind  # then the record itself, not a copy
+            records.append(rec if as_read else rec.but(line=line_no, kind=kind))
             continue
         fresh = read_line(rec.raw, rec.eol, line_no, name, options)
         # A writer's line that reads back as the JSON it was made from keeps that JSON, whose strings

@@ -87,9 +87,9 @@ class CachedCounter:
         self.counted_chars = 0
         # Counts made in this process, by the text's hash and length (see _memo_key), so that a streamed
         # file's texts are not kept alive.
-        self._memo: dict[tuple[int, int], int] = {}
+        self._memo: dict[int, int] = {}
         # Texts a started batch is counting: a later batch that repeats one waits for that count.
-        self._inflight: dict[tuple[int, int], _Started] = {}
+        self._inflight: dict[int, _Started] = {}
 
     def count(self, texts: Sequence[str]) -> list[int]:
         return self.start(texts)()
@@ -147,10 +147,10 @@ class CachedCounter:
         self._memo[_memo_key(text)] = n
 
 
-def _memo_key(text: str) -> tuple[int, int]:
-    # Python's string hash (SipHash under a per-process key, computed anyway) and the length: a false
-    # match is as unlikely as for a random 64-bit digest, at no cost.
-    return (hash(text), len(text))
+def _memo_key(text: str) -> int:
+    # Python's string hash (SipHash under a per-process key, computed anyway) and the length, in one int
+    # (a tuple would weigh more): a false match is as unlikely as for a random 64-bit digest, at no cost.
+    return hash(text) << 32 | len(text)
 
 
 class _Started:
