@@ -75,12 +75,7 @@ PRIVATE_FILE = 0o600
 
 def private_dir(path: Path) -> Path:
     """Create ``path`` and its missing parents mode 0700, whatever the umask."""
-    missing: list[Path] = []
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
+    for d in reversed([p for p in (path, *path.parents) if not p.exists()]):
         with contextlib.suppress(FileExistsError):  # another process made it meanwhile
             d.mkdir(mode=PRIVATE_DIR)
     return path
@@ -128,25 +123,16 @@ _created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ct
 def sweep_dead_temps(objects: Path) -> list[Path]:
     """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
     removed: list[Path] = []
-    now = time.time()
-    with contextlib.suppress(OSError):
-        with os.scandir(objects) as found:
-            buckets = [e for e in found if e.is_dir(follow_symlinks=False)]
-        for bucket in buckets:
-            with os.scandir(bucket.path) as entries:
-                temps = [e for e in entries if e.name.startswith(TMP_PREFIX)]
-            for entry in temps:
-                pid, sep, _ = entry.name[len(TMP_PREFIX) :].partition("-")
-                dead = False
-                if sep and pid.isdigit():
-                    dead = int(pid) != os.getpid() and not pid_alive(int(pid))
-                else:
-                    with contextlib.suppress(OSError):
-                        dead = now - entry.stat(follow_symlinks=False).st_mtime > _LEGACY_TMP_AGE
-                if dead:
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.path)
-                        removed.append(Path(entry.path))
+    for path in objects.glob(f"*/{TMP_PREFIX}*"):
+        pid, sep, _ = path.name[len(TMP_PREFIX) :].partition("-")
+        with contextlib.suppress(OSError):
+            if sep and pid.isdigit():
+                dead = int(pid) != os.getpid() and not pid_alive(int(pid))
+            else:
+                dead = time.time() - path.lstat().st_mtime > _LEGACY_TMP_AGE
+            if dead:
+                path.unlink()
+                removed.append(path)
     return removed
 
 
@@ -199,9 +185,12 @@ def append_jsonl(path: Path, doc: dict[str, Any]) -> None:
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """The objects of a JSON-lines file with their line numbers; a line torn by a crash is skipped."""
-    if not path.exists():
-        return
-    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+    return jsonl_objects(path.read_bytes()) if path.exists() else iter(())
+
+
+def jsonl_objects(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`read_jsonl` of bytes read already."""
+    for n, raw in enumerate(data.splitlines(), 1):
         try:
             entry = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -290,8 +279,7 @@ class ArchiveStore:
 
     def read(self, ref: str) -> bytes:
         path = self.path_of(ref)
-        data = path.read_bytes()
-        if sha256_hex(data) != path.name:
+        if sha256_hex(data := path.read_bytes()) != path.name:
             raise ArchiveError(
                 f"archive object {path.name[:MIN_PREFIX]} is corrupt (sha256 mismatch)", path=str(path)
             )
@@ -320,18 +308,13 @@ class ArchiveStore:
             ) from exc
         return full
 
-    def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None:
-        """Add a stored original to the search index: a store keeps none (an ``Archive`` does)."""
+    # A store keeps no search index; an ``Archive`` does, and adds originals and offloaded outputs to it.
+    def index(self, archive_id: str, transcript: Transcript, *, source: str | None = None) -> None: ...
 
-    def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
-        """Note outputs of ``origin`` that were offloaded (into the index an ``Archive`` keeps)."""
+    def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None: ...
 
     def manifest(self) -> list[dict[str, Any]]:
-        entries = []
-        for n, entry in read_jsonl(self.root / "manifest.jsonl"):
-            entry.setdefault("_line", n)
-            entries.append(entry)
-        return entries
+        return [{**e, "_line": e.get("_line", n)} for n, e in read_jsonl(self.root / "manifest.jsonl")]
 
     def find_original(self, data: bytes) -> str | None:
         """The archive id of the first original ``data`` (an output, maybe compacted again) was made from."""

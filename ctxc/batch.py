@@ -36,13 +36,6 @@ class Input:
     rel: str
 
 
-def _matches(rel: str, pattern: str | None) -> bool:
-    if pattern is None:
-        return rel.endswith(transcript_suffixes())
-    # A pattern without a slash matches the file name at any depth, like .gitignore.
-    return fnmatch.fnmatch(rel, pattern) if "/" in pattern else fnmatch.fnmatch(Path(rel).name, pattern)
-
-
 def collect_inputs(
     paths: Sequence[str] | None,
     *,
@@ -100,12 +93,18 @@ def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[
         where = exc.filename if isinstance(exc.filename, str) else str(top)
         unreadable.append(Path(os.path.relpath(where, top)).as_posix())
 
+    def matches(rel: str, name: str) -> bool:
+        if glob is None:
+            return rel.endswith(transcript_suffixes())
+        # A pattern without a slash matches the file name at any depth, like .gitignore.
+        return fnmatch.fnmatch(rel if "/" in glob else name, glob)
+
     for directory, subdirs, files in os.walk(top, onerror=failed):
         subdirs[:] = [d for d in subdirs if os.path.realpath(os.path.join(directory, d)) not in skip]
         base = Path(os.path.relpath(directory, top))
         for name in files:
             rel = (base / name).as_posix()
-            if _matches(rel, glob) and not name.startswith(".") and os.path.isfile(Path(directory, name)):
+            if matches(rel, name) and not name.startswith(".") and os.path.isfile(Path(directory, name)):
                 found.append(rel)
     return sorted(found), sorted(unreadable)
 
@@ -155,20 +154,17 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
         try:
             if path != "-" and os.path.isdir(path):
                 # Only a directory the walk could not list reaches here: count it as a failed input.
-                raise InputError(f"cannot read this directory: {_listing_error(path)}", path=path)
+                try:
+                    with os.scandir(path):
+                        why = "it changed while the batch ran"
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                raise InputError(f"cannot read this directory: {why}", path=path)
             value = work(item)
         except CtxcError as exc:
             seconds = time.perf_counter() - start
             return Outcome(index, path, None, str(exc), int(exc.exit_code), seconds, exc.line, exc.message)
         return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
-
-
-def _listing_error(path: str) -> str:
-    try:
-        with os.scandir(path):
-            return "it changed while the batch ran"
-    except OSError as exc:
-        return exc.strerror or str(exc)
 
 
 def _worker_init(parent: int | None = None) -> None:

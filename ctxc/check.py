@@ -1,10 +1,6 @@
-"""A token budget gate for CI: which transcripts are over a budget, by how much, and where.
-
-``check`` is ``analyze`` reduced to a verdict per file (same reading, counting and scan cache). A
-file's size is its context: the largest conversation's tokens, or with ``tokenizer="usage"`` the largest
-context a recorded call sent. It is ``over`` above the budget, ``near`` from the warning level (default:
-where adaptive stage 2 begins) up to it, else ``ok``; ``error`` when unreadable (reported, never fatal).
-"""
+"""A token budget gate for CI: ``analyze`` reduced to a verdict per file. A file's size is its largest
+conversation (or, with ``tokenizer="usage"``, the largest recorded call); it is ``over`` above the budget,
+``near`` from the warning level up to it, else ``ok``, and ``error`` when unreadable (never fatal)."""
 
 from __future__ import annotations
 
@@ -93,20 +89,14 @@ class FileCheck:
     path: str
     status: Status
     format: str | None = None
-    #: Context tokens measured: the largest conversation (counted) or the largest recorded call.
-    tokens: int | None = None
-    #: ``tokens`` as a share of the window.
-    share: float | None = None
-    #: The adaptive stage (1-5) that share is in.
+    tokens: int | None = None  # the largest conversation (counted) or the largest recorded call
+    share: float | None = None  # of the window
     stage: int | None = None
-    #: Tokens above the budget (0 unless ``over``).
     over_by: int = 0
-    #: The line at which the budget (``over``) or the warning level (``near``) was first crossed.
-    line: int | None = None
+    line: int | None = None  # where the budget (``over``) or the warning level (``near``) was first crossed
     error: str | None = None
     exit_code: int = 0
-    #: The budget applied to this file (its log's window, unless --model or --window was given).
-    budget: Budget | None = None
+    budget: Budget | None = None  # as applied to this file (its log's window, unless --model or --window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +106,12 @@ class CheckReport:
     files: tuple[FileCheck, ...]
 
     def count(self, status: Status) -> int:
-        return sum(1 for f in self.files if f.status == status)
+        return sum(f.status == status for f in self.files)
 
     @property
     def exit_code(self) -> int:
-        """0; the file's own code when the only file could not be read, 12 (``PARTIAL``) when some of
-        several could not; else 6 (``OVER_TARGET``) when any is over budget. Near is not a failure."""
+        """The only file's own code if it is unreadable, PARTIAL if some of several are, else
+        OVER_TARGET if any is over budget (near is no failure)."""
         failed = [f for f in self.files if f.status == "error"]
         if failed:
             return failed[0].exit_code if len(self.files) == 1 else int(ExitCode.PARTIAL)
@@ -146,23 +136,16 @@ def verdict(a: Analysis, budget: Budget, *, line_over: int | None, line_near: in
     if budget.from_log:
         budget = budget.at(a.window, a.model)
     tokens = a.max_context
+    status: Status
     if tokens > budget.limit:
-        status: Status = "over"
-        line = line_over
+        status, line = "over", line_over
     elif tokens >= budget.warn_at and budget.warn_at < budget.limit:
         status, line = "near", line_near
     else:
         status, line = "ok", None
+    over_by = max(tokens - budget.limit, 0)
     return FileCheck(
-        path=a.path,
-        status=status,
-        format=a.format,
-        tokens=tokens,
-        share=tokens / budget.window,
-        stage=a.stage,
-        over_by=max(tokens - budget.limit, 0),
-        line=line,
-        budget=budget,
+        a.path, status, a.format, tokens, tokens / budget.window, a.stage, over_by, line, budget=budget
     )
 
 
@@ -184,6 +167,8 @@ def check_file(
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
+    if counter is None and tokenizer != USAGE_TOKENIZER:  # one counter per process and setting
+        counter = process_counter(tokenizer, use_cache, budget.model, 1)
     crossing: Callable[[int], int | None]
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
@@ -207,35 +192,6 @@ def check_file(
     return verdict(a, applied, line_over=crossing(applied.limit), line_near=crossing(applied.warn_at - 1))
 
 
-@dataclass(frozen=True, slots=True)
-class CheckJob:
-    """One file's check, picklable so a batch can run it in a worker process."""
-
-    path: str
-    budget: Budget
-    tokenizer: str = "o200k_base"
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    input_format: str | None = None
-    options: ReadOptions = ReadOptions()
-    use_cache: bool = True
-
-
-def run_check_job(job: CheckJob) -> FileCheck:
-    counter = None
-    if job.tokenizer != "usage":
-        counter = process_counter(job.tokenizer, job.use_cache, job.budget.model, 1)
-    return check_file(
-        job.path,
-        job.budget,
-        tokenizer=job.tokenizer,
-        counter=counter,
-        thresholds=job.thresholds,
-        input_format=job.input_format,
-        options=job.options,
-        use_cache=job.use_cache,
-    )
-
-
 def check_paths(
     paths: Sequence[str],
     budget: Budget,
@@ -251,10 +207,15 @@ def check_paths(
 ) -> CheckReport:
     """Check every transcript, ``jobs`` files at a time in worker processes (the verdicts come back in
     input order); an unreadable one is an ``error`` verdict and the rest go on."""
-    items = [
-        (p, CheckJob(p, budget, tokenizer, tuple(thresholds), input_format, options, use_cache))
-        for p in paths
-    ]
+    work = partial(
+        check_file,
+        budget=budget,
+        tokenizer=tokenizer,
+        thresholds=tuple(thresholds),
+        input_format=input_format,
+        options=options,
+        use_cache=use_cache,
+    )
 
     def verdict_of(o: Outcome[FileCheck]) -> FileCheck:
         if o.value is not None:
@@ -267,7 +228,7 @@ def check_paths(
         if on_file is not None:
             on_file(verdict_of(o))
 
-    outcomes = run_batch(items, run_check_job, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
+    outcomes = run_batch([(p, p) for p in paths], work, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
     return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
 
 
@@ -320,15 +281,14 @@ def message(f: FileCheck, budget: Budget) -> str:
 
 def render_table(report: CheckReport) -> str:
     """Plain text, one line per file then a summary: stable, and readable in any CI log."""
-    b = report.budget
     width = max((len(f.path) for f in report.files), default=0)
     labels = {"over": "OVER ", "near": "near ", "ok": "ok   ", "error": "ERROR"}
-    lines = []
-    for f in report.files:
-        where = f" (line {f.line})" if f.line else ""
-        lines.append(f"{labels[f.status]} {f.path:<{width}}  {message(f, b)}{where}")
-    lines.append(report.headline())
-    return "\n".join(lines) + "\n"
+    lines = [
+        f"{labels[f.status]} {f.path:<{width}}  {message(f, report.budget)}"
+        + (f" (line {f.line})" if f.line else "")
+        for f in report.files
+    ]
+    return "\n".join([*lines, report.headline()]) + "\n"
 
 
 def escape_data(text: str) -> str:
@@ -350,18 +310,22 @@ def workflow_command(level: str, text: str, **properties: str | int | None) -> s
 
 def render_github(report: CheckReport) -> str:
     """GitHub Actions annotations: ``error`` for over budget and unreadable files, ``warning`` for near
-    budget, and one ``notice`` with the summary. ``ok`` files get no annotation."""
-    b = report.budget
+    budget (``ok`` files get none), and one ``notice`` with the summary."""
     titles = {
-        "over": "ctxc check: over the token budget",
-        "near": "ctxc check: near the token budget",
-        "error": "ctxc check: unreadable transcript",
+        "over": "over the token budget",
+        "near": "near the token budget",
+        "error": "unreadable transcript",
     }
-    out = []
-    for f in report.files:
-        if f.status == "ok":
-            continue
-        level = "warning" if f.status == "near" else "error"
-        out.append(workflow_command(level, message(f, b), file=f.path, line=f.line, title=titles[f.status]))
+    out = [
+        workflow_command(
+            "warning" if f.status == "near" else "error",
+            message(f, report.budget),
+            file=f.path,
+            line=f.line,
+            title=f"ctxc check: {titles[f.status]}",
+        )
+        for f in report.files
+        if f.status != "ok"
+    ]
     out.append(workflow_command("notice", report.headline(), title="ctxc check"))
     return "\n".join(out) + "\n"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from ctxc.compaction.files import CompactJob, compact_file, options_fingerprint_
 from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
 _Key = tuple[str, str, str]
+JOURNAL = "journal.jsonl"
 #: What a batch's row and journal line take from a file's manifest run.
 RUN_FIELDS = ("format", "tokens_before", "tokens_after", "archive_id", "output_sha256")
 
@@ -31,29 +33,16 @@ def fingerprint(doc: Any) -> str:
     ).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class Journal:
-    """``journal.jsonl`` beside the archive's manifest: one line per file a batch finished, appended
-    whole under the lock and fsynced (a kill loses at most the files in flight; a torn line is ignored)."""
-
-    root: Path
-
-    @property
-    def path(self) -> Path:
-        return self.root / "journal.jsonl"
-
-    def entries(self) -> dict[tuple[str, str, str], dict[str, Any]]:
-        """The newest entry per (input sha256, options fingerprint, resolved output path)."""
-        out: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for _, entry in read_jsonl(self.path):
-            if {"input_sha256", "options", "output_path"} <= entry.keys() and isinstance(
-                entry["output_path"], str
-            ):
-                out[(entry["input_sha256"], entry["options"], os.path.realpath(entry["output_path"]))] = entry
-        return out
-
-    def record(self, entry: dict[str, Any]) -> None:
-        append_jsonl(self.path, entry)
+def journal_entries(root: Path) -> dict[_Key, dict[str, Any]]:
+    """``journal.jsonl`` beside the archive's manifest (one line per file a batch finished, appended whole
+    and fsynced): the newest entry per (input sha256, options fingerprint, resolved output path)."""
+    out: dict[_Key, dict[str, Any]] = {}
+    for _, entry in read_jsonl(root / JOURNAL):
+        if {"input_sha256", "options", "output_path"} <= entry.keys() and isinstance(
+            entry["output_path"], str
+        ):
+            out[(entry["input_sha256"], entry["options"], os.path.realpath(entry["output_path"]))] = entry
+    return out
 
 
 def file_sha256(path: str) -> str:
@@ -61,13 +50,11 @@ def file_sha256(path: str) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def already_done(entry: dict[str, Any] | None) -> bool:
+def already_done(entry: dict[str, Any]) -> bool:
     """True when a journal entry's output is still on disk with the bytes it recorded."""
-    out, want = (entry or {}).get("output_path"), (entry or {}).get("output_sha256")
-    if not isinstance(out, str) or not isinstance(want, str):
-        return False
+    out, want = entry.get("output_path"), entry.get("output_sha256")
     try:
-        return file_sha256(out) == want
+        return isinstance(out, str) and isinstance(want, str) and file_sha256(out) == want
     except OSError:
         return False
 
@@ -79,7 +66,9 @@ def compact_journaled(job: CompactJob) -> dict[str, Any]:
     doc = compact_file(job)
     if not job.dry_run:
         entry = journal_entry(doc["run"], path=job.path, output=job.output, options=job.batch_options or "")
-        Journal(archive_root(job.archive)).record({**entry, "seconds": round(time.perf_counter() - start, 3)})
+        append_jsonl(
+            archive_root(job.archive) / JOURNAL, {**entry, "seconds": round(time.perf_counter() - start, 3)}
+        )
     return doc
 
 
@@ -153,8 +142,7 @@ def _plan(
     Done: an entry with the input's sha256, options and output, whose output is unchanged (for
     ``--in-place``, also when the input *is* that output); one only the manifest has is journaled now."""
     root = archive_root(archive)
-    journal = Journal(root)
-    done_entries = {**_manifest_entries(Archive(root)), **journal.entries()} if resume else {}
+    done_entries = {**_manifest_entries(Archive(root)), **journal_entries(root)} if resume else {}
     # For --in-place: the entries by the output they wrote, so a file that *is* one is found at once.
     by_output: dict[_Key, dict[str, Any]] = {}
     for (_, o, out), e in done_entries.items():
@@ -174,7 +162,9 @@ def _plan(
             entry = by_output.get((opts, resolved, sha))
         if entry is not None and already_done(entry):
             if entry.get("from_manifest"):
-                journal.record(journal_entry(entry, path=job.path, output=job.output, options=opts))
+                append_jsonl(
+                    root / JOURNAL, journal_entry(entry, path=job.path, output=job.output, options=opts)
+                )
             row = _row(entry, job.path, job.output, status="skipped", seconds=0.0)
             row["status"] = row.pop("status")  # a skipped row lists its status last
             rows[k] = row
@@ -184,19 +174,15 @@ def _plan(
 
 
 def _totals(finished: Sequence[dict[str, Any]], *, files: int) -> dict[str, Any]:
-    def count(status: str) -> int:
-        return sum(r["status"] == status for r in finished)
-
+    count = Counter(r["status"] for r in finished)
     return {
         "files": files,
-        "ok": count("ok"),
+        "ok": count["ok"],
         # Written byte for byte as read: nothing to remove (the archive id is the input's sha256).
         "unchanged": sum(
             r["status"] == "ok" and r.get("output_sha256") == r.get("archive_id") for r in finished
         ),
-        "planned": count("planned"),
-        "skipped": count("skipped"),
-        "failed": count("failed"),
+        **{status: count[status] for status in ("planned", "skipped", "failed")},
         "not_run": files - len(finished),
         "tokens_before": sum(r.get("tokens_before") or 0 for r in finished),
         "tokens_after": sum(r.get("tokens_after") or 0 for r in finished),
@@ -204,7 +190,7 @@ def _totals(finished: Sequence[dict[str, Any]], *, files: int) -> dict[str, Any]
 
 
 def _manifest_entries(store: Archive) -> dict[_Key, dict[str, Any]]:
-    """The files batches recorded in the manifest, keyed as :meth:`ctxc.batch.Journal.entries` keys them."""
+    """The files batches recorded in the manifest, keyed as :func:`journal_entries` keys them."""
     out: dict[_Key, dict[str, Any]] = {}
     for run in store.manifest():
         batch = run.get("batch")

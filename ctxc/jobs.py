@@ -1,6 +1,5 @@
-"""Per-file work of the commands (analyze, validate, convert, repair), as picklable frozen jobs that
-:func:`ctxc.batch.run_batch` can run in a worker process; each raises :class:`~ctxc.errors.CtxcError`
-for a bad file."""
+"""Per-file work of analyze, validate, convert and repair as picklable jobs for
+:func:`ctxc.batch.run_batch`; each raises :class:`~ctxc.errors.CtxcError` for a bad file."""
 
 from __future__ import annotations
 
@@ -40,10 +39,8 @@ class AnalyzeJob:
     read_options: ReadOptions = ReadOptions()
     top: int = 10
     concurrency: int = 4
-    #: Also dry-run each adaptive stage (``--forecast``).
-    forecast: bool = False
-    #: A price table to apply over the shipped one (``--prices``).
-    prices: str | None = None
+    forecast: bool = False  # also dry-run each adaptive stage
+    prices: str | None = None  # a price table over the shipped one
 
 
 def analyze_file(job: AnalyzeJob) -> Analysis:
@@ -77,20 +74,18 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
             result,
             forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
         )
-    if job.tokenizer == "anthropic":
-        result = replace(result, versus_o200k=_versus_o200k(result.path, data, job, counter))
+    if job.tokenizer == "anthropic":  # how far Claude's counts are from o200k's (the estimate's error)
+        stream = open_stream(
+            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+        )
+        try:
+            messages = (m for m in stream.items if isinstance(m, Message))
+            result = replace(
+                result, versus_o200k=compare_with_o200k(messages, counter, make_counter("o200k_base"))
+            )
+        finally:
+            stream.close()
     return result
-
-
-def _versus_o200k(name: str, data: bytes, job: AnalyzeJob, counter: Counter) -> Any:
-    """How far Claude's counts are from o200k's on this file (the offline estimate's error)."""
-
-    stream = open_stream(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
-    try:
-        o200k = make_counter("o200k_base")
-        return compare_with_o200k((m for m in stream.items if isinstance(m, Message)), counter, o200k)
-    finally:
-        stream.close()
 
 
 _PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
@@ -106,7 +101,6 @@ class ValidateJob:
 
 def validate_file(job: ValidateJob) -> dict[str, Any]:
     """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry."""
-
     t = load(job.path, input_format=job.input_format, options=job.read_options)
     problems = all_problems(t.messages, strict=job.strict)
     return {
@@ -147,8 +141,7 @@ def convert_file(job: ConvertJob) -> dict[str, Any]:
 class RepairJob:
     path: str
     output: str
-    #: The archive directory; None for ``$CTXC_ARCHIVE`` or the default.
-    archive: str | None = None
+    archive: str | None = None  # None: ``$CTXC_ARCHIVE`` or the default
     input_format: str | None = None
     read_options: ReadOptions = ReadOptions()
 

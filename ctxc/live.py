@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ctxc.model import Boundary, Message, TextBlock, Transcript, UnknownBlock
+from ctxc.model import Boundary, Message, TextBlock, ThinkingBlock, Transcript, UnknownBlock
 
 #: Markup a client injects into user text (reminders, slash commands, Codex's environment): not the user's.
 INJECTED_MARKUP = re.compile(
@@ -116,10 +116,17 @@ def live_messages(transcript: Transcript) -> tuple[Message, ...]:
 
 
 def sent_messages(transcript: Transcript) -> tuple[Message, ...]:
-    """Everything the client sends next: what its compaction records carry, then the live messages."""
+    """Everything the client sends next: what its compaction records carry, then the live messages
+    without the thinking it leaves out (a message of that thinking alone not at all)."""
     live = live_context(transcript.boundaries, transcript.messages)
-    carried = (m for b in live.resets.values() for m in b.carried)
-    return (*carried, *live.split(transcript.messages)[1])
+    sent = [
+        m
+        if m.index not in live.unsent_thinking
+        else replace(m, blocks=tuple(b for b in m.blocks if not isinstance(b, ThinkingBlock)))
+        for m in live.split(transcript.messages)[1]
+        if m.index not in live.unsent_thinking or m.kind != "thinking"
+    ]
+    return (*(m for b in live.resets.values() for m in b.carried), *sent)
 
 
 def request_text(message: Message) -> str:

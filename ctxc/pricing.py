@@ -106,7 +106,16 @@ def _rates(doc: Mapping[str, Any], where: str) -> Rates:
         ) from None
 
 
-def _parse(doc: Mapping[str, Any], source: str) -> tuple[str, dict[str, Price]]:
+def _read(file: str | os.PathLike[str]) -> tuple[str, dict[str, Price]]:
+    """A price table file's date and models."""
+    path, source = Path(file), str(file)
+    try:
+        with path.open("rb") as handle:
+            doc = tomllib.load(handle)
+    except OSError as exc:
+        raise InputError(f"cannot read the price table: {exc.strerror or exc}", path=str(path)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", path=str(path)) from None
     models = doc.get("models", {})
     if not isinstance(models, dict):
         raise InputError("[models] must be a table of models", path=source)
@@ -123,34 +132,22 @@ def _parse(doc: Mapping[str, Any], source: str) -> tuple[str, dict[str, Price]]:
     return str(doc.get("as_of", "")), out
 
 
-def _load(path: Path) -> Mapping[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise InputError(f"cannot read the price table: {exc.strerror or exc}", path=str(path)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", path=str(path)) from None
-
-
 def load_prices(override: str | os.PathLike[str] | None = None) -> PriceTable:
     """The shipped table, with the models of the ``override`` file replacing or added."""
-    as_of, models = _parse(_load(SHIPPED), str(SHIPPED))
+    as_of, models = _read(SHIPPED)
     if override:
-        extra_as_of, extra_models = _parse(_load(Path(override)), str(override))
+        extra_as_of, extra_models = _read(override)
         models |= extra_models
         as_of = extra_as_of or as_of
     return PriceTable(as_of, models)
 
 
+_cached_prices = functools.cache(load_prices)
+
+
 def default_prices(override: str | None = None) -> PriceTable:
     """The shipped table with the ``override`` file (else ``$CTXC_PRICES``), read once per process."""
     return _cached_prices(override or os.environ.get("CTXC_PRICES") or None)
-
-
-@functools.cache
-def _cached_prices(override: str | None) -> PriceTable:
-    return load_prices(override)
 
 
 def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:

@@ -27,47 +27,43 @@ class ModelProfile:
 _A, _O, _G = "anthropic", "openai", "google"
 _ESTIMATE = "o200k_base"  # Claude/Gemini: o200k as the estimate (their tokenizers are not public)
 
+
+def _family(
+    provider: str, window: int, tokenizer: str, max_output: int, names: str, note: str = ""
+) -> tuple[ModelProfile, ...]:
+    """Profiles alike but for their names (space-separated)."""
+    return tuple(ModelProfile(name, provider, window, tokenizer, max_output, note) for name in names.split())
+
+
 PROFILES: tuple[ModelProfile, ...] = (
-    # Anthropic
     ModelProfile("claude-opus-4-6", _A, 1_000_000, _ESTIMATE, 128_000),
     ModelProfile("claude-sonnet-4-6", _A, 1_000_000, _ESTIMATE, 64_000),
     ModelProfile("claude-opus-4-5", _A, 200_000, _ESTIMATE, 64_000),
     ModelProfile("claude-sonnet-4-5", _A, 200_000, _ESTIMATE, 64_000, "1M window with the context-1m beta"),
     ModelProfile("claude-haiku-4-5", _A, 200_000, _ESTIMATE, 64_000),
-    ModelProfile("claude-opus-4-1", _A, 200_000, _ESTIMATE, 32_000),
-    ModelProfile("claude-opus-4", _A, 200_000, _ESTIMATE, 32_000),
+    *_family(_A, 200_000, _ESTIMATE, 32_000, "claude-opus-4-1 claude-opus-4"),
     ModelProfile("claude-sonnet-4", _A, 200_000, _ESTIMATE, 64_000, "1M window with the context-1m beta"),
     ModelProfile("claude-3-7-sonnet", _A, 200_000, _ESTIMATE, 64_000, "128k output with a beta header"),
-    ModelProfile("claude-3-5-sonnet", _A, 200_000, _ESTIMATE, 8_192),
-    ModelProfile("claude-3-5-haiku", _A, 200_000, _ESTIMATE, 8_192),
-    ModelProfile("claude-3-opus", _A, 200_000, _ESTIMATE, 4_096),
-    ModelProfile("claude-3-haiku", _A, 200_000, _ESTIMATE, 4_096),
-    # OpenAI. GPT-5 family: 400k window of which at most 272k input (128k reserved for output).
-    *(
-        ModelProfile(name, _O, 400_000, "o200k_base", 128_000, "input at most 272k")
-        for name in (
-            *("gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5-codex", "gpt-5.1", "gpt-5.1-codex"),
-            *("gpt-5.2", "gpt-5.2-codex", "gpt-5.3-codex"),
-        )
+    *_family(_A, 200_000, _ESTIMATE, 8_192, "claude-3-5-sonnet claude-3-5-haiku"),
+    *_family(_A, 200_000, _ESTIMATE, 4_096, "claude-3-opus claude-3-haiku"),
+    # GPT-5: a 400k window of which at most 272k input (128k reserved for output).
+    *_family(
+        _O,
+        400_000,
+        "o200k_base",
+        128_000,
+        "gpt-5 gpt-5-mini gpt-5-nano gpt-5-codex gpt-5.1 gpt-5.1-codex gpt-5.2 gpt-5.2-codex gpt-5.3-codex",
+        "input at most 272k",
     ),
     ModelProfile("gpt-5.4", _O, 1_050_000, "o200k_base", 128_000, "input over 272k is billed at 2x"),
-    ModelProfile("gpt-4.1", _O, 1_047_576, "o200k_base", 32_768),
-    ModelProfile("gpt-4.1-mini", _O, 1_047_576, "o200k_base", 32_768),
-    ModelProfile("gpt-4.1-nano", _O, 1_047_576, "o200k_base", 32_768),
-    ModelProfile("gpt-4o", _O, 128_000, "o200k_base", 16_384),
-    ModelProfile("gpt-4o-mini", _O, 128_000, "o200k_base", 16_384),
-    ModelProfile("o3", _O, 200_000, "o200k_base", 100_000),
-    ModelProfile("o3-mini", _O, 200_000, "o200k_base", 100_000),
-    ModelProfile("o4-mini", _O, 200_000, "o200k_base", 100_000),
-    ModelProfile("o1", _O, 200_000, "o200k_base", 100_000),
+    *_family(_O, 1_047_576, "o200k_base", 32_768, "gpt-4.1 gpt-4.1-mini gpt-4.1-nano"),
+    *_family(_O, 128_000, "o200k_base", 16_384, "gpt-4o gpt-4o-mini"),
+    *_family(_O, 200_000, "o200k_base", 100_000, "o3 o3-mini o4-mini o1"),
     ModelProfile("gpt-4-turbo", _O, 128_000, "cl100k_base", 4_096),
     ModelProfile("gpt-4-32k", _O, 32_768, "cl100k_base", 32_768),
     ModelProfile("gpt-4", _O, 8_192, "cl100k_base", 8_192),
     ModelProfile("gpt-3.5-turbo", _O, 16_385, "cl100k_base", 4_096),
-    # Google
-    ModelProfile("gemini-2.5-pro", _G, 1_048_576, _ESTIMATE, 65_536),
-    ModelProfile("gemini-2.5-flash", _G, 1_048_576, _ESTIMATE, 65_536),
-    ModelProfile("gemini-2.5-flash-lite", _G, 1_048_576, _ESTIMATE, 65_536),
+    *_family(_G, 1_048_576, _ESTIMATE, 65_536, "gemini-2.5-pro gemini-2.5-flash gemini-2.5-flash-lite"),
     ModelProfile("gemini-2.0-flash", _G, 1_048_576, _ESTIMATE, 8_192),
 )
 

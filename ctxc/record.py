@@ -1,10 +1,6 @@
-"""One dataset record compacted on its own: the per-line work of ``ctxc compact`` as a pure function.
-
-:func:`compact_record` maps over records (thread or process pools, Spark, Ray Data) and returns plain,
-picklable data, never an exception for a bad record. By default a record is cited on its own (the
-sha256 of its line, messages from 0); with ``source=RecordSource(...)`` (see :func:`record_sources`)
-its output is exactly the line ``ctxc compact FILE`` writes for it. See docs/ray.md.
-"""
+"""One dataset record compacted on its own, as a pure function to map over records (pools, Spark, Ray
+Data): plain picklable results, never an exception for a bad record. With a :class:`RecordSource` the
+output is exactly the line ``ctxc compact FILE`` writes for it. See docs/ray.md."""
 
 from __future__ import annotations
 
@@ -94,13 +90,6 @@ class _CitingArchive(Archive):
             self.backing.index_blobs(origin, notes)
 
 
-def _line_bytes(record: str | bytes | Mapping[str, Any]) -> bytes:
-    if isinstance(record, Mapping):
-        return orjson.dumps(dict(record))
-    raw = record.encode("utf-8") if isinstance(record, str) else bytes(record)
-    return raw.rstrip(b"\r\n")
-
-
 def compact_record(
     record: str | bytes | Mapping[str, Any],
     options: CompactOptions = CompactOptions(),
@@ -109,8 +98,12 @@ def compact_record(
     source: RecordSource | None = None,
 ) -> RecordResult:
     """Compact one dataset record as ``ctxc compact`` compacts each line of a file (without ``archive``
-    nothing is written); a record with no ``messages`` list is ``skipped``, a bad one an ``error``."""
-    raw = _line_bytes(record)
+    nothing is written); a record with no ``messages`` list is ``skipped``, a bad one an ``error``. By
+    default a record is cited on its own (the sha256 of its line, messages from 0)."""
+    if isinstance(record, Mapping):
+        raw = orjson.dumps(dict(record))
+    else:
+        raw = (record.encode("utf-8") if isinstance(record, str) else bytes(record)).rstrip(b"\r\n")
     name = f"<record {source.line}>" if source is not None else "<record>"
     try:
         data = orjson.loads(raw)

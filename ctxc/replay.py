@@ -20,8 +20,10 @@ from ctxc.archive_store import sha256_hex
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import UsageError
 from ctxc.formats import get_adapter
+from ctxc.formats.claude_code_chain import signer
+from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
 from ctxc.live import compactions, live_context
-from ctxc.model import Message, Transcript
+from ctxc.model import Message, ThinkingBlock, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
 from ctxc.stages import STAGE_NAMES, stage_for
 
@@ -95,61 +97,12 @@ class Replay:
 
 
 def replay(
-    transcript: Transcript,
-    manager: ContextManager,
-    *,
-    conversation: int | None = None,
-    compact: bool = True,
+    transcript: Transcript, manager: ContextManager, *, conversation: int | None = None, compact: bool = True
 ) -> Replay:
     """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
     ``compact=False`` only injects reminders (``ctxc remind``)."""
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
-    conv, msgs = _chosen(transcript, ledger, conversation)
-    # Citations name the transcript's content hash, as `compact` without an archive does.
-    archive_id = sha256_hex(transcript.to_bytes())
-    tool_role = True if get_adapter(transcript.format).tool_role else None
-
-    managed: list[Message] = []
-    managed_tokens = raw_tokens = 0
-    turns: list[Turn] = []
-    started = 0  # where the previous turn's response began in ``msgs``
-    prev_role = ""
-    # Where the log's own compaction reset the context, the replay resets to what it carried.
-    resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
-    for i, m in enumerate(msgs):
-        if (reset := resets.get(m.index)) is not None:
-            kept = [x for x in msgs[:i] if reset.kept_from is not None and x.index >= reset.kept_from]
-            managed = [*reset.carried, *kept]
-            managed_tokens = raw_tokens = ledger.total(managed)
-        if m.role == "assistant" and prev_role != "assistant":
-            number = len(turns) + 1
-            began = managed_tokens
-            compaction: Compaction | None = None
-            if compact and managed and manager.over_trigger(managed_tokens):
-                compacted, compaction = manager.compact_messages(
-                    managed, ledger=ledger, archive_id=archive_id, tool_role=tool_role
-                )
-                managed = list(compacted)
-                managed_tokens = compaction.tokens_after
-            fired = _fire_reminders(manager, msgs[started:i], number, began, compaction)
-            if fired:
-                note = reminder_message(fired, after=managed[-1] if managed else None)
-                managed.append(note)
-                managed_tokens += ledger.tokens(note)
-            sizes = (raw_tokens, managed_tokens, began, manager.stage(managed_tokens))
-            turns.append(Turn(number, m.index, m.line, *sizes, compaction=compaction, reminders=fired))
-            started = i
-        n = ledger.tokens(m)
-        managed.append(m)
-        managed_tokens += n
-        raw_tokens += n
-        prev_role = m.role
-    return _result(transcript, manager, conv, msgs, turns, raw_tokens, managed_tokens)
-
-
-def _chosen(transcript: Transcript, ledger: Any, conversation: int | None) -> tuple[int, tuple[Message, ...]]:
-    """The conversation to replay (default: the largest) and its messages."""
     conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
     if not 0 <= conv < transcript.conversations:
         raise UsageError(
@@ -158,32 +111,23 @@ def _chosen(transcript: Transcript, ledger: Any, conversation: int | None) -> tu
     msgs = transcript.conversation(conv)
     if not msgs:
         raise UsageError(f"conversation {conv} has no messages")
-    return conv, msgs
-
-
-def _fire_reminders(
-    manager: ContextManager, response: Sequence[Message], number: int, began: int, done: Compaction | None
-) -> tuple[Reminder, ...]:
-    """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
-    if manager.rules is None:
-        return ()
-    calls, said = last_response(response)
-    compacted = done is not None and done.changed
-    return manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, compacted))
-
-
-def _result(
-    transcript: Transcript,
-    manager: ContextManager,
-    conv: int,
-    msgs: Sequence[Message],
-    turns: list[Turn],
-    raw_tokens: int,
-    managed_tokens: int,
-) -> Replay:
-    """The replay of ``turns``: the usage the log recorded attached, its own compactions placed."""
-    starts = [t.line for t in turns]
-    with_usage = _recorded(transcript, msgs, turns, starts)
+    run = _Run(manager, ledger, transcript, msgs, compact)
+    # Where the log's own compaction reset the context, the replay resets to what it carried.
+    resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
+    started, prev_role = 0, ""  # where the previous turn's response began in ``msgs``
+    for i, m in enumerate(msgs):
+        if (reset := resets.get(m.index)) is not None:
+            kept = [x for x in msgs[:i] if reset.kept_from is not None and x.index >= reset.kept_from]
+            run.reset([*reset.carried, *kept])
+        if m.role == "assistant" and prev_role != "assistant":
+            run.turn(m, msgs[started:i])
+            started = i
+        run.add(m)
+        prev_role = m.role
+    # After the last message, the context is the one a resume sends (what analyze counts).
+    unsent = live_context(transcript.boundaries, transcript.messages).unsent_thinking
+    run.withhold([m for m in msgs if m.index in unsent])
+    starts = [t.line for t in run.turns]
     marks = tuple(
         BoundaryMark(_turn_after(starts, b.line), b.kind, b.line, b.trigger, b.pre_tokens)
         for b in compactions(transcript.boundaries)
@@ -199,11 +143,100 @@ def _result(
         thresholds=manager.thresholds,
         strategy=manager.options.strategy,
         tokenizer=getattr(manager.counter, "name", "?"),
-        turns=with_usage,
+        turns=_recorded(transcript, msgs, run.turns, starts),
         boundaries=marks,
-        final_raw=raw_tokens,
-        final_tokens=managed_tokens,
+        final_raw=run.raw_tokens,
+        final_tokens=run.managed_tokens,
     )
+
+
+def _signer(message: Message) -> str | None:
+    """The model a Claude Code response's thinking is signed for; None when it names none."""
+    model = message.meta.get("model")
+    return None if model is None or model == SYNTHETIC_MODEL else signer(model)
+
+
+class _Run:
+    """A replay in progress: the context as recorded (raw) and as managed, and the turns so far. Claude
+    Code sends a model only the thinking recorded with it (another's signatures would not verify)."""
+
+    def __init__(
+        self,
+        manager: ContextManager,
+        ledger: Ledger,
+        transcript: Transcript,
+        msgs: Sequence[Message],
+        compact: bool,
+    ) -> None:
+        self.manager, self.ledger, self.compact = manager, ledger, compact
+        # Citations name the transcript's content hash, as `compact` without an archive does.
+        self.cite = sha256_hex(transcript.to_bytes())
+        self.tool_role = True if get_adapter(transcript.format).tool_role else None
+        self.raw: list[Message] = []
+        self.managed: list[Message] = []
+        self.raw_tokens = self.managed_tokens = 0
+        self.turns: list[Turn] = []
+        thinks = [m for m in msgs if any(isinstance(b, ThinkingBlock) for b in m.blocks)]
+        self.signed = [(m, s) for m in thinks if (s := _signer(m)) is not None]
+        self.model: str | None = None  # the model of the turn: it is sent only its own thinking
+        self.withheld = False
+
+    def reset(self, messages: list[Message]) -> None:
+        self.raw, self.managed = list(messages), list(messages)
+        self.raw_tokens = self.managed_tokens = self.ledger.total(messages)
+
+    def add(self, message: Message) -> None:
+        n = self.ledger.tokens(message)
+        self.raw.append(message)
+        self.managed.append(message)
+        self.raw_tokens += n
+        self.managed_tokens += n
+
+    def withhold(self, messages: list[Message]) -> None:
+        """Count ``messages`` without their thinking from now on, and every other message with it."""
+        if messages or self.withheld:
+            self.ledger.resend()
+            self.ledger.unsend(messages)
+            self.withheld = bool(messages)
+            self.raw_tokens, self.managed_tokens = (
+                self.ledger.total(self.raw),
+                self.ledger.total(self.managed),
+            )
+
+    def turn(self, response: Message, previous: Sequence[Message]) -> None:
+        """The model call that produced ``response``, after ``previous`` (the previous turn's messages):
+        compacted past the trigger, reminders due injected."""
+        if (model := _signer(response)) not in (None, self.model):
+            self.model = model
+            self.withhold([m for m, s in self.signed if m.index < response.index and s != model])
+        manager, began = self.manager, self.managed_tokens
+        compaction: Compaction | None = None
+        if self.compact and self.managed and manager.over_trigger(began):
+            compacted, compaction = manager.compact_messages(
+                self.managed, ledger=self.ledger, archive_id=self.cite, tool_role=self.tool_role
+            )
+            self.managed, self.managed_tokens = list(compacted), compaction.tokens_after
+        number = len(self.turns) + 1
+        fired = _fire_reminders(manager, previous, number, began, compaction)
+        if fired:
+            note = reminder_message(fired, after=self.managed[-1] if self.managed else None)
+            self.managed.append(note)
+            self.managed_tokens += self.ledger.tokens(note)
+        sizes = (self.raw_tokens, self.managed_tokens, began, manager.stage(self.managed_tokens))
+        self.turns.append(
+            Turn(number, response.index, response.line, *sizes, compaction=compaction, reminders=fired)
+        )
+
+
+def _fire_reminders(
+    manager: ContextManager, response: Sequence[Message], number: int, began: int, done: Compaction | None
+) -> tuple[Reminder, ...]:
+    """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
+    if manager.rules is None:
+        return ()
+    calls, said = last_response(response)
+    compacted = done is not None and done.changed
+    return manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, compacted))
 
 
 def _pick_conversation(transcript: Transcript, ledger: Any) -> int:
@@ -228,41 +261,39 @@ def _recorded(
 ) -> tuple[Turn, ...]:
     """Attach the context size the log recorded to each turn: usage on the turn's own messages
     (Claude Code, pi), else usage lines placed by position (Codex after the response, Kimi before)."""
-    if not turns:
-        return ()
-    recorded: dict[int, int] = {}
-    on_messages = [m for m in msgs if m.usage is not None]
-    if on_messages:
-        for m in on_messages:
-            assert m.usage is not None
-            k = bisect.bisect_right(starts, m.line)  # the turn whose run holds this message
-            if k and m.usage.context:
-                recorded.setdefault(k, m.usage.context)
-    elif transcript.conversations == 1:
+    found = [(m.line, m.usage.context) for m in msgs if m.usage is not None]
+    before = False  # on the turn's messages or after its response: the turn whose run holds it
+    if not found and transcript.conversations == 1:
+        found = [(u.line, u.context) for u in transcript.usage]
         before = get_adapter(transcript.format).usage_before_response
-        for u in transcript.usage:
-            k = _turn_after(starts, u.line) if before else bisect.bisect_right(starts, u.line)
-            if 1 <= k <= len(turns) and u.context:
-                recorded.setdefault(k, u.context)
+    recorded: dict[int, int] = {}
+    for line, context in found:
+        k = bisect.bisect_right(starts, line) + before
+        if 1 <= k <= len(turns) and context:
+            recorded.setdefault(k, context)
     return tuple(dataclasses.replace(t, recorded=recorded.get(t.turn)) for t in turns)
 
 
+def _fields(obj: object, names: dict[str, str]) -> dict[str, Any]:
+    """``obj``'s attributes as JSON keys: key → attribute name."""
+    return {key: getattr(obj, name) for key, name in names.items()}
+
+
+_SUMMARY = {"peak_without": "peak_raw", "peak_with": "peak_tokens", "final_without": "final_raw"}
+_SUMMARY |= {"final_with": "final_tokens", "recorded_peak": "recorded_peak"}
+_TURN = {k: k for k in ("turn", "index", "line")} | {"without": "raw_tokens", "with": "tokens"}
+_TURN |= {"before": "tokens_before", "stage": "stage", "recorded": "recorded"}
+_COMPACTION = {k: k for k in ("stage", "tokens_before", "tokens_after", "freed", "strategies")}
+_REMINDER = {k: k for k in ("rule", "trigger", "detail", "message")}
+
+
 def replay_to_json(r: Replay) -> dict[str, Any]:
+    counts = {"turns": len(r.turns), "compactions": len(r.compactions), "reminders": len(r.reminders)}
     freed = sum(t.compaction.freed for t in r.compactions if t.compaction)
     return {
         **{f.name: getattr(r, f.name) for f in dataclasses.fields(r)[:9]},  # path to tokenizer
         "thresholds": list(r.thresholds),
-        "summary": {
-            "turns": len(r.turns),
-            "compactions": len(r.compactions),
-            "reminders": len(r.reminders),
-            "peak_without": r.peak_raw,
-            "peak_with": r.peak_tokens,
-            "final_without": r.final_raw,
-            "final_with": r.final_tokens,
-            "recorded_peak": r.recorded_peak,
-            "tokens_freed": freed,
-        },
+        "summary": {**counts, **_fields(r, _SUMMARY), "tokens_freed": freed},
         "turns": [_turn_json(t) for t in r.turns],
         "boundaries": [dataclasses.asdict(b) for b in r.boundaries],
     }
@@ -271,27 +302,9 @@ def replay_to_json(r: Replay) -> dict[str, Any]:
 def _turn_json(t: Turn) -> dict[str, Any]:
     c = t.compaction
     return {
-        "turn": t.turn,
-        "index": t.index,
-        "line": t.line,
-        "without": t.raw_tokens,
-        "with": t.tokens,
-        "before": t.tokens_before,
-        "stage": t.stage,
-        "recorded": t.recorded,
-        "compaction": None
-        if c is None
-        else {
-            "stage": c.stage,
-            "tokens_before": c.tokens_before,
-            "tokens_after": c.tokens_after,
-            "freed": c.freed,
-            "strategies": list(c.strategies),
-        },
-        "reminders": [
-            {"rule": x.rule, "trigger": x.trigger, "detail": x.detail, "message": x.message}
-            for x in t.reminders
-        ],
+        **_fields(t, _TURN),
+        "compaction": None if c is None else {**_fields(c, _COMPACTION), "strategies": list(c.strategies)},
+        "reminders": [_fields(x, _REMINDER) for x in t.reminders],
     }
 
 
@@ -319,13 +332,8 @@ def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
     for c in range(width):
         span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
         seen = [t.recorded for t in span if t.recorded is not None]
-        ev = (
-            "C"
-            if any(t.compaction is not None for t in span)
-            else "R"
-            if any(t.reminders for t in span)
-            else " "
-        )
+        compacted, reminded = any(t.compaction is not None for t in span), any(t.reminders for t in span)
+        ev = "C" if compacted else "R" if reminded else " "
         cols.append(
             (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen, default=None), ev)
         )
@@ -338,6 +346,8 @@ def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
 
 
 _STAGE_STYLES = {1: "green", 2: "yellow", 3: "dark_orange", 4: "red", 5: "bold red"}
+#: The chart's marks for the managed, recorded and raw sizes and the window, with their styles.
+_MARKS = (("●", "bold cyan"), ("◆", "magenta"), ("·", "dim"), ("─", "red"))
 
 
 def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
@@ -361,16 +371,9 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
         stage = stage_for((row + 0.5) * top / height / r.window, r.thresholds)
         out.append(f"{row * top / height / 1000:>6,.0f}k s{stage} │", style=_STAGE_STYLES[stage])
         for raw, managed, logged, _ in cols:
-            if row_of(managed) == row:
-                out.append("●", style="bold cyan")
-            elif logged is not None and row_of(logged) == row:
-                out.append("◆", style="magenta")
-            elif row_of(raw) == row:
-                out.append("·", style="dim")
-            elif row == row_of(r.window):
-                out.append("─", style="red")
-            else:
-                out.append(" ")
+            values = (managed, logged, raw, r.window)  # the first one at this row shows
+            hit = (mark for v, mark in zip(values, _MARKS, strict=True) if v is not None and row_of(v) == row)
+            out.append(*next(hit, (" ", None)))
         out.append("\n")
     pad, last = " " * 11, r.turns[-1].turn
     out.append(" " * 10 + "└" + "─" * width + "\n")

@@ -72,25 +72,24 @@ def _head_records(path: Path) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def _claude_cwd(path: Path) -> str | None:
-    return next((r["cwd"] for r in _head_records(path) if isinstance(r.get("cwd"), str)), None)
-
-
-def _codex_cwd(path: Path) -> str | None:
+def _cwd(agent: str, path: Path) -> str | None:
+    """The working directory a session file recorded: on any Claude Code record, in Codex's session_meta."""
     for record in _head_records(path):
+        if agent == "claude-code" and isinstance(record.get("cwd"), str):
+            return str(record["cwd"])
         payload = record.get("payload")
-        if record.get("type") == "session_meta" and isinstance(payload, dict):
+        if agent == "codex" and record.get("type") == "session_meta" and isinstance(payload, dict):
             cwd = payload.get("cwd")
             return cwd if isinstance(cwd, str) else None
     return None
 
 
-def _session(agent: str, session_id: str, path: Path, project: str | None) -> Session | None:
+def _session(agent: str, session_id: str, path: Path) -> Session | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return Session(session_id, agent, path, project, st.st_mtime, st.st_size)
+    return Session(session_id, agent, path, _cwd(agent, path), st.st_mtime, st.st_size)
 
 
 def _listing(directory: Path) -> list[str]:
@@ -108,7 +107,7 @@ def claude_sessions(project: str | None = None) -> list[Session]:
     else:
         dirs = [root / n for n in _listing(root) if (root / n).is_dir()]
     files = (d / n for d in dirs for n in _listing(d) if n.endswith(".jsonl") and not n.startswith("agent-"))
-    found = (_session("claude-code", f.stem, f, _claude_cwd(f)) for f in files)
+    found = (_session("claude-code", f.stem, f) for f in files)
     # Two directories can share a project name ("/a/b" and "/a-b"): the recorded cwd tells them apart.
     return [s for s in found if s is not None and (project is None or s.project in (None, project))]
 
@@ -119,11 +118,8 @@ def codex_sessions(project: str | None = None) -> list[Session]:
     for directory, _, names in sorted(os.walk(codex_home() / "sessions")):
         for name in sorted(names):
             if match := _CODEX_FILE.fullmatch(name):
-                path = Path(directory) / name
-                cwd = _codex_cwd(path)
-                if project is None or cwd == project:
-                    found.append(_session("codex", match.group(1), path, cwd))
-    return [s for s in found if s is not None]
+                found.append(_session("codex", match.group(1), Path(directory) / name))
+    return [s for s in found if s is not None and (project is None or s.project == project)]
 
 
 def find_sessions(agent: str | None = None, project: str | None = None) -> list[Session]:

@@ -50,8 +50,10 @@ def open_wal(
     *,
     page_size: int | None = None,
 ) -> sqlite3.Connection:
-    """Connect in autocommit mode, switch to WAL and run ``setup``, retried within ``timeout``: switching
-    to WAL can fail with "database is locked" at once, without the busy handler."""
+    """Create ``path`` 0600 (and its -wal, -shm) in a 0700 folder whatever the umask (caches and the index
+    quote transcripts), connect in autocommit mode, switch to WAL and run ``setup``, retried within
+    ``timeout``: switching to WAL can fail with "database is locked" at once, without the busy handler."""
+    private_file(private_dir(path.parent) / path.name)
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -114,8 +116,6 @@ class SqliteStore:
             return None
         if self._conn is None:
             try:
-                # Summaries quote transcripts: the file is 0600 (and its -wal, -shm) whatever the umask.
-                private_file(private_dir(self.path.parent) / self.path.name)
                 self._conn = open_wal(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
             except (OSError, sqlite3.Error) as exc:
                 self._fail(exc)
@@ -135,10 +135,8 @@ class SqliteStore:
 
     def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """Run ``sql`` for every row in one immediate transaction."""
-        if not rows:
-            return
         with self._lock:
-            conn = self._connect()
+            conn = self._connect() if rows else None
             if conn is None:
                 return
             try:

@@ -26,8 +26,7 @@ def cpu_count() -> int:
 
 def cache_dir() -> Path:
     """Where ctxc keeps what it can recompute: ``$CTXC_CACHE_DIR``, else the user's cache folder."""
-    base = os.environ.get("CTXC_CACHE_DIR")
-    if base:
+    if base := os.environ.get("CTXC_CACHE_DIR"):
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
@@ -102,25 +101,19 @@ def exit_with(pid: int, *, busy: threading.Lock | None = None, grace: float = 60
     ended; a file in work (``busy`` held) is finished first, for at most ``grace`` seconds."""
 
     def watch() -> None:
-        _wait_gone(pid)
+        try:
+            fd = os.pidfd_open(pid)  # Linux 5.3+: readable once the process has ended, no polling
+        except (AttributeError, OSError):
+            while pid_alive(pid):  # elsewhere, or already gone: ask once a second
+                time.sleep(1.0)
+        else:
+            select.select([fd], [], [])
+            os.close(fd)
         if busy is not None:
             busy.acquire(timeout=grace)
         os._exit(1)
 
     threading.Thread(target=watch, name="ctxc-exit-with", daemon=True).start()
-
-
-def _wait_gone(pid: int) -> None:
-    try:
-        fd = os.pidfd_open(pid)  # Linux 5.3+: readable once the process has ended, no polling
-    except (AttributeError, OSError):
-        while pid_alive(pid):  # elsewhere, or already gone: ask once a second
-            time.sleep(1.0)
-        return
-    try:
-        select.select([fd], [], [])
-    finally:
-        os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,13 +119,24 @@ def test_atomic_output_into_a_missing_directory(tmp_path: Path) -> None:
         pass
 
 
+def _started_ctxc(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`python -m ctxc ARGS`, returned once its entry point is loaded and about to run: a signal's
+    delay counts from there, since the interpreter's start and the package import before it are out
+    of ctxc's reach and, on a loaded machine, can outlast the delay by themselves."""
+    start = "import os, sys, ctxc.__main__ as entry; os.write(2, b'started\\n'); entry.run()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", start, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    ready, _, _ = select.select([proc.stderr], [], [], 60)
+    assert ready
+    # One write, read past the pipe's reader object (communicate reads the descriptor itself).
+    assert os.read(proc.stderr.fileno(), 8) == b"started\n"
+    return proc
+
+
 def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
     """A real Ctrl-C on a real process: the output file never appears half-written."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
     big = tmp_path / "big.jsonl"
     line = (SAMPLES / "chat-openai.jsonl").read_bytes()
     # 47 MB: about 2 s of work, so the signal at 1 s lands mid-run. At 14 MB the run (0.9 s since its
@@ -128,25 +144,9 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
     big.write_bytes(line * 1000)
     out = tmp_path / "small.jsonl"
     env = {**os.environ, "CTXC_NO_CACHE": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctxc",
-        "compact",
-        str(big),
-        "-s",
-        "fifo",
-        "--target-tokens",
-        "5000",
-        "--archive",
-        str(tmp_path / "arch"),
-        "-o",
-        str(out),
-        "--window",
-        "10000000",
-        "--allow-over",  # uninterrupted, it writes its output and exits 0
-    ]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    args = ["compact", str(big), "-s", "fifo", "--target-tokens", "5000", "--archive", str(tmp_path / "arch")]
+    # Uninterrupted, it writes its output and exits 0.
+    proc = _started_ctxc([*args, "-o", str(out), "--window", "10000000", "--allow-over"], env)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -165,31 +165,11 @@ def test_sigint_mid_compact_leaves_no_output(tmp_path: Path) -> None:
 def test_ctrl_c_while_starting_is_one_line_and_130(tmp_path: Path, delay: float) -> None:
     """Ctrl-C while ctxc imports (before its error boundary exists) or while it works: no traceback,
     and the documented code rather than death by SIGINT, which CPython picks at exit when the
-    interrupt escaped code that dataclasses ran through exec(). The delay counts from the moment the
-    entry point runs: the interpreter's start and the import of the package before it are out of
-    reach, and on a loaded machine they alone can outlast the shortest delay."""
-    import select
-    import signal
-    import subprocess
-    import sys
-    import time
-
+    interrupt escaped code that dataclasses ran through exec()."""
     big = tmp_path / "big.jsonl"
     big.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes() * 100)
     env = {**os.environ, "CTXC_NO_CACHE": "1"}
-    # `python -m ctxc`, after a line on stderr that says its entry point is loaded and about to run.
-    start = "import os, sys, ctxc.__main__ as entry; os.write(2, b'started\\n'); entry.run()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", start, "analyze", str(big), "--format", "json"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    ready, _, _ = select.select([proc.stderr], [], [], 60)
-    assert ready
-    # One write, read past the pipe's reader object (communicate reads the descriptor itself).
-    assert os.read(proc.stderr.fileno(), 8) == b"started\n"
+    proc = _started_ctxc(["analyze", str(big), "--format", "json"], env)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

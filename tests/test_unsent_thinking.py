@@ -10,15 +10,20 @@ import orjson
 import pytest
 from conftest import SAMPLES
 
+from ctxc.agent import ContextManager
 from ctxc.analysis import analyze
 from ctxc.check import check_file, resolve_budget
 from ctxc.compaction.base import CompactContext
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.compaction.thinking import Thinking
+from ctxc.evaluate import EvalOptions, Source, run_eval, text_of
+from ctxc.evaluate.judge import JudgeScore
+from ctxc.evaluate.needles import Planted
 from ctxc.formats import load
-from ctxc.live import live_context
-from ctxc.model import ThinkingBlock
+from ctxc.live import live_context, sent_messages
+from ctxc.model import Message, ThinkingBlock, Transcript
+from ctxc.replay import replay
 from ctxc.summarize import get_summarizer
 from ctxc.tokens import make_counter
 
@@ -159,3 +164,86 @@ def test_the_ledger_counts_unsent_thinking_in_one_call() -> None:
     ledger.unsend(messages)
     assert len(calls) - before == 1  # a round trip to a counting worker each would be one per message
     assert all(not ledger.sends_thinking(m) for m in messages)
+
+
+def _thinking_before(path: Path, ids: list[str], index: int) -> int:
+    """Tokens of the thinking of responses ``ids`` that precede message ``index``."""
+    counter = make_counter("o200k_base")
+    texts = [
+        b.text
+        for m in load(path).messages
+        if m.index < index and m.meta.get("message_id") in ids
+        for b in m.blocks
+        if isinstance(b, ThinkingBlock)
+    ]
+    return sum(counter.count(texts)) if texts else 0
+
+
+@pytest.mark.parametrize("earlier", [slice(0, -1), slice(1, -1)], ids=["switch-once", "switch-and-back"])
+def test_replay_counts_the_thinking_each_turn_sent_and_the_resume_sends(
+    tmp_path: Path, earlier: slice
+) -> None:
+    ids = _thinking_responses()
+    unsent = ids[earlier]  # recorded with EARLIER; the rest, the last included, with the sample's model
+    path = _switched(tmp_path, dict.fromkeys(unsent, EARLIER))
+    as_recorded = replay(load(SAMPLE), ContextManager(window=10_000_000))
+    r = replay(load(path), ContextManager(window=10_000_000))
+    model = {m.index: m.meta.get("model") for m in load(path).messages}
+    by_response = {m.meta.get("message_id"): m.meta.get("model") for m in load(path).messages}
+    assert {model[t.index] for t in r.turns} == {EARLIER, model[r.turns[-1].index]}
+    for old, new in zip(as_recorded.turns, r.turns, strict=True):
+        # A turn is sent the thinking recorded with its own model, not another's.
+        other = [i for i in ids if by_response[i] != model[new.index]]
+        assert new.raw_tokens == new.tokens == old.raw_tokens - _thinking_before(path, other, new.index)
+    assert any(t.raw_tokens < o.raw_tokens for o, t in zip(as_recorded.turns, r.turns, strict=True))
+    # The context after the last message is the one a resume sends: analyze's.
+    assert r.final_raw == r.final_tokens == analyze(path, use_cache=False).total_tokens
+    assert r.final_raw == as_recorded.final_raw - _thinking_tokens(path, unsent)
+    assert r.peak_raw == r.final_raw
+
+
+def test_replay_compacts_the_context_as_sent(switched: tuple[Path, list[str], list[str]]) -> None:
+    path = switched[0]
+    r = replay(load(path), ContextManager(window=16_000))
+    assert r.compactions
+    for t in r.compactions:
+        assert t.compaction is not None
+        assert t.compaction.tokens_before == t.tokens_before
+        assert t.tokens == t.compaction.tokens_after <= t.raw_tokens
+    assert r.final_raw == analyze(path, use_cache=False).total_tokens
+
+
+def test_what_eval_measures_is_what_the_client_sends(switched: tuple[Path, list[str], list[str]]) -> None:
+    path, unsent, sent = switched
+    t = load(path)
+    text = text_of(sent_messages(t))
+    thinking = {
+        mid: [
+            b.text
+            for m in t.messages
+            if m.meta.get("message_id") == mid
+            for b in m.blocks
+            if isinstance(b, ThinkingBlock)
+        ]
+        for mid in unsent + sent
+    }
+    assert all(x not in text for mid in unsent for x in thinking[mid])
+    assert all(x in text for mid in sent for x in thinking[mid])
+    # The default window is the size of the context as sent, as compaction counts it.
+    options = EvalOptions(strategies=("fifo",), targets=(0.5,), needles=2, use_cache=False)
+    judged: list[Sequence[Message]] = []
+
+    class Recording:
+        def score(self, output: Sequence[Message], planted: Planted, original: Transcript) -> JudgeScore:
+            judged.append(output)
+            return JudgeScore({})
+
+    (case,) = run_eval([Source(str(path), path.read_bytes())], options, judge=Recording()).cases
+    assert case.error is None
+    assert case.window == case.tokens_before < analyze(SAMPLE, use_cache=False).total_tokens
+    # The judge reads what the client sends of the output, too.
+    (read,) = judged
+    sent_thinking = [b for m in read if m.meta.get("message_id") in sent for b in m.blocks]
+    assert any(isinstance(b, ThinkingBlock) for b in sent_thinking)
+    unsent_thinking = [b for m in read if m.meta.get("message_id") in unsent for b in m.blocks]
+    assert not any(isinstance(b, ThinkingBlock) for b in unsent_thinking)

@@ -42,6 +42,7 @@ def _share(kept: int, total: int) -> str:
 
 
 def _render(report: Any) -> None:
+    from ctxc.evaluate import SURVIVAL_KINDS
     from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
@@ -57,9 +58,7 @@ def _render(report: Any) -> None:
             _of(r.needles_recovered, r.needles),
             f"{r.retained}+{r.by_search}",
             _of(r.intent_kept, r.intent),
-            _share(*r.survival["paths"]),
-            _share(*r.survival["errors"]),
-            _share(*r.survival["decisions"]),
+            *(_share(*r.survival[k]) for k in SURVIVAL_KINDS),
             _of(r.valid, r.files),
             _of(r.budget_ok, r.files),
             f"{r.mean_ratio:.2f}",

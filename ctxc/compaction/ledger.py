@@ -35,6 +35,10 @@ class Ledger:
         for m, thinking in zip(messages, thinking_tokens(messages, self.counter), strict=True):
             self._unsent[id(m)] = self._memo[id(m)][1] if m.kind == "thinking" else thinking
 
+    def resend(self) -> None:
+        """Count every message with its thinking again (a replayed turn of another model)."""
+        self._unsent.clear()
+
     def sends_thinking(self, message: Message) -> bool:
         """Whether the client sends ``message``'s thinking (not when :meth:`unsend` said otherwise)."""
         return id(message) not in self._unsent

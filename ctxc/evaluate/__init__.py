@@ -15,18 +15,27 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.errors import CtxcError, UsageError
+from ctxc.archive import Archive
+from ctxc.archive_store import sha256_hex
+from ctxc.batch import expand_paths
+from ctxc.compaction import strategies as registry
+from ctxc.compaction.ledger import Ledger
+from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.errors import CtxcError, InputError, UsageError
+from ctxc.evaluate.generate import generate
 from ctxc.evaluate.measures import first_requests, norm, problems, survival, text_of
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
+from ctxc.formats import load
 from ctxc.live import live_context, live_messages, sent_messages
 from ctxc.model import Message
+from ctxc.reader import ReadOptions, named_bytes
+from ctxc.search import search_index
+from ctxc.search.index import SearchIndex, open_index
+from ctxc.tokens import Counter, make_counter
 
 if TYPE_CHECKING:
-    from ctxc.archive import Archive
     from ctxc.evaluate.judge import Judge, JudgeScore
     from ctxc.search.embed import Embedder
-    from ctxc.search.index import SearchIndex
-    from ctxc.tokens import Counter
 
 DEFAULT_TARGETS = (0.10, 0.25)
 SURVIVAL_KINDS = ("paths", "errors", "decisions")
@@ -136,21 +145,13 @@ class Row:
     judge: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        needles = {"recovered": self.needles_recovered, "total": self.needles, "retained": self.retained}
         return {
-            "strategy": self.strategy,
-            "target_ratio": self.target_ratio,
-            "files": self.files,
-            "needles": {
-                "recovered": self.needles_recovered,
-                "total": self.needles,
-                "retained": self.retained,
-                "by_search": self.by_search,
-            },
+            **{k: getattr(self, k) for k in ("strategy", "target_ratio", "files")},
+            "needles": {**needles, "by_search": self.by_search},
             "intent": {"kept": self.intent_kept, "total": self.intent},
             "survival": {k: list(v) for k, v in self.survival.items()},
-            "valid": self.valid,
-            "budget_ok": self.budget_ok,
-            "errors": self.errors,
+            **{k: getattr(self, k) for k in ("valid", "budget_ok", "errors")},
             "mean_ratio": round(self.mean_ratio, 4),
             "seconds": round(self.seconds, 3),
             "judge": None if self.judge is None else round(self.judge, 4),
@@ -160,6 +161,32 @@ class Row:
 def _total(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
     pairs = list(pairs)
     return sum(k for k, _ in pairs), sum(t for _, t in pairs)
+
+
+def _row(strategy: str, target: float, cases: list[Case]) -> Row:
+    needles = [n for c in cases for n in c.needles]
+    by_search = sum((not n.retained) and n.search_rank is not None for n in needles)
+    intent = _total((c.first_requests[0] + c.pinned[0], c.first_requests[1] + c.pinned[1]) for c in cases)
+    ok = [c for c in cases if c.error is None]
+    judged = [c.judge.overall for c in cases if c.judge is not None]
+    return Row(
+        strategy=strategy,
+        target_ratio=target,
+        files=len(cases),
+        needles_recovered=sum(n.recovered for n in needles),
+        needles=len(needles),
+        retained=sum(n.retained for n in needles),
+        by_search=by_search,
+        intent_kept=intent[0],
+        intent=intent[1],
+        survival={k: _total(c.survival.get(k, (0, 0)) for c in cases) for k in SURVIVAL_KINDS},
+        valid=sum(c.valid for c in cases),
+        budget_ok=sum(c.budget_ok for c in cases),
+        errors=len(cases) - len(ok),
+        mean_ratio=sum(c.ratio for c in ok) / len(ok) if ok else 1.0,
+        seconds=sum(c.seconds for c in cases),
+        judge=sum(judged) / len(judged) if judged else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,36 +199,7 @@ class EvalReport:
         groups: dict[tuple[str, float], list[Case]] = {}
         for c in self.cases:
             groups.setdefault((c.strategy, c.target_ratio), []).append(c)
-        rows: list[Row] = []
-        for (strategy, target), cases in groups.items():
-            needles = [n for c in cases for n in c.needles]
-            survival = {k: _total(c.survival.get(k, (0, 0)) for c in cases) for k in SURVIVAL_KINDS}
-            intent = _total(
-                (c.first_requests[0] + c.pinned[0], c.first_requests[1] + c.pinned[1]) for c in cases
-            )
-            ok = [c for c in cases if c.error is None]
-            judged = [c.judge.overall for c in cases if c.judge is not None]
-            rows.append(
-                Row(
-                    strategy=strategy,
-                    target_ratio=target,
-                    files=len(cases),
-                    needles_recovered=sum(n.recovered for n in needles),
-                    needles=len(needles),
-                    retained=sum(n.retained for n in needles),
-                    by_search=sum((not n.retained) and n.search_rank is not None for n in needles),
-                    intent_kept=intent[0],
-                    intent=intent[1],
-                    survival=survival,
-                    valid=sum(c.valid for c in cases),
-                    budget_ok=sum(c.budget_ok for c in cases),
-                    errors=len(cases) - len(ok),
-                    mean_ratio=sum(c.ratio for c in ok) / len(ok) if ok else 1.0,
-                    seconds=sum(c.seconds for c in cases),
-                    judge=sum(judged) / len(judged) if judged else None,
-                )
-            )
-        return rows
+        return [_row(strategy, target, cases) for (strategy, target), cases in groups.items()]
 
     def lost_needles(self) -> list[tuple[Case, NeedleOutcome]]:
         """Every needle neither retained nor found by search: the findings to look at."""
@@ -217,12 +215,7 @@ class Source:
 def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
     """The files of ``paths`` (directories walked), or generated sessions when there are none."""
     if not paths:
-        from ctxc.evaluate.generate import generate
-
         return [Source(g.name, g.data) for g in generate(options.seed, options.generated)]
-    from ctxc.batch import expand_paths
-    from ctxc.errors import InputError
-
     out: list[Source] = []
     for p in expand_paths(list(paths)):
         if p == "-":
@@ -246,10 +239,6 @@ class _Prepared:
 
 def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     """The source read, its needles and instruction planted, and what its cases measure against."""
-    from ctxc.formats import load
-    from ctxc.reader import ReadOptions, named_bytes
-    from ctxc.tokens.cost import count_messages
-
     rng = random.Random(f"ctxc-eval/{options.seed}/{Path(src.name).name}")
     t = load(named_bytes(src.name, src.data), options=ReadOptions(skip_invalid=options.skip_invalid))
     planted = plant(
@@ -257,7 +246,9 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     )
     t = planted.transcript
     live = live_context(t.boundaries, t.messages)
-    sizes = [sum(count_messages(live.split(t.conversation(c))[1], counter)) for c in range(t.conversations)]
+    ledger = Ledger(counter)  # counts the live context as sent, as compaction does
+    ledger.unsend(m for m in t.messages if m.index in live.unsent_thinking)
+    sizes = [ledger.total(live.split(t.conversation(c))[1]) for c in range(t.conversations)]
     exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
     window = options.window or max([*sizes, 1])
     return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)
@@ -265,8 +256,6 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
 
 def _check(options: EvalOptions) -> tuple[str, ...]:
     """The strategies to run; a usage error for an unknown one or a bad option."""
-    from ctxc.compaction import strategies as registry
-
     names = options.strategies or tuple(registry())
     unknown = [n for n in names if n not in registry()]
     if unknown:
@@ -290,8 +279,6 @@ def _measure(
     judge: Judge | None,
 ) -> tuple[Case, tuple[bool, ...]]:
     """One compaction measured, and which needles its output still holds."""
-    from ctxc.compaction.run import CompactOptions, compact_transcript
-
     t, planted = prep.planted.transcript, prep.planted
     opts = CompactOptions(
         strategy=strategy,
@@ -312,7 +299,8 @@ def _measure(
         return replace(case, error=str(exc)), ()
     seconds = time.perf_counter() - start
     out = result.transcript
-    out_text = text_of(sent_messages(out))  # what the client sends next
+    sent = sent_messages(out)  # what the client sends next
+    out_text = text_of(sent)
     flat = norm(out_text)
     instruction = planted.instruction
     case = replace(
@@ -327,7 +315,7 @@ def _measure(
         survival=survival(prep.sent, out_text, exclude=prep.exclude),
         problems=problems(live_messages(out), live_messages(t)),
         budget_ok=all(c.tokens_after <= c.target for c in result.conversations),
-        judge=judge.score(out.messages, planted, t) if judge is not None else None,
+        judge=judge.score(sent, planted, t) if judge is not None else None,
     )
     return case, tuple(n.value in out_text for n in planted.needles)
 
@@ -342,9 +330,6 @@ def run_eval(
 ) -> EvalReport:
     """Plant, compact with every strategy to every target, search, measure; ``archive`` keeps the
     evaluation's archive there instead of a temporary one."""
-    from ctxc.archive import Archive
-    from ctxc.tokens import make_counter
-
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared = [_prepare(src, options, counter) for src in sources]
@@ -383,9 +368,6 @@ def _search_ranks(
     prepared: Sequence[_Prepared], store: Archive, options: EvalOptions
 ) -> dict[tuple[str, int], int | None]:
     """(source, needle number) → :func:`_search_rank` of every planted needle, in one open index."""
-    from ctxc.archive_store import sha256_hex
-    from ctxc.search.index import open_index
-
     ranks: dict[tuple[str, int], int | None] = {}
     if not any(prep.planted.needles for prep in prepared):
         return ranks
@@ -407,8 +389,6 @@ def _search_rank(
 ) -> int | None:
     """The 1-based rank of the first of the top ``search_k`` hits that is in the needle's own original
     (``ident``) and holds its value, else None."""
-    from ctxc.search import search_index
-
     scope = ident if options.search_scope == "session" else None
     hybrid = embedder is not None
     hits = search_index(

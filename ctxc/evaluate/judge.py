@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ctxc.errors import SummarizerError
+from ctxc.compaction.postprocess import request_terms
+from ctxc.errors import SummarizerError, UsageError
 from ctxc.evaluate.measures import tool_paths
 from ctxc.model import Message, TextBlock, Transcript
+from ctxc.summarize import SummarizerOptions
+from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
 from ctxc.summarize.cache import LazySummaryCache
+from ctxc.summarize.prompt import clip, render_transcript
 
 if TYPE_CHECKING:
     from ctxc.evaluate.needles import Planted
@@ -85,8 +89,6 @@ def _last_request(messages: Sequence[Message]) -> str:
 
 def probes(planted: Planted, original: Transcript) -> list[Probe]:
     """The probe questions for one planted transcript, with their known answers."""
-    from ctxc.compaction.postprocess import request_terms
-
     out = [
         Probe("decisions" if n.kind == "decision" else "recall", n.question, (n.value,))
         for n in planted.needles
@@ -125,8 +127,6 @@ def parse_answers(text: str, count: int) -> list[str]:
 
 
 def build_prompt(output: Sequence[Message], questions: Sequence[Probe]) -> str:
-    from ctxc.summarize.prompt import clip, render_transcript
-
     context = clip(render_transcript(output, result_chars=RESULT_CHARS), CONTEXT_CHARS)
     numbered = "\n".join(f"{i}. {p.question}" for i, p in enumerate(questions, 1))
     return f"<context>\n{context}\n</context>\n\nQuestions:\n{numbered}"
@@ -143,9 +143,6 @@ class AnthropicJudge:
         timeout: float = 120.0,
         use_cache: bool = True,
     ) -> None:
-        from ctxc.summarize import SummarizerOptions
-        from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
-
         self.model = resolve_model(SummarizerOptions(model=model))
         self.api = AnthropicAPI(
             self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
@@ -189,8 +186,6 @@ def make_judge(
     use_cache: bool = True,
 ) -> Judge:
     """The judge called ``name`` (only ``anthropic``), preflighted: a key or model problem fails now."""
-    from ctxc.errors import UsageError
-
     if name != "anthropic":
         raise UsageError(f"unknown judge {name!r} (known: anthropic)")
     judge = AnthropicJudge(model, max_retries=max_retries, timeout=timeout, use_cache=use_cache)

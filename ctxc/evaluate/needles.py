@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ctxc.compaction.write import write_transcript
 from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
 from ctxc.live import live_context
@@ -185,8 +186,6 @@ def _with_sentence(m: Message, sentence: str) -> Message | None:
 
 
 def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Transcript:
-    from ctxc.compaction.write import write_transcript
-
     adapter = get_adapter(transcript.format)
     written = write_transcript(transcript, {conv: tuple(messages)}, adapter, archive_id="")
     stream = io.BytesIO(written.to_bytes())
@@ -232,11 +231,7 @@ def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
 
 
 def plant(
-    transcript: Transcript,
-    needles: Sequence[Needle],
-    *,
-    instruction: str | None = None,
-    keep_last: int = 4,
+    transcript: Transcript, needles: Sequence[Needle], *, instruction: str | None = None, keep_last: int = 4
 ) -> Planted:
     """``transcript`` with each needle in its own early message (see the module docstring); needles that
     find no message are left out of the result's ``needles``."""

@@ -21,6 +21,11 @@ _DATED = re.compile(r"-\d{8}$")
 _ROWS = frozenset({"user", "assistant", "system", "attachment"})
 
 
+def signer(model: str | None) -> str:
+    """The model a response's thinking is signed for, as the client compares them: its name, dates aside."""
+    return _DATED.sub("", model or "")
+
+
 class _Node(NamedTuple):
     """One record of the tree, as much as finding the resumed chain needs."""
 
@@ -184,11 +189,11 @@ class Tree:
         last = next((r for r in reversed(thread) if r[3] and r[3] != SYNTHETIC_MODEL), None)
         if last is None:
             return
-        resume = _DATED.sub("", last[3] or "")
+        resume = signer(last[3])
         unsent = tuple(
             at
             for at, _, _, model, thinks in thread
-            if thinks and model != SYNTHETIC_MODEL and _DATED.sub("", model or "") != resume
+            if thinks and model != SYNTHETIC_MODEL and signer(model) != resume
         )
         if unsent:
             yield Boundary(UNSENT_THINKING, last[1], index=index, unsent_thinking=unsent)

@@ -1,7 +1,5 @@
-"""Find what compaction removed: full-text search over an archive's originals, and ``ctxc show``.
-
-The archive's hooks keep the index beside it up to date and never fail a run (a failure is one warning);
-:func:`search` catches up with the queue and the manifest first. See docs/archive-and-search.md."""
+"""Find what compaction removed: full-text search over an archive's originals. The archive's hooks keep
+the index up to date and never fail a run; :func:`search` catches up with the queue and the manifest."""
 
 from __future__ import annotations
 
@@ -59,17 +57,15 @@ _warned: set[str] = set()
 
 
 def _warn(root: Path, what: str, exc: BaseException) -> None:
-    if str(root) in _warned:
-        return
-    _warned.add(str(root))
-    why = f"{type(exc).__name__}: {visible(str(exc))}"
-    log.warning(
-        "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
-        "and `ctxc search --reindex` rebuilds the index",
-        visible(str(root)),
-        why,
-        what,
-    )
+    if str(root) not in _warned:
+        _warned.add(str(root))
+        log.warning(
+            "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
+            "and `ctxc search --reindex` rebuilds the index",
+            visible(str(root)),
+            f"{type(exc).__name__}: {visible(str(exc))}",
+            what,
+        )
 
 
 def index_transcript(
@@ -81,7 +77,6 @@ def index_transcript(
 
 
 def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript, source: str | None) -> int:
-    """:func:`index_transcript` into an index the caller has open."""
     if index.has(archive_id):
         return 0
     name = source if source is not None else transcript.source
@@ -143,7 +138,7 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
 
 
 def _in_background(archive: ArchiveStore, archive_id: str) -> bool:
-    """Whether to hand this stored original to a background indexer: it is large, and on disk."""
+    """Whether a background indexer takes this stored original: it is large (and stored here)."""
     try:
         return archive.object_path(archive_id).stat().st_size >= BACKGROUND_BYTES
     except OSError:  # not stored here (a library caller's citation): index what is in memory
@@ -172,14 +167,12 @@ def _index_object(
 
 def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> bool:
     """Index the queued originals (the caller holds the writer lock); False if any failed (a warning)."""
-    entries = queue_entries(archive.root)
-    if not entries:
+    if not (entries := queue_entries(archive.root)):
         return True
     ok = True
     done: set[str] = set()
-    opened = contextlib.nullcontext(index) if index is not None else SearchIndex.for_archive(archive.root)
     try:
-        with opened as db:
+        with contextlib.nullcontext(index) if index else SearchIndex.for_archive(archive.root) as db:
             for entry in entries:
                 ident = entry["archive_id"]
                 try:
@@ -205,13 +198,14 @@ def sync(archive: ArchiveStore, index: SearchIndex) -> int:
     have = index.archive_ids()
     added = 0
     for ident, entry in _manifest_originals(archive).items():
-        if ident in have or not archive.object_path(ident).exists():
-            continue
-        try:
-            _index_object(archive, index, ident, entry)
-            added += 1
-        except CtxcError as exc:
-            log.warning("ctxc: warning: cannot index archived original %s: %s", ident[:12], visible(str(exc)))
+        if ident not in have and archive.object_path(ident).exists():
+            try:
+                _index_object(archive, index, ident, entry)
+                added += 1
+            except CtxcError as exc:
+                log.warning(
+                    "ctxc: warning: cannot index archived original %s: %s", ident[:12], visible(str(exc))
+                )
     return added
 
 
@@ -225,34 +219,28 @@ class RebuildReport:
     set_aside: Path | None = None  # where a damaged index file was moved, if it was
 
 
-def _objects(archive: ArchiveStore) -> list[str]:
-    """The ids of the stored objects (temp files have other names), sorted."""
-    return sorted(p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
+def _strings(value: Any) -> Iterator[str]:
+    """The strings in a tool call's input, however deep."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping | list):
+        for v in value.values() if isinstance(value, Mapping) else value:
+            yield from _strings(v)
 
 
 def _blob_candidates(transcript: Transcript) -> Iterator[tuple[str, int, str]]:
     """(sha256 of a text offload could have stored, message index, tool) for every tool text."""
     names = {b.id: b.name for m in transcript.messages for b in m.blocks if isinstance(b, ToolUseBlock)}
-
-    def strings(value: Any) -> Iterator[str]:
-        if isinstance(value, str):
-            if len(value) >= _BLOB_MIN_CHARS:
-                yield value
-        elif isinstance(value, Mapping):
-            for v in value.values():
-                yield from strings(v)
-        elif isinstance(value, list):
-            for v in value:
-                yield from strings(v)
-
     for m in transcript.messages:
         for b in m.blocks:
-            if isinstance(b, ToolResultBlock) and len(b.text) >= _BLOB_MIN_CHARS:
-                tool = names.get(b.tool_use_id) or b.name or ""
-                yield hashlib.sha256(b.text.encode("utf-8")).hexdigest(), m.index, tool
+            texts, tool = [], ""
+            if isinstance(b, ToolResultBlock):
+                texts, tool = [b.text], names.get(b.tool_use_id) or b.name or ""
             elif isinstance(b, ToolUseBlock):
-                for s in strings(b.input):
-                    yield hashlib.sha256(s.encode("utf-8")).hexdigest(), m.index, b.name
+                texts, tool = list(_strings(b.input)), b.name
+            for text in texts:
+                if len(text) >= _BLOB_MIN_CHARS:
+                    yield hashlib.sha256(text.encode("utf-8")).hexdigest(), m.index, tool
 
 
 def rebuild(archive: ArchiveStore) -> RebuildReport:
@@ -277,7 +265,8 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
                 except CtxcError as exc:
                     skipped.append(f"{ident[:12]}: {exc}")
         blobs = 0
-        for ident in _objects(archive):
+        stored = (p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
+        for ident in sorted(stored):  # temp files have other names
             if ident in loaded:
                 continue
             if ident in origins:
@@ -327,9 +316,8 @@ def search(
     catch_up: bool = True,
     embedder: Embedder | None = None,
 ) -> list[Hit]:
-    """The best ``limit`` hits for ``query`` in the archive's originals (at most one per message),
-    after indexing what the manifest lists and the index lacks (``catch_up``); ``archive_id`` is a
-    prefix of one original, ``raw`` takes FTS5 syntax, ``hybrid`` adds embedding similarity."""
+    """The best ``limit`` hits for ``query`` (at most one per message), after indexing what the manifest
+    lists and the index lacks (``catch_up``); the rest as :meth:`SearchIndex.bm25` and ``--hybrid`` take."""
     if limit < 1:
         raise UsageError("--limit must be at least 1")
     store = archive if archive is not None else ArchiveStore.open()

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.archive_store import exclusive_lock, open_private
+from ctxc.archive_store import exclusive_lock, jsonl_objects, open_private
 
 #: Originals at least this large (bytes) are indexed in the background (a smaller one costs less inline).
 BACKGROUND_BYTES = 4 << 20
@@ -66,16 +66,12 @@ def queue_entries(root: Path) -> list[dict[str, Any]]:
     if not queued(root):
         return []
     with _queue(root) as queue:
-        queue.seek(0)
-        return [entry for entry in map(_entry, queue.read().splitlines()) if entry is not None]
+        return _entries(queue)
 
 
-def _entry(line: bytes) -> dict[str, Any] | None:
-    try:
-        entry = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return entry if isinstance(entry, dict) and isinstance(entry.get("archive_id"), str) else None
+def _entries(queue: BinaryIO) -> list[dict[str, Any]]:
+    queue.seek(0)
+    return [e for _, e in jsonl_objects(queue.read()) if isinstance(e.get("archive_id"), str)]
 
 
 def dequeue(root: Path, done: set[str]) -> None:
@@ -83,13 +79,8 @@ def dequeue(root: Path, done: set[str]) -> None:
     if not done:
         return
     with _queue(root) as queue:
-        queue.seek(0)
         # A torn line goes too: the manifest still lists its run, and search catches up with that.
-        kept = [
-            line
-            for line in queue.read().splitlines(keepends=True)
-            if (entry := _entry(line)) is not None and entry["archive_id"] not in done
-        ]
+        kept = [orjson.dumps(e) + b"\n" for e in _entries(queue) if e["archive_id"] not in done]
         queue.seek(0)
         queue.truncate()
         queue.write(b"".join(kept))

@@ -113,11 +113,6 @@ def _line_end(text: str, start: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _request_text(m: Message) -> str:
-    text = " ".join(" ".join(b.text for b in m.blocks if isinstance(b, TextBlock)).split())
-    return text if len(text) <= REQUEST_CHARS else text[: REQUEST_CHARS - 1] + "…"
-
-
 def _about(use: ToolUseBlock | None, tool: str) -> str:
     """ "Bash `pytest -q`": the tool and what it worked on (its file, command or query)."""
     summary = call_summary(ToolCall(use.name, use.input)) if use is not None else ""
@@ -151,14 +146,15 @@ def chunk_messages(
     session = f"{name} ({fmt})"
     calls = {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
     totals = collections.Counter(m.conversation for m in messages)
-    turn: dict[int, int] = {}
+    turn: collections.Counter[int] = collections.Counter()
     request: dict[int, str] = {}
     for m in messages:
         conv = m.conversation
         asks = m.is_request
         if asks:
-            turn[conv] = turn.get(conv, 0) + 1
-            request[conv] = _request_text(m)
+            turn[conv] += 1
+            text = " ".join(" ".join(b.text for b in m.blocks if isinstance(b, TextBlock)).split())
+            request[conv] = text if len(text) <= REQUEST_CHARS else text[: REQUEST_CHARS - 1] + "…"
         pieces = [
             (kind, tool, what, piece)
             for kind, tool, what, text in _blocks(m, calls)
@@ -166,8 +162,7 @@ def chunk_messages(
         ]
         conv_label = f"conversation {conv}, " if conversations > 1 else ""
         where = (
-            f"{session}, {conv_label}turn {turn.get(conv, 0)} "
-            f"(message {m.index} of {totals[conv]}, line {m.line})"
+            f"{session}, {conv_label}turn {turn[conv]} (message {m.index} of {totals[conv]}, line {m.line})"
         )
         for n, (kind, tool, what, body) in enumerate(pieces):
             context = f"{where}: {what}"
@@ -176,8 +171,9 @@ def chunk_messages(
             req = request.get(conv)
             if req and not (asks and kind == "text"):  # a request needs no quote of itself
                 context += f". Request: “{req}”"
-            about = f"{session}: {what}"
-            yield Chunk(conv, m.index, m.line, m.role, kind, tool, n, len(pieces), context, body, about)
+            yield Chunk(
+                conv, m.index, m.line, m.role, kind, tool, n, len(pieces), context, body, f"{session}: {what}"
+            )
 
 
 def chunk_transcript(transcript: Transcript, *, source: str | None = None) -> Iterator[Chunk]:

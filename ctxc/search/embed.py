@@ -51,8 +51,7 @@ class StaticModelEmbedder:
         return [[float(x) for x in v] for v in out]
 
 
-def default_embedder() -> Embedder:
-    return StaticModelEmbedder()
+default_embedder = StaticModelEmbedder
 
 
 def _unit(vec: Sequence[float]) -> array[float]:
@@ -64,8 +63,7 @@ def _vectors(index: SearchIndex, embedder: Embedder, ids: Sequence[int]) -> dict
     """Unit vectors of every chunk in ``ids``, embedding (and storing) those not yet embedded."""
     out: dict[int, array[float]] = {}
     for i, raw in index.vectors(embedder.name, ids).items():
-        out[i] = array("f")
-        out[i].frombytes(raw)
+        out[i] = array("f", raw)
     missing = [i for i in ids if i not in out]
     for start in range(0, len(missing), BATCH * 8):
         part = missing[start : start + BATCH * 8]

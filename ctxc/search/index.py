@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ctxc.archive_store import private_dir, private_file
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
 from ctxc.sqlite_store import immediate, in_batches, open_wal
@@ -86,29 +85,19 @@ class Hit:
         return f"{self.archive_id[:12]}:{self.message}" if self.message >= 0 else self.archive_id[:12]
 
     def to_json(self, *, full: bool = False) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "archive_id": self.archive_id,
-            "ref": self.ref,
-            "source": self.source,
-            "format": self.format,
-            "conversation": self.conversation,
-            "message": self.message,
-            "line": self.line,
-            "role": self.role,
-            "kind": self.kind,
-            "tool": self.tool or None,
-            "part": self.part + 1,
-            "parts": self.parts,
-            "context": self.context,
-            "snippet": self.snippet,
-            "score": round(self.score, 6),
-            "bm25": round(self.bm25, 6),
-            "similarity": None if self.similarity is None else round(self.similarity, 6),
-            "blob": self.blob,
-        }
-        if full:
-            doc["text"] = self.text
+        doc = {k: getattr(self, k) for k in _JSON_KEYS + (("text",) if full else ())}
+        doc.update(tool=self.tool or None, part=self.part + 1, score=round(self.score, 6))
+        doc.update(
+            bm25=round(self.bm25, 6),
+            similarity=None if self.similarity is None else round(self.similarity, 6),
+        )
         return doc
+
+
+_JSON_KEYS = (
+    "archive_id", "ref", "source", "format", "conversation", "message", "line", "role", "kind", "tool",
+    "part", "parts", "context", "snippet", "score", "bm25", "similarity", "blob",
+)  # fmt: skip
 
 
 def fts_query(text: str) -> str:
@@ -154,8 +143,6 @@ class SearchIndex:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            # The index holds the originals' text verbatim (API keys too): 0600 whatever the umask.
-            private_file(private_dir(self.path.parent) / self.path.name)
             # Large pages: an original goes into FTS5 in one transaction (bench/README.md).
             self._conn = open_wal(self.path, self.timeout, self._migrate, page_size=16384)
             self._conn.execute("PRAGMA cache_size = -65536")  # KiB: room for the pages of one original
@@ -177,8 +164,9 @@ class SearchIndex:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def has(self, archive_id: str) -> bool:
-        row = self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone()
-        return row is not None
+        return (
+            self.conn.execute("SELECT 1 FROM docs WHERE archive_id = ?", (archive_id,)).fetchone() is not None
+        )
 
     def add(
         self,
@@ -289,10 +277,6 @@ class SearchIndex:
             )
 
 
-def _place(k: Chunk) -> tuple[Any, ...]:
-    return (k.conversation, k.message, k.line, k.role, k.kind, k.tool, k.part, k.parts)
-
-
 #: A hit's columns and joins; ``{0}`` gives the snippet and rank, ``{1}`` the condition.
 _HITS = (
     "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool, c.part, c.parts,"
@@ -300,6 +284,10 @@ _HITS = (
     " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid JOIN docs d ON d.archive_id = c.archive_id"
     " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message WHERE {1}"
 )
+
+
+def _place(k: Chunk) -> tuple[Any, ...]:
+    return (k.conversation, k.message, k.line, k.role, k.kind, k.tool, k.part, k.parts)
 
 
 #: A hit row's columns from ``archive_id`` to ``context``: Hit's first fields, in order.
