@@ -1,10 +1,5 @@
-"""Context management for an agent loop: one object the loop consults every turn.
-
-:class:`ContextManager` works on the message list an agent sends to its model (plain dicts in the
-Anthropic or OpenAI shape): when to compact, the compacted list through the kernel ``ctxc compact``
-runs, which reminders are due, and the system prompt within a budget. "Should I compact?" (the
-trigger, data) is kept apart from "how" (the strategy). See docs/library.md.
-"""
+"""Context management for an agent loop: :class:`ContextManager` says when to compact the message list
+(plain Anthropic or OpenAI dicts), compacts it, and gives the due reminders and the system prompt."""
 
 from __future__ import annotations
 
@@ -68,12 +63,9 @@ class Compaction:
 
 
 class ContextManager:
-    """Compaction, reminders and the system prompt for one agent loop (one conversation).
-
-    Keyword arguments mirror ``ctxc compact``; ``reminders`` and ``composer`` may be TOML paths;
-    ``shape="auto"`` is OpenAI unless a message is Anthropic-only; ``allow_over`` returns the best
-    effort rather than raise :class:`~ctxc.errors.OverTargetError` mid-run.
-    """
+    """Compaction, reminders and the system prompt for one conversation. Keyword arguments mirror
+    ``ctxc compact``; ``reminders`` and ``composer`` may be TOML paths; ``shape="auto"`` is OpenAI unless
+    a message is Anthropic-only."""
 
     def __init__(
         self,
@@ -134,11 +126,14 @@ class ContextManager:
         self.target, _ = resolve_target(self.options, self.window)
         self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = archive if archive is None or isinstance(archive, Archive) else Archive.open(archive)
-        self.rules = _rules(reminders)
+        if isinstance(reminders, str | Path):
+            reminders = ReminderRules.load(reminders)
+        elif reminders is not None and not isinstance(reminders, ReminderRules):
+            reminders = ReminderRules(tuple(reminders))
+        self.rules: ReminderRules | None = reminders
         self.composer = PromptComposer.load(composer) if isinstance(composer, str | Path) else composer
         self.reminder_state = ReminderState()
         self.last_compaction: Compaction | None = None
-        self._last_after: int | None = None  # what the last compaction left
         self._memo: dict[bytes, int] = {}
         self._summarizer: Any = None
 
@@ -146,24 +141,17 @@ class ContextManager:
         """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given; a dict
         already seen (same JSON) is not counted again, so a growing list costs a hash a message."""
         total = self.counter.count([system])[0] if system else 0
-        todo: list[tuple[bytes, Mapping[str, Any]]] = []
-        objects: list[Message] = []
-        for m in messages:
-            if isinstance(m, Message):
-                objects.append(m)
-                continue
-            key = hashlib.blake2b(json_bytes(m), digest_size=16).digest()
-            n = self._memo.get(key)
-            if n is None:
-                todo.append((key, m))
-            else:
-                total += n
+        objects = [m for m in messages if isinstance(m, Message)]
         if objects:
             total += sum(count_messages(objects, self.counter))
+        dicts = [m for m in messages if not isinstance(m, Message)]
+        keys = [hashlib.blake2b(json_bytes(m), digest_size=16).digest() for m in dicts]
+        total += sum(self._memo.get(key, 0) for key in keys)
+        todo = [(key, m) for key, m in zip(keys, dicts, strict=True) if key not in self._memo]
         if todo:
-            dicts = [m for _, m in todo]
-            parsed = to_messages(dicts, shape=self._shape(dicts))
-            # Indexes are positions in ``dicts``; a dict that is not a message (unknown role) is free.
+            new = [m for _, m in todo]
+            parsed = to_messages(new, shape=self._shape(new))
+            # Indexes are positions in ``new``; a dict that is not a message (unknown role) is free.
             tokens = dict(
                 zip((msg.index for msg in parsed), count_messages(parsed, self.counter), strict=True)
             )
@@ -189,11 +177,11 @@ class ContextManager:
         room = self.window if room is None else room
         if tokens < self.trigger * room:
             return False
-        return self._last_after is None or tokens >= self._last_after + self.min_growth * room
+        last = self.last_compaction
+        return last is None or tokens >= last.tokens_after + self.min_growth * room
 
     def _record(self, compaction: Compaction) -> Compaction:
         self.last_compaction = compaction
-        self._last_after = compaction.tokens_after
         return compaction
 
     def needs_compaction(
@@ -355,14 +343,6 @@ def compact_messages(
 
 def _role(obj: Any) -> Any:
     return obj.get("role") if isinstance(obj, Mapping) else None
-
-
-def _rules(reminders: ReminderRules | Sequence[ReminderRule] | str | Path | None) -> ReminderRules | None:
-    if reminders is None or isinstance(reminders, ReminderRules):
-        return reminders
-    if isinstance(reminders, str | Path):
-        return ReminderRules.load(reminders)
-    return ReminderRules(tuple(reminders))
 
 
 __all__ = ["Compaction", "ContextManager", "compact_messages", "detect_shape", "from_messages", "to_messages"]

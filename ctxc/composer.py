@@ -1,8 +1,5 @@
-"""A priority prompt composer: a system prompt made of sections that fits a token budget.
-
-Optional sections are kept highest priority first while they fit; required ones are never dropped (an
-:class:`~ctxc.errors.OverTargetError` if they alone exceed the budget). See docs/library.md.
-"""
+"""A system prompt of prioritised sections within a token budget: optional sections are kept highest
+priority first while they fit, required ones always (see docs/library.md)."""
 
 from __future__ import annotations
 
@@ -19,25 +16,17 @@ from ctxc.tokens import make_counter
 if TYPE_CHECKING:
     from ctxc.tokens import Counter
 
-#: Standard priorities: make safety constraints required; background goes first when the budget is tight.
-SAFETY = 100
-ROLE = 90
-TASK = 80
-TOOLS = 70
-OUTPUT_FORMAT = 60
-EXAMPLES = 40
-BACKGROUND = 20
-
-#: The names a TOML ``priority`` may use instead of a number.
+#: Standard priorities (safety constraints are best made required), by the names TOML may use for them.
 PRIORITIES: Mapping[str, int] = {
-    "safety": SAFETY,
-    "role": ROLE,
-    "task": TASK,
-    "tools": TOOLS,
-    "output_format": OUTPUT_FORMAT,
-    "examples": EXAMPLES,
-    "background": BACKGROUND,
+    "safety": 100,
+    "role": 90,
+    "task": 80,
+    "tools": 70,
+    "output_format": 60,
+    "examples": 40,
+    "background": 20,
 }
+SAFETY, ROLE, TASK, TOOLS, OUTPUT_FORMAT, EXAMPLES, BACKGROUND = PRIORITIES.values()
 
 DEFAULT_SEPARATOR = "\n\n"
 _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -148,8 +137,7 @@ class PromptComposer:
             if s.required:
                 continue
             extra = n + (sep if keep else 0)
-            fits = budget is None or used + extra <= budget
-            if fits and (fill or not stopped):
+            if (budget is None or used + extra <= budget) and (fill or not stopped):
                 keep.add(s.id)
                 used += extra
             else:

@@ -1,6 +1,5 @@
-"""Claude Code hooks (``PreCompact``, ``SessionEnd``) that archive a session before Claude's own
-compaction drops part of it. ctxc's entries are recognised by their command, so installing is idempotent.
-"""
+"""Claude Code hooks (``PreCompact``, ``SessionEnd``) that archive a session before Claude compacts it;
+ctxc's entries are recognised by their command, so installing is idempotent."""
 
 from __future__ import annotations
 
@@ -49,11 +48,6 @@ def settings_path(scope: str, cwd: str | os.PathLike[str] | None = None) -> Path
     raise ValueError(f"unknown scope {scope!r}")
 
 
-def run_command() -> str:
-    """The command the hooks run: this very Python, so a venv's ctxc is found whatever PATH holds."""
-    return f"{shlex.quote(sys.executable)} {RUN_COMMAND}"
-
-
 def _is_ours(hook: Any) -> bool:
     return isinstance(hook, dict) and str(hook.get("command", "")).endswith(RUN_COMMAND)
 
@@ -69,28 +63,29 @@ def with_hooks(settings: Mapping[str, Any], command: str) -> dict[str, Any]:
     return dict(out)
 
 
+def _hooks_of(group: Any) -> list[Any] | None:
+    inner = group.get("hooks") if isinstance(group, dict) else None
+    return inner if isinstance(inner, list) else None
+
+
 def without_hooks(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` without ctxc's hooks (and without the groups and events they leave empty)."""
     out = orjson.loads(orjson.dumps(settings))
     hooks = out.get("hooks")
-    if not isinstance(hooks, dict):
-        return dict(out)
-    for event in list(hooks):
-        groups = hooks[event]
+    for event, groups in list(hooks.items()) if isinstance(hooks, dict) else ():
         if not isinstance(groups, list):
             continue
-        kept = []
-        for group in groups:
-            inner = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(inner, list):
-                kept.append(group)
-            elif not inner or not all(_is_ours(h) for h in inner):  # else only ctxc's hooks were in it
-                kept.append({**group, "hooks": [h for h in inner if not _is_ours(h)]})
+        # A group that held only ctxc's hooks goes; in the others only ctxc's hooks go.
+        kept = [
+            g if (inner := _hooks_of(g)) is None else {**g, "hooks": [h for h in inner if not _is_ours(h)]}
+            for g in groups
+            if not ((inner := _hooks_of(g)) and all(_is_ours(h) for h in inner))
+        ]
         if kept:
             hooks[event] = kept
         elif groups:
             del hooks[event]
-    if not hooks:
+    if hooks == {}:
         del out["hooks"]
     return dict(out)
 
@@ -118,7 +113,9 @@ def _read_settings(path: Path) -> tuple[str, dict[str, Any]]:
 def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> SettingsChange:
     """Add (``install``) or remove ctxc's hooks in the settings at ``path``; ``dry_run`` writes nothing."""
     before, settings = _read_settings(path)
-    new = with_hooks(settings, run_command()) if install else without_hooks(settings)
+    # This very Python runs the hooks, so a venv's ctxc is found whatever PATH holds.
+    command = f"{shlex.quote(sys.executable)} {RUN_COMMAND}"
+    new = with_hooks(settings, command) if install else without_hooks(settings)
     after = before if new == settings else orjson.dumps(new, option=orjson.OPT_INDENT_2).decode() + "\n"
     change = SettingsChange(path, before, after)
     if change.changed and not dry_run:

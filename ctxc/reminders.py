@@ -1,9 +1,5 @@
-"""Event reminders: restate key instructions when something happens, before instructions fade out.
-
-Rules are data (TOML ``[[reminder]]`` tables, one trigger each); :meth:`ReminderRules.due` is a pure
-function of the turn and the state. Reminders are tagged with their rule's id, so a later run can count
-them. See docs/library.md.
-"""
+"""Event reminders: rules (TOML ``[[reminder]]`` tables, one trigger each) restate key instructions
+when something happens; each is tagged with its rule's id, so a later run can count them."""
 
 from __future__ import annotations
 
@@ -109,8 +105,7 @@ def _is_set(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TurnState:
-    """What the agent loop knows before a model call: responses so far (``turn``), context tokens, the
-    last response's tool calls and text, whether the context was compacted since."""
+    """What the agent loop knows before a model call (``turn``: the responses so far)."""
 
     turn: int
     tokens: int

@@ -33,7 +33,10 @@ def repair_messages(
         problems = pairing_problems(messages, strict=True)
     if tool_role is None:  # results as role ``tool`` messages (OpenAI, Codex), or in user messages
         tool_role = next((m.role == "tool" for m in messages if _carries_results(m)), False)
-    drop_results = {(p.conversation, p.index, p.tool_id) for p in problems if p.code != "unanswered_call"}
+    drop_results: dict[tuple[int, int], set[str]] = defaultdict(set)  # (conversation, index) -> result ids
+    for p in problems:
+        if p.code != "unanswered_call":
+            drop_results[(p.conversation, p.index)].add(p.tool_id)
     # Results that were not adjacent are dropped too, so their calls need answering again.
     answer = {
         (p.conversation, p.tool_id) for p in problems if p.code in ("unanswered_call", "result_not_adjacent")
@@ -61,13 +64,8 @@ def repair_messages(
         )
         if pending and not continues_turn:
             flush()  # right after the turn's own results, before anything else is said
-        blocks = tuple(
-            b
-            for b in m.blocks
-            if not (
-                isinstance(b, ToolResultBlock) and (m.conversation, m.index, b.tool_use_id) in drop_results
-            )
-        )
+        gone = drop_results.get((m.conversation, m.index), set())
+        blocks = tuple(b for b in m.blocks if not (isinstance(b, ToolResultBlock) and b.tool_use_id in gone))
         if len(blocks) == len(m.blocks):
             out.append(m)
         elif any(not isinstance(b, TextBlock) or b.text.strip() for b in blocks):

@@ -20,8 +20,6 @@ from ctxc.archive_store import sha256_hex
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import UsageError
 from ctxc.formats import get_adapter
-from ctxc.formats.claude_code_chain import signer
-from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
 from ctxc.live import compactions, live_context
 from ctxc.model import Message, ThinkingBlock, Transcript
 from ctxc.reminders import Reminder, TurnState, last_response, reminder_message
@@ -150,12 +148,6 @@ def replay(
     )
 
 
-def _signer(message: Message) -> str | None:
-    """The model a Claude Code response's thinking is signed for; None when it names none."""
-    model = message.meta.get("model")
-    return None if model is None or model == SYNTHETIC_MODEL else signer(model)
-
-
 class _Run:
     """A replay in progress: the context as recorded (raw) and as managed, and the turns so far. Claude
     Code sends a model only the thinking recorded with it (another's signatures would not verify)."""
@@ -171,13 +163,15 @@ class _Run:
         self.manager, self.ledger, self.compact = manager, ledger, compact
         # Citations name the transcript's content hash, as `compact` without an archive does.
         self.cite = sha256_hex(transcript.to_bytes())
-        self.tool_role = True if get_adapter(transcript.format).tool_role else None
+        adapter = get_adapter(transcript.format)
+        self.tool_role = True if adapter.tool_role else None
+        self.thinking_model = adapter.thinking_model
         self.raw: list[Message] = []
         self.managed: list[Message] = []
         self.raw_tokens = self.managed_tokens = 0
         self.turns: list[Turn] = []
         thinks = [m for m in msgs if any(isinstance(b, ThinkingBlock) for b in m.blocks)]
-        self.signed = [(m, s) for m in thinks if (s := _signer(m)) is not None]
+        self.signed = [(m, s) for m in thinks if (s := self.thinking_model(m)) is not None]
         self.model: str | None = None  # the model of the turn: it is sent only its own thinking
         self.withheld = False
 
@@ -206,7 +200,7 @@ class _Run:
     def turn(self, response: Message, previous: Sequence[Message]) -> None:
         """The model call that produced ``response``, after ``previous`` (the previous turn's messages):
         compacted past the trigger, reminders due injected."""
-        if (model := _signer(response)) not in (None, self.model):
+        if (model := self.thinking_model(response)) not in (None, self.model):
             self.model = model
             self.withhold([m for m, s in self.signed if m.index < response.index and s != model])
         manager, began = self.manager, self.managed_tokens

@@ -24,7 +24,7 @@ from ctxc.cli import main
 from ctxc.compaction import base as strategy_registry
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option
 from ctxc.compaction.run import CompactOptions
-from ctxc.formats.base import Item
+from ctxc.formats.base import FormatAdapter, Item
 from ctxc.model import Message, Record, TextBlock
 
 # ----------------------------------------------------------------------------------- the toy format
@@ -33,15 +33,10 @@ _ROLES = {"me": "user", "it": "assistant"}
 _WHO = {role: who for who, role in _ROLES.items()}
 
 
-class ToyAdapter:
+class ToyAdapter(FormatAdapter):
     name = "toy-chat"
     description = "a toy: one {'who': 'me'|'it', 'said': text} per line"
-    summary_resets = False
-    rewrites_carried = False
-    tool_role = False
-    usage_before_response = False
     suffixes: tuple[str, ...] = (".toy",)
-    usage_needles: tuple[bytes, ...] = ()
 
     def sniff(self, sample: Sequence[Record]) -> int:
         ok = [r for r in sample if isinstance(r.data, dict) and r.data.get("who") in _ROLES]

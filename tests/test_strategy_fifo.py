@@ -18,8 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxc.archive_store import CITATION_RE, citation
-from ctxc.compaction.base import CompactContext, Strategy, StrategyResult, parse_config, strategies
-from ctxc.compaction.fifo import Carry, Fifo, FifoConfig, drop_units, placeholder_text, protected_units
+from ctxc.compaction.base import (
+    CompactContext,
+    Strategy,
+    StrategyResult,
+    parse_config,
+    protected_units,
+    strategies,
+)
+from ctxc.compaction.fifo import Carry, Fifo, FifoConfig, drop_units, placeholder_text
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import pinned_indexes
 from ctxc.compaction.selective import Selective

@@ -28,8 +28,7 @@ from test_strategy_fifo import (
     words,
 )
 
-from ctxc.compaction.base import CompactContext, Strategy, parse_config, strategies
-from ctxc.compaction.fifo import protected_units
+from ctxc.compaction.base import CompactContext, Strategy, parse_config, protected_units, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.selective import LEVELS, Selective, SelectiveConfig, classify, load_rules, parse_rules
 from ctxc.compaction.units import units

@@ -110,8 +110,8 @@ for size, partial in ((1, True), (1, False), (2, False)):
     first = pool.start(texts[:2])
     second = pool.start(texts[2:])  # sent before the first answer is read
     spread = pool.start(texts * 40)  # large enough to be split among the workers
-    pids = list(pool._pool._processes)
     doc[f"{size}-{partial}"] = [(first() or []) + (second() or []), spread() == doc["expected"] * 40]
+    pids = pool.pids  # once answered: a twin is forked when the first worker has built
     pool.close()
     doc[f"{size}-{partial}-pids"] = pids
 print(orjson.dumps(doc).decode())
@@ -157,7 +157,7 @@ failed = workers.CountingPool("o200k_base", 1, corrupt).start(["a"])()  # the bu
 
 pool = workers.CountingPool("o200k_base", 1)
 pool.start(["warm"])()
-pid = next(iter(pool._pool._processes))
+pid = pool.pids[0]
 os.kill(pid, 9)  # dies between batches
 died = pool.start(["a"])()
 later = [pool.start(["b"])() for _ in range(3)]  # the pool is broken now: each is None at once
@@ -203,7 +203,7 @@ pool = workers.CountingPool("o200k_base", 1)
 deadline = time.monotonic() + 60
 while not os.path.exists(marker) and time.monotonic() < deadline:
     time.sleep(0.01)
-pid = next(iter(pool._pool._processes))
+pid = pool.pids[0]
 pool.close()
 deadline = time.monotonic() + 30
 while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
@@ -224,7 +224,7 @@ from ctxc.tokens import workers
 
 pool = workers.CountingPool("o200k_base", 2)
 pool.start(["warm"])()
-print(" ".join(map(str, pool._pool._processes)), flush=True)
+print(" ".join(map(str, pool.pids)), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -242,6 +242,41 @@ def test_workers_end_when_their_parent_is_killed() -> None:
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2
     assert gone(pids)
+
+
+ONE_BUILD = r"""
+import os, sys, orjson
+from ctxc.tokens import workers, tiktoken_backend as backend
+
+log = sys.argv[1]
+real_build = backend.build_encoding
+
+def build(*args, **kwargs):
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return real_build(*args, **kwargs)
+
+backend.build_encoding = build
+pool = workers.CountingPool("o200k_base", 2)
+counts = pool.start(["hello world"] * 20_000)()  # split between the two workers
+pids = pool.pids
+twin_killed = pool.start(["warm"])()
+os.kill(pids[1], 9)  # a twin dies: its parent ends too, and the pool reports it broken
+broken = [pool.start(["a b"] * 20_000)() for _ in range(3)]
+pool.close()
+print(orjson.dumps({"builds": len(open(log).read().split()), "counts": counts == [2] * 20_000,
+                    "pids": len(set(pids)), "broken": broken, "ended": pids}).decode())
+"""
+
+
+def test_the_second_worker_is_forked_built_and_ends_with_the_first(tmp_path: Path) -> None:
+    # The pool's worker builds the encoding once; the worker counting beside it is a copy of it.
+    doc = run_script(ONE_BUILD, str(tmp_path / "builds"))
+    assert doc["builds"] == 1
+    assert doc["counts"] is True
+    assert doc["pids"] == 2
+    assert doc["broken"] == [None, None, None]  # answered by this process then, not hung
+    assert gone(doc["ended"])  # type: ignore[arg-type]
 
 
 NO_FORK = r"""

@@ -1,7 +1,7 @@
 """What every compaction strategy shares: the Protocol, its context, its result, the registry.
 
-A strategy is a mechanism: given one conversation's messages and a :class:`CompactContext`, it returns
-new messages and what it did. Whether to compact, and how far, is the adaptive strategy's business.
+A strategy is a mechanism: given one conversation's messages and a context, it returns new messages and
+what it did. Whether to compact, and how far, is the adaptive strategy's business.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ctxc.model import Block, Message, ToolUseBlock
 if TYPE_CHECKING:
     from ctxc.archive_store import ArchiveStore
     from ctxc.compaction.ledger import Ledger
+    from ctxc.compaction.units import Unit
     from ctxc.summarize import Summarizer
 
 #: How every note, placeholder and pointer ctxc writes into a message begins.
@@ -96,8 +97,7 @@ class CompactContext:
     def shrink_all(
         self, msgs: list[Message], changes: Sequence[Change], strategy: str, kind: str
     ) -> list[Action]:
-        """:meth:`shrink` for each ``(position, blocks, note)`` of distinct positions, what the new
-        messages cost counted in one batch."""
+        """:meth:`shrink` at distinct positions, the new messages counted in one batch."""
         news = [(pos, replace(msgs[pos], blocks=tuple(blocks)), note) for pos, blocks, note in changes]
         self.ledger.prime([new for _, new, _ in news])
         actions: list[Action] = []
@@ -115,6 +115,19 @@ def tool_calls(messages: Sequence[Message]) -> dict[str, ToolUseBlock]:
     return {b.id: b for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
 
 
+def protected_units(
+    messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext, keep_last: int | None = None
+) -> set[int]:
+    """Positions (into ``parts``) of the units holding a pinned message or one of the last ``keep_last``
+    (default ``ctx.keep_last``; at least one) messages: no strategy drops or summarizes them."""
+    tail_start = len(messages) - max(ctx.keep_last if keep_last is None else keep_last, 1)
+    return {
+        u
+        for u, part in enumerate(parts)
+        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
+    }
+
+
 def with_block(message: Message, at: int, block: Block) -> tuple[Block, ...]:
     """``message``'s blocks with the one at ``at`` replaced."""
     return (*message.blocks[:at], block, *message.blocks[at + 1 :])
@@ -124,13 +137,11 @@ def with_block(message: Message, at: int, block: Block) -> tuple[Block, ...]:
 class Strategy(Protocol):
     name: ClassVar[str]
     description: ClassVar[str]
-    #: A frozen dataclass of options whose fields carry ``help`` and ``min``/``max`` (see :func:`option`).
+    #: A frozen dataclass of options whose fields are made by :func:`option`.
     Config: ClassVar[type[Any]]
-    #: Whether it may call the summarizer: a summarizer that calls out is then checked before any work,
-    #: and the log's own summary is the strategy's to fold in, not pinned.
+    #: It may call the summarizer (checked before any work), and folds in the log's own summary.
     uses_summarizer: ClassVar[bool]
-    #: Whether, without an explicit target, it decides itself how far to go (ending above the default
-    #: target is then not an error).
+    #: Without an explicit target it decides how far to go (ending above the default target is no error).
     best_effort: ClassVar[bool]
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult: ...
@@ -202,11 +213,9 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
 
 def _to_bool(text: str) -> bool:
     low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(text)
+    if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(text)
+    return low in ("1", "true", "yes", "on")
 
 
 def _to_tuple(text: str) -> tuple[str, ...]:

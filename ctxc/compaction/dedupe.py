@@ -1,10 +1,8 @@
 """dedupe: replace copies the context holds again later by a pointer to the copy that stays.
 
-Three kinds of copy: a tool result repeated later (or a file read that a later read, a whole-file
-write or, by default, an edit of the file made out of date), a long text block repeated in a later
-user or system message, and a tagged block of injected text (``<system-reminder>``...) repeated
-anywhere later. Only texts change, so pairing and thinking are untouched; the model's own words,
-pinned messages and the last ``keep_last`` stay.
+Copies: a repeated tool result, a file read made out of date by a later read, write or edit, a long
+repeated user or system text, and repeated injected text (``<system-reminder>``...). Only texts change;
+the model's own words, pinned messages and the last ``keep_last`` stay.
 """
 
 from __future__ import annotations
@@ -29,11 +27,15 @@ INJECTED_TAGS: tuple[str, ...] = ("system-reminder", "environment_context", "use
 
 #: A file read's result, line by line: ``cat -n`` style numbering (Claude Code ``→``, OpenHands tab).
 _NUMBERED = re.compile(r"^\s*\d+(?:→|\t)")
-_READ_TOOLS = frozenset({"read", "view", "read_file", "readfile", "view_file", "open_file", "cat"})
-_WRITE_TOOLS = frozenset({"write", "write_file", "writefile", "create_file", "create"})
-_EDIT_TOOLS = frozenset({"edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"})
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Delete) File: (.+)$", re.MULTILINE)
+#: What a call does to the file at its path, by tool name (an editor tool: by its ``command``).
+_TOOL_OPS = {
+    **dict.fromkeys(("read", "view", "read_file", "readfile", "view_file", "open_file", "cat"), "read"),
+    **dict.fromkeys(("write", "write_file", "writefile", "create_file", "create"), "write"),
+    **dict.fromkeys(("edit", "multiedit", "edit_file", "editfile", "str_replace", "notebookedit"), "edit"),
+}
 _EDITOR_TOOLS = frozenset({"str_replace_editor", "file_editor", "str_replace_based_edit_tool"})
+_EDITOR_OPS = {"view": "read", "create": "write", "str_replace": "edit", "insert": "edit"}
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Delete) File: (.+)$", re.MULTILINE)
 _SHELL_TOOLS = frozenset(
     {"bash", "shell", "exec_command", "execute_bash", "run_terminal_cmd", "terminal", "local_shell"}
 )
@@ -110,7 +112,8 @@ class Dedupe:
                 pointer = whole.get((pos, bi))
                 if pointer is not None:
                     # The injected text whose last copy this is stays with the pointer.
-                    kept = [s for s, k in _segments(block.text, cfg.tags) if last.get(s) == (pos, bi, k)]
+                    segments = _segments(block.text, cfg.tags)
+                    kept = [s.group(0) for s, k in segments if last.get(s.group(0)) == (pos, bi, k)]
                     new_text = "\n".join([_pointer_text(pointer, msgs, cite), *kept])
                     notes.add(pointer.what if pointer.what.startswith("same") else "superseded read")
                 else:
@@ -147,8 +150,7 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     later_text: dict[str, Slot] = {}
     # The newest read and write of each path seen so far, walking backwards.
     later_reads: dict[str, list[tuple[Slot, FileOp, str]]] = {}
-    # Each read is compared with every later read of its file: whether one starts at line 1, and its
-    # lines' hashes (sorted, 8 bytes a line), are worked out once per text.
+    # Worked out once per text, for every later read it is compared with: numbered from 1? sorted line hashes.
     from_line_one = functools.cache(lambda text: _listing(text).from_line_one)
     line_hashes = functools.cache(lambda text: array("q", sorted(map(hash, text.splitlines()))))
     later_write: dict[str, Slot] = {}
@@ -158,8 +160,11 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
         for bi in range(len(m.blocks) - 1, -1, -1):
             block = m.blocks[bi]
             if isinstance(block, ToolUseBlock):
-                op = file_op(block.name, block.input)
-                if op is not None and op.op in ("write", "edit") and _succeeded(results.get(block.id)):
+                op, result = file_op(block.name, block.input), results.get(block.id)
+                failed = result is None or result.is_error or "error" in result.text[:200].lower()
+                if (
+                    op is not None and op.op in ("write", "edit") and not failed
+                ):  # a failed one changed nothing
                     (later_write if op.op == "write" else later_edit)[op.path] = (pos, bi)
                 continue
             if isinstance(block, TextBlock):
@@ -174,7 +179,11 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
             use = calls.get(block.tool_use_id)
             if use is None:
                 continue
-            key = (use.name, _canonical(use.input), block.text, block.is_error)
+            try:
+                canonical = orjson.dumps(use.input, option=orjson.OPT_SORT_KEYS).decode()
+            except TypeError:
+                canonical = repr(use.input)
+            key = (use.name, canonical, block.text, block.is_error)
             if key in later_result:
                 out[(pos, bi)] = _Pointer(later_result[key], "same result")
                 continue
@@ -233,8 +242,7 @@ def _listing(text: str) -> _Listing:
 
 
 def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
-    # A line inside what ``later`` holds is one of its lines: a few, looked up by hash, rule out most
-    # later reads before any text is searched.
+    # A few inner lines, looked up by hash, rule out most later reads before any text is searched.
     inner = earlier.lines[1:-1]
     for line in inner[:: max(1, len(inner) // 4)][:5]:
         at = bisect.bisect_left(line_hashes, hash(line))
@@ -248,18 +256,6 @@ def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
         return False  # a quick test of what the line-by-line one needs
     later_lines = set(later.splitlines())
     return all(ln in later_lines for ln in earlier.lines)
-
-
-def _succeeded(result: ToolResultBlock | None) -> bool:
-    """Whether a call got a result that is not an error (a failed write changed nothing)."""
-    return result is not None and not result.is_error and "error" not in result.text[:200].lower()
-
-
-def _canonical(value: Any) -> str:
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:
-        return repr(value)
 
 
 def file_op(name: str, inp: Any) -> FileOp | None:
@@ -276,25 +272,19 @@ def file_op(name: str, inp: Any) -> FileOp | None:
             return None
     if not isinstance(inp, Mapping):
         return None
-    path = _path(inp)
-    if tool in _EDITOR_TOOLS:
-        command = inp.get("command")
-        if path and command == "view":
-            return FileOp("read", path, _whole(inp))
-        if path and command == "create" and isinstance(inp.get("file_text"), str):
-            return FileOp("write", path)
-        if path and command in ("str_replace", "insert"):
-            return FileOp("edit", path)
-        return None
-    if tool in _READ_TOOLS and path:
-        return FileOp("read", path, _whole(inp))
-    if tool in _WRITE_TOOLS and path and any(isinstance(inp.get(k), str) for k in _WRITE_CONTENT_KEYS):
-        return FileOp("write", path)
-    if tool in _EDIT_TOOLS and path:
-        return FileOp("edit", path)
     if tool in _SHELL_TOOLS:
         return shell_read(inp.get("command", inp.get("cmd")), inp.get("workdir") or inp.get("cwd"))
-    return None
+    path, command = _path(inp), inp.get("command")
+    if tool in _EDITOR_TOOLS:
+        op = _EDITOR_OPS.get(command) if isinstance(command, str) else None
+        content_keys: tuple[str, ...] = ("file_text",)
+    else:
+        op, content_keys = _TOOL_OPS.get(tool), _WRITE_CONTENT_KEYS
+    if not path or op is None:
+        return None
+    if op == "write" and not any(isinstance(inp.get(k), str) for k in content_keys):
+        return None
+    return FileOp(op, path, op != "read" or _whole(inp))
 
 
 def _whole(inp: Mapping[str, Any]) -> bool:
@@ -324,43 +314,30 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
     prog, args = argv[0], argv[1:]
     files = [a for a in args if not a.startswith("-")]
     flags = [a for a in args if a.startswith("-")]
-    whole = True
-    if prog in ("cat", "nl") and len(files) == 1 and all(f in ("-n", "-ba", "-b", "-A") for f in flags):
-        pass
-    elif prog in ("head", "tail") and len(files) in (1, 2):
-        if len(files) == 2:
-            if not (flags == ["-n"] and files[0].isdigit()):
-                return None
-            files = files[1:]
-        elif not all(re.fullmatch(r"-\d+|-n\d+", f) for f in flags):
-            return None
-        whole = False
-    elif prog == "sed" and flags == ["-n"] and len(files) == 2 and re.fullmatch(r"\d+(,\d+)?p", files[0]):
-        files = files[1:]
-        whole = False
-    else:
+    cat = prog in ("cat", "nl") and len(files) == 1 and all(f in ("-n", "-ba", "-b", "-A") for f in flags)
+    head = prog in ("head", "tail") and (
+        (len(files) == 2 and flags == ["-n"] and files[0].isdigit())
+        or (len(files) == 1 and all(re.fullmatch(r"-\d+|-n\d+", f) for f in flags))
+    )
+    sed = prog == "sed" and flags == ["-n"] and len(files) == 2 and re.fullmatch(r"\d+(,\d+)?p", files[0])
+    if not (cat or head or sed):
         return None
-    path = files[0]
+    path = files[-1]  # after a head/tail count or a sed range
     if isinstance(workdir, str) and workdir and not os.path.isabs(path):
         path = os.path.join(workdir, path)
-    return FileOp("read", os.path.normpath(path), whole)
+    return FileOp("read", os.path.normpath(path), cat)
 
 
-def _segment_re(tags: Sequence[str]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(t) for t in tags)
-    return re.compile(rf"<({alts})>.*?</\1>", re.DOTALL)
-
-
-def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[str, int]]:
+def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[re.Match[str], int]]:
     """Each tagged segment of ``text`` with how many copies of it the text holds before it."""
     if not tags or "<" not in text:
         return
     seen: dict[str, int] = {}
-    for match in _segment_re(tags).finditer(text):
-        seg = match.group(0)
-        k = seen.get(seg, 0)
-        seen[seg] = k + 1
-        yield seg, k
+    alts = "|".join(re.escape(t) for t in tags)
+    for match in re.finditer(rf"<({alts})>.*?</\1>", text, re.DOTALL):
+        k = seen.get(match.group(0), 0)
+        seen[match.group(0)] = k + 1
+        yield match, k
 
 
 def _last_segments(msgs: Sequence[Message], tags: Sequence[str]) -> dict[str, tuple[int, int, int]]:
@@ -369,8 +346,8 @@ def _last_segments(msgs: Sequence[Message], tags: Sequence[str]) -> dict[str, tu
     for pos, m in enumerate(msgs):
         for bi, b in enumerate(m.blocks):
             if isinstance(b, TextBlock | ToolResultBlock):
-                for seg, k in _segments(b.text, tags):
-                    last[seg] = (pos, bi, k)
+                for match, k in _segments(b.text, tags):
+                    last[match.group(0)] = (pos, bi, k)
     return last
 
 
@@ -383,21 +360,18 @@ def _drop_segments(
     msgs: Sequence[Message],
     cite: str,
 ) -> str:
-    if not tags or "<" not in text:
-        return text
-    seen: dict[str, int] = {}
-
-    def swap(match: re.Match[str]) -> str:
-        seg = match.group(0)
-        k = seen.get(seg, 0)
-        seen[seg] = k + 1
-        where = last.get(seg)
-        if where is None or where == (pos, bi, k):
-            return seg
-        tag = match.group(1)
-        return f"[ctxc: <{tag}> repeated in message {msgs[where[0]].index}; original in {cite}]"
-
-    return _segment_re(tags).sub(swap, text)
+    """``text`` with each injected segment whose last copy is elsewhere replaced by a pointer to it."""
+    out: list[str] = []
+    at = 0
+    for match, k in _segments(text, tags):
+        where = last.get(match.group(0))
+        if where is not None and where != (pos, bi, k):
+            pointer = (
+                f"[ctxc: <{match.group(1)}> repeated in message {msgs[where[0]].index}; original in {cite}]"
+            )
+            out += [text[at : match.start()], pointer]
+            at = match.end()
+    return "".join([*out, text[at:]])
 
 
 def _pointer_text(pointer: _Pointer, msgs: Sequence[Message], cite: str) -> str:

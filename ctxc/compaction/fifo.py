@@ -1,8 +1,7 @@
 """fifo: drop the oldest pairing-safe units until the conversation fits the target.
 
-Pinned units and those holding the last ``keep_last`` messages stay. Each dropped run leaves one
-message citing the archive range and quoting the run's instructions and decisions (:func:`drop_units`,
-shared with ``selective``, which only offers units in another order).
+Pinned and tail units stay. Each dropped run leaves a placeholder citing the archive and quoting its
+instructions and decisions (:func:`drop_units`, shared with ``selective``).
 """
 
 from __future__ import annotations
@@ -12,23 +11,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxc.archive_store import citation
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize.extractive import PLACEHOLDER_PREFIX, QUOTES_HEADING, KeySentence, key_sentences
 from ctxc.tokens.cost import count_messages
-
-
-def protected_units(messages: Sequence[Message], parts: Sequence[Unit], ctx: CompactContext) -> set[int]:
-    """Positions (into ``parts``) of units no trimming strategy may drop: those holding a pinned
-    message, one of the last ``ctx.keep_last`` messages, or the last message (the next turn answers it)."""
-    tail_start = len(messages) - max(ctx.keep_last, 1)
-    return {
-        u
-        for u, part in enumerate(parts)
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(messages))
-    }
 
 
 def placeholder_text(
@@ -62,25 +50,6 @@ def placeholder_text(
     return text
 
 
-def placeholder_message(
-    removed: Sequence[Message],
-    archive_id: str,
-    tags: Sequence[str] = (),
-    carried: Sequence[KeySentence] = (),
-    left_out: int = 0,
-) -> Message:
-    """A brand-new user message standing in for ``removed`` (a contiguous run, in order)."""
-    first, last = removed[0].index, removed[-1].index
-    text = placeholder_text(len(removed), first, last, archive_id, tags, carried, left_out)
-    return Message(
-        role="user",
-        blocks=(TextBlock(text),),
-        index=first,
-        conversation=removed[0].conversation,
-        meta={"ctxc": "placeholder", "replaces": (first, last), "carried": tuple(carried)},
-    )
-
-
 def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, ...]:
     """At most ``cap`` of a span's key sentences, in message order: instructions before decisions, the
     newest of each first (a later instruction or decision is the one still in force)."""
@@ -92,15 +61,14 @@ def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, 
 
 @dataclass(slots=True)
 class _Run:
-    """Dropped units ``[start, stop)``; ``cost``: its placeholder's tokens (None: not yet known);
-    ``bare``: its placeholder was given up to meet the target."""
+    """Dropped units ``[start, stop)``; ``cost``: its placeholder's tokens (None: not yet known)."""
 
     start: int
     stop: int
     tokens: int
     tags: frozenset[str]
     cost: int | None = None
-    bare: bool = False
+    bare: bool = False  # its placeholder was given up to meet the target
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +114,8 @@ class _Plan:
         for old in (self.by_stop.get(u), self.by_start.get(u + 1)):  # the runs it joins
             if old is not None:
                 self._forget(old)
-                run = _Run(
-                    min(run.start, old.start),
-                    max(run.stop, old.stop),
-                    run.tokens + old.tokens,
-                    run.tags | old.tags,
-                )
+                start, stop = min(run.start, old.start), max(run.stop, old.stop)
+                run = _Run(start, stop, run.tokens + old.tokens, run.tags | old.tags)
         self.by_start[run.start] = run
         self.by_stop[run.stop] = run
         self.unknown.add(run.start)
@@ -179,14 +143,6 @@ class _Plan:
             run.cost = self._placeholder(run)[1]
             self.known_cost += run.cost
         self.unknown.clear()
-
-    def _recost(self) -> bool:
-        """Cost every run afresh (after the carry level changed); whether the output is then within."""
-        self.known_cost = 0
-        for run in self.by_start.values():
-            run.cost = None
-        self.unknown = set(self.by_start)
-        return self.under_target()
 
     def cheaper_kept(self, offered: Iterable[int]) -> set[int]:
         """The units of ``offered`` that cost less than a placeholder quoting them would (a short
@@ -226,7 +182,11 @@ class _Plan:
             return  # the caller summarizes rather than lose the decisions
         while self.level > 0:
             self.level //= 2
-            if self._recost():
+            self.known_cost = 0  # every run is costed afresh at the new level
+            for run in self.by_start.values():
+                run.cost = None
+            self.unknown = set(self.by_start)
+            if self.under_target():
                 return
         for u, tag in spared:
             self.drop(u, tag)
@@ -263,17 +223,18 @@ class _Plan:
                 out.setdefault(k.text, k)
         return list(out.values())
 
-    def _carried(self, run: _Run) -> tuple[tuple[KeySentence, ...], int]:
-        if self.carry.cap == 0:
-            return (), 0  # quoting is off: a bare citation
-        keys = self._keys_of(run)
-        chosen = choose_carried(keys, self.level)
-        return chosen, len(keys) - len(chosen)
-
     def _candidate(self, run: _Run) -> Message:
-        carried, left_out = self._carried(run)
-        return placeholder_message(
-            self._removed(run), self.ctx.archive_id, sorted(run.tags), carried, left_out
+        """The run's placeholder: a brand-new user message standing in for its messages."""
+        keys = self._keys_of(run) if self.carry.cap else []  # quoting off: a bare citation
+        carried = choose_carried(keys, self.level)
+        removed = self._removed(run)
+        first, last, left_out = removed[0].index, removed[-1].index, len(keys) - len(carried)
+        text = placeholder_text(
+            len(removed), first, last, self.ctx.archive_id, sorted(run.tags), carried, left_out
+        )
+        meta = {"ctxc": "placeholder", "replaces": (first, last), "carried": carried}
+        return Message(
+            "user", (TextBlock(text),), index=first, conversation=removed[0].conversation, meta=meta
         )
 
     def _count(self, runs: Sequence[_Run]) -> None:
@@ -314,21 +275,18 @@ class _Plan:
             msg, after = self._placeholder(run)
             if msg is not None:
                 out.append(msg)
-            note = f"{len(removed)} message(s)"
-            if run.tags:
-                note += f", importance {'/'.join(sorted(run.tags))}"
-            note += ", placeholder" if msg is not None else ", no placeholder"
-            if run.bare:
-                note += " (left out to meet the target)"
             keys = len(self._keys_of(run)) if self.placeholders else 0
             quoted = len(msg.meta["carried"]) if msg is not None else 0
-            if quoted:
-                note += f", {quoted} instruction/decision sentence(s) quoted"
-            if keys > quoted:
-                note += f", {keys - quoted} not quoted (in the archive)"
-            actions.append(
-                Action(strategy, "drop", removed[0].index, removed[-1].index, run.tokens, after, note)
-            )
+            parts = [
+                f"{len(removed)} message(s)",
+                f", importance {'/'.join(sorted(run.tags))}" if run.tags else "",
+                ", placeholder" if msg is not None else ", no placeholder",
+                " (left out to meet the target)" if run.bare else "",
+                f", {quoted} instruction/decision sentence(s) quoted" if quoted else "",
+                f", {keys - quoted} not quoted (in the archive)" if keys > quoted else "",
+            ]
+            first, last = removed[0].index, removed[-1].index
+            actions.append(Action(strategy, "drop", first, last, run.tokens, after, "".join(parts)))
             u = run.stop
         return StrategyResult(tuple(out), tuple(actions))
 

@@ -1,7 +1,6 @@
 """Compacting one file end to end: read, archive, compact, write atomically, record the run.
 
-One file and each file of a batch (in worker processes, :mod:`ctxc.batch`) go through the same safety
-steps; a job and its report are plain data so they cross processes.
+A job and its report are plain data, so each file of a batch takes the same steps in a worker process.
 """
 
 from __future__ import annotations
@@ -32,22 +31,18 @@ class CompactJob:
     """Everything one file's compaction needs; picklable, so it can run in a worker process."""
 
     path: str
-    #: Output file, ``-`` for stdout; for ``in_place`` the input itself.
-    output: str
+    output: str  # a file, ``-`` for stdout; for ``in_place`` the input itself
     options: CompactOptions
     archive: str | None = None
     input_format: str | None = None
     read_options: ReadOptions = ReadOptions()
     dry_run: bool = False
     in_place: bool = False
-    #: Create the output's directory first (``--out-dir`` mirrors the input tree).
-    make_dirs: bool = False
-    #: Index the original for ``ctxc search`` now (``--no-index``: the next search does it).
-    index: bool = True
+    make_dirs: bool = False  # create the output's directory first (``--out-dir``)
+    index: bool = True  # index the original for ``ctxc search`` now (not with ``--no-index``)
     #: Write the run's report here (one file's ``--report``), before the output takes its name.
     report: str | None = None
-    #: ``--fork``: write a new session beside the original, with a new id (``output`` is unused).
-    fork: bool = False
+    fork: bool = False  # write a new session beside the original, with a new id (``output`` is unused)
     #: In a batch, its options fingerprint, recorded in the manifest with the output path (for re-runs).
     batch_options: str | None = None
 
@@ -136,9 +131,8 @@ def compaction_report(
 def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report (with ``output_sha256`` once written).
 
-    Order matters: archive the original, write the output to a temporary file, record the run, then
-    rename the output into place: a failure at any point leaves the input as it was and no partial
-    output, and a compacted file is always on record as an output (a re-run never compacts it again).
+    Archive the original, write a temporary output, record the run, then rename the output into place:
+    a failure leaves no partial output, and every compacted file is on record (never compacted again).
     """
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
@@ -155,15 +149,16 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
 
 
 def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -> dict[str, Any]:
-    # A file is parsed as it is read, its bytes copied into the archive's spool as they are (records
-    # read theirs back from it): a large input is not held twice. Stdin is read whole first, for its size.
+    # A file's bytes go to the archive's spool as it is parsed (not held twice); stdin is read whole first.
     source: str | BinaryIO = job.path
+    size = 0
     if job.path == "-":
         name, whole = read_all(job.path)
         source, size = named_bytes(name, whole), len(whole)
         del whole
     else:
-        size = _size(job.path)
+        with contextlib.suppress(OSError):  # the reader says what is wrong with the file
+            size = os.stat(job.path).st_size
     opts = job.options
     counter = opts.counter()
     # A large input is counted on every core, each batch while the next is parsed.
@@ -202,9 +197,8 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
             with atomic_output(job.report, inputs=(name,)) as handle:
                 handle.write(dumps({**doc, "run": recorded[0]}))
 
-    # In place is the one write allowed onto an input, and only because the original is archived. The
-    # run is recorded before the output takes its place: no output exists that the manifest does not
-    # know, and a manifest that cannot be written leaves no output.
+    # In place is the one write onto an input (the original is archived). The run is recorded before the
+    # output takes its place: no output exists that the manifest does not know.
     with atomic_output(
         output, inputs=() if job.in_place else (name,), like=name, before_commit=record
     ) as handle:
@@ -226,10 +220,3 @@ def _fork(transcript: Transcript, name: str, job: CompactJob) -> tuple[ForksSess
     if not job.dry_run:
         check_output(path, inputs=(name,))
     return adapter, path, session_id
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:  # the reader says what is wrong with it
-        return 0

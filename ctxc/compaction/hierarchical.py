@@ -1,8 +1,7 @@
-"""hierarchical: one structured summary of the history, detail by tier.
+"""hierarchical: one structured summary of the oldest stretch the target requires, detail by tier.
 
-Only the oldest stretch the target requires is summarized, into the fixed sections; the budget is a
-quarter of what it replaces, and halves down to ``BUDGET_FLOOR`` while over the target. ``essential``
-(adaptive's stage 5) summarizes the whole history into intent, current state and next steps.
+The budget halves down to ``BUDGET_FLOOR`` while over the target. ``essential`` (adaptive's stage 5)
+summarizes the whole history into intent, current state and next steps.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxc.compaction.base import CompactContext, StrategyResult, option, register
-from ctxc.compaction.recursive import Layout, plan_layout, span_citation, summary_message, summary_overhead
+from ctxc.compaction.recursive import Layout, plan_layout, summarize
 from ctxc.model import Message
-from ctxc.summarize import SummaryRequest
 
 #: A summary over the target is asked again with half the budget, down to this floor.
 BUDGET_FLOOR = 200
@@ -38,10 +36,9 @@ COMPRESSION = 4
 class _Plan:
     """Prefix arithmetic over the candidate units: what summarizing the first ``n`` would leave."""
 
-    def __init__(self, layout: Layout, target: int, overhead: int, cap: int) -> None:
+    def __init__(self, layout: Layout, target: int, cap: int) -> None:
         self.layout = layout
         self.target = target
-        self.overhead = overhead
         self.cap = cap  # the configured summary_tokens, capped by what the target leaves
         self.prefix = list(
             itertools.accumulate((layout.unit_tokens[u] for u in layout.candidates), initial=0)
@@ -58,7 +55,7 @@ class _Plan:
         ``cost`` (or its planned budget), or all of them when no prefix does."""
         cands = self.layout.candidates
         for n in range(1, len(cands) + 1):
-            c = cost if cost is not None else self.budget(n) + self.overhead
+            c = cost if cost is not None else self.budget(n) + self.layout.overhead
             if self.layout.fixed + self.rest(n) + c <= self.target:
                 return n
         return len(cands)
@@ -81,32 +78,22 @@ class Hierarchical:
         if layout is None:
             return StrategyResult(tuple(messages))
         cands = layout.candidates
-        overhead = summary_overhead(ctx, layout.messages[0])
-        room = ctx.target - layout.fixed - overhead  # for the summary text once all history is in it
-        plan = _Plan(layout, ctx.target, overhead, max(1, min(cfg.summary_tokens, room)))
+        room = ctx.target - layout.fixed - layout.overhead  # for the summary text once all history is in it
+        plan = _Plan(layout, ctx.target, max(1, min(cfg.summary_tokens, room)))
         n = len(cands) if cfg.essential else plan.smallest()
         budget = plan.cap if cfg.essential else plan.budget(n)
         floor = min(BUDGET_FLOOR, budget)
 
         best: tuple[int, Message, int] | None = None  # (output tokens, summary, units summarized)
         while True:
-            replaced = layout.span_messages(cands[:n])
-            request = SummaryRequest(
-                messages=replaced,
-                citation=span_citation(ctx, replaced),
-                budget=budget,
-                instructions=ctx.instructions,
-                essential=cfg.essential,
-            )
-            summary = summary_message(ctx.summarizer.summarize(request, ctx.ledger.count_text), replaced)
+            summary = summarize(ctx, layout.span_messages(cands[:n]), budget, essential=cfg.essential)
             cost = ctx.ledger.tokens(summary)
             total = layout.fixed + plan.rest(n) + cost
             if best is None or total < best[0]:
                 best = (total, summary, n)
             if total <= ctx.target:
                 break
-            # The summary came out larger than planned (its minimum exceeds the budget, or the
-            # summarizer overshot): summarize more of the history first, then ask for less.
+            # Larger than planned: summarize more of the history first, then ask for less.
             grown = plan.smallest(cost)
             if grown > n:
                 n = grown

@@ -1,7 +1,6 @@
 """images: replace images older than the last few assistant turns by a line citing the archive.
 
-An image the model looked at turns ago costs up to ~1,600 tokens on every later call. Only blocks
-change (an image block becomes text, a result loses its images), so pairing is unchanged.
+An old image costs up to ~1,600 tokens on every later call. Only blocks change, so pairing is unchanged.
 """
 
 from __future__ import annotations
@@ -23,12 +22,9 @@ class ImagesConfig:
 
 def describe(image: ImageBlock) -> str:
     """What an image was: media type, dimensions when known, and size."""
-    parts = [image.media_type or "image"]
-    if image.width and image.height:
-        parts.append(f"{image.width}x{image.height}")
-    if image.data_bytes:
-        parts.append(f"{image.data_bytes:,} bytes")
-    return ", ".join(parts)
+    dims = f"{image.width}x{image.height}" if image.width and image.height else ""
+    size = f"{image.data_bytes:,} bytes" if image.data_bytes else ""
+    return ", ".join(part for part in (image.media_type or "image", dims, size) if part)
 
 
 def placeholder(images: Sequence[ImageBlock], cite: str) -> str:

@@ -1,8 +1,7 @@
 """offload: move huge tool results, and late in a session large tool inputs, into archive files.
 
-A result over ``threshold_tokens`` becomes the archive file's path, its first lines and a citation, so
-an agent with a file tool can read the rest back (Deep Agents' filesystem offloading); above
-``input_offload_share`` of the window, large file contents in old tool inputs go the same way.
+What stays is the file's path, the first lines and a citation, so an agent with a file tool can read
+the rest back (Deep Agents' filesystem offloading).
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ DEFAULT_INPUT_KEYS: tuple[str, ...] = (
 )
 #: Tools whose whole input is a patch string (Codex's freeform ``apply_patch``).
 _PATCH_TOOLS = frozenset({"apply_patch", "applypatch", "patch"})
-#: A string of ``n`` characters has at most ``4 * n`` tokens (UTF-8 bytes, at most a token each):
-#: shorter strings are skipped without tokenizing them.
+#: A character is at most 4 UTF-8 bytes, each at most a token: shorter strings are never tokenized.
 _MAX_TOKENS_PER_CHAR = 4
 
 
@@ -52,8 +50,6 @@ class OffloadConfig:
 
 @dataclass(frozen=True, slots=True)
 class Blob:
-    """Where an offloaded string went."""
-
     digest: str
     path: Path
 
@@ -98,9 +94,8 @@ class Offload:
                 text = result_pointer(
                     b.text, call, blob, ctx.cite(msgs[pos].index), tokens, cfg.preview_lines
                 )
-                pointers.append(
-                    (pos, bi, replace(b, text=text), f"{call.name or 'tool'} result → {blob.digest[:12]}")
-                )
+                note = f"{call.name or 'tool'} result → {blob.digest[:12]}"
+                pointers.append((pos, bi, replace(b, text=text), note))
         ctx.ledger.counter.count([block.text for _, _, block, _ in pointers])  # one count, not one each
         for pos, bi, block, note in pointers:
             swap(pos, bi, block, note)
@@ -129,10 +124,8 @@ def store_blob(
     tool: str,
     notes: list[tuple[str, int, str]],
 ) -> Blob:
-    """Write ``text`` to the archive (unsynced: the original is); in a dry run only compute where.
-
-    ``(digest, message, tool)`` goes to ``notes``, for the search index to take in one transaction.
-    """
+    """Write ``text`` to the archive (unsynced: the original is), noting ``(digest, message, tool)`` for
+    the search index; in a dry run only compute where."""
     data = text.encode("utf-8")
     if ctx.archive is not None:
         digest = ctx.archive.store(data, sync=False)
@@ -153,18 +146,12 @@ def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int
         f"to {blob.path}; {cite}]"
     )
     preview = [clip(x) for x in lines[:preview_lines]]
-    out = [head]
     if preview:
-        out.append(f"First {len(preview)} line{'s' if len(preview) != 1 else ''}:")
-        out.extend(preview)
-    rest = len(lines) - len(preview)
+        preview.insert(0, f"First {len(preview)} line{'s' if len(preview) != 1 else ''}:")
+    rest = len(lines) - preview_lines
     if rest > 0:
-        out.append(f"… {rest:,} more line{'s' if rest != 1 else ''} in the offloaded file …")
-    return "\n".join(out)
-
-
-def input_pointer(tokens: int, blob: Blob, cite: str) -> str:
-    return f"[ctxc offloaded {tokens} tokens to {blob.path}; {cite}]"
+        preview.append(f"… {rest:,} more line{'s' if rest != 1 else ''} in the offloaded file …")
+    return "\n".join([head, *preview])
 
 
 def _offload_input(
@@ -178,24 +165,18 @@ def _offload_input(
 ) -> Any:
     """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
 
-    def big(value: str) -> int | None:
-        if not _may_exceed(value, threshold):
-            return None
-        n = ctx.ledger.count_text(value)
-        return n if n > threshold else None
-
-    def pointer(value: str, tokens: int, label: str) -> str:
+    def offloaded(value: str, label: str) -> str:
+        """A pointer to the archive file ``value`` went to, if it is over the threshold; else ``value``."""
+        tokens = ctx.ledger.count_text(value) if _may_exceed(value, threshold) else 0
+        if tokens <= threshold:
+            return value
         moved.append(label)
         blob = store_blob(ctx, value, message=message, tool=block.name, notes=notes)
-        return input_pointer(tokens, blob, ctx.cite(message))
+        return f"[ctxc offloaded {tokens} tokens to {blob.path}; {ctx.cite(message)}]"
 
     def walk(value: Any, key: str | None, path: str) -> Any:
         if isinstance(value, str):
-            if key in keys:
-                tokens = big(value)
-                if tokens is not None:
-                    return pointer(value, tokens, path)
-            return value
+            return offloaded(value, path) if key in keys else value
         if isinstance(value, Mapping):
             return {
                 k: walk(v, k if isinstance(k, str) else None, f"{path}.{k}" if path else str(k))
@@ -207,14 +188,11 @@ def _offload_input(
         return value
 
     inp = block.input
-    if isinstance(inp, str):
-        names = {block.name.lower(), block.name.lower().rsplit("__", 1)[-1]}
-        if names & _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch"):
-            tokens = big(inp)
-            if tokens is not None:
-                return pointer(inp, tokens, "patch")
-        return inp
-    return walk(inp, None, "")
+    if not isinstance(inp, str):
+        return walk(inp, None, "")
+    names = {block.name.lower(), block.name.lower().rsplit("__", 1)[-1]}
+    patch = names & _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch")
+    return offloaded(inp, "patch") if patch else inp
 
 
 def _may_exceed(text: str, threshold: int) -> bool:

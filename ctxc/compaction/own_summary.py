@@ -1,7 +1,5 @@
-"""The log's own compaction summary, shortened when fifo or selective cannot meet the target otherwise.
-
-The least change first: the analysis part goes, the summary part staying verbatim; then its lines are
-sorted into the fixed sections of a ctxc summary and shrunk extractively, citing the archived original.
+"""The log's own compaction summary, shortened when fifo or selective cannot meet the target otherwise:
+first without its analysis part, else sorted into a ctxc summary's sections and shrunk extractively.
 """
 
 from __future__ import annotations
@@ -14,7 +12,8 @@ from ctxc.compaction.base import Action, CompactContext, StrategyResult
 from ctxc.compaction.recursive import summary_message
 from ctxc.model import Message, TextBlock
 from ctxc.summarize import SECTIONS, SummaryRequest
-from ctxc.summarize.extractive import Fact, Tiers, compose, key_sentences
+from ctxc.summarize.extractive import key_sentences
+from ctxc.summarize.facts import Fact, Tiers, compose
 
 INTENT, DECISIONS, ARTIFACTS, ERRORS, STATE, NEXT = SECTIONS
 
@@ -57,19 +56,7 @@ class _Line:
 
 def shortenable(message: Message) -> bool:
     """A summary made of words ctxc can read (not an opaque, encrypted one)."""
-    return (
-        bool(message.blocks)
-        and all(isinstance(b, TextBlock) for b in message.blocks)
-        and bool(message.text.strip())
-    )
-
-
-def _classify(title: str) -> tuple[str, int]:
-    low = title.lower()
-    for words, section, tier in _SECTION_WORDS:
-        if any(w in low for w in words):
-            return section, tier
-    return STATE, 2
+    return all(isinstance(b, TextBlock) for b in message.blocks) and bool(message.text.strip())
 
 
 def _lines(text: str) -> list[_Line]:
@@ -93,7 +80,9 @@ def _lines(text: str) -> list[_Line]:
             if word:  # Analysis/Summary, or their tags, open or close the analysis part
                 analysis = word == "analysis"
             else:
-                section, tier = _classify(heading.group("md") or heading.group("num") or "")
+                title = (heading.group("md") or heading.group("num") or "").lower()
+                found = ((s, t) for words, s, t in _SECTION_WORDS if any(w in title for w in words))
+                section, tier = next(found, (STATE, 2))
             continue
         body = _BULLET.sub("", raw).strip()
         if body and not body.startswith(_BOILERPLATE):
@@ -109,16 +98,19 @@ def _is_decision(text: str) -> bool:
 
 
 def _tiers(message: Message) -> Tiers:
+    """The summary's lines as facts; the first intent bullet says what this is a shortening of."""
     lines = _lines(message.text)
     if any(not line.analysis for line in lines):
         # The analysis is the model's working notes; its summary part says the same, distilled.
         lines = [line for line in lines if not line.analysis]
+    label = f"the log's own compaction summary (msg {max(message.index, 0)}), shortened: "
     facts: list[Fact] = []
     for seq, line in enumerate(lines):
         section, tier = line.section, line.tier
         if section not in (INTENT, NEXT) and "\n" not in line.text and _is_decision(line.text):
             section, tier = DECISIONS, 1
-        facts.append(Fact(section, line.text, seq, tier))
+        first_intent = section == INTENT and all(f.section != INTENT for f in facts)
+        facts.append(Fact(section, line.text, seq, tier, label if first_intent else ""))
     verbatim, events, routine = (tuple(f for f in facts if f.tier == t) for t in (1, 2, 3))
     return Tiers(verbatim, events, routine)
 
@@ -160,16 +152,7 @@ def shorten_own_summary(message: Message, budget: int, ctx: CompactContext) -> M
         if ctx.ledger.tokens(out) <= budget:
             return out
     tiers = _tiers(message)
-    first = min((f for f in tiers.facts() if f.section == INTENT), key=lambda f: f.seq, default=None)
-    label = f"the log's own compaction summary (msg {max(message.index, 0)}), shortened: "
-    if first is not None:  # the intent bullet says what this summary is a shortening of
-        tiers = Tiers(
-            tuple(Fact(f.section, f.body, f.seq, f.tier, label) if f is first else f for f in tiers.verbatim),
-            tiers.events,
-            tiers.routine,
-        )
-    # The message's framing is a few tokens the text budget must leave, and the shrinking goes in
-    # steps, so a smaller budget may give the same text: ask for less, by more each time.
+    # Framing costs a few tokens and shrinking goes in steps: ask for less, by more each time.
     text_budget, step = budget, 1
     for _ in range(12):
         if text_budget < 1:

@@ -1,8 +1,7 @@
 """Per-tool post-processors: shrink an old tool result to what is still worth reading.
 
-A processor is found by the tool's name (names differ per agent) or, failing that, by the shape of the
-call's input. Search results keep the top hits, file reads the lines the current request mentions,
-command output its tail and error lines; each shrunk text starts with a note citing the original.
+Found by tool name, else by the shape of the call's input: searches keep the top hits, file reads the
+lines the current request mentions, commands their tail and error lines.
 """
 
 from __future__ import annotations
@@ -70,23 +69,19 @@ _HEXISH = re.compile(r"[0-9a-f]{7,}")
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """What a post-processor needs of the call that produced a result."""
-
     name: str
     input: Any = None
 
 
 @dataclass(frozen=True, slots=True)
 class Shrunk:
-    """A processor's output: the kept text and a short phrase saying what was cut."""
-
     text: str
-    note: str
+    note: str  # a short phrase saying what was cut
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """The current user request, reduced to the terms a file read is filtered by."""
+    """The current user request and the terms a file read is filtered by."""
 
     text: str = ""
     terms: tuple[str, ...] = ()
@@ -107,41 +102,24 @@ Processor = Callable[[str, ToolCall, Request], Shrunk | None]
 @dataclass(frozen=True, slots=True)
 class _Entry:
     kind: str
-    names: frozenset[str]
-    shape_keys: tuple[str, ...]
+    names: frozenset[str]  # lower-case tool names
+    shape_keys: tuple[str, ...]  # input keys that select it when no name does
     fn: Processor
 
 
-_REGISTRY: list[_Entry] = []
-
-
-def register_processor(
-    kind: str, names: Iterable[str], shape_keys: Sequence[str]
-) -> Callable[[Processor], Processor]:
-    """Register a processor for tool ``names`` (case-insensitive) and calls whose input has ``shape_keys``
-    (tried in registration order: register the most specific shape first)."""
-
-    def deco(fn: Processor) -> Processor:
-        _REGISTRY.append(_Entry(kind, frozenset(n.lower() for n in names), tuple(shape_keys), fn))
-        return fn
-
-    return deco
-
-
 def kind_of(call: ToolCall) -> str | None:
-    entry = _find(call)
-    return entry.kind if entry else None
+    return entry.kind if (entry := _find(call)) else None
 
 
 def _find(call: ToolCall) -> _Entry | None:
     low = call.name.lower()
     # ``mcp__server__search`` and ``functions.shell`` are also known by their last segment.
     for variant in [low, *(low.rsplit(sep, 1)[1] for sep in ("__", ".", "/") if sep in low)]:
-        for entry in _REGISTRY:
+        for entry in _PROCESSORS:
             if variant in entry.names:
                 return entry
     if isinstance(call.input, Mapping):
-        for entry in _REGISTRY:
+        for entry in _PROCESSORS:
             if any(key in call.input for key in entry.shape_keys):
                 return entry
     return None
@@ -166,23 +144,21 @@ def call_summary(call: ToolCall, limit: int = 80) -> str:
     inp = call.input
     text = ""
     if isinstance(inp, Mapping):
-        query, path = _first(inp, _QUERY_KEYS), _first(inp, _PATH_KEYS)
-        command, url = _first(inp, _COMMAND_KEYS), _first(inp, ("url",))
+        query, path, command = _first(inp, _QUERY_KEYS), _first(inp, _PATH_KEYS), _first(inp, _COMMAND_KEYS)
         if query:
             text = f"{query} in {path}" if path else query
         elif path:
             # str_replace_editor says what it did to the file in ``command`` ("view", "create").
             text = f"{command} {path}" if command and " " not in command and len(command) < 20 else path
         else:
-            text = command or url or next((v for v in inp.values() if isinstance(v, str) and v.strip()), "")
+            text = command or _first(inp, ("url",))
+            text = text or next((v for v in inp.values() if isinstance(v, str) and v.strip()), "")
     elif isinstance(inp, str):
         text = inp
     text = " ".join(text.split())
-    if not text:
-        return ""
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return f"`{text}`"
+    return f"`{text}`" if text else ""
 
 
 def _first(inp: Mapping[str, Any], keys: Sequence[str]) -> str:
@@ -227,8 +203,8 @@ def current_request(messages: Sequence[Message]) -> str:
 
 
 def unwrap(text: str) -> tuple[str, str]:
-    """The readable output inside a JSON envelope (Codex's ``{"output": ...}``, MCP text parts), and a
-    fact worth keeping about it (the exit code): shrinking the JSON itself would cut it mid-string."""
+    """The readable output inside a JSON envelope (Codex's ``{"output": ...}``, MCP text parts), and its
+    exit code if any: shrinking the JSON itself would cut it mid-string."""
     stripped = text.lstrip()
     if not stripped.startswith(("{", "[")):
         return text, ""
@@ -238,8 +214,8 @@ def unwrap(text: str) -> tuple[str, str]:
         code = meta.get("exit_code") if isinstance(meta, dict) else None
         return data["output"], (f"exit code {code}" if code is not None else "")
     if (
-        isinstance(data, list)
-        and data
+        data
+        and isinstance(data, list)
         and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in data)
     ):
         return "\n".join(p["text"] for p in data), ""
@@ -247,7 +223,6 @@ def unwrap(text: str) -> tuple[str, str]:
 
 
 def _json(text: str) -> Any:
-    """``text`` parsed as JSON, or None."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -255,9 +230,8 @@ def _json(text: str) -> Any:
 
 
 def clip(line: str) -> str:
-    if len(line) <= MAX_LINE_CHARS:
-        return line
-    return f"{line[:MAX_LINE_CHARS]}… (+{len(line) - MAX_LINE_CHARS} chars)"
+    extra = len(line) - MAX_LINE_CHARS
+    return f"{line[:MAX_LINE_CHARS]}… (+{extra} chars)" if extra > 0 else line
 
 
 def _elided(n: int) -> str:
@@ -280,8 +254,7 @@ def join_spans(spans: Iterable[tuple[int, int]], n: int) -> list[tuple[int, int]
 
 
 def keep_spans(lines: Sequence[str], spans: Sequence[tuple[int, int]]) -> str:
-    """The lines of ``spans`` (from :func:`join_spans`) in order, each run of dropped lines replaced by
-    one elision marker."""
+    """The lines of ``spans`` (from :func:`join_spans`), each run of dropped lines one elision marker."""
     out: list[str] = []
     last = 0
     for a, b in spans:
@@ -304,15 +277,6 @@ def split_lines(text: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-@register_processor(
-    "search",
-    names=(
-        "grep", "glob", "websearch", "web_search", "searchweb", "search", "search_files", "search_file",
-        "search_dir", "find_file", "find_files", "file_search", "codebase_search", "grep_search", "rg",
-        "list_files", "ls",
-    ),
-    shape_keys=_QUERY_KEYS,
-)  # fmt: skip
 def shrink_search(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     """Keep the top results: a JSON list's first items, blank-line separated blocks, or grep lines."""
     body, fact = unwrap(text)
@@ -327,21 +291,16 @@ def shrink_search(text: str, call: ToolCall, request: Request) -> Shrunk | None:
             kept = "\n".join(clip(orjson.dumps(item).decode()) for item in data[:SEARCH_KEEP])
             return Shrunk(kept, _top(SEARCH_KEEP, len(data)) + extra)
     lines = split_lines(body)
-    header: list[str] = []
-    if lines and _SEARCH_HEADER.match(lines[0].strip()):
-        header = [lines[0]]
-        lines = lines[1:]
-        while lines and not lines[0].strip():
-            lines = lines[1:]
+    header = lines[:1] if lines and _SEARCH_HEADER.match(lines[0].strip()) else []
+    if header:
+        lines = list(itertools.dropwhile(lambda line: not line.strip(), lines[1:]))
     results = _results(lines)
     if len(results) <= SEARCH_KEEP:
         return None
-    dropped = len(results) - SEARCH_KEEP
     sep = "\n\n" if any(len(r) > 1 for r in results) else "\n"
     kept = sep.join("\n".join(clip(x) for x in r) for r in results[:SEARCH_KEEP])
-    tail = f"… {_plural(dropped, 'more result')} dropped …"
-    out = "\n".join([*header, kept, tail])
-    return Shrunk(out, _top(SEARCH_KEEP, len(results)) + extra)
+    tail = f"… {_plural(len(results) - SEARCH_KEEP, 'more result')} dropped …"
+    return Shrunk("\n".join([*header, kept, tail]), _top(SEARCH_KEEP, len(results)) + extra)
 
 
 def _top(kept: int, n: int) -> str:
@@ -351,16 +310,13 @@ def _top(kept: int, n: int) -> str:
 def _results(lines: list[str]) -> list[list[str]]:
     """Results: groups split by ``--`` (grep -C) or blank lines, else one per line."""
     if any(line.strip() == "--" for line in lines):
-        return _groups(lines, lambda s: s.strip() == "--")
-    if any(not line.strip() for line in lines):
-        groups = _groups(lines, lambda s: not s.strip())
-        if len(groups) > 1:
-            return groups
-    return [[line] for line in lines if line.strip()]
+        return _groups(lines, "--")
+    groups = _groups(lines, "")
+    return groups if len(groups) > 1 else [[line] for line in lines if line.strip()]
 
 
-def _groups(lines: list[str], is_sep: Callable[[str], bool]) -> list[list[str]]:
-    return [list(group) for sep, group in itertools.groupby(lines, key=is_sep) if not sep]
+def _groups(lines: list[str], sep: str) -> list[list[str]]:
+    return [list(g) for is_sep, g in itertools.groupby(lines, key=lambda s: s.strip() == sep) if not is_sep]
 
 
 def _shrink_links(body: str) -> Shrunk | None:
@@ -390,15 +346,6 @@ def _link(item: Any) -> str:
     return clip(orjson.dumps(item).decode())
 
 
-@register_processor(
-    "read",
-    names=(
-        "read", "readfile", "read_file", "view", "view_file", "open", "open_file", "cat", "read_many_files",
-        "str_replace_editor", "str_replace_based_edit_tool", "webfetch", "web_fetch", "fetch", "fetchurl",
-        "fetch_url",
-    ),
-    shape_keys=(*_PATH_KEYS, "url"),
-)  # fmt: skip
 def shrink_read(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     """Keep the lines that mention the current request's terms, with context, and any header."""
     # Every per-line test is a map over the lines (the loop runs in C): a 100 MB log holds millions.
@@ -435,15 +382,6 @@ def shrink_read(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     return Shrunk(keep_spans(lines, spans), note)
 
 
-@register_processor(
-    "command",
-    names=(
-        "bash", "shell", "exec_command", "local_shell", "execute_bash", "run", "run_ipython",
-        "execute_ipython_cell", "ipython", "python", "terminal", "run_command", "run_terminal_cmd",
-        "run_shell_command", "bashoutput", "write_stdin", "exec", "powershell", "cmd",
-    ),
-    shape_keys=_COMMAND_KEYS,
-)  # fmt: skip
 def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None:
     """Keep the final output and every error line; a Python traceback is kept whole."""
     body, fact = unwrap(text)
@@ -462,14 +400,10 @@ def shrink_command(text: str, call: ToolCall, request: Request) -> Shrunk | None
     errors = 0
     skip_to = 0  # lines of a traceback already kept are not looked at again
     for i in sorted(flagged):
-        if i < skip_to:
-            continue
-        if i in tracebacks:
-            skip_to = _traceback_end(lines, i)
+        if i >= skip_to:
+            skip_to = _traceback_end(lines, i) if i in tracebacks else i + 1
             spans.append((i, skip_to))
-        else:
-            spans.append((i, i + 1))
-        errors += 1
+            errors += 1
     spans = join_spans(spans, n)
     if sum(b - a for a, b in spans) >= n:
         return None
@@ -490,3 +424,23 @@ def _traceback_end(lines: Sequence[str], start: int) -> int:
         while j < len(lines) and lines[j].strip() and lines[j].startswith(" " * (indent + 1)):
             j += 1
     return j
+
+
+#: Tried in this order: the most specific shape first.
+_PROCESSORS = (
+    _Entry("search", frozenset((
+        "grep", "glob", "websearch", "web_search", "searchweb", "search", "search_files", "search_file",
+        "search_dir", "find_file", "find_files", "file_search", "codebase_search", "grep_search", "rg",
+        "list_files", "ls",
+    )), _QUERY_KEYS, shrink_search),
+    _Entry("read", frozenset((
+        "read", "readfile", "read_file", "view", "view_file", "open", "open_file", "cat", "read_many_files",
+        "str_replace_editor", "str_replace_based_edit_tool", "webfetch", "web_fetch", "fetch", "fetchurl",
+        "fetch_url",
+    )), (*_PATH_KEYS, "url"), shrink_read),
+    _Entry("command", frozenset((
+        "bash", "shell", "exec_command", "local_shell", "execute_bash", "run", "run_ipython",
+        "execute_ipython_cell", "ipython", "python", "terminal", "run_command", "run_terminal_cmd",
+        "run_shell_command", "bashoutput", "write_stdin", "exec", "powershell", "cmd",
+    )), _COMMAND_KEYS, shrink_command),
+)  # fmt: skip

@@ -1,7 +1,7 @@
 """recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one.
 
-Folding stops as soon as the rest plus the summary fits; ONE summary stands where the span began, pinned
-units in it staying verbatim after it. The layout and summary helpers are shared with ``hierarchical``.
+Folding stops once the rest plus the summary fits; ONE summary stands where the span began, pinned units
+in it staying verbatim after it. The layout and summary helpers are shared with ``hierarchical``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.units import Unit, units
 from ctxc.model import Message, TextBlock
 from ctxc.summarize import SummaryRequest
@@ -27,6 +27,7 @@ class Layout:
     unit_tokens: tuple[int, ...]
     candidates: tuple[int, ...]
     fixed: int
+    overhead: int  # what a summary message costs beyond its text (framing)
 
     def span_messages(self, chosen: Sequence[int]) -> tuple[Message, ...]:
         return tuple(m for u in chosen for m in self.parts[u].messages(self.messages))
@@ -65,15 +66,14 @@ def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int
         return None
     parts = tuple(units(msgs))
     tokens = tuple(ctx.ledger.total(p.messages(msgs)) for p in parts)
-    tail_start = len(msgs) - max(keep_last, 1)
-    candidates: list[int] = []
-    fixed = 0
-    for u, part in enumerate(parts):
-        if part.stop > tail_start or any(m.index in ctx.pinned for m in part.messages(msgs)):
-            fixed += tokens[u]
-        else:
-            candidates.append(u)
-    return Layout(msgs, parts, tokens, tuple(candidates), fixed) if candidates else None
+    keep = protected_units(msgs, parts, ctx, keep_last)
+    candidates = tuple(u for u in range(len(parts)) if u not in keep)
+    if not candidates:
+        return None
+    # The framing is counted without the ledger so the probe is not kept alive in its memo.
+    framed = count_messages([summary_message("x", msgs[:1])], ctx.ledger.counter)[0]
+    fixed = sum(tokens[u] for u in keep)
+    return Layout(msgs, parts, tokens, candidates, fixed, max(0, framed - ctx.ledger.count_text("x")))
 
 
 def summary_message(text: str, replaced: Sequence[Message]) -> Message:
@@ -89,15 +89,21 @@ def summary_message(text: str, replaced: Sequence[Message]) -> Message:
     )
 
 
-def summary_overhead(ctx: CompactContext, sample: Message) -> int:
-    """Tokens a summary message costs beyond its text (framing), by the run's own accounting."""
-    probe = summary_message("x", [sample])
-    # Counted without the ledger so the probe is not kept alive in its memo.
-    return max(0, count_messages([probe], ctx.ledger.counter)[0] - ctx.ledger.count_text("x"))
-
-
-def span_citation(ctx: CompactContext, replaced: Sequence[Message]) -> str:
-    return ctx.cite(replaced[0].index, replaced[-1].index)
+def summarize(
+    ctx: CompactContext,
+    covered: Sequence[Message],
+    budget: int,
+    *,
+    messages: Sequence[Message] = (),
+    previous: str | None = None,
+    essential: bool = False,
+) -> Message:
+    """The summary message standing for ``covered``, of ``messages`` (default: them)."""
+    citation = ctx.cite(covered[0].index, covered[-1].index)
+    request = SummaryRequest(
+        tuple(messages or covered), citation, budget, previous, ctx.instructions, essential=essential
+    )
+    return summary_message(ctx.summarizer.summarize(request, ctx.ledger.count_text), covered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,18 +128,14 @@ class Recursive:
         layout = plan_layout(messages, ctx, cfg.keep_last or ctx.keep_last)
         if layout is None:
             return StrategyResult(tuple(messages))
-        cands = layout.candidates
-        overhead = summary_overhead(ctx, layout.messages[0])
-        # Never more than the target leaves once everything foldable is folded, so the last fold fits
-        # whenever the verbatim part does.
+        cands, overhead = layout.candidates, layout.overhead
+        # At most what the target leaves once all is folded: the last fold fits if the verbatim part does.
         budget = max(1, min(cfg.summary_tokens, ctx.target - layout.fixed - overhead))
         remaining = layout.tokens_of(cands)
-        summary_text: str | None = None
         summary: Message | None = None
         done = folds = 0
         while done < len(cands):
-            # A chunk is at most chunk_tokens, and no more than the target still needs removed (with
-            # room for a summary at its full budget): the least history is lost.
+            # No more than the target still needs removed (with room for a full summary): the least is lost.
             current = ctx.ledger.tokens(summary) if summary is not None else 0
             needed = layout.fixed + remaining + max(current, budget + overhead) - ctx.target
             limit = max(1, min(cfg.chunk_tokens, needed))
@@ -146,17 +148,12 @@ class Recursive:
                 chunk_tokens += layout.unit_tokens[cands[done]]
                 done += 1
             remaining -= chunk_tokens
-            covered = layout.span_messages(cands[:done])
-            request = SummaryRequest(
-                messages=layout.span_messages(chunk),
-                citation=span_citation(ctx, covered),
-                budget=budget,
-                previous=summary_text,
-                instructions=ctx.instructions,
+            previous = summary.text if summary is not None else None
+            chunk_messages = layout.span_messages(chunk)
+            summary = summarize(
+                ctx, layout.span_messages(cands[:done]), budget, messages=chunk_messages, previous=previous
             )
-            summary_text = ctx.summarizer.summarize(request, ctx.ledger.count_text)
             folds += 1
-            summary = summary_message(summary_text, covered)
             if layout.fixed + remaining + ctx.ledger.tokens(summary) <= ctx.target:
                 break
         assert summary is not None

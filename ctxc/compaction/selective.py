@@ -1,8 +1,7 @@
-"""selective: drop what matters least first: ephemeral units, then normal ones, oldest first.
+"""selective: drop ephemeral units, then normal ones, oldest first; critical, pinned and tail units stay.
 
 A message's importance is its own ``importance`` field, else the first matching rule of a TOML rules
-file (the shipped ``importance.toml``; keys described in docs/strategies.md); a unit takes the highest
-importance of its messages. Critical, pinned and tail units stay.
+file (the shipped ``importance.toml``; see docs/strategies.md); a unit takes its messages' highest.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxc.archive_store import citation
-from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, register
-from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units, protected_units
+from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
+from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units
 from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
@@ -39,13 +38,11 @@ _KINDS = frozenset((*BLOCK_KINDS, "empty"))
 
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """What a rule may ask beyond the message itself: how many messages come after it, the lower-cased
-    names of the tools it calls or answers, the role before it ("" for none), its kind, its tokens."""
+    """What a rule may ask beyond the message itself."""
 
-    age: int
-    tools: tuple[str, ...]
-    previous: str
-    kind: str
+    age: int  # how many messages come after it
+    tools: tuple[str, ...]  # lower-cased names of the tools it calls or answers
+    previous: str  # the role before it ("" for none)
     tokens: Callable[[], int]
 
 
@@ -70,7 +67,7 @@ class Rule:
             return False
         if self.follows is not None and where.previous not in self.follows:
             return False
-        if self.kinds is not None and where.kind not in self.kinds:
+        if self.kinds is not None and m.kind not in self.kinds:
             return False
         if self.older_than is not None and where.age <= self.older_than:
             return False
@@ -80,9 +77,7 @@ class Rule:
             return False
         if self.min_tokens is not None or self.max_tokens is not None:
             n = where.tokens()
-            if self.min_tokens is not None and n < self.min_tokens:
-                return False
-            if self.max_tokens is not None and n > self.max_tokens:
+            if n < (self.min_tokens or 0) or (self.max_tokens is not None and n > self.max_tokens):
                 return False
         return self.regex is None or self.regex.search(m.text) is not None
 
@@ -97,12 +92,6 @@ class Rules:
     rules: tuple[Rule, ...]
     default: str = "normal"
     source: str = SHIPPED_RULES
-
-    def importance(self, m: Message, where: _Where) -> str:
-        for rule in self.rules:
-            if rule.matches(m, where):
-                return rule.importance
-        return self.default
 
 
 def load_rules(path: str = "") -> Rules:
@@ -119,103 +108,97 @@ def load_rules(path: str = "") -> Rules:
     return parse_rules(text, path)
 
 
+class _Bad(Exception):
+    """A problem in a rules document; :func:`parse_rules` makes it a UsageError naming the document."""
+
+
 @functools.lru_cache(maxsize=16)
 def parse_rules(text: str, source: str = "<rules>") -> Rules:
     """Parse and validate a rules document; every problem names ``source`` and the rule."""
-
-    def fail(msg: str) -> UsageError:
-        return UsageError(f"importance rules: {msg}", path=source)
-
     try:
         doc = tomllib.loads(text)
+        unknown = sorted(set(doc) - _TOP_KEYS)
+        if unknown:
+            raise _Bad(f"unknown top-level key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
+        default = _level(doc.get("default", "normal"), "default")
+        tables = doc.get("rule", [])
+        if not isinstance(tables, list):
+            raise _Bad("'rule' must be an array of tables ([[rule]])")
+        return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default, source)
     except tomllib.TOMLDecodeError as exc:
-        raise fail(f"not valid TOML: {exc}") from None
-    unknown = sorted(set(doc) - _TOP_KEYS)
-    if unknown:
-        raise fail(f"unknown top-level key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
-    default = _level(doc.get("default", "normal"), "default", fail)
-    tables = doc.get("rule", [])
-    if not isinstance(tables, list):
-        raise fail("'rule' must be an array of tables ([[rule]])")
-    rules = [_rule(t, n, fail) for n, t in enumerate(tables, 1)]
-    return Rules(tuple(rules), default, source)
+        raise UsageError(f"importance rules: not valid TOML: {exc}", path=source) from None
+    except _Bad as exc:
+        raise UsageError(f"importance rules: {exc}", path=source) from None
 
 
-def _level(value: Any, where: str, fail: Callable[[str], UsageError]) -> str:
+def _level(value: Any, where: str) -> str:
     if not isinstance(value, str) or value.strip().lower() not in _RANK:
-        raise fail(f"{where} must be one of {', '.join(LEVELS)}, got {value!r}")
+        raise _Bad(f"{where} must be one of {', '.join(LEVELS)}, got {value!r}")
     return value.strip().lower()
 
 
-def _names(value: Any, where: str, fail: Callable[[str], UsageError]) -> tuple[str, ...]:
+def _names(value: Any, where: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
-        raise fail(f"{where} must be a non-empty string or a list of non-empty strings")
+        raise _Bad(f"{where} must be a non-empty string or a list of non-empty strings")
     return tuple(items)
 
 
-def _choices(
-    table: Mapping[str, Any], key: str, label: str, fail: Callable[[str], UsageError], known: Sequence[str]
-) -> frozenset[str] | None:
+def _choices(table: Mapping[str, Any], key: str, label: str, known: Sequence[str]) -> frozenset[str] | None:
     """The lower-cased values under ``key`` (roles, or kinds), each one of ``known``."""
     if key not in table:
         return None
-    values = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}", fail))
+    values = frozenset(r.lower() for r in _names(table[key], f"{label}: {key}"))
     bad = sorted(values - set(known))
     if bad:
         where, noun = (label, "kind") if key == "kind" else (f"{label}: {key}", "role")
-        raise fail(f"{where}: unknown {noun} {bad[0]!r} ({noun}s: {', '.join(known)})")
+        raise _Bad(f"{where}: unknown {noun} {bad[0]!r} ({noun}s: {', '.join(known)})")
     return values
 
 
-def _count(value: Any, where: str, fail: Callable[[str], UsageError]) -> int:
+def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise fail(f"{where} must be a whole number of at least 0, got {value!r}")
+        raise _Bad(f"{where} must be a whole number of at least 0, got {value!r}")
     return value
 
 
-def _rule(table: Any, n: int, fail: Callable[[str], UsageError]) -> Rule:
+def _rule(table: Any, n: int) -> Rule:
     if not isinstance(table, dict):
-        raise fail(f"rule {n} must be a table")
+        raise _Bad(f"rule {n} must be a table")
     label = f"rule {n}" + (f" ({table['name']!r})" if isinstance(table.get("name"), str) else "")
     unknown = sorted(set(table) - _RULE_KEYS)
     if unknown:
-        raise fail(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_RULE_KEYS))})")
+        raise _Bad(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_RULE_KEYS))})")
     if "importance" not in table:
-        raise fail(f"{label}: missing 'importance'")
+        raise _Bad(f"{label}: missing 'importance'")
     name = table.get("name", "")
     if not isinstance(name, str):
-        raise fail(f"{label}: name must be a string")
-    roles, follows = (_choices(table, key, label, fail, ROLES) for key in ("role", "follows"))
-    kinds = _choices(table, "kind", label, fail, sorted(_KINDS))
+        raise _Bad(f"{label}: name must be a string")
+    roles, follows = (_choices(table, key, label, ROLES) for key in ("role", "follows"))
+    kinds = _choices(table, "kind", label, sorted(_KINDS))
     tools = None
     if "tool" in table:
-        patterns = _names(table["tool"], f"{label}: tool", fail)
+        patterns = _names(table["tool"], f"{label}: tool")
         tools = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in patterns))
-    regex = None
-    if "regex" in table:
-        if not isinstance(table["regex"], str):
-            raise fail(f"{label}: regex must be a string")
+    regex = table.get("regex")
+    if regex is not None:
+        if not isinstance(regex, str):
+            raise _Bad(f"{label}: regex must be a string")
         try:
-            regex = re.compile(table["regex"])
+            regex = re.compile(regex)
         except re.error as exc:
-            raise fail(f"{label}: bad regex {table['regex']!r}: {exc}") from None
-    meta: tuple[tuple[str, Any], ...] = ()
-    if "meta" in table:
-        if not isinstance(table["meta"], dict) or not all(
-            isinstance(v, str | int | float | bool) for v in table["meta"].values()
-        ):
-            raise fail(f"{label}: meta must be a table of plain values, e.g. meta = {{ is_meta = true }}")
-        meta = tuple(sorted(table["meta"].items()))
+            raise _Bad(f"{label}: bad regex {table['regex']!r}: {exc}") from None
+    meta = table.get("meta", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str | int | float | bool) for v in meta.values()):
+        raise _Bad(f"{label}: meta must be a table of plain values, e.g. meta = {{ is_meta = true }}")
     sizes = {
-        k: _count(table[k], f"{label}: {k}", fail)
-        for k in ("min_tokens", "max_tokens", "older_than")
-        if k in table
+        k: _count(table[k], f"{label}: {k}") for k in ("min_tokens", "max_tokens", "older_than") if k in table
     }
     if "min_tokens" in sizes and "max_tokens" in sizes and sizes["min_tokens"] > sizes["max_tokens"]:
-        raise fail(f"{label}: min_tokens is above max_tokens")
-    importance = _level(table["importance"], f"{label}: importance", fail)
-    return Rule(importance, name, roles, kinds, tools, regex, follows=follows, meta=meta, **sizes)
+        raise _Bad(f"{label}: min_tokens is above max_tokens")
+    importance = _level(table["importance"], f"{label}: importance")
+    meta_items = tuple(sorted(meta.items()))
+    return Rule(importance, name, roles, kinds, tools, regex, follows=follows, meta=meta_items, **sizes)
 
 
 def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Message], int]) -> list[str]:
@@ -232,10 +215,9 @@ def classify(messages: Sequence[Message], rules: Rules, tokens: Callable[[Messag
             age=n - 1 - pos,
             tools=_tool_names(m, call_names),
             previous=messages[pos - 1].role if pos else "",
-            kind=m.kind,
             tokens=functools.partial(tokens, m),
         )
-        out.append(rules.importance(m, where))
+        out.append(next((r.importance for r in rules.rules if r.matches(m, where)), rules.default))
     return out
 
 
@@ -288,12 +270,10 @@ class Selective:
                 if u not in keep and unit_level[u] == "critical"
                 for pos in range(part.start, part.stop)
             ]
-            order = [
-                (u, level)
-                for level in LEVELS[:-1]
-                for u in range(len(parts))
-                if u not in keep and unit_level[u] == level
+            offered = [
+                (u, level) for u, level in enumerate(unit_level) if u not in keep and level != "critical"
             ]
+            order = sorted(offered, key=lambda item: _RANK[item[1]])  # ephemeral first, each oldest first
             return drop_units(
                 msgs, ctx, parts, order, strategy=self.name, placeholders=cfg.placeholder, carry=carry
             )
@@ -301,16 +281,11 @@ class Selective:
         result = drop(messages)
         if ctx.under_target(result.messages):
             return result
-        # Critical units stay, but their images are not words: shed those (oldest first, as few as the
-        # target needs) before any placeholder gives up its quotes.
-        base, best = messages, result
-        shed_actions: tuple[Action, ...] = ()
-        shed = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)
-        if shed is not None:
-            base, shed_actions = shed
-            best = drop(base)
-            if ctx.under_target(best.messages):
-                return StrategyResult(best.messages, (*shed_actions, *best.actions))
+        # Critical units stay, but their images are not words: shed as few as the target needs first.
+        base, shed_actions = shed_images(messages, critical, ctx.tokens(result.messages) - ctx.target, ctx)
+        best = drop(base) if shed_actions else result
+        if shed_actions and ctx.under_target(best.messages):
+            return StrategyResult(best.messages, (*shed_actions, *best.actions))
         # Then what is pinned is over the target: the log's own summary gives up detail, not the run.
         fitted = fit_own_summary(base, ctx, best, drop, self.name)
         if fitted is best:
@@ -328,9 +303,9 @@ def image_note(block: ImageBlock, index: int, ctx: CompactContext) -> str:
 
 def shed_images(
     messages: Sequence[Message], positions: Sequence[int], excess: int, ctx: CompactContext
-) -> tuple[tuple[Message, ...], tuple[Action, ...]] | None:
+) -> tuple[tuple[Message, ...], tuple[Action, ...]]:
     """``messages`` with the images of the user messages at ``positions`` (oldest first) replaced by a
-    note, until that saves ``excess`` tokens (or all of them); None when there are none."""
+    note, until that saves ``excess`` tokens (or all of them), and what that did."""
     out = list(messages)
     actions: list[Action] = []
     saved = 0
@@ -352,4 +327,4 @@ def shed_images(
         actions.append(Action("selective", "shrink", m.index, m.index, before, after, note))
         if saved >= excess:
             break
-    return (tuple(out), tuple(actions)) if actions else None
+    return tuple(out), tuple(actions)

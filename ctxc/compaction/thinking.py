@@ -1,8 +1,7 @@
 """thinking: remove the thinking of older assistant turns, keeping what the API still needs.
 
-The last assistant turn and turns with a call still unanswered keep theirs, signatures included. A
-message left with no blocks (a Codex ``reasoning`` item) is dropped whole; pairing is unchanged.
-Thinking the client does not send anyway (another model's) stays: removing it would save nothing.
+The last turn and turns with a call unanswered keep theirs, signatures included. A message left empty
+(a Codex ``reasoning`` item) goes whole. Thinking the client does not send (another model's) stays.
 """
 
 from __future__ import annotations
@@ -69,12 +68,10 @@ class Thinking:
                 continue
             blocks = tuple(b for b in m.blocks if not isinstance(b, ThinkingBlock))
             removed = len(m.blocks) - len(blocks)
-            before = ctx.ledger.tokens(m)
-            new = replace(m, blocks=blocks) if blocks else None
-            after = ctx.ledger.tokens(new) if new is not None else 0
-            if new is not None:
-                out.append(new)
+            before, after, kind = ctx.ledger.tokens(m), 0, "drop"
+            if blocks:  # else nothing is left of the message
+                out.append(replace(m, blocks=blocks))
+                after, kind = ctx.ledger.tokens(out[-1]), "shrink"
             note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {ctx.cite(m.index)}"
-            kind = "drop" if new is None else "shrink"
             actions.append(Action(self.name, kind, m.index, m.index, before, after, note))
         return StrategyResult(tuple(out), tuple(actions))

@@ -21,7 +21,7 @@ from ctxc.evaluate.measures import tool_paths
 from ctxc.model import Message, TextBlock, Transcript
 from ctxc.summarize import SummarizerOptions
 from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
-from ctxc.summarize.cache import LazySummaryCache
+from ctxc.summarize.cache import summary_cache
 from ctxc.summarize.prompt import clip, render_transcript
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class AnthropicJudge:
         self.api = AnthropicAPI(
             self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
         )
-        self._cache = LazySummaryCache(use_cache)
+        self._cache = summary_cache(use_cache)
 
     def preflight(self) -> None:
         """Check the key and the model before any work (exit 10 or 11 with a one-line message)."""

@@ -22,7 +22,7 @@ SNIFF_RECORDS = 40
 
 @functools.cache
 def run_time() -> datetime:
-    """When this run started (one per process): the time of an added record with no dated neighbour."""
+    """When this run started: the time of an added record with no dated neighbour."""
     return datetime.now(UTC)
 
 
@@ -33,24 +33,23 @@ def run_timestamp() -> str:
 
 @runtime_checkable
 class FormatAdapter(Protocol):
-    """One transcript format. Register an instance with :func:`ctxc.formats.register`."""
+    """One transcript format. Register an instance with :func:`ctxc.formats.register`; an adapter that
+    subclasses this Protocol takes the defaults below and sets only what differs."""
 
-    #: The name used by ``--input-format`` and stored in ``Transcript.format``.
-    name: str
-    #: One line for ``ctxc formats`` and the README.
-    description: str
+    name: str  # ``--input-format`` and ``Transcript.format``
+    description: str  # one line for ``ctxc formats``
     #: Whether the client resumes from ctxc's summary and sends nothing before it (Claude Code's boundary).
-    summary_resets: bool
+    summary_resets: bool = False
     #: Whether its writer can replace what the log's own compaction record carries (Codex).
-    rewrites_carried: bool
+    rewrites_carried: bool = False
     #: Whether tool results travel as role ``tool`` messages rather than inside a user message (for repair).
-    tool_role: bool
+    tool_role: bool = False
     #: Whether recorded usage comes *before* the response it measures (Kimi's ``_usage``), not with or after.
-    usage_before_response: bool
+    usage_before_response: bool = False
     #: File name endings a directory walk picks up (``ctxc compact DIR`` without ``--glob``).
-    suffixes: tuple[str, ...]
+    suffixes: tuple[str, ...] = (".jsonl",)
     #: Bytes every record with usage or a boundary contains, so ``--tokenizer usage`` parses only those lines.
-    usage_needles: tuple[bytes, ...]
+    usage_needles: tuple[bytes, ...] = ()
 
     def sniff(self, sample: Sequence[Record]) -> int:
         """How sure (0-100) this adapter is that ``sample`` (the first non-blank records) is its format."""
@@ -63,16 +62,10 @@ class FormatAdapter(Protocol):
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):
         a message read from one record encodes back to that record's JSON."""
 
-
-class AdapterDefaults:
-    """The attribute values most adapters share; an adapter sets only the ones that differ."""
-
-    tool_role = False
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
-    usage_needles: tuple[bytes, ...] = ()
-    rewrites_carried = False
-    summary_resets = False
+    def thinking_model(self, message: Message) -> str | None:
+        """The model ``message``'s thinking may be sent to, for a client that sends a model only the
+        thinking recorded with it (signatures verify nowhere else); None when the format has no such rule."""
+        return None
 
 
 def count(value: Any) -> int:
@@ -122,8 +115,7 @@ class EncodesConversations(Protocol):
 class ForksSessions(Protocol):
     """An adapter whose sessions a client resumes by id: ``compact --fork`` writes a new one beside it."""
 
-    def new_session_id(self) -> str:
-        """A fresh id of the kind the client makes."""
+    def new_session_id(self) -> str: ...
 
     def with_session_id(self, transcript: Transcript, session_id: str) -> Transcript:
         """``transcript`` with every record that names its session naming ``session_id`` instead."""
@@ -131,8 +123,7 @@ class ForksSessions(Protocol):
     def fork_path(self, original: str, session_id: str) -> str:
         """Where the client looks for session ``session_id``, beside the ``original`` log."""
 
-    def resume_command(self, session_id: str) -> str:
-        """The command that resumes session ``session_id``."""
+    def resume_command(self, session_id: str) -> str: ...
 
 
 def rename_session(
@@ -152,3 +143,28 @@ def rename_session(
             Record(record.line, raw, record.eol, orjson.loads(raw), record.kind) if changed else record
         )
     return dataclasses.replace(transcript, records=tuple(records))
+
+
+def output_messages(transcript: Transcript, outputs: Mapping[int, Sequence[Message]]) -> list[Message]:
+    """Every conversation's output in order; a conversation the caller left out is unchanged, not dropped."""
+    convs = sorted({m.conversation for m in transcript.messages} | set(outputs))
+    return [m for c in convs for m in (outputs[c] if c in outputs else transcript.conversation(c))]
+
+
+def replaces(message: Message) -> tuple[int, int] | None:
+    """The span of message indexes a new message stands for (``meta["replaces"]``), if it names one."""
+    span = message.meta.get("replaces")
+    if isinstance(span, tuple | list) and len(span) == 2 and all(isinstance(x, int) for x in span):
+        return int(span[0]), int(span[1])
+    return None
+
+
+def fix_eols(out: Sequence[Record], source: Sequence[Record], eol: bytes) -> tuple[Record, ...]:
+    """Every line but the last ends with a newline; the last ends as the input's last line did (as
+    ``ctxc.compaction.write`` does)."""
+    if not out:
+        return ()
+    final = source[-1].eol if source else b"\n"
+    fixed = [r if r.eol else r.but(eol=eol) for r in out[:-1]]
+    fixed.append(out[-1] if out[-1].eol == final else out[-1].but(eol=final))
+    return tuple(fixed)

@@ -4,10 +4,9 @@ Lines whose role starts with ``_`` are bookkeeping (Kimi CLI's ``_checkpoint``, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, count, importance_of
+from ctxc.formats.base import FormatAdapter, Item, count, importance_of
 from ctxc.formats.dicts import (
     ChatState,
     detect_dialect,
@@ -23,7 +22,7 @@ from ctxc.model import Message, Record, Usage
 __all__ = ["ChatAdapter", "ChatState", "detect_dialect", "encode_chat_message", "parse_chat_message"]
 
 
-class ChatAdapter(AdapterDefaults):
+class ChatAdapter(FormatAdapter):
     name = "chat"
     usage_before_response = True  # Kimi's _usage line is the context as the next call is made
     description = "Anthropic or OpenAI chat messages, one per line (Kimi CLI context files, API logs)"
@@ -88,8 +87,7 @@ class ChatAdapter(AdapterDefaults):
             index += 1
             in_conversation = True
 
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        return encode_chat_message(message)
+    encode_message = staticmethod(encode_chat_message)
 
 
 register(ChatAdapter())

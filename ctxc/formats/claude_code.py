@@ -26,13 +26,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import Item, rename_session
-from ctxc.formats.claude_code_chain import Tree
+from ctxc.formats.base import FormatAdapter, Item, rename_session
+from ctxc.formats.claude_code_chain import Tree, signer
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
 from ctxc.formats.claude_code_write import CompactWriter
 from ctxc.formats.shapes import parse_anthropic_content
-from ctxc.live import is_sidechain
 from ctxc.model import (
     Block,
     Boundary,
@@ -230,7 +229,7 @@ class _Reader:
             if not _own(item.meta):
                 self.held = item
                 return
-        else:
+        elif self.held is not None:
             yield from self.release()
         yield from self._place(item)
 
@@ -249,14 +248,14 @@ class _Reader:
             self.record_conv.pop(i, None)
         msg = item.with_position(self.index, conv)
         self.index += 1
-        if msg.meta.get("uuid") is not None:
-            self.tree.emitted.append((msg.index, msg.records, conv, msg.meta.get("is_sidechain") is True))
+        meta = msg.meta
+        side = meta.get("is_sidechain") is True
+        if meta.get("uuid") is not None:
+            self.tree.emitted.append((msg.index, msg.records, conv, side))
         if msg.role == "assistant":
-            self.last_response[conv] = frozenset(msg.meta.get("uuids") or ())
+            self.last_response[conv] = frozenset(meta.get("uuids") or ())
             thinks = any(isinstance(b, ThinkingBlock) for b in msg.blocks)
-            self.tree.responses.append(
-                (msg.index, msg.line, is_sidechain(msg), msg.meta.get("model"), thinks)
-            )
+            self.tree.responses.append((msg.index, msg.line, side, meta.get("model"), thinks))
         yield msg
         if msg.usage is not None:
             yield msg.usage
@@ -445,7 +444,7 @@ class _Reader:
         yield from self.tree.items(self.index)
 
 
-class ClaudeCodeAdapter:
+class ClaudeCodeAdapter(FormatAdapter):
     name = "claude-code"
     tool_role = False
     usage_before_response = False
@@ -482,6 +481,11 @@ class ClaudeCodeAdapter:
     def encode_message(self, message: Message) -> dict[str, Any]:
         """One record for ``message`` (see :func:`~ctxc.formats.claude_code_records.encode_message`)."""
         return encode_message(message)
+
+    def thinking_model(self, message: Message) -> str | None:
+        """Its response's model, dates aside; None for a response the client made up (``<synthetic>``)."""
+        model = message.meta.get("model")
+        return None if model is None or model == SYNTHETIC_MODEL else signer(model)
 
     def write_compacted(
         self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]], *, archive_id: str

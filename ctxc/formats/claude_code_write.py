@@ -1,21 +1,5 @@
-"""Compacted conversations written back as a Claude Code log, the way Claude Code records ``/compact``.
-
-* A summary (``meta["ctxc"] == "summary"``) becomes a ``compact_boundary`` system record (``parentUuid``
-  null, ``logicalParentUuid`` the record before it, ``compactMetadata`` with trigger and ``preTokens``)
-  and an ``isCompactSummary`` user record with the text. Messages kept *before* the summary stay before
-  the boundary: readers see them, a resumed session does not (the summary restates the first request).
-* Kept records keep their bytes unless their ``parentUuid`` must change: a message whose parent was
-  dropped hangs off the record written before it in its thread, so the chain Claude Code walks back from
-  the last record goes through the summary to the boundary; other records go to their nearest kept
-  ancestor (or what replaced it). No dangling link is made; links already leaving the file stay.
-* A changed message is re-encoded record by record when its blocks still split over its records, else as
-  one record taking over the other parts' uuids. A changed tool result's ``toolUseResult`` (the client's
-  copy of the full output) becomes a short note with the archive citation.
-* Inline sidechain runs (1.0.x subagents) go with their ``Task`` call: dropped with it (with every new
-  message of the run or answering its calls), else kept as their own thread, never linked into the log's.
-* Non-message records in the uuid chain go with their nearest message ancestor; snapshots and titles
-  naming a dropped record go; everything else stays in place.
-"""
+"""Compacted conversations written back as a Claude Code log, the way Claude Code records ``/compact``
+(docs/formats.md says how)."""
 
 from __future__ import annotations
 
@@ -29,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from ctxc.formats.base import fix_eols, output_messages, replaces
 from ctxc.formats.claude_code_records import NAMESPACE, content_len, encode_message, patch, tool_results
 from ctxc.formats.claude_code_records import str_or_none as _str
-from ctxc.formats.writing import fix_eols, output_messages, replaces
 from ctxc.live import abandoned_messages
 from ctxc.model import Block, Message, Record, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 
@@ -80,10 +64,8 @@ class CompactWriter:
             r.data if isinstance(r.data, dict) else None for r in self.records
         ]
         self.uuid_at: list[str | None] = [_str(d.get("uuid")) if d else None for d in self.datas]
-        self.index_of: dict[str, int] = {}
-        for i, u in enumerate(self.uuid_at):
-            if u is not None:
-                self.index_of.setdefault(u, i)
+        # The first record of each uuid (later ones repeat it).
+        self.index_of = {u: i for i, u in reversed(list(enumerate(self.uuid_at))) if u is not None}
         self.owner: dict[int, Message] = {i: m for m in transcript.messages for i in m.records}
         self.message_records = sorted(self.owner)
         self.by_index = {(m.conversation, m.index): m for m in transcript.messages}
@@ -141,11 +123,8 @@ class CompactWriter:
         return str(uuidlib.uuid5(NAMESPACE, digest))
 
     def _drop_inline_sidechains(self) -> None:
-        """Drop the inline subagent runs whose ``Task`` call was dropped, with every new message of them.
-
-        A run starts with its call's prompt (1.0.x logs link a run to its call only by that prompt); a
-        run that starts mid-way (an excerpt) goes when the record it hangs off was dropped.
-        """
+        """Drop the inline subagent runs whose ``Task`` call was dropped, and their new messages (1.0.x
+        logs link a run to its call only by its prompt; a run starting mid-way goes with its parent)."""
         if self.main_side:
             return
         prompts = {
@@ -172,23 +151,16 @@ class CompactWriter:
             if belongs:
                 gone.add(conv)
                 self.dropped.update(i for m in run for i in m.records)
-        calls = {
-            b.id
-            for c in gone
-            for m in self.transcript.conversation(c)
-            for b in m.blocks
-            if isinstance(b, ToolUseBlock)
-        }
+        if not gone:
+            return
+        runs = [m for c in gone for m in self.transcript.conversation(c)]
+        calls = {b.id for m in runs for b in m.blocks if isinstance(b, ToolUseBlock)}
 
-        def answers_gone_call(m: Message) -> bool:
-            return not m.records and any(
-                isinstance(b, ToolResultBlock) and b.tool_use_id in calls for b in m.blocks
-            )
+        def kept(m: Message) -> bool:
+            answers = any(isinstance(b, ToolResultBlock) and b.tool_use_id in calls for b in m.blocks)
+            return m.conversation not in gone and not (answers and not m.records)
 
-        if gone:
-            self.out_msgs = [
-                m for m in self.out_msgs if m.conversation not in gone and not answers_gone_call(m)
-            ]
+        self.out_msgs = [m for m in self.out_msgs if kept(m)]
 
     def _drops_record(self, i: int, d: Mapping[str, Any]) -> bool:
         """Whether a non-message record goes with a dropped span."""

@@ -15,7 +15,7 @@ from typing import Any
 from ctxc.errors import FormatError
 from ctxc.formats import register
 from ctxc.formats.base import (
-    AdapterDefaults,
+    FormatAdapter,
     Item,
     count,
     importance_of,
@@ -98,7 +98,7 @@ def uuid7() -> str:
     return str(uuid.UUID(int=(millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b))
 
 
-class CodexAdapter(AdapterDefaults):
+class CodexAdapter(FormatAdapter):
     name = "codex"
     tool_role = True
     usage_needles: tuple[bytes, ...] = (b'"token_count"', b'compacted"', b'"turn_context"')

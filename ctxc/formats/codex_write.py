@@ -1,6 +1,4 @@
-"""Compacted Codex rollouts, written as Codex records its own compaction: dropped items go with their UI
-mirrors, tool events and token counts; a summary is a ``compacted`` record (the history Codex would resume
-with), a ``context_compacted`` event, then the summary as a user message item."""
+"""Compacted Codex rollouts, written as Codex records its own compaction (docs/formats.md says how)."""
 
 from __future__ import annotations
 
@@ -11,9 +9,8 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.base import FormatAdapter, run_timestamp
+from ctxc.formats.base import FormatAdapter, fix_eols, output_messages, replaces, run_timestamp
 from ctxc.formats.codex_items import encode_compacted, is_envelope, new_item
-from ctxc.formats.writing import fix_eols, output_messages, replaces
 from ctxc.model import Message, Record, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Transcript
 
 #: UI events that repeat a conversation item, and the payload field holding the repeated text.

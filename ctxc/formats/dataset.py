@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, importance_of
+from ctxc.formats.base import FormatAdapter, Item, importance_of
 from ctxc.formats.dicts import (
     ChatState,
     encode_chat_message,
@@ -96,7 +96,7 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any] | N
     return out
 
 
-class DatasetAdapter(AdapterDefaults):
+class DatasetAdapter(FormatAdapter):
     name = "dataset"
     description = (
         "one conversation per line: {'messages': [...], 'tools'|'functions': [...]} (fine-tuning sets)"
@@ -116,11 +116,8 @@ class DatasetAdapter(AdapterDefaults):
                     yield message.usage
                 index += 1
 
-    def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        return encode_line(messages, template)
-
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        return encode_chat_message(message)
+    encode_conversation = staticmethod(encode_line)
+    encode_message = staticmethod(encode_chat_message)
 
 
 register(DatasetAdapter())

@@ -45,13 +45,10 @@ Shape = Dialect
 #: How the message's ``content`` was written, so an unchanged message is written back the same way.
 ContentForm = Literal["string", "list", "null", "absent", "other"]
 
-#: Content block types only the Anthropic Messages API uses.
+#: Content parts and keys only one of the two APIs uses.
 _ANTHROPIC_BLOCK_TYPES = ANTHROPIC_ONLY_PARTS | {"tool_use", "tool_result", "thinking", "redacted_thinking"}
-#: Content part types only OpenAI chat messages use.
 _OPENAI_PART_TYPES = OPENAI_ONLY_PARTS | {"image_url", "refusal"}
-#: Keys only OpenAI chat messages carry.
 _OPENAI_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_content", "refusal", "audio")
-#: Keys only Anthropic message objects (API responses stored as lines) carry.
 _ANTHROPIC_KEYS = ("stop_reason", "stop_sequence")
 #: Responses-API parts: a line using them is a Codex legacy item, not a chat message.
 _RESPONSES_PART_TYPES = frozenset({"input_text", "output_text"})
@@ -62,16 +59,14 @@ _OPENAI_USAGE = ("prompt_tokens", "completion_tokens", "cached_tokens", "")
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
+@dataclasses.dataclass(slots=True)
 class ChatState:
     """What parsing one conversation remembers: tool names by call id, and unanswered calls in call order
     (a result without an id, such as a legacy ``role: function`` message, answers the oldest)."""
 
-    __slots__ = ("dialect", "names", "open_calls")
-
-    def __init__(self) -> None:
-        self.dialect: Dialect | None = None
-        self.names: dict[str, str] = {}
-        self.open_calls: dict[str, str] = {}
+    dialect: Dialect | None = None
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+    open_calls: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def call(self, call_id: str, name: str) -> None:
         self.names[call_id] = name
@@ -89,11 +84,9 @@ class ChatState:
 
 
 def _content_form(obj: Mapping[str, Any]) -> ContentForm:
-    if "content" not in obj:
-        return "absent"
-    content = obj["content"]
+    content = obj.get("content")
     if content is None:
-        return "null"
+        return "null" if "content" in obj else "absent"
     return "string" if isinstance(content, str) else "list" if isinstance(content, list) else "other"
 
 
@@ -235,11 +228,6 @@ def _parse_openai(
     return tuple(blocks)
 
 
-def _bare_result(block: Block) -> Block:
-    # Names are filled in from the call when reading; neither dialect stores them in the block itself.
-    return block.named(None) if isinstance(block, ToolResultBlock) and block.name is not None else block
-
-
 def _kept_content(out: dict[str, Any], form: Any, blocks: Sequence[Block]) -> bool:
     """Keep content the log wrote absent, null or odd (neither a string nor a list) while it still is."""
     if form == "absent" and not blocks:
@@ -256,7 +244,8 @@ def _encode_anthropic(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = dict(message.raw) if isinstance(message.raw, dict) else {}
     out["role"] = "user" if message.role == "tool" else message.role
     form = message.meta.get("content")
-    blocks = [_bare_result(b) for b in message.blocks]
+    # Names are filled in from the call when reading; neither dialect stores them in the block itself.
+    blocks = [b.named(None) if isinstance(b, ToolResultBlock) else b for b in message.blocks]
     if not _kept_content(out, form, blocks):
         out["content"] = encode_anthropic_content(blocks, as_string=form in ("string", None))
     return out
@@ -397,8 +386,7 @@ def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
 
 def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = None) -> list[Message]:
     """ctxc messages for a dict list (indexes are positions in the list; non-messages are skipped)."""
-    state = ChatState()
-    state.dialect = shape
+    state = ChatState(shape)
     out: list[Message] = []
     for i, obj in enumerate(messages):
         parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, count, importance_of, run_timestamp
+from ctxc.formats.base import FormatAdapter, Item, count, importance_of, recorded_usage, run_timestamp
 from ctxc.formats.shapes import content_text, dumps_compact
 from ctxc.model import (
     Block,
@@ -34,6 +34,7 @@ _SILENT_OBSERVATIONS = frozenset({"null", "agent_state_changed"})
 TERMINAL_ACTIONS = frozenset({"finish", "reject"})
 #: Keys of a bare action dict that are bookkeeping, not the tool's arguments.
 _BARE_ACTION_META = frozenset({"action", "thought", "action_risk", "is_confirmed", "security_risk"})
+_USAGE = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_creation_input_tokens")
 
 
 def _dialect(event: Mapping[str, Any]) -> str:
@@ -98,12 +99,9 @@ def _usage(event: Mapping[str, Any], line: int) -> tuple[str | None, Usage | Non
         return None, None
     details = usage.get("prompt_tokens_details")
     cached = count(details.get("cached_tokens") if isinstance(details, dict) else None)
-    cached = cached or count(usage.get("cache_read_input_tokens"))
-    written = count(usage.get("cache_creation_input_tokens"))
-    fresh = max(count(usage.get("prompt_tokens")) - cached - written, 0)
+    counts = {**usage, "cached_tokens": cached or count(usage.get("cache_read_input_tokens"))}
     rid = response.get("id")
-    counted = Usage(fresh, count(usage.get("completion_tokens")), cached, written, line=line)
-    return (rid if isinstance(rid, str) else None), counted
+    return (rid if isinstance(rid, str) else None), recorded_usage(counts, _USAGE, line, cached_in_input=True)
 
 
 class _Pairing:
@@ -233,55 +231,6 @@ def _history_items(
             yield usage
 
 
-def _is_trajectory(data: Any) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("history"), list)
-
-
-class OpenHandsAdapter(AdapterDefaults):
-    name = "openhands"
-    tool_role = True
-    description = "OpenHands evaluation/resolver output (one task per line with its event history)"
-    #: Actions whose tool call ends the run (the reader marks them ``terminal``).
-    terminal_actions = TERMINAL_ACTIONS
-
-    def sniff(self, sample: Sequence[Record]) -> int:
-        records = [r.data for r in sample if isinstance(r.data, dict)]
-        # SWE-agent documents, codex envelopes and datasets also have lists of turns.
-        if not records or any("trajectory" in d or "payload" in d or "messages" in d for d in records):
-            return 0
-        marked = [d for d in records if _is_trajectory(d) and ("instance_id" in d or "instruction" in d)]
-        if len(marked) == len(records):
-            return 95
-        if all(_is_trajectory(d) for d in records):
-            events = [e for d in records for e in d["history"][:5] if isinstance(e, dict)]
-            if events and all("action" in e or "observation" in e for e in events):
-                return 70
-        return 0
-
-    def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
-        index = 0
-        lines = ((i, rec) for i, rec in records if _is_trajectory(rec.data))
-        for conversation, (rec_index, record) in enumerate(lines):
-            for item in _history_items(record.data["history"], record.line, rec_index, conversation, index):
-                index += isinstance(item, Message)
-                yield item
-
-    def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        return encode_line(messages, template)
-
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        events = _encode_events(message)
-        if len(events) != 1:
-            raise ValueError(
-                f"an OpenHands event holds one tool call, this message has {len(events)}: use encode_line"
-            )
-        return events[0]
-
-
-def _texts(blocks: Sequence[Block]) -> str:
-    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
-
-
 class _ReplayPairing(_Pairing):
     """Pairing for re-parsing one event alone: the ids are the ones the message already carries."""
 
@@ -295,12 +244,6 @@ class _ReplayPairing(_Pairing):
 
     def answer(self, event: Mapping[str, Any]) -> str | None:
         return self._results[0] if self._results else None
-
-
-def _unchanged(message: Message, raw: Mapping[str, Any]) -> bool:
-    position = message.meta.get("event_index", 0)
-    parsed = _parse_event(raw, position if isinstance(position, int) else 0, _ReplayPairing(message))
-    return parsed is not None and parsed[0] == message.role and parsed[1] == message.blocks
 
 
 def _set_text(event: dict[str, Any], holder: dict[str, Any], key: str, new: str) -> None:
@@ -328,8 +271,11 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     """The event(s) for a message: its raw event when unchanged, else that event updated (or a new one);
     an assistant message with several tool calls gives one event per call."""
     raw = message.raw if isinstance(message.raw, dict) else None
-    if raw is not None and _unchanged(message, raw):
-        return [raw]
+    if raw is not None:
+        position = message.meta.get("event_index", 0)
+        parsed = _parse_event(raw, position if isinstance(position, int) else 0, _ReplayPairing(message))
+        if parsed is not None and parsed[:2] == (message.role, message.blocks):
+            return [raw]
     bare = (_dialect(raw) if raw is not None else (dialect or message.meta.get("dialect"))) == "bare"
     event: dict[str, Any] = dict(raw) if raw is not None else {}
     if raw is None and not bare:
@@ -341,7 +287,7 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
     uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
     results = [b for b in message.blocks if isinstance(b, ToolResultBlock)]
     unknown = [b for b in message.blocks if isinstance(b, UnknownBlock)]
-    text = _texts(message.blocks)
+    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock | ThinkingBlock) and b.text)
     action = event.get("action") if isinstance(event.get("action"), str) else None
 
     if "observation" in event or results:
@@ -382,7 +328,6 @@ def _encode_events(message: Message, dialect: str | None = None) -> list[dict[st
         args = unknown[0].raw if isinstance(unknown[0].raw, dict) else {}
         return [_action_event(event, action, args, bare, None)]
 
-    # A message action, or a new text message.
     if bare:
         if action != "message":
             event = {"action": "message", "content": "", "image_urls": None}
@@ -459,6 +404,50 @@ def encode_line(messages: Sequence[Message], template_raw: Mapping[str, Any]) ->
             if action_event is not None and "cause" not in event:
                 event["cause"] = action_event["id"]
     return {**template_raw, "history": out}
+
+
+def _is_trajectory(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("history"), list)
+
+
+class OpenHandsAdapter(FormatAdapter):
+    name = "openhands"
+    tool_role = True
+    description = "OpenHands evaluation/resolver output (one task per line with its event history)"
+    #: Actions whose tool call ends the run (the reader marks them ``terminal``).
+    terminal_actions = TERMINAL_ACTIONS
+
+    def sniff(self, sample: Sequence[Record]) -> int:
+        records = [r.data for r in sample if isinstance(r.data, dict)]
+        # SWE-agent documents, codex envelopes and datasets also have lists of turns.
+        if not records or any("trajectory" in d or "payload" in d or "messages" in d for d in records):
+            return 0
+        marked = [d for d in records if _is_trajectory(d) and ("instance_id" in d or "instruction" in d)]
+        if len(marked) == len(records):
+            return 95
+        if all(_is_trajectory(d) for d in records):
+            events = [e for d in records for e in d["history"][:5] if isinstance(e, dict)]
+            if events and all("action" in e or "observation" in e for e in events):
+                return 70
+        return 0
+
+    def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
+        index = 0
+        lines = ((i, rec) for i, rec in records if _is_trajectory(rec.data))
+        for conversation, (rec_index, record) in enumerate(lines):
+            for item in _history_items(record.data["history"], record.line, rec_index, conversation, index):
+                index += isinstance(item, Message)
+                yield item
+
+    encode_conversation = staticmethod(encode_line)
+
+    def encode_message(self, message: Message) -> dict[str, Any]:
+        events = _encode_events(message)
+        if len(events) != 1:
+            raise ValueError(
+                f"an OpenHands event holds one tool call, this message has {len(events)}: use encode_line"
+            )
+        return events[0]
 
 
 register(OpenHandsAdapter())

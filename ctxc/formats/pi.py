@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, importance_of, recorded_usage, run_time, run_timestamp
+from ctxc.formats.base import FormatAdapter, Item, importance_of, recorded_usage, run_time, run_timestamp
 from ctxc.formats.shapes import (
-    bare_text,
     blocks_text,
     content_text,
     dumps_compact,
+    encode_content,
     image_from_base64,
     parse_anthropic_block,
     parse_content,
@@ -41,14 +41,8 @@ _PI_ROLES = frozenset(
 _ALL_ROLES = _PI_ROLES | {"user", "assistant"}
 #: Entry types only pi writes.
 _PI_ENTRY_TYPES = frozenset(
-    {
-        "model_change",
-        "thinking_level_change",
-        "compaction",
-        "branch_summary",
-        "custom_message",
-        "session_info",
-    }
+    {"model_change", "thinking_level_change", "compaction", "branch_summary"}
+    | {"custom_message", "session_info"}
 )
 #: How pi wraps a summary when it sends it to the model (coding-agent messages.ts), by message role.
 _WRAPS = {
@@ -104,11 +98,6 @@ def _parse_content(content: Any) -> tuple[tuple[Block, ...], bool]:
     return parse_content(content, parse_block), isinstance(content, str)
 
 
-def _encode_content(blocks: Sequence[Block], as_string: bool) -> Any:
-    text = bare_text(blocks) if as_string else None
-    return [encode_block(b) for b in blocks] if text is None else text
-
-
 def bash_execution_text(msg: Mapping[str, Any]) -> str:
     """What pi sends the model for a user's ``!command`` (coding-agent ``bashExecutionToText``)."""
     text = f"Ran `{msg.get('command', '')}`\n"
@@ -153,7 +142,7 @@ def _ms_of(stamp: str) -> int:
     return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
-class PiAdapter(AdapterDefaults):
+class PiAdapter(FormatAdapter):
     name = "pi"
     tool_role = True
     description = "pi coding-agent session (header line, then message/model_change/compaction entries)"
@@ -314,7 +303,7 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
     envelope: dict[str, Any] = dict(raw) if raw is not None else new
     etype = envelope.get("type")
     old_msg: dict[str, Any] = envelope["message"] if isinstance(envelope.get("message"), dict) else {}
-    content = _encode_content(message.blocks, bool(message.meta.get("content_was_string")))
+    content = encode_content(message.blocks, encode_block, bool(message.meta.get("content_was_string")), [])
     if etype == "custom_message":
         return {**envelope, "content": content}
     if etype == "branch_summary":

@@ -26,17 +26,8 @@ from ctxc.model import (
 
 #: Anthropic block types with no model block of their own, kept as recorded.
 ANTHROPIC_ONLY_PARTS = frozenset(
-    {
-        "document",
-        "search_result",
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
-        "container_upload",
-    }
+    {"document", "search_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result"}
+    | {"code_execution_tool_result", "mcp_tool_use", "mcp_tool_result", "container_upload"}
 )
 #: OpenAI content part types with no model block of their own.
 OPENAI_ONLY_PARTS = frozenset({"input_audio", "file"})
@@ -97,13 +88,6 @@ def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock
         size = image_size(_b64_head(data, 1 << 16))
     width, height = size if size else (None, None)
     return ImageBlock(media_type, width, height, data_bytes=len(data) * 3 // 4, raw=raw)
-
-
-def _data_url_image(url: str, raw: Any) -> ImageBlock:
-    if url.startswith("data:") and ";base64," in url:
-        header, data = url.split(";base64,", 1)
-        return image_from_base64(data, header[5:] or None, raw)
-    return ImageBlock(raw=raw)
 
 
 def dumps_compact(value: Any) -> str:
@@ -232,12 +216,19 @@ def encode_anthropic_block(block: Block) -> Any:
     return block.raw
 
 
-def encode_anthropic_content(blocks: Iterable[Block], *, as_string: bool = False) -> Any:
-    """Content for an Anthropic message; a single plain text block may be written as a bare string."""
-    blocks = tuple(blocks)
-    if as_string and (not blocks or bare_text(blocks) is not None):
-        return bare_text(blocks) or ""
-    return [encode_anthropic_block(b) for b in blocks]
+def encode_content(
+    blocks: Sequence[Block], encode: Callable[[Block], Any], as_string: bool, empty: Any
+) -> Any:
+    """Content of ``encode``d blocks; with ``as_string``, one plain text block as a bare string (no block
+    as ``empty``)."""
+    if as_string and not blocks:
+        return empty
+    text = bare_text(blocks) if as_string else None
+    return [encode(b) for b in blocks] if text is None else text
+
+
+def encode_anthropic_content(blocks: Sequence[Block], *, as_string: bool = False) -> Any:
+    return encode_content(blocks, encode_anthropic_block, as_string, "")
 
 
 _OPENAI_ROLES: dict[str, Role] = {**{r: r for r in ROLES}, "developer": "system", "function": "tool"}
@@ -259,7 +250,10 @@ def _openai_part(part: Any) -> Block:
         url = part.get("image_url")  # a chat part nests it as {"url": ...}, a Responses input_image does not
         if ptype == "image_url" and isinstance(url, dict):
             url = url.get("url")
-        return _data_url_image(url if isinstance(url, str) else "", part)
+        if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
+            header, data = url.split(";base64,", 1)
+            return image_from_base64(data, header[5:] or None, part)
+        return ImageBlock(raw=part)
     return UnknownBlock(raw=part, text=dumps_compact(part), type=str(ptype or "unknown"))
 
 
@@ -307,8 +301,5 @@ def encode_openai_part(block: Block) -> Any:
     return block.raw if block.raw is not None else {"type": "text", "text": ""}
 
 
-def encode_openai_content(blocks: Iterable[Block], *, as_string: bool) -> Any:
-    blocks = tuple(blocks)
-    if as_string and (not blocks or bare_text(blocks) is not None):
-        return bare_text(blocks)
-    return [encode_openai_part(b) for b in blocks]
+def encode_openai_content(blocks: Sequence[Block], *, as_string: bool) -> Any:
+    return encode_content(blocks, encode_openai_part, as_string, None)

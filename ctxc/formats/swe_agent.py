@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import AdapterDefaults, Item, importance_of
+from ctxc.formats.base import FormatAdapter, Item, importance_of
 from ctxc.formats.shapes import (
     blocks_text,
     content_text,
@@ -62,44 +62,15 @@ def _parse_message(
     return role, (*parse_openai_content(content), *calls_blocks), meta
 
 
-class SweAgentAdapter(AdapterDefaults):
-    name = "swe-agent"
-    suffixes: tuple[str, ...] = (".traj", ".traj.json")
-    description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
-
-    def sniff(self, sample: Sequence[Record]) -> int:
-        docs = [r.data for r in sample if isinstance(r.data, dict)]
-        if len(docs) == 1 and _is_document(docs[0]):
-            return 95
-        if docs and all(_is_document(d) for d in docs):
-            return 80  # trajectories concatenated one per line: readable, but not what SWE-agent writes
-        return 0
-
-    def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
-        index = 0
-        documents = ((i, rec) for i, rec in records if _is_document(rec.data))
-        for conversation, (i, rec) in enumerate(documents):
-            for position, msg in enumerate(rec.data["history"]):
-                parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
-                if parsed is None:
-                    continue
-                role, blocks, meta = parsed
-                yield Message(
-                    role, blocks, rec.line, index, (i,), conversation, importance_of(msg), None, meta, msg
-                )
-                index += 1
-
-    def encode_conversation(self, messages: Sequence[Message], template: dict[str, Any]) -> dict[str, Any]:
-        return encode_document(messages, template)
-
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        raw = message.raw if isinstance(message.raw, dict) else None
-        if raw is not None:
-            position = message.meta.get("history_index", 0)
-            parsed = _parse_message(raw, position if isinstance(position, int) else 0)
-            if parsed is not None and parsed[:2] == (message.role, message.blocks):
-                return raw
-        return _build(message, raw)
+def encode_message(message: Message) -> dict[str, Any]:
+    """A history message: the recorded one while it parses to the same blocks, else rebuilt."""
+    raw = message.raw if isinstance(message.raw, dict) else None
+    if raw is not None:
+        position = message.meta.get("history_index", 0)
+        parsed = _parse_message(raw, position if isinstance(position, int) else 0)
+        if parsed is not None and parsed[:2] == (message.role, message.blocks):
+            return raw
+    return _build(message, raw)
 
 
 def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -142,7 +113,6 @@ def _build(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]:
 def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]) -> dict[str, Any]:
     """The whole ``.traj`` document with ``history`` rebuilt from ``messages``; every other key as it was
     (``trajectory`` and ``info`` record the run, not the context)."""
-    adapter = SweAgentAdapter()
     template = template_raw.get("history")
     agents = [h.get("agent") for h in template if isinstance(h, dict)] if isinstance(template, list) else []
     agent = next((a for a in agents if isinstance(a, str)), None)
@@ -151,11 +121,42 @@ def encode_document(messages: Sequence[Message], template_raw: Mapping[str, Any]
         # A new message speaks for the agent whose history it joins ("main", "primary", ...).
         joins = m.raw is None and agent is not None and "agent" not in m.meta
         joined = dataclasses.replace(m, meta={**m.meta, "agent": agent}) if joins else m
-        encoded = adapter.encode_message(joined)
+        encoded = encode_message(joined)
         if isinstance(encoded.get("agent"), str):
             agent = encoded["agent"]
         history.append(encoded)
     return {**template_raw, "history": history}
+
+
+class SweAgentAdapter(FormatAdapter):
+    name = "swe-agent"
+    suffixes: tuple[str, ...] = (".traj", ".traj.json")
+    description = "SWE-agent .traj trajectory (one JSON document with trajectory and history)"
+
+    def sniff(self, sample: Sequence[Record]) -> int:
+        docs = [r.data for r in sample if isinstance(r.data, dict)]
+        if len(docs) == 1 and _is_document(docs[0]):
+            return 95
+        if docs and all(_is_document(d) for d in docs):
+            return 80  # trajectories concatenated one per line: readable, but not what SWE-agent writes
+        return 0
+
+    def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
+        index = 0
+        documents = ((i, rec) for i, rec in records if _is_document(rec.data))
+        for conversation, (i, rec) in enumerate(documents):
+            for position, msg in enumerate(rec.data["history"]):
+                parsed = _parse_message(msg, position) if isinstance(msg, dict) else None
+                if parsed is None:
+                    continue
+                role, blocks, meta = parsed
+                yield Message(
+                    role, blocks, rec.line, index, (i,), conversation, importance_of(msg), None, meta, msg
+                )
+                index += 1
+
+    encode_conversation = staticmethod(encode_document)
+    encode_message = staticmethod(encode_message)
 
 
 register(SweAgentAdapter())

@@ -1,7 +1,5 @@
-"""Summarizers behind one Protocol, registered by name.
-
-Every summary has the same fixed sections and cites the archive id and message range it replaced.
-"""
+"""Summarizers behind one Protocol, registered by name. Every summary has the same fixed sections
+and cites the archive id and message range it replaced."""
 
 from __future__ import annotations
 
@@ -13,14 +11,17 @@ from typing import Protocol, runtime_checkable
 from ctxc.errors import UsageError
 from ctxc.model import Message
 
-SECTIONS: tuple[str, ...] = (
-    "Session intent",
-    "Decisions",
-    "Artifacts and files touched",
-    "Errors and fixes",
-    "Current state",
-    "Next steps",
-)
+#: The fixed sections of every summary, in order, and what each holds (told to summarizing models).
+SECTION_GUIDE: dict[str, str] = {
+    "Session intent": "what the user wants overall, their requests and constraints (short ones verbatim)",
+    "Decisions": "choices made and why (approach, libraries, designs rejected), verbatim when short",
+    "Artifacts and files touched": "files created, edited or deleted (exact paths), commands and tools that "
+    "mattered; routine reads and searches as counts",
+    "Errors and fixes": "errors met (the telling line) and how each was fixed, or that it is still open",
+    "Current state": "where the work stands at the end of the material: what works, what does not",
+    "Next steps": "open items and what was about to happen next",
+}
+SECTIONS: tuple[str, ...] = tuple(SECTION_GUIDE)
 #: The stage-5 "essential summary" keeps only what the next turn cannot do without.
 ESSENTIAL_SECTIONS: tuple[str, ...] = ("Session intent", "Current state", "Next steps")
 

@@ -1,8 +1,5 @@
-"""``--summarizer anthropic``: summaries written by a Claude model through the official SDK.
-
-The SDK (slow to import) loads only when a call is about to be made. A span whose prompt would not fit
-the model's window (or exceeds ``segment_tokens``) is summarized as segments, concurrently, then merged.
-"""
+"""``--summarizer anthropic``: summaries by a Claude model through the SDK (imported only to call it).
+A span too large for one prompt is summarized as segments, concurrently, then merged."""
 
 from __future__ import annotations
 
@@ -21,17 +18,9 @@ from ctxc.archive_store import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.cache import Spent, SummaryCache, summary_cache
 from ctxc.summarize.facts import plural
-from ctxc.summarize.prompt import (
-    RESULT_CHARS,
-    Prompt,
-    Validation,
-    build_prompt,
-    clip,
-    one_line,
-    render_message,
-)
+from ctxc.summarize.prompt import Prompt, Validation, build_prompt, clip, one_line, render_message
 from ctxc.tokens import DEFAULT_ANTHROPIC_MODEL
 
 if TYPE_CHECKING:
@@ -75,7 +64,7 @@ def _api_message(exc: Any) -> str:
 
 class _LoopThread:
     """A private event loop in a daemon thread: summarize() is synchronous, may run inside another loop,
-    and the async client keeps its connections only if it always runs on the same loop."""
+    and the async client keeps its connections only on one loop."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -133,7 +122,6 @@ class AnthropicAPI:
         self.spent = Spent()
         self._loop: _LoopThread | None = None
         self._client: AsyncAnthropic | None = None
-        self._preflighted = False
         self._preflight_lock: asyncio.Lock | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -201,8 +189,6 @@ class AnthropicAPI:
         if self._preflight_lock is None:
             self._preflight_lock = asyncio.Lock()
         async with self._preflight_lock:
-            if self._preflighted:
-                return
             client = self._make_client()
             secret = client.api_key or client.auth_token or ""
             ident = (str(client.base_url), hashlib.sha256(secret.encode()).hexdigest()[:16], self.model)
@@ -214,7 +200,6 @@ class AnthropicAPI:
                 except (anthropic.AnthropicError, ValueError) as exc:
                     raise self._map(exc) from None
                 _PREFLIGHTED.add(ident)
-            self._preflighted = True
 
     async def create(self, system: str, user: str, max_tokens: int) -> Reply:
         import anthropic
@@ -262,8 +247,6 @@ class AnthropicSummarizer:
         options: SummarizerOptions | None = None,
         *,
         window: int | None = None,
-        max_output: int | None = None,
-        result_chars: int = RESULT_CHARS,
         cache: SummaryCache | None = None,
     ) -> None:
         from ctxc.profiles import find_profile
@@ -274,15 +257,14 @@ class AnthropicSummarizer:
         self.model = resolve_model(options)
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
-        self.max_output = max_output or (profile.max_output if profile else FALLBACK_MAX_OUTPUT)
-        self.result_chars = result_chars
+        self.max_output = profile.max_output if profile else FALLBACK_MAX_OUTPUT
         self.api = AnthropicAPI(
             self.model,
             max_retries=options.max_retries,
             timeout=options.timeout,
             needs="the anthropic summarizer",
         )
-        self._cache = LazySummaryCache(options.use_cache, cache)
+        self._cache = summary_cache(options.use_cache, cache)
         self._sem: asyncio.Semaphore | None = None
 
     def usage(self) -> dict[str, Any]:
@@ -345,7 +327,7 @@ class AnthropicSummarizer:
         chunks: list[tuple[list[Message], list[str]]] = []
         used = 0
         for m in request.messages:
-            text = render_message(m, result_chars=self.result_chars)
+            text = render_message(m)
             cost = count(text) + 2
             if cost > room:
                 text, cost = self._clip_to(text, room, count)
@@ -380,7 +362,7 @@ class AnthropicSummarizer:
         limit = self.input_limit(request.budget)
         # A long history never goes out as one huge prompt, even when the model's window could take it.
         segment_limit = min(limit, max(1_000, self.options.segment_tokens))
-        prompt = build_prompt(request, result_chars=self.result_chars)
+        prompt = build_prompt(request)
         if _size(prompt, count) <= segment_limit:
             return await self._ask(request, prompt, count)
         segments = self._segments(request, segment_limit, count)

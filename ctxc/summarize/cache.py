@@ -1,7 +1,5 @@
 """The summary cache the summarizers and the judge share: answers by prompt hash, in SQLite.
-
-Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading asyncio.
-"""
+Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading asyncio."""
 
 from __future__ import annotations
 
@@ -32,11 +30,15 @@ class SummaryCache(SqliteStore):
         rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
+    def lookup(self, key: bytes, spent: Spent) -> str | None:
+        """The cached answer, counted in ``spent.cache_hits``."""
+        hit = self.get(key)
+        spent.cache_hits += hit is not None
+        return hit
+
     def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)",
-            [(key, model, text, input_tokens, output_tokens)],
-        )
+        row = (key, model, text, input_tokens, output_tokens)
+        self._write("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?)", [row])
 
 
 @dataclass
@@ -58,27 +60,6 @@ class Spent:
         return ExtractiveSummarizer().summarize(request, count)
 
 
-class LazySummaryCache:
-    """A :class:`SummaryCache` opened on first use (or the one given), skipped while caching is off."""
-
-    def __init__(self, use: bool, cache: SummaryCache | None = None) -> None:
-        self._use = use
-        self._cache = cache
-
-    def get(self) -> SummaryCache | None:
-        """The cache, or None while caching is off (``use`` false) or the file is unusable."""
-        if not self._use:
-            return None
-        if self._cache is None:
-            self._cache = SummaryCache()
-        return self._cache if self._cache.enabled else None
-
-    def lookup(self, key: bytes, spent: Spent) -> str | None:
-        """The cached answer, counted in ``spent.cache_hits``."""
-        hit = cache.get(key) if (cache := self.get()) is not None else None
-        spent.cache_hits += hit is not None
-        return hit
-
-    def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        if (cache := self.get()) is not None:
-            cache.put(key, model, text, input_tokens, output_tokens)
+def summary_cache(use: bool, cache: SummaryCache | None = None) -> SummaryCache:
+    """The cache given (or the default one) while caching is on, else one that is off."""
+    return (cache or SummaryCache()) if use else SummaryCache(disabled=True)

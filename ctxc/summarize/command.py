@@ -1,8 +1,5 @@
-"""``--summarizer command --summary-command 'CMD'``: summaries written by any program (local models, CLIs).
-
-The command runs through the shell with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and
-``CTXC_SUMMARY_CITATION`` in its environment; it writes the summary to stdout.
-"""
+"""``--summarizer command --summary-command 'CMD'``: summaries by any program, run through the shell
+with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and ``CTXC_SUMMARY_CITATION`` in its environment."""
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ import orjson
 
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
-from ctxc.summarize.cache import LazySummaryCache, Spent, SummaryCache
+from ctxc.summarize.cache import Spent, SummaryCache, summary_cache
 from ctxc.summarize.facts import plural
 from ctxc.summarize.prompt import Prompt, Validation, build_prompt, one_line
 
@@ -49,19 +46,13 @@ class CommandSummarizer:
             raise UsageError("--summarizer command needs --summary-command")
         self.command = command
         self.spent = Spent()
-        self._cache = LazySummaryCache(self.options.use_cache, cache)
+        self._cache = summary_cache(self.options.use_cache, cache)
         self._runs = 0
 
     def usage(self) -> dict[str, Any]:
         """Estimates by the run's counter (a command reports no usage); ``runs`` counts retries too."""
-        spent = asdict(self.spent)
-        return {
-            "model": "command",
-            "calls": spent.pop("calls"),
-            "runs": self._runs,
-            **spent,
-            "estimated": True,
-        }
+        spent = asdict(self.spent)  # its "calls" keeps the place it has here, before "runs"
+        return {"model": "command", "calls": spent["calls"], "runs": self._runs, **spent, "estimated": True}
 
     def run(self, prompt_text: str, request: SummaryRequest) -> str:
         """One run of the command on ``prompt_text``: its stdout, or :class:`CommandFailed`."""

@@ -1,8 +1,5 @@
-"""The default summarizer: fills the fixed sections from the transcript itself. No model, no network.
-
-Requests and decisions are quoted verbatim (tier 1), errors, file changes and state take one line each
-(tier 2), routine work is counted (tier 3); :func:`~ctxc.summarize.facts.compose` fits them to the budget.
-"""
+"""The default summarizer, offline: requests and decisions quoted verbatim (tier 1), errors, file changes
+and state in a line each (tier 2), routine work counted (tier 3), fitted to the budget by ``compose``."""
 
 from __future__ import annotations
 
@@ -36,23 +33,7 @@ from ctxc.summarize.facts import (
 )
 from ctxc.summarize.toolcalls import Call, classify_call, error_line, shorten
 
-__all__ = [
-    "FIRST_REQUEST_FLOOR",
-    "INTENT_LABEL",
-    "PLACEHOLDER_PREFIX",
-    "QUOTES_HEADING",
-    "ExtractiveSummarizer",
-    "Fact",
-    "KeySentence",
-    "Tiers",
-    "classify_call",
-    "compose",
-    "error_line",
-    "focus_words",
-    "key_sentences",
-    "shorten",
-    "tier_messages",
-]
+__all__ = ["INTENT_LABEL", "focus_words"]  # re-exports; names defined here need no listing
 
 REQUEST_CHARS = 400  # later requests are shortened (users paste logs into them)
 DECISION_CHARS = 400
@@ -79,9 +60,8 @@ def _text_of(m: Message) -> str:
 
 def _is_placeholder_text(m: Message) -> bool:
     """A placeholder read back from a file (its metadata is gone): ctxc's note, not a user's words."""
-    if m.role != "user" or len(m.blocks) != 1 or not isinstance(m.blocks[0], TextBlock):
-        return False
-    return m.blocks[0].text.startswith(PLACEHOLDER_PREFIX)
+    first = m.blocks[0] if len(m.blocks) == 1 else None
+    return m.role == "user" and isinstance(first, TextBlock) and first.text.startswith(PLACEHOLDER_PREFIX)
 
 
 def _is_request(m: Message, prev: Message | None) -> bool:
@@ -175,9 +155,7 @@ def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence,
         _, _, quoted = _text_of(m).partition(QUOTES_HEADING)
         found = (_QUOTED_LINE.match(line) for line in quoted.splitlines())
         return tuple(
-            KeySentence(
-                int(f.group(1)), f.group(2), f.group(3), "instruction" if f.group(2) == "user" else "decision"
-            )
+            KeySentence(int(f[1]), f[2], f[3], "instruction" if f[2] == "user" else "decision")
             for f in found
             if f
         )

@@ -1,6 +1,5 @@
-"""The summarization prompt of the summarizers that ask a model (the Anthropic API, a command), and
-:class:`Validation` of their answers. Long texts are cut to head and tail, noting the rest is archived.
-"""
+"""The prompt of the summarizers that ask a model (the Anthropic API, a command) and the
+:class:`Validation` of their answers."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from ctxc.errors import SummarizerError
 from ctxc.formats.shapes import dumps_compact
 from ctxc.live import quotes
 from ctxc.model import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
-from ctxc.summarize import SummaryRequest
+from ctxc.summarize import SECTION_GUIDE, SummaryRequest
 from ctxc.summarize.facts import plural, span_label
 
 #: Characters kept of each tool result; the rest is in the archive.
@@ -23,17 +22,6 @@ INPUT_CHARS = 600
 TEXT_CHARS = 12_000
 #: Words per token, to state the budget in words (models follow word counts better than token counts).
 WORDS_PER_TOKEN = 0.6
-
-#: What each section holds, told to the model so every summarizer fills the same places.
-SECTION_GUIDE: dict[str, str] = {
-    "Session intent": "what the user wants overall, their requests and constraints (short ones verbatim)",
-    "Decisions": "choices made and why (approach, libraries, designs rejected), verbatim when short",
-    "Artifacts and files touched": "files created, edited or deleted (exact paths), commands and tools that "
-    "mattered; routine reads and searches as counts",
-    "Errors and fixes": "errors met (the telling line) and how each was fixed, or that it is still open",
-    "Current state": "where the work stands at the end of the material: what works, what does not",
-    "Next steps": "open items and what was about to happen next",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +167,9 @@ def build_prompt(
         )
         blocks.append(f"<partial_summaries>\n{body}\n</partial_summaries>")
     else:
-        rendered = (
-            transcript
-            if transcript is not None
-            else render_transcript(request.messages, result_chars=result_chars)
-        )
-        blocks.append(f'<transcript messages="{span_label(request.messages)}">\n{rendered}\n</transcript>')
+        if transcript is None:
+            transcript = render_transcript(request.messages, result_chars=result_chars)
+        blocks.append(f'<transcript messages="{span_label(request.messages)}">\n{transcript}\n</transcript>')
     what = "partial summaries" if merging else "transcript"
     blocks.append(
         f"Write the summary of the {what} above now, citing `{request.citation}` in the first line and "

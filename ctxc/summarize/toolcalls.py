@@ -237,19 +237,8 @@ def _patch_changes(text: str) -> Iterator[tuple[str, str]]:
         yield ("created", m.group(3)) if m.group(3) else (_PATCH_ACTIONS[m.group(1)], m.group(2))
 
 
-def _path_of(inp: Any) -> str:
-    if isinstance(inp, dict):
-        for key in PATH_KEYS:
-            value = inp.get(key)
-            if isinstance(value, str) and value.strip():
-                return value.strip()
-    return ""
-
-
-def _plan_items(inp: Any) -> tuple[tuple[str, ...], int] | None:
+def _plan_items(inp: dict[str, Any]) -> tuple[tuple[str, ...], int] | None:
     """Open items and the count of done items of a todo/plan tool input, or None if it is not one."""
-    if not isinstance(inp, dict):
-        return None
     items = inp.get("todos", inp.get("plan", inp.get("todo_list", inp.get("items"))))
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         return None
@@ -272,12 +261,12 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
     low = name.lower().rsplit("__", 1)[-1]  # MCP tools are named server__tool
     inp = block.input
     fields = inp if isinstance(inp, dict) else {}
-    path = _path_of(inp)
+    path = next((v.strip() for k in PATH_KEYS if isinstance(v := fields.get(k), str) and v.strip()), "")
 
     def call(kind: str, label: str, key: str, **more: Any) -> Call:
         return Call(pos, index, name, kind, label, key, **more)
 
-    plan = _plan_items(inp)
+    plan = _plan_items(fields)
     if plan is not None:
         return call("plan", name, name, plan=plan[0], plan_done=plan[1])
     command = ""

@@ -64,9 +64,8 @@ def message_texts(message: Message) -> list[str]:
 def thinking_texts(message: Message) -> list[str]:
     """The thinking texts of a message whose kind is not ``thinking`` (a Claude Code response holds its
     thinking beside text and calls): analyze reports them under kind ``thinking`` all the same."""
-    if message.kind == "thinking":
-        return []
-    return [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+    texts = [b.text for b in message.blocks if isinstance(b, ThinkingBlock) and b.text]
+    return texts if texts and message.kind != "thinking" else []  # ``kind`` is computed: asked last
 
 
 def thinking_tokens(messages: Sequence[Message], counter: Counter) -> list[int]:

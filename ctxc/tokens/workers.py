@@ -1,4 +1,5 @@
-"""Counting in worker processes: one process pool, forked, whose workers build the encoding as they start.
+"""Counting in worker processes: one process pool, forked, whose worker builds the encoding as it starts
+and then forks the others from that state.
 
 tiktoken counts at about one core per process, and builds an encoding in a Rust constructor that holds
 the GIL, so no thread of ctxc's can overlap that build. A command that counts with a bundled encoding
@@ -116,8 +117,9 @@ def _served_from_cache(args: Sequence[str], files: Sequence[tuple[str, os.stat_r
 _count: Callable[[Sequence[str]], list[int]] | None = None
 
 
-def _start_worker(name: str, path: Path | None, partial: bool, parent: int) -> None:
-    """Initializer of a worker: signals, then the encoding (or, with ``partial``, its rank table)."""
+def _start_worker(name: str, path: Path | None, partial: bool, parent: int, twins: int = 0) -> None:
+    """Initializer of a worker: signals, then the encoding (or, with ``partial``, its rank table);
+    then ``twins`` copies of this worker forked from the built state (see :class:`CountingPool`)."""
     global _count  # noqa: PLW0603 - set once in each worker process, as it starts
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -139,6 +141,23 @@ def _start_worker(name: str, path: Path | None, partial: bool, parent: int) -> N
             _count = lambda texts: list(map(whole, texts))  # noqa: E731
     except Exception:
         _count = None
+    for _ in range(twins):
+        _fork_twin()
+
+
+def _fork_twin() -> None:
+    """Fork a copy of this worker, which reads the same call queue once this initializer returns.
+
+    The pool knows only this worker, so each watches the other: a twin ends with its parent, and its
+    parent ends when the twin does, which the pool sees and reports as broken (its batches are then
+    counted by the caller). :meth:`CountingPool.close` kills them all, never sending the pool's stop
+    sentinel, which a twin would answer with a pid the pool does not know."""
+    me = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    exit_with(me if pid == 0 else pid)
 
 
 def _count_in_worker(texts: Sequence[str | bytes]) -> list[int] | None:
@@ -172,11 +191,13 @@ class CountingPool:
         #: (kept by :class:`~ctxc.tokens.tiktoken_backend.TiktokenTokenizer`).
         self.answered = False
         self.waited = 0.0
+        # One worker, which forks the others once it has built the encoding: each would otherwise
+        # build its own (bench/README.md, "Session 13").
         self._pool: ProcessPoolExecutor = ProcessPoolExecutor(
-            self.size,
+            1,
             mp_context=multiprocessing.get_context("fork"),
             initializer=_start_worker,
-            initargs=(name, path, partial, self.owner),
+            initargs=(name, path, partial, self.owner, self.size - 1),
         )
         # With the fork start method, the first submit forks every worker (before the pool's threads
         # start), so they build while this process goes on. The pool's threads start with Ctrl-C held,
@@ -214,11 +235,21 @@ class CountingPool:
 
         return collect
 
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids: the pool's worker, then the twins it has forked so far."""
+        first = list(getattr(self._pool, "_processes", None) or {})
+        twins: list[int] = []
+        for pid in first:
+            with contextlib.suppress(OSError, ValueError):
+                twins += map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+        return first + twins
+
     def close(self) -> None:
         """Stop the workers at once: a worker may still be building an encoding nobody will use."""
         if not self.usable:
             return
-        for pid in list(getattr(self._pool, "_processes", None) or {}):
+        for pid in self.pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)  # a worker dies at once (see _start_worker)
         # Then wait for the pool's own thread, which closes its pipes: one still closing them when the
