@@ -1,8 +1,5 @@
-"""ctxc: read, measure and compact LLM agent transcripts.
-
-The library API is importable from here without the CLI. Names resolve lazily, so ``import ctxc`` costs
-almost nothing: tokenizer encodings and the Anthropic SDK load only when a call needs them.
-"""
+"""ctxc: read, measure and compact LLM agent transcripts. The library API, without the CLI; its names
+resolve lazily, so ``import ctxc`` loads no tokenizer encoding or Anthropic SDK until a call needs one."""
 
 from __future__ import annotations
 

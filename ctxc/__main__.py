@@ -6,12 +6,8 @@ from __future__ import annotations
 import sys
 
 
-def run() -> None:
-    """The ``ctxc`` console script and ``python -m ctxc``."""
-    main()
-
-
 def main() -> None:
+    """The ``ctxc`` console script and ``python -m ctxc``."""
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]):  # scripts call this often: before any import
         from ctxc._version import __version__
@@ -55,6 +51,8 @@ def main() -> None:
         raise
     ignore_interrupts()
 
+
+run = main  # the console script's name for it (pyproject.toml)
 
 if __name__ == "__main__":
     run()

@@ -169,18 +169,19 @@ class ReaderGone(Exception):
     BrokenPipeError, which click or rich would turn into exit 1."""
 
 
-def _stdout_failure(exc: OSError) -> Exception:
-    if isinstance(exc, BrokenPipeError):
+def _write_failure(exc: OSError, name: str | None = None) -> Exception:
+    """OutputError naming ``name``; None is stdout, whose reader going away is :class:`ReaderGone`."""
+    if name is None and isinstance(exc, BrokenPipeError):
         return ReaderGone()
-    return OutputError(f"cannot write: {exc.strerror or exc}", path="stdout")
+    return OutputError(f"cannot write: {exc.strerror or exc}", path=name or "stdout")
 
 
 @contextlib.contextmanager
-def _stdout_errors() -> Iterator[None]:
+def _write_errors(name: str | None = None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise _stdout_failure(exc) from exc
+        raise _write_failure(exc, name) from exc
 
 
 def _wait_writable(fd: int) -> None:
@@ -214,7 +215,7 @@ def write_stdout(data: bytes | str) -> None:
     """Write ``data`` to stdout, all of it, and flush: a full disk or a closed stdout raises
     :class:`OutputError`, a reader that went away :class:`ReaderGone`."""
     stream = sys.stdout
-    with _stdout_errors():
+    with _write_errors():
         stream.flush()  # whatever was written as text goes first
         if isinstance(data, str):
             data = data.encode(stream.encoding or "utf-8", stream.errors or "strict")
@@ -224,7 +225,7 @@ def write_stdout(data: bytes | str) -> None:
 
 def flush_stdout() -> None:
     """Flush stdout, raising :class:`OutputError` if what was written cannot reach it."""
-    with _stdout_errors():
+    with _write_errors():
         sys.stdout.flush()
 
 
@@ -255,25 +256,17 @@ class _StdoutSink:
     def write(self, data: bytes) -> int:
         try:
             _write_all(sys.stdout.buffer, data)
-        except OSError as exc:  # inline rather than _stdout_errors: formats.dump writes each line
-            raise _stdout_failure(exc) from exc
+        except OSError as exc:  # inline rather than _write_errors: formats.dump writes each line
+            raise _write_failure(exc) from exc
         return len(data)
 
     def flush(self) -> None:
-        with _stdout_errors():
+        with _write_errors():
             sys.stdout.buffer.flush()
 
 
 #: Names of this process's own descriptors: written through a copy of the descriptor, as a shell does.
 _OWN_FD = re.compile(r"/dev/(?:fd/(\d+)|(stdout|stderr))|/proc/(?:self|thread-self)/fd/(\d+)")
-
-
-@contextlib.contextmanager
-def _write_errors(name: str) -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path=name) from exc
 
 
 def _open_directly(name: str) -> BinaryIO | None:

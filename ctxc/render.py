@@ -97,25 +97,20 @@ def analyses_to_csv(items: Sequence[Analysis]) -> str:
     )
 
 
-def cells(*values: Any) -> list[Any]:
-    """Table cells shown exactly as given: a str is not parsed for rich markup and emoji codes (a file
-    "[draft]:ok:.jsonl" would print as "🆗.jsonl"), and its control characters are shown as escapes."""
-    from rich.text import Text
-
-    return [Text(visible(v)) if isinstance(v, str) else v for v in values]
-
-
 def make_table(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Collection[str] = (), **options: Any
 ) -> Any:
-    """A rich table of ``rows`` (see :func:`cells`); the columns named in ``right`` are right-justified."""
+    """A rich table of ``rows``, the columns named in ``right`` right-justified. A str cell is shown as given:
+    not parsed for rich markup and emoji codes (a file "[draft]:ok:.jsonl" would print as "🆗.jsonl"), and
+    its control characters shown as escapes."""
     from rich.table import Table
+    from rich.text import Text
 
     out = Table(**options)
     for name in columns:
         out.add_column(name, justify="right" if name in right else "left")
     for row in rows:
-        out.add_row(*cells(*row))
+        out.add_row(*(Text(visible(v)) if isinstance(v, str) else v for v in row))
     return out
 
 
@@ -178,12 +173,9 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             (str(f.stage), ", ".join(f.strategies), f"{f.potential:,}", f"{f.plan:,}") for f in a.forecast
         ]
         columns = ("stage", "strategies", "could remove", "adaptive plan removes")
+        right = (columns[0], *columns[2:])
         forecast = make_table(
-            columns,
-            rows,
-            right=("stage", "could remove", "adaptive plan removes"),
-            title="forecast at this window",
-            title_justify="left",
+            columns, rows, right=right, title="forecast at this window", title_justify="left"
         )
         out.append(Fitted(forecast, keys=1))
     if a.problems:
@@ -227,13 +219,8 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
     ]
     title = "messages" if show_messages else f"largest {len(rows)} messages"
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
-    messages = make_table(
-        columns,
-        rows,
-        right=("#", "line", "tokens", "cumulative", "window", "stage"),
-        title=title,
-        title_justify="left",
-    )
+    right = (*columns[:2], *columns[5:])
+    messages = make_table(columns, rows, right=right, title=title, title_justify="left")
     return Fitted(messages, optional=("stage", "line", "window"))
 
 
@@ -248,15 +235,12 @@ def _apart_lines(a: Analysis) -> list[Any]:
             f"{a.history_messages:,} messages, {a.history_tokens:,} tokens before the log's own compaction "
             f"at line {a.live_from_line}; not in context{carried}"
         )
-    if a.side_messages:
-        lines.append(
-            f"{a.side_messages:,} messages, {a.side_tokens:,} tokens in subagent runs; not in context"
-        )
-    if a.branch_messages:
-        lines.append(
-            f"{a.branch_messages:,} messages, {a.branch_tokens:,} tokens on abandoned branches "
-            "(a rewind, an edited prompt); not in context"
-        )
+    for n, tokens, where in (
+        (a.side_messages, a.side_tokens, "in subagent runs"),
+        (a.branch_messages, a.branch_tokens, "on abandoned branches (a rewind, an edited prompt)"),
+    ):
+        if n:
+            lines.append(f"{n:,} messages, {tokens:,} tokens {where}; not in context")
     return [Text(line, style="dim") for line in lines]
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ctxc.cli import options as opt
-from ctxc.output import dumps, envelope, write_stdout
+from ctxc.output import write_stdout
 from ctxc.terminal import stderr_console
 
 REMIND_EPILOG = opt.examples(
@@ -56,7 +56,7 @@ def remind_command(
     fired = manager.fired
     rows = [(t, x) for t in r.turns for x in t.reminders]
     if opt.table_on_terminal(fmt) == "json":
-        doc = envelope(
+        opt.print_json(
             "remind",
             path=r.path,
             format=r.format,
@@ -73,7 +73,6 @@ def remind_command(
                 for t, x in rows
             ],
         )
-        write_stdout(dumps(doc))
         return
     _print_reminders(r, rows, rule_set, fired)
 
@@ -125,7 +124,7 @@ def compose_command(
         composer = composer.with_base(base)
     result = composer.compose(budget, counter=make_counter(tokenizer), fill=fill)
     if fmt == "json":
-        doc = envelope(
+        opt.print_json(
             "compose",
             path=file,
             budget=budget,
@@ -138,7 +137,6 @@ def compose_command(
                 for o in result.sections
             ],
         )
-        write_stdout(dumps(doc))
     else:
         write_stdout(result.prompt + "\n")
     if not quiet:

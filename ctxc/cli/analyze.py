@@ -10,7 +10,7 @@ import typer
 from ctxc.batch import expand_paths
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
-from ctxc.output import dumps, envelope, write_stdout
+from ctxc.output import write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 
 TokenizerOpt = Annotated[
@@ -117,20 +117,13 @@ def _warn(results: list[Any]) -> None:
 
 
 def _emit_analyses(
-    results: list[Any],
-    out_fmt: str,
-    show_messages: bool,
-    *,
-    errors: list[dict[str, Any]],
-    exit_code: int,
+    results: list[Any], out_fmt: str, show_messages: bool, *, errors: list[dict[str, Any]], exit_code: int
 ) -> None:
     from ctxc.render import analyses_to_csv, analysis_to_json, render_analysis, render_usage
 
     if out_fmt == "json":
-        doc = envelope(
-            "analyze", files=[analysis_to_json(a) for a in results], errors=errors, exit_code=exit_code
-        )
-        write_stdout(dumps(doc))
+        files = [analysis_to_json(a) for a in results]
+        opt.print_json("analyze", files=files, errors=errors, exit_code=exit_code)
     elif out_fmt == "csv":
         write_stdout(analyses_to_csv(results))
     else:

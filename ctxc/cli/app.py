@@ -17,20 +17,8 @@ from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import visible
 
 # The command modules, each adding its commands to the app when imported, in the order ``ctxc --help``
-# lists them: a tuple rather than discovery, so the order is deliberate and a typo fails loudly.
-COMMAND_MODULES: tuple[str, ...] = (
-    "analyze",
-    "compact",
-    "convert",
-    "archive",
-    "info",
-    "sessions",
-    "eval",
-    "check",
-    "agent",
-    "replay",
-    "hooks",
-)
+# lists them: a list rather than discovery, so the order is deliberate and a typo fails loudly.
+COMMAND_MODULES = "analyze compact convert archive info sessions eval check agent replay hooks"
 
 
 #: Help panels of the commands with too many options for one list, by parameter name; the command's
@@ -66,7 +54,7 @@ class _Command(typer.core.TyperCommand):
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
 
 
-for module in COMMAND_MODULES:
+for module in COMMAND_MODULES.split():
     importlib.import_module(f"ctxc.cli.{module}")
 for command in app.registered_commands:
     if command.cls in (None, typer.core.TyperCommand):
@@ -115,14 +103,6 @@ def _reader_gone() -> NoReturn:
     sys.exit(int(ExitCode.OK))
 
 
-def _usage_message(exc: Exception) -> str:
-    """A bad command line as ctxc's one line, naming the help to read (not click's four lines)."""
-    ctx = getattr(exc, "ctx", None)
-    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    return f"ctxc: error: {str(message).rstrip('.')}{hint}"
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv
@@ -140,8 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     except typer.TyperException as exc:  # bad options and arguments (typer's click exceptions)
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare ``ctxc``: its message is the help
             exc.show()  # type: ignore[attr-defined]
-        else:
-            sys.stderr.write(visible(_usage_message(exc)) + "\n")
+        else:  # ctxc's one line, naming the help to read (not click's four lines)
+            ctx = getattr(exc, "ctx", None)
+            message = str(exc.format_message() if hasattr(exc, "format_message") else exc).rstrip(".")
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            sys.stderr.write(visible(f"ctxc: error: {message}{hint}") + "\n")
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()

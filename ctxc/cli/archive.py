@@ -11,7 +11,7 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.errors import ArchiveError, InputError, UsageError
-from ctxc.output import atomic_output, dumps, envelope, write_stdout
+from ctxc.output import atomic_output, write_stdout
 from ctxc.terminal import visible
 
 SEARCH_EPILOG = opt.examples(
@@ -65,16 +65,6 @@ def restore_command(
         handle.write(data)
 
 
-def _highlight(snippet: str) -> Any:
-    """A snippet with ``**`` markers as rich Text with the matches in bold."""
-    from rich.text import Text
-
-    text = Text()
-    for i, part in enumerate(snippet.split("**")):
-        text.append(visible(part), style="bold yellow" if i % 2 else None)
-    return text
-
-
 def _render_hits(hits: list[Any], query: str) -> None:
     from rich.text import Text
 
@@ -89,7 +79,9 @@ def _render_hits(hits: list[Any], query: str) -> None:
         what = f"{h.role} {h.kind.replace('_', ' ')}" + (f"\n{h.tool}" if h.tool else "")
         if h.blob:
             what += f"\noffloaded to {h.blob[:12]}"
-        cell = _highlight(h.snippet)
+        cell = Text()
+        for i, part in enumerate(h.snippet.split("**")):  # ``**`` marks the matches
+            cell.append(visible(part), style="bold yellow" if i % 2 else None)
         cell.append("\n")
         cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
@@ -142,11 +134,9 @@ def search_command(
         raise UsageError("give a query (or --reindex)")
     hits = search(query, archive=store, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw)
     if opt.table_on_terminal(fmt) == "json":
-        hits_json = [h.to_json(full=full) for h in hits]
         ranking = "hybrid" if hybrid else "bm25"
-        write_stdout(
-            dumps(envelope("search", query=query, archive=str(store.root), ranking=ranking, hits=hits_json))
-        )
+        hits_json = [h.to_json(full=full) for h in hits]
+        opt.print_json("search", query=query, archive=str(store.root), ranking=ranking, hits=hits_json)
     else:
         _render_hits(hits, query)
 
@@ -195,17 +185,14 @@ def show_command(
     out = opt.table_on_terminal(fmt, "text")
     if out == "raw":
         write_stdout(shown.raw_records())
-        return
-    if out == "json":
-        write_stdout(dumps(envelope("show", **shown_json(shown))))
-        return
-    if shown.transcript is None:  # an offloaded output: its text is all there is
+    elif out == "json":
+        opt.print_json("show", **shown_json(shown))
+    elif shown.transcript is None:  # an offloaded output: its text is all there is
         write_stdout(visible(shown.text or ""))
-        return
-    if out == "text":
+    elif out == "text":
         write_stdout(visible(plain(shown.messages)) + "\n")
-        return
-    _render_table(shown)
+    else:
+        _render_table(shown)
 
 
 def _render_table(shown: Any) -> None:

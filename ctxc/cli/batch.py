@@ -1,17 +1,15 @@
 """The command line's side of batches (:mod:`ctxc.batch` runs them): how many workers, progress and
-errors on stderr, the tables."""
+errors on stderr."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 from ctxc.batch import BatchProgress, Outcome, batch_exit_code, run_batch
 from ctxc.cli import options as opt
-from ctxc.output import dumps, write_stdout
 from ctxc.system import cpu_count
 
 T = TypeVar("T")
@@ -78,69 +76,3 @@ def run_one_or_many(
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
     return values, errors, batch_exit_code(outcomes, single=fail_fast)
-
-
-def run_compact_batch(
-    jobs_list: Sequence[Any],
-    *,
-    archive: str | None,
-    jobs: int | None,
-    fail_fast: bool,
-    force: bool,
-    quiet: bool,
-    fmt: str | None,
-    report: str | None,
-) -> int:
-    """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
-    progress and errors on stderr and the result as ``fmt`` asks. Returns the exit code."""
-    from ctxc.compact_batch import compact_batch
-
-    run = partial(run_files, what="compacting", jobs=jobs, fail_fast=fail_fast, quiet=quiet)
-    doc = compact_batch(
-        jobs_list, archive=archive, force=force, fail_fast=fail_fast, report=report, run_files=run
-    )
-    if fmt == "json":
-        write_stdout(dumps(doc))
-    elif fmt == "table":
-        _print_table(doc["files"])
-    if not quiet:
-        _print_totals(doc["totals"])
-    return int(doc["exit_code"])
-
-
-def _print_table(rows: Sequence[dict[str, Any]]) -> None:
-    from ctxc.render import make_table, print_table
-
-    def tokens(value: int | None) -> str:
-        return "" if value is None else f"{value:,}"
-
-    cells = [
-        (
-            r["path"],
-            r["status"],
-            r.get("format") or "",
-            tokens(r.get("tokens_before")),
-            tokens(r.get("tokens_after")),
-            (r.get("archive_id") or "")[:12],
-        )
-        for r in rows
-    ]
-    table = make_table(("file", "status", "format", "before", "after", "archive"), cells)
-    print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
-
-
-_TOTALS = {
-    "unchanged": "unchanged",
-    "planned": "planned",
-    "skipped": "already done",
-    "failed": "failed",
-    "not_run": "not run (--fail-fast)",
-}
-
-
-def _print_totals(t: dict[str, Any]) -> None:
-    counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
-    parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
-    opt.note(
-        f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
-    )

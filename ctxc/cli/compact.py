@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -158,32 +161,23 @@ def _compact_options(flags: SimpleNamespace) -> Any:
     if flags.fmt is not None and not (flags.dry_run or flags.out_dir is not None or flags.in_place):
         # One file's output is the transcript itself: there is no report to format.
         raise UsageError("--format is for a report: give it with --out-dir, --in-place or --dry-run")
+    # The flags named as the options they set, passed on as they are.
+    same = "strategy target_tokens target_ratio model window summarizer tokenizer allow_over instructions"
+    calls = "concurrency max_retries timeout dry_run segment_tokens"
     return CompactOptions(
-        strategy=flags.strategy,
-        target_tokens=flags.target_tokens,
-        target_ratio=flags.target_ratio,
-        model=flags.model,
-        window=flags.window,
+        **{name: getattr(flags, name) for name in same.split()},
         keep_last=flags.keep_last or DEFAULT_KEEP_LAST,
         strict_keep_last=flags.keep_last is not None,
         pins=tuple(flags.pin or ()),
-        summarizer=flags.summarizer,
-        tokenizer=flags.tokenizer,
         thresholds=check_thresholds(th),
-        allow_over=flags.allow_over,
         settings=sets,
-        instructions=flags.instructions,
         use_cache=not flags.no_cache,
         reminders=None if flags.reminders is None else ReminderRules.load(flags.reminders),
         summarizer_options=SummarizerOptions(
+            **{name: getattr(flags, name) for name in calls.split()},
             model=flags.summary_model,
-            concurrency=flags.concurrency,
-            max_retries=flags.max_retries,
-            timeout=flags.timeout,
             use_cache=not flags.no_cache,
-            dry_run=flags.dry_run,
             command=flags.summary_command,
-            segment_tokens=flags.segment_tokens,
         ),
     )
 
@@ -231,20 +225,7 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         for i, out in zip(inputs, outputs, strict=True)
     ]
     if batch:
-        from ctxc.cli.batch import run_compact_batch
-
-        raise typer.Exit(
-            run_compact_batch(
-                jobs,
-                archive=flags.archive,
-                jobs=flags.jobs,
-                fail_fast=flags.fail_fast,
-                force=flags.force,
-                quiet=flags.quiet,
-                fmt=flags.fmt,
-                report=flags.report,
-            )
-        )
+        raise typer.Exit(_run_batch(jobs, flags))
     doc = compact_file(jobs[0])
     if flags.dry_run:
         _emit_plan(doc, opt.table_on_terminal(flags.fmt), every_action=flags.list_actions)
@@ -252,6 +233,68 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
         _summary_line(doc)
     if flags.fork and not flags.dry_run:  # the one thing the user needs next: data, on stdout
         write_stdout(f"{doc['run']['resume']}\n".encode())
+
+
+def _run_batch(jobs: list[Any], flags: SimpleNamespace) -> int:
+    """Compact many files, resuming from the journal (:func:`ctxc.compact_batch.compact_batch`), with
+    progress and errors on stderr and the result as ``--format`` asks. Returns the exit code."""
+    from ctxc.cli.batch import run_files
+    from ctxc.compact_batch import compact_batch
+
+    run = partial(run_files, what="compacting", jobs=flags.jobs, fail_fast=flags.fail_fast, quiet=flags.quiet)
+    doc = compact_batch(
+        jobs,
+        archive=flags.archive,
+        force=flags.force,
+        fail_fast=flags.fail_fast,
+        report=flags.report,
+        run_files=run,
+    )
+    if flags.fmt == "json":
+        write_stdout(dumps(doc))
+    elif flags.fmt == "table":
+        _print_batch(doc["files"])
+    if not flags.quiet:
+        _print_totals(doc["totals"])
+    return int(doc["exit_code"])
+
+
+def _print_batch(rows: Sequence[dict[str, Any]]) -> None:
+    from ctxc.render import make_table, print_table
+
+    def tokens(value: int | None) -> str:
+        return "" if value is None else f"{value:,}"
+
+    cells = [
+        (
+            r["path"],
+            r["status"],
+            r.get("format") or "",
+            tokens(r.get("tokens_before")),
+            tokens(r.get("tokens_after")),
+            (r.get("archive_id") or "")[:12],
+        )
+        for r in rows
+    ]
+    table = make_table(("file", "status", "format", "before", "after", "archive"), cells)
+    print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+
+
+_TOTALS = {
+    "unchanged": "unchanged",
+    "planned": "planned",
+    "skipped": "already done",
+    "failed": "failed",
+    "not_run": "not run (--fail-fast)",
+}
+
+
+def _print_totals(t: dict[str, Any]) -> None:
+    counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
+    parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
+    opt.note(
+        f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
+    )
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
@@ -269,22 +312,15 @@ def _summary_line(doc: dict[str, Any]) -> None:
     before, after = run["tokens_before"], run["tokens_after"]
     pct = (after - before) / before * 100 if before else 0.0
     stages = ", ".join(f"{k} {-v:+,}" for k, v in run["savings"].items() if v) or "nothing to do"
+    worth, saving = run.get("saving_per_turn"), ""
+    if worth:  # '; saves $0.50 a turn at claude-opus-4-5 input prices ($0.05 if cached)'
+        from ctxc.render import dollars
+
+        usd, cached = dollars(worth["usd_input"]), dollars(worth["usd_cache_read"])
+        saving = f"; saves {usd} a turn at {worth['model']} input prices ({cached} if cached)"
     opt.note(
         f"ctxc: {run['input_path']}: {before:,} → {after:,} tokens ({pct:+.1f}%) with {run['strategy']} "
-        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{_worth(run)}"
-    )
-
-
-def _worth(run: dict[str, Any]) -> str:
-    """'; saves $0.50 a turn at claude-opus-4-5 input prices ($0.05 if cached)', when it can be priced."""
-    from ctxc.render import dollars
-
-    worth = run.get("saving_per_turn")
-    if not worth:
-        return ""
-    return (
-        f"; saves {dollars(worth['usd_input'])} a turn at {worth['model']} input prices "
-        f"({dollars(worth['usd_cache_read'])} if cached)"
+        f"[{stages}]; original in archive {run['archive_id'][:12]}{_summarizer_spend(run)}{saving}"
     )
 
 
@@ -304,20 +340,20 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
     )
     actions = [(conv["conversation"], a) for conv in doc["conversations"] for a in conv["actions"]]
     # First what each stage does in all (a few lines), then, if asked, every action (hundreds).
-    stages: dict[str, list[int]] = {}
+    stages: dict[str, Counter[str]] = defaultdict(Counter)
     for _, a in actions:
-        total = stages.setdefault(a["strategy"], [0, 0, 0, 0])
-        for i, n in enumerate((1, a["last"] - a["first"] + 1, a["tokens_before"], a["tokens_after"])):
-            total[i] += n
+        span = a["last"] - a["first"] + 1
+        stages[a["strategy"]].update(n=1, span=span, b=a["tokens_before"], a=a["tokens_after"])
     if stages:
         totals = ("stage", "actions", "messages", "before", "after", "change")
         lines = [
-            (k, str(n), str(span), f"{b:,}", f"{a:,}", f"{a - b:+,}") for k, (n, span, b, a) in stages.items()
+            (k, str(t["n"]), str(t["span"]), f"{t['b']:,}", f"{t['a']:,}", f"{t['a'] - t['b']:+,}")
+            for k, t in stages.items()
         ]
         print_table(console, make_table(totals, lines, right=totals[1:]), keys=1)
+    if actions and not every_action:
+        console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
     if not every_action:
-        if actions:
-            console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
         return
     columns = ("conv", "strategy", "action", "messages", "before", "after", "change", "note")
     rows = [

@@ -10,7 +10,6 @@ import typer
 from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs, expand_paths
 from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
-from ctxc.output import dumps, envelope, write_stdout
 
 CONVERT_EPILOG = opt.examples(
     "ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl",
@@ -107,8 +106,7 @@ def validate(
     total = sum(len(r["problems"]) for r in report)
     rc = failed or (int(ExitCode.INVALID) if total else 0)
     if fmt == "json":
-        doc = envelope("validate", files=report, problems=total, errors=errors, exit_code=rc)
-        write_stdout(dumps(doc))
+        opt.print_json("validate", files=report, problems=total, errors=errors, exit_code=rc)
     else:
         console = opt.stdout_console()
         for r in report:
@@ -140,15 +138,8 @@ def repair(
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
     from ctxc.jobs import RepairJob, repair_file
 
-    job = RepairJob(
-        path,
-        opt.transcript_output(output),
-        archive,
-        input_format,
-        opt.read_options(skip_invalid, max_line_mb),
-    )
-    done = repair_file(job)
-    name, fixed_total, archive_id = done["input_path"], done["fixed"], done["archive_id"]
-    if quiet:
-        return
-    opt.note(f"ctxc: {name}: fixed {fixed_total} problem(s); original in archive {archive_id[:12]}")
+    out, ropts = opt.transcript_output(output), opt.read_options(skip_invalid, max_line_mb)
+    done = repair_file(RepairJob(path, out, archive, input_format, ropts))
+    if not quiet:
+        fixed, archive_id = done["fixed"], done["archive_id"][:12]
+        opt.note(f"ctxc: {done['input_path']}: fixed {fixed} problem(s); original in archive {archive_id}")

@@ -7,7 +7,6 @@ from typing import Annotated
 
 from ctxc.cli import options as opt
 from ctxc.formats import adapters
-from ctxc.output import dumps, envelope, write_stdout
 
 STRATEGIES_EPILOG = opt.examples(
     "ctxc strategies",
@@ -56,10 +55,7 @@ def formats() -> None:
     _print_list(("format", "description"), [(n, a.description) for n, a in sorted(adapters().items())])
 
 
-MODELS_EPILOG = opt.examples(
-    "ctxc models",
-    "ctxc models --format json",
-)
+MODELS_EPILOG = opt.examples("ctxc models", "ctxc models --format json")
 
 
 @opt.app.command(epilog=MODELS_EPILOG)
@@ -69,7 +65,7 @@ def models(fmt: opt.TableOrJsonOpt = None) -> None:
 
     if opt.table_on_terminal(fmt) == "json":
         doc = [{k: getattr(p, k) for k in ("name", "provider", "window", "tokenizer")} for p in PROFILES]
-        write_stdout(dumps(envelope("models", models=doc)))
+        opt.print_json("models", models=doc)
         return
     from ctxc.render import make_table, print_table
 

@@ -12,7 +12,7 @@ import typer
 from ctxc._version import __version__
 from ctxc.errors import UsageError
 from ctxc.formats import load
-from ctxc.output import StdoutText
+from ctxc.output import StdoutText, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
 from ctxc.terminal import stderr_console, visible_console, width_for
 
@@ -79,6 +79,11 @@ def transcript_output(output: str | None) -> str:
 def table_on_terminal(fmt: str | None, piped: str = "json") -> str:
     """``--format`` as given; by default a table on a terminal, else ``piped`` (for a pipe or a file)."""
     return fmt or ("table" if sys.stdout.isatty() else piped)
+
+
+def print_json(command: str, **payload: Any) -> None:
+    """``command``'s JSON document (see :func:`~ctxc.output.envelope`) on stdout."""
+    write_stdout(dumps(envelope(command, **payload)))
 
 
 def note(message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from dataclasses import replace
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
-from ctxc.output import dumps, envelope, write_stdout
+from ctxc.output import write_stdout
 from ctxc.sessions import find_sessions
 
 EPILOG = opt.examples(
@@ -58,23 +59,14 @@ def sessions(
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]
-    out_fmt = opt.table_on_terminal(fmt)
     job = AnalyzeJob("", use_cache=not no_cache, top=0, prices=prices)
-    paths = [str(s.path) for s in found]
-    analyses, errors, failed = (
-        run_one_or_many(
-            [(p, replace(job, path=p)) for p in paths],
-            analyze_file,
-            what="reading sessions",
-            jobs=jobs,
-            quiet=quiet,
-        )
-        if paths
-        else ([], [], 0)
+    items = [(str(s.path), replace(job, path=str(s.path))) for s in found]
+    analyses, errors, failed = run_one_or_many(
+        items, analyze_file, what="reading sessions", jobs=jobs, quiet=quiet
     )
     by_path = {a.path: a for a in analyses}
     rows = [_row(s, by_path.get(str(s.path))) for s in found]
-    _emit(rows, out_fmt, errors=errors, exit_code=failed)
+    _emit(rows, opt.table_on_terminal(fmt), errors=errors, exit_code=failed)
     raise typer.Exit(failed)
 
 
@@ -100,7 +92,7 @@ def _emit(rows: list[dict[str, Any]], out_fmt: str, *, errors: list[dict[str, An
     from ctxc.render import csv_text
 
     if out_fmt == "json":
-        write_stdout(dumps(envelope("sessions", sessions=rows, errors=errors, exit_code=exit_code)))
+        opt.print_json("sessions", sessions=rows, errors=errors, exit_code=exit_code)
     elif out_fmt == "csv":
         columns = "id agent project last_activity messages tokens window stage cost_usd bytes path"
         write_stdout(csv_text(columns, rows).encode())
@@ -147,10 +139,9 @@ def _table(rows: list[dict[str, Any]]) -> None:
 
 def _prefix_length(ids: list[str], shortest: int = 8) -> int:
     """The length at which every id's prefix is unique (a prefix is a reference every command takes)."""
-    for n in range(shortest, max(map(len, ids), default=shortest) + 1):
-        if len({i[:n] for i in ids}) == len(set(ids)):
-            return n
-    return max(map(len, ids), default=shortest)
+    longest = max(map(len, ids), default=shortest)
+    unique = (n for n in range(shortest, longest + 1) if len({i[:n] for i in ids}) == len(set(ids)))
+    return next(unique, longest)
 
 
 def _number(value: int | None) -> str:
@@ -158,8 +149,7 @@ def _number(value: int | None) -> str:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    if n < 1024:
+        return f"{n} B"
+    power = min(3, int(math.log(n, 1024)))
+    return f"{n / 1024**power:.1f} {('KB', 'MB', 'GB')[power - 1]}"
