@@ -227,6 +227,18 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path, fmt: str) 
     assert err == ""
 
 
+def test_a_reader_gone_leaves_no_descriptor_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # main() also runs in-process (tests, the library), where a leaked /dev/null adds up.
+    from ctxc.cli.app import _reader_gone
+
+    with open(tmp_path / "stdout", "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(SystemExit):
+            _reader_gone()
+        assert len(os.listdir("/proc/self/fd")) == before
+
+
 # ------------------------------------------------------------------------------------- special files
 
 

@@ -100,6 +100,7 @@ def _reader_gone() -> NoReturn:
     complaining at exit."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)  # main() also runs in-process (tests, the library): no descriptor left open
     sys.exit(int(ExitCode.OK))
 
 
