@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 import importlib.util
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -101,7 +101,8 @@ def replay(
     ``compact=False`` only injects reminders (``ctxc remind``)."""
     ledger = Ledger(manager.counter)
     ledger.prime(transcript.messages)
-    conv = _pick_conversation(transcript, ledger) if conversation is None else conversation
+    live = live_context(transcript.boundaries, transcript.messages)
+    conv = _pick_conversation(transcript, ledger, live.side) if conversation is None else conversation
     if not 0 <= conv < transcript.conversations:
         raise UsageError(
             f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
@@ -123,8 +124,7 @@ def replay(
         run.add(m)
         prev_role = m.role
     # After the last message, the context is the one a resume sends (what analyze counts).
-    unsent = live_context(transcript.boundaries, transcript.messages).unsent_thinking
-    run.withhold([m for m in msgs if m.index in unsent])
+    run.withhold([m for m in msgs if m.index in live.unsent_thinking])
     starts = [t.line for t in run.turns]
     marks = tuple(
         BoundaryMark(_turn_after(starts, b.line), b.kind, b.line, b.trigger, b.pre_tokens)
@@ -233,11 +233,10 @@ def _fire_reminders(
     return manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, compacted))
 
 
-def _pick_conversation(transcript: Transcript, ledger: Any) -> int:
-    """The largest conversation that is not a subagent run written inline."""
+def _pick_conversation(transcript: Transcript, ledger: Ledger, side: Collection[int]) -> int:
+    """The largest conversation that is not a subagent run written inline (``side``)."""
     if transcript.conversations == 1:
         return 0
-    side = live_context(transcript.boundaries, transcript.messages).side
     totals: dict[int, int] = {}
     for m in transcript.messages:
         if m.conversation not in side:
@@ -268,26 +267,22 @@ def _recorded(
     return tuple(dataclasses.replace(t, recorded=recorded.get(t.turn)) for t in turns)
 
 
-def _fields(obj: object, names: dict[str, str]) -> dict[str, Any]:
-    """``obj``'s attributes as JSON keys: key → attribute name."""
-    return {key: getattr(obj, name) for key, name in names.items()}
-
-
-_SUMMARY = {"peak_without": "peak_raw", "peak_with": "peak_tokens", "final_without": "final_raw"}
-_SUMMARY |= {"final_with": "final_tokens", "recorded_peak": "recorded_peak"}
-_TURN = {k: k for k in ("turn", "index", "line")} | {"without": "raw_tokens", "with": "tokens"}
-_TURN |= {"before": "tokens_before", "stage": "stage", "recorded": "recorded"}
-_COMPACTION = {k: k for k in ("stage", "tokens_before", "tokens_after", "freed", "strategies")}
-_REMINDER = {k: k for k in ("rule", "trigger", "detail", "message")}
-
-
 def replay_to_json(r: Replay) -> dict[str, Any]:
-    counts = {"turns": len(r.turns), "compactions": len(r.compactions), "reminders": len(r.reminders)}
     freed = sum(t.compaction.freed for t in r.compactions if t.compaction)
     return {
         **{f.name: getattr(r, f.name) for f in dataclasses.fields(r)[:9]},  # path to tokenizer
         "thresholds": list(r.thresholds),
-        "summary": {**counts, **_fields(r, _SUMMARY), "tokens_freed": freed},
+        "summary": {
+            "turns": len(r.turns),
+            "compactions": len(r.compactions),
+            "reminders": len(r.reminders),
+            "peak_without": r.peak_raw,
+            "peak_with": r.peak_tokens,
+            "final_without": r.final_raw,
+            "final_with": r.final_tokens,
+            "recorded_peak": r.recorded_peak,
+            "tokens_freed": freed,
+        },
         "turns": [_turn_json(t) for t in r.turns],
         "boundaries": [dataclasses.asdict(b) for b in r.boundaries],
     }
@@ -296,9 +291,27 @@ def replay_to_json(r: Replay) -> dict[str, Any]:
 def _turn_json(t: Turn) -> dict[str, Any]:
     c = t.compaction
     return {
-        **_fields(t, _TURN),
-        "compaction": None if c is None else {**_fields(c, _COMPACTION), "strategies": list(c.strategies)},
-        "reminders": [_fields(x, _REMINDER) for x in t.reminders],
+        "turn": t.turn,
+        "index": t.index,
+        "line": t.line,
+        "without": t.raw_tokens,
+        "with": t.tokens,
+        "before": t.tokens_before,
+        "stage": t.stage,
+        "recorded": t.recorded,
+        "compaction": None
+        if c is None
+        else {
+            "stage": c.stage,
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "freed": c.freed,
+            "strategies": list(c.strategies),
+        },
+        "reminders": [
+            {"rule": x.rule, "trigger": x.trigger, "detail": x.detail, "message": x.message}
+            for x in t.reminders
+        ],
     }
 
 
