@@ -71,9 +71,20 @@ def analysis_to_json(a: Analysis, *, include_messages: bool = True) -> dict[str,
 
 
 def _stat(s: MessageStat) -> dict[str, Any]:
+    # Spelled out, not through _fields: a cached analyze of a large log makes one per message.
+    index, line, role, kind, tool, tokens, cumulative, share, stage, conversation, live = s
     return {
-        **_fields(s, "index line conversation role kind tool tokens cumulative share stage live"),
-        "share": round(s.share, 6),
+        "index": index,
+        "line": line,
+        "conversation": conversation,
+        "role": role,
+        "kind": kind,
+        "tool": tool,
+        "tokens": tokens,
+        "cumulative": cumulative,
+        "share": round(share, 6),
+        "stage": stage,
+        "live": live,
     }
 
 
