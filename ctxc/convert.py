@@ -45,9 +45,6 @@ class _Turn:
     #: A user turn left over from a message whose results moved to their call's turn.
     after_results: bool = False
 
-    def has_calls(self) -> bool:
-        return any(isinstance(b, ToolUseBlock) for b in self.blocks)
-
 
 def _said(block: Block) -> Block:
     """A terminal call (it ended the run, no result follows) as the assistant text its client sends."""
@@ -74,7 +71,8 @@ def _plan(messages: Iterable[Message]) -> list[_Turn]:
                 turns.append(_Turn("results", [], results=[result]))
         if message.role == "assistant":
             last = turns[-1] if turns else None
-            if last is not None and last.role == "assistant" and last.has_calls() and not last.results:
+            calls = last is not None and any(isinstance(b, ToolUseBlock) for b in last.blocks)
+            if last is not None and last.role == "assistant" and calls and not last.results:
                 # Calls split over several records (Codex parallel calls): one turn for all their results.
                 last.blocks.extend(rest)
                 turn = last

@@ -1,10 +1,6 @@
-"""The live context: the part of a log its client will send the model next.
-
-An agent resumes from its log's own last compaction (each adapter says which :class:`~ctxc.model.Boundary`
-resets and what it carries); inline subagent runs (sidechains) are contexts of their own, and messages on
-abandoned branches of a Claude Code log (a ``branches`` item) are in no context. Every count ctxc prints
-and every change it makes is about the live context; this module is the one place that decides it.
-"""
+"""The live context, the part of a log its client sends the model next: from the log's last resetting
+:class:`~ctxc.model.Boundary` on, without inline subagent runs (contexts of their own) or abandoned
+branches. Every count and change ctxc makes is about it; this module alone decides it."""
 
 from __future__ import annotations
 
@@ -93,9 +89,7 @@ def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:
     side: dict[int, bool] = {}
     for conversation, is_side in flags:
         side[conversation] = side.get(conversation, True) and is_side
-    if all(side.values()):
-        return frozenset()
-    return frozenset(c for c, s in side.items() if s)
+    return frozenset() if all(side.values()) else frozenset(c for c, s in side.items() if s)
 
 
 def is_sidechain(message: Message) -> bool:
@@ -164,12 +158,8 @@ def last_request(messages: Sequence[Message]) -> Message | None:
 def compaction_block_boundary(message: Message) -> Boundary | None:
     """A reset at ``message`` when it holds a provider's own compaction block or item: the provider
     ignores what precedes it."""
-    if any(isinstance(b, UnknownBlock) and b.type == "compaction" for b in message.blocks):
-        return Boundary(
-            kind="compaction",
-            line=message.line,
-            resets=True,
-            index=message.index,
-            conversation=message.conversation,
-        )
-    return None
+    if not any(isinstance(b, UnknownBlock) and b.type == "compaction" for b in message.blocks):
+        return None
+    return Boundary(
+        "compaction", message.line, resets=True, index=message.index, conversation=message.conversation
+    )

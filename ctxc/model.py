@@ -1,10 +1,6 @@
-"""The one transcript model every format adapter reads into and writes from.
-
-A file is a sequence of :class:`Record` (its physical lines, kept as the exact bytes read) and, on top of
-them, the logical conversation: :class:`Message` objects made of content blocks. Messages point back at
-the records they came from, so a writer can emit untouched records byte for byte and re-encode only what
-a strategy changed. Everything here is frozen: strategies build new objects, they never mutate input.
-"""
+"""The transcript model every adapter reads into and writes from: :class:`Record` lines (the exact bytes
+read) and the :class:`Message` objects read from them, which point back at their records so a writer
+re-encodes only what changed. Everything is frozen."""
 
 from __future__ import annotations
 
@@ -87,14 +83,13 @@ class UnknownBlock:
 
 Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock | UnknownBlock
 BLOCK_KINDS: tuple[str, ...] = ("text", "thinking", "tool_use", "tool_result", "image", "unknown")
+#: Which kind names a message's content in reports: results and calls outrank plain text.
+_KIND_ORDER = ("tool_result", "tool_use", "image", "text", "thinking", "unknown")
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage an API call recorded, as the log wrote it (not an estimate).
-
-    ``context`` is what the model saw as input on that call: fresh input plus cache reads and writes.
-    """
+    """Token usage an API call recorded, as the log wrote it; ``context`` is the input the model saw."""
 
     input: int = 0
     output: int = 0
@@ -114,13 +109,9 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Boundary:
-    """A compaction the log already records (Claude Code compact_boundary, Codex compacted, ...).
-
-    A boundary that ``resets`` is one the client resumes from: it sends nothing read before it, except
-    the messages from index ``kept_from`` on (pi keeps a recent tail) and the ``carried`` messages the
-    compaction record itself holds (Codex's ``replacement_history``, pi's summary), which belong to no
-    record of their own. ``index`` is the index of the first message read after it, in ``conversation``.
-    """
+    """A compaction the log records. The client resumes from one that ``resets``: nothing before ``index``
+    (the first message after it) but the messages from ``kept_from`` on and the ``carried`` messages the
+    compaction record holds (Codex's ``replacement_history``, pi's summary)."""
 
     kind: str
     line: int
@@ -148,12 +139,8 @@ class ByteSource(Protocol):
 
 
 class Record:
-    """One physical line (or, for whole-document formats, the whole file), exactly as read.
-
-    It holds its bytes, or (:meth:`kept_in`) where they are on disk, read back whenever ``raw`` is asked
-    for: a large input is then not held in memory twice, as bytes and as parsed JSON. Frozen, and equal
-    to a record with the same fields, as a frozen dataclass is.
-    """
+    """One physical line (or a whole-document file) exactly as read: its bytes, or (:meth:`kept_in`) where
+    they are on disk, so a large input is not held twice. Frozen and compared like a frozen dataclass."""
 
     __slots__ = ("_held", "_offset", "_size", "_source", "data", "eol", "kind", "line")
     line: int
@@ -259,12 +246,8 @@ MISSING_IDS = "missing_ids"
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One logical message: a role and ordered content blocks.
-
-    ``records`` are the indexes (into :attr:`Transcript.records`) of the lines this message was read
-    from; several for a Claude Code response split over lines. ``meta`` carries adapter facts that
-    strategies may need (uuids, sidechain flags, the source role such as ``developer``).
-    """
+    """One logical message: a role and ordered blocks. ``records`` index the lines it was read from
+    (several for a split Claude Code response); ``meta`` holds adapter facts (uuids, source role...)."""
 
     role: Role
     blocks: tuple[Block, ...]
@@ -281,31 +264,24 @@ class Message:
     def kind(self) -> str:
         """The message's dominant content kind, for reports: results and calls outrank plain text."""
         kinds = {b.kind for b in self.blocks}
-        for k in ("tool_result", "tool_use", "image", "text", "thinking", "unknown"):
-            if k in kinds:
-                return k
-        return "empty"
+        return next((k for k in _KIND_ORDER if k in kinds), "empty")
 
     @property
     def tool_names(self) -> tuple[str, ...]:
-        names: list[str] = []
-        for b in self.blocks:
-            if isinstance(b, ToolUseBlock) or (isinstance(b, ToolResultBlock) and b.name):
-                assert b.name is not None
-                names.append(b.name)
-        return tuple(names)
+        return tuple(b.name for b in self.blocks if isinstance(b, ToolUseBlock | ToolResultBlock) and b.name)
 
     @property
     def text(self) -> str:
         """Plain text of the message's text, thinking and tool-result blocks, for search and rules."""
-        parts: list[str] = []
-        for b in self.blocks:
-            if isinstance(b, TextBlock | ThinkingBlock | ToolResultBlock | UnknownBlock):
-                if b.text:
-                    parts.append(b.text)
-            elif isinstance(b, ToolUseBlock):
-                parts.append(f"{b.name} {b.input}")
-        return "\n".join(parts)
+        parts = (
+            f"{b.name} {b.input}"
+            if isinstance(b, ToolUseBlock)
+            else ""
+            if isinstance(b, ImageBlock)
+            else b.text
+            for b in self.blocks
+        )
+        return "\n".join(p for p in parts if p)
 
     @property
     def is_request(self) -> bool:

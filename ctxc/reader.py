@@ -1,11 +1,6 @@
-"""Reading JSONL (and whole-document JSON) into :class:`Record` objects, exactly and explicitly.
-
-Every record keeps the bytes it was read from (held, or in a :class:`Spool` on disk), so writing a file
-back unchanged is a byte copy. Bad input is never guessed around: a line that is not JSON, not an
-object, not UTF-8 or too large raises an :class:`InputError` naming the file and line, unless
-``skip_invalid`` asks to keep such lines as opaque ``invalid`` records (they are still written back
-verbatim, so nothing is lost).
-"""
+"""JSONL (and whole-document JSON) read into :class:`Record` objects that keep their bytes, so an unchanged
+file is written back as a byte copy. A bad line raises an :class:`InputError` naming file and line, unless
+``skip_invalid`` keeps it as an opaque ``invalid`` record (still written back verbatim)."""
 
 from __future__ import annotations
 
@@ -33,13 +28,9 @@ _SPOOLED_MIN = 256
 
 
 class Spool:
-    """A copy on disk of every byte read, made as it is read, from which records read their bytes back
-    instead of holding them (:meth:`ctxc.model.Record.kept_in`). It is the original's archived copy in
-    the making (:meth:`ctxc.archive_store.ArchiveStore.spool`): what is archived is, by construction,
-    what was parsed, whatever happens to the input meanwhile. Kept are only lines that read alone: a
-    line end, no byte-order mark. Its errors are archive errors; :meth:`close` removes it unless it was
-    committed.
-    """
+    """A copy on disk of every byte read, from which records read their bytes back (:meth:`Record.kept_in`):
+    the original's archived copy in the making, so what is archived is what was parsed. Its errors are
+    archive errors; :meth:`close` removes it unless committed."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -187,11 +178,8 @@ def parse_line(raw: bytes, name: str, line: int) -> object:
 
 
 def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions()) -> Iterator[Record]:
-    """Yield the records of a stream lazily, one per physical line.
-
-    A file whose first line is not JSON on its own but which parses as one JSON document (a pretty
-    printed ``.traj`` file, say) is yielded as a single record holding the whole document.
-    """
+    """The records of a stream, lazily, one per line; a file that is one JSON document over several lines
+    (a pretty-printed ``.traj``) is one record."""
     buffered: BinaryIO = stream
     if isinstance(stream, io.BufferedReader):
         head = stream.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
@@ -260,10 +248,8 @@ def read_line(
     body: bytes | None = None,
     offset: int | None = None,
 ) -> Record:
-    """The record of one physical line (``raw`` without its ``eol``): blank, an object, or, under
-    ``skip_invalid``, an ``invalid`` record for a line that is not a JSON object (else InputError).
-    ``body``: the line less a byte-order mark, if it had one; ``offset``: where the line is in
-    ``options.spool``, if it was added to one."""
+    """The record of one line (``raw`` without its ``eol``; ``body`` less a byte-order mark): blank, an
+    object, or under ``skip_invalid`` an ``invalid`` one. ``offset``: where it is in ``options.spool``."""
     body = raw if body is None else body
     kind, data = _parse_body(body, raw, line_no, name, options)
     spool = options.spool

@@ -1,21 +1,6 @@
-"""Claude Code session logs (``~/.claude/projects/<cwd>/<sessionId>.jsonl`` and subagent files).
-
-Each line is one record. ``user``, ``assistant`` and ``system`` records are messages; the rest
-(``progress``, snapshots, titles, anything unknown) stay in place byte for byte. Decisions worth knowing:
-
-* One API response written as several ``assistant`` records sharing ``message.id`` is ONE message
-  (``records`` all of them, ``raw`` the tuple of their dicts, usage counted once). Tool results written
-  between the parts are yielded after the merged response, so every result comes after its call.
-* ``compact_boundary`` and ``microcompact_boundary`` records are :class:`~ctxc.model.Boundary` items only
-  (the client never sends them); other system records are ``system`` messages.
-* A user record's ``toolUseResult`` is the client's copy of a tool result, not content (it stays in ``raw``).
-* ``model:"<synthetic>"`` turns are made by the client: their all-zero usage is not recorded usage.
-* Consecutive user records on one chain are ONE message, as Claude Code sends them; the log's own
-  summary, injected (``isMeta``) records and the note that the user interrupted stay messages of their own.
-* The log is a tree (``parentUuid``): see :mod:`ctxc.formats.claude_code_chain` for the ``branches``
-  boundary. Compacted output is written the way Claude Code records ``/compact``
-  (:mod:`ctxc.formats.claude_code_write`).
-"""
+"""Claude Code session logs (``~/.claude/projects/<cwd>/<sessionId>.jsonl`` and subagent files): ``user``,
+``assistant`` and ``system`` records are messages, the rest stay in place byte for byte. How split responses,
+consecutive user records and the record tree are read: docs/formats.md."""
 
 from __future__ import annotations
 
@@ -26,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxc.formats import register
-from ctxc.formats.base import FormatAdapter, Item, rename_session
+from ctxc.formats.base import FormatAdapter, Item, count, rename_session
 from ctxc.formats.claude_code_chain import Tree, signer
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, encode_message
 from ctxc.formats.claude_code_records import str_or_none as _str
@@ -55,7 +40,6 @@ _TYPES = frozenset(
 _MARKERS = ("uuid", "sessionId", "leafUuid", "messageId")
 #: System subtypes that record a compaction, and the key holding their metadata.
 _BOUNDARIES = {"compact_boundary": "compactMetadata", "microcompact_boundary": "microcompactMetadata"}
-_SYNTHETIC_MODEL = SYNTHETIC_MODEL
 
 # Bounds on the reader's state, so a 100 MB log streams in constant memory. They are far above what
 # real logs need (the largest split response in the corpus spans 30 records).
@@ -67,10 +51,6 @@ _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 _INTERRUPTED = "[Request interrupted by user"
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
     """The usage an assistant record's ``message`` carries (this reader's and ``usage_scan``'s)."""
     u = message.get("usage")
@@ -78,10 +58,10 @@ def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
         return None
     model = _str(message.get("model"))
     return Usage(
-        input=_int(u.get("input_tokens")),
-        output=_int(u.get("output_tokens")),
-        cache_read=_int(u.get("cache_read_input_tokens")),
-        cache_write=_int(u.get("cache_creation_input_tokens")),
+        input=count(u.get("input_tokens")),
+        output=count(u.get("output_tokens")),
+        cache_read=count(u.get("cache_read_input_tokens")),
+        cache_write=count(u.get("cache_creation_input_tokens")),
         cache_write_1h=hour_writes(u),
         line=line,
         # "<synthetic>" marks a message the client made up (an error notice), not a model call.
@@ -92,7 +72,7 @@ def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
 def hour_writes(usage: Mapping[str, Any]) -> int:
     """The tokens a call wrote to the one-hour cache (``cache_creation.ephemeral_1h_input_tokens``)."""
     detail = usage.get("cache_creation")
-    return _int(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
+    return count(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
 
 
 def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
@@ -446,11 +426,7 @@ class _Reader:
 
 class ClaudeCodeAdapter(FormatAdapter):
     name = "claude-code"
-    tool_role = False
-    usage_before_response = False
-    suffixes: tuple[str, ...] = (".jsonl",)
     usage_needles: tuple[bytes, ...] = (b'"usage"', b'compact_boundary"')
-    rewrites_carried = False
     summary_resets = True  # ctxc writes its summary as a compact_boundary
     description = "Claude Code session log (~/.claude/projects/*/<session>.jsonl, subagent files)"
 
@@ -478,9 +454,7 @@ class ClaudeCodeAdapter(FormatAdapter):
     def resume_command(self, session_id: str) -> str:
         return f"claude --resume {session_id}"
 
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        """One record for ``message`` (see :func:`~ctxc.formats.claude_code_records.encode_message`)."""
-        return encode_message(message)
+    encode_message = staticmethod(encode_message)
 
     def thinking_model(self, message: Message) -> str | None:
         """Its response's model, dates aside; None for a response the client made up (``<synthetic>``)."""

@@ -1,9 +1,6 @@
-"""The ``parentUuid`` tree of a Claude Code log, and the chain the client resumes from it.
-
-Claude Code resumes from the last main-chain row back to its root (a ``compact_boundary``); messages on
-other branches (a rewind, an edited prompt) are named by a ``branches`` :class:`~ctxc.model.Boundary`,
-responses whose thinking it does not send by an ``unsent_thinking`` one.
-"""
+"""The ``parentUuid`` tree of a Claude Code log and the chain the client resumes from it: messages on
+other branches are named by a ``branches`` boundary, responses whose thinking it does not send by an
+``unsent_thinking`` one."""
 
 from __future__ import annotations
 
@@ -58,14 +55,9 @@ def _chain_up(nodes: Mapping[str, _Node], leaf: _Node) -> list[_Node] | None:
 def _resumed_chain(
     nodes: Mapping[str, _Node], start: _Node, results: Container[int]
 ) -> tuple[set[int], _Node] | None:
-    """The records Claude Code resumes when ``start`` is the last main-chain row, and the record the
-    chain starts at; None when the chain breaks at a link to a record the file lacks (another tool cut
-    it: nothing can be said about branches then).
-
-    As the client does: from the row up to its nearest user or assistant record (the leaf), then up the
-    links to the root; the leaf's non-message descendants (hook notes after it); every record of a
-    response on the chain (parts share ``message.id``) and the tool results hanging off any of them.
-    """
+    """The records Claude Code resumes when ``start`` is the last main-chain row (the leaf's chain to the
+    root, the leaf's non-message descendants, every part of a response on it and their tool results) and
+    the root; None when a link names a record the file lacks."""
     leaf: _Node | None = start
     seen: set[str] = set()
     while leaf is not None and leaf.kind not in CONVERSATIONAL and leaf.uuid not in seen:

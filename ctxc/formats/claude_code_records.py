@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -31,13 +30,6 @@ def str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _wire(block: Block) -> Block:
-    """The block as the shared encoder should see it: ``name`` on a result is ctxc's, not the log's."""
-    if isinstance(block, ToolResultBlock) and block.name is not None:
-        return replace(block, name=None)
-    return block
-
-
 def _encode_content(blocks: Sequence[Block], raw_content: Any, *, as_string: bool) -> Any:
     if not blocks and not isinstance(raw_content, str | list):
         return raw_content  # content was missing or null: keep it so
@@ -48,7 +40,8 @@ def _encode_content(blocks: Sequence[Block], raw_content: Any, *, as_string: boo
         return only.text
     if as_string and not blocks:
         return ""
-    return [encode_anthropic_block(_wire(b)) for b in blocks]
+    # A result's ``name`` is ctxc's, not the log's.
+    return [encode_anthropic_block(b.named(None) if isinstance(b, ToolResultBlock) else b) for b in blocks]
 
 
 def plain_text(blocks: Sequence[Block]) -> str:
@@ -56,13 +49,8 @@ def plain_text(blocks: Sequence[Block]) -> str:
 
 
 def encode_message(message: Message) -> dict[str, Any]:
-    """One record for ``message``.
-
-    Read from one record: that record with its content rebuilt from the blocks (equal to ``raw`` when
-    nothing changed). Merged from several: ONE record of all blocks with the first record's envelope but
-    the last one's ``uuid`` and ``message`` fields (final usage), so what pointed at the last part still
-    finds it. New (``raw`` None): see :func:`_new_record`.
-    """
+    """One record for ``message``: its record with the content rebuilt from the blocks; for a response merged
+    from several, one record with the first one's envelope and the last one's ``uuid`` and ``message``."""
     raw = message.raw
     if isinstance(raw, tuple) and raw and all(isinstance(r, dict) for r in raw):
         first, last = raw[0], raw[-1]
@@ -86,14 +74,8 @@ def encode_message(message: Message) -> dict[str, Any]:
 
 
 def _new_record(message: Message) -> dict[str, Any]:
-    """A record for a message ctxc made (a compaction summary, say).
-
-    ``uuid`` comes from meta or from the content and index (reproducible, no randomness); the links,
-    ``sessionId`` and ``timestamp`` come from meta when present. A ``tool`` message becomes a ``user``
-    record (Claude Code carries tool results in user records); a ``system`` one gets ``subtype`` from meta
-    or ``informational``; an assistant one gets ``model`` from meta or ``"ctxc"`` (``"<synthetic>"`` is
-    the client's) and ``usage`` only when the message has one.
-    """
+    """A record for a message ctxc made (a summary, say), from meta where it says; a ``uuid`` it does not
+    give is derived from the content and index (reproducible). A ``tool`` message is a ``user`` record."""
     meta = message.meta
     role: Role = message.role
     rtype = "user" if role == "tool" else role

@@ -326,9 +326,7 @@ def _encode_openai(message: Message) -> dict[str, Any]:
     content: list[Block] = []
     # tool_calls entries that are not objects were kept as unknown blocks; they go back into tool_calls.
     raw_calls = out.get("tool_calls")
-    odd_calls = (
-        {id(c) for c in raw_calls if not isinstance(c, dict)} if isinstance(raw_calls, list) else set()
-    )
+    odd_calls = {id(c) for c in raw_calls if not isinstance(c, dict)} if isinstance(raw_calls, list) else ()
     for block in message.blocks:
         if isinstance(block, ThinkingBlock):
             thinking.append(block.text)
@@ -357,12 +355,11 @@ def _encode_openai(message: Message) -> dict[str, Any]:
     else:
         out.pop(reasoning_key, None)
 
-    if meta.get("function_call"):
-        if calls and isinstance(calls[0], ToolUseBlock):
-            out["function_call"] = _encode_function_call(calls[0])
-            calls = calls[1:]
-        else:
-            out.pop("function_call", None)
+    if meta.get("function_call") and calls and isinstance(calls[0], ToolUseBlock):
+        out["function_call"] = _encode_function_call(calls[0])
+        calls = calls[1:]
+    elif meta.get("function_call"):
+        out.pop("function_call", None)
     if calls:
         missing = meta.get(MISSING_IDS, ())
         out["tool_calls"] = [_encode_call(c, missing) for c in calls]
@@ -390,12 +387,9 @@ def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = 
     out: list[Message] = []
     for i, obj in enumerate(messages):
         parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None
-        if parsed is None:
-            continue
-        role, blocks, meta = parsed
-        out.append(
-            Message(role, blocks, index=i, line=i + 1, importance=importance_of(obj), meta=meta, raw=obj)
-        )
+        if parsed is not None:
+            role, blocks, meta = parsed
+            out.append(Message(role, blocks, i + 1, i, importance=importance_of(obj), meta=meta, raw=obj))
     return out
 
 
