@@ -193,12 +193,8 @@ class CodexAdapter(FormatAdapter):
             item = new_item(message)
             if message.meta.get("dialect") == "legacy":
                 return item
-            ts = message.meta.get("timestamp")
-            return {
-                "timestamp": ts if isinstance(ts, str) else run_timestamp(),
-                "type": "response_item",
-                "payload": item,
-            }
+            stamp = ts if isinstance(ts := message.meta.get("timestamp"), str) else run_timestamp()
+            return {"timestamp": stamp, "type": "response_item", "payload": item}
         if not isinstance(raw, dict):
             raise ValueError("a Codex message comes from exactly one record")
         envelope = is_envelope(raw)
