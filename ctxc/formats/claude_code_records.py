@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.shapes import dumps_compact, encode_anthropic_block
+from ctxc.formats.shapes import dumps_compact, encode_anthropic_content
 from ctxc.model import Block, Message, Record, Role, TextBlock, ThinkingBlock, ToolResultBlock, UnknownBlock
 
 NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
@@ -36,12 +36,9 @@ def _encode_content(blocks: Sequence[Block], raw_content: Any, *, as_string: boo
     only = blocks[0] if len(blocks) == 1 else None
     if isinstance(only, UnknownBlock) and only.raw is raw_content and not isinstance(raw_content, list):
         return raw_content  # an unmodeled non-list content value, unchanged
-    if as_string and isinstance(only, TextBlock) and only.raw is None:
-        return only.text
-    if as_string and not blocks:
-        return ""
     # A result's ``name`` is ctxc's, not the log's.
-    return [encode_anthropic_block(b.named(None) if isinstance(b, ToolResultBlock) else b) for b in blocks]
+    wire = [b.named(None) if isinstance(b, ToolResultBlock) else b for b in blocks]
+    return encode_anthropic_content(wire, as_string=as_string)
 
 
 def plain_text(blocks: Sequence[Block]) -> str:
