@@ -1,10 +1,6 @@
-"""An on-disk cache of token counts, and the counter that counts texts through it.
-
-Agent logs repeat themselves and exact BPE counting is slow, so counts are kept per text in SQLite
-(``$CTXC_CACHE_DIR/tokens.sqlite3``, WAL mode, shared by concurrent processes), keyed by a BLAKE2b-128
-digest of the text and the tokenizer name. Never a reason to fail (:mod:`ctxc.sqlite_store`);
-``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
-"""
+"""Token counts cached per text in SQLite (``$CTXC_CACHE_DIR/tokens.sqlite3``, keyed by a BLAKE2b-128
+digest and the tokenizer name; agent logs repeat themselves), and the counter that counts through it.
+Never a reason to fail; ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off."""
 
 from __future__ import annotations
 
