@@ -307,7 +307,11 @@ def workflow_command(level: str, text: str, **properties: str | int | None) -> s
 def render_github(report: CheckReport) -> str:
     """GitHub Actions annotations: ``error`` for over budget and unreadable files, ``warning`` for near
     budget (``ok`` files get none), and one ``notice`` with the summary."""
-    titles = {"over": "over the token budget", "near": "near the token budget", "error": "unreadable transcript"}
+    titles = {
+        "over": "over the token budget",
+        "near": "near the token budget",
+        "error": "unreadable transcript",
+    }
     out = [
         workflow_command(
             "warning" if f.status == "near" else "error",

@@ -71,4 +71,3 @@ class RecordedUsageOnly:
             "--tokenizer usage only reads the usage a log recorded and cannot count text; "
             "use o200k_base (the default), cl100k_base, approx or anthropic for this"
         )
-

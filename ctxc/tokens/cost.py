@@ -18,8 +18,8 @@ from ctxc.model import (
     ToolUseBlock,
     UnknownBlock,
 )
-from ctxc.tokens.base import Counter, StartingCounter
-from ctxc.tokens.cache import CachedCounter
+from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
+from ctxc.tokens.cache import CachedCounter, TokenCache
 
 #: Fixed tokens per message for its role and delimiters: OpenAI's documented 3 plus the role; Anthropic's
 #: count_tokens reports a similar few per turn, so one figure serves both.
@@ -144,3 +144,15 @@ def compare_with_o200k(
         a_total += sum(count_messages(chunk, anthropic_counter))
         o_total += sum(count_messages(chunk, o200k_counter))
     return a_total, o_total, (a_total / o_total if o_total else None)
+
+
+def messages_tokens(
+    messages: Sequence[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
+) -> list[int]:
+    """:func:`message_tokens` of many messages with one batched (and cached) count of their texts."""
+    return count_messages(messages, CachedCounter(tokenizer, cache))
+
+
+def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:
+    """Tokens the message takes in a context: framing + text parts + images."""
+    return messages_tokens([message], tokenizer, cache)[0]
