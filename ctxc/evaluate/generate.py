@@ -1,7 +1,5 @@
-"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed: reads,
-searches, failing and passing tests, edits, decisions in passing, follow-up requests. Written as chat
-JSONL, alternating the Anthropic and the OpenAI dialect, so both go through the ``chat`` adapter.
-"""
+"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed, as chat
+JSONL alternating the Anthropic and OpenAI dialects (both go through the ``chat`` adapter)."""
 
 from __future__ import annotations
 
