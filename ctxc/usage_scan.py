@@ -13,7 +13,13 @@ from typing import Any, BinaryIO
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
-from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, merged_usage, response_usage
+from ctxc.formats.claude_code import (
+    _MAX_OPEN_RECORDS,
+    _RECENT_IDS,
+    compaction_boundary,
+    merged_usage,
+    response_usage,
+)
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
@@ -198,9 +204,8 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             continue
         rtype = data.get("type")
         if rtype == "system":
-            subtype = data.get("subtype")
-            if subtype in _BOUNDARIES:
-                boundaries.append(_claude_boundary(data, subtype, _BOUNDARIES[subtype], line))
+            if (boundary := compaction_boundary(data, line)) is not None:
+                boundaries.append(boundary)
             continue
         message = data.get("message")
         if rtype != "assistant" or not isinstance(message, dict):
@@ -219,20 +224,6 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         open_id, open_records = mid, 1
         calls.append(None if mid in closed else usage)  # a late part of a closed response counts once
     return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
-
-
-def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
-    """A Claude Code compaction record as a boundary (its metadata under ``key``)."""
-    md = data.get(key)
-    md = md if isinstance(md, dict) else {}
-    pre, trigger = md.get("preTokens"), md.get("trigger")
-    return Boundary(
-        kind=subtype,
-        line=line,
-        trigger=trigger if isinstance(trigger, str) else None,
-        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
-        resets=subtype == "compact_boundary",
-    )
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:
