@@ -38,6 +38,8 @@ def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurre
 
 @dataclass(frozen=True, slots=True)
 class AnalyzeJob:
+    """``ctxc analyze`` of one file, picklable for :func:`ctxc.batch.run_batch` (see :func:`analyze_file`)."""
+
     path: str
     tokenizer: str = "o200k_base"
     use_cache: bool = True
