@@ -40,5 +40,3 @@ class Archive(ArchiveStore):
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         note_blobs_quietly(self, origin, notes)
 
-
-__all__ = ["Archive"]
