@@ -21,6 +21,7 @@ from ctxc.model import Message, Transcript
 from ctxc.output import Data
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
+from ctxc.system import gc_paused
 from ctxc.tokens import Counter, make_counter
 from ctxc.validate import Problem, pairing_problems
 
@@ -193,7 +194,8 @@ def compact_transcript(
             archive_id=archive_id,
             adapter=adapter,
         )
-        outputs, outcomes = compact_live(transcript, options, plan, adapter)
+        with gc_paused():  # strategies make many containers and no cycles worth a full collection
+            outputs, outcomes = compact_live(transcript, options, plan, adapter)
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
         # The read-back needs the counts of what was written alone: the rest goes before it.
         enforce, ledger = plan.enforce, ledger.only(written.messages)
