@@ -243,6 +243,12 @@ class _Listing:
     lines: tuple[str, ...]  # the lines that are not blank
 
     @functools.cached_property
+    def probes(self) -> tuple[int, ...]:
+        """The hashes of a few inner lines, which a later read holding this one has among its own."""
+        inner = self.lines[1:-1]
+        return tuple(map(hash, inner[:: max(1, len(inner) // 4)][:5]))
+
+    @functools.cached_property
     def numbered(self) -> bool:
         """Most lines are numbered file lines."""
         lines = self.lines
@@ -261,10 +267,9 @@ def _listing(text: str) -> _Listing:
 
 def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
     # A few inner lines, looked up by hash, rule out most later reads before any text is searched.
-    inner = earlier.lines[1:-1]
-    for line in inner[:: max(1, len(inner) // 4)][:5]:
-        at = bisect.bisect_left(line_hashes, hash(line))
-        if at == len(line_hashes) or line_hashes[at] != hash(line):
+    for probe in earlier.probes:
+        at = bisect.bisect_left(line_hashes, probe)
+        if at == len(line_hashes) or line_hashes[at] != probe:
             return False
     if earlier.stripped in later:
         return True
