@@ -320,7 +320,7 @@ class AnthropicSummarizer:
             raise SummarizerError(
                 f"the summary model's window ({self.window:,} tokens) cannot hold the summarization prompt"
             )
-        chunks: list[tuple[list[Message], list[str]]] = []
+        chunks: list[list[tuple[Message, str]]] = []
         used = 0
         for m in request.messages:
             text = render_message(m)
@@ -328,18 +328,16 @@ class AnthropicSummarizer:
             if cost > room:
                 text, cost = self._clip_to(text, room, count)
             if not chunks or used + cost > room:
-                chunks.append(([], []))
+                chunks.append([])
                 used = 0
-            chunks[-1][0].append(m)
-            chunks[-1][1].append(text)
+            chunks[-1].append((m, text))
             used += cost
-        return [
-            (
-                replace(request, messages=tuple(ms), citation=self._cite(request, ms), previous=None),
-                "\n\n".join(ts),
-            )
-            for ms, ts in chunks
-        ]
+        out = []
+        for chunk in chunks:
+            ms = tuple(m for m, _ in chunk)
+            sub = replace(request, messages=ms, citation=self._cite(request, ms), previous=None)
+            out.append((sub, "\n\n".join(t for _, t in chunk)))
+        return out
 
     def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
         """A single message too large for one call: keep its head and tail, noting the cut."""
