@@ -46,10 +46,7 @@ def _copied(value: Any) -> Any:
 
 
 def default_eol(transcript: Transcript) -> bytes:
-    for r in transcript.records:
-        if r.eol:
-            return r.eol
-    return b"\n"
+    return next((r.eol for r in transcript.records if r.eol), b"\n")
 
 
 def write_transcript(
