@@ -2,31 +2,102 @@
 
 The file is streamed: messages are counted in batches as they are read (by worker processes on a large
 file) and only small per-message figures are kept, so memory is bounded by a batch, not by the file.
+A file analyzed before is served from its cached scan, without loading the formats' readers: they are
+imported where a file is read (bench/README.md, "Session 14").
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
-from typing import BinaryIO
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
-from ctxc.pricing import PriceTable
+from ctxc.pricing import PriceTable, default_prices
 from ctxc.profiles import resolve_window, window_for_log
-from ctxc.reader import ReadOptions
+from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.report import Analysis, MessageStat, Row, Scan, summarize_usage
 from ctxc.scancache import load_scan, scan_key, store_scan
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
 from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
-from ctxc.tokens.cost import count_messages, thinking_tokens
-from ctxc.tokens.reading import CountingQueue, message_batches
-from ctxc.usage_scan import analyze_usage
+from ctxc.tokens.cost import compare_with_o200k, count_messages, thinking_tokens
 from ctxc.validate import Pairing
+
+
+@functools.lru_cache(maxsize=8)
+def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> Counter:
+    # One cached counter per process and setting: a worker analyzing 200 files loads the BPE once.
+    return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzeJob:
+    """``ctxc analyze`` of one file, picklable for :func:`ctxc.batch.run_batch` (see :func:`analyze_file`)."""
+
+    path: str
+    tokenizer: str = "o200k_base"
+    use_cache: bool = True
+    model: str | None = None
+    window: int | None = None
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    input_format: str | None = None
+    read_options: ReadOptions = ReadOptions()
+    top: int = 10
+    concurrency: int = 4
+    forecast: bool = False  # also dry-run each adaptive stage
+    prices: str | None = None  # a price table over the shipped one
+
+
+def analyze_file(job: AnalyzeJob) -> Analysis:
+    """``ctxc analyze`` for one file, plus the forecast and the Claude/o200k ratio when asked."""
+    counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
+    src: Any = job.path
+    data = b""
+    if job.forecast or job.tokenizer == "anthropic":  # both read it again: read the input once for all
+        name, data = read_all(job.path)
+        src = named_bytes(name, data)
+    result = analyze(
+        src,
+        counter=counter,
+        window=job.window,
+        model=job.model,
+        thresholds=job.thresholds,
+        input_format=job.input_format,
+        options=job.read_options,
+        top=job.top,
+        prices=default_prices(job.prices),
+    )
+    if job.forecast:
+        from ctxc.compaction.forecast import forecast
+        from ctxc.formats import load
+
+        transcript = load(
+            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+        )
+        result = replace(
+            result,
+            forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
+        )
+    if job.tokenizer == "anthropic":  # how far Claude's counts are from o200k's (the estimate's error)
+        from ctxc.formats import open_stream
+
+        stream = open_stream(
+            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+        )
+        try:
+            messages = (m for m in stream.items if isinstance(m, Message))
+            result = replace(
+                result, versus_o200k=compare_with_o200k(messages, counter, make_counter("o200k_base"))
+            )
+        finally:
+            stream.close()
+    return result
 
 
 def analyze(
@@ -50,6 +121,8 @@ def analyze(
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
     if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
+        from ctxc.usage_scan import analyze_usage
+
         return analyze_usage(
             src,
             window=window,
@@ -121,8 +194,8 @@ def _scan(
     input_format: str | None,
     options: ReadOptions,
 ) -> Scan:
-    # Imported here: `--tokenizer usage` and cached scans never read a transcript in full.
     from ctxc.formats import open_stream
+    from ctxc.tokens.reading import CountingQueue, message_batches
 
     stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
     side: list[Usage | Boundary] = []

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
-from ctxc.formats import transcript_suffixes
 from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
@@ -86,6 +85,8 @@ def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
 
 def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[str]]:
     """Transcripts under ``top`` and the directories that could not be listed, both relative to it."""
+    from ctxc.formats import transcript_suffixes  # the adapters: a single file's run has no need of them
+
     found: list[str] = []
     unreadable: list[str] = []
 

@@ -10,10 +10,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
-from ctxc.analysis import analyze
+from ctxc.analysis import analyze, process_counter
 from ctxc.batch import Outcome, run_batch
 from ctxc.errors import ExitCode, UsageError
-from ctxc.jobs import process_counter
 from ctxc.output import envelope
 from ctxc.profiles import resolve_window
 from ctxc.reader import ReadOptions

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import orjson
 
 from ctxc.errors import FormatError
-from ctxc.formats.shapes import ANTHROPIC_ONLY_PARTS, OPENAI_ONLY_PARTS, dumps_compact, tool_arguments
+from ctxc.formats.shapes import ANTHROPIC_ONLY_PARTS, OPENAI_ONLY_PARTS, tool_arguments
 from ctxc.model import (
     Block,
     ImageBlock,
@@ -22,6 +22,7 @@ from ctxc.model import (
     ToolUseBlock,
     Transcript,
     UnknownBlock,
+    dumps_compact,
 )
 
 Target = Literal["chat-anthropic", "chat-openai"]

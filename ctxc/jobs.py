@@ -1,92 +1,17 @@
-"""Per-file work of analyze, validate, convert and repair as picklable jobs for
+"""Per-file work of validate, convert and repair as picklable jobs for
 :func:`ctxc.batch.run_batch`; each raises :class:`~ctxc.errors.CtxcError` for a bad file."""
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxc.archive_store import sha256_hex
-from ctxc.formats import dump, get_adapter, load, open_stream
-from ctxc.model import Message
+from ctxc.formats import dump, get_adapter, load
 from ctxc.output import atomic_output
-from ctxc.pricing import default_prices
 from ctxc.reader import ReadOptions, named_bytes, read_all
-from ctxc.report import Analysis
-from ctxc.stages import DEFAULT_THRESHOLDS
-from ctxc.tokens import Counter, make_counter
-from ctxc.tokens.cost import compare_with_o200k
 from ctxc.validate import all_problems
-
-
-@functools.lru_cache(maxsize=8)
-def process_counter(tokenizer: str, use_cache: bool, model: str | None, concurrency: int) -> Counter:
-    # One cached counter per process and setting: a worker analyzing 200 files loads the BPE once.
-    return make_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
-
-
-@dataclass(frozen=True, slots=True)
-class AnalyzeJob:
-    path: str
-    tokenizer: str = "o200k_base"
-    use_cache: bool = True
-    model: str | None = None
-    window: int | None = None
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    input_format: str | None = None
-    read_options: ReadOptions = ReadOptions()
-    top: int = 10
-    concurrency: int = 4
-    forecast: bool = False  # also dry-run each adaptive stage
-    prices: str | None = None  # a price table over the shipped one
-
-
-def analyze_file(job: AnalyzeJob) -> Analysis:
-    """``ctxc analyze`` for one file, plus the forecast and the Claude/o200k ratio when asked."""
-    from ctxc.analysis import analyze
-
-    counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
-    src: Any = job.path
-    data = b""
-    if job.forecast or job.tokenizer == "anthropic":  # both read it again: read the input once for all
-        name, data = read_all(job.path)
-        src = named_bytes(name, data)
-    result = analyze(
-        src,
-        counter=counter,
-        window=job.window,
-        model=job.model,
-        thresholds=job.thresholds,
-        input_format=job.input_format,
-        options=job.read_options,
-        top=job.top,
-        prices=default_prices(job.prices),
-    )
-    if job.forecast:
-        from ctxc.compaction.forecast import forecast
-
-        transcript = load(
-            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
-        )
-        result = replace(
-            result,
-            forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
-        )
-    if job.tokenizer == "anthropic":  # how far Claude's counts are from o200k's (the estimate's error)
-        stream = open_stream(
-            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
-        )
-        try:
-            messages = (m for m in stream.items if isinstance(m, Message))
-            result = replace(
-                result, versus_o200k=compare_with_o200k(messages, counter, make_counter("o200k_base"))
-            )
-        finally:
-            stream.close()
-    return result
-
 
 _PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
 

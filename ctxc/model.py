@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
+import orjson
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 
@@ -45,6 +47,11 @@ class ToolUseBlock:
     raw: Any = None
     terminal: bool = False
     kind: ClassVar[str] = "tool_use"
+
+
+def dumps_compact(value: Any) -> str:
+    """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 @dataclass(frozen=True, slots=True)

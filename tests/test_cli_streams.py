@@ -192,3 +192,24 @@ def test_every_command_that_talks_on_stderr_has_quiet(
     code, _, err = run(capsys, *argv, "-q")
     assert code == 0, err
     assert err == ""
+
+
+@pytest.mark.parametrize(("command", "status"), [("real(['strategies'])", 0), ("real(['nope'])", 2)])
+def test_the_early_exit_runs_the_exit_handlers_of_the_run_first(command: str, status: int) -> None:
+    """The process ends without the interpreter's teardown (``__main__._end_now``), but only after every
+    exit handler registered while ctxc ran, and with the status the command gave."""
+    script = (
+        "import atexit, os, sys, ctxc.cli, ctxc.__main__ as entry\n"
+        "real = ctxc.cli.main\n"
+        "def command(args):\n"
+        "    atexit.register(lambda: os.write(1, b'handler ran\\n'))\n"
+        f"    {command}\n"
+        "ctxc.cli.main = command\n"
+        "sys.argv = ['ctxc', 'x']\n"
+        "entry.run()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=120, check=False
+    )
+    assert proc.returncode == status
+    assert proc.stdout.endswith(b"handler ran\n")

@@ -60,8 +60,8 @@ def analyze(
     max_line_mb: opt.MaxLineOpt = 32.0,
 ) -> None:
     """Report token usage per message and per file, and the compaction stage each file is in."""
+    from ctxc.analysis import AnalyzeJob, analyze_file
     from ctxc.cli.batch import resolve_jobs, run_one_or_many
-    from ctxc.jobs import AnalyzeJob, analyze_file
     from ctxc.pricing import default_prices
 
     options = opt.read_options(skip_invalid, max_line_mb)

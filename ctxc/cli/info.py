@@ -6,7 +6,6 @@ import dataclasses
 from typing import Annotated
 
 from ctxc.cli import options as opt
-from ctxc.formats import adapters
 
 STRATEGIES_EPILOG = opt.examples(
     "ctxc strategies",
@@ -52,6 +51,8 @@ FORMATS_EPILOG = opt.examples(
 @opt.app.command(epilog=FORMATS_EPILOG)
 def formats() -> None:
     """List the transcript formats ctxc reads and writes."""
+    from ctxc.formats import adapters
+
     _print_list(("format", "description"), [(n, a.description) for n, a in sorted(adapters().items())])
 
 

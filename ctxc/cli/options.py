@@ -11,7 +11,6 @@ import typer
 
 from ctxc._version import __version__
 from ctxc.errors import UsageError
-from ctxc.formats import load
 from ctxc.output import StdoutText, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
 from ctxc.terminal import stderr_console, visible_console, width_for
@@ -105,6 +104,8 @@ def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
 
 def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
     """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
+    from ctxc.formats import load  # as each command imports the library it calls: when it runs
+
     return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
 
 

@@ -54,8 +54,8 @@ def sessions(
     quiet: opt.QuietOpt = False,
 ) -> None:
     """List the Claude Code and Codex sessions, newest first, with what each sends its model next."""
+    from ctxc.analysis import AnalyzeJob, analyze_file
     from ctxc.cli.batch import run_one_or_many
-    from ctxc.jobs import AnalyzeJob, analyze_file
 
     after = _since(since)
     found = [s for s in find_sessions(agent, project) if after is None or s.modified >= after]

@@ -11,8 +11,18 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.shapes import dumps_compact, encode_anthropic_block
-from ctxc.model import Block, Message, Record, Role, TextBlock, ThinkingBlock, ToolResultBlock, UnknownBlock
+from ctxc.formats.shapes import encode_anthropic_block
+from ctxc.model import (
+    Block,
+    Message,
+    Record,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    UnknownBlock,
+    dumps_compact,
+)
 
 NAMESPACE = uuidlib.uuid5(uuidlib.NAMESPACE_URL, "https://github.com/ctxc/claude-code")
 #: The model name the client gives the turns it makes up itself (an error notice), not the API.

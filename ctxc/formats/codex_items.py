@@ -9,7 +9,6 @@ from typing import Any
 
 from ctxc.formats.shapes import (
     content_text,
-    dumps_compact,
     encode_openai_part,
     openai_role,
     parse_openai_content,
@@ -26,6 +25,7 @@ from ctxc.model import (
     ToolResultBlock,
     ToolUseBlock,
     UnknownBlock,
+    dumps_compact,
 )
 
 #: Envelope ``type`` values of current rollouts (including the newer schema fixture's extras).

@@ -10,7 +10,7 @@ from typing import Any
 
 from ctxc.formats import register
 from ctxc.formats.base import FormatAdapter, Item, count, importance_of, recorded_usage, run_timestamp
-from ctxc.formats.shapes import content_text, dumps_compact
+from ctxc.formats.shapes import content_text
 from ctxc.model import (
     Block,
     Boundary,
@@ -23,6 +23,7 @@ from ctxc.model import (
     ToolUseBlock,
     UnknownBlock,
     Usage,
+    dumps_compact,
 )
 
 #: Events that never reach the model.

@@ -12,7 +12,6 @@ from ctxc.formats.base import FormatAdapter, Item, importance_of, recorded_usage
 from ctxc.formats.shapes import (
     blocks_text,
     content_text,
-    dumps_compact,
     encode_content,
     image_from_base64,
     parse_anthropic_block,
@@ -32,6 +31,7 @@ from ctxc.model import (
     ToolUseBlock,
     UnknownBlock,
     Usage,
+    dumps_compact,
 )
 
 #: Message roles only pi writes (pi-ai's ``toolResult``, the coding agent's own message kinds).

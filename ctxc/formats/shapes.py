@@ -22,6 +22,7 @@ from ctxc.model import (
     ToolResultBlock,
     ToolUseBlock,
     UnknownBlock,
+    dumps_compact,
 )
 
 #: Anthropic block types with no model block of their own, kept as recorded.
@@ -88,11 +89,6 @@ def image_from_base64(data: str, media_type: str | None, raw: Any) -> ImageBlock
         size = image_size(_b64_head(data, 1 << 16))
     width, height = size if size else (None, None)
     return ImageBlock(media_type, width, height, data_bytes=len(data) * 3 // 4, raw=raw)
-
-
-def dumps_compact(value: Any) -> str:
-    """Compact JSON, the form tool inputs take on the wire (and so what they cost)."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def tool_arguments(value: Any) -> str:

@@ -8,9 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxc.errors import SummarizerError
-from ctxc.formats.shapes import dumps_compact
 from ctxc.live import quotes
-from ctxc.model import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
+from ctxc.model import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+    dumps_compact,
+)
 from ctxc.summarize import SECTION_GUIDE, SummaryRequest
 from ctxc.summarize.facts import plural, span_label
 

@@ -8,7 +8,6 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 
-from ctxc.formats.shapes import dumps_compact
 from ctxc.model import (
     ImageBlock,
     Message,
@@ -17,6 +16,7 @@ from ctxc.model import (
     ToolResultBlock,
     ToolUseBlock,
     UnknownBlock,
+    dumps_compact,
 )
 from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
 from ctxc.tokens.cache import CachedCounter, TokenCache
