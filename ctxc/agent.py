@@ -180,10 +180,6 @@ class ContextManager:
         last = self.last_compaction
         return last is None or tokens >= last.tokens_after + self.min_growth * room
 
-    def _record(self, compaction: Compaction) -> Compaction:
-        self.last_compaction = compaction
-        return compaction
-
     def needs_compaction(
         self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = ""
     ) -> bool:
@@ -200,7 +196,7 @@ class ContextManager:
         are the very dicts given. :attr:`last_compaction` says what was done."""
         room = self.room(system)
         if not messages:
-            self._record(Compaction(0, 0, 1))
+            self.last_compaction = Compaction(0, 0, 1)
             return []
         shape = self._shape(messages)
         parsed = tuple(
@@ -210,7 +206,7 @@ class ContextManager:
         with discard_new_objects_on_failure():
             compacted, actions = self._compact_live(parsed, messages, room)
         out = from_messages(compacted, messages, parsed, shape=shape)
-        self._record(Compaction(before, self.count(out), self.stage(before, room=room), actions))
+        self.last_compaction = Compaction(before, self.count(out), self.stage(before, room=room), actions)
         return out
 
     def _compact_live(
@@ -256,9 +252,8 @@ class ContextManager:
             plan = replace(plan, tool_role=True)
         done = compact_conversation(messages, plan, keep=pinned_indexes(messages, self.options.pins))
         stage = self.stage(done.tokens_before)
-        return done.messages, self._record(
-            Compaction(done.tokens_before, done.tokens_after, stage, done.actions)
-        )
+        self.last_compaction = Compaction(done.tokens_before, done.tokens_after, stage, done.actions)
+        return done.messages, self.last_compaction
 
     def turn_state(
         self, messages: Sequence[Mapping[str, Any]], *, turn: int, compacted: bool = False

@@ -39,6 +39,3 @@ class Archive(ArchiveStore):
 
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         note_blobs_quietly(self, origin, notes)
-
-
-__all__ = ["Archive"]

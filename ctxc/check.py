@@ -130,16 +130,14 @@ class CheckReport:
         return f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}: " + ", ".join(parts)
 
 
-def verdict(a: Analysis, budget: Budget, *, line_over: int | None, line_near: int | None) -> FileCheck:
-    """The verdict on an analysis, given the lines where the budget and warning levels were crossed."""
-    if budget.from_log:
-        budget = budget.at(a.window, a.model)
+def verdict(a: Analysis, budget: Budget, crossing: Callable[[int], int | None]) -> FileCheck:
+    """The verdict on an analysis; ``crossing(limit)`` is the line where ``limit`` was first passed."""
     tokens = a.max_context
     status: Status
     if tokens > budget.limit:
-        status, line = "over", line_over
+        status, line = "over", crossing(budget.limit)
     elif tokens >= budget.warn_at and budget.warn_at < budget.limit:
-        status, line = "near", line_near
+        status, line = "near", crossing(budget.warn_at - 1)
     else:
         status, line = "ok", None
     over_by = max(tokens - budget.limit, 0)
@@ -166,8 +164,6 @@ def check_file(
 ) -> FileCheck:
     """Check one transcript against ``budget``; raises :class:`~ctxc.errors.CtxcError` if unreadable."""
     window, model = (None, None) if budget.from_log else (budget.window, budget.model)
-    if counter is None and tokenizer != USAGE_TOKENIZER:  # one counter per process and setting
-        counter = process_counter(tokenizer, use_cache, budget.model, 1)
     crossing: Callable[[int], int | None]
     if tokenizer == USAGE_TOKENIZER:
         scan = scan_usage(path, input_format=input_format, options=options)
@@ -176,7 +172,8 @@ def check_file(
     else:
         a = analyze(
             path,
-            counter=counter,
+            # One counter per process and setting.
+            counter=counter or process_counter(tokenizer, use_cache, budget.model, 1),
             tokenizer=tokenizer,
             window=window,
             model=model,
@@ -187,8 +184,7 @@ def check_file(
             use_cache=use_cache,
         )
         crossing = partial(_first_line_over, a)
-    applied = budget.at(a.window, a.model) if budget.from_log else budget
-    return verdict(a, applied, line_over=crossing(applied.limit), line_near=crossing(applied.warn_at - 1))
+    return verdict(a, budget.at(a.window, a.model) if budget.from_log else budget, crossing)
 
 
 def check_paths(

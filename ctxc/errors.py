@@ -11,32 +11,19 @@ from typing import NoReturn
 
 class ExitCode(IntEnum):
     OK = 0
-    #: An unexpected internal error (a bug): rerun with CTXC_DEBUG=1 for the traceback.
-    INTERNAL = 1
-    #: The command line was wrong (unknown option, bad value).
-    USAGE = 2
-    #: An input could not be read: missing, empty, binary, not UTF-8, not JSON, a line too large.
-    INPUT = 3
-    #: The input's format could not be recognised or is not one ctxc supports.
-    FORMAT = 4
-    #: The transcript breaks pairing or role rules (``validate``) or an output would.
-    INVALID = 5
-    #: Compaction cannot reach the target without dropping pinned content (see ``--allow-over``).
-    OVER_TARGET = 6
-    #: An output could not be written (permissions, full disk) or would overwrite an input.
-    OUTPUT = 7
-    #: The archive is missing, corrupt, or does not hold the requested id.
-    ARCHIVE = 8
-    #: A model API call, a summary command or API token counting failed, or a summary was unusable.
-    SUMMARIZER = 9
-    #: The API key is missing or was rejected.
-    AUTH = 10
-    #: The model is unknown to the API.
-    MODEL = 11
-    #: A batch finished but some of its files failed; the report (``--format json``) says which and why.
-    PARTIAL = 12
-    #: Interrupted by Ctrl-C or SIGTERM; nothing partial was left behind.
-    INTERRUPTED = 130
+    INTERNAL = 1  #: An unexpected internal error (a bug): rerun with CTXC_DEBUG=1 for the traceback.
+    USAGE = 2  #: The command line was wrong (unknown option, bad value).
+    INPUT = 3  #: An input could not be read: missing, empty, binary, not UTF-8, not JSON, a line too large.
+    FORMAT = 4  #: The input's format could not be recognised or is not one ctxc supports.
+    INVALID = 5  #: The transcript breaks pairing or role rules (``validate``) or an output would.
+    OVER_TARGET = 6  #: Compaction cannot reach the target without dropping pinned content (``--allow-over``).
+    OUTPUT = 7  #: An output could not be written (permissions, full disk) or would overwrite an input.
+    ARCHIVE = 8  #: The archive is missing, corrupt, or does not hold the requested id.
+    SUMMARIZER = 9  #: A model API call, summary command or API token count failed, or a summary was unusable.
+    AUTH = 10  #: The API key is missing or was rejected.
+    MODEL = 11  #: The model is unknown to the API.
+    PARTIAL = 12  #: A batch finished but some files failed; its report (``--format json``) says which, why.
+    INTERRUPTED = 130  #: Interrupted by Ctrl-C or SIGTERM; nothing partial was left behind.
 
 
 class CtxcError(Exception):

@@ -47,10 +47,7 @@ def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | No
         fd, tmp = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), str(temp)
     try:
         with os.fdopen(fd, "wb") as handle:
-            if isinstance(data, list):
-                handle.writelines(data)
-            else:
-                handle.write(data)
+            handle.writelines(data if isinstance(data, list) else [data])
             if sync:
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -230,14 +227,22 @@ def flush_stdout() -> None:
 
 
 class StdoutText:
-    """A text stream over :func:`write_stdout`, for rich consoles: each write goes out whole, checked."""
+    """stdout for rich consoles (text, each write flushed) and :func:`atomic_output`'s ``-`` (bytes): every
+    byte written, or OutputError (:class:`ReaderGone` when the reader went away)."""
 
-    def write(self, text: str) -> int:
-        write_stdout(text)
-        return len(text)
+    def write(self, data: str | bytes) -> int:
+        if isinstance(data, str):
+            write_stdout(data)
+            return len(data)
+        try:
+            _write_all(sys.stdout.buffer, data)
+        except OSError as exc:  # inline rather than _write_errors: formats.dump writes each line
+            raise _write_failure(exc) from exc
+        return len(data)
 
     def flush(self) -> None:
-        pass  # write_stdout flushed
+        with _write_errors():
+            sys.stdout.buffer.flush()
 
     def isatty(self) -> bool:
         return sys.stdout.isatty()
@@ -248,21 +253,6 @@ class StdoutText:
     @property
     def encoding(self) -> str:
         return sys.stdout.encoding or "utf-8"
-
-
-class _StdoutSink:
-    """The binary handle :func:`atomic_output` gives for ``-``: every byte written, or OutputError."""
-
-    def write(self, data: bytes) -> int:
-        try:
-            _write_all(sys.stdout.buffer, data)
-        except OSError as exc:  # inline rather than _write_errors: formats.dump writes each line
-            raise _write_failure(exc) from exc
-        return len(data)
-
-    def flush(self) -> None:
-        with _write_errors():
-            sys.stdout.buffer.flush()
 
 
 #: Names of this process's own descriptors: written through a copy of the descriptor, as a shell does.
@@ -302,7 +292,7 @@ def atomic_output(
     (whose failure leaves the target as it was); a device or FIFO is written directly. Raises OutputError."""
     name = str(target)
     if name == "-":
-        sink = _StdoutSink()
+        sink = StdoutText()
         yield cast(BinaryIO, sink)
         sink.flush()
         before_commit()

@@ -1,8 +1,5 @@
-"""Replay a recorded transcript as if its agent had run with a :class:`~ctxc.agent.ContextManager`.
-
-Each model call is a turn, measured as recorded (nothing compacted) and as managed (compacted at the
-trigger, reminders injected), beside the usage the log recorded. See docs/eval-and-replay.md.
-"""
+"""Replay a transcript as if its agent had run with a :class:`~ctxc.agent.ContextManager`: each model
+call (turn) measured as recorded, as managed, and as the log's usage says (docs/eval-and-replay.md)."""
 
 from __future__ import annotations
 
@@ -127,7 +124,8 @@ def replay(
     run.withhold([m for m in msgs if m.index in live.unsent_thinking])
     starts = [t.line for t in run.turns]
     marks = tuple(
-        BoundaryMark(_turn_after(starts, b.line), b.kind, b.line, b.trigger, b.pre_tokens)
+        # Placed before the first turn starting after it (len + 1 when none does).
+        BoundaryMark(bisect.bisect_right(starts, b.line) + 1, b.kind, b.line, b.trigger, b.pre_tokens)
         for b in compactions(transcript.boundaries)
         if msgs[0].line <= b.line <= msgs[-1].line or transcript.conversations == 1
     )
@@ -192,10 +190,8 @@ class _Run:
             self.ledger.resend()
             self.ledger.unsend(messages)
             self.withheld = bool(messages)
-            self.raw_tokens, self.managed_tokens = (
-                self.ledger.total(self.raw),
-                self.ledger.total(self.managed),
-            )
+            self.raw_tokens = self.ledger.total(self.raw)
+            self.managed_tokens = self.ledger.total(self.managed)
 
     def turn(self, response: Message, previous: Sequence[Message]) -> None:
         """The model call that produced ``response``, after ``previous`` (the previous turn's messages):
@@ -242,11 +238,6 @@ def _pick_conversation(transcript: Transcript, ledger: Ledger, side: Collection[
         if m.conversation not in side:
             totals[m.conversation] = totals.get(m.conversation, 0) + ledger.tokens(m)
     return max(sorted(totals), key=lambda c: totals[c])
-
-
-def _turn_after(starts: Sequence[int], line: int) -> int:
-    """The number of the first turn starting after ``line`` (len+1 when none does)."""
-    return bisect.bisect_right(starts, line) + 1
 
 
 def _recorded(

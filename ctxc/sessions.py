@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from ctxc.archive_store import jsonl_objects
 from ctxc.errors import InputError, UsageError
 
 AGENTS = ("claude-code", "codex")
@@ -63,13 +62,10 @@ def _head_records(path: Path) -> Iterator[dict[str, Any]]:
             head = handle.read(_HEAD_BYTES)
     except OSError:
         return
-    for line in head.split(b"\n")[:_HEAD_LINES]:
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            yield record
+    for n, record in jsonl_objects(head):
+        if n > _HEAD_LINES:
+            return
+        yield record
 
 
 def _cwd(agent: str, path: Path) -> str | None:

@@ -67,13 +67,11 @@ def open_wal(
             conn.execute("PRAGMA synchronous = NORMAL")
             setup(conn)
             return conn
-        except sqlite3.OperationalError as exc:
+        except BaseException as exc:
             conn.close()
-            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+            busy = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+            if not busy or time.monotonic() > deadline:
                 raise
-        except BaseException:
-            conn.close()
-            raise
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
 

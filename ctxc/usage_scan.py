@@ -10,17 +10,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import orjson
-
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
-from ctxc.formats.claude_code import _BOUNDARIES, _MAX_OPEN_RECORDS, _RECENT_IDS, merged_usage, response_usage
+from ctxc.formats.claude_code import (
+    _MAX_OPEN_RECORDS,
+    _RECENT_IDS,
+    compaction_boundary,
+    merged_usage,
+    response_usage,
+)
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
-from ctxc.reader import ReadOptions, iter_records, named_bytes, open_binary, parse_line
+from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
@@ -29,7 +33,6 @@ from ctxc.tokens.base import USAGE_TOKENIZER
 _Found = tuple[tuple[Usage, ...], tuple[Boundary, ...], int]
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
-_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,7 @@ class _Lines:
 
     def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
         """``(line number, raw bytes, parsed value)`` of each line holding a needle."""
-        buf, limit, loads = self.buf, self.options.max_line_bytes, orjson.loads
+        buf, limit = self.buf, self.options.max_line_bytes
         line, counted_to = 1, 0
         for start, end in self.spans(needles):
             nl = buf.find(_NL, counted_to)
@@ -177,14 +180,13 @@ class _Lines:
                     path=self.name,
                     line=line,
                 )
-            body = raw[3:] if start == 0 and raw.startswith(_BOM) else raw
+            body = raw[3:] if start == 0 and raw.startswith(BOM) else raw
             try:
-                data = loads(body)
-            except orjson.JSONDecodeError:
+                data = parse_line(body, self.name, line)
+            except InputError:
                 if self.options.skip_invalid:
                     self.skipped += 1
                     continue
-                parse_line(body, self.name, line)  # raises the reader's own message for this line
                 raise
             yield line, raw, data
 
@@ -202,9 +204,8 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             continue
         rtype = data.get("type")
         if rtype == "system":
-            subtype = data.get("subtype")
-            if subtype in _BOUNDARIES:
-                boundaries.append(_claude_boundary(data, subtype, _BOUNDARIES[subtype], line))
+            if (boundary := compaction_boundary(data, line)) is not None:
+                boundaries.append(boundary)
             continue
         message = data.get("message")
         if rtype != "assistant" or not isinstance(message, dict):
@@ -223,20 +224,6 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         open_id, open_records = mid, 1
         calls.append(None if mid in closed else usage)  # a late part of a closed response counts once
     return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
-
-
-def _claude_boundary(data: dict[str, Any], subtype: str, key: str, line: int) -> Boundary:
-    """A Claude Code compaction record as a boundary (its metadata under ``key``)."""
-    md = data.get(key)
-    md = md if isinstance(md, dict) else {}
-    pre, trigger = md.get("preTokens"), md.get("trigger")
-    return Boundary(
-        kind=subtype,
-        line=line,
-        trigger=trigger if isinstance(trigger, str) else None,
-        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
-        resets=subtype == "compact_boundary",
-    )
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:

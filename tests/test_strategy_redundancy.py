@@ -214,6 +214,14 @@ def test_repeated_injected_text_keeps_only_its_last_copy() -> None:
     assert results_of(out)["a"].startswith("a.py\nb.py\n[ctxc: <system-reminder>")
 
 
+def test_a_shell_read_is_recognised_however_its_program_is_quoted() -> None:
+    # The program is looked up unquoted before shlex parses the command: quoting must not hide a read.
+    for command in ("'cat' a.py", 'c"a"t a.py', "c\\at a.py", "  cat a.py", "\tnl a.py"):
+        assert shell_read(command) == FileOp("read", "a.py", True), command
+    for command in ("catalog a.py", "'cat a.py'", "xcat a.py", "ca't' a.py x"):
+        assert shell_read(command) is None, command
+
+
 def test_shell_reads_and_file_ops_are_recognised_conservatively() -> None:
     assert shell_read("cat -n src/a.py") == FileOp("read", "src/a.py", True)
     assert shell_read("sed -n '10,40p' src/a.py") == FileOp("read", "src/a.py", False)

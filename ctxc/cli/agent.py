@@ -78,24 +78,24 @@ def remind_command(
 
 
 def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
-    from ctxc.render import make_table, print_table
-
-    console = opt.stdout_console()
-    console.print(
+    opt.stdout_console().print(
         f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  "
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
         markup=False,
     )
     cells = [(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail) for t, x in rows]
-    table = make_table(("turn", "line", "context", "rule", "trigger", "why"), cells)
-    print_table(console, table, optional=("line",), keys=1, fold=("why",))
+    opt.print_rows(
+        ("turn", "line", "context", "rule", "trigger", "why"),
+        cells,
+        optional=("line",),
+        keys=1,
+        fold=("why",),
+    )
     summary = [
         (rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         for rule in rule_set.rules
     ]
-    print_table(
-        console, make_table(("rule", "trigger", "fired", "max repeats"), summary), keys=1, fold=("trigger",)
-    )
+    opt.print_rows(("rule", "trigger", "fired", "max repeats"), summary, keys=1, fold=("trigger",))
 
 
 @opt.app.command("compose", epilog=COMPOSE_EPILOG)
@@ -145,8 +145,6 @@ def compose_command(
 
 def _print_sections(result: Any, budget: int | None) -> None:
     """The sections kept and dropped, as a table on stderr (stdout holds the prompt)."""
-    from ctxc.render import make_table, print_table
-
     rows = [
         (
             o.section.id,
@@ -158,9 +156,8 @@ def _print_sections(result: Any, budget: int | None) -> None:
         for o in result.sections
     ]
     err = stderr_console()
-    print_table(
-        err, make_table(("section", "priority", "required", "tokens", "kept"), rows), keys=1, fold=("kept",)
-    )
+    columns = ("section", "priority", "required", "tokens", "kept")
+    opt.print_rows(columns, rows, console=err, keys=1, fold=("kept",))
     limit = f" of a {budget:,} budget" if budget is not None else ""
     if result.base:
         what = f"the override prompt replaced {len(result.sections)} section(s)"

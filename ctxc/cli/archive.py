@@ -68,11 +68,8 @@ def restore_command(
 def _render_hits(hits: list[Any], query: str) -> None:
     from rich.text import Text
 
-    from ctxc.render import make_table, print_table
-
-    console = opt.stdout_console()
     if not hits:
-        console.print(f"no hits for {query!r}", markup=False)
+        opt.stdout_console().print(f"no hits for {query!r}", markup=False)
         return
     rows = []
     for h in hits:
@@ -87,8 +84,7 @@ def _render_hits(hits: list[Any], query: str) -> None:
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
         rows.append((f"{h.ref}\nline {h.line}", PurePath(h.source).name or h.source, what, score, cell))
-    table = make_table(("ref", "file", "what", "score", "snippet"), rows, show_lines=True)
-    print_table(console, table, fold=("snippet",))
+    opt.print_rows(("ref", "file", "what", "score", "snippet"), rows, show_lines=True, fold=("snippet",))
 
 
 @opt.app.command("search", epilog=SEARCH_EPILOG)
@@ -198,12 +194,12 @@ def show_command(
 def _render_table(shown: Any) -> None:
     from rich.text import Text
 
-    from ctxc.render import make_table, print_table
     from ctxc.search.show import block_text
 
-    console = opt.stdout_console()
     src = f" ({shown.source})" if shown.source else ""
-    console.print(f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim")
+    opt.stdout_console().print(
+        f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim"
+    )
     rows = []
     for m in shown.messages:
         cell = Text()
@@ -213,5 +209,4 @@ def _render_table(shown: Any) -> None:
             cell.append(f"{visible(label)}\n", style="dim")
             cell.append(visible(text))
         rows.append((str(m.index), str(m.line), m.role, cell))
-    table = make_table(("#", "line", "role", "content"), rows, show_lines=True)
-    print_table(console, table, fold=("content",))
+    opt.print_rows(("#", "line", "role", "content"), rows, show_lines=True, fold=("content",))

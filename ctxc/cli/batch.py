@@ -57,22 +57,13 @@ def run_files(
 
 
 def run_one_or_many(
-    items: Sequence[tuple[str, T]],
-    work: Callable[[T], R],
-    *,
-    what: str,
-    jobs: int | None,
-    fail_fast: bool = False,
-    quiet: bool = False,
-    tokens_of: Callable[[R], int] = lambda _r: 0,
+    items: Sequence[tuple[str, T]], work: Callable[[T], R], **options: Any
 ) -> tuple[list[R], list[dict[str, Any]], int]:
     """Results, failed files (path, error, exit code) and the exit code of ``work`` over ``items``. One
-    file runs here and its error propagates, as for every single-file command; several run as a batch."""
+    file runs here and its error propagates; several run as a batch (``options`` as :func:`run_files`)."""
     if len(items) == 1:
         return [work(items[0][1])], [], 0
-    outcomes = run_files(
-        items, work, what=what, jobs=jobs, fail_fast=fail_fast, quiet=quiet, tokens_of=tokens_of
-    )
+    outcomes = run_files(items, work, **options)
     values = [o.value for o in outcomes if o.value is not None]
     errors = [{"path": o.path, "error": o.error, "exit_code": o.exit_code} for o in outcomes if not o.ok]
-    return values, errors, batch_exit_code(outcomes, single=fail_fast)
+    return values, errors, batch_exit_code(outcomes, single=options.get("fail_fast", False))

@@ -31,7 +31,6 @@ def _print_table(report: Any) -> None:
     from rich.text import Text
 
     from ctxc.check import message
-    from ctxc.render import make_table, print_table
 
     styles = {"over": "bold red", "near": "yellow", "ok": "green", "error": "bold red"}
     rows = [
@@ -44,10 +43,9 @@ def _print_table(report: Any) -> None:
         )
         for f in report.files
     ]
-    console = opt.stdout_console()
-    table = make_table(("", "file", "tokens and budget"), rows, box=None, pad_edge=False)
-    print_table(console, table, fold=("file", "tokens and budget"))
-    console.print(Text(report.headline()))
+    columns = ("", "file", "tokens and budget")
+    opt.print_rows(columns, rows, box=None, pad_edge=False, fold=columns[1:])
+    opt.stdout_console().print(Text(report.headline()))
 
 
 @opt.app.command(epilog=EPILOG)
@@ -91,21 +89,17 @@ def check(
     from ctxc.check import check_paths, resolve_budget
     from ctxc.cli.batch import resolve_jobs
 
-    budget = resolve_budget(
-        max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
-    )
+    budget = resolve_budget(**opt.pick(locals(), "max_usage max_tokens warn_usage model window"))
     options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(
             files,
             budget,
-            tokenizer=tokenizer,
+            **opt.pick(locals(), "tokenizer input_format fail_fast"),
             thresholds=opt.parse_thresholds(thresholds),
-            input_format=input_format,
             options=options,
             use_cache=not no_cache,
-            fail_fast=fail_fast,
             jobs=resolve_jobs(jobs, files),
             on_file=lambda f: progress.advance(tokens=f.tokens or 0),
         )

@@ -31,8 +31,7 @@ EPILOG = opt.examples(
     "byte.",
 )
 
-# compact's own options (the shared ones are in ctxc.cli.options).
-InPlaceOpt = Annotated[bool, opt.flag("--in-place", "Replace each input, after its original is archived.")]
+# compact's own options that take more than a line (the shared ones are in ctxc.cli.options).
 ForkOpt = Annotated[
     bool,
     opt.flag(
@@ -41,7 +40,6 @@ ForkOpt = Annotated[
         "the command that resumes it.",
     ),
 ]
-ForceOpt = Annotated[bool, opt.flag("--force", "Redo files the run journal says are already done.")]
 NoIndexOpt = Annotated[
     bool,
     opt.flag(
@@ -57,48 +55,12 @@ ReportFormatOpt = Annotated[
         "terminal) or json.",
     ),
 ]
-TargetTokensOpt = Annotated[int | None, typer.Option(help="Token target for each conversation.")]
-TargetRatioOpt = Annotated[float | None, typer.Option(help="Token target as a share of the window.")]
-PinOpt = Annotated[
-    list[str] | None, typer.Option(help="Keep messages: an index (12), a range (3-7) or a regex. Repeatable.")
-]
-SummarizerOpt = Annotated[str, typer.Option(help="Summarizer for summarizing strategies.")]
-CountingOpt = Annotated[
-    str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
-]
-StagesOpt = Annotated[str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")]
-AllowOverOpt = Annotated[bool, opt.flag("--allow-over", "Write the output even if it stays over the target.")]
-DryRunOpt = Annotated[
-    bool, opt.flag("--dry-run", "Print the plan and savings; write nothing, archive nothing.")
-]
-ListActionsOpt = Annotated[
-    bool, opt.flag("--messages", "With --dry-run on a terminal: list every action, not only each stage's.")
-]
-ReportOpt = Annotated[str | None, typer.Option(help="Write a JSON report to this file.")]
-InstructionsOpt = Annotated[
-    str | None, typer.Option(help="Focus for summaries, like /compact \\[instructions].")
-]
-RemindersOpt = Annotated[
-    str | None, typer.Option(help="Reminder rules (TOML): append the reminders due after compaction.")
-]
 SummaryModelOpt = Annotated[
     str | None,
     typer.Option(
         envvar="CTXC_SUMMARY_MODEL",
         help="Model for --summarizer anthropic (default: a current fast Claude model).",
     ),
-]
-SummaryCommandOpt = Annotated[
-    str | None, typer.Option(help="For --summarizer command: reads the prompt on stdin.")
-]
-ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=64, help="Summarizer calls in flight at once.")]
-MaxRetriesOpt = Annotated[int, typer.Option(min=0, max=20, help="Retries of a failed summarizer call.")]
-SegmentTokensOpt = Annotated[
-    int, typer.Option(min=1000, help="Summarize longer spans as segments, concurrently, then merge.")
-]
-TimeoutOpt = Annotated[float, typer.Option(min=1.0, help="Seconds one summarizer call may take.")]
-NoCachesOpt = Annotated[
-    bool, opt.flag("--no-cache", "Do not read or write the token count and summary caches.")
 ]
 
 
@@ -108,40 +70,66 @@ def compact(
     input_format: opt.InputFormatOpt = None,
     skip_invalid: opt.SkipInvalidOpt = False,
     max_line_mb: opt.MaxLineOpt = 32.0,
-    target_tokens: TargetTokensOpt = None,
-    target_ratio: TargetRatioOpt = None,
+    target_tokens: Annotated[int | None, typer.Option(help="Token target for each conversation.")] = None,
+    target_ratio: Annotated[float | None, typer.Option(help="Token target as a share of the window.")] = None,
     model: opt.ModelOpt = None,
     window: opt.WindowOpt = None,
     keep_last: opt.KeepLastOpt = None,
-    pin: PinOpt = None,
-    tokenizer: CountingOpt = "o200k_base",
-    thresholds: StagesOpt = DEFAULT_THRESHOLDS_TEXT,
-    allow_over: AllowOverOpt = False,
-    no_cache: NoCachesOpt = False,
+    pin: Annotated[
+        list[str] | None,
+        typer.Option(help="Keep messages: an index (12), a range (3-7) or a regex. Repeatable."),
+    ] = None,
+    tokenizer: Annotated[
+        str, typer.Option(help="o200k_base, cl100k_base, approx, or anthropic (Claude's counts via the API).")
+    ] = "o200k_base",
+    thresholds: Annotated[
+        str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
+    ] = DEFAULT_THRESHOLDS_TEXT,
+    allow_over: Annotated[
+        bool, opt.flag("--allow-over", "Write the output even if it stays over the target.")
+    ] = False,
+    no_cache: Annotated[
+        bool, opt.flag("--no-cache", "Do not read or write the token count and summary caches.")
+    ] = False,
     strategy: opt.StrategyOpt = "adaptive",
-    summarizer: SummarizerOpt = "extractive",
+    summarizer: Annotated[str, typer.Option(help="Summarizer for summarizing strategies.")] = "extractive",
     settings: opt.SetOpt = None,
-    instructions: InstructionsOpt = None,
-    reminders: RemindersOpt = None,
+    instructions: Annotated[
+        str | None, typer.Option(help="Focus for summaries, like /compact \\[instructions].")
+    ] = None,
+    reminders: Annotated[
+        str | None, typer.Option(help="Reminder rules (TOML): append the reminders due after compaction.")
+    ] = None,
     summary_model: SummaryModelOpt = None,
-    summary_command: SummaryCommandOpt = None,
-    concurrency: ConcurrencyOpt = 4,
-    max_retries: MaxRetriesOpt = 2,
-    segment_tokens: SegmentTokensOpt = 40_000,
-    timeout: TimeoutOpt = 120.0,
+    summary_command: Annotated[
+        str | None, typer.Option(help="For --summarizer command: reads the prompt on stdin.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Summarizer calls in flight at once.")] = 4,
+    max_retries: Annotated[int, typer.Option(min=0, max=20, help="Retries of a failed summarizer call.")] = 2,
+    segment_tokens: Annotated[
+        int, typer.Option(min=1000, help="Summarize longer spans as segments, concurrently, then merge.")
+    ] = 40_000,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one summarizer call may take.")] = 120.0,
     output: opt.TranscriptOutputOpt = None,
     fork: ForkOpt = False,
     fmt: ReportFormatOpt = None,
-    dry_run: DryRunOpt = False,
-    list_actions: ListActionsOpt = False,
-    report: ReportOpt = None,
+    dry_run: Annotated[
+        bool, opt.flag("--dry-run", "Print the plan and savings; write nothing, archive nothing.")
+    ] = False,
+    list_actions: Annotated[
+        bool,
+        opt.flag("--messages", "With --dry-run on a terminal: list every action, not only each stage's."),
+    ] = False,
+    report: Annotated[str | None, typer.Option(help="Write a JSON report to this file.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     out_dir: opt.OutDirOpt = None,
-    in_place: InPlaceOpt = False,
+    in_place: Annotated[
+        bool, opt.flag("--in-place", "Replace each input, after its original is archived.")
+    ] = False,
     glob: opt.GlobOpt = None,
     jobs: opt.JobsOpt = None,
     fail_fast: opt.FailFastOpt = False,
-    force: ForceOpt = False,
+    force: Annotated[bool, opt.flag("--force", "Redo files the run journal says are already done.")] = False,
     no_index: NoIndexOpt = False,
     archive: opt.ArchiveOpt = None,
 ) -> None:
@@ -165,7 +153,7 @@ def _compact_options(flags: SimpleNamespace) -> Any:
     same = "strategy target_tokens target_ratio model window summarizer tokenizer allow_over instructions"
     calls = "concurrency max_retries timeout dry_run segment_tokens"
     return CompactOptions(
-        **{name: getattr(flags, name) for name in same.split()},
+        **opt.pick(vars(flags), same),
         keep_last=flags.keep_last or DEFAULT_KEEP_LAST,
         strict_keep_last=flags.keep_last is not None,
         pins=tuple(flags.pin or ()),
@@ -174,7 +162,7 @@ def _compact_options(flags: SimpleNamespace) -> Any:
         use_cache=not flags.no_cache,
         reminders=None if flags.reminders is None else ReminderRules.load(flags.reminders),
         summarizer_options=SummarizerOptions(
-            **{name: getattr(flags, name) for name in calls.split()},
+            **opt.pick(vars(flags), calls),
             model=flags.summary_model,
             use_cache=not flags.no_cache,
             command=flags.summary_command,
@@ -215,12 +203,10 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
             flags.archive,
             flags.input_format,
             ropts,
-            dry_run=flags.dry_run,
-            in_place=flags.in_place,
+            **opt.pick(vars(flags), "dry_run in_place fork"),
             make_dirs=batch and not flags.in_place,
             index=not flags.no_index,
             report=None if batch else flags.report,
-            fork=flags.fork,
         )
         for i, out in zip(inputs, outputs, strict=True)
     ]
@@ -260,8 +246,6 @@ def _run_batch(jobs: list[Any], flags: SimpleNamespace) -> int:
 
 
 def _print_batch(rows: Sequence[dict[str, Any]]) -> None:
-    from ctxc.render import make_table, print_table
-
     def tokens(value: int | None) -> str:
         return "" if value is None else f"{value:,}"
 
@@ -276,8 +260,8 @@ def _print_batch(rows: Sequence[dict[str, Any]]) -> None:
         )
         for r in rows
     ]
-    table = make_table(("file", "status", "format", "before", "after", "archive"), cells)
-    print_table(opt.stdout_console(), table, optional=("format", "archive"), keys=1, fold=("file",))
+    columns = ("file", "status", "format", "before", "after", "archive")
+    opt.print_rows(columns, cells, optional=("format", "archive"), keys=1, fold=("file",))
 
 
 _TOTALS = {
@@ -328,11 +312,8 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
     if fmt == "json":
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
         return
-    from ctxc.render import make_table, print_table
-
-    console = opt.stdout_console()
     run = doc["run"]
-    console.print(
+    opt.stdout_console().print(
         f"dry run: {run['input_path']} with {run['strategy']}: "
         f"{run['tokens_before']:,} → {run['tokens_after']:,} tokens (nothing written)"
         f"{_summarizer_spend(run)}",
@@ -350,9 +331,11 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
             (k, str(t["n"]), str(t["span"]), f"{t['b']:,}", f"{t['a']:,}", f"{t['a'] - t['b']:+,}")
             for k, t in stages.items()
         ]
-        print_table(console, make_table(totals, lines, right=totals[1:]), keys=1)
+        opt.print_rows(totals, lines, right=totals[1:], keys=1)
     if actions and not every_action:
-        console.print(f"{len(actions)} action(s); list each with --messages", markup=False, style="dim")
+        opt.stdout_console().print(
+            f"{len(actions)} action(s); list each with --messages", markup=False, style="dim"
+        )
     if not every_action:
         return
     columns = ("conv", "strategy", "action", "messages", "before", "after", "change", "note")
@@ -369,5 +352,5 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
         )
         for conv, a in actions
     ]
-    table = make_table(columns, rows, right=("messages", "before", "after", "change"))
-    print_table(console, table, optional=("conv", "action"), keys=2, fold=("note",))
+    right = ("messages", "before", "after", "change")
+    opt.print_rows(columns, rows, right=right, optional=("conv", "action"), keys=2, fold=("note",))

@@ -43,7 +43,6 @@ def _share(kept: int, total: int) -> str:
 
 def _render(report: Any) -> None:
     from ctxc.evaluate import SURVIVAL_KINDS
-    from ctxc.render import make_table, print_table
 
     console = opt.stdout_console()
     rows = report.rows()
@@ -68,9 +67,8 @@ def _render(report: Any) -> None:
             row.append("-" if r.judge is None else f"{r.judge:.2f}")
         cells.append(row)
     title = "ctxc eval: each strategy at each target, over every transcript"
-    table = make_table(columns, cells, right=columns[1:], title=title)
     # At 80 columns the measures come in two groups, each beside the strategy and target it belongs to.
-    print_table(console, table, keys=2)
+    opt.print_rows(columns, cells, console=console, right=columns[1:], title=title, keys=2)
     console.print(
         "needles: recovered/planted (kept in the output + found only by search); intent: first requests "
         "and pinned instructions kept; paths/errors/decisions: share surviving verbatim or in a summary; "
@@ -143,33 +141,24 @@ def eval_command(
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
 
+    same = "seed generated needles window keep_last tokenizer search_k search_scope hybrid skip_invalid"
     options = EvalOptions(
+        **opt.pick(locals(), same),
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
         targets=_floats(targets, "--targets"),
-        seed=seed,
-        generated=generated,
-        needles=needles,
-        window=window,
-        keep_last=keep_last,
-        tokenizer=tokenizer,
-        search_k=search_k,
-        search_scope=search_scope,
-        hybrid=hybrid,
         use_cache=not no_cache,
-        skip_invalid=skip_invalid,
     )
-    the_judge = None if judge is None else _judge(judge, judge_model, max_retries, timeout, no_cache)
-    report = _run(sources_from(paths or [], options), options, archive, the_judge, quiet)
+    judged = None
+    if judge is not None:
+        from ctxc.evaluate.judge import make_judge
+
+        flags = opt.pick(locals(), "max_retries timeout")
+        judged = make_judge(judge, model=judge_model, use_cache=not no_cache, **flags)
+    report = _run(sources_from(paths or [], options), options, archive, judged, quiet)
     if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(_to_json(report, options)))
     else:
         _render(report)
-
-
-def _judge(name: str, model: str | None, max_retries: int, timeout: float, no_cache: bool) -> Any:
-    from ctxc.evaluate.judge import make_judge
-
-    return make_judge(name, model=model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache)
 
 
 def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: bool) -> Any:

@@ -68,8 +68,5 @@ def models(fmt: opt.TableOrJsonOpt = None) -> None:
         doc = [{k: getattr(p, k) for k in ("name", "provider", "window", "tokenizer")} for p in PROFILES]
         opt.print_json("models", models=doc)
         return
-    from ctxc.render import make_table, print_table
-
     rows = [(p.name, p.provider, f"{p.window:,}", p.tokenizer) for p in PROFILES]
-    table = make_table(("model", "provider", "window", "tokenizer"), rows)
-    print_table(opt.stdout_console(), table, keys=1)
+    opt.print_rows(("model", "provider", "window", "tokenizer"), rows, keys=1)

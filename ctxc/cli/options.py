@@ -4,6 +4,7 @@ options (apart from :mod:`ctxc.cli.app`, so a command module need not import the
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal, cast
 
@@ -94,6 +95,28 @@ def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
     return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
+
+
+def print_rows(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    console: Any = None,
+    optional: Sequence[str] = (),
+    keys: int = 0,
+    fold: Sequence[str] = (),
+    **table: Any,
+) -> None:
+    """``rows`` as a table (see :func:`ctxc.render.make_table`) fitted to ``console``, stdout's by default."""
+    from ctxc.render import make_table, print_table
+
+    out = console or stdout_console()
+    print_table(out, make_table(columns, rows, **table), optional=optional, keys=keys, fold=fold)
+
+
+def pick(values: Mapping[str, Any], names: str) -> dict[str, Any]:
+    """The ``names`` (space-separated) of ``values``: flags passed on as the options of the same name."""
+    return {name: values[name] for name in names.split()}
 
 
 def read_options(skip_invalid: bool, max_line_mb: float) -> Any:

@@ -68,16 +68,10 @@ def replay_command(
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
     manager = ContextManager(
-        model=model,
-        window=window,
-        strategy=strategy,
-        reminders=reminders,
-        trigger=trigger,
-        target_ratio=target_ratio,
+        **opt.pick(locals(), "model window strategy reminders trigger target_ratio tokenizer"),
         keep_last=4 if keep_last is None else keep_last,
         thresholds=opt.parse_thresholds(thresholds),
         settings=opt.parse_sets(settings or []),
-        tokenizer=tokenizer,
     )
     transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
@@ -93,7 +87,6 @@ def replay_command(
 
 
 def _print_replay(r: Replay, every_turn: bool) -> None:
-    from ctxc.render import make_table, print_table
     from ctxc.replay import events, terminal_chart
 
     console = opt.stdout_console()
@@ -128,8 +121,10 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
             )
             for t in r.turns
         ]
-        table = make_table(("turn", "line", "without", "with", "stage", "recorded", "events"), rows)
+        columns: tuple[str, ...] = ("turn", "line", "without", "with", "stage", "recorded", "events")
     else:
         rows = [(str(turn), str(line), kind, detail) for turn, line, kind, detail in events(r)]
-        table = make_table(("turn", "line", "event", "detail"), rows)
-    print_table(console, table, optional=("line", "recorded"), keys=1, fold=("events", "detail"))
+        columns = ("turn", "line", "event", "detail")
+    opt.print_rows(
+        columns, rows, console=console, optional=("line", "recorded"), keys=1, fold=("events", "detail")
+    )

@@ -42,6 +42,8 @@ _WHOLE_READ_KEYS = frozenset({*_PATH_KEYS, "command", "description", "explanatio
 _WRITE_CONTENT_KEYS = ("content", "file_text", "contents", "text")
 #: Shell characters that make a command more than a single read of one file.
 _SHELL_META = re.compile(r"[|;&<>`$()*?\[\]{}\n]")
+_READ_PROGRAMS = frozenset({"cat", "nl", "head", "tail", "sed"})
+_UNQUOTE = str.maketrans("", "", "'\"\\")
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,19 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     line_hashes = functools.cache(lambda text: array("q", sorted(map(hash, text.splitlines()))))
     later_write: dict[str, Slot] = {}
     later_edit: dict[str, Slot] = {}
+    ops: dict[int, FileOp | None] = {}  # by the call's identity: a call is met again at its result
+
+    def op_of(use: ToolUseBlock) -> FileOp | None:
+        if id(use) not in ops:
+            ops[id(use)] = file_op(use.name, use.input)
+        return ops[id(use)]
+
     for pos in range(len(msgs) - 1, -1, -1):
         m = msgs[pos]
         for bi in range(len(m.blocks) - 1, -1, -1):
             block = m.blocks[bi]
             if isinstance(block, ToolUseBlock):
-                op, result = file_op(block.name, block.input), results.get(block.id)
+                op, result = op_of(block), results.get(block.id)
                 failed = result is None or result.is_error or "error" in result.text[:200].lower()
                 # A failed write or edit changed nothing.
                 if op is not None and op.op in ("write", "edit") and not failed:
@@ -180,7 +189,7 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
                 out[(pos, bi)] = _Pointer(later_result[key], "same result")
                 continue
             later_result[key] = (pos, bi)
-            op = file_op(use.name, use.input)
+            op = op_of(use)
             if op is None or op.op != "read" or block.is_error or not block.text.strip():
                 continue
             later = later_reads.get(op.path, ())
@@ -205,6 +214,8 @@ def _superseding_read(
     line_hashes: Callable[[str], array[int]],
 ) -> Slot | None:
     """The nearest later read of the same file that holds everything ``text`` holds."""
+    if not later:
+        return None
     earlier = _listing(text)
     for slot, later_op, later_text in reversed(later):  # nearest first
         if _holds(later_text, earlier, line_hashes(later_text)):
@@ -215,30 +226,42 @@ def _superseding_read(
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _Listing:
-    """A read's text split into lines, once for all the later reads it is compared with."""
+    """A read's text split into lines, once for all the later reads it is compared with; whether it is
+    a numbered listing is worked out only when a comparison asks."""
 
     stripped: str
     lines: tuple[str, ...]  # the lines that are not blank
-    numbered: bool  # most lines are numbered file lines
-    from_line_one: bool  # a numbered listing starting at line 1
+
+    @functools.cached_property
+    def probes(self) -> tuple[int, ...]:
+        """The hashes of a few inner lines, which a later read holding this one has among its own."""
+        inner = self.lines[1:-1]
+        return tuple(map(hash, inner[:: max(1, len(inner) // 4)][:5]))
+
+    @functools.cached_property
+    def numbered(self) -> bool:
+        """Most lines are numbered file lines."""
+        lines = self.lines
+        return bool(lines) and len(list(filter(_NUMBERED.match, lines))) >= 0.9 * len(lines)
+
+    @functools.cached_property
+    def from_line_one(self) -> bool:
+        """A numbered listing starting at line 1."""
+        first = self.lines[0].lstrip() if self.numbered else ""
+        return first.startswith("1") and not first[1:2].isdigit()
 
 
 def _listing(text: str) -> _Listing:
-    lines = tuple(ln for ln in text.splitlines() if ln.strip())
-    numbered = bool(lines) and sum(1 for ln in lines if _NUMBERED.match(ln)) >= 0.9 * len(lines)
-    first = lines[0].lstrip() if numbered else ""
-    from_one = first.startswith("1") and not first[1:2].isdigit()
-    return _Listing(text.strip(), lines, numbered, from_one)
+    return _Listing(text.strip(), tuple(filter(str.strip, text.splitlines())))
 
 
 def _holds(later: str, earlier: _Listing, line_hashes: array[int]) -> bool:
     # A few inner lines, looked up by hash, rule out most later reads before any text is searched.
-    inner = earlier.lines[1:-1]
-    for line in inner[:: max(1, len(inner) // 4)][:5]:
-        at = bisect.bisect_left(line_hashes, hash(line))
-        if at == len(line_hashes) or line_hashes[at] != hash(line):
+    for probe in earlier.probes:
+        at = bisect.bisect_left(line_hashes, probe)
+        if at == len(line_hashes) or line_hashes[at] != probe:
             return False
     if earlier.stripped in later:
         return True
@@ -297,6 +320,10 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
         command = command[-1] if len(command) == 3 and command[1] in ("-c", "-lc") else shlex.join(command)
     if not isinstance(command, str) or _SHELL_META.search(command):
         return None
+    # The program, unquoted, is the first word: most commands are ruled out before shlex parses them.
+    first = command.translate(_UNQUOTE).split(None, 1)
+    if not first or first[0] not in _READ_PROGRAMS:
+        return None
     try:
         argv = shlex.split(command)
     except ValueError:
@@ -322,7 +349,7 @@ def shell_read(command: Any, workdir: Any = None) -> FileOp | None:
 
 def _segments(text: str, tags: Sequence[str]) -> Iterator[tuple[re.Match[str], int]]:
     """Each tagged segment of ``text`` with how many copies of it the text holds before it."""
-    if not tags or "<" not in text:
+    if not any(f"<{tag}>" in text for tag in tags):  # a substring search: far quicker than the pattern's
         return
     seen: dict[str, int] = {}
     alts = "|".join(re.escape(t) for t in tags)

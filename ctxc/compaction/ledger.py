@@ -4,6 +4,7 @@ Messages hold unhashable raw JSON, so the memo is keyed by identity and keeps th
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 from ctxc.model import Message
 from ctxc.tokens import Counter
@@ -13,19 +14,22 @@ from ctxc.tokens.cost import count_messages, thinking_tokens
 class Ledger:
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
-        self._memo: dict[int, tuple[Message, int]] = {}
+        # By identity: each counted message's tokens, and the message itself, held so its id stays its.
+        self._counts: dict[int, int] = {}
+        self._held: dict[int, Message] = {}
         self._unsent: dict[int, int] = {}  # by identity: tokens of a counted message its client leaves out
 
     def prime(self, messages: Sequence[Message]) -> None:
         """Count many messages in one batch (the tokenizer is fastest on batches)."""
-        todo = [m for m in messages if id(m) not in self._memo]
+        todo = [m for m in messages if id(m) not in self._counts]
         if todo:
             self.seed(todo, count_messages(todo, self.counter))
 
     def seed(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
         """Take counts made while the messages were read (:func:`ctxc.tokens.reading.load_counted`)."""
         for m, n in zip(messages, counts, strict=True):
-            self._memo[id(m)] = (m, n)
+            self._counts[id(m)] = n
+            self._held[id(m)] = m
 
     def unsend(self, messages: Iterable[Message]) -> None:
         """Count ``messages`` as their client sends them: without their thinking (another model's); a
@@ -33,7 +37,7 @@ class Ledger:
         messages = list(messages)
         self.prime(messages)
         for m, thinking in zip(messages, thinking_tokens(messages, self.counter), strict=True):
-            self._unsent[id(m)] = self._memo[id(m)][1] if m.kind == "thinking" else thinking
+            self._unsent[id(m)] = self._counts[id(m)] if m.kind == "thinking" else thinking
 
     def resend(self) -> None:
         """Count every message with its thinking again (a replayed turn of another model)."""
@@ -44,11 +48,11 @@ class Ledger:
         return id(message) not in self._unsent
 
     def tokens(self, message: Message) -> int:
-        hit = self._memo.get(id(message))
-        if hit is None:
+        n = self._counts.get(id(message))
+        if n is None:
             self.prime([message])
-            hit = self._memo[id(message)]
-        return hit[1] - self._unsent.get(id(message), 0)
+            n = self._counts[id(message)]
+        return n - self._unsent.get(id(message), 0)
 
     def carry(self, new: Sequence[Message], old: Sequence[Message]) -> None:
         """Give each of ``new`` the count of the message in its place in ``old`` if it has equal blocks (a
@@ -56,24 +60,31 @@ class Ledger:
         if len(new) != len(old):
             return
         for n, o in zip(new, old, strict=True):
-            hit = self._memo.get(id(o))
-            if hit is not None and id(n) not in self._memo and n.blocks == o.blocks:
-                self._memo[id(n)] = (n, hit[1])
+            count = self._counts.get(id(o))
+            if count is not None and id(n) not in self._counts and n.blocks == o.blocks:
+                self._counts[id(n)], self._held[id(n)] = count, n
 
     def only(self, messages: Iterable[Message]) -> Ledger:
         """A ledger with the counts of ``messages`` alone, so that this one, holding every message a
         strategy counted, can be let go."""
         out = Ledger(self.counter)
         for m in messages:
-            hit = self._memo.get(id(m))
-            if hit is not None:
-                out._memo[id(m)] = hit
+            count = self._counts.get(id(m))
+            if count is not None:
+                out._counts[id(m)], out._held[id(m)] = count, m
         return out
 
     def total(self, messages: Iterable[Message]) -> int:
         messages = list(messages)
-        self.prime(messages)
-        return sum(self._memo[id(m)][1] - self._unsent.get(id(m), 0) for m in messages)
+        ids = list(map(id, messages))
+        try:  # every message counted already, as adaptive's checks between stages find them
+            total = sum(map(self._counts.__getitem__, ids))
+        except KeyError:
+            self.prime(messages)
+            total = sum(map(self._counts.__getitem__, ids))
+        if self._unsent:
+            total -= sum(map(self._unsent.get, ids, repeat(0)))
+        return total
 
     def count_text(self, text: str) -> int:
         return self.counter.count([text])[0] if text else 0

@@ -141,21 +141,21 @@ class _Masking:
 
     def mask_the_rest(self, slots: Sequence[Slot]) -> None:
         """Pass 2, still over: shrunk and untouched results alike become placeholders, oldest first,
-        counted a chunk at a time."""
-        for start in range(0, len(slots), _CHUNK):
+        all counted in one batch (short texts: a round trip to the counting workers costs more)."""
+        if self.total <= self.ctx.target:
+            return
+        todo = [
+            (slot, self.originals.get(slot, self.block(slot))) for slot in slots if slot not in self.masked
+        ]
+        count = self.ctx.ledger.counter.count
+        # A placeholder states its original's tokens: those not counted yet are counted together.
+        count([original.text for slot, original in todo if slot not in self._made])
+        count([self.placeholder(slot, original).text for slot, original in todo])
+        for slot, original in todo:
             if self.total <= self.ctx.target:
                 return
-            chunk = [slot for slot in slots[start : start + _CHUNK] if slot not in self.masked]
-            todo = [(slot, self.originals.get(slot, self.block(slot))) for slot in chunk]
-            count = self.ctx.ledger.counter.count
-            # A placeholder states its original's tokens: those not counted yet are counted together.
-            count([original.text for slot, original in todo if slot not in self._made])
-            count([self.placeholder(slot, original).text for slot, original in todo])
-            for slot, original in todo:
-                if self.total <= self.ctx.target:
-                    return
-                if self.apply(slot, self.placeholder(slot, original), "mask", _label(self.call(original))):
-                    self.masked.add(slot)
+            if self.apply(slot, self.placeholder(slot, original), "mask", _label(self.call(original))):
+                self.masked.add(slot)
 
 
 def eligible_slots(messages: Sequence[Message], ctx: CompactContext, keep_last_results: int) -> list[Slot]:

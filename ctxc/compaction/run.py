@@ -4,7 +4,9 @@ is validated and measured before it is written."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -182,7 +184,8 @@ def compact_transcript(
             ledger.prime(transcript.messages)
         adapter = get_adapter(transcript.format)
         plan = make_plan(options, window, ledger, summarizer, archive, archive_id, adapter)
-        outputs, outcomes = compact_live(transcript, options, plan, adapter)
+        with _heap_frozen():
+            outputs, outcomes = compact_live(transcript, options, plan, adapter)
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
         # The read-back needs the counts of what was written alone: the rest goes before it.
         enforce, ledger = plan.enforce, ledger.only(written.messages)
@@ -317,6 +320,17 @@ def _reminder_messages(
     due = [due_at_end(rules, messages, tokens=tokens, window=window, compacted=c) for c in (False, True)]
     quiet, loud = (reminder_message(d, after=messages[-1]) if d else None for d in due)
     return quiet, loud
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Collections skip what exists now (the read transcript: millions of objects, none garbage), so
+    the strategies' own garbage is still collected without a full pass over it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:

@@ -52,7 +52,7 @@ class Thinking:
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         editable = set(ctx.editable(messages)) - protected_turns(messages)
         out: list[Message] = []
-        actions: list[Action] = []
+        changed: list[tuple[Message, Message | None, int]] = []  # old, new (None: dropped), blocks removed
         for pos, m in enumerate(messages):
             if (
                 m.role != "assistant"
@@ -63,11 +63,15 @@ class Thinking:
                 out.append(m)
                 continue
             blocks = tuple(b for b in m.blocks if not isinstance(b, ThinkingBlock))
-            removed = len(m.blocks) - len(blocks)
-            before, after, kind = ctx.ledger.tokens(m), 0, "drop"
-            if blocks:  # else nothing is left of the message
-                out.append(replace(m, blocks=blocks))
-                after, kind = ctx.ledger.tokens(out[-1]), "shrink"
+            new = replace(m, blocks=blocks) if blocks else None  # else nothing is left of the message
+            if new is not None:
+                out.append(new)
+            changed.append((m, new, len(m.blocks) - len(blocks)))
+        ctx.ledger.prime([new for _, new, _ in changed if new is not None])
+        actions: list[Action] = []
+        for m, new, removed in changed:
+            before = ctx.ledger.tokens(m)
+            after, kind = (ctx.ledger.tokens(new), "shrink") if new is not None else (0, "drop")
             note = f"{removed} thinking block{'s' if removed != 1 else ''}; original in {ctx.cite(m.index)}"
             actions.append(Action(self.name, kind, m.index, m.index, before, after, note))
         return StrategyResult(tuple(out), tuple(actions))

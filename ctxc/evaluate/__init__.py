@@ -1,8 +1,5 @@
-"""``ctxc eval``: targeted, deterministic, offline measurements of each compaction strategy.
-
-Facts are planted early in each transcript, every strategy compacts it to each target, and each output is
-measured: needles kept or found by search, intent, survival, validity, budget. See docs/eval-and-replay.md.
-"""
+"""``ctxc eval``: facts planted early in each transcript, every strategy compacts it to each target, and
+each output is measured offline: needles kept or found by search, intent, survival, validity, budget."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from ctxc.compaction import strategies as registry
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.errors import CtxcError, InputError, UsageError
-from ctxc.evaluate.generate import generate
+from ctxc.evaluate.generate import Source, generate
 from ctxc.evaluate.measures import first_requests, norm, problems, survival, text_of
 from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needles, plant
 from ctxc.formats import load
@@ -206,16 +203,10 @@ class EvalReport:
         return [(c, n) for c in self.cases for n in c.needles if not n.recovered]
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    name: str
-    data: bytes
-
-
 def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
     """The files of ``paths`` (directories walked), or generated sessions when there are none."""
     if not paths:
-        return [Source(g.name, g.data) for g in generate(options.seed, options.generated)]
+        return generate(options.seed, options.generated)
     out: list[Source] = []
     for p in expand_paths(list(paths)):
         if p == "-":

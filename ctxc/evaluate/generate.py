@@ -1,7 +1,5 @@
-"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed: reads,
-searches, failing and passing tests, edits, decisions in passing, follow-up requests. Written as chat
-JSONL, alternating the Anthropic and the OpenAI dialect, so both go through the ``chat`` adapter.
-"""
+"""Synthetic coding-agent sessions for ``ctxc eval`` with no paths, deterministic from a seed, as chat
+JSONL alternating the Anthropic and OpenAI dialects (both go through the ``chat`` adapter)."""
 
 from __future__ import annotations
 
@@ -53,7 +51,9 @@ _ERRORS = (
 
 
 @dataclass(frozen=True, slots=True)
-class Generated:
+class Source:
+    """A transcript to evaluate: its name and bytes."""
+
     name: str
     data: bytes
 
@@ -192,7 +192,7 @@ class _Session:
         )
 
 
-def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Generated:
+def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Source:
     """One session, deterministic in ``(seed, number)``; ``turns`` tool calls (about 500 tokens each)."""
     rng = random.Random(f"ctxc-eval/{seed}/{number}")
     dialect = "anthropic" if number % 2 == 0 else "openai"
@@ -226,8 +226,8 @@ def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Generate
         f"{rng.choice(_NOUNS)} case.",
     )
     data = b"".join(orjson.dumps(line) + b"\n" for line in s.lines)
-    return Generated(f"generated-{seed}-{number}-{dialect}.jsonl", data)
+    return Source(f"generated-{seed}-{number}-{dialect}.jsonl", data)
 
 
-def generate(seed: int, count: int = 3, *, turns: int = 36) -> list[Generated]:
+def generate(seed: int, count: int = 3, *, turns: int = 36) -> list[Source]:
     return [generate_session(seed, n, turns=turns) for n in range(count)]

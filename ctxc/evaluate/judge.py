@@ -1,8 +1,5 @@
-"""``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone.
-
-Answers come back as one JSON object and are scored without a second model, by the share of the known
-answers they name. The model is called through the anthropic summarizer's client (``AnthropicAPI``).
-"""
+"""``ctxc eval --judge anthropic``: probe questions answered by a model from the compacted context alone,
+in one JSON object, scored without a second model by the share of the known answers they name."""
 
 from __future__ import annotations
 

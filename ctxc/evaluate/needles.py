@@ -1,8 +1,5 @@
-"""Planting facts ("needles") early in a transcript, through its format adapter.
-
-Each needle is a sentence stating a fact nobody could guess, appended to an early message compaction may
-remove, written by the adapter and read back: every needle reported is in the file.
-"""
+"""Planting facts ("needles"): a sentence nobody could guess, appended to an early message compaction may
+remove, written by the format's adapter and read back, so every needle reported is in the file."""
 
 from __future__ import annotations
 

@@ -71,6 +71,25 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
+    """The boundary a compaction's ``system`` record marks, else None (this reader's and ``usage_scan``'s)."""
+    subtype = _str(data.get("subtype"))
+    if subtype not in _BOUNDARIES:
+        return None
+    md = data.get(_BOUNDARIES[subtype])
+    md = md if isinstance(md, dict) else {}
+    pre = md.get("preTokens")
+    return Boundary(
+        kind=subtype,
+        line=line,
+        trigger=_str(md.get("trigger")),
+        pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+        # Claude Code resumes from its newest compact_boundary; a microcompaction only cleared old tool
+        # results in place.
+        resets=subtype == "compact_boundary",
+    )
+
+
 def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
     """The usage an assistant record's ``message`` carries (this reader's and ``usage_scan``'s)."""
     u = message.get("usage")
@@ -380,23 +399,9 @@ class _Reader:
         )
 
     def system(self, i: int, rec: Record, data: dict[str, Any]) -> Iterator[Item]:
-        subtype = _str(data.get("subtype"))
-        if subtype in _BOUNDARIES:
-            md = data.get(_BOUNDARIES[subtype])
-            md = md if isinstance(md, dict) else {}
-            pre = md.get("preTokens")
-            yield from self._queue(
-                Boundary(
-                    kind=subtype,
-                    line=rec.line,
-                    trigger=_str(md.get("trigger")),
-                    pre_tokens=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
-                    # Claude Code resumes from its newest compact_boundary; a microcompaction only
-                    # cleared old tool results in place.
-                    resets=subtype == "compact_boundary",
-                    conversation=self.record_conv.pop(i, 0),
-                )
-            )
+        boundary = compaction_boundary(data, rec.line)
+        if boundary is not None:
+            yield from self._queue(replace(boundary, conversation=self.record_conv.pop(i, 0)))
             return
         content = data.get("content")
         blocks: tuple[Block, ...] = (TextBlock(text=content),) if isinstance(content, str) else ()

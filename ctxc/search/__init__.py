@@ -34,17 +34,7 @@ if TYPE_CHECKING:
     from ctxc.model import Transcript
     from ctxc.search.embed import Embedder
 
-__all__ = [
-    "Hit",
-    "RebuildReport",
-    "SearchIndex",
-    "fts_query",
-    "index_transcript",
-    "rebuild",
-    "search",
-    "search_index",
-    "sync",
-]
+__all__ = ["Hit", "SearchIndex", "fts_query"]  # re-exports; names defined here need no listing
 
 log = logging.getLogger(__name__)
 
@@ -252,9 +242,9 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
     origins: dict[str, tuple[str, int, str]] = {}  # blob digest -> (original, message, tool)
     loaded: set[str] = set()
 
-    def indexed(ident: str, transcript: Transcript) -> None:
+    def indexed(ident: str, transcript: Transcript | None) -> None:
         loaded.add(ident)
-        for digest, message, tool in _blob_candidates(transcript):
+        for digest, message, tool in () if transcript is None else _blob_candidates(transcript):
             origins.setdefault(digest, (ident, message, tool))
 
     with writer_lock(archive.root), cleared_index(archive.root) as (index, set_aside):
@@ -264,7 +254,6 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
                     indexed(ident, _index_object(archive, index, ident, entry))
                 except CtxcError as exc:
                     skipped.append(f"{ident[:12]}: {exc}")
-        blobs = 0
         stored = (p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
         for ident in sorted(stored):  # temp files have other names
             if ident in loaded:
@@ -272,20 +261,13 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
             if ident in origins:
                 origin, message, tool = origins[ident]
                 index.add_blobs(origin, [(ident, message, tool)])
-                blobs += 1
                 continue
             try:
-                found = _index_other(archive, index, ident)
+                indexed(ident, _index_other(archive, index, ident))
             except (ArchiveError, UnicodeDecodeError) as exc:
                 skipped.append(f"{ident[:12]}: {exc}")
-                continue
-            if found is not None:
-                indexed(ident, found)
         index_queued(archive, index)  # every stored object is indexed now: this empties the queue
-        stats = index.stats()
-    return RebuildReport(
-        stats["originals"], stats["texts"], blobs, stats["chunks"], tuple(skipped), set_aside
-    )
+        return RebuildReport(**index.stats(), skipped=tuple(skipped), set_aside=set_aside)
 
 
 def _index_other(archive: ArchiveStore, index: SearchIndex, ident: str) -> Transcript | None:

@@ -86,12 +86,9 @@ class Hit:
 
     def to_json(self, *, full: bool = False) -> dict[str, Any]:
         doc = {k: getattr(self, k) for k in _JSON_KEYS + (("text",) if full else ())}
-        doc.update(tool=self.tool or None, part=self.part + 1, score=round(self.score, 6))
-        doc.update(
-            bm25=round(self.bm25, 6),
-            similarity=None if self.similarity is None else round(self.similarity, 6),
-        )
-        return doc
+        similarity = None if self.similarity is None else round(self.similarity, 6)
+        scores = {"score": round(self.score, 6), "bm25": round(self.bm25, 6), "similarity": similarity}
+        return doc | {"tool": self.tool or None, "part": self.part + 1} | scores
 
 
 _JSON_KEYS = (
@@ -304,17 +301,10 @@ def _hit(row: Sequence[Any]) -> Hit:
 
 def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:
     """The best hit of each message, best first, at most ``limit``."""
-    seen: set[tuple[str, int]] = set()
-    out: list[Hit] = []
+    best: dict[tuple[str, int], Hit] = {}
     for h in hits:
-        key = (h.archive_id, h.message if h.message >= 0 else -h.part - 1)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(h)
-        if len(out) >= limit:
-            break
-    return out
+        best.setdefault((h.archive_id, h.message if h.message >= 0 else -h.part - 1), h)
+    return list(best.values())[:limit]
 
 
 def open_index(root: Path, *, must_exist: bool = False) -> SearchIndex:

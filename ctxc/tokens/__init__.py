@@ -1,13 +1,6 @@
-"""Offline token counting: the tokenizers ctxc can count with, and the counters built on them.
-
-``o200k_base`` (the default) and ``cl100k_base`` are OpenAI's BPE encodings, run by tiktoken from
-files shipped in ``ctxc/tokens/data`` (no network, ever). ``approx`` is a fitted character-class
-estimate for when speed matters more than exactness (see ``ctxc/tokens/APPROX.md``). ``anthropic``
-counts with Claude's own tokenizer through the API.
-
-Importing this package is cheap: it neither imports tiktoken nor reads an encoding file. The BPE
-ranks are loaded, once per process, on the first count.
-"""
+"""Token counting: tiktoken's ``o200k_base`` and ``cl100k_base`` from files shipped in
+``ctxc/tokens/data`` (no network), the ``approx`` estimate (``APPROX.md``) and Claude's ``anthropic``
+API counts. Importing is cheap: tiktoken and an encoding are loaded on the first count."""
 
 from __future__ import annotations
 
@@ -46,12 +39,9 @@ def get_tokenizer(
     max_retries: int = 2,
     timeout: float = 60.0,
 ) -> Tokenizer:
-    """The shared tokenizer called ``name``; an unknown name raises :class:`UsageError` listing them.
-
-    ``anthropic`` counts with Claude's own tokenizer through the API (``messages.count_tokens``) for
-    ``model`` when it is a Claude model (else :data:`DEFAULT_ANTHROPIC_MODEL`); the other arguments
-    only concern it. The SDK is imported only then.
-    """
+    """The shared tokenizer called ``name`` (a :class:`UsageError` when unknown). ``anthropic`` counts
+    for ``model`` when it is a Claude model (else :data:`DEFAULT_ANTHROPIC_MODEL`); the other arguments
+    only concern it."""
     if name not in TOKENIZERS:
         raise UsageError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
     claude = model if model and model.startswith("claude") else DEFAULT_ANTHROPIC_MODEL
@@ -96,24 +86,17 @@ def make_cached_counter(
 def make_counter(
     tokenizer: str, *, use_cache: bool = True, model: str | None = None, concurrency: int = 4
 ) -> Counter:
-    """The counter for a tokenizer name: its cached counter, with the on-disk count cache unless
-    disabled; for ``usage`` (recorded usage, see :mod:`ctxc.usage_scan`) one that counts nothing.
-
-    ``model`` and ``concurrency`` only matter for ``anthropic``, which counts with that Claude model's
-    tokenizer through the API, ``concurrency`` requests at a time.
-    """
+    """The counter for a tokenizer name: :func:`make_cached_counter`, or for ``usage`` (recorded usage,
+    see :mod:`ctxc.usage_scan`) one that counts nothing."""
     if tokenizer == USAGE_TOKENIZER:
         return RecordedUsageOnly()
     return make_cached_counter(tokenizer, use_cache=use_cache, model=model, concurrency=concurrency)
 
 
 def counting_processes(counter: object, size: int) -> contextlib.AbstractContextManager[bool]:
-    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes.
-
-    For tiktoken counters and inputs of :data:`ctxc.tokens.workers.PROCESS_MIN_BYTES` or more only
-    (see :func:`ctxc.tokens.workers.worker_processes`); anything else gets a context that does nothing.
-    Use it around the whole read-and-count, before starting any thread of your own.
-    """
+    """Count in worker processes, one per core, while the caller parses an input of ``size`` bytes
+    (tiktoken counters and inputs of ``PROCESS_MIN_BYTES`` or more; else a context that does nothing).
+    Use it around the whole read-and-count, before starting any thread of your own."""
     tokenizer = getattr(counter, "tokenizer", counter)
     name, path = getattr(tokenizer, "name", ""), getattr(tokenizer, "path", None)
     if size < workers.PROCESS_MIN_BYTES or name not in workers.BUNDLED:

@@ -1,12 +1,6 @@
-"""Exact Claude token counts through the Anthropic API's ``messages.count_tokens`` endpoint.
-
-Claude's tokenizer is not published, so each distinct text is sent as its own one-message request,
-``concurrency`` at a time (the :class:`CachedCounter` in front keeps counts on disk). The request's
-fixed framing, measured once as ``count_tokens("a") - 1``, is subtracted from every count, so a text's
-count means what an o200k count of it means. A whitespace-only text (which the API refuses) is counted
-between two ``|``; one over the request size limit (HTTP 413) in halves split at a line break. The SDK
-is imported only when a count is made, and its own retries handle 408, 409, 429, 5xx and lost connections.
-"""
+"""Exact Claude token counts through the API's ``messages.count_tokens`` (the tokenizer is not
+published): each distinct text is its own one-message request, ``concurrency`` at a time, less the
+request's fixed framing, so a count means what an o200k count means. The SDK retries transient errors."""
 
 from __future__ import annotations
 
@@ -122,7 +116,7 @@ class AnthropicTokenizer:
         """The raw count of ``text`` as a one-message request (overhead included)."""
         from anthropic import APIStatusError
 
-        if not text.strip():
+        if not text.strip():  # the API refuses a whitespace-only text
             async with gate:
                 return max(0, await self._request(client, f"|{text}|") - 2)
         try:

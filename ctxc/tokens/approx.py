@@ -1,10 +1,6 @@
-"""A fast o200k estimate without BPE: a linear model over character-class features.
-
-``len(text) / 4`` reads far low on CJK and Korean text, hashes and tool output. Here a batch of texts
-is mapped, with one ``bytes.translate`` of its UTF-8, to one class byte per character; the features
-are counts of classes and of runs, taken with whole-batch ``bytes`` operations in C. The model, its
-fit and its measured error are in ``APPROX.md``.
-"""
+"""A fast o200k estimate without BPE: a linear model over counts of character classes and runs, taken
+with whole-batch ``bytes`` operations (one ``translate`` maps each character to a class byte). The
+model, its fit and its measured error are in ``APPROX.md``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What counting is: the tokenizer names, the protocols, and the counter that counts nothing.
-
-A :class:`Tokenizer` is one encoding (tiktoken's BPE, the approx estimate, Claude's API); a
-:class:`Counter` is what analysis, compaction and agent loops count with (the cached counter of
-:mod:`ctxc.tokens.cache` wraps a tokenizer into one, and any object with ``name`` and ``count`` will
-do). Every module of the package imports these from here, never from the package itself.
-"""
+"""The tokenizer names and counting protocols: a :class:`Tokenizer` is one encoding, a :class:`Counter`
+what analysis, compaction and agent loops count with. Modules of the package import these from here."""
 
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ class Counter(Protocol):
 @runtime_checkable
 class StartingCounter(Counter, Protocol):
     """A :class:`Counter` that can also start counting and return at once, so the caller parses the
-    next batch while this one is counted (the cached counter, whose tokenizer may count in worker
-    processes). Other counters count when asked; :func:`ctxc.tokens.cost.start_counting` takes both."""
+    next batch while this one is counted (:func:`ctxc.tokens.cost.start_counting` takes both)."""
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """Start counting ``texts``; the returned function waits for the counts."""
@@ -77,17 +71,3 @@ class RecordedUsageOnly:
             "--tokenizer usage only reads the usage a log recorded and cannot count text; "
             "use o200k_base (the default), cl100k_base, approx or anthropic for this"
         )
-
-
-__all__ = [
-    "DEFAULT_ANTHROPIC_MODEL",
-    "DEFAULT_TOKENIZER",
-    "PROCESS_MIN_BYTES",
-    "TOKENIZERS",
-    "USAGE_TOKENIZER",
-    "Counter",
-    "RecordedUsageOnly",
-    "StartingCounter",
-    "StartingTokenizer",
-    "Tokenizer",
-]

@@ -1,22 +1,14 @@
-"""An on-disk cache of token counts, and the counter that counts texts through it.
-
-Agent logs repeat themselves and exact BPE counting is slow, so counts are kept per text in SQLite
-(``$CTXC_CACHE_DIR/tokens.sqlite3``, WAL mode, shared by concurrent processes), keyed by a BLAKE2b-128
-digest of the text and the tokenizer name. Never a reason to fail (:mod:`ctxc.sqlite_store`);
-``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off.
-"""
+"""Token counts cached per text in SQLite (``$CTXC_CACHE_DIR/tokens.sqlite3``, keyed by a BLAKE2b-128
+digest and the tokenizer name; agent logs repeat themselves), and the counter that counts through it.
+Never a reason to fail; ``CTXC_NO_CACHE=1`` or ``disabled=True`` turns it off."""
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
 from ctxc.sqlite_store import SqliteStore, in_batches
 from ctxc.tokens.base import StartingTokenizer, Tokenizer
-
-log = logging.getLogger(__name__)
 
 #: Tokenizers whose counts are not cached: recomputing the estimate is cheaper than looking it up,
 #: and its coefficients may change between versions without changing its name.
@@ -51,21 +43,13 @@ class TokenCache(SqliteStore):
         for d, tok in keys:
             by_tok.setdefault(tok, []).append(d)
         found: dict[Key, int] = {}
-        if not by_tok:
-            return found
-        with self._lock:
-            conn = self._connect()
-            if conn is None:
-                return found
-            try:
-                for tok, digests in by_tok.items():
-                    for part, marks in in_batches(digests):
-                        sql = f"SELECT digest, tokens FROM counts WHERE tokenizer = ? AND digest IN ({marks})"
-                        for d, n in conn.execute(sql, (tok, *part)):
-                            found[(bytes(d), tok)] = int(n)
-            except sqlite3.Error as exc:
-                self._fail(exc)
-                return {}
+        for tok, digests in by_tok.items():
+            for part, marks in in_batches(digests):
+                sql = f"SELECT digest, tokens FROM counts WHERE tokenizer = ? AND digest IN ({marks})"
+                rows = self._read(sql, (tok, *part))
+                if rows is None:  # the store is off or failed
+                    return {}
+                found.update(((bytes(d), tok), int(n)) for d, n in rows)
         return found
 
     def put_many(self, items: Iterable[tuple[Key, int]]) -> None:
@@ -98,6 +82,10 @@ class CachedCounter:
         """Start counting ``texts``; the returned function waits for the counts. Repeats, memo and cache
         hits are settled now; the rest goes to the tokenizer's ``start_count`` when it has one, so a
         caller can parse the next batch meanwhile."""
+        memo = self._memo
+        counted = [memo.get(_memo_key(text), -1) if text else 0 for text in texts]
+        if -1 not in counted:  # all counted before: what compaction mostly asks, a message at a time
+            return lambda: counted
         out = [0] * len(texts)
         # Distinct texts to count, each with the positions it fills.
         where: dict[str, list[int]] = {}
