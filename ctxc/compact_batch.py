@@ -38,10 +38,9 @@ def journal_entries(root: Path) -> dict[_Key, dict[str, Any]]:
     and fsynced): the newest entry per (input sha256, options fingerprint, resolved output path)."""
     out: dict[_Key, dict[str, Any]] = {}
     for _, entry in read_jsonl(root / JOURNAL):
-        if {"input_sha256", "options", "output_path"} <= entry.keys() and isinstance(
-            entry["output_path"], str
-        ):
-            out[(entry["input_sha256"], entry["options"], os.path.realpath(entry["output_path"]))] = entry
+        path = entry.get("output_path")
+        if isinstance(path, str) and {"input_sha256", "options"} <= entry.keys():
+            out[(entry["input_sha256"], entry["options"], os.path.realpath(path))] = entry
     return out
 
 
@@ -74,7 +73,7 @@ def compact_journaled(job: CompactJob) -> dict[str, Any]:
 
 def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) -> dict[str, Any]:
     """The journal's line for a finished file, from its manifest run."""
-    row = _row(run, path, output, status="ok", seconds=0.0, output_path=os.path.realpath(output))
+    row = _row(run, path, output, status="ok", seconds=0.0) | {"output_path": os.path.realpath(output)}
     return {**row, "input_sha256": run.get("input_sha256"), "options": options}
 
 
@@ -202,21 +201,13 @@ def _manifest_entries(store: Archive) -> dict[_Key, dict[str, Any]]:
     return out
 
 
-def _row(
-    run: dict[str, Any],
-    path: str,
-    output: str,
-    *,
-    status: str,
-    seconds: float,
-    output_path: str | None = None,
-) -> dict[str, Any]:
+def _row(run: dict[str, Any], path: str, output: str, *, status: str, seconds: float) -> dict[str, Any]:
     return {
         "path": path,
         "output": None if status == "planned" else output,
         "status": status,
         **{k: run.get(k) for k in RUN_FIELDS},
-        "output_path": output if output_path is None else output_path,
+        "output_path": output,
         "error": None,
         "exit_code": 0,
         "seconds": round(seconds, 3),

@@ -1,9 +1,6 @@
-"""adaptive: escalate from the least lossy strategy to the most lossy as the window fills.
-
-Stage 2 (60%) dedupe, thinking, images, offload, mask; 3 (70%) selective; 4 (80%) hierarchical; 5 (90%)
-the essential summary. It stops once the target is met, and without an explicit target never goes past
-the stage usage calls for. The stages are described in docs/strategies.md.
-"""
+"""adaptive: escalate from the least lossy strategy to the most lossy as the window fills (the
+:data:`STAGES`; see docs/strategies.md). It stops once the target is met, and without an explicit target
+never goes past the stage usage calls for."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What every compaction strategy shares: the Protocol, its context, its result, the registry.
-
-A strategy is a mechanism: given one conversation's messages and a context, it returns new messages and
-what it did. Whether to compact, and how far, is the adaptive strategy's business.
-"""
+"""What every compaction strategy shares: the Protocol, its context, its result, the registry. A
+strategy is a mechanism; whether to compact, and how far, is the adaptive strategy's business."""
 
 from __future__ import annotations
 
@@ -86,9 +83,12 @@ class CompactContext:
     def under_target(self, messages: Sequence[Message]) -> bool:
         return self.ledger.total(messages) <= self.target
 
-    def tail_start(self, n: int) -> int:
-        """Where the last ``keep_last`` of ``n`` messages begin (they are kept verbatim)."""
-        return n - self.keep_last if self.keep_last > 0 else n
+    def editable(self, messages: Sequence[Message], stop: int | None = None) -> list[int]:
+        """Positions (below ``stop``) of the messages a strategy may rewrite: not pinned, and not among
+        the last ``keep_last`` (kept verbatim)."""
+        end = len(messages) - self.keep_last if self.keep_last > 0 else len(messages)
+        end = end if stop is None else min(stop, end)
+        return [pos for pos in range(max(0, end)) if messages[pos].index not in self.pinned]
 
     def cite(self, first: int, last: int | None = None) -> str:
         return citation(self.archive_id, first, last)

@@ -1,9 +1,6 @@
-"""dedupe: replace copies the context holds again later by a pointer to the copy that stays.
-
-Copies: a repeated tool result, a file read made out of date by a later read, write or edit, a long
-repeated user or system text, and repeated injected text (``<system-reminder>``...). Only texts change;
-the model's own words, pinned messages and the last ``keep_last`` stay.
-"""
+"""dedupe: replace copies the context holds again later (a repeated tool result or long text, a file read
+a later read, write or edit made out of date, repeated injected text) by a pointer to the copy that stays.
+Only texts change; the model's own words, pinned messages and the last ``keep_last`` stay."""
 
 from __future__ import annotations
 
@@ -94,11 +91,7 @@ class Dedupe:
         cfg: DedupeConfig = ctx.config(self)
         msgs = list(messages)
         # The model's own words are never rewritten, only what a client or a tool put in the context.
-        editable = {
-            pos
-            for pos in range(max(0, ctx.tail_start(len(msgs))))
-            if msgs[pos].index not in ctx.pinned and msgs[pos].role != "assistant"
-        }
+        editable = {pos for pos in ctx.editable(msgs) if msgs[pos].role != "assistant"}
         whole = _whole_blocks(msgs, cfg)
         whole = {s: _resolve(s, whole) for s in whole if s[0] in editable}
         last = _last_segments(msgs, cfg.tags)
@@ -171,9 +164,8 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
             if isinstance(block, ToolUseBlock):
                 op, result = op_of(block), results.get(block.id)
                 failed = result is None or result.is_error or "error" in result.text[:200].lower()
-                if (
-                    op is not None and op.op in ("write", "edit") and not failed
-                ):  # a failed one changed nothing
+                # A failed write or edit changed nothing.
+                if op is not None and op.op in ("write", "edit") and not failed:
                     (later_write if op.op == "write" else later_edit)[op.path] = (pos, bi)
                 continue
             if isinstance(block, TextBlock):

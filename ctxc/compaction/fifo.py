@@ -1,8 +1,6 @@
-"""fifo: drop the oldest pairing-safe units until the conversation fits the target.
-
-Pinned and tail units stay. Each dropped run leaves a placeholder citing the archive and quoting its
-instructions and decisions (:func:`drop_units`, shared with ``selective``).
-"""
+"""fifo: drop the oldest pairing-safe units (not pinned or tail ones) until the conversation fits. Each
+dropped run leaves a placeholder citing the archive and quoting its instructions and decisions
+(:func:`drop_units`, shared with ``selective``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Compacting one file end to end: read, archive, compact, write atomically, record the run.
-
-A job and its report are plain data, so each file of a batch takes the same steps in a worker process.
-"""
+"""Compacting one file end to end: read, archive, compact, write atomically, record the run. A job and
+its report are plain data, so each file of a batch takes the same steps in a worker process."""
 
 from __future__ import annotations
 
@@ -134,11 +132,8 @@ def compaction_report(
 
 
 def compact_file(job: CompactJob) -> dict[str, Any]:
-    """Compact one file and return its report (with ``output_sha256`` once written).
-
-    Archive the original, write a temporary output, record the run, then rename the output into place:
-    a failure leaves no partial output, and every compacted file is on record (never compacted again).
-    """
+    """Compact one file and return its report: archive the original, write a temporary output, record the
+    run, then rename the output into place (no partial output; every compacted file is on record)."""
     if job.in_place and job.path == "-":
         raise UsageError("--in-place needs a file, not stdin")
     if job.fork and job.path == "-":

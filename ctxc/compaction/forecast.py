@@ -16,7 +16,7 @@ from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import get_summarizer
 from ctxc.tokens import Counter
 
-STAGE_OF = {"offload": 2, "mask": 2, "selective": 3, "hierarchical": 4, "essential": 5}
+STAGE_OF = {name: stage for stage, names in STAGES for name in names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ def forecast(
     stage2, stage3, stage4, stage5 = thresholds
     cfg = AdaptiveConfig(stage2=stage2, stage3=stage3, stage4=stage4, stage5=stage5)
     potential = dict.fromkeys(STAGE_OF.values(), 0)
-    plan = dict.fromkeys(STAGE_OF.values(), 0)
+    plan = dict(potential)
     for conv in range(transcript.conversations):
         messages = transcript.conversation(conv)
         if not messages:

@@ -1,8 +1,6 @@
-"""hierarchical: one structured summary of the oldest stretch the target requires, detail by tier.
-
-The budget halves down to ``BUDGET_FLOOR`` while over the target. ``essential`` (adaptive's stage 5)
-summarizes the whole history into intent, current state and next steps.
-"""
+"""hierarchical: one structured summary of the oldest stretch the target requires, detail by tier; its
+budget halves down to ``BUDGET_FLOOR`` while over the target. ``essential`` (adaptive's stage 5)
+summarizes the whole history into intent, current state and next steps."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""images: replace images older than the last few assistant turns by a line citing the archive.
-
-An old image costs up to ~1,600 tokens on every later call. Only blocks change, so pairing is unchanged.
-"""
+"""images: replace images older than the last few assistant turns (up to ~1,600 tokens each on every
+later call) by a line citing the archive. Only blocks change, so pairing is unchanged."""
 
 from __future__ import annotations
 
@@ -51,10 +49,8 @@ class Images:
         keep = cfg.keep_last_turns
         cut = len(msgs) if keep == 0 else assistant[-keep] if len(assistant) >= keep else 0
         actions: list[Action] = []
-        for pos in range(min(cut, ctx.tail_start(len(msgs)))):
+        for pos in ctx.editable(msgs, cut):
             old = msgs[pos]
-            if old.index in ctx.pinned:
-                continue
             cite = ctx.cite(old.index)
             blocks: list[Block] = []
             removed: list[ImageBlock] = []

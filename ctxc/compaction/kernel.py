@@ -62,12 +62,9 @@ def compact_conversation(
     conversation: Sequence[Message] = (),
     source: str | None = None,
 ) -> ConversationResult:
-    """Compact one conversation's live ``messages`` by ``plan``, keeping the indexes in ``keep``.
-
-    ``carried``: what the log's own compaction carries in (kept, counted); ``requests``: copies of pinned
-    messages from before it; ``notes``: the reminder to append if nothing is compacted, and if something
-    is; ``conversation``: the whole of it, to name what is kept in an :class:`OverTargetError`.
-    """
+    """Compact one conversation's live ``messages`` by ``plan``, keeping ``keep``; ``carried``: what the log's
+    compaction carries in; ``requests``: pinned copies from before it; ``notes``: the reminder if nothing is
+    compacted, and if something is; ``conversation``: all of it, to name what is kept when over target."""
     ledger = plan.context.ledger
     target = plan.context.target
     pinned = live_pins(messages, keep, plan.strategy)
@@ -128,15 +125,12 @@ def _over_target(
     strategy: str, after: int, target: int, kept: int, largest: str, keep_last: int, source: str | None
 ) -> OverTargetError:
     over = after - target
+    beyond = f" ({kept - target:,} over the target)" if kept > target else ""
+    lower = "lower --keep-last, or " if keep_last > 1 else ""
     return OverTargetError(
-        f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the "
-        f"{target:,} target; "
-        f"what is always kept (pinned messages, the last {keep_last} and what the log's "
-        f"own compaction carries) is {kept:,} tokens"
-        + (f" ({kept - target:,} over the target)" if kept > target else "")
-        + f"{largest}; "
-        + ("lower --keep-last, or " if keep_last > 1 else "")
-        + "use --allow-over to write it anyway",
+        f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the {target:,} target; "
+        f"what is always kept (pinned messages, the last {keep_last} and what the log's own compaction "
+        f"carries) is {kept:,} tokens{beyond}{largest}; {lower}use --allow-over to write it anyway",
         path=source,
     )
 

@@ -55,10 +55,8 @@ class Ledger:
         return n - self._unsent.get(id(message), 0)
 
     def carry(self, new: Sequence[Message], old: Sequence[Message]) -> None:
-        """Give each of ``new`` the count of the message in its place in ``old``, where that one is
-        counted and has equal blocks: what a message costs depends on its blocks alone
-        (:func:`ctxc.tokens.cost.message_parts`), and comparing them is cheaper than hashing every text
-        again. Others are left to be counted."""
+        """Give each of ``new`` the count of the message in its place in ``old`` if it has equal blocks (a
+        message's cost depends on its blocks alone, and comparing them is cheaper than counting again)."""
         if len(new) != len(old):
             return
         for n, o in zip(new, old, strict=True):

@@ -1,9 +1,6 @@
-"""mask: shrink old tool results in place, the least lossy way to make room.
-
-Results older than the newest ``keep_last_results`` are shrunk by their tool's post-processor
-(:mod:`ctxc.compaction.postprocess`), oldest first, else replaced by a placeholder citing the archive;
-if still over the target, shrunk ones become placeholders too. Only result texts change: pairing holds.
-"""
+"""mask: shrink tool results older than the newest ``keep_last_results`` in place, oldest first, by their
+tool's post-processor (:mod:`ctxc.compaction.postprocess`), else (and if still over the target) replace
+them by a placeholder citing the archive. Only result texts change: pairing holds."""
 
 from __future__ import annotations
 
@@ -171,12 +168,8 @@ def eligible_slots(messages: Sequence[Message], ctx: CompactContext, keep_last_r
         if isinstance(b, ToolResultBlock)
     ]
     cut = len(all_slots) - keep_last_results if keep_last_results else len(all_slots)
-    tail_start = ctx.tail_start(len(messages))
-    return [
-        (pos, bi)
-        for pos, bi in all_slots[: max(0, cut)]
-        if pos < tail_start and messages[pos].index not in ctx.pinned
-    ]
+    editable = set(ctx.editable(messages))
+    return [(pos, bi) for pos, bi in all_slots[: max(0, cut)] if pos in editable]
 
 
 def placeholder_text(block: ToolResultBlock, call: ToolCall, cite: str, tokens: int) -> str:

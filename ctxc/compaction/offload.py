@@ -1,8 +1,5 @@
-"""offload: move huge tool results, and late in a session large tool inputs, into archive files.
-
-What stays is the file's path, the first lines and a citation, so an agent with a file tool can read
-the rest back (Deep Agents' filesystem offloading).
-"""
+"""offload: move huge tool results, and late in a session large tool inputs, into archive files. The
+path, the first lines and a citation stay, so an agent with a file tool can read the rest back."""
 
 from __future__ import annotations
 
@@ -48,6 +45,10 @@ class OffloadConfig:
     input_keys: tuple[str, ...] = option(DEFAULT_INPUT_KEYS, "tool input fields holding file contents")
 
 
+#: Offloaded blobs for the search index: (digest, message index, tool name).
+Notes = list[tuple[str, int, str]]
+
+
 @dataclass(frozen=True, slots=True)
 class Blob:
     digest: str
@@ -68,12 +69,10 @@ class Offload:
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
         cfg: OffloadConfig = ctx.config(self)
         msgs = list(messages)
-        movable = [
-            pos for pos in range(max(0, ctx.tail_start(len(msgs)))) if msgs[pos].index not in ctx.pinned
-        ]
+        movable = ctx.editable(msgs)
         calls = tool_calls(msgs)
         actions: list[Action] = []
-        notes: list[tuple[str, int, str]] = []  # for the search index, written at once at the end
+        notes: Notes = []  # for the search index, written at once at the end
 
         def swap(pos: int, bi: int, block: ToolResultBlock | ToolUseBlock, note: str) -> None:
             action = ctx.shrink(msgs, pos, with_block(msgs[pos], bi, block), self.name, "offload", note)
@@ -106,9 +105,8 @@ class Offload:
                 for bi, b in enumerate(msgs[pos].blocks):
                     if not isinstance(b, ToolUseBlock):
                         continue
-                    moved: list[str] = []
                     index = msgs[pos].index
-                    new_input = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, moved, index, notes)
+                    new_input, moved = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, index, notes)
                     if moved:
                         swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
         if ctx.archive is not None and notes:
@@ -116,14 +114,7 @@ class Offload:
         return StrategyResult(tuple(msgs), tuple(actions))
 
 
-def store_blob(
-    ctx: CompactContext,
-    text: str,
-    *,
-    message: int,
-    tool: str,
-    notes: list[tuple[str, int, str]],
-) -> Blob:
+def store_blob(ctx: CompactContext, text: str, *, message: int, tool: str, notes: Notes) -> Blob:
     """Write ``text`` to the archive (unsynced: the original is), noting ``(digest, message, tool)`` for
     the search index; in a dry run only compute where."""
     data = text.encode("utf-8")
@@ -155,15 +146,10 @@ def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int
 
 
 def _offload_input(
-    block: ToolUseBlock,
-    keys: frozenset[str],
-    threshold: int,
-    ctx: CompactContext,
-    moved: list[str],
-    message: int,
-    notes: list[tuple[str, int, str]],
-) -> Any:
-    """``block.input`` with every large string under one of ``keys`` replaced by a pointer."""
+    block: ToolUseBlock, keys: frozenset[str], threshold: int, ctx: CompactContext, message: int, notes: Notes
+) -> tuple[Any, list[str]]:
+    """``block.input`` with every large string under one of ``keys`` replaced by a pointer, and where."""
+    moved: list[str] = []
 
     def offloaded(value: str, label: str) -> str:
         """A pointer to the archive file ``value`` went to, if it is over the threshold; else ``value``."""
@@ -189,10 +175,10 @@ def _offload_input(
 
     inp = block.input
     if not isinstance(inp, str):
-        return walk(inp, None, "")
+        return walk(inp, None, ""), moved
     names = {block.name.lower(), block.name.lower().rsplit("__", 1)[-1]}
     patch = names & _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch")
-    return offloaded(inp, "patch") if patch else inp
+    return (offloaded(inp, "patch") if patch else inp), moved
 
 
 def _may_exceed(text: str, threshold: int) -> bool:

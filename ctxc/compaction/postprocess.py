@@ -1,8 +1,5 @@
-"""Per-tool post-processors: shrink an old tool result to what is still worth reading.
-
-Found by tool name, else by the shape of the call's input: searches keep the top hits, file reads the
-lines the current request mentions, commands their tail and error lines.
-"""
+"""Per-tool post-processors, found by tool name, else by the shape of the call's input: searches keep
+the top hits, file reads the lines the current request mentions, commands their tail and error lines."""
 
 from __future__ import annotations
 

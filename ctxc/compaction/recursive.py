@@ -1,8 +1,6 @@
-"""recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one.
-
-Folding stops once the rest plus the summary fits; ONE summary stands where the span began, pinned units
-in it staying verbatim after it. The layout and summary helpers are shared with ``hierarchical``.
-"""
+"""recursive: summarize the oldest chunk, then fold that summary and the next chunk into a new one until
+the rest fits; ONE summary stands where the span began, pinned units in it staying verbatim after it.
+The layout and summary helpers are shared with ``hierarchical``."""
 
 from __future__ import annotations
 
@@ -79,13 +77,14 @@ def plan_layout(messages: Sequence[Message], ctx: CompactContext, keep_last: int
 def summary_message(text: str, replaced: Sequence[Message]) -> Message:
     """The brand-new user message carrying a summary of ``replaced`` (in order)."""
     first, last = replaced[0], replaced[-1]
+    meta = {"ctxc": "summary", "replaces": (first.index, last.index)}
     return Message(
-        role="user",
-        blocks=(TextBlock(text),),
+        "user",
+        (TextBlock(text),),
         line=first.line,
         index=first.index,
         conversation=first.conversation,
-        meta={"ctxc": "summary", "replaces": (first.index, last.index)},
+        meta=meta,
     )
 
 

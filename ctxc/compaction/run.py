@@ -166,11 +166,8 @@ def compact_transcript(
     original_bytes: Data | None = None,
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
-    """Compact every conversation of ``transcript``. With an archive, the original is stored first.
-
-    ``counts``: the tokens of each message by ``counter``, when the caller counted them as it read.
-    A run that fails leaves none of the objects it offloaded in the archive.
-    """
+    """Compact every conversation of ``transcript`` (``counts``: its messages' tokens, if counted as read).
+    With an archive the original is stored first; a failed run leaves none of the objects it offloaded."""
     from ctxc.profiles import resolve_window
 
     with discard_new_objects_on_failure():
@@ -186,15 +183,7 @@ def compact_transcript(
         else:
             ledger.prime(transcript.messages)
         adapter = get_adapter(transcript.format)
-        plan = make_plan(
-            options,
-            window=window,
-            ledger=ledger,
-            summarizer=summarizer,
-            archive=archive,
-            archive_id=archive_id,
-            adapter=adapter,
-        )
+        plan = make_plan(options, window, ledger, summarizer, archive, archive_id, adapter)
         with _heap_frozen():
             outputs, outcomes = compact_live(transcript, options, plan, adapter)
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
@@ -208,19 +197,12 @@ def compact_transcript(
                 raise AssertionError("the archive stored other bytes than the original")
             archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
         usage = getattr(summarizer, "usage", None)
-        return CompactionResult(
-            transcript=out,
-            archive_id=archive_id,
-            input_sha256=input_sha,
-            window=window,
-            conversations=tuple(outcomes),
-            summarizer_usage=usage() if callable(usage) else None,
-        )
+        spent = usage() if callable(usage) else None
+        return CompactionResult(out, archive_id, input_sha, window, tuple(outcomes), spent)
 
 
 def make_plan(
     options: CompactOptions,
-    *,
     window: int,
     ledger: Ledger,
     summarizer: Any,
@@ -245,14 +227,8 @@ def make_plan(
         instructions=options.instructions,
     )
     steps = _keep_last_steps(options, explicit, strategy)
-    return Plan(
-        strategy,
-        context,
-        steps,
-        allow_over=options.allow_over,
-        tool_role=adapter.tool_role if adapter is not None else False,
-        summary_resets=adapter.summary_resets if adapter is not None else False,
-    )
+    facts = (adapter.tool_role, adapter.summary_resets) if adapter is not None else (False, False)
+    return Plan(strategy, context, steps, options.allow_over, *facts)
 
 
 def compact_live(
@@ -295,17 +271,8 @@ def compact_live(
             source=transcript.source,
         )
         outputs[conv] = (*history, *done.messages)
-        outcomes.append(
-            ConversationOutcome(
-                conv,
-                done.tokens_before,
-                done.tokens_after,
-                plan.context.target,
-                done.pinned_tokens,
-                done.actions,
-                done.repaired,
-            )
-        )
+        figures = (done.tokens_before, done.tokens_after, plan.context.target, done.pinned_tokens)
+        outcomes.append(ConversationOutcome(conv, *figures, done.actions, done.repaired))
     return outputs, outcomes
 
 
@@ -420,19 +387,3 @@ def _verify(
                 path=source.source,
             )
     return replace(reread, source=source.source)
-
-
-__all__ = [
-    "DEFAULT_KEEP_LAST",
-    "CompactOptions",
-    "CompactionResult",
-    "ConversationOutcome",
-    "compact_live",
-    "compact_transcript",
-    "make_plan",
-    "parse_settings",
-    "pinned_indexes",  # kept here for callers that import it from the run (it lives in the kernel)
-    "ready_summarizer",
-    "resolve_target",
-    "strategy_configs",
-]

@@ -1,8 +1,6 @@
 """selective: drop ephemeral units, then normal ones, oldest first; critical, pinned and tail units stay.
-
-A message's importance is its own ``importance`` field, else the first matching rule of a TOML rules
-file (the shipped ``importance.toml``; see docs/strategies.md); a unit takes its messages' highest.
-"""
+A message's importance is its ``importance`` field, else the first matching rule of a TOML rules file
+(the shipped ``importance.toml``; see docs/strategies.md); a unit takes its messages' highest."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""thinking: remove the thinking of older assistant turns, keeping what the API still needs.
-
-The last turn and turns with a call unanswered keep theirs, signatures included. A message left empty
-(a Codex ``reasoning`` item) goes whole. Thinking the client does not send (another model's) stays.
-"""
+"""thinking: remove the thinking of older assistant turns. The last turn and turns with a call unanswered
+keep theirs, signatures included; a message left empty (a Codex ``reasoning`` item) goes whole; thinking
+the client does not send (another model's) stays."""
 
 from __future__ import annotations
 
@@ -52,15 +50,13 @@ class Thinking:
     best_effort: ClassVar[bool] = False
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
-        keep = protected_turns(messages)
-        keep.update(range(max(0, ctx.tail_start(len(messages))), len(messages)))
+        editable = set(ctx.editable(messages)) - protected_turns(messages)
         out: list[Message] = []
         changed: list[tuple[Message, Message | None, int]] = []  # old, new (None: dropped), blocks removed
         for pos, m in enumerate(messages):
             if (
                 m.role != "assistant"
-                or pos in keep
-                or m.index in ctx.pinned
+                or pos not in editable
                 or not any(isinstance(b, ThinkingBlock) for b in m.blocks)
                 or not ctx.ledger.sends_thinking(m)  # removing it would save nothing
             ):

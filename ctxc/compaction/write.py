@@ -1,10 +1,6 @@
-"""Writing compacted conversations back in the format they were read from.
-
-The adapter says how (:mod:`ctxc.formats.base`): its own ``write_compacted`` (Claude Code, Codex), an
-``encode_conversation`` for one conversation per record (datasets, trajectories), or else line per
-message (chat, pi): kept messages keep their exact bytes, changed or new ones are encoded, and records
-that are not messages stay where they were.
-"""
+"""Writing compacted conversations back in the format they were read from, as the adapter says
+(:mod:`ctxc.formats.base`): its own ``write_compacted``, an ``encode_conversation`` per record, or else
+line per message, kept messages and other records keeping their exact bytes and places."""
 
 from __future__ import annotations
 
@@ -50,10 +46,7 @@ def _copied(value: Any) -> Any:
 
 
 def default_eol(transcript: Transcript) -> bytes:
-    for r in transcript.records:
-        if r.eol:
-            return r.eol
-    return b"\n"
+    return next((r.eol for r in transcript.records if r.eol), b"\n")
 
 
 def write_transcript(

@@ -157,10 +157,10 @@ class AnthropicAPI:
         import anthropic
 
         base_url = str(self._client.base_url) if self._client is not None else "?"
+        api, said = "the Anthropic API", one_line(str(exc))
         if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-            return AuthError(
-                f"the API key was rejected ({exc.status_code} {_api_message(exc)}); check ANTHROPIC_API_KEY"
-            )
+            status = f"{exc.status_code} {_api_message(exc)}"
+            return AuthError(f"the API key was rejected ({status}); check ANTHROPIC_API_KEY")
         if isinstance(exc, anthropic.NotFoundError):
             return ModelError(
                 f"unknown model {self.model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
@@ -169,20 +169,18 @@ class AnthropicAPI:
         if isinstance(exc, anthropic.APIStatusError):
             retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
             after = f" after {plural(self.max_retries, 'retry', 'retries')}" if retried else ""
-            return SummarizerError(f"the Anthropic API failed{after}: {exc.status_code} {_api_message(exc)}")
+            return SummarizerError(f"{api} failed{after}: {exc.status_code} {_api_message(exc)}")
         if isinstance(exc, anthropic.APITimeoutError):
             return SummarizerError(
-                f"the Anthropic API did not answer within {self.timeout:g}s ({self.max_retries} retries); "
+                f"{api} did not answer within {self.timeout:g}s ({self.max_retries} retries); "
                 "raise --timeout or try again later"
             )
         if isinstance(exc, anthropic.APIConnectionError):
-            cause = exc.__cause__ or exc
-            return SummarizerError(f"could not reach the Anthropic API at {base_url}: {one_line(str(cause))}")
+            cause = one_line(str(exc.__cause__ or exc))
+            return SummarizerError(f"could not reach {api} at {base_url}: {cause}")
         if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
-            return SummarizerError(
-                f"malformed response from the Anthropic API at {base_url}: {one_line(str(exc))}"
-            )
-        return SummarizerError(f"the Anthropic API call failed: {type(exc).__name__}: {one_line(str(exc))}")
+            return SummarizerError(f"malformed response from {api} at {base_url}: {said}")
+        return SummarizerError(f"{api} call failed: {type(exc).__name__}: {said}")
 
     async def preflight(self) -> None:
         """Check the key and the model (``GET /v1/models/{model}``), once per process."""
@@ -258,11 +256,9 @@ class AnthropicSummarizer:
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
         self.max_output = profile.max_output if profile else FALLBACK_MAX_OUTPUT
+        retries, timeout = options.max_retries, options.timeout
         self.api = AnthropicAPI(
-            self.model,
-            max_retries=options.max_retries,
-            timeout=options.timeout,
-            needs="the anthropic summarizer",
+            self.model, max_retries=retries, timeout=timeout, needs="the anthropic summarizer"
         )
         self._cache = summary_cache(options.use_cache, cache)
         self._sem: asyncio.Semaphore | None = None
@@ -324,7 +320,7 @@ class AnthropicSummarizer:
             raise SummarizerError(
                 f"the summary model's window ({self.window:,} tokens) cannot hold the summarization prompt"
             )
-        chunks: list[tuple[list[Message], list[str]]] = []
+        chunks: list[list[tuple[Message, str]]] = []
         used = 0
         for m in request.messages:
             text = render_message(m)
@@ -332,18 +328,16 @@ class AnthropicSummarizer:
             if cost > room:
                 text, cost = self._clip_to(text, room, count)
             if not chunks or used + cost > room:
-                chunks.append(([], []))
+                chunks.append([])
                 used = 0
-            chunks[-1][0].append(m)
-            chunks[-1][1].append(text)
+            chunks[-1].append((m, text))
             used += cost
-        return [
-            (
-                replace(request, messages=tuple(ms), citation=self._cite(request, ms), previous=None),
-                "\n\n".join(ts),
-            )
-            for ms, ts in chunks
-        ]
+        out = []
+        for chunk in chunks:
+            ms = tuple(m for m, _ in chunk)
+            sub = replace(request, messages=ms, citation=self._cite(request, ms), previous=None)
+            out.append((sub, "\n\n".join(t for _, t in chunk)))
+        return out
 
     def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
         """A single message too large for one call: keep its head and tail, noting the cut."""

@@ -26,15 +26,11 @@ class SummaryCache(SqliteStore):
     )
     PURPOSE = "summarizing without it"
 
-    def get(self, key: bytes) -> str | None:
-        rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
-        return str(rows[0][0]) if rows else None
-
     def lookup(self, key: bytes, spent: Spent) -> str | None:
         """The cached answer, counted in ``spent.cache_hits``."""
-        hit = self.get(key)
-        spent.cache_hits += hit is not None
-        return hit
+        rows = self._read("SELECT text FROM summaries WHERE key = ?", (key,))
+        spent.cache_hits += bool(rows)
+        return str(rows[0][0]) if rows else None
 
     def put(self, key: bytes, model: str, text: str, input_tokens: int, output_tokens: int) -> None:
         row = (key, model, text, input_tokens, output_tokens)

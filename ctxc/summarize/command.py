@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from subprocess import PIPE
 from typing import Any
 
 import orjson
@@ -64,13 +65,7 @@ class CommandSummarizer:
         self._runs += 1
         # A session of its own: a timeout kills the whole pipeline, whose children would hang communicate().
         proc = subprocess.Popen(
-            self.command,
-            shell=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
+            self.command, shell=True, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env, start_new_session=True
         )
         try:
             out, err = proc.communicate(

@@ -22,6 +22,7 @@ from ctxc.summarize.facts import (
     NEXT,
     STATE,
     Fact,
+    Routine,
     Tiers,
     add_counts,
     compose,
@@ -29,7 +30,6 @@ from ctxc.summarize.facts import (
     norm,
     plural,
     previous_facts,
-    routine_facts,
 )
 from ctxc.summarize.toolcalls import Call, classify_call, error_line, shorten
 
@@ -299,28 +299,26 @@ def _file_events(calls: Sequence[Call]) -> list[Fact]:
 
 def _routine_counts(calls: Sequence[Call]) -> list[Fact]:
     changed = {p for c in calls for _, p in c.changes}
-    reads: dict[str, None] = {}
-    work = {"search": 0, "list": 0}
+    r = Routine()
     last = {"search": -1, "list": -1}
-    tables: dict[str, dict[str, int]] = {"ran": {}, "other": {}}
-    seqs = {"read": -1, "ran": -1, "other": -1}
     for c in calls:
         for p in c.reads:
             if p not in changed:
-                reads[p] = None
-                seqs["read"] = c.pos
-        if c.kind in work:
-            work[c.kind] += 1
+                r.reads[p] = None
+                r.seqs["read"] = c.pos
+        if c.kind in last:
+            r.work[c.kind] += 1
             last[c.kind] = c.pos
         elif c.kind == "command" or (c.kind == "read" and not c.reads):
-            tables["ran"][c.key] = tables["ran"].get(c.key, 0) + 1
-            seqs["ran"] = c.pos
+            r.tables["ran"][c.key] += 1
+            r.seqs["ran"] = c.pos
         elif c.kind == "other":
-            tables["other"][c.name] = tables["other"].get(c.name, 0) + 1
-            seqs["other"] = c.pos
-    seqs["work"] = max(last.values())
-    totals = {k: sum(t.values()) for k, t in tables.items()}
-    return routine_facts(list(reads), len(reads), work, tables, totals, seqs)
+            r.tables["other"][c.name] += 1
+            r.seqs["other"] = c.pos
+    r.seqs["work"] = max(last.values())
+    r.read_total = len(r.reads)
+    r.totals.update({k: sum(t.values()) for k, t in r.tables.items()})
+    return r.facts()
 
 
 def _error_events(outcomes: Sequence[_Outcome]) -> list[Fact]:

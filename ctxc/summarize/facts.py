@@ -4,7 +4,7 @@ lower tiers shrink first (routine counts, events, then quotes), bullets matching
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -77,35 +77,40 @@ def _top(counts: Mapping[str, int], k: int = 5) -> str:
     return shown + (", …" if len(ranked) > k else "")
 
 
-def routine_facts(
-    reads: Sequence[str],
-    read_total: int,
-    work: Mapping[str, int],
-    tables: Mapping[str, Mapping[str, int]],
-    totals: Mapping[str, int],
-    seqs: Mapping[str, int],
-) -> list[Fact]:
-    """The tier-3 bullets: files read, searches and listings, commands run, other tool calls; ``totals``
-    may exceed a table's sum when an earlier summary listed only its top names."""
-    out: list[Fact] = []
-    if reads:
-        more = read_total - min(len(reads), 6)
-        shown = ", ".join(reads[:6]) + (f", +{more} more" if more > 0 else "")
-        count = plural(max(read_total, len(reads)), "file")
-        out.append(Fact(ARTIFACTS, f"read {count} ({shown})", seqs["read"], 3))
-    labels = [plural(work["search"], "search", "searches")] if work["search"] else []
-    labels += [plural(work["list"], "listing")] if work["list"] else []
-    if labels:
-        out.append(Fact(ARTIFACTS, "routine: " + ", ".join(labels), seqs["work"], 3))
-    for key, unit in (("ran", "command"), ("other", "other tool call")):
-        table = tables[key]
-        if table:
-            listed = _top(table)
-            if sum(table.values()) < totals[key] and not listed.endswith("…"):
-                listed += ", …"
-            text = f"{plural(totals[key], unit)} ({listed})"
-            out.append(Fact(ARTIFACTS, f"ran {text}" if key == "ran" else text, seqs[key], 3))
-    return out
+@dataclass
+class Routine:
+    """Routine work, counted for the tier-3 bullets: files read, searches and listings (``work``), and
+    commands run and other tool calls by name (``tables`` "ran" and "other"); ``totals`` may exceed a
+    table's sum when an earlier summary listed only its top names. ``seqs``: the last seq of each kind."""
+
+    reads: dict[str, None] = field(default_factory=dict)
+    read_total: int = 0
+    work: Counter[str] = field(default_factory=Counter)
+    tables: dict[str, Counter[str]] = field(default_factory=lambda: {"ran": Counter(), "other": Counter()})
+    totals: Counter[str] = field(default_factory=Counter)
+    seqs: dict[str, int] = field(default_factory=dict)
+
+    def facts(self) -> list[Fact]:
+        out: list[Fact] = []
+        reads, work, seqs = list(self.reads), self.work, self.seqs
+        if reads:
+            more = self.read_total - min(len(reads), 6)
+            shown = ", ".join(reads[:6]) + (f", +{more} more" if more > 0 else "")
+            count = plural(max(self.read_total, len(reads)), "file")
+            out.append(Fact(ARTIFACTS, f"read {count} ({shown})", seqs["read"], 3))
+        labels = [plural(work["search"], "search", "searches")] if work["search"] else []
+        labels += [plural(work["list"], "listing")] if work["list"] else []
+        if labels:
+            out.append(Fact(ARTIFACTS, "routine: " + ", ".join(labels), seqs["work"], 3))
+        for key, unit in (("ran", "command"), ("other", "other tool call")):
+            table, total = self.tables[key], self.totals[key]
+            if table:
+                listed = _top(table)
+                if sum(table.values()) < total and not listed.endswith("…"):
+                    listed += ", …"
+                text = f"{plural(total, unit)} ({listed})"
+                out.append(Fact(ARTIFACTS, f"ran {text}" if key == "ran" else text, seqs[key], 3))
+        return out
 
 
 _ROUTINE_BULLET = re.compile(r"^(?:read \d+ files?|routine:|ran \d+ commands?|\d+ other tool calls?) ")
@@ -163,38 +168,32 @@ def _fold(facts: list[Fact], omitted: dict[str, int]) -> list[Fact]:
 
 def _merge_counts(routine: list[Fact]) -> list[Fact]:
     """Routine count bullets of several summaries added up into one of each kind."""
-    reads: dict[str, None] = {}
-    read_total = 0
-    work = {"search": 0, "list": 0}
-    totals = {"ran": 0, "other": 0}
-    tables: dict[str, dict[str, int]] = {"ran": {}, "other": {}}
-    seqs: dict[str, int] = {}
+    r = Routine()
     kept: list[Fact] = []
     for f in routine:
         if m := _READ_COUNT.match(f.body):
             names = [n for n in m.group(2).split(", ") if n and not re.fullmatch(r"\+\d+ more", n)]
-            read_total += int(m.group(1)) - sum(1 for n in names if n in reads)
-            reads.update(dict.fromkeys(names))
+            r.read_total += int(m.group(1)) - sum(1 for n in names if n in r.reads)
+            r.reads.update(dict.fromkeys(names))
             key = "read"
         elif m := _ROUTINE_COUNT.match(f.body):
             for part in m.group(1).split(", "):
                 n, _, what = part.partition(" ")
                 if n.isdigit():
-                    work["search" if what.startswith("search") else "list"] += int(n)
+                    r.work["search" if what.startswith("search") else "list"] += int(n)
             key = "work"
         elif m := _TOOL_COUNT.match(f.body):
             key = "ran" if m.group(1) else "other"
-            totals[key] += int(m.group(1) or m.group(2))
+            r.totals[key] += int(m.group(1) or m.group(2))
             for item in m.group(3).split(", "):
                 top = _TOP_ITEM.match(item)
                 if top and top.group(1) not in ("", "…"):
-                    name = top.group(1)
-                    tables[key][name] = tables[key].get(name, 0) + int(top.group(2) or 1)
+                    r.tables[key][top.group(1)] += int(top.group(2) or 1)
         else:
             kept.append(f)  # shortened by an earlier shrink: kept as it is
             continue
-        seqs[key] = max(seqs.get(key, f.seq), f.seq)
-    return kept + routine_facts(list(reads), read_total, work, tables, totals, seqs)
+        r.seqs[key] = max(r.seqs.get(key, f.seq), f.seq)
+    return kept + r.facts()
 
 
 def _render_fact(f: Fact, limit: int | None) -> str:
