@@ -77,19 +77,26 @@ def analyze(
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
         "",
-        **opt.pick(locals(), "tokenizer model window input_format top forecast prices"),
+        tokenizer=tokenizer,
         use_cache=not no_cache,
+        model=model,
+        window=window,
         thresholds=opt.parse_thresholds(thresholds),
+        input_format=input_format,
         read_options=options,
+        top=top,
         # Worker processes already fill the cores; threads inside each would only contend.
         concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
+        forecast=forecast,
+        prices=prices,
     )
     results, errors, failed = run_one_or_many(
         [(f, replace(job, path=f)) for f in files],
         analyze_file,
         what="analyzing",
         jobs=workers,
-        **opt.pick(locals(), "fail_fast quiet"),
+        fail_fast=fail_fast,
+        quiet=quiet,
         tokens_of=lambda a: a.total_tokens,
     )
     _emit_analyses(results, out_fmt, messages, errors=errors, exit_code=failed)

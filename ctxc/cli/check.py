@@ -89,14 +89,18 @@ def check(
     from ctxc.check import check_paths, resolve_budget
     from ctxc.cli.batch import resolve_jobs
 
-    budget = resolve_budget(**opt.pick(locals(), "max_usage max_tokens warn_usage model window"))
+    budget = resolve_budget(
+        max_usage=max_usage, max_tokens=max_tokens, warn_usage=warn_usage, model=model, window=window
+    )
     options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     with BatchProgress(len(files), "checking", quiet=quiet) as progress:
         report = check_paths(
             files,
             budget,
-            **opt.pick(locals(), "tokenizer input_format fail_fast"),
+            tokenizer=tokenizer,
+            input_format=input_format,
+            fail_fast=fail_fast,
             thresholds=opt.parse_thresholds(thresholds),
             options=options,
             use_cache=not no_cache,

@@ -52,8 +52,14 @@ def convert(
         for i in inputs
     ]
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
-    flags = opt.pick(locals(), "jobs fail_fast quiet")
-    outcomes = run_files([(j.path, j) for j in jobs_list], convert_file, what="converting", **flags)
+    outcomes = run_files(
+        [(j.path, j) for j in jobs_list],
+        convert_file,
+        what="converting",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
+    )
     raise typer.Exit(batch_exit_code(outcomes, single=fail_fast))
 
 
@@ -89,9 +95,13 @@ def validate(
     options = opt.read_options(skip_invalid, max_line_mb)
     files = expand_paths(paths, glob)
     jobs_list = [ValidateJob(f, not loose, input_format, options) for f in files]
-    flags = opt.pick(locals(), "jobs fail_fast quiet")
     report, errors, failed = run_one_or_many(
-        [(j.path, j) for j in jobs_list], validate_file, what="validating", **flags
+        [(j.path, j) for j in jobs_list],
+        validate_file,
+        what="validating",
+        jobs=jobs,
+        fail_fast=fail_fast,
+        quiet=quiet,
     )
     total = sum(len(r["problems"]) for r in report)
     rc = failed or (int(ExitCode.INVALID) if total else 0)

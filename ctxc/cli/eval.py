@@ -141,9 +141,17 @@ def eval_command(
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
 
-    same = "seed generated needles window keep_last tokenizer search_k search_scope hybrid skip_invalid"
     options = EvalOptions(
-        **opt.pick(locals(), same),
+        seed=seed,
+        generated=generated,
+        needles=needles,
+        window=window,
+        keep_last=keep_last,
+        tokenizer=tokenizer,
+        search_k=search_k,
+        search_scope=search_scope,
+        hybrid=hybrid,
+        skip_invalid=skip_invalid,
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
         targets=_floats(targets, "--targets"),
         use_cache=not no_cache,
@@ -152,8 +160,9 @@ def eval_command(
     if judge is not None:
         from ctxc.evaluate.judge import make_judge
 
-        flags = opt.pick(locals(), "max_retries timeout")
-        judged = make_judge(judge, model=judge_model, use_cache=not no_cache, **flags)
+        judged = make_judge(
+            judge, model=judge_model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache
+        )
     report = _run(sources_from(paths or [], options), options, archive, judged, quiet)
     if opt.table_on_terminal(fmt) == "json":
         write_stdout(dumps(_to_json(report, options)))

@@ -68,10 +68,16 @@ def replay_command(
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
     manager = ContextManager(
-        **opt.pick(locals(), "model window strategy reminders trigger target_ratio tokenizer"),
+        model=model,
+        window=window,
+        strategy=strategy,
+        reminders=reminders,
+        trigger=trigger,
         keep_last=4 if keep_last is None else keep_last,
+        target_ratio=target_ratio,
         thresholds=opt.parse_thresholds(thresholds),
         settings=opt.parse_sets(settings or []),
+        tokenizer=tokenizer,
     )
     transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)

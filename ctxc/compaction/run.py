@@ -183,7 +183,15 @@ def compact_transcript(
         else:
             ledger.prime(transcript.messages)
         adapter = get_adapter(transcript.format)
-        plan = make_plan(options, window, ledger, summarizer, archive, archive_id, adapter)
+        plan = make_plan(
+            options,
+            window=window,
+            ledger=ledger,
+            summarizer=summarizer,
+            archive=archive,
+            archive_id=archive_id,
+            adapter=adapter,
+        )
         with _heap_frozen():
             outputs, outcomes = compact_live(transcript, options, plan, adapter)
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
@@ -198,7 +206,14 @@ def compact_transcript(
             archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
         usage = getattr(summarizer, "usage", None)
         spent = usage() if callable(usage) else None
-        return CompactionResult(out, archive_id, input_sha, window, tuple(outcomes), spent)
+        return CompactionResult(
+            transcript=out,
+            archive_id=archive_id,
+            input_sha256=input_sha,
+            window=window,
+            conversations=tuple(outcomes),
+            summarizer_usage=spent,
+        )
 
 
 def make_plan(
@@ -227,8 +242,14 @@ def make_plan(
         instructions=options.instructions,
     )
     steps = _keep_last_steps(options, explicit, strategy)
-    facts = (adapter.tool_role, adapter.summary_resets) if adapter is not None else (False, False)
-    return Plan(strategy, context, steps, options.allow_over, *facts)
+    return Plan(
+        strategy,
+        context,
+        steps,
+        allow_over=options.allow_over,
+        tool_role=adapter.tool_role if adapter is not None else False,
+        summary_resets=adapter.summary_resets if adapter is not None else False,
+    )
 
 
 def compact_live(
@@ -271,8 +292,17 @@ def compact_live(
             source=transcript.source,
         )
         outputs[conv] = (*history, *done.messages)
-        figures = (done.tokens_before, done.tokens_after, plan.context.target, done.pinned_tokens)
-        outcomes.append(ConversationOutcome(conv, *figures, done.actions, done.repaired))
+        outcomes.append(
+            ConversationOutcome(
+                conv,
+                done.tokens_before,
+                done.tokens_after,
+                plan.context.target,
+                done.pinned_tokens,
+                done.actions,
+                done.repaired,
+            )
+        )
     return outputs, outcomes
 
 
