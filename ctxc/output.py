@@ -226,7 +226,7 @@ def flush_stdout() -> None:
         sys.stdout.flush()
 
 
-class StdoutText:
+class CheckedStdout:
     """stdout for rich consoles (text, each write flushed) and :func:`atomic_output`'s ``-`` (bytes): every
     byte written, or OutputError (:class:`ReaderGone` when the reader went away)."""
 
@@ -292,7 +292,7 @@ def atomic_output(
     (whose failure leaves the target as it was); a device or FIFO is written directly. Raises OutputError."""
     name = str(target)
     if name == "-":
-        sink = StdoutText()
+        sink = CheckedStdout()
         yield cast(BinaryIO, sink)
         sink.flush()
         before_commit()

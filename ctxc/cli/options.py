@@ -12,7 +12,7 @@ import typer
 
 from ctxc._version import __version__
 from ctxc.errors import UsageError
-from ctxc.output import StdoutText, dumps, envelope, write_stdout
+from ctxc.output import CheckedStdout, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
 from ctxc.terminal import stderr_console, visible_console, width_for
 
@@ -94,7 +94,7 @@ def note(message: str) -> None:
 def stdout_console() -> Any:
     """The console of tables and other human-readable output (control characters shown, never obeyed)."""
     # Through write_stdout, so a full disk or a closed stdout is an error rather than lost output.
-    return visible_console(file=cast(IO[str], StdoutText()), highlight=False, **width_for(sys.stdout))
+    return visible_console(file=cast(IO[str], CheckedStdout()), highlight=False, **width_for(sys.stdout))
 
 
 def print_rows(

@@ -42,6 +42,7 @@ _WHOLE_READ_KEYS = frozenset({*_PATH_KEYS, "command", "description", "explanatio
 _WRITE_CONTENT_KEYS = ("content", "file_text", "contents", "text")
 #: Shell characters that make a command more than a single read of one file.
 _SHELL_META = re.compile(r"[|;&<>`$()*?\[\]{}\n]")
+#: The programs :func:`shell_read` recognises, checked on the first word before ``shlex`` parses a command.
 _READ_PROGRAMS = frozenset({"cat", "nl", "head", "tail", "sed"})
 _UNQUOTE = str.maketrans("", "", "'\"\\")
 
