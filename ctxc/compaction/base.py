@@ -105,7 +105,7 @@ class CompactContext:
     ) -> list[Action]:
         """:meth:`shrink` at distinct positions, the new messages counted in one batch."""
         news = [(pos, replace(msgs[pos], blocks=tuple(blocks)), note) for pos, blocks, note in changes]
-        self.ledger.prime([new for _, new, _ in news])
+        self.ledger.count_uncounted([new for _, new, _ in news])
         actions: list[Action] = []
         for pos, new, note in news:
             old = msgs[pos]
