@@ -42,12 +42,6 @@ class Action:
     def saved(self) -> int:
         return self.tokens_before - self.tokens_after
 
-    def noted(self, note: str) -> Action:
-        """This action with another note (``replace`` walks the fields; adaptive notes thousands)."""
-        return Action(
-            self.strategy, self.kind, self.first, self.last, self.tokens_before, self.tokens_after, note
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class StrategyResult:
