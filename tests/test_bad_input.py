@@ -37,6 +37,17 @@ def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     one_line_error(err, "nope.jsonl", "no such file")
 
 
+@pytest.mark.parametrize("command", ["compact", "repair"])
+def test_a_missing_input_leaves_no_archive_behind(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    archive = tmp_path / "archive"
+    code, _, err = run(capsys, command, str(tmp_path / "nope.jsonl"), "--archive", str(archive), "-o", "-")
+    assert code == ExitCode.INPUT
+    one_line_error(err, "nope.jsonl", "no such file")
+    assert not archive.exists()
+
+
 def test_directory_without_transcripts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     code, _, err = run(capsys, "analyze", str(tmp_path))
