@@ -242,3 +242,15 @@ def test_codex_replacement_history_is_compacted_with_the_rest(strategy: str) -> 
     intent = session_intent(t.messages)
     assert intent is not None
     assert request_text(intent) in text
+
+
+@needs_corpus
+@pytest.mark.parametrize("strategy", ["fifo", "adaptive"])
+def test_a_target_above_the_size_leaves_a_compacted_log_as_it_is(strategy: str) -> None:
+    """Nothing compacted, nothing added: the intent from before the log's own compaction is copied in
+    only when ctxc compacts something (it grew the file, saying "nothing to do")."""
+    t = load(CODEX_COMPACTED)
+    size = ctxc.analyze(CODEX_COMPACTED).total_tokens
+    result = compact_transcript(t, CompactOptions(strategy=strategy, target_tokens=size * 2))
+    assert result.tokens_after == result.tokens_before
+    assert b"".join(result.transcript.parts()) == CODEX_COMPACTED.read_bytes()

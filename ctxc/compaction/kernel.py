@@ -78,7 +78,8 @@ def compact_conversation(
     actions: tuple[Action, ...] = ()
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
         out, actions, ctx = _run_strategy(messages, plan, ctx)
-        out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
+        if actions:  # what the client sends is unchanged: nothing was lost to bring back
+            out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
     # Read from the input: the strategy may have removed every result there was to copy.
     tool_role = plan.tool_role or answers_in_tool_messages(messages)
     repaired, fixed = repair_messages(out, tool_role=tool_role)
