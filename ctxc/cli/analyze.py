@@ -41,7 +41,7 @@ def analyze(
     model: opt.ModelOpt = None,
     window: opt.WindowOpt = None,
     thresholds: opt.ThresholdsOpt = DEFAULT_THRESHOLDS_TEXT,
-    top: Annotated[int, typer.Option(help="How many of the largest messages to list.")] = 10,
+    top: Annotated[int, typer.Option(min=0, help="How many of the largest messages to list.")] = 10,
     messages: Annotated[
         bool, opt.flag("--messages", "Table: list every message, not only the largest.")
     ] = False,
