@@ -219,6 +219,33 @@ def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Traceback" not in err
 
 
+def test_a_negative_top_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``--top -1`` listed no messages, silently, as if it were 0."""
+    f = tmp_path / "ok.jsonl"
+    f.write_bytes(GOOD)
+    code, out, err = run(capsys, "analyze", str(f), "--top", "-1")
+    assert code == ExitCode.USAGE
+    assert out == ""
+    one_line_error(err, "--top")
+
+
+@pytest.mark.parametrize(
+    ("command", "batch"), [("compact", "--in-place"), ("compact", "--out-dir"), ("convert", "--out-dir")]
+)
+def test_a_batch_of_stdin_is_a_usage_error(
+    command: str, batch: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``-`` with --out-dir wrote a file named ``-`` there; with --in-place it failed as a batch (12)."""
+    out = tmp_path / "out"
+    where = [str(out)] if batch == "--out-dir" else []
+    code, _, err = run(
+        capsys, command, "-", batch, *where, *(["--archive", str(tmp_path / "a")] * (command == "compact"))
+    )
+    assert code == ExitCode.USAGE
+    one_line_error(err, "stdin")
+    assert not out.exists()
+
+
 def test_subprocess_no_traceback_and_debug_shows_it(tmp_path: Path) -> None:
     f = tmp_path / "bad.jsonl"
     f.write_bytes(b"not json\n")

@@ -164,6 +164,10 @@ def batch_mode(
     if batch and output != "-":
         where = "--out-dir" if in_place is None else "--out-dir or in place"
         raise UsageError(f"--output is for one input; a batch writes to {where}")
+    if batch and "-" in (paths or []):
+        raise UsageError(
+            f"{'--in-place' if in_place else '--out-dir'} needs files, not stdin (give -o for it)"
+        )
     return batch
 
 
