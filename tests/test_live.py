@@ -254,3 +254,14 @@ def test_a_target_above_the_size_leaves_a_compacted_log_as_it_is(strategy: str) 
     result = compact_transcript(t, CompactOptions(strategy=strategy, target_tokens=size * 2))
     assert result.tokens_after == result.tokens_before
     assert b"".join(result.transcript.parts()) == CODEX_COMPACTED.read_bytes()
+
+
+@needs_corpus
+def test_fifo_again_keeps_its_own_copy_of_the_intent_instead_of_growing() -> None:
+    """A second run finds the copy of the session's first request that the first run put in the live
+    context: it stays pinned, rather than being dropped, quoted in a placeholder and copied in again."""
+    size = ctxc.analyze(PI).total_tokens
+    options = CompactOptions(strategy="fifo", target_tokens=size // 8, allow_over=True)
+    once = compact_transcript(load(PI), options).transcript
+    again = compact_transcript(once, options)
+    assert again.tokens_after <= again.tokens_before

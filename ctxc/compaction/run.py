@@ -273,8 +273,12 @@ def compact_live(
         chain = tuple(m for m in everything if m.index not in live.abandoned)
         keep = pinned_indexes(chain, options.pins)
         reset = live.resets.get(conv)
-        # What must survive but lies before the log's own compaction goes into the live context.
-        requests = tuple(copy_of(m, "pinned") for m in history if m.index in keep and is_plain(m))
+        # What must survive but lies before the log's own compaction goes into the live context, unless
+        # an earlier run's copy is there already: then that copy is what is kept.
+        copied = {m.text: m.index for m in messages if is_plain(m)}
+        pinned = [m for m in history if m.index in keep and is_plain(m)]
+        keep |= {copied[m.text] for m in pinned if m.text in copied}
+        requests = tuple(copy_of(m, "pinned") for m in pinned if m.text not in copied)
         # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
         as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
         if as_is and adapter.rewrites_carried:
