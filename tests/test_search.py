@@ -204,6 +204,14 @@ def test_index_is_idempotent_and_scoped_by_id(archive: Archive) -> None:
     assert {h.archive_id[:1] for h in only_b} == {"b"}
 
 
+def test_an_id_the_index_does_not_hold_is_an_archive_error(archive: Archive) -> None:
+    """``--id`` with a mistyped id said "no hits", as if the words were not in that original."""
+    index_transcript(archive, "a" * 64, session())
+    with pytest.raises(ArchiveError, match="holds no object cccc"):
+        search("staging bucket", archive=archive, limit=5, archive_id="cccc")
+    assert search("staging bucket", archive=archive, limit=5, archive_id="AAAA")
+
+
 def test_raw_fts_syntax_and_its_errors(archive: Archive) -> None:
     index_transcript(archive, "a" * 64, session())
     assert search('"staging bucket" AND quokka', archive=archive, raw=True)

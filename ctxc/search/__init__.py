@@ -309,6 +309,8 @@ def search(
                 index_queued(store, index)
                 sync(store, index)
             start_indexer(store.root)  # for anything queued while this search held the lock
+        if archive_id and not any(i.startswith(archive_id.lower()) for i in index.archive_ids()):
+            raise ArchiveError(f"archive {store.root} holds no object {archive_id}")
         return search_index(
             index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
         )
