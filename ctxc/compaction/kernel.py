@@ -78,7 +78,7 @@ def compact_conversation(
     actions: tuple[Action, ...] = ()
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
         out, actions, ctx = _run_strategy(messages, plan, ctx)
-        if actions:  # what the client sends is unchanged: nothing was lost to bring back
+        if actions or before > target:  # within target and untouched, what the client sends stays as it is
             out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
     # Read from the input: the strategy may have removed every result there was to copy.
     tool_role = plan.tool_role or answers_in_tool_messages(messages)
