@@ -49,6 +49,8 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 #: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
 _INTERRUPTED = "[Request interrupted by user"
+#: A response's ``usage`` keys, in the order of the first four ``Usage`` fields.
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
@@ -70,44 +72,35 @@ def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
     )
 
 
-def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
-    """The usage an assistant record's ``message`` carries (this reader's and ``usage_scan``'s)."""
-    u = message.get("usage")
-    if not isinstance(u, dict):
+def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]]) -> Usage | None:
+    """The usage of a response from the ``message`` and line of each record it was written in (this
+    reader's and ``usage_scan``'s): each repeats it, and output_tokens grows as the response streams,
+    so the field-wise maximum is the final count. One ``Usage`` for the response, not one a record."""
+    most: list[int] | None = None
+    line, model = 0, None
+    for message, at in parts:
+        u = message.get("usage")
+        if not isinstance(u, dict):
+            continue
+        counts = [count(u.get(key)) for key in _USAGE_KEYS]
+        counts.append(hour_writes(u))
+        if most is None:
+            most, line = counts, at
+        else:
+            most = list(map(max, most, counts))
+        if model is None:
+            name = _str(message.get("model"))
+            # "<synthetic>" marks a message the client made up (an error notice), not a model call.
+            model = name if name and not name.startswith("<") else None
+    if most is None:
         return None
-    model = _str(message.get("model"))
-    return Usage(
-        input=count(u.get("input_tokens")),
-        output=count(u.get("output_tokens")),
-        cache_read=count(u.get("cache_read_input_tokens")),
-        cache_write=count(u.get("cache_creation_input_tokens")),
-        cache_write_1h=hour_writes(u),
-        line=line,
-        # "<synthetic>" marks a message the client made up (an error notice), not a model call.
-        model=model if model and not model.startswith("<") else None,
-    )
+    return Usage(most[0], most[1], most[2], most[3], line, None, model, most[4])
 
 
 def hour_writes(usage: Mapping[str, Any]) -> int:
     """The tokens a call wrote to the one-hour cache (``cache_creation.ephemeral_1h_input_tokens``)."""
     detail = usage.get("cache_creation")
     return count(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
-
-
-def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
-    """The usage of a response split over records: each repeats it, and output_tokens grows as the
-    response streams, so the field-wise maximum is the final count."""
-    if a is None or b is None:
-        return a or b
-    return Usage(
-        input=max(a.input, b.input),
-        output=max(a.output, b.output),
-        cache_read=max(a.cache_read, b.cache_read),
-        cache_write=max(a.cache_write, b.cache_write),
-        line=a.line,
-        model=a.model or b.model,
-        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
-    )
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
@@ -190,7 +183,8 @@ class _Open:
     indexes: list[int] = field(default_factory=list)
     raws: list[dict[str, Any]] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
-    usage: Usage | None = None
+    #: The ``message`` and line of each record whose usage counts (see :func:`response_usage`).
+    usages: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     line: int = 0
     #: A later part of a response that was already yielded (past the state bounds).
     continuation: bool = False
@@ -319,7 +313,7 @@ class _Reader:
             line=op.line,
             records=tuple(op.indexes),
             importance=next((i for i in (_str(r.get("importance")) for r in op.raws) if i), None),
-            usage=op.usage,
+            usage=response_usage(op.usages),
             meta=meta,
             raw=op.raws[0] if len(op.raws) == 1 else tuple(op.raws),
         )
@@ -344,7 +338,7 @@ class _Reader:
     def assistant(self, i: int, rec: Record, data: dict[str, Any], message: dict[str, Any]) -> Iterator[Item]:
         blocks = parse_anthropic_content(message.get("content"))
         self._remember_tools(blocks)
-        usage = None if message.get("model") == SYNTHETIC_MODEL else response_usage(message, rec.line)
+        usage = [] if message.get("model") == SYNTHETIC_MODEL else [(message, rec.line)]
         mid = _str(message.get("id"))
         op = self.open
         if (
@@ -356,13 +350,13 @@ class _Reader:
             op.indexes.append(i)
             op.raws.append(data)
             op.blocks.extend(blocks)
-            op.usage = merged_usage(op.usage, usage)
+            op.usages += usage
             return
         yield from self.flush()
         # A late part of a response already yielded (only past the state bounds, or when another
         # response was written in between): its own message, with the usage not counted again.
         continuation = mid is not None and mid in self.closed_ids
-        op = _Open(mid, [i], [data], list(blocks), None if continuation else usage, rec.line, continuation)
+        op = _Open(mid, [i], [data], list(blocks), [] if continuation else usage, rec.line, continuation)
         if mid is None:
             yield from self._emit(self._merged(op))
         else:
