@@ -131,12 +131,40 @@ def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bo
     }
 
 
-def _message(role: Role, blocks: tuple[Block, ...], i: int, rec: Record, meta: dict[str, Any]) -> Message:
+@dataclass(slots=True)
+class _Draft:
+    """A message read but not yet placed: its index is known only when it is emitted, after the later
+    records of a response and the user records joined to it. Not frozen, unlike ``Message``: a frozen
+    instance costs several times as much to make (bench/README.md, "Session 15")."""
+
+    role: Role
+    blocks: tuple[Block, ...]
+    line: int
+    records: tuple[int, ...]
+    importance: str | None
+    meta: dict[str, Any]
+    raw: Any
+    usage: Usage | None = None
+
+    def placed(self, index: int, conversation: int) -> Message:
+        return Message(
+            self.role,
+            self.blocks,
+            self.line,
+            index,
+            self.records,
+            conversation,
+            self.importance,
+            self.usage,
+            self.meta,
+            self.raw,
+        )
+
+
+def _message(role: Role, blocks: tuple[Block, ...], i: int, rec: Record, meta: dict[str, Any]) -> _Draft:
     """A user or system message read from record ``i`` alone."""
     data = rec.data
-    return Message(
-        role, blocks, rec.line, records=(i,), importance=_str(data.get("importance")), meta=meta, raw=data
-    )
+    return _Draft(role, blocks, rec.line, (i,), _str(data.get("importance")), meta, data)
 
 
 def _own(meta: Mapping[str, Any]) -> bool:
@@ -146,7 +174,7 @@ def _own(meta: Mapping[str, Any]) -> bool:
     )
 
 
-def _joined(held: Message, item: Message) -> Message:
+def _joined(held: _Draft, item: _Draft) -> _Draft:
     """``held`` and the user message after it on its chain as one message; ``raw`` keeps every record's
     dict (the writer splits changed blocks back over the records)."""
     raws = held.raw if isinstance(held.raw, tuple) else (held.raw,)
@@ -164,7 +192,7 @@ def _joined(held: Message, item: Message) -> Message:
     )
 
 
-def _interruption(message: Message) -> bool:
+def _interruption(message: _Draft) -> bool:
     """Whether ``message`` is only the client's note that the user interrupted the turn."""
     return bool(message.blocks) and all(
         isinstance(b, TextBlock) and b.text.startswith(_INTERRUPTED) for b in message.blocks
@@ -197,7 +225,7 @@ class _Reader:
         self.index = 0
         self.open: _Open | None = None
         # Items read while a response is open: messages (index not yet final) and boundaries.
-        self.pending: list[Message | Boundary] = []
+        self.pending: list[_Draft | Boundary] = []
         # The last _RECENT_IDS closed response ids, oldest first (a dict: every assistant record asks).
         self.closed_ids: dict[str, None] = {}
         self.tool_names: dict[str, str] = {}
@@ -209,11 +237,11 @@ class _Reader:
         self.last_side: str | None = None
         self.tree = Tree()
         # A user message not yet emitted: the next user record on its chain joins it.
-        self.held: Message | None = None
+        self.held: _Draft | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
 
-    def _emit(self, item: Message | Boundary) -> Iterator[Item]:
-        if isinstance(item, Message) and item.role == "user":
+    def _emit(self, item: _Draft | Boundary) -> Iterator[Item]:
+        if isinstance(item, _Draft) and item.role == "user":
             held = self.held
             if held is not None and self._joins(held, item):
                 self.held = _joined(held, item)
@@ -232,14 +260,14 @@ class _Reader:
         if held is not None:
             yield from self._place(held)
 
-    def _place(self, item: Message | Boundary) -> Iterator[Item]:
+    def _place(self, item: _Draft | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
             yield replace(item, index=self.index)
             return
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
             self.record_conv.pop(i, None)
-        msg = item.with_position(self.index, conv)
+        msg = item.placed(self.index, conv)
         self.index += 1
         meta = msg.meta
         side = meta.get("is_sidechain") is True
@@ -253,7 +281,7 @@ class _Reader:
         if msg.usage is not None:
             yield msg.usage
 
-    def _joins(self, held: Message, item: Message) -> bool:
+    def _joins(self, held: _Draft, item: _Draft) -> bool:
         """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
         sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
         the same response (parallel tool results hang off the response's parts)."""
@@ -274,7 +302,7 @@ class _Reader:
         response = self.last_response.get(conv, frozenset())
         return parent is not None and parent in response and _results(item.blocks) and _results(held.blocks)
 
-    def _queue(self, item: Message | Boundary) -> Iterator[Item]:
+    def _queue(self, item: _Draft | Boundary) -> Iterator[Item]:
         if self.open is None:
             yield from self._emit(item)
             return
@@ -296,7 +324,7 @@ class _Reader:
         for item in pending:
             yield from self._emit(item)
 
-    def _merged(self, op: _Open) -> Message:
+    def _merged(self, op: _Open) -> _Draft:
         first = op.raws[0]
         first_msg = first["message"]
         meta = _meta(first, first_msg, False)
@@ -307,15 +335,15 @@ class _Reader:
             meta["stop_reason"] = next((s for s in reversed(stops) if s), None)
         else:
             meta["content_string"] = isinstance(first_msg.get("content"), str)
-        return Message(
+        return _Draft(
             role="assistant",
             blocks=tuple(op.blocks),
             line=op.line,
             records=tuple(op.indexes),
             importance=next((i for i in (_str(r.get("importance")) for r in op.raws) if i), None),
-            usage=response_usage(op.usages),
             meta=meta,
             raw=op.raws[0] if len(op.raws) == 1 else tuple(op.raws),
+            usage=response_usage(op.usages),
         )
 
     def _remember_tools(self, blocks: Iterable[Block]) -> None:
