@@ -83,11 +83,15 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     store = Archive.open(job.archive)
     store.check_manifest()
     archive_id = store.store(data)
+    adapter = get_adapter(transcript.format)
+    # A format that answers calls with role ``tool`` says so; a chat log shows it by its own results.
+    tool_role = True if adapter.tool_role else None
     repaired = {
-        conv: repair_messages(transcript.conversation(conv)) for conv in range(transcript.conversations)
+        conv: repair_messages(transcript.conversation(conv), tool_role=tool_role)
+        for conv in range(transcript.conversations)
     }
     outputs = {conv: messages for conv, (messages, _) in repaired.items()}
-    result = write_transcript(transcript, outputs, get_adapter(transcript.format), archive_id=archive_id)
+    result = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
     out_bytes = result.to_bytes()
     entry = {
         "command": "repair",

@@ -269,7 +269,7 @@ def boundary_lines(a: Analysis) -> list[Any]:
 
 # Fitting tables. rich shrinks a table that is too wide by cutting its widest columns ("assista…");
 # Fitted sets the widths so no value is cut: natural widths, else each column at least its longest
-# word, else fewer columns, else column groups that repeat the keys, at last one record per row.
+# word, else fewer columns, else column groups that repeat the keys, at last one block per row.
 
 #: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
 _FOLD_MIN = 16
@@ -337,7 +337,7 @@ class Fitted:
             if name in names and names.index(name) in shown:
                 shown.remove(names.index(name))
                 choices.append(list(shown))
-        # Leaving out a column is better than folding a word; folding is better than a record a row.
+        # Leaving out a column is better than folding a word; folding is better than a block per row.
         for folding in ((), fold) if fold else ((),):
             for choice in choices:
                 narrower = table if len(choice) == len(names) else _subtable(table, choice)
@@ -352,7 +352,7 @@ class Fitted:
                         yield ""
                     yield group
                 return
-        yield from _records(table, names)
+        yield from _row_blocks(table, names)
 
 
 def _measures(
@@ -422,7 +422,7 @@ def _groups(
     return groups
 
 
-def _records(table: Any, names: Sequence[str]) -> Any:
+def _row_blocks(table: Any, names: Sequence[str]) -> Any:
     """One block per row, a line per column (``name  value``): the layout of last resort."""
     from rich.table import Table
     from rich.text import Text

@@ -97,7 +97,7 @@ def replay(
     """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
     ``compact=False`` only injects reminders (``ctxc remind``)."""
     ledger = Ledger(manager.counter)
-    ledger.prime(transcript.messages)
+    ledger.count_uncounted(transcript.messages)
     live = live_context(transcript.boundaries, transcript.messages)
     conv = _pick_conversation(transcript, ledger, live.side) if conversation is None else conversation
     if not 0 <= conv < transcript.conversations:
@@ -187,8 +187,8 @@ class _Run:
     def withhold(self, messages: list[Message]) -> None:
         """Count ``messages`` without their thinking from now on, and every other message with it."""
         if messages or self.withheld:
-            self.ledger.resend()
-            self.ledger.unsend(messages)
+            self.ledger.send_all_thinking()
+            self.ledger.withhold_thinking(messages)
             self.withheld = bool(messages)
             self.raw_tokens = self.ledger.total(self.raw)
             self.managed_tokens = self.ledger.total(self.managed)

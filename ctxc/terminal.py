@@ -12,7 +12,7 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: The same but a CRLF's carriage return: what :func:`visible` escapes.
 _ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 
-#: The width of a console off a terminal: lines to a pipe or file are never wrapped (one record a line).
+#: The width of a console off a terminal: lines to a pipe or file are never wrapped (each row stays one line).
 UNWRAPPED = 1 << 16
 
 
@@ -23,7 +23,7 @@ def _escape(match: re.Match[str]) -> str:
 def visible(text: str) -> str:
     """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``) but tab, newline
     and a CRLF's carriage return (a lone one could hide the line)."""
-    # A character class alone scans at C speed: text without controls (most) is not run through _ESCAPED.
+    # A character class alone is matched at C speed: text without controls (most) is not run through _ESCAPED.
     return text if _CONTROL.search(text) is None else _ESCAPED.sub(_escape, text)
 
 

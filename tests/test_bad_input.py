@@ -37,6 +37,17 @@ def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     one_line_error(err, "nope.jsonl", "no such file")
 
 
+@pytest.mark.parametrize("command", ["compact", "repair"])
+def test_a_missing_input_leaves_no_archive_behind(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    archive = tmp_path / "archive"
+    code, _, err = run(capsys, command, str(tmp_path / "nope.jsonl"), "--archive", str(archive), "-o", "-")
+    assert code == ExitCode.INPUT
+    one_line_error(err, "nope.jsonl", "no such file")
+    assert not archive.exists()
+
+
 def test_directory_without_transcripts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     code, _, err = run(capsys, "analyze", str(tmp_path))
@@ -116,6 +127,17 @@ def test_huge_single_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     code, _, err = run(capsys, "analyze", str(f))
     assert code == ExitCode.INPUT
     one_line_error(err, "huge.jsonl:3:", "50.0 MB", "--max-line-mb")
+
+
+@pytest.mark.parametrize("tokenizer", ["o200k_base", "usage"])
+def test_a_small_line_limit_is_said_in_figures_that_differ(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tokenizer: str
+) -> None:
+    f = tmp_path / "small.jsonl"
+    f.write_bytes(b'{"role":"user","content":"' + b"x" * 1_600 + b'"}\n')
+    code, _, err = run(capsys, "analyze", str(f), "--max-line-mb", "0.001", "--tokenizer", tokenizer)
+    assert code == ExitCode.INPUT
+    one_line_error(err, "line is 0.0016 MB, over the 0.001 MB limit")
 
 
 def test_huge_single_line_allowed_when_raised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

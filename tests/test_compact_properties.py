@@ -203,14 +203,14 @@ def test_the_ledger_carries_counts_only_to_messages_with_equal_blocks() -> None:
     changed = data.replace(b"said 2", b"said two")
     new = load(io.BytesIO(changed)).messages
     ledger = Ledger(tally := Tally())
-    ledger.prime(old)
-    ledger.carry(new, old)
+    ledger.count_uncounted(old)
+    ledger.inherit_counts(new, old)
     tally.seen.clear()
     assert [ledger.tokens(m) for m in new] == [8, 8, 8]  # 4 words and 4 tokens of framing each
     assert tally.seen == ["user said two things"]  # only the message whose blocks differ is counted
     fresh = Ledger(tally := Tally())
-    fresh.prime(old)
-    fresh.carry(new[:2], old)  # not aligned: nothing is carried
+    fresh.count_uncounted(old)
+    fresh.inherit_counts(new[:2], old)  # not aligned: nothing is carried
     tally.seen.clear()
     fresh.total(new[:2])
     assert len(tally.seen) == 2

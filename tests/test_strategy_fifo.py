@@ -106,7 +106,7 @@ def make_ctx(
     ledger: Ledger | None = None,
 ) -> CompactContext:
     ledger = ledger or Ledger(WordCounter())
-    ledger.prime(messages)
+    ledger.count_uncounted(messages)
     return CompactContext(
         target=target,
         window=1_000_000,
@@ -814,7 +814,7 @@ def corpus_cases(path: Path, strategy: Strategy, undroppable: Any) -> None:
     """Run ``strategy`` on every conversation of ``path`` at 50% and 20% of its tokens."""
     transcript = load(path)
     ledger = Ledger(make_counter("approx", use_cache=False))
-    ledger.prime(transcript.messages)
+    ledger.count_uncounted(transcript.messages)
     for conv in range(transcript.conversations):
         messages = transcript.conversation(conv)
         if not messages:

@@ -312,7 +312,7 @@ def test_the_second_pass_counts_in_batches_not_one_result_at_a_time() -> None:
     tokenizer = CountingTokenizer()
     led = Ledger(CachedCounter(tokenizer))
     # Counts taken as the file was read, as compact does: the counter has not seen these texts.
-    led.seed(msgs, [sum(len(t) // 4 for t in message_texts(m)) + 4 for m in msgs])
+    led.take_counts(msgs, [sum(len(t) // 4 for t in message_texts(m)) + 4 for m in msgs])
     result = MASK.compact(msgs, make_ctx(msgs, target=1, ledger=led, config=MaskConfig(keep_last_results=0)))
     assert sum(a.kind == "mask" for a in result.actions) == 20
     assert len(tokenizer.batches) <= 4, tokenizer.batches

@@ -99,7 +99,7 @@ def make_ctx(
     instructions: str | None = None,
 ) -> CompactContext:
     ledger = ledger or Ledger(WordCounter())
-    ledger.prime(messages)
+    ledger.count_uncounted(messages)
     return CompactContext(
         target=target,
         window=1_000_000,

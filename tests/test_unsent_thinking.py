@@ -131,7 +131,7 @@ def test_thinking_strategy_saves_nothing_on_thinking_not_sent(
     t = load(path)
     live = live_context(t.boundaries, t.messages)
     ledger = Ledger(make_counter("o200k_base"))
-    ledger.unsend(m for m in t.messages if m.index in live.unsent_thinking)
+    ledger.withhold_thinking(m for m in t.messages if m.index in live.unsent_thinking)
     ctx = CompactContext(
         target=1, window=200_000, ledger=ledger, summarizer=get_summarizer("extractive"), keep_last=0
     )
@@ -159,9 +159,9 @@ def test_the_ledger_counts_unsent_thinking_in_one_call() -> None:
             return inner.count(texts)
 
     ledger = Ledger(Recording())
-    ledger.prime(messages)
+    ledger.count_uncounted(messages)
     before = len(calls)
-    ledger.unsend(messages)
+    ledger.withhold_thinking(messages)
     assert len(calls) - before == 1  # a round trip to a counting worker each would be one per message
     assert all(not ledger.sends_thinking(m) for m in messages)
 

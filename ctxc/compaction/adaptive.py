@@ -72,7 +72,7 @@ class Adaptive:
                 result = self.run_stage(name, msgs, ctx, cfg)
                 msgs = result.messages
                 actions.extend(
-                    a.noted(f"stage {stage}; {a.note}" if a.note else f"stage {stage}")
+                    replace(a, note=f"stage {stage}; {a.note}" if a.note else f"stage {stage}")
                     for a in result.actions
                 )
         return StrategyResult(msgs, tuple(actions))

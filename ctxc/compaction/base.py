@@ -42,12 +42,6 @@ class Action:
     def saved(self) -> int:
         return self.tokens_before - self.tokens_after
 
-    def noted(self, note: str) -> Action:
-        """This action with another note (``replace`` walks the fields; adaptive notes thousands)."""
-        return Action(
-            self.strategy, self.kind, self.first, self.last, self.tokens_before, self.tokens_after, note
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class StrategyResult:
@@ -105,7 +99,7 @@ class CompactContext:
     ) -> list[Action]:
         """:meth:`shrink` at distinct positions, the new messages counted in one batch."""
         news = [(pos, replace(msgs[pos], blocks=tuple(blocks)), note) for pos, blocks, note in changes]
-        self.ledger.prime([new for _, new, _ in news])
+        self.ledger.count_uncounted([new for _, new, _ in news])
         actions: list[Action] = []
         for pos, new, note in news:
             old = msgs[pos]

@@ -20,7 +20,7 @@ from ctxc.formats.base import ForksSessions
 from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope
 from ctxc.pricing import default_prices, saving_per_turn
-from ctxc.reader import ReadOptions, Spool, named_bytes, read_all
+from ctxc.reader import ReadOptions, Spool, named_bytes, open_binary, read_all
 from ctxc.tokens import counting_processes
 from ctxc.tokens.reading import load_counted
 
@@ -140,6 +140,8 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         raise UsageError("--fork needs a session file, not stdin")
     if not job.dry_run and not job.make_dirs and not job.fork:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
+    if job.path != "-":  # a missing or unreadable input fails before an archive is made for it
+        open_binary(job.path)[1].close()
     store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
     if store is None:
         return _compact_file(job, None, None)

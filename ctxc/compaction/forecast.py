@@ -36,7 +36,7 @@ def forecast(
     keep_last: int = 4,
 ) -> tuple[StageForecast, ...]:
     ledger = Ledger(counter)
-    ledger.prime(transcript.messages)
+    ledger.count_uncounted(transcript.messages)
     summarizer = get_summarizer("extractive")
     archive_id = sha256_hex(transcript.to_bytes())
     stage2, stage3, stage4, stage5 = thresholds

@@ -179,9 +179,9 @@ def compact_transcript(
         archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
         stored = _store_in_background(archive, data, archive_id)
         if counts is not None:
-            ledger.seed(transcript.messages, counts)
+            ledger.take_counts(transcript.messages, counts)
         else:
-            ledger.prime(transcript.messages)
+            ledger.count_uncounted(transcript.messages)
         adapter = get_adapter(transcript.format)
         plan = make_plan(
             options,
@@ -196,7 +196,7 @@ def compact_transcript(
             outputs, outcomes = compact_live(transcript, options, plan, adapter)
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
         # The read-back needs the counts of what was written alone: the rest goes before it.
-        enforce, ledger = plan.enforce, ledger.only(written.messages)
+        enforce, ledger = plan.enforce, ledger.restricted_to(written.messages)
         del plan
         out = _verify(written, transcript, outcomes, ledger, enforce=enforce, allow_over=options.allow_over)
         if archive is not None and stored is not None:
@@ -261,7 +261,7 @@ def compact_live(
     outputs: dict[int, tuple[Message, ...]] = {}
     # What the client no longer sends (before the log's own compaction, inline subagent runs) stays.
     live = live_context(transcript.boundaries, transcript.messages)
-    plan.context.ledger.unsend(m for m in transcript.messages if m.index in live.unsent_thinking)
+    plan.context.ledger.withhold_thinking(m for m in transcript.messages if m.index in live.unsent_thinking)
     for conv in range(transcript.conversations):
         everything = transcript.conversation(conv)
         if conv in live.side:
@@ -403,8 +403,8 @@ def _verify(
         problems = pairing_problems(live.split(reread.conversation(conversation))[1], strict=True)
         if problems:
             raise AssertionError(f"compacted output has a pairing problem: {problems[0]}")
-    ledger.carry(reread.messages, written.messages)  # most lines read back as they were written
-    ledger.unsend(m for m in reread.messages if m.index in live.unsent_thinking)
+    ledger.inherit_counts(reread.messages, written.messages)  # most lines read back as they were written
+    ledger.withhold_thinking(m for m in reread.messages if m.index in live.unsent_thinking)
     for k, outcome in enumerate(outcomes):
         reset = live.resets.get(outcome.conversation)
         carried = ledger.total(reset.carried) if reset is not None else 0

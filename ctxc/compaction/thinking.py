@@ -67,7 +67,7 @@ class Thinking:
             if new is not None:
                 out.append(new)
             changed.append((m, new, len(m.blocks) - len(blocks)))
-        ctx.ledger.prime([new for _, new, _ in changed if new is not None])
+        ctx.ledger.count_uncounted([new for _, new, _ in changed if new is not None])
         actions: list[Action] = []
         for m, new, removed in changed:
             before = ctx.ledger.tokens(m)

@@ -238,7 +238,7 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     t = planted.transcript
     live = live_context(t.boundaries, t.messages)
     ledger = Ledger(counter)  # counts the live context as sent, as compaction does
-    ledger.unsend(m for m in t.messages if m.index in live.unsent_thinking)
+    ledger.withhold_thinking(m for m in t.messages if m.index in live.unsent_thinking)
     sizes = [ledger.total(live.split(t.conversation(c))[1]) for c in range(t.conversations)]
     exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
     window = options.window or max([*sizes, 1])

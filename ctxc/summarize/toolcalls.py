@@ -95,7 +95,7 @@ class Call:
     reads: tuple[str, ...] = ()
     plan: tuple[str, ...] | None = None  # open items of a todo/plan call
     plan_done: int = 0
-    shell: bool = False  # a shell command: its result is command output, scanned for error lines
+    shell: bool = False  # a shell command: its result is command output, checked for error lines
 
 
 def _command_text(inp: Any) -> str:
@@ -197,7 +197,7 @@ def _segment_kind(verb: str, args: list[str], changes: list[tuple[str, str]], re
         if verb == "mv":
             changes.extend(("deleted", p) for p in paths[:-1])
     elif verb == "git" and sub in (["diff"], ["show"], ["log"], ["blame"]):
-        return "read"  # output is content: not scanned for error lines
+        return "read"  # output is content: not checked for error lines
     elif verb == "git" and sub == ["grep"]:
         return "search"
     else:
@@ -319,8 +319,8 @@ _ERROR_LINE = re.compile(
     re.M,
 )
 _EXCEPTION_LINE = re.compile(r"^\s*[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*\S", re.M)
-#: Tool results are scanned for error lines only in their head and tail (tracebacks end a result).
-_SCAN_CHARS = 20_000
+#: Tool results are checked for error lines only in their head and tail (tracebacks end a result).
+_HEAD_TAIL_CHARS = 20_000
 
 
 def _output_text(text: str) -> str:
@@ -338,16 +338,16 @@ def _output_text(text: str) -> str:
 def error_line(result: ToolResultBlock, call: Call | None, exit_code: Any = None) -> str | None:
     """The telling error line of a failed result, or None when the result looks successful."""
     text = result.text or ""
-    if len(text) > 2 * _SCAN_CHARS:
-        text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+    if len(text) > 2 * _HEAD_TAIL_CHARS:
+        text = text[:_HEAD_TAIL_CHARS] + "\n" + text[-_HEAD_TAIL_CHARS:]
     text = _output_text(text)
     code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     # grep and friends exit 1 for "no match", which is an answer, not a failure.
     no_match = code == 1 and call is not None and call.kind == "search"
     failed = result.is_error or (code is not None and code != 0 and not no_match)
-    # Only command output is scanned: in file contents and documents "Error" is code or prose.
-    scan = call is not None and call.shell and call.kind in ("command", "change")
-    hits = list(_ERROR_LINE.finditer(text)) if (failed or scan) else []
+    # Only command output is checked: in file contents and documents "Error" is code or prose.
+    is_output = call is not None and call.shell and call.kind in ("command", "change")
+    hits = list(_ERROR_LINE.finditer(text)) if (failed or is_output) else []
     if not failed and not hits:
         return None
     lines: list[str] = []

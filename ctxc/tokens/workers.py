@@ -59,10 +59,10 @@ class Plan(NamedTuple):
 def plan(args: Sequence[str]) -> Plan | None:
     """The pool to start for ``ctxc ARGS``, or None where one would not pay for itself.
 
-    A scan, not a parse: any argument naming a regular file counts toward the input size (an existing
-    ``-o`` target too, which only errs toward a larger pool). A folder means a batch, which runs its
-    own processes, as do ``--jobs`` over several files. Standard input is of unknown size. An
-    ``analyze`` the analysis cache will serve counts nothing.
+    A look at the arguments, not a parse: any argument naming a regular file counts toward the input
+    size (an existing ``-o`` target too, which only errs toward a larger pool). A folder means a batch,
+    which runs its own processes, as do ``--jobs`` over several files. Standard input is of unknown
+    size. An ``analyze`` the analysis cache will serve counts nothing.
     """
     if not args or args[0] not in COUNTING_COMMANDS:
         return None
