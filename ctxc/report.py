@@ -98,7 +98,7 @@ class Analysis:
 
 #: What a scan keeps of each message: index, line, role, kind, tool (its first), tokens, conversation,
 #: the tokens of thinking inside it when its kind is another (reported under kind ``thinking``), and
-#: when it holds several tools' calls or results, the tokens of each tool's own besides the first's.
+#: when it holds several tools' calls or results, each other tool's tokens by name (else None).
 Row = tuple[int, int, str, str, str | None, int, int, int, dict[str, int] | None]
 
 
