@@ -13,7 +13,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.live import last_request, quotes, request_text, session_intent
 from ctxc.model import Message
-from ctxc.repair import repair_messages
+from ctxc.repair import answers_in_tool_messages, repair_messages
 from ctxc.validate import Problem, pairing_problems
 
 
@@ -79,7 +79,8 @@ def compact_conversation(
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
         out, actions, ctx = _run_strategy(messages, plan, ctx)
         out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
-    tool_role = plan.tool_role or any(m.role == "tool" for m in messages)
+    # Read from the input: the strategy may have removed every result there was to copy.
+    tool_role = plan.tool_role or answers_in_tool_messages(messages)
     repaired, fixed = repair_messages(out, tool_role=tool_role)
     # What repair removed or added shows in the savings: never "nothing to do" for a smaller output.
     repair = None
