@@ -268,9 +268,7 @@ def finish(
     by_tool = collections.Counter[str]()
     history, side, branches = [0, 0], [0, 0], [0, 0]
     for index, line, role, kind, tool, counted, conv, *rest in scan.rows:
-        # Rows a test makes may end early: they have neither the thinking nor other tools' tokens.
-        thinking = cast(int, rest[0]) if rest else 0
-        others = cast("dict[str, int] | None", rest[1]) if len(rest) > 1 else None
+        thinking = cast(int, rest[0]) if rest else 0  # a row a test makes may end early
         pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
         tokens = counted
@@ -287,12 +285,8 @@ def finish(
             by_kind[kind] += tokens - thinking
             if thinking:
                 by_kind["thinking"] += thinking
-            if tool:  # each tool's own blocks to it, the rest of the message to its first
-                own = tokens
-                if others:
-                    by_tool.update(others)
-                    own -= sum(others.values())
-                by_tool[tool] += own
+            if tool:
+                _add_tools(by_tool, tool, tokens, rest)
         else:
             tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
@@ -333,6 +327,16 @@ def finish(
         branch_tokens=branches[1],
         carried_tokens=sum(b.carried_tokens for b in live.resets.values()),
     )
+
+
+def _add_tools(by_tool: collections.Counter[str], tool: str, tokens: int, rest: list[Any]) -> None:
+    """A live message's tokens by tool: each other tool's own (the row's last field, when it has one) to
+    it, the rest of the message (its first tool's blocks, framing, text) to its first tool."""
+    others: dict[str, int] | None = rest[1] if len(rest) > 1 else None
+    if others:
+        by_tool.update(others)
+        tokens -= sum(others.values())
+    by_tool[tool] += tokens
 
 
 def _reset(
