@@ -228,7 +228,7 @@ def check_paths(
 
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:
-    """The ``ctxc.check/1`` envelope."""
+    """The ``ctxc.check/2`` envelope."""
     b = report.budget
     return envelope(
         "check",

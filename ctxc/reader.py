@@ -159,8 +159,10 @@ def _excerpt(raw: bytes, limit: int = 60) -> str:
     return repr(text + ("…" if len(raw) > limit else ""))
 
 
-def _fmt_size(n: int) -> str:
-    return f"{n / 1_000_000:.1f} MB"
+def megabytes(n: int) -> str:
+    """``n`` bytes as MB for a message: one decimal, or two significant digits below 0.1 MB."""
+    mb = n / 1_000_000
+    return f"{mb:.1f} MB" if mb >= 0.1 else f"{mb:.2g} MB"
 
 
 def parse_line(raw: bytes, name: str, line: int) -> object:
@@ -207,7 +209,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 if not more or more.endswith(b"\n"):
                     break
             raise InputError(
-                f"line is {_fmt_size(size)}, over the {_fmt_size(limit)} limit (raise it with --max-line-mb)",
+                f"line is {megabytes(size)}, over the {megabytes(limit)} limit (raise it with --max-line-mb)",
                 path=name,
                 line=line_no,
             )

@@ -20,6 +20,15 @@ def _carries_results(m: Message) -> bool:
     return m.role == "tool" or (m.role == "user" and any(isinstance(b, ToolResultBlock) for b in m.blocks))
 
 
+def answers_in_tool_messages(messages: Sequence[Message]) -> bool:
+    """Whether a call's result travels in a role ``tool`` message: as the first result in ``messages``
+    does or, with none to copy, when they speak OpenAI's dialect (a chat log's ``meta["dialect"]``)."""
+    carrier = next((m for m in messages if _carries_results(m)), None)
+    if carrier is not None:
+        return carrier.role == "tool"
+    return any(m.meta.get("dialect") == "openai" for m in messages)
+
+
 def repair_messages(
     messages: Sequence[Message], *, tool_role: bool | None = None
 ) -> tuple[tuple[Message, ...], tuple[Problem, ...]]:
@@ -31,8 +40,8 @@ def repair_messages(
     if any(p.code in _ID_PROBLEMS for p in found):
         messages = _fix_ids(messages)
         problems = pairing_problems(messages, strict=True)
-    if tool_role is None:  # results as role ``tool`` messages (OpenAI, Codex), or in user messages
-        tool_role = next((m.role == "tool" for m in messages if _carries_results(m)), False)
+    if tool_role is None:
+        tool_role = answers_in_tool_messages(messages)
     drop_results: dict[tuple[int, int], set[str]] = defaultdict(set)  # (conversation, index) -> result ids
     for p in problems:
         if p.code != "unanswered_call":

@@ -24,7 +24,7 @@ from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
-from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, parse_line
+from ctxc.reader import BOM, ReadOptions, iter_records, megabytes, named_bytes, open_binary, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
@@ -175,7 +175,7 @@ class _Lines:
                 raw = raw[:-1]
             if len(raw) > limit:
                 raise InputError(
-                    f"line is {len(raw) / 1_000_000:.1f} MB, over the {limit / 1_000_000:.1f} MB limit "
+                    f"line is {megabytes(len(raw))}, over the {megabytes(limit)} limit "
                     "(raise it with --max-line-mb)",
                     path=self.name,
                     line=line,

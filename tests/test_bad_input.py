@@ -129,6 +129,17 @@ def test_huge_single_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     one_line_error(err, "huge.jsonl:3:", "50.0 MB", "--max-line-mb")
 
 
+@pytest.mark.parametrize("tokenizer", ["o200k_base", "usage"])
+def test_a_small_line_limit_is_said_in_figures_that_differ(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tokenizer: str
+) -> None:
+    f = tmp_path / "small.jsonl"
+    f.write_bytes(b'{"role":"user","content":"' + b"x" * 1_600 + b'"}\n')
+    code, _, err = run(capsys, "analyze", str(f), "--max-line-mb", "0.001", "--tokenizer", tokenizer)
+    assert code == ExitCode.INPUT
+    one_line_error(err, "line is 0.0016 MB, over the 0.001 MB limit")
+
+
 def test_huge_single_line_allowed_when_raised(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = tmp_path / "big.jsonl"
     f.write_bytes(GOOD + b'{"role":"user","content":"' + b"word " * 400_000 + b'"}\n')

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from conftest import ROOT
 
 from ctxc.archive import Archive
+from ctxc.cli import main
 from ctxc.jobs import RepairJob, ValidateJob, repair_file, validate_file
 
 
@@ -48,4 +50,31 @@ def test_a_pi_session_without_results_gets_tool_results_pi_reads(tmp_path: Path)
     assert (entry["format"], entry["fixed"]) == ("pi", 1)
     added = orjson.loads(out.read_bytes().splitlines()[-1])["message"]
     assert (added["role"], added["toolCallId"], added["isError"]) == ("toolResult", "call-1", True)
+    assert validate_file(ValidateJob(str(out)))["problems"] == []
+
+
+@pytest.mark.parametrize(
+    ("call", "answer_role"),
+    [
+        ({"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}, "tool"),
+        ({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "c1", "name": "ls", "input": {}}]}, "user"),
+    ],
+    ids=["openai", "anthropic"],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["repair", "compact"])
+def test_a_chat_log_without_results_is_answered_in_its_own_dialect(
+    tmp_path: Path, call: dict[str, object], answer_role: str, command: str
+) -> None:
+    src = tmp_path / "chat.jsonl"
+    src.write_bytes(
+        orjson.dumps({"role": "user", "content": "list files"}) + b"\n" + orjson.dumps(call) + b"\n"
+    )
+    out = tmp_path / "fixed.jsonl"
+    with pytest.raises(SystemExit) as exited:
+        main([command, str(src), "-o", str(out), "--archive", str(tmp_path / "a")])
+    assert exited.value.code in (0, None)
+    lines = out.read_bytes().splitlines()
+    assert (len(lines), orjson.loads(lines[-1])["role"]) == (3, answer_role)
     assert validate_file(ValidateJob(str(out)))["problems"] == []

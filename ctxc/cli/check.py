@@ -69,7 +69,7 @@ def check(
     ] = "o200k_base",
     fmt: Annotated[
         Literal["table", "json", "github"],
-        typer.Option("--format", "-f", help="table, json (ctxc.check/1), or github (workflow annotations)."),
+        typer.Option("--format", "-f", help="table, json (ctxc.check/2), or github (workflow annotations)."),
     ] = "table",
     thresholds: Annotated[
         str, typer.Option(help="Window shares where stages 2-5 begin (for the stage reported).")

@@ -194,7 +194,7 @@ GlobOpt = Annotated[
     str | None,
     typer.Option(
         help="Which files to take from directories (e.g. '*.json', 'sessions/**/*.jsonl'); "
-        "with no paths, from the current directory. Default: *.jsonl, *.traj.",
+        "with no paths, from the current directory. Default: *.jsonl, *.traj, *.traj.json.",
     ),
 ]
 JobsOpt = Annotated[

@@ -13,7 +13,7 @@ from ctxc.compaction.ledger import Ledger
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.live import last_request, quotes, request_text, session_intent
 from ctxc.model import Message
-from ctxc.repair import repair_messages
+from ctxc.repair import answers_in_tool_messages, repair_messages
 from ctxc.validate import Problem, pairing_problems
 
 
@@ -74,7 +74,8 @@ def compact_conversation(
     reserve = as_is + ledger.total(requests) + (ledger.tokens(loud) if loud else 0)
     ctx = replace(plan.context, target=max(1, target - reserve), pinned=pinned)
     quiet_cost = ledger.tokens(quiet) if quiet else 0
-    tool_role = plan.tool_role or any(m.role == "tool" for m in messages)
+    # Read from the input: the strategy may have removed every result there was to copy.
+    tool_role = plan.tool_role or answers_in_tool_messages(messages)
     out: tuple[Message, ...] = tuple(messages)
     actions: tuple[Action, ...] = ()
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
