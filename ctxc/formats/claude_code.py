@@ -94,7 +94,8 @@ def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]]) -> Usage | No
             model = name if name and not name.startswith("<") else None
     if most is None:
         return None
-    return Usage(most[0], most[1], most[2], most[3], line, None, model, most[4])
+    given, output, read, written, hour = most
+    return Usage(given, output, read, written, line, model=model, cache_write_1h=hour)
 
 
 def hour_writes(usage: Mapping[str, Any]) -> int:
