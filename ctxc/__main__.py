@@ -28,19 +28,24 @@ def main() -> None:
             sys.exit(7)  # ExitCode.OUTPUT, not imported: this path stays import-free
         return
     try:
-        from ctxc.errors import ignore_interrupts
-        from ctxc.system import interrupts_held
-        from ctxc.tokens import workers
+        from ctxc.system import gc_paused, interrupts_held
 
-        workers.start_for(args)
-        # Ctrl-C is held while ctxc.cli and its dependencies import, then delivered where the
-        # CLI's boundary handles it. An interrupt inside an import can be lost (CPython ignores one
-        # raised in an import lock's callback), turn into a RuntimeError (in a class's __set_name__),
-        # or crash the process: orjson 3.13 segfaults when its module initialisation is interrupted.
-        with interrupts_held():
-            import orjson  # noqa: F401
+        # Starting up makes long-lived objects and no garbage: the cyclic collector would only walk
+        # them over and over (bench/README.md, "Session 15").
+        with gc_paused():
+            from ctxc.errors import ignore_interrupts
+            from ctxc.tokens import workers
 
-            from ctxc.cli import main as cli_main
+            workers.start_for(args)
+            # Ctrl-C is held while ctxc.cli and its dependencies import, then delivered where the
+            # CLI's boundary handles it. An interrupt inside an import can be lost (CPython ignores one
+            # raised in an import lock's callback), turn into a RuntimeError (in a class's
+            # __set_name__), or crash the process: orjson 3.13 segfaults when its module
+            # initialisation is interrupted.
+            with interrupts_held():
+                import orjson  # noqa: F401
+
+                from ctxc.cli import main as cli_main
         try:
             cli_main(args)
         finally:

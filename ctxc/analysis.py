@@ -14,7 +14,7 @@ import heapq
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
@@ -26,7 +26,7 @@ from ctxc.scancache import load_scan, scan_key, store_scan
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
 from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
-from ctxc.tokens.cost import compare_with_o200k, count_messages, thinking_tokens
+from ctxc.tokens.cost import Counted, compare_with_o200k, count_messages, thinking_tokens, tool_tokens
 from ctxc.validate import Pairing
 
 
@@ -235,11 +235,17 @@ def _scan(
     )
 
 
-def _rows(batch: list[Message], counts: list[int], counter: Counter) -> Iterator[Row]:
+def _rows(batch: list[Message], counted: Counted, counter: Counter) -> Iterator[Row]:
     thinking = thinking_tokens(batch, counter)
-    for m, tokens, think in zip(batch, counts, thinking, strict=True):
+    parts = counted.parts
+    for m, (a, b, extra), think in zip(batch, counted.spans, thinking, strict=True):
         names = m.tool_names
-        yield (m.index, m.line, m.role, m.kind, names[0] if names else None, tokens, m.conversation, think)
+        first = names[0] if names else None
+        others = None
+        if len(names) > 1 and any(n != first for n in names):  # parallel calls or their results
+            others = tool_tokens(m, parts[a:b])
+            del others[names[0]]
+        yield (m.index, m.line, m.role, m.kind, first, sum(parts[a:b]) + extra, m.conversation, think, others)
 
 
 def finish(
@@ -262,7 +268,7 @@ def finish(
     by_tool = collections.Counter[str]()
     history, side, branches = [0, 0], [0, 0], [0, 0]
     for index, line, role, kind, tool, counted, conv, *rest in scan.rows:
-        thinking = rest[0] if rest else 0  # rows made before thinking was counted apart have none
+        thinking = cast(int, rest[0]) if rest else 0  # a row a test makes may end early
         pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
         tokens = counted
@@ -280,7 +286,7 @@ def finish(
             if thinking:
                 by_kind["thinking"] += thinking
             if tool:
-                by_tool[tool] += tokens
+                _add_tools(by_tool, tool, tokens, rest)
         else:
             tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
@@ -321,6 +327,16 @@ def finish(
         branch_tokens=branches[1],
         carried_tokens=sum(b.carried_tokens for b in live.resets.values()),
     )
+
+
+def _add_tools(by_tool: collections.Counter[str], tool: str, tokens: int, rest: list[Any]) -> None:
+    """A live message's tokens by tool: each other tool's own (the row's last field, when it has one) to
+    it, the rest of the message (its first tool's blocks, framing, text) to its first tool."""
+    others: dict[str, int] | None = rest[1] if len(rest) > 1 else None
+    if others:
+        by_tool.update(others)
+        tokens -= sum(others.values())
+    by_tool[tool] += tokens
 
 
 def _reset(

@@ -300,22 +300,6 @@ class Message:
             return False
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.blocks)
 
-    def with_position(self, index: int, conversation: int) -> Message:
-        """This message at ``index`` of ``conversation``: ``replace(self, index=..., conversation=...)``
-        without its walk over the fields, which a reader would pay once per message."""
-        return Message(
-            self.role,
-            self.blocks,
-            self.line,
-            index,
-            self.records,
-            conversation,
-            self.importance,
-            self.usage,
-            self.meta,
-            self.raw,
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Transcript:

@@ -96,9 +96,10 @@ class Analysis:
         return self.max_context / self.window if self.window else 0.0
 
 
-#: What a scan keeps of each message: index, line, role, kind, tool, tokens, conversation, and the
-#: tokens of thinking inside it when its kind is another (reported under kind ``thinking``).
-Row = tuple[int, int, str, str, str | None, int, int, int]
+#: What a scan keeps of each message: index, line, role, kind, tool (its first), tokens, conversation,
+#: the tokens of thinking inside it when its kind is another (reported under kind ``thinking``), and
+#: when it holds several tools' calls or results, each other tool's tokens by name (else None).
+Row = tuple[int, int, str, str, str | None, int, int, int, dict[str, int] | None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ from ctxc.formats.claude_code import (
     _MAX_OPEN_RECORDS,
     _RECENT_IDS,
     compaction_boundary,
-    merged_usage,
     response_usage,
 )
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
@@ -194,7 +193,8 @@ class _Lines:
 def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     """Usage of each response (split records merged by ``message.id``) and the compaction boundaries,
     read as :mod:`ctxc.formats.claude_code` reads them, without building the messages."""
-    calls: list[Usage | None] = []  # one per response; None when it recorded no usage
+    calls: list[Usage | None] = []  # one per response closed; None when it recorded no usage
+    parts: list[tuple[dict[str, Any], int]] = []  # the open response's records whose usage counts
     boundaries: list[Boundary] = []
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
@@ -211,18 +211,22 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
         if rtype != "assistant" or not isinstance(message, dict):
             continue
         mid = str_or_none(message.get("id"))
-        usage = None if message.get("model") == SYNTHETIC_MODEL else response_usage(message, line)
+        part = [] if message.get("model") == SYNTHETIC_MODEL else [(message, line)]
         if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
-            calls[-1] = merged_usage(calls[-1], usage)
+            parts += part
             open_records += 1
             continue
+        if open_records:
+            calls.append(response_usage(parts))
         if open_id is not None:
             closed.pop(open_id, None)  # re-closed: now the newest
             closed[open_id] = None
             if len(closed) > _RECENT_IDS:
                 del closed[next(iter(closed))]
         open_id, open_records = mid, 1
-        calls.append(None if mid in closed else usage)  # a late part of a closed response counts once
+        parts = [] if mid in closed else part  # a late part of a closed response counts once
+    if open_records:
+        calls.append(response_usage(parts))
     return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
 
 

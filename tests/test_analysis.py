@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import CORPUS, SAMPLES
+from conftest import CORPUS, SAMPLES, corpus_files, sample_files
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from ctxc.errors import UsageError
 from ctxc.formats import load
 from ctxc.report import Scan
 from ctxc.stages import stage_for
-from ctxc.tokens.cost import image_tokens, message_images
+from ctxc.tokens.cost import MESSAGE_OVERHEAD, image_tokens, message_images
 from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
 
 
@@ -308,3 +308,65 @@ def test_scan_key_found_by_identity_without_reading_the_file(
     # Other options are another key, and hashing them needs the content.
     with pytest.raises(AssertionError, match="read again"):
         scancache.scan_key(path, "cl100k_base", None, ReadOptions())
+
+
+def _claude_record(uuid: str, parent: str | None, role: str, content: list[dict[str, object]]) -> bytes:
+    message: dict[str, object] = {"role": role, "content": content}
+    if role == "assistant":
+        message |= {"id": "msg_1", "type": "message", "model": "claude-sonnet-4-5"}
+    record = {"type": role, "uuid": uuid, "parentUuid": parent, "sessionId": "s", "message": message}
+    return orjson.dumps(record)
+
+
+def _call(ident: str, name: str, arguments: dict[str, str]) -> list[dict[str, object]]:
+    return [{"type": "tool_use", "id": ident, "name": name, "input": arguments}]
+
+
+def _result(ident: str, text: str) -> list[dict[str, object]]:
+    return [{"type": "tool_result", "tool_use_id": ident, "content": text}]
+
+
+def test_by_tool_gives_each_parallel_call_and_result_its_own_tokens(tmp_path: Path) -> None:
+    """Claude Code writes each of a response's parallel calls, and each result, as a record of its own;
+    merged into one message, each tool still counts its own call and result. The rest of a message
+    (its framing) counts toward its first tool, so the total is the messages' tokens."""
+    grep_in, read_in = {"pattern": "quantize"}, {"file_path": "/src/pricing.py"}
+    grep_out = "pricing.py:142: return amount.quantize(unit)"
+    read_out = "".join(f"{n:>6}\tdef price_{n}(amount): return amount * {n}\n" for n in range(400))
+    records = [
+        _claude_record("u0", None, "user", [{"type": "text", "text": "Why is the coupon rounded?"}]),
+        _claude_record("a1", "u0", "assistant", _call("t1", "Grep", grep_in)),
+        _claude_record("a2", "a1", "assistant", _call("t2", "Read", read_in)),
+        _claude_record("u1", "a2", "user", _result("t1", grep_out)),
+        _claude_record("u2", "u1", "user", _result("t2", read_out)),
+    ]
+    path = tmp_path / "parallel.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    a = analyze(path, use_cache=False)
+    assert [(s.kind, s.tool) for s in a.messages] == [
+        ("text", None),
+        ("tool_use", "Grep"),  # the per-message tool stays the first
+        ("tool_result", "Grep"),
+    ]
+    count = TiktokenTokenizer("o200k_base").count
+    own = {
+        "Grep": count("Grep") + count(orjson.dumps(grep_in).decode()) + count(grep_out),
+        "Read": count("Read") + count(orjson.dumps(read_in).decode()) + count(read_out),
+    }
+    assert own["Read"] > 20 * own["Grep"]
+    assert a.by_tool == {"Read": own["Read"], "Grep": own["Grep"] + 2 * MESSAGE_OVERHEAD}
+    assert sum(a.by_tool.values()) == sum(s.tokens for s in a.messages if s.tool)
+
+
+@pytest.mark.parametrize(
+    "path", [*sample_files(), *corpus_files("claude-code/*"), *corpus_files("codex/*")], ids=lambda p: p.name
+)
+def test_by_tool_of_a_message_with_one_tool_is_the_whole_message(path: Path) -> None:
+    """A message holding one tool's calls or results counts whole toward it, as before; by_tool adds up
+    to the live messages that hold a tool, whatever they hold."""
+    a = analyze(path, use_cache=False)
+    mixed = {n for m in load(path).messages if len(set(m.tool_names)) > 1 for n in m.tool_names}
+    live = [s for s in a.messages if s.live and s.tool]
+    assert sum(a.by_tool.values()) == sum(s.tokens for s in live)
+    for tool in {s.tool for s in live} - mixed:
+        assert a.by_tool[tool] == sum(s.tokens for s in live if s.tool == tool), tool

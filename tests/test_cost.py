@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxc import sqlite_store
 from ctxc.model import (
+    Block,
     ImageBlock,
     Message,
     TextBlock,
@@ -15,6 +18,7 @@ from ctxc.model import (
     ToolResultBlock,
     ToolUseBlock,
     UnknownBlock,
+    dumps_compact,
 )
 from ctxc.tokens import get_tokenizer
 from ctxc.tokens.cache import TokenCache
@@ -26,6 +30,7 @@ from ctxc.tokens.cost import (
     message_texts,
     message_tokens,
     messages_tokens,
+    tool_tokens,
 )
 
 O200K = get_tokenizer("o200k_base")
@@ -137,3 +142,47 @@ def test_batch_equals_single_and_cache_is_used(tmp_path: Path, monkeypatch: pyte
     assert messages_tokens(messages, O200K, cache) == single
     assert message_tokens(messages[2], O200K, cache) == single[2]
     assert messages_tokens([], O200K) == []
+
+
+_TEXT = st.text(max_size=4)
+_NAME = st.sampled_from(["Read", "Grep", ""])
+_SIZE = st.one_of(st.none(), st.integers(1, 3000))
+_IMAGE = st.builds(ImageBlock, width=_SIZE, height=_SIZE)
+_BLOCK = st.one_of(
+    st.builds(TextBlock, _TEXT),
+    st.builds(ThinkingBlock, _TEXT),
+    st.builds(UnknownBlock, raw=st.none(), text=_TEXT),
+    _IMAGE,
+    st.builds(
+        ToolUseBlock,
+        id=st.just("t"),
+        name=_NAME,
+        input=st.one_of(_TEXT, st.none(), st.dictionaries(_TEXT, st.integers(-99, 99), max_size=2)),
+    ),
+    st.builds(
+        ToolResultBlock,
+        tool_use_id=st.just("t"),
+        text=_TEXT,
+        name=st.one_of(st.none(), _NAME),
+        images=st.lists(_IMAGE, max_size=2).map(tuple),
+    ),
+)
+
+
+@given(st.lists(_BLOCK, max_size=8))
+def test_tool_tokens_attributes_each_part_to_its_block(blocks: list[Block]) -> None:
+    """Each tool's share is its own blocks' parts, read from the message's part counts in order: a
+    part count of its length (+1, so an empty part misplaced shows) makes any misalignment visible."""
+    m = Message(role="assistant", blocks=tuple(blocks))
+    counts = [len(t) + 1 for t in message_texts(m)]
+    expected: dict[str, int] = {}
+    for b in blocks:
+        if isinstance(b, ToolUseBlock) and b.name:
+            args = b.input if isinstance(b.input, str) else dumps_compact(b.input)
+            own = len(b.name) + 1 + (len(args) + 1 if args else 0)
+        elif isinstance(b, ToolResultBlock) and b.name:
+            own = (len(b.text) + 1 if b.text else 0) + sum(image_tokens(i) for i in b.images)
+        else:
+            continue
+        expected[b.name] = expected.get(b.name, 0) + own
+    assert tool_tokens(m, counts) == expected

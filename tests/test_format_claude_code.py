@@ -13,6 +13,7 @@ import pytest
 from conftest import CORPUS, corpus_params
 
 from ctxc.formats import claude_code, dump, get_adapter, load
+from ctxc.formats.claude_code import _Draft
 from ctxc.model import (
     Boundary,
     ImageBlock,
@@ -544,9 +545,9 @@ def test_sniff_scores() -> None:
     assert ADAPTER.sniff(sample({"timestamp": "t", "type": "session_meta", "payload": {}})) == 0
 
 
-def test_with_position_and_named_are_replace() -> None:
-    # Message.with_position and ToolResultBlock.named build positionally, for speed: they must stay in step
-    # with the fields.
+def test_placed_and_named_are_replace() -> None:
+    # The reader's placed messages and ToolResultBlock.named build positionally, for speed: they must stay
+    # in step with the fields.
     m = Message(
         role="assistant",
         blocks=(TextBlock(text="hi"),),
@@ -559,7 +560,10 @@ def test_with_position_and_named_are_replace() -> None:
         meta={"uuid": "u"},
         raw={"type": "assistant"},
     )
-    assert m.with_position(9, 5) == dataclasses.replace(m, index=9, conversation=5)
+    draft = _Draft(
+        "assistant", m.blocks, 7, (3, 4), "critical", {"uuid": "u"}, {"type": "assistant"}, usage=m.usage
+    )
+    assert draft.placed(9, 5) == dataclasses.replace(m, index=9, conversation=5)
     assert [f.name for f in dataclasses.fields(Message)] == [
         "role", "blocks", "line", "index", "records", "conversation", "importance", "usage", "meta", "raw"
     ]  # fmt: skip

@@ -279,6 +279,23 @@ def test_the_second_worker_is_forked_built_and_ends_with_the_first(tmp_path: Pat
     assert gone(doc["ended"])  # type: ignore[arg-type]
 
 
+GC_IN_WORKER = r"""
+import gc, orjson
+from ctxc.system import gc_paused
+from ctxc.tokens import workers
+
+with gc_paused():  # as ctxc/__main__.py starts its pool
+    pool = workers.CountingPool("o200k_base", 1)
+worker = pool._pool.submit(gc.isenabled).result(timeout=60)
+pool.close()
+print(orjson.dumps({"worker": worker, "here": gc.isenabled()}).decode())
+"""
+
+
+def test_a_worker_forked_while_the_collector_is_paused_turns_it_back_on() -> None:
+    assert run_script(GC_IN_WORKER) == {"worker": True, "here": True}
+
+
 NO_FORK = r"""
 import os, sys, orjson
 from ctxc.tokens import workers, tiktoken_backend as backend

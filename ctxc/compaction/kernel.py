@@ -74,14 +74,14 @@ def compact_conversation(
     reserve = as_is + ledger.total(requests) + (ledger.tokens(loud) if loud else 0)
     ctx = replace(plan.context, target=max(1, target - reserve), pinned=pinned)
     quiet_cost = ledger.tokens(quiet) if quiet else 0
+    # Read from the input: the strategy may have removed every result there was to copy.
+    tool_role = plan.tool_role or answers_in_tool_messages(messages)
     out: tuple[Message, ...] = tuple(messages)
     actions: tuple[Action, ...] = ()
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
-        out, actions, ctx = _run_strategy(messages, plan, ctx)
+        out, actions, ctx = _run_strategy(messages, plan, ctx, tool_role=tool_role)
         if actions or before > target:  # within target and untouched, what the client sends stays as it is
             out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
-    # Read from the input: the strategy may have removed every result there was to copy.
-    tool_role = plan.tool_role or answers_in_tool_messages(messages)
     repaired, fixed = repair_messages(out, tool_role=tool_role)
     # What repair removed or added shows in the savings: never "nothing to do" for a smaller output.
     repair = None
@@ -111,16 +111,30 @@ def compact_conversation(
 
 
 def _run_strategy(
-    messages: Sequence[Message], plan: Plan, ctx: CompactContext
+    messages: Sequence[Message], plan: Plan, ctx: CompactContext, *, tool_role: bool
 ) -> tuple[tuple[Message, ...], tuple[Action, ...], CompactContext]:
-    """The strategy's result at the first ``keep_last`` step that meets the target (else the last)."""
+    """The strategy's result at the first ``keep_last`` step that meets the target as written, repaired
+    (else the last). Repair answers each call the output leaves unanswered (a log's errored turn); when
+    only that puts it over, the strategy runs again aiming that much lower."""
     steps = plan.keep_last_steps or (ctx.keep_last,)
     for keep_last in steps:
         ctx = replace(ctx, keep_last=keep_last)
         res = plan.strategy.compact(messages, ctx)
-        if ctx.ledger.total(res.messages) <= ctx.target:
+        raw = ctx.ledger.total(res.messages)
+        written = _written(res.messages, ctx.ledger, tool_role)
+        if raw <= ctx.target < written:
+            lower = replace(ctx, target=max(1, ctx.target - (written - raw)))
+            res = plan.strategy.compact(messages, lower)
+            written = _written(res.messages, ctx.ledger, tool_role)
+        if written <= ctx.target:
             break
     return res.messages, res.actions, ctx
+
+
+def _written(messages: Sequence[Message], ledger: Ledger, tool_role: bool) -> int:
+    """What ``messages`` cost once repaired, as the run writes them."""
+    repaired, fixed = repair_messages(messages, tool_role=tool_role)
+    return ledger.total(repaired if fixed else messages)
 
 
 def _over_target(

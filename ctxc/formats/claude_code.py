@@ -49,6 +49,8 @@ _RECENT_IDS = 256  # closed response ids remembered, so a late fragment does not
 _MAX_TOOL_NAMES = 1 << 16  # tool_use id -> name entries kept for naming results
 #: How Claude Code's note that the user interrupted a turn begins ("... for tool use]" after a call).
 _INTERRUPTED = "[Request interrupted by user"
+#: A response's ``usage`` keys, in the order of the first four ``Usage`` fields.
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
@@ -70,44 +72,36 @@ def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
     )
 
 
-def response_usage(message: Mapping[str, Any], line: int) -> Usage | None:
-    """The usage an assistant record's ``message`` carries (this reader's and ``usage_scan``'s)."""
-    u = message.get("usage")
-    if not isinstance(u, dict):
+def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]]) -> Usage | None:
+    """The usage of a response from the ``message`` and line of each record it was written in (this
+    reader's and ``usage_scan``'s): each repeats it, and output_tokens grows as the response streams,
+    so the field-wise maximum is the final count. One ``Usage`` for the response, not one a record."""
+    most: list[int] | None = None
+    line, model = 0, None
+    for message, at in parts:
+        u = message.get("usage")
+        if not isinstance(u, dict):
+            continue
+        counts = [count(u.get(key)) for key in _USAGE_KEYS]
+        counts.append(hour_writes(u))
+        if most is None:
+            most, line = counts, at
+        else:
+            most = list(map(max, most, counts))
+        if model is None:
+            name = _str(message.get("model"))
+            # "<synthetic>" marks a message the client made up (an error notice), not a model call.
+            model = name if name and not name.startswith("<") else None
+    if most is None:
         return None
-    model = _str(message.get("model"))
-    return Usage(
-        input=count(u.get("input_tokens")),
-        output=count(u.get("output_tokens")),
-        cache_read=count(u.get("cache_read_input_tokens")),
-        cache_write=count(u.get("cache_creation_input_tokens")),
-        cache_write_1h=hour_writes(u),
-        line=line,
-        # "<synthetic>" marks a message the client made up (an error notice), not a model call.
-        model=model if model and not model.startswith("<") else None,
-    )
+    given, output, read, written, hour = most
+    return Usage(given, output, read, written, line, model=model, cache_write_1h=hour)
 
 
 def hour_writes(usage: Mapping[str, Any]) -> int:
     """The tokens a call wrote to the one-hour cache (``cache_creation.ephemeral_1h_input_tokens``)."""
     detail = usage.get("cache_creation")
     return count(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
-
-
-def merged_usage(a: Usage | None, b: Usage | None) -> Usage | None:
-    """The usage of a response split over records: each repeats it, and output_tokens grows as the
-    response streams, so the field-wise maximum is the final count."""
-    if a is None or b is None:
-        return a or b
-    return Usage(
-        input=max(a.input, b.input),
-        output=max(a.output, b.output),
-        cache_read=max(a.cache_read, b.cache_read),
-        cache_write=max(a.cache_write, b.cache_write),
-        line=a.line,
-        model=a.model or b.model,
-        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
-    )
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
@@ -138,12 +132,40 @@ def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bo
     }
 
 
-def _message(role: Role, blocks: tuple[Block, ...], i: int, rec: Record, meta: dict[str, Any]) -> Message:
+@dataclass(slots=True)
+class _Draft:
+    """A message read but not yet placed: its index is known only when it is emitted, after the later
+    records of a response and the user records joined to it. Not frozen, unlike ``Message``: a frozen
+    instance costs several times as much to make (bench/README.md, "Session 15")."""
+
+    role: Role
+    blocks: tuple[Block, ...]
+    line: int
+    records: tuple[int, ...]
+    importance: str | None
+    meta: dict[str, Any]
+    raw: Any
+    usage: Usage | None = None
+
+    def placed(self, index: int, conversation: int) -> Message:
+        return Message(
+            self.role,
+            self.blocks,
+            self.line,
+            index,
+            self.records,
+            conversation,
+            self.importance,
+            self.usage,
+            self.meta,
+            self.raw,
+        )
+
+
+def _message(role: Role, blocks: tuple[Block, ...], i: int, rec: Record, meta: dict[str, Any]) -> _Draft:
     """A user or system message read from record ``i`` alone."""
     data = rec.data
-    return Message(
-        role, blocks, rec.line, records=(i,), importance=_str(data.get("importance")), meta=meta, raw=data
-    )
+    return _Draft(role, blocks, rec.line, (i,), _str(data.get("importance")), meta, data)
 
 
 def _own(meta: Mapping[str, Any]) -> bool:
@@ -153,7 +175,7 @@ def _own(meta: Mapping[str, Any]) -> bool:
     )
 
 
-def _joined(held: Message, item: Message) -> Message:
+def _joined(held: _Draft, item: _Draft) -> _Draft:
     """``held`` and the user message after it on its chain as one message; ``raw`` keeps every record's
     dict (the writer splits changed blocks back over the records)."""
     raws = held.raw if isinstance(held.raw, tuple) else (held.raw,)
@@ -171,7 +193,7 @@ def _joined(held: Message, item: Message) -> Message:
     )
 
 
-def _interruption(message: Message) -> bool:
+def _interruption(message: _Draft) -> bool:
     """Whether ``message`` is only the client's note that the user interrupted the turn."""
     return bool(message.blocks) and all(
         isinstance(b, TextBlock) and b.text.startswith(_INTERRUPTED) for b in message.blocks
@@ -190,7 +212,8 @@ class _Open:
     indexes: list[int] = field(default_factory=list)
     raws: list[dict[str, Any]] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
-    usage: Usage | None = None
+    #: The ``message`` and line of each record whose usage counts (see :func:`response_usage`).
+    usages: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     line: int = 0
     #: A later part of a response that was already yielded (past the state bounds).
     continuation: bool = False
@@ -203,7 +226,7 @@ class _Reader:
         self.index = 0
         self.open: _Open | None = None
         # Items read while a response is open: messages (index not yet final) and boundaries.
-        self.pending: list[Message | Boundary] = []
+        self.pending: list[_Draft | Boundary] = []
         # The last _RECENT_IDS closed response ids, oldest first (a dict: every assistant record asks).
         self.closed_ids: dict[str, None] = {}
         self.tool_names: dict[str, str] = {}
@@ -215,11 +238,11 @@ class _Reader:
         self.last_side: str | None = None
         self.tree = Tree()
         # A user message not yet emitted: the next user record on its chain joins it.
-        self.held: Message | None = None
+        self.held: _Draft | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
 
-    def _emit(self, item: Message | Boundary) -> Iterator[Item]:
-        if isinstance(item, Message) and item.role == "user":
+    def _emit(self, item: _Draft | Boundary) -> Iterator[Item]:
+        if isinstance(item, _Draft) and item.role == "user":
             held = self.held
             if held is not None and self._joins(held, item):
                 self.held = _joined(held, item)
@@ -238,14 +261,14 @@ class _Reader:
         if held is not None:
             yield from self._place(held)
 
-    def _place(self, item: Message | Boundary) -> Iterator[Item]:
+    def _place(self, item: _Draft | Boundary) -> Iterator[Item]:
         if isinstance(item, Boundary):
             yield replace(item, index=self.index)
             return
         conv = self.record_conv.get(item.records[0], 0) if item.records else 0
         for i in item.records:
             self.record_conv.pop(i, None)
-        msg = item.with_position(self.index, conv)
+        msg = item.placed(self.index, conv)
         self.index += 1
         meta = msg.meta
         side = meta.get("is_sidechain") is True
@@ -259,7 +282,7 @@ class _Reader:
         if msg.usage is not None:
             yield msg.usage
 
-    def _joins(self, held: Message, item: Message) -> bool:
+    def _joins(self, held: _Draft, item: _Draft) -> bool:
         """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
         sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
         the same response (parallel tool results hang off the response's parts)."""
@@ -280,7 +303,7 @@ class _Reader:
         response = self.last_response.get(conv, frozenset())
         return parent is not None and parent in response and _results(item.blocks) and _results(held.blocks)
 
-    def _queue(self, item: Message | Boundary) -> Iterator[Item]:
+    def _queue(self, item: _Draft | Boundary) -> Iterator[Item]:
         if self.open is None:
             yield from self._emit(item)
             return
@@ -302,7 +325,7 @@ class _Reader:
         for item in pending:
             yield from self._emit(item)
 
-    def _merged(self, op: _Open) -> Message:
+    def _merged(self, op: _Open) -> _Draft:
         first = op.raws[0]
         first_msg = first["message"]
         meta = _meta(first, first_msg, False)
@@ -313,15 +336,15 @@ class _Reader:
             meta["stop_reason"] = next((s for s in reversed(stops) if s), None)
         else:
             meta["content_string"] = isinstance(first_msg.get("content"), str)
-        return Message(
+        return _Draft(
             role="assistant",
             blocks=tuple(op.blocks),
             line=op.line,
             records=tuple(op.indexes),
             importance=next((i for i in (_str(r.get("importance")) for r in op.raws) if i), None),
-            usage=op.usage,
             meta=meta,
             raw=op.raws[0] if len(op.raws) == 1 else tuple(op.raws),
+            usage=response_usage(op.usages),
         )
 
     def _remember_tools(self, blocks: Iterable[Block]) -> None:
@@ -344,7 +367,7 @@ class _Reader:
     def assistant(self, i: int, rec: Record, data: dict[str, Any], message: dict[str, Any]) -> Iterator[Item]:
         blocks = parse_anthropic_content(message.get("content"))
         self._remember_tools(blocks)
-        usage = None if message.get("model") == SYNTHETIC_MODEL else response_usage(message, rec.line)
+        usage = [] if message.get("model") == SYNTHETIC_MODEL else [(message, rec.line)]
         mid = _str(message.get("id"))
         op = self.open
         if (
@@ -356,13 +379,13 @@ class _Reader:
             op.indexes.append(i)
             op.raws.append(data)
             op.blocks.extend(blocks)
-            op.usage = merged_usage(op.usage, usage)
+            op.usages += usage
             return
         yield from self.flush()
         # A late part of a response already yielded (only past the state bounds, or when another
         # response was written in between): its own message, with the usage not counted again.
         continuation = mid is not None and mid in self.closed_ids
-        op = _Open(mid, [i], [data], list(blocks), None if continuation else usage, rec.line, continuation)
+        op = _Open(mid, [i], [data], list(blocks), [] if continuation else usage, rec.line, continuation)
         if mid is None:
             yield from self._emit(self._merged(op))
         else:

@@ -82,28 +82,21 @@ class CachedCounter:
         """Start counting ``texts``; the returned function waits for the counts. Repeats, memo and cache
         hits are settled now; the rest goes to the tokenizer's ``start_count`` when it has one, so a
         caller can parse the next batch meanwhile."""
-        memo = self._memo
-        counted = [memo.get(_memo_key(text), -1) if text else 0 for text in texts]
-        if -1 not in counted:  # all counted before: what compaction mostly asks, a message at a time
-            return lambda: counted
-        out = [0] * len(texts)
-        # Distinct texts to count, each with the positions it fills.
-        where: dict[str, list[int]] = {}
-        for i, text in enumerate(texts):
-            if text:
-                where.setdefault(text, []).append(i)
+        memo, inflight = self._memo, self._inflight
         known: dict[str, int] = {}
         elsewhere: list[tuple[str, _Started]] = []  # texts another started batch is counting
-        todo: list[str] = []
-        for text in where:
+        todo: dict[str, int] = {}  # distinct texts to count, with their memo keys
+        for text in dict.fromkeys(texts):
+            if not text:
+                continue
             mkey = _memo_key(text)
-            n = self._memo.get(mkey)
+            n = memo.get(mkey)
             if n is not None:
                 known[text] = n
-            elif mkey in self._inflight:
-                elsewhere.append((text, self._inflight[mkey]))
+            elif mkey in inflight:
+                elsewhere.append((text, inflight[mkey]))
             else:
-                todo.append(text)
+                todo[text] = mkey
         keys: dict[str, Key] = {}
         if self.cache is not None and self.cache.enabled and todo:
             keys = {t: (digest(t), self.tokenizer.name) for t in todo}
@@ -111,9 +104,12 @@ class CachedCounter:
             for text, key in keys.items():
                 if key in found:
                     known[text] = found[key]
-                    self._remember(text, found[key])
+                    self._remember(todo.pop(text), found[key])
             self.hits += len(known)
-            todo = [t for t in todo if t not in known]
+        known[""] = 0
+        if not todo and not elsewhere:  # all counted before: what compaction mostly asks
+            counted = [known[text] for text in texts]
+            return lambda: counted
         started = _Started(self, todo, keys) if todo else None
 
         def finish() -> list[int]:
@@ -121,18 +117,14 @@ class CachedCounter:
                 known.update(started.settle())
             for text, other in elsewhere:
                 known[text] = other.settle()[text]
-            for text, positions in where.items():
-                n = known[text]
-                for i in positions:
-                    out[i] = n
-            return out
+            return [known[text] for text in texts]
 
         return finish
 
-    def _remember(self, text: str, n: int) -> None:
+    def _remember(self, key: int, n: int) -> None:
         if len(self._memo) > _MEMO_LIMIT:
             self._memo.clear()
-        self._memo[_memo_key(text)] = n
+        self._memo[key] = n
 
 
 def _memo_key(text: str) -> int:
@@ -144,19 +136,20 @@ def _memo_key(text: str) -> int:
 class _Started:
     """The texts of one batch the tokenizer is counting, and their counts once it is done."""
 
-    def __init__(self, counter: CachedCounter, todo: list[str], keys: dict[str, Key]) -> None:
+    def __init__(self, counter: CachedCounter, todo: dict[str, int], keys: dict[str, Key]) -> None:
+        """``todo``: the texts to count, each with its memo key (:func:`_memo_key`)."""
         self.counter = counter
         self.todo = todo
         self.keys = keys
+        texts = list(todo)
         if isinstance(counter.tokenizer, StartingTokenizer):
-            self._pending: Callable[[], list[int]] = counter.tokenizer.start_count(todo)
+            self._pending: Callable[[], list[int]] = counter.tokenizer.start_count(texts)
         else:
-            counts = counter.tokenizer.count_batch(todo)
+            counts = counter.tokenizer.count_batch(texts)
             self._pending = lambda: counts
         self._counts: dict[str, int] | None = None
         # Only once started: a batch that failed to start must not be waited for.
-        for text in todo:
-            counter._inflight[_memo_key(text)] = self
+        counter._inflight.update(dict.fromkeys(todo.values(), self))
 
     def settle(self) -> dict[str, int]:
         """The counts, by text (waits for them the first time)."""
@@ -165,15 +158,15 @@ class _Started:
             try:
                 counts = self._pending()
             finally:
-                for text in self.todo:
-                    key = _memo_key(text)
-                    if counter._inflight.get(key) is self:
-                        del counter._inflight[key]
+                inflight = counter._inflight
+                for key in self.todo.values():
+                    if inflight.get(key) is self:
+                        del inflight[key]
             self._counts = dict(zip(self.todo, counts, strict=True))
             counter.misses += len(self.todo)
             counter.counted_chars += sum(map(len, self.todo))
-            for text, n in self._counts.items():
-                counter._remember(text, n)
+            for key, n in zip(self.todo.values(), counts, strict=True):
+                counter._remember(key, n)
             if counter.cache is not None and self.keys:
                 counter.cache.put_many((self.keys[t], n) for t, n in self._counts.items() if t in self.keys)
         return self._counts

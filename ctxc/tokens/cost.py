@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import islice
 
 from ctxc.model import (
@@ -109,6 +110,24 @@ def count_messages(messages: Sequence[Message], counter: Counter) -> list[int]:
 def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[], list[int]]:
     """:func:`count_messages`, started: the returned function waits for the counts (a
     :class:`~ctxc.tokens.base.StartingCounter` may count in worker processes meanwhile)."""
+    started = start_parts(messages, counter)
+    return lambda: started().totals()
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A batch's counts: the tokens of each part (:func:`message_parts`'s texts, all messages in a
+    row), and per message the span of its parts and its extra (framing and images)."""
+
+    parts: list[int]
+    spans: list[tuple[int, int, int]]
+
+    def totals(self) -> list[int]:
+        return [sum(self.parts[a:b]) + extra for a, b, extra in self.spans]
+
+
+def start_parts(messages: Sequence[Message], counter: Counter) -> Callable[[], Counted]:
+    """:func:`start_counting`, keeping each part's count (:func:`tool_tokens` attributes them)."""
     texts: list[str] = []
     spans: list[tuple[int, int, int]] = []
     for m in messages:
@@ -121,12 +140,26 @@ def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[]
         started = counter.start(texts)
     elif texts:
         counted = counter.count(texts)
+    return lambda: Counted(started() if started is not None else counted, spans)
 
-    def finish() -> list[int]:
-        counts = started() if started is not None else counted
-        return [sum(counts[a:b]) + extra for a, b, extra in spans]
 
-    return finish
+def tool_tokens(message: Message, counts: Sequence[int]) -> dict[str, int]:
+    """Tokens of each named tool's own blocks in ``message`` (a call's name and input, a result's text
+    and images), from ``counts``, the tokens of its :func:`message_texts` in order."""
+    out: dict[str, int] = {}
+    at = 0
+    for b in message.blocks:
+        if isinstance(b, TextBlock | ThinkingBlock | UnknownBlock):
+            at += bool(b.text)
+        elif isinstance(b, ToolUseBlock | ToolResultBlock):
+            if isinstance(b, ToolUseBlock):  # as message_texts: its name if any, its input unless ""
+                n, extra = bool(b.name) + (bool(b.input) if isinstance(b.input, str) else 1), 0
+            else:
+                n, extra = int(bool(b.text)), sum(image_tokens(i) for i in b.images)
+            if b.name:
+                out[b.name] = out.get(b.name, 0) + sum(counts[at : at + n]) + extra
+            at += n
+    return out
 
 
 def compare_with_o200k(

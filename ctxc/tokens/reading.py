@@ -15,7 +15,7 @@ from ctxc.formats import load
 from ctxc.model import Boundary, Message, Transcript, Usage
 from ctxc.reader import ReadOptions
 from ctxc.tokens.base import Counter
-from ctxc.tokens.cost import start_counting
+from ctxc.tokens.cost import Counted, start_parts
 
 # A batch is flushed to the counter when it holds this many characters or messages. Large enough that
 # shipping it to the counting workers is noise, small enough that memory stays low on a 100 MB log.
@@ -33,16 +33,16 @@ class CountingQueue:
     def __init__(self, counter: Counter, depth: int = 8) -> None:
         self.counter = counter
         self.depth = depth
-        self._queue: deque[tuple[list[Message], Callable[[], list[int]]]] = deque()
+        self._queue: deque[tuple[list[Message], Callable[[], Counted]]] = deque()
 
-    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], list[int]]]:
+    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], Counted]]:
         """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
-        self._queue.append((batch, start_counting(batch, self.counter)))
+        self._queue.append((batch, start_parts(batch, self.counter)))
         while len(self._queue) > self.depth:
             done, finish = self._queue.popleft()
             yield done, finish()
 
-    def drain(self) -> Iterator[tuple[list[Message], list[int]]]:
+    def drain(self) -> Iterator[tuple[list[Message], Counted]]:
         while self._queue:
             done, finish = self._queue.popleft()
             yield done, finish()
@@ -105,14 +105,14 @@ def load_counted(
         full = batcher.add(message)
         if full is not None:
             for _, done in queue.add(full):
-                counts.extend(done)
+                counts.extend(done.totals())
 
     transcript = load(src, input_format=input_format, options=options, on_message=take)
     if batcher.batch:
         for _, done in queue.add(batcher.take()):
-            counts.extend(done)
+            counts.extend(done.totals())
     for _, done in queue.drain():
-        counts.extend(done)
+        counts.extend(done.totals())
     return transcript, counts
 
 

@@ -20,6 +20,7 @@ every lock in the state it is in.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import stat
@@ -124,6 +125,7 @@ def _start_worker(name: str, path: Path | None, partial: bool, parent: int, twin
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    gc.enable()  # forked while ctxc/__main__.py started up with the collector paused
     exit_with(parent)
     # None of the parent's streams: a pipe reading ctxc's output ends when ctxc does.
     devnull = os.open(os.devnull, os.O_RDWR)
