@@ -22,7 +22,7 @@ import orjson
 
 from ctxc._version import __version__
 from ctxc.errors import ArchiveError
-from ctxc.output import Data, write_atomic
+from ctxc.output import PRIVATE_DIR, Data, private_dir, write_atomic
 from ctxc.reader import Spool
 from ctxc.system import pid_alive
 
@@ -69,16 +69,7 @@ def citation(archive_id: str, first: int | None = None, last: int | None = None)
     return f"ctxc archive {short} messages {span}"
 
 
-PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents mode 0700, whatever the umask."""
-    for d in reversed([p for p in (path, *path.parents) if not p.exists()]):
-        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
-            d.mkdir(mode=PRIVATE_DIR)
-    return path
 
 
 def tighten(path: Path, mode: int) -> None:

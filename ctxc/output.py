@@ -34,10 +34,22 @@ TEMP_SUFFIX = ".ctxc-tmp"
 Data = bytes | list[bytes] | Spool
 
 
+PRIVATE_DIR = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents mode 0700, whatever the umask."""
+    for d in reversed([p for p in (path, *path.parents) if not p.exists()]):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            d.mkdir(mode=PRIVATE_DIR)
+    return path
+
+
 def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
-    """Replace ``target`` (creating its directory) with ``data`` through a temporary file and a rename;
-    ``sync`` first waits for the disk, ``temp`` names the (new, owner-only) temporary file. Raises OSError."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``target`` (creating its directory, owner-only) with ``data`` through a temporary file and a
+    rename; ``sync`` first waits for the disk, ``temp`` names the (new, owner-only) temporary file. Raises
+    OSError."""
+    private_dir(target.parent)
     if isinstance(data, Spool):
         data.commit(target, sync=sync)
         return

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from ctxc.archive_store import private_dir, private_file
+from ctxc.archive_store import private_file
+from ctxc.output import private_dir
 from ctxc.system import cache_dir, env_flag
 
 T = TypeVar("T")

@@ -69,6 +69,20 @@ def test_archive_private_under_umask_022(
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700  # created by ctxc for the archive
 
 
+def test_the_cache_is_private_under_umask_022(
+    lax_umask: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cache holds counts and scans by content hash, and the names of the files analyzed.
+    root = tmp_path / "new" / "cache"
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(root))
+    src = tmp_path / "t.jsonl"
+    src.write_text(f'{{"role":"user","content":"my key is {SECRET}"}}\n')
+    code, _, err = run(capsys, "analyze", str(src), "-f", "json")
+    assert code == 0, err
+    assert any(p.is_file() for p in root.rglob("*"))
+    assert too_open(root) == {}
+
+
 def test_archive_left_open_by_an_older_ctxc_is_tightened(
     lax_umask: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
