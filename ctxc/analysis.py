@@ -78,7 +78,10 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
         from ctxc.formats import load
 
         transcript = load(
-            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+            named_bytes(result.path, data),
+            input_format=job.input_format,
+            options=job.read_options,
+            say_skipped=False,  # the analysis has said it
         )
         result = replace(
             result,

@@ -96,6 +96,7 @@ class FileCheck:
     error: str | None = None
     exit_code: int = 0
     budget: Budget | None = None  # as applied to this file (its log's window, unless --model or --window)
+    skipped_lines: int = 0  # not JSON objects, passed over under --skip-invalid
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,16 @@ def verdict(a: Analysis, budget: Budget, crossing: Callable[[int], int | None]) 
         status, line = "ok", None
     over_by = max(tokens - budget.limit, 0)
     return FileCheck(
-        a.path, status, a.format, tokens, tokens / budget.window, a.stage, over_by, line, budget=budget
+        a.path,
+        status,
+        a.format,
+        tokens,
+        tokens / budget.window,
+        a.stage,
+        over_by,
+        line,
+        budget=budget,
+        skipped_lines=a.skipped_lines,
     )
 
 

@@ -182,6 +182,46 @@ def test_skip_invalid_continues_and_reports(capsys: pytest.CaptureFixture[str], 
     assert "skipped 2 invalid line(s)" in err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["validate"],
+        ["convert", "-o", "-"],
+        ["repair", "-o", "-"],
+        ["compact", "-o", "-"],
+        ["check", "--max-tokens", "100000"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_command_says_how_many_lines_it_skipped(
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+) -> None:
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "a"))
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(GOOD + b"garbage\n[1]\n" + GOOD)
+    name, *rest = command
+    code, _, err = run(capsys, name, str(f), "--skip-invalid", *rest)
+    assert code == 0, err
+    # Said once: by the command, or as a warning of ctxc's logger (stderr in a real run, as below; the
+    # log records under pytest).
+    said = f"ctxc: {f}: skipped 2 invalid line(s)"
+    assert [*caplog.messages, *err.splitlines()].count(said) == 1
+
+
+def test_the_skipped_lines_reach_stderr(tmp_path: Path) -> None:
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(GOOD + b"garbage\n" + GOOD)
+    cmd = [sys.executable, "-m", "ctxc", "validate", str(f), "--skip-invalid"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"ctxc: {f}: skipped 1 invalid line(s)\n"
+    assert proc.stdout.startswith(f"{f}: ok")
+
+
 def test_skip_invalid_convert_keeps_bad_lines_verbatim(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

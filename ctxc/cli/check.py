@@ -119,6 +119,8 @@ def _emit(report: Any, fmt: str) -> None:
         if f.status == "error":
             where = f"{f.path}:{f.line}" if f.line is not None else f.path
             opt.note(f"ctxc: error: {where}: {f.error}")
+        elif f.skipped_lines:
+            opt.note(f"ctxc: {f.path}: skipped {f.skipped_lines} invalid line(s)")
     if fmt == "json":
         write_stdout(dumps(report_to_json(report)))
     elif fmt == "github":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
 from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, read_line
 from ctxc.system import gc_paused
+from ctxc.terminal import visible
 
+log = logging.getLogger(__name__)
 _ADAPTERS: dict[str, FormatAdapter] = {}
 
 
@@ -161,10 +164,18 @@ def load(
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
     on_message: Callable[[Message], None] | None = None,
+    say_skipped: bool = True,
 ) -> Transcript:
     """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream); ``on_message`` sees each
-    message as soon as it is read, so work on it can go on while the rest is parsed."""
-    return _load(open_stream(src, input_format=input_format, options=options), on_message)
+    message as soon as it is read, so work on it can go on while the rest is parsed. Lines
+    ``skip_invalid`` passed over are counted in a warning on ctxc's logger unless ``say_skipped`` is
+    False (a second read of a file already reported)."""
+    transcript = _load(open_stream(src, input_format=input_format, options=options), on_message)
+    if transcript.problems and say_skipped:
+        log.warning(
+            "ctxc: %s: skipped %d invalid line(s)", visible(transcript.source), len(transcript.problems)
+        )
+    return transcript
 
 
 def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions = ReadOptions()) -> Transcript:
@@ -174,7 +185,7 @@ def reload(written: Transcript, read_from: Transcript, *, options: ReadOptions =
     own = {id(r) for r in read_from.records}
     if not _reads_alone(written.records, own, options):
         data = written.to_bytes()
-        return load(named_bytes(name, data), input_format=written.format, options=options)
+        return load(named_bytes(name, data), input_format=written.format, options=options, say_skipped=False)
     records: list[Record] = []
     for line_no, rec in enumerate(written.records, 1):
         if id(rec) in own and rec.kind != "invalid":

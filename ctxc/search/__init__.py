@@ -143,7 +143,7 @@ def entry_text(entry: Mapping[str, Any], key: str) -> str | None:
 def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
     """An archived object's bytes as a transcript, reading whatever the original run accepted."""
     options = ReadOptions(skip_invalid=True, max_line_bytes=1 << 40)
-    return load(named_bytes(name, data), input_format=fmt or None, options=options)
+    return load(named_bytes(name, data), input_format=fmt or None, options=options, say_skipped=False)
 
 
 def _index_object(
