@@ -18,6 +18,7 @@ from ctxc.profiles import resolve_window
 from ctxc.reader import ReadOptions
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
+from ctxc.terminal import one_line
 from ctxc.tokens import USAGE_TOKENIZER, Counter
 from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
@@ -286,12 +287,13 @@ def message(f: FileCheck, budget: Budget) -> str:
 
 def render_table(report: CheckReport) -> str:
     """Plain text, one line per file then a summary: stable, and readable in any CI log."""
-    width = max((len(f.path) for f in report.files), default=0)
+    names = [one_line(f.path) for f in report.files]  # a newline in a name would split its line
+    width = max(map(len, names), default=0)
     labels = {"over": "OVER ", "near": "near ", "ok": "ok   ", "error": "ERROR"}
     lines = [
-        f"{labels[f.status]} {f.path:<{width}}  {message(f, report.budget)}"
+        f"{labels[f.status]} {name:<{width}}  {message(f, report.budget)}"
         + (f" (line {f.line})" if f.line else "")
-        for f in report.files
+        for f, name in zip(report.files, names, strict=True)
     ]
     return "\n".join([*lines, report.headline()]) + "\n"
 

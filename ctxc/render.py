@@ -14,7 +14,7 @@ from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
-from ctxc.terminal import UNWRAPPED, visible
+from ctxc.terminal import UNWRAPPED, one_line, visible
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
@@ -136,7 +136,7 @@ _SOURCES = {
 def _head(a: Analysis, what: str) -> Any:
     from rich.text import Text
 
-    return Text.assemble((a.path, "bold"), f"  {a.format}  ·  {what}")
+    return Text.assemble((one_line(a.path), "bold"), f"  {a.format}  ·  {what}")
 
 
 def _stage_line(a: Analysis, window: str, note: str = "") -> Any:

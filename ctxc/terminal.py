@@ -11,6 +11,8 @@ from typing import Any
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: The same but a CRLF's carriage return: what :func:`visible` escapes.
 _ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+#: Every control character: what :func:`one_line` escapes.
+_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: The width of a console off a terminal: lines to a pipe or file are never wrapped (each row stays one line).
 UNWRAPPED = 1 << 16
@@ -25,6 +27,12 @@ def visible(text: str) -> str:
     and a CRLF's carriage return (a lone one could hide the line)."""
     # A character class alone is matched at C speed: text without controls (most) is not run through _ESCAPED.
     return text if _CONTROL.search(text) is None else _ESCAPED.sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped, tab and newline too: a file name or a diagnostic
+    that must stay on its one line (a newline in a name would start a line that looks like another)."""
+    return _ONE_LINE.sub(_escape, text)
 
 
 def visible_console(**options: Any) -> Any:

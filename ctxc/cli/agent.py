@@ -9,7 +9,7 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.output import write_stdout
-from ctxc.terminal import stderr_console
+from ctxc.terminal import one_line, stderr_console
 
 REMIND_EPILOG = opt.examples(
     "ctxc remind session.jsonl --rules rules.toml",
@@ -79,7 +79,7 @@ def remind_command(
 
 def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str, int]) -> None:
     opt.stdout_console().print(
-        f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  "
+        f"{one_line(r.path)}  {r.format}  ·  {len(r.turns)} turns  ·  "
         f"{len(rows)} reminder(s) from {len(rule_set)} rule(s)",
         markup=False,
     )

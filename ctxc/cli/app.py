@@ -14,7 +14,7 @@ import typer
 from ctxc.cli.options import app, note
 from ctxc.errors import CtxcError, ExitCode, exit_interrupted
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
-from ctxc.terminal import visible
+from ctxc.terminal import one_line
 
 # The command modules, each adding its commands to the app when imported, in the order ``ctxc --help``
 # lists them: a list rather than discovery, so the order is deliberate and a typo fails loudly.
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             ctx = getattr(exc, "ctx", None)
             message = str(exc.format_message() if hasattr(exc, "format_message") else exc).rstrip(".")
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            sys.stderr.write(visible(f"ctxc: error: {message}{hint}") + "\n")
+            sys.stderr.write(one_line(f"ctxc: error: {message}{hint}") + "\n")
         sys.exit(int(ExitCode.USAGE))
     except (KeyboardInterrupt, typer.Abort):  # typer turns a Ctrl-C while parsing into Abort
         exit_interrupted()

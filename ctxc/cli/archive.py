@@ -12,7 +12,7 @@ import typer
 from ctxc.cli import options as opt
 from ctxc.errors import ArchiveError, InputError, UsageError
 from ctxc.output import atomic_output, write_stdout
-from ctxc.terminal import visible
+from ctxc.terminal import one_line, visible
 
 SEARCH_EPILOG = opt.examples(
     "ctxc search 'ORDER-7731 refund'",
@@ -80,10 +80,12 @@ def _render_hits(hits: list[Any], query: str) -> None:
         for i, part in enumerate(h.snippet.split("**")):  # ``**`` marks the matches
             cell.append(visible(part), style="bold yellow" if i % 2 else None)
         cell.append("\n")
-        cell.append(Text(visible(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
+        cell.append(Text(one_line(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
         # The original's file name (its folder is in the JSON): which session the hit is from.
-        rows.append((f"{h.ref}\nline {h.line}", PurePath(h.source).name or h.source, what, score, cell))
+        rows.append(
+            (f"{h.ref}\nline {h.line}", one_line(PurePath(h.source).name or h.source), what, score, cell)
+        )
     opt.print_rows(("ref", "file", "what", "score", "snippet"), rows, show_lines=True, fold=("snippet",))
 
 
@@ -196,7 +198,7 @@ def _render_table(shown: Any) -> None:
 
     from ctxc.search.show import block_text
 
-    src = f" ({shown.source})" if shown.source else ""
+    src = f" ({one_line(shown.source)})" if shown.source else ""
     opt.stdout_console().print(
         f"archive {shown.archive_id[:12]}{src}, {shown.format}", markup=False, style="dim"
     )

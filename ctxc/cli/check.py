@@ -11,7 +11,7 @@ from ctxc.batch import BatchProgress, expand_paths
 from ctxc.cli import options as opt
 from ctxc.output import dumps, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS_TEXT
-from ctxc.terminal import visible
+from ctxc.terminal import one_line, visible
 
 EPILOG = opt.examples(
     "ctxc check logs/ --max-usage 0.8                      # over 80% of the default window fails",
@@ -38,7 +38,7 @@ def _print_table(report: Any) -> None:
             Text.assemble(
                 (f.status.upper() if f.status in ("over", "error") else f.status, styles[f.status])
             ),
-            f.path,
+            one_line(f.path),
             message(f, report.budget) + (f" (line {f.line})" if f.line else ""),
         )
         for f in report.files

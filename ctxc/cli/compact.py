@@ -17,6 +17,7 @@ from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.output import check_output, dumps, same_file, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT, check_thresholds
+from ctxc.terminal import one_line
 
 EPILOG = opt.examples(
     "ctxc compact session.jsonl -o small.jsonl      # adaptive, to below 60% of the window",
@@ -251,7 +252,7 @@ def _print_batch(rows: Sequence[dict[str, Any]]) -> None:
 
     cells = [
         (
-            r["path"],
+            one_line(r["path"]),
             r["status"],
             r.get("format") or "",
             tokens(r.get("tokens_before")),
@@ -314,7 +315,7 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
         return
     run = doc["run"]
     opt.stdout_console().print(
-        f"dry run: {run['input_path']} with {run['strategy']}: "
+        f"dry run: {one_line(run['input_path'])} with {run['strategy']}: "
         f"{run['tokens_before']:,} → {run['tokens_after']:,} tokens (nothing written)"
         f"{_summarizer_spend(run)}",
         markup=False,

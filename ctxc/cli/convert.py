@@ -10,6 +10,7 @@ import typer
 from ctxc.batch import batch_exit_code, check_distinct_outputs, collect_inputs, expand_paths
 from ctxc.cli import options as opt
 from ctxc.errors import ExitCode
+from ctxc.terminal import one_line
 
 CONVERT_EPILOG = opt.examples(
     "ctxc convert session.jsonl --to chat-anthropic -o messages.jsonl",
@@ -110,11 +111,12 @@ def validate(
     else:
         console = opt.stdout_console()
         for r in report:
+            name = one_line(r["path"])
             if not r["problems"]:
-                console.print(f"{r['path']}: ok ({r['format']}, {r['messages']} messages)", markup=False)
+                console.print(f"{name}: ok ({r['format']}, {r['messages']} messages)", markup=False)
             for p in r["problems"]:
                 console.print(
-                    f"{r['path']}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
+                    f"{name}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
                 )
     raise typer.Exit(rc)
 

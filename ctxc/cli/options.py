@@ -14,7 +14,7 @@ from ctxc._version import __version__
 from ctxc.errors import UsageError
 from ctxc.output import CheckedStdout, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
-from ctxc.terminal import stderr_console, visible_console, width_for
+from ctxc.terminal import one_line, stderr_console, visible_console, width_for
 
 
 def examples(*commands: str, note: str = "") -> str:
@@ -87,8 +87,9 @@ def print_json(command: str, **payload: Any) -> None:
 
 
 def note(message: str) -> None:
-    """One diagnostic line on stderr, printed as is (no markup) and never cut."""
-    stderr_console().print(message, markup=False, soft_wrap=True)
+    """One diagnostic line on stderr, printed as is (no markup) and never cut; a newline or tab (in a file
+    name, say) is shown escaped, so the line stays one."""
+    stderr_console().print(one_line(message), markup=False, soft_wrap=True)
 
 
 def stdout_console() -> Any:

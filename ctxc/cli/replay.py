@@ -10,6 +10,7 @@ from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
+from ctxc.terminal import one_line
 
 if TYPE_CHECKING:
     from ctxc.replay import Replay
@@ -103,7 +104,7 @@ def _print_replay(r: Replay, every_turn: bool) -> None:
     recorded = f"; the log recorded up to {r.recorded_peak:,}" if r.recorded_peak is not None else ""
     freed = sum(t.compaction.freed for t in r.compactions if t.compaction is not None)
     console.print(
-        f"{r.path}  {r.format}  ·  {len(r.turns)} turns  ·  window {r.window:,}  ·  {r.strategy}, "
+        f"{one_line(r.path)}  {r.format}  ·  {len(r.turns)} turns  ·  window {r.window:,}  ·  {r.strategy}, "
         f"trigger {r.trigger:.0%}\n"
         f"peak context {r.peak_raw:,} ({pct(r.peak_raw)}) without compaction, {r.peak_tokens:,} "
         f"({pct(r.peak_tokens)}) with; {len(r.compactions)} compaction(s) freed {freed:,} tokens; "

@@ -18,7 +18,7 @@ from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
 from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, read_line
 from ctxc.system import gc_paused
-from ctxc.terminal import visible
+from ctxc.terminal import one_line
 
 log = logging.getLogger(__name__)
 _ADAPTERS: dict[str, FormatAdapter] = {}
@@ -173,7 +173,7 @@ def load(
     transcript = _load(open_stream(src, input_format=input_format, options=options), on_message)
     if transcript.problems and say_skipped:
         log.warning(
-            "ctxc: %s: skipped %d invalid line(s)", visible(transcript.source), len(transcript.problems)
+            "ctxc: %s: skipped %d invalid line(s)", one_line(transcript.source), len(transcript.problems)
         )
     return transcript
 

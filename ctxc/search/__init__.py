@@ -28,7 +28,7 @@ from ctxc.search.background import (
 from ctxc.search.chunks import Chunk, chunk_transcript, split_text
 from ctxc.search.index import Hit, SearchIndex, cleared_index, fts_query, open_index
 from ctxc.system import env_flag
-from ctxc.terminal import visible
+from ctxc.terminal import one_line
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
@@ -52,8 +52,8 @@ def _warn(root: Path, what: str, exc: BaseException) -> None:
         log.warning(
             "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
             "and `ctxc search --reindex` rebuilds the index",
-            visible(str(root)),
-            f"{type(exc).__name__}: {visible(str(exc))}",
+            one_line(str(root)),
+            f"{type(exc).__name__}: {one_line(str(exc))}",
             what,
         )
 
@@ -194,7 +194,7 @@ def sync(archive: ArchiveStore, index: SearchIndex) -> int:
                 added += 1
             except CtxcError as exc:
                 log.warning(
-                    "ctxc: warning: cannot index archived original %s: %s", ident[:12], visible(str(exc))
+                    "ctxc: warning: cannot index archived original %s: %s", ident[:12], one_line(str(exc))
                 )
     return added
 

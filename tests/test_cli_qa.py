@@ -1,0 +1,51 @@
+"""A demanding user's odd command lines: file names with newlines, stdin named twice, ``-`` where it
+cannot go, an output folder that is a file, rules and prompts saved with a BOM."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, run
+
+CHAT = SAMPLES / "chat-openai.jsonl"
+#: A file name a terminal must not be handed raw: a newline, a tab and an ESC.
+ODD = "a\nb\tc\x1b[31md.jsonl"
+SHOWN = "a\\x0ab\\x09c\\x1b[31md.jsonl"
+
+
+@pytest.fixture
+def odd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "archive"))
+    shutil.copy(CHAT, tmp_path / ODD)
+    (tmp_path / "e\nmpty.jsonl").write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", ODD, "-f", "table"),
+        ("validate", ODD),
+        ("check", ODD, "--max-tokens", "10"),
+        ("compact", ODD, "-o", "out.jsonl"),
+        ("compact", ODD, "--dry-run", "-f", "table"),
+        ("compact", ".", "--out-dir", "out", "-f", "table"),
+        ("repair", ODD, "-o", "out.jsonl"),
+        ("replay", ODD, "-f", "table"),
+        ("analyze", "e\nmpty.jsonl"),  # an error naming the file
+    ],
+    ids=lambda a: "-".join(x for x in a if x.isalpha()),
+)
+def test_a_file_name_stays_on_its_line(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...]
+) -> None:
+    _, out, err = run(capsys, *args)
+    text = out + err
+    assert SHOWN in text or "e\\x0ampty.jsonl" in text, text
+    assert "\t" not in text, text
+    for line in text.splitlines():  # each part of a name is on the line that begins it
+        assert "[31md.jsonl" not in line or SHOWN in line, f"a name split its line: {text!r}"
+        assert "mpty.jsonl" not in line or "e\\x0ampty.jsonl" in line, f"a name split its line: {text!r}"
