@@ -41,7 +41,7 @@ def collect_inputs(
     glob: str | None = None,
     exclude: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Input]:
-    """Files as given (each once, by any spelling), directories walked recursively in sorted order
+    """Files as given (each once, by any spelling; stdin too), directories walked recursively in sorted order
     for ``glob`` (default: each format's suffixes), never entering ``exclude``. A directory the walk
     cannot list is kept as an input, so the batch reports it as a failure."""
     if not paths:
@@ -61,7 +61,9 @@ def collect_inputs(
     for p in paths:
         path = Path(p)
         if p == "-":
-            out.append(Input("-", "-"))
+            if "-" not in seen:  # stdin reads once: a second "-" would be an empty file
+                seen.add("-")
+                out.append(Input("-", "-"))
         elif path.is_dir():
             found, unreadable = _walk(path, glob, skip)
             if not found and not unreadable:

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ctxc.archive_store import sha256_hex
 from ctxc.formats import dump, get_adapter, load
-from ctxc.output import atomic_output
+from ctxc.output import atomic_output, make_parents
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.validate import all_problems
 
@@ -53,7 +52,7 @@ def convert_file(job: ConvertJob) -> dict[str, Any]:
 
     transcript = load(job.path, input_format=job.input_format, options=job.read_options)
     if job.make_dirs:
-        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+        make_parents(job.output)
     with atomic_output(job.output, inputs=(job.path,), like=job.path) as handle:
         if job.to == "same":
             dump(transcript, handle)

@@ -185,6 +185,15 @@ def _write_failure(exc: OSError, name: str | None = None) -> Exception:
     return OutputError(f"cannot write: {exc.strerror or exc}", path=name or "stdout")
 
 
+def make_parents(target: str) -> None:
+    """Create the folders ``target`` goes in (a batch's mirrored tree); failing, an OutputError naming it."""
+    folder = Path(target).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission: exit 7, not an internal error
+        raise OutputError(f"cannot create the folder {folder}: {exc.strerror or exc}", path=target) from exc
+
+
 @contextlib.contextmanager
 def _write_errors(name: str | None = None) -> Iterator[None]:
     try:

@@ -3,11 +3,14 @@ cannot go, an output folder that is a file, rules and prompts saved with a BOM."
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES, run
+
+from ctxc.errors import ExitCode
 
 CHAT = SAMPLES / "chat-openai.jsonl"
 #: A file name a terminal must not be handed raw: a newline, a tab and an ESC.
@@ -49,3 +52,37 @@ def test_a_file_name_stays_on_its_line(
     for line in text.splitlines():  # each part of a name is on the line that begins it
         assert "[31md.jsonl" not in line or SHOWN in line, f"a name split its line: {text!r}"
         assert "mpty.jsonl" not in line or "e\\x0ampty.jsonl" in line, f"a name split its line: {text!r}"
+
+
+@pytest.mark.parametrize(
+    "command", [("analyze", "-f", "json"), ("validate",), ("check", "--max-tokens", "10")]
+)
+def test_stdin_named_twice_is_read_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(CHAT.read_bytes())))
+    code, _, err = run(capsys, command[0], "-", "-", *command[1:])
+    assert code in (ExitCode.OK, ExitCode.OVER_TARGET), err  # not 12 with "-: empty file"
+    assert "empty file" not in err
+
+
+@pytest.mark.parametrize("command", [("compact", "-s", "fifo"), ("convert", "--to", "chat-anthropic")])
+def test_out_dir_must_be_a_directory(
+    capsys: pytest.CaptureFixture[str], odd: Path, command: tuple[str, ...]
+) -> None:
+    code, _, err = run(capsys, command[0], str(CHAT), "--out-dir", "-", *command[1:])
+    assert code == ExitCode.USAGE, err
+    assert not (odd / "-").exists()  # no folder named "-" made
+    (odd / "taken").write_text("a file\n")
+    code, _, err = run(capsys, command[0], str(CHAT), "--out-dir", "taken", *command[1:])
+    assert code == ExitCode.OUTPUT, err
+    assert err == "ctxc: error: taken: --out-dir is not a directory\n"
+    # A file in the way of the mirrored tree: that file fails with exit 7's reason, not an internal error.
+    (odd / "tree" / "sub").mkdir(parents=True)
+    shutil.copy(CHAT, odd / "tree" / "sub" / "x.jsonl")
+    (odd / "out").mkdir()
+    (odd / "out" / "sub").write_text("a file\n")
+    code, _, err = run(capsys, command[0], "tree", "--out-dir", "out", *command[1:])
+    assert code == ExitCode.PARTIAL, err
+    assert "cannot create the folder out/sub" in err
+    assert "internal error" not in err

@@ -11,7 +11,7 @@ from typing import IO, Annotated, Any, Literal, cast
 import typer
 
 from ctxc._version import __version__
-from ctxc.errors import UsageError
+from ctxc.errors import OutputError, UsageError
 from ctxc.output import CheckedStdout, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
 from ctxc.terminal import one_line, stderr_console, visible_console, width_for
@@ -158,6 +158,10 @@ def batch_mode(
     after refusing what makes no sense: several inputs or a directory without one, ``--output`` with one."""
     if out_dir is not None and in_place:
         raise UsageError("give --out-dir or --in-place, not both")
+    if out_dir == "-":
+        raise UsageError("--out-dir needs a directory, not - (give -o - for one input's stdout)")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise OutputError("--out-dir is not a directory", path=out_dir)
     batch = out_dir is not None or bool(in_place)
     if not batch and (len(inputs) > 1 or any(Path(p).is_dir() for p in paths or [])):
         alt = "" if in_place is None else " or --in-place"

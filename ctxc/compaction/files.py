@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from ctxc.archive import Archive
@@ -18,7 +17,7 @@ from ctxc.errors import UsageError
 from ctxc.formats import get_adapter
 from ctxc.formats.base import ForksSessions
 from ctxc.model import Transcript
-from ctxc.output import atomic_output, check_output, dumps, envelope
+from ctxc.output import atomic_output, check_output, dumps, envelope, make_parents
 from ctxc.pricing import default_prices, saving_per_turn
 from ctxc.reader import ReadOptions, Spool, named_bytes, open_binary, read_all
 from ctxc.tokens import counting_processes
@@ -184,7 +183,7 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
         return doc
     assert store is not None
     if job.make_dirs:
-        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+        make_parents(job.output)
     run = {**doc["run"], "output_sha256": ""}  # filled in as the output is written
     if job.batch_options is not None:
         run["batch"] = {"options": job.batch_options, "output": os.path.realpath(job.output)}
