@@ -4,7 +4,9 @@ cannot go, an output folder that is a file, rules and prompts saved with a BOM."
 from __future__ import annotations
 
 import io
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,28 @@ def test_out_dir_must_be_a_directory(
     assert code == ExitCode.PARTIAL, err
     assert "cannot create the folder out/sub" in err
     assert "internal error" not in err
+
+
+def test_restore_reads_a_compacted_file_from_stdin_or_a_pipe(
+    capsys: pytest.CaptureFixture[str], odd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = run(
+        capsys, "compact", str(CHAT), "-s", "fifo", "--target-ratio", "0.3", "-o", "small.jsonl"
+    )
+    assert code == 0, err
+    small = (odd / "small.jsonl").read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(small)))
+    code, _, err = run(capsys, "restore", "-", "-o", "from-stdin.jsonl")
+    assert code == 0, err
+    assert (odd / "from-stdin.jsonl").read_bytes() == CHAT.read_bytes()
+    os.mkfifo(odd / "pipe")
+    writer = threading.Thread(target=(odd / "pipe").write_bytes, args=(small,), daemon=True)
+    writer.start()
+    code, _, err = run(capsys, "restore", "pipe", "-o", "from-pipe.jsonl")
+    writer.join(timeout=60)
+    assert code == 0, err
+    assert (odd / "from-pipe.jsonl").read_bytes() == CHAT.read_bytes()
+    (odd / "folder").mkdir()
+    code, _, err = run(capsys, "restore", "folder")
+    assert code == ExitCode.INPUT
+    assert "folder: is a directory" in err  # not "no such file"

@@ -3,8 +3,9 @@ and printed."""
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
 import typer
@@ -43,25 +44,31 @@ RESTORE_EPILOG = opt.examples(
 @opt.app.command("restore", epilog=RESTORE_EPILOG)
 def restore_command(
     ref: Annotated[
-        str, typer.Argument(help="An archive id (12+ hex characters) or a compacted file.", metavar="REF")
+        str,
+        typer.Argument(
+            help="An archive id (12+ hex characters), or a compacted file (- for stdin).", metavar="REF"
+        ),
     ],
     output: opt.TranscriptOutputOpt = None,
     archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
     from ctxc.archive import Archive
+    from ctxc.reader import read_all
 
-    is_file = Path(ref).is_file()
+    # A compacted file (stdin, a pipe) or an id; read_all says what is wrong with a folder.
+    is_file = ref == "-" or os.path.exists(ref)
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
-    ident = store.find_original(Path(ref).read_bytes()) if is_file else store.resolve(ref)
+    ident = store.find_original(read_all(ref)[1]) if is_file else store.resolve(ref)
     if ident is None:
         raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
     data = store.read(ident)
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
     like = str(store.object_path(ident))
-    with atomic_output(opt.transcript_output(output), inputs=(ref,) if is_file else (), like=like) as handle:
+    inputs = (ref,) if is_file and ref != "-" else ()
+    with atomic_output(opt.transcript_output(output), inputs=inputs, like=like) as handle:
         handle.write(data)
 
 
