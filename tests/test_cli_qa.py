@@ -4,6 +4,7 @@ cannot go, an output folder that is a file, rules and prompts saved with a BOM."
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import threading
@@ -113,3 +114,14 @@ def test_restore_reads_a_compacted_file_from_stdin_or_a_pipe(
     code, _, err = run(capsys, "restore", "folder")
     assert code == ExitCode.INPUT
     assert "folder: is a directory" in err  # not "no such file"
+
+
+def test_a_report_on_stdout_never_shares_it(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    code, out, err = run(capsys, "compact", str(CHAT), "--report", "-", "-o", "-")
+    assert code == ExitCode.USAGE, err
+    assert out == ""
+    code, _, err = run(capsys, "compact", str(CHAT), "--report", "-", "--dry-run", "-f", "json")
+    assert code == ExitCode.USAGE, err
+    code, out, err = run(capsys, "compact", str(CHAT), "--report", "-", "-o", "small.jsonl")
+    assert code == 0, err
+    assert json.loads(out)["schema"] == "ctxc.compact/1"  # alone on stdout, it parses

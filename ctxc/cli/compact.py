@@ -189,6 +189,9 @@ def _run(options: Any, flags: SimpleNamespace) -> None:
     if batch:
         outputs = [i.path if flags.in_place else str(Path(flags.out_dir or ".") / i.rel) for i in inputs]
     ropts = opt.read_options(flags.skip_invalid, flags.max_line_mb)
+    stdout_taken = flags.dry_run or flags.fork or flags.fmt is not None or "-" in outputs
+    if flags.report == "-" and stdout_taken:  # two documents in one stream would parse as neither
+        raise UsageError("--report - would share stdout with the transcript or the table; give it a file")
     if flags.report is not None:  # refused before any work if it would replace an output or an input
         for out in [] if flags.dry_run else outputs:
             if out != "-" and same_file(flags.report, out):
