@@ -162,7 +162,7 @@ class PromptComposer:
     @classmethod
     def load(cls, path: str | Path) -> PromptComposer:
         """Sections from a TOML file; ``file = ...`` contents are read relative to it."""
-        text = read_toml(path, "no such prompt file", "cannot read the prompt file")
+        text = read_toml(path, "prompt file")
         return cls.parse(text, source=str(path), root=Path(path).parent)
 
     @classmethod

@@ -110,10 +110,11 @@ def _read(file: str | os.PathLike[str]) -> tuple[str, dict[str, Price]]:
     """A price table file's date and models."""
     path, source = Path(file), str(file)
     try:
-        with path.open("rb") as handle:
-            doc = tomllib.load(handle)
+        doc = tomllib.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as Windows editors write, dropped
     except OSError as exc:
         raise InputError(f"cannot read the price table: {exc.strerror or exc}", path=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the price table is not UTF-8 text (byte {exc.start})", path=source) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", path=str(path)) from None
     models = doc.get("models", {})

@@ -29,13 +29,21 @@ _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _TAG = re.compile(r'<system-reminder id="([A-Za-z0-9_.:-]+)">')
 
 
-def read_toml(path: str | Path, missing: str, unreadable: str) -> str:
+def read_toml(path: str | Path, what: str) -> str:
+    """The text of ``what``, a TOML file (a BOM, as Windows editors write, dropped). Not stdin: a transcript
+    may come from there, and a prompt's sections name files beside it."""
+    if str(path) == "-":
+        raise UsageError(f"give a {what}, not - (stdin)")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise InputError(missing, path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{unreadable}: {exc}", path=str(path)) from None
+        raise InputError(f"no such {what}", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError(f"is a directory, not a {what}", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the {what} is not UTF-8 text (byte {exc.start})", path=str(path)) from None
 
 
 def parse_toml(text: str, source: str, keys: set[str], hint: str = "") -> dict[str, Any]:
@@ -173,7 +181,7 @@ class ReminderRules:
     @classmethod
     def load(cls, path: str | Path) -> ReminderRules:
         """Rules from a TOML file of ``[[reminder]]`` tables; a bad file is a loud usage error."""
-        text = read_toml(path, "no such reminder rules file", "cannot read reminder rules")
+        text = read_toml(path, "reminder rules file")
         return cls.parse(text, source=str(path))
 
     @classmethod

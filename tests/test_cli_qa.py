@@ -125,3 +125,49 @@ def test_a_report_on_stdout_never_shares_it(capsys: pytest.CaptureFixture[str], 
     code, out, err = run(capsys, "compact", str(CHAT), "--report", "-", "-o", "small.jsonl")
     assert code == 0, err
     assert json.loads(out)["schema"] == "ctxc.compact/1"  # alone on stdout, it parses
+
+
+RULES = '[[reminder]]\nid = "r1"\nmessage = "Run the tests."\ntoken_threshold = 100\n'
+PROMPT = '[[section]]\nid = "a"\ncontent = "You review code."\npriority = 1\n'
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "command"),
+    [
+        ("rules.toml", RULES, ("remind", str(CHAT), "--rules", "{}", "-f", "json")),
+        ("prompt.toml", PROMPT, ("compose", "{}", "--budget", "100", "-f", "json")),
+        (
+            "rules.toml",
+            "[[rule]]\nname = 'x'\nregex = 'x'\nimportance = 'critical'\n",
+            (
+                "compact",
+                str(CHAT),
+                "--dry-run",
+                "-s",
+                "selective",
+                "--set",
+                "selective.rules={}",
+                "-f",
+                "json",
+            ),
+        ),
+    ],
+    ids=["remind", "compose", "selective"],
+)
+def test_toml_files_saved_with_a_bom_are_read(
+    capsys: pytest.CaptureFixture[str], odd: Path, name: str, text: str, command: tuple[str, ...]
+) -> None:
+    (odd / name).write_bytes(b"\xef\xbb\xbf" + text.encode())  # as Notepad saves UTF-8
+    code, out, err = run(capsys, *(a.replace("{}", name) for a in command))
+    assert code == 0, err
+    assert json.loads(out)["schema"].startswith("ctxc.")
+
+
+def test_toml_inputs_say_what_is_wrong(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    code, _, err = run(capsys, "compose", "-", "--budget", "100")
+    assert (code, err) == (ExitCode.USAGE, "ctxc: error: give a prompt file, not - (stdin)\n")
+    code, _, err = run(capsys, "remind", "-", "--rules", "-")
+    assert (code, err) == (ExitCode.USAGE, "ctxc: error: give a reminder rules file, not - (stdin)\n")
+    (odd / "folder").mkdir()
+    code, _, err = run(capsys, "compose", "folder", "--budget", "100")
+    assert (code, err) == (ExitCode.INPUT, "ctxc: error: folder: is a directory, not a prompt file\n")

@@ -98,7 +98,7 @@ def load_rules(path: str = "") -> Rules:
         text = resources.files("ctxc.compaction").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
         return parse_rules(text, SHIPPED_RULES)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as Windows editors write, dropped
     except OSError as exc:
         raise UsageError(f"cannot read the importance rules file: {exc.strerror or exc}", path=path) from None
     except UnicodeDecodeError:
