@@ -171,3 +171,14 @@ def test_toml_inputs_say_what_is_wrong(capsys: pytest.CaptureFixture[str], odd: 
     (odd / "folder").mkdir()
     code, _, err = run(capsys, "compose", "folder", "--budget", "100")
     assert (code, err) == (ExitCode.INPUT, "ctxc: error: folder: is a directory, not a prompt file\n")
+
+
+def test_hooks_usage_names_its_argument_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "hooks", "install", "--help")
+    assert code == 0
+    assert "Usage: ctxc hooks install [OPTIONS] AGENT" in out  # was {agent}:<claude-code>
+    code, _, err = run(capsys, "hooks", "install")
+    assert code == ExitCode.USAGE
+    assert err == (
+        "ctxc: error: Missing argument 'AGENT'. Choose from: claude-code (see 'ctxc hooks install --help')\n"
+    )

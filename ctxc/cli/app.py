@@ -56,7 +56,13 @@ class _Command(typer.core.TyperCommand):
 
 for module in COMMAND_MODULES.split():
     importlib.import_module(f"ctxc.cli.{module}")
-for command in app.registered_commands:
+subcommands = [
+    c
+    for group in app.registered_groups
+    if group.typer_instance
+    for c in group.typer_instance.registered_commands
+]
+for command in [*app.registered_commands, *subcommands]:  # ``hooks install`` too
     if command.cls in (None, typer.core.TyperCommand):
         command.cls = _Command
 
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         else:  # ctxc's one line, naming the help to read (not click's four lines)
             ctx = getattr(exc, "ctx", None)
             message = str(exc.format_message() if hasattr(exc, "format_message") else exc).rstrip(".")
+            message = message.replace(":\n\t", ": ").replace(",\n\t", ", ")  # click lists choices a line each
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             sys.stderr.write(one_line(f"ctxc: error: {message}{hint}") + "\n")
         sys.exit(int(ExitCode.USAGE))

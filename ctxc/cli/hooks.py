@@ -21,7 +21,8 @@ EPILOG = opt.examples(
 
 
 AgentArg = Annotated[
-    Literal["claude-code"], typer.Argument(help="The client whose settings to change: claude-code.")
+    Literal["claude-code"],
+    typer.Argument(help="The client whose settings to change: claude-code.", metavar="AGENT"),
 ]
 ProjectOpt = Annotated[
     bool,
