@@ -182,3 +182,11 @@ def test_hooks_usage_names_its_argument_plainly(capsys: pytest.CaptureFixture[st
     assert err == (
         "ctxc: error: Missing argument 'AGENT'. Choose from: claude-code (see 'ctxc hooks install --help')\n"
     )
+
+
+@pytest.mark.parametrize("command", ["analyze", "validate", "replay", "eval", "repair", "convert"])
+def test_a_missing_file_is_said_alike_by_every_command(
+    capsys: pytest.CaptureFixture[str], odd: Path, command: str
+) -> None:
+    code, _, err = run(capsys, command, "nope.jsonl")
+    assert (code, err) == (ExitCode.INPUT, "ctxc: error: nope.jsonl: no such file\n")

@@ -25,7 +25,7 @@ from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needle
 from ctxc.formats import load
 from ctxc.live import live_context, live_messages, sent_messages
 from ctxc.model import Message
-from ctxc.reader import ReadOptions, named_bytes
+from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.search import search_index
 from ctxc.search.index import SearchIndex, open_index
 from ctxc.tokens import Counter, make_counter
@@ -212,7 +212,7 @@ def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
         if p == "-":
             raise UsageError("ctxc eval reads files, not stdin (it needs a name and several passes)")
         try:
-            out.append(Source(p, Path(p).read_bytes()))
+            out.append(Source(*read_all(p)))  # its errors, as every command's: "no such file", a folder
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=p) from exc
     return out
