@@ -7,6 +7,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -190,3 +192,27 @@ def test_a_missing_file_is_said_alike_by_every_command(
 ) -> None:
     code, _, err = run(capsys, command, "nope.jsonl")
     assert (code, err) == (ExitCode.INPUT, "ctxc: error: nope.jsonl: no such file\n")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["analyze", "-h"], ["hooks", "--help"], ["models"]])
+def test_help_on_a_full_disk_is_exit_7(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ctxc", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+            check=False,
+        )
+    assert proc.returncode == ExitCode.OUTPUT, proc.stderr
+    assert proc.stderr == b"ctxc: error: stdout: cannot write: No space left on device\n"
+
+
+def test_hooks_run_with_stdin_closed_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", None)
+    code, _, err = run(capsys, "hooks", "run")
+    assert code == 1  # never 2, which would stop Claude Code's compaction
+    assert err == "ctxc: hooks run: stdin is closed; give a file, or pipe one in\n"

@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if _interrupted(exc):
             exit_interrupted()
+        if isinstance(exc, OSError) and (not args or {"--help", "-h"} & set(args)):
+            # rich prints typer's help straight to stdout (ctxc's own output raises OutputError): a full disk
+            note(f"ctxc: error: stdout: cannot write: {exc.strerror or exc}")
+            sys.exit(int(ExitCode.OUTPUT))
         if debug:
             raise
         note(f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Literal
 
 import typer
@@ -73,9 +72,10 @@ def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
     Any failure exits 1, never 2: exit 2 from a PreCompact hook would stop Claude Code's compaction.
     """
     from ctxc.hooks import archive_from_hook
+    from ctxc.reader import read_all
 
     try:
-        done = archive_from_hook(sys.stdin.buffer.read(), archive)
+        done = archive_from_hook(read_all("-")[1], archive)  # stdin closed: a CtxcError, as for a file
     except (CtxcError, OSError) as exc:
         opt.note(f"ctxc: hooks run: {exc}")
         raise typer.Exit(1) from None
