@@ -216,3 +216,18 @@ def test_hooks_run_with_stdin_closed_says_so(
     code, _, err = run(capsys, "hooks", "run")
     assert code == 1  # never 2, which would stop Claude Code's compaction
     assert err == "ctxc: hooks run: stdin is closed; give a file, or pipe one in\n"
+
+
+def test_a_session_project_with_a_newline_stays_on_its_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    project = tmp_path / "projects" / "p"
+    project.mkdir(parents=True)
+    text = (SAMPLES / "claude-code.jsonl").read_text()
+    (project / "68138cc8-ffd2-4577-9120-9a555bb4d510.jsonl").write_text(
+        text.replace('"cwd":"/home/jiwoo/src/minishop"', '"cwd":"/src/mini\\nshop\\u001b[2J"')
+    )
+    code, out, err = run(capsys, "sessions", "-f", "table")
+    assert code == 0, err
+    assert out.splitlines()[0].strip() == "/src/mini\\x0ashop\\x1b[2J"

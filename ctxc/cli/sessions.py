@@ -14,6 +14,7 @@ from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.output import write_stdout
 from ctxc.sessions import find_sessions
+from ctxc.terminal import one_line
 
 EPILOG = opt.examples(
     "ctxc sessions                                  # every session, newest first",
@@ -130,7 +131,13 @@ def _table(rows: list[dict[str, Any]]) -> None:
             for row in members
         ]
         table = make_table(
-            columns, cells, right=columns[3:], title=project, title_justify="left", box=None, pad_edge=False
+            columns,
+            cells,
+            right=columns[3:],
+            title=one_line(project),
+            title_justify="left",
+            box=None,
+            pad_edge=False,
         )
         for column in table.columns:
             column.no_wrap = True
