@@ -231,3 +231,20 @@ def test_a_session_project_with_a_newline_stays_on_its_line(
     code, out, err = run(capsys, "sessions", "-f", "table")
     assert code == 0, err
     assert out.splitlines()[0].strip() == "/src/mini\\x0ashop\\x1b[2J"
+
+
+def test_a_composed_prompt_on_a_terminal_shows_its_escapes(
+    capsys: pytest.CaptureFixture[str], odd: Path
+) -> None:
+    from test_cli_small import on_a_terminal
+
+    (odd / "p.toml").write_text(
+        '[[section]]\nid = "a"\ncontent = "hi \\u001b]0;TITLE\\u0007 there"\npriority = 1\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(SAMPLES.parent), "NO_COLOR": "1"}
+    code, shown, err = on_a_terminal(["compose", str(odd / "p.toml"), "--budget", "100", "-q"], env)
+    assert code == 0, err
+    assert b"\x1b]" not in shown
+    assert b"hi \\x1b]0;TITLE\\x07 there" in shown
+    code, out, err = run(capsys, "compose", "p.toml", "--budget", "100", "-q")  # a pipe: byte for byte
+    assert (code, out) == (0, "hi \x1b]0;TITLE\x07 there\n"), err

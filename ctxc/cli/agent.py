@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -9,7 +10,7 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.output import write_stdout
-from ctxc.terminal import one_line, stderr_console
+from ctxc.terminal import one_line, stderr_console, visible
 
 REMIND_EPILOG = opt.examples(
     "ctxc remind session.jsonl --rules rules.toml",
@@ -137,8 +138,8 @@ def compose_command(
                 for o in result.sections
             ],
         )
-    else:
-        write_stdout(result.prompt + "\n")
+    else:  # byte for byte to a file or a pipe; a terminal is shown its escapes, never obeys them
+        write_stdout((visible(result.prompt) if sys.stdout.isatty() else result.prompt) + "\n")
     if not quiet:
         _print_sections(result, budget)
 
