@@ -248,3 +248,21 @@ def test_a_composed_prompt_on_a_terminal_shows_its_escapes(
     assert b"hi \\x1b]0;TITLE\\x07 there" in shown
     code, out, err = run(capsys, "compose", "p.toml", "--budget", "100", "-q")  # a pipe: byte for byte
     assert (code, out) == (0, "hi \x1b]0;TITLE\x07 there\n"), err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", str(CHAT), "--max-line-mb", "nan"),
+        ("validate", str(CHAT), "--max-line-mb", "inf"),
+        ("compact", str(CHAT), "-o", "out.jsonl", "--timeout", "nan"),
+        ("eval", str(CHAT), "--timeout", "inf"),
+    ],
+    ids=lambda a: f"{a[0]}-{a[-1]}",
+)
+def test_nan_and_inf_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...]
+) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == ExitCode.USAGE, err  # was an internal error (int(nan)) once a line or a call was measured
+    assert "is not a finite number" in err

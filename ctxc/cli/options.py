@@ -3,6 +3,7 @@ options (apart from :mod:`ctxc.cli.app`, so a command module need not import the
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +60,13 @@ def _root(
     ] = False,
 ) -> None:
     """Global options; the commands do the work."""
+
+
+def finite(value: float) -> float:
+    """A float option's callback: nan and inf are refused (click's ranges let both through)."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def flag(name: str, help: str) -> Any:
@@ -198,7 +206,7 @@ SkipInvalidOpt = Annotated[
         "Keep going past lines that are not JSON objects (reported, and written back untouched).",
     ),
 ]
-MaxLineOpt = Annotated[float, typer.Option(help="Refuse lines larger than this many MB.")]
+MaxLineOpt = Annotated[float, typer.Option(help="Refuse lines larger than this many MB.", callback=finite)]
 GlobOpt = Annotated[
     str | None,
     typer.Option(
