@@ -14,7 +14,7 @@ from ctxc.analysis import analyze, process_counter
 from ctxc.batch import Outcome, run_batch
 from ctxc.errors import ExitCode, UsageError
 from ctxc.output import envelope
-from ctxc.profiles import resolve_window
+from ctxc.profiles import MAX_TOKENS, resolve_window
 from ctxc.reader import ReadOptions
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
@@ -73,8 +73,8 @@ def resolve_budget(
         raise UsageError("give exactly one budget: --max-usage R (a share of the window) or --max-tokens N")
     if max_usage is not None and not 0 < max_usage <= 10:
         raise UsageError(f"--max-usage is a share of the window such as 0.8, not {max_usage}")
-    if max_tokens is not None and max_tokens <= 0:
-        raise UsageError(f"--max-tokens must be a positive number of tokens, not {max_tokens}")
+    if max_tokens is not None and not 0 < max_tokens <= MAX_TOKENS:
+        raise UsageError(f"--max-tokens must be a positive number of tokens up to 2**53, not {max_tokens}")
     if not 0 <= warn_usage <= 10:
         raise UsageError(f"--warn-usage is a share of the window such as 0.6, not {warn_usage}")
     win, model_name = resolve_window(model=model, window=window)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import InputError, OverTargetError, UsageError
+from ctxc.profiles import MAX_TOKENS
 from ctxc.reminders import parse_toml, read_toml
 from ctxc.tokens import make_counter
 
@@ -108,8 +109,10 @@ class PromptComposer:
         self, budget: int | None = None, *, counter: Counter | None = None, fill: bool = False
     ) -> Composition:
         """The prompt within ``budget`` tokens (None: no limit); ``fill`` keeps lower ones that fit too."""
-        if budget is not None and budget < 1:
-            raise UsageError(f"the prompt budget must be a positive number of tokens, not {budget}")
+        if budget is not None and not 0 < budget <= MAX_TOKENS:
+            raise UsageError(
+                f"the prompt budget must be a positive number of tokens up to 2**53, not {budget}"
+            )
         count = (counter or make_counter("o200k_base")).count
         ordered = self.ordered()
         pairs = list(zip(ordered, count([s.content for s in ordered]) if ordered else [], strict=True))

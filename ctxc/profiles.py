@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from ctxc.errors import UsageError
 from ctxc.model import Usage
 
+#: The most tokens a window, target or budget may be: JSON reports carry it, and JSON readers
+#: (JavaScript's numbers) keep integers exact up to here.
+MAX_TOKENS = 2**53
+
 
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
@@ -126,8 +130,8 @@ def get_profile(model: str | None = None) -> ModelProfile:
 def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
     """The context window to measure against and its model: ``window`` if given (``model`` still checked),
     else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
-    if window is not None and window <= 0:
-        raise UsageError(f"the context window must be a positive number of tokens, not {window}")
+    if window is not None and not 0 < window <= MAX_TOKENS:
+        raise UsageError(f"the context window must be a positive number of tokens up to 2**53, not {window}")
     if model is None:
         return (window, None) if window is not None else (get_profile().window, DEFAULT_MODEL)
     profile = get_profile(model)

@@ -266,3 +266,33 @@ def test_nan_and_inf_are_usage_errors(
     code, _, err = run(capsys, *args)
     assert code == ExitCode.USAGE, err  # was an internal error (int(nan)) once a line or a call was measured
     assert "is not a finite number" in err
+
+
+BIG = str(10**24)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", str(CHAT), "--window", BIG, "-f", "json"),
+        ("compact", str(CHAT), "--target-tokens", BIG, "-o", "out.jsonl"),
+        ("check", str(CHAT), "--max-tokens", BIG, "-f", "json"),
+        ("compose", "p.toml", "--budget", BIG, "-f", "json"),
+        ("eval", str(CHAT), "--window", BIG, "-f", "json"),
+        ("eval", str(CHAT), "--window", "-5", "-f", "json"),
+    ],
+    ids=lambda a: f"{a[0]}-{a[2]}",
+)
+def test_token_counts_past_what_json_carries_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...]
+) -> None:
+    (odd / "p.toml").write_text('[[section]]\nid = "a"\ncontent = "hi"\npriority = 1\n')
+    code, _, err = run(capsys, *args)
+    assert code == ExitCode.USAGE, err  # was an internal error: the JSON report could not hold the number
+    assert "up to 2**53" in err
+
+
+def test_a_since_before_year_one_is_no_internal_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "sessions", "--since", "0001-01-01", "-f", "json")
+    assert code in (ExitCode.OK, ExitCode.USAGE), err  # whether local midnight of year 1 exists depends on TZ
+    assert "internal error" not in err

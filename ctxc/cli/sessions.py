@@ -30,11 +30,10 @@ EPILOG = opt.examples(
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
+    try:  # timestamp() too: 0001-01-01 in local time falls before year 1
+        return dt.datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
         raise UsageError(f"--since {text!r}: give a date like 2026-11-30 or 2026-11-30T14:00") from None
-    return when.timestamp()
 
 
 @opt.app.command(epilog=EPILOG)

@@ -21,6 +21,7 @@ from ctxc.formats.base import FormatAdapter
 from ctxc.live import live_context, request_text, session_intent
 from ctxc.model import Message, Transcript
 from ctxc.output import Data
+from ctxc.profiles import MAX_TOKENS
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
 from ctxc.tokens import Counter, make_counter
@@ -136,8 +137,8 @@ def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     if options.target_tokens is not None and options.target_ratio is not None:
         raise UsageError("give --target-tokens or --target-ratio, not both")
     if options.target_tokens is not None:
-        if options.target_tokens <= 0:
-            raise UsageError("--target-tokens must be positive")
+        if not 0 < options.target_tokens <= MAX_TOKENS:
+            raise UsageError("--target-tokens must be positive, up to 2**53")
         return options.target_tokens, True
     if options.target_ratio is not None:
         if not 0 < options.target_ratio <= 1:

@@ -25,6 +25,7 @@ from ctxc.evaluate.needles import Needle, Planted, make_instruction, make_needle
 from ctxc.formats import load
 from ctxc.live import live_context, live_messages, sent_messages
 from ctxc.model import Message
+from ctxc.profiles import MAX_TOKENS
 from ctxc.reader import ReadOptions, named_bytes, read_all
 from ctxc.search import search_index
 from ctxc.search.index import SearchIndex, open_index
@@ -253,6 +254,8 @@ def _check(options: EvalOptions) -> tuple[str, ...]:
         raise UsageError(f"unknown strategy {unknown[0]!r} (known: {', '.join(sorted(registry()))})")
     if not options.targets or any(not 0 < t <= 1 for t in options.targets):
         raise UsageError("--targets are shares of the window between 0 and 1, e.g. 0.1,0.25")
+    if options.window is not None and not 0 < options.window <= MAX_TOKENS:
+        raise UsageError(f"--window must be a positive number of tokens up to 2**53, not {options.window}")
     if options.search_scope not in ("session", "archive"):
         raise UsageError(f"--search-scope is session or archive, not {options.search_scope!r}")
     if options.needles < 1 or options.search_k < 1:
