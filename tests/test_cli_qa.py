@@ -296,3 +296,15 @@ def test_a_since_before_year_one_is_no_internal_error(capsys: pytest.CaptureFixt
     code, _, err = run(capsys, "sessions", "--since", "0001-01-01", "-f", "json")
     assert code in (ExitCode.OK, ExitCode.USAGE), err  # whether local midnight of year 1 exists depends on TZ
     assert "internal error" not in err
+
+
+@pytest.mark.parametrize(
+    ("pin", "said"), [("5-2", "a range runs from low to high (2-5)"), ("", "--pin is empty")]
+)
+def test_a_pin_that_would_pin_nothing_or_everything_is_refused(
+    capsys: pytest.CaptureFixture[str], odd: Path, pin: str, said: str
+) -> None:
+    code, _, err = run(capsys, "compact", str(CHAT), "--pin", pin, "-o", "out.jsonl")
+    assert code == ExitCode.USAGE, err
+    assert said in err
+    assert not (odd / "out.jsonl").exists()

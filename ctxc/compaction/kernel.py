@@ -213,9 +213,14 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
+        if not pin.strip():  # an unset shell variable, say: as a regex it would pin every message
+            raise UsageError("--pin is empty; give an index, a range (3-17) or a regex")
         m = _INDEX_RANGE.match(pin.strip())
         if m:
-            ranges.append((int(m.group(1)), int(m.group(2) or m.group(1))))
+            low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+            if low > high:  # it would pin nothing
+                raise UsageError(f"--pin {pin!r}: a range runs from low to high ({high}-{low})")
+            ranges.append((low, high))
             continue
         try:
             patterns.append(re.compile(pin))
