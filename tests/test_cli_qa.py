@@ -308,3 +308,8 @@ def test_a_pin_that_would_pin_nothing_or_everything_is_refused(
     assert code == ExitCode.USAGE, err
     assert said in err
     assert not (odd / "out.jsonl").exists()
+
+
+def test_plot_to_stdout_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "replay", str(CHAT), "--plot", "-")
+    assert (code, err) == (ExitCode.USAGE, "ctxc: error: --plot writes a .svg or .png file, not - (stdout)\n")
