@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import orjson
 
 from ctxc._version import __version__
-from ctxc.errors import ArchiveError
+from ctxc.errors import ArchiveError, UsageError
 from ctxc.output import PRIVATE_DIR, Data, private_dir, write_atomic
 from ctxc.reader import Spool
 from ctxc.system import pid_alive
@@ -39,6 +39,8 @@ CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``--archive``, else ``$CTXC_ARCHIVE``, else ``.ctxc/archive`` here or in a parent, else the user's."""
     chosen = explicit or os.environ.get("CTXC_ARCHIVE")
+    if str(chosen) == "-":  # it would make a folder named "-" here
+        raise UsageError("the archive is a folder, not - (give its path with --archive or $CTXC_ARCHIVE)")
     if chosen:
         return Path(chosen)
     here = Path.cwd()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxc.errors import InputError
+from ctxc.errors import InputError, UsageError
 from ctxc.model import Usage
 
 SHIPPED = Path(__file__).with_name("prices.toml")
@@ -109,6 +109,8 @@ def _rates(doc: Mapping[str, Any], where: str) -> Rates:
 def _read(file: str | os.PathLike[str]) -> tuple[str, dict[str, Price]]:
     """A price table file's date and models."""
     path, source = Path(file), str(file)
+    if source == "-":
+        raise UsageError("give a price table file, not - (stdin)")
     try:
         doc = tomllib.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as Windows editors write, dropped
     except OSError as exc:

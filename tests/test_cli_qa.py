@@ -313,3 +313,24 @@ def test_a_pin_that_would_pin_nothing_or_everything_is_refused(
 def test_plot_to_stdout_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "replay", str(CHAT), "--plot", "-")
     assert (code, err) == (ExitCode.USAGE, "ctxc: error: --plot writes a .svg or .png file, not - (stdout)\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("compact", str(CHAT), "-o", "out.jsonl", "--archive", "-"), "the archive is a folder, not -"),
+        (("search", "redis", "--archive", "-"), "the archive is a folder, not -"),
+        (
+            ("compact", str(CHAT), "-o", "out.jsonl", "-s", "selective", "--set", "selective.rules=-"),
+            "give an importance rules file, not - (stdin)",
+        ),
+    ],
+    ids=["compact-archive", "search-archive", "selective-rules"],
+)
+def test_dash_for_a_folder_or_a_settings_file_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...], said: str
+) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == ExitCode.USAGE, err
+    assert said in err
+    assert not (odd / "-").exists()  # compact --archive - made an archive folder named "-"

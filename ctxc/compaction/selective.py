@@ -97,6 +97,8 @@ def load_rules(path: str = "") -> Rules:
     if not path:
         text = resources.files("ctxc.compaction").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
         return parse_rules(text, SHIPPED_RULES)
+    if path == "-":
+        raise UsageError("give an importance rules file, not - (stdin)")
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as Windows editors write, dropped
     except OSError as exc:
