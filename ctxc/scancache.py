@@ -27,6 +27,8 @@ from ctxc.system import cache_dir, file_identity, scanned_marker
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
+#: The cache troubles already reported: an unusable cache folder fails every file of a batch alike.
+_warned: set[str] = set()
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
 _LAYOUT = 7  # 7: a row has the tokens of each tool beside its first
@@ -74,11 +76,18 @@ def scan_key(
     return key
 
 
+def _warn(what: str, exc: BaseException) -> None:
+    """One warning of each kind per run (a race may say it twice: harmless)."""
+    if what not in _warned:
+        _warned.add(what)
+        log.warning("ctxc: warning: %s: %s", what, exc)
+
+
 def _write_atomic(target: Path, data: bytes) -> None:
     try:
         write_atomic(target, data, sync=False)  # a cache: a lost entry is recomputed
     except OSError as exc:
-        log.warning("ctxc: not caching the analysis: %s", exc)
+        _warn("not caching the analysis", exc)
 
 
 def load_scan(key: str, path: str) -> Scan | None:
@@ -88,7 +97,7 @@ def load_scan(key: str, path: str) -> Scan | None:
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
-        log.warning("ctxc: ignoring an unreadable analysis cache entry: %s", exc)
+        _warn("ignoring an unreadable analysis cache entry", exc)
         return None
     try:
         return Scan(
@@ -106,7 +115,7 @@ def load_scan(key: str, path: str) -> Scan | None:
             sidechains=tuple(int(c) for c in data["sidechains"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("ctxc: ignoring a malformed analysis cache entry: %s", exc)
+        _warn("ignoring a malformed analysis cache entry", exc)
         return None
 
 

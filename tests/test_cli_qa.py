@@ -334,3 +334,26 @@ def test_dash_for_a_folder_or_a_settings_file_is_a_usage_error(
     assert code == ExitCode.USAGE, err
     assert said in err
     assert not (odd / "-").exists()  # compact --archive - made an archive folder named "-"
+
+
+def test_an_unusable_cache_is_reported_once_per_kind(
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    odd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("ctxc.scancache._warned", set(), raising=False)
+    (odd / "cache").write_text("a file where the cache folder should be\n")
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(odd / "cache"))
+    (odd / "logs").mkdir()
+    for n in range(4):
+        shutil.copy(SAMPLES / "codex.jsonl", odd / "logs" / f"{n}.jsonl")
+        with (odd / "logs" / f"{n}.jsonl").open("a") as f:
+            f.write(f'{{"n": {n}}}\n')  # four different files: four cache misses
+    code, _, err = run(capsys, "analyze", "logs", "-f", "json", "--jobs", "1")
+    assert code == 0, err
+    said = [r.getMessage() for r in caplog.records if "cache" in r.getMessage()]
+    assert said, "the unusable cache was not reported"
+    assert all(m.startswith("ctxc: warning: ") for m in said), said  # "token cache at" had no prefix
+    kinds = [m.split(":")[2] for m in said]
+    assert len(kinds) == len(set(kinds)), said  # each kind once, not once per file
