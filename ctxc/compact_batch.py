@@ -125,7 +125,7 @@ def compact_batch(
                 "seconds": round(outcome.seconds, 3),
             }
     finished = [r for r in rows if r is not None]
-    rc = batch_exit_code(outcomes, single=fail_fast)
+    rc = batch_exit_code(outcomes, single=fail_fast or len(jobs_list) == 1)  # one file: its own code
     totals = _totals(finished, files=len(jobs_list))
     doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
     if report:

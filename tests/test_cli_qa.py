@@ -88,7 +88,7 @@ def test_out_dir_must_be_a_directory(
     (odd / "out").mkdir()
     (odd / "out" / "sub").write_text("a file\n")
     code, _, err = run(capsys, command[0], "tree", "--out-dir", "out", *command[1:])
-    assert code == ExitCode.PARTIAL, err
+    assert code == ExitCode.OUTPUT, err  # one file: its own code
     assert "cannot create the folder out/sub" in err
     assert "internal error" not in err
 
@@ -357,3 +357,16 @@ def test_an_unusable_cache_is_reported_once_per_kind(
     assert all(m.startswith("ctxc: warning: ") for m in said), said  # "token cache at" had no prefix
     kinds = [m.split(":")[2] for m in said]
     assert len(kinds) == len(set(kinds)), said  # each kind once, not once per file
+
+
+@pytest.mark.parametrize("command", [("compact", "-s", "fifo"), ("convert", "--to", "chat-anthropic")])
+def test_a_batch_of_one_file_exits_with_that_files_code(
+    capsys: pytest.CaptureFixture[str], odd: Path, command: tuple[str, ...]
+) -> None:
+    (odd / "one").mkdir()
+    (odd / "one" / "bad.jsonl").write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
+    code, _, err = run(capsys, command[0], "one", "--out-dir", "out", *command[1:])
+    assert code == ExitCode.INPUT, err  # the README's table: a single file keeps its own code, not 12
+    shutil.copy(CHAT, odd / "one" / "good.jsonl")
+    code, _, err = run(capsys, command[0], "one", "--out-dir", "out2", *command[1:])
+    assert code == ExitCode.PARTIAL, err

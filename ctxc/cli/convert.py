@@ -61,7 +61,7 @@ def convert(
         fail_fast=fail_fast,
         quiet=quiet,
     )
-    raise typer.Exit(batch_exit_code(outcomes, single=fail_fast))
+    raise typer.Exit(batch_exit_code(outcomes, single=fail_fast or len(outcomes) == 1))
 
 
 VALIDATE_EPILOG = opt.examples(
