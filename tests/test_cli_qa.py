@@ -370,3 +370,9 @@ def test_a_batch_of_one_file_exits_with_that_files_code(
     shutil.copy(CHAT, odd / "one" / "good.jsonl")
     code, _, err = run(capsys, command[0], "one", "--out-dir", "out2", *command[1:])
     assert code == ExitCode.PARTIAL, err
+
+
+def test_a_batch_of_one_says_one_file(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    code, _, err = run(capsys, "compact", str(CHAT), "--out-dir", "out", "-s", "fifo")
+    assert code == 0, err
+    assert err.startswith("ctxc: 1 file: ")  # not "1 files"

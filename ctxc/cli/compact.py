@@ -282,9 +282,8 @@ _TOTALS = {
 def _print_totals(t: dict[str, Any]) -> None:
     counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
     parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
-    opt.note(
-        f"ctxc: {t['files']} files: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens"
-    )
+    files = f"{t['files']} file{'' if t['files'] == 1 else 's'}"
+    opt.note(f"ctxc: {files}: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens")
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
