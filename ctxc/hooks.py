@@ -58,7 +58,7 @@ def with_hooks(settings: Mapping[str, Any], command: str) -> dict[str, Any]:
     hooks = out.setdefault("hooks", {})
     for event in EVENTS:
         groups = hooks.setdefault(event, [])
-        if not any(_is_ours(h) for g in groups if isinstance(g, dict) for h in g.get("hooks", [])):
+        if not any(_is_ours(h) for g in groups for h in _hooks_of(g) or ()):
             groups.append({"matcher": "", "hooks": [{"type": "command", "command": command, "timeout": 120}]})
     return dict(out)
 
@@ -113,6 +113,12 @@ def _read_settings(path: Path) -> tuple[str, dict[str, Any]]:
 def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> SettingsChange:
     """Add (``install``) or remove ctxc's hooks in the settings at ``path``; ``dry_run`` writes nothing."""
     before, settings = _read_settings(path)
+    hooks = settings.get("hooks", {})
+    if install and (
+        not isinstance(hooks, dict) or any(not isinstance(hooks.get(e, []), list) for e in EVENTS)
+    ):
+        shape = "an object of event lists"
+        raise InputError(f"'hooks' is not {shape}; fix it first, ctxc leaves it as it is", path=str(path))
     # This very Python runs the hooks, so a venv's ctxc is found whatever PATH holds.
     command = f"{shlex.quote(sys.executable)} {RUN_COMMAND}"
     new = with_hooks(settings, command) if install else without_hooks(settings)

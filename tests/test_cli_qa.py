@@ -376,3 +376,25 @@ def test_a_batch_of_one_says_one_file(capsys: pytest.CaptureFixture[str], odd: P
     code, _, err = run(capsys, "compact", str(CHAT), "--out-dir", "out", "-s", "fifo")
     assert code == 0, err
     assert err.startswith("ctxc: 1 file: ")  # not "1 files"
+
+
+@pytest.mark.parametrize(
+    ("settings", "code"),
+    [
+        ('{"hooks": []}', ExitCode.INPUT),
+        ('{"hooks": {"PreCompact": "x"}}', ExitCode.INPUT),
+        ('{"hooks": {"PreCompact": [5, {"hooks": 3}]}}', ExitCode.OK),  # odd groups kept as they are
+    ],
+)
+def test_hooks_install_over_odd_settings_is_no_internal_error(
+    capsys: pytest.CaptureFixture[str], odd: Path, settings: str, code: int
+) -> None:
+    (odd / ".claude").mkdir()
+    path = odd / ".claude" / "settings.json"
+    path.write_text(settings)
+    got, _, err = run(capsys, "hooks", "install", "claude-code", "--project", "-q")
+    assert got == code, err
+    assert "internal error" not in err
+    got, _, err = run(capsys, "hooks", "uninstall", "claude-code", "--project", "-q")
+    assert got == 0, err
+    assert json.loads(path.read_text()) == json.loads(settings)  # uninstall gives the user's settings back
