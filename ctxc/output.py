@@ -45,10 +45,12 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
+def write_atomic(
+    target: Path, data: Data, *, sync: bool = True, temp: Path | None = None, mode: int = 0o600
+) -> None:
     """Replace ``target`` (creating its directory, owner-only) with ``data`` through a temporary file and a
-    rename; ``sync`` first waits for the disk, ``temp`` names the (new, owner-only) temporary file. Raises
-    OSError."""
+    rename; ``sync`` first waits for the disk, ``temp`` names the (new) temporary file, ``mode`` is the
+    file's (owner-only unless given). Raises OSError."""
     private_dir(target.parent)
     if isinstance(data, Spool):
         data.commit(target, sync=sync)
@@ -59,6 +61,8 @@ def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | No
         fd, tmp = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), str(temp)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode != 0o600:
+                os.fchmod(fd, mode)
             handle.writelines(data if isinstance(data, list) else [data])
             if sync:
                 handle.flush()
