@@ -193,6 +193,9 @@ NO_ROOM_COMMANDS = [
     ("show", "{id}", "-f", "raw"),
     ("show", "{id}", "-f", "table"),
     ("compact", str(SAMPLE), "-s", "mask", "--window", "100000000"),
+    ("--help",),  # help is printed by rich, straight to stdout
+    ("compact", "--help"),
+    ("hooks", "install", "--help"),
 ]
 
 
