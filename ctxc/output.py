@@ -22,7 +22,7 @@ import orjson
 from ctxc._version import __version__
 from ctxc.errors import OutputError
 from ctxc.reader import Spool
-from ctxc.system import pid_alive
+from ctxc.system import pid_alive, sync_dir
 
 SCHEMA_VERSION = 1
 #: Documents that changed meaning: analyze and check measure the live context, no longer the whole file.
@@ -68,6 +68,8 @@ def write_atomic(
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
+        if sync:
+            sync_dir(target.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -338,6 +340,7 @@ def atomic_output(
         before_commit()
         with _write_errors(name):
             os.replace(tmp, final)
+            sync_dir(final.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

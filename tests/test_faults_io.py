@@ -620,3 +620,36 @@ def test_stdout_writes_survive_short_writes_and_a_non_blocking_pipe() -> None:
     reader.join(timeout=TIMEOUT)
     os.close(read_end)
     assert bytes(got) == data
+
+
+# ------------------------------------------------------------------------------------------ durability
+
+
+def test_each_rename_is_synced_and_the_original_before_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A rename reaches the disk when its folder is synced: without that, a power cut after the run could
+    # keep the output (an --in-place input replaced) and lose the archive's entry for the original.
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        real_replace(src, dst)
+        events.append(("replace", os.path.realpath(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "out.jsonl"
+    archive = tmp_path / "archive"
+    code, _, err = run(capsys, "compact", str(SAMPLE), "-o", str(out), "--archive", str(archive), "-q")
+    assert code == 0, err
+    original = next(archive.glob("objects/??/*"))
+    stored = events.index(("replace", str(original)))
+    written = events.index(("replace", str(out)))
+    assert stored < events.index(("fsync", str(original.parent)), stored) < written
+    assert ("fsync", str(out.parent)) in events[written:]
+
