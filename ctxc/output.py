@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import io
 import os
 import re
@@ -325,6 +326,7 @@ def atomic_output(
         return
     # A link is followed, as a shell's > or cp does: the file it names is replaced, not the link.
     final = Path(name).resolve()
+    sweep_stale_temps(final.parent, final.name)  # a killed run's (SIGKILL runs no cleanup)
     with _write_errors(name):
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(
@@ -347,14 +349,15 @@ def atomic_output(
         raise
 
 
-def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+def sweep_stale_temps(directory: str | os.PathLike[str], name: str | None = None) -> list[Path]:
     """Remove the temporary files (``.<name>.<pid>.<random>.ctxc-tmp``) that killed runs left under
-    ``directory``; those of a process still alive are left alone."""
+    ``directory`` (only those of the file ``name`` in it, when given); a live process's are left alone."""
     removed: list[Path] = []
     root = Path(directory)
     if not root.is_dir():
         return removed
-    for tmp in root.rglob(f".*{TEMP_SUFFIX}"):
+    found = root.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}") if name else root.rglob(f".*{TEMP_SUFFIX}")
+    for tmp in found:
         parts = tmp.name.split(".")  # ['', name..., pid, random, 'ctxc-tmp']
         if len(parts) >= 5 and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             with contextlib.suppress(OSError):

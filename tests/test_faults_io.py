@@ -653,3 +653,34 @@ def test_each_rename_is_synced_and_the_original_before_the_output(
     assert stored < events.index(("fsync", str(original.parent)), stored) < written
     assert ("fsync", str(out.parent)) in events[written:]
 
+
+def test_the_temporary_output_of_a_killed_run_is_swept_by_the_next(tmp_path: Path) -> None:
+    # A real SIGKILL while the output is on its way to disk (held in fsync here, to kill it there): no
+    # cleanup runs, so the next run writing that output removes the dead run's temporary file.
+    script = (
+        "import os, sys, time\n"
+        "real = os.fsync\n"
+        "def stuck(fd):\n"
+        "    if os.readlink(f'/proc/self/fd/{fd}').endswith('.ctxc-tmp'):\n"
+        "        print('syncing', flush=True)\n"
+        "        time.sleep(60)\n"
+        "    real(fd)\n"
+        "os.fsync = stuck\n"
+        "from ctxc.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    out = tmp_path / "out" / "o.jsonl"
+    out.parent.mkdir()
+    args = ["compact", str(CHAT), "-o", str(out), "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CTXC_ARCHIVE": str(tmp_path / "archive")}
+    child = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"syncing\n"
+    finally:
+        child.kill()
+        child.wait(timeout=TIMEOUT)
+    assert [p.name.startswith(f".o.jsonl.{child.pid}.") for p in out.parent.iterdir()] == [True]
+    done = ctxc(*args, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in out.parent.iterdir()] == ["o.jsonl"]
