@@ -173,7 +173,8 @@ def test_a_journal_that_cannot_be_written_fails_the_file_not_the_batch(
     assert run(*base) == ExitCode.PARTIAL
     files = orjson.loads(rep.read_bytes())["files"]
     assert [(f["status"], f["exit_code"]) for f in files] == [("failed", ExitCode.ARCHIVE)] * 3
-    assert "journal" in files[0]["error"] and "No space left on device" in files[0]["error"]
+    assert "journal" in files[0]["error"]
+    assert "No space left on device" in files[0]["error"]
     assert capsys.readouterr().err.count("ctxc: error: ") == 3
     monkeypatch.undo()
     assert run(*base) == 0
