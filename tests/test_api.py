@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 
 import ctxc
 from ctxc.archive import Archive
@@ -64,3 +65,52 @@ def test_compact_from_the_library(tmp_path: Path) -> None:
     result = ctxc.compact(t, CompactOptions(strategy="fifo", target_tokens=target), archive=Archive(tmp_path))
     assert result.tokens_after <= target < result.tokens_before
     assert Archive(tmp_path).read(result.archive_id) == (SAMPLES / "claude-code.jsonl").read_bytes()
+
+
+USER_FILE = """
+from collections.abc import Sequence
+from typing import Any
+
+import ctxc
+from ctxc.errors import CtxcError
+
+
+class Quarter:
+    name = "quarter"
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) // 4 for t in texts]
+
+
+def shrink(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        return ctxc.compact_messages(messages, max_tokens=8000, token_counter=Quarter())
+    except CtxcError:
+        return messages
+
+
+manager = ctxc.ContextManager(window=100_000)
+tokens: int = manager.count([{"role": "user", "content": "hi"}])
+"""
+
+
+def test_a_users_file_type_checks_against_the_installed_package(tmp_path: Path) -> None:
+    # Installed (here: a venv whose .pth points at the checkout), ctxc's hints count only with py.typed.
+    pytest.importorskip("mypy")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=120
+    )
+    (site,) = (tmp_path / "venv" / "lib").glob("python*/site-packages")
+    (site / "ctxc_checkout.pth").write_text(str(ROOT) + "\n")
+    (tmp_path / "user.py").write_text(USER_FILE)
+    python = tmp_path / "venv" / "bin" / "python"
+    res = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(python), "user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")},
+    )
+    assert res.returncode == 0, res.stdout
