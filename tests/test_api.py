@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +118,29 @@ def test_a_users_file_type_checks_against_the_installed_package(tmp_path: Path) 
         env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")},
     )
     assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("doc", ["library.md", "ray.md"])
+def test_the_docs_python_examples_run(doc: str, tmp_path: Path) -> None:
+    # Each block as written, in a folder holding the files it names; a block without its data gets the
+    # sample list as ``messages``. Ray's block needs Ray.
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / doc).read_text(), re.S)
+    assert blocks
+    shutil.copy(SAMPLES / "claude-code.jsonl", tmp_path / "session.jsonl")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copy(SAMPLES / "dataset.jsonl", tmp_path / "dataset.jsonl")
+    messages = [json.loads(line) for line in (SAMPLES / "chat-openai.jsonl").read_text().splitlines()]
+    env = {**os.environ, "CTXC_ARCHIVE": str(tmp_path / "archive"), "PYTHONPATH": str(ROOT)}
+    for block in blocks:
+        if "ray.data" in block and importlib.util.find_spec("ray") is None:
+            continue
+        res = subprocess.run(
+            [sys.executable, "-c", f"messages = {messages!r}\n{block}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert res.returncode == 0, block + res.stderr
