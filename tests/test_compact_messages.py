@@ -236,3 +236,47 @@ def test_every_error_is_a_ctxc_error() -> None:
     for call in calls:
         with pytest.raises(CtxcError):
             call()
+
+
+def openai_adjacent(messages: list[dict[str, Any]]) -> bool:
+    """OpenAI's rule: an assistant message's tool calls are answered by the tool messages right after it."""
+    waiting: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in waiting:
+                return False
+            waiting.discard(m["tool_call_id"])
+        elif waiting:
+            return False
+        else:
+            waiting = {c["id"] for c in m.get("tool_calls") or ()}
+    return True
+
+
+def test_an_openai_call_is_answered_before_the_next_assistant_message() -> None:
+    # A loop that died mid-call left calls unanswered with more said after them: the answers ctxc adds go
+    # right after the call, where OpenAI looks for them (consecutive assistant messages are not one turn).
+    def calls(*ids: str) -> dict[str, Any]:
+        fn = {"name": "run", "arguments": "{}"}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": i, "type": "function", "function": fn} for i in ids],
+        }
+
+    late = [
+        {"role": "user", "content": "Build it."},
+        calls("a", "b"),
+        {"role": "assistant", "content": "The build was interrupted."},
+        {"role": "user", "content": "Try again."},
+        calls("c"),
+        {"role": "assistant", "content": "Done."},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+    ]
+    for messages in (late[:4], late):
+        out = ctxc.compact_messages(messages, max_tokens=10_000, strategy="fifo")
+        assert openai_adjacent(out), out
+        assert paired(out)
+        assert [m["content"] for m in out if m["role"] != "tool"] == [
+            m["content"] for m in messages if m["role"] != "tool"
+        ]
