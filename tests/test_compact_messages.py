@@ -280,3 +280,43 @@ def test_an_openai_call_is_answered_before_the_next_assistant_message() -> None:
         assert [m["content"] for m in out if m["role"] != "tool"] == [
             m["content"] for m in messages if m["role"] != "tool"
         ]
+
+
+@st.composite
+def broken_openai(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """OpenAI conversations whose calls are answered in part, or late, as a loop that died leaves them."""
+    text = st.text(alphabet="ab \n", max_size=80)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": draw(text)}]
+    for turn in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["user", "assistant", "calls"]))
+        if kind != "calls":
+            msgs.append({"role": kind, "content": draw(text)})
+            continue
+        ids = [f"t{turn}-{k}" for k in range(draw(st.integers(1, 3)))]
+        fn = {"name": "run", "arguments": "{}"}
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": i, "type": "function", "function": fn} for i in ids],
+            }
+        )
+        msgs.extend(
+            {"role": "tool", "tool_call_id": i, "content": draw(text)}
+            for i in draw(st.lists(st.sampled_from(ids), unique=True))
+        )
+    return msgs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=broken_openai(), strategy=st.sampled_from(sorted(strategies())), budget=st.integers(1, 400))
+def test_outputs_are_paired_whatever_the_input(
+    messages: list[dict[str, Any]], strategy: str, budget: int
+) -> None:
+    before = copy.deepcopy(messages)
+    out = ctxc.compact_messages(
+        messages, max_tokens=budget, strategy=strategy, token_counter=QuarterCounter(), allow_over=True
+    )
+    assert messages == before
+    assert paired(out)
+    assert openai_adjacent(out)
