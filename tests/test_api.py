@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, SAMPLES
@@ -18,6 +19,7 @@ from conftest import ROOT, SAMPLES
 import ctxc
 from ctxc.archive import Archive
 from ctxc.compaction.run import CompactOptions
+from ctxc.errors import UsageError
 
 
 def test_all_matches_lazy_exports() -> None:
@@ -144,3 +146,12 @@ def test_the_docs_python_examples_run(doc: str, tmp_path: Path) -> None:
             check=False,
         )
         assert res.returncode == 0, block + res.stderr
+
+
+@pytest.mark.parametrize(
+    "obj", [[{"role": "user", "content": "hello"}], {"role": "user", "content": "hello"}, ["hello"], None, 5]
+)
+def test_count_tokens_names_what_it_counts(obj: Any) -> None:
+    # Message dicts are counted by ContextManager.count; here they are a usage error, not an AttributeError.
+    with pytest.raises(UsageError, match="ContextManager"):
+        ctxc.count_tokens(obj)
