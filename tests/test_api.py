@@ -109,9 +109,16 @@ def test_a_users_file_type_checks_against_the_installed_package(tmp_path: Path) 
     (site,) = (tmp_path / "venv" / "lib").glob("python*/site-packages")
     (site / "ctxc_checkout.pth").write_text(str(ROOT) + "\n")
     (tmp_path / "user.py").write_text(USER_FILE)
+    # The docs' examples are users' files too (``messages`` stands for the caller's list).
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "library.md").read_text(), re.S)
+    for n, block in enumerate(blocks):
+        (tmp_path / f"doc_{n}.py").write_text(
+            f"from typing import Any\nmessages: list[dict[str, Any]] = []\n{block}"
+        )
     python = tmp_path / "venv" / "bin" / "python"
+    files = ["user.py", *(f"doc_{n}.py" for n in range(len(blocks)))]
     res = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(python), "user.py"],
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(python), *files],
         cwd=tmp_path,
         capture_output=True,
         text=True,
