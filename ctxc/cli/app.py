@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
 
 from ctxc.cli.options import app, note
-from ctxc.errors import CtxcError, ExitCode, exit_interrupted
+from ctxc.errors import CtxcError, ExitCode, OutputError, exit_interrupted
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import one_line
 
@@ -38,9 +40,27 @@ HELP_PANELS: dict[str, dict[str, str]] = {
 }
 
 
+def _help_to_stdout(format_help: Callable[[], None]) -> None:
+    """Run ``format_help``, which rich prints straight to stdout: a full disk is an output error (exit 7)."""
+    try:
+        format_help()
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+
+
+class _Group(typer.core.TyperGroup):
+    """A command group whose help is written as any other output."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
+
+
 class _Command(typer.core.TyperCommand):
     """A command whose usage line names a required argument plainly (``REF``, not typer's ``{REF}``),
     and whose options go in the panels :data:`HELP_PANELS` gives it."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,15 +76,12 @@ class _Command(typer.core.TyperCommand):
 
 for module in COMMAND_MODULES.split():
     importlib.import_module(f"ctxc.cli.{module}")
-subcommands = [
-    c
-    for group in app.registered_groups
-    if group.typer_instance
-    for c in group.typer_instance.registered_commands
-]
-for command in [*app.registered_commands, *subcommands]:  # ``hooks install`` too
-    if command.cls in (None, typer.core.TyperCommand):
-        command.cls = _Command
+for typer_app in (app, *(group.typer_instance for group in app.registered_groups)):
+    assert typer_app is not None
+    typer_app.info.cls = _Group
+    for command in typer_app.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):
+            command.cls = _Command
 
 
 def _click_command(args: list[str]) -> Any:
@@ -146,10 +163,6 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if _interrupted(exc):
             exit_interrupted()
-        if isinstance(exc, OSError) and (not args or {"--help", "-h"} & set(args)):
-            # rich prints typer's help straight to stdout (ctxc's own output raises OutputError): a full disk
-            note(f"ctxc: error: stdout: cannot write: {exc.strerror or exc}")
-            sys.exit(int(ExitCode.OUTPUT))
         if debug:
             raise
         note(f"ctxc: internal error: {type(exc).__name__}: {exc} (rerun with CTXC_DEBUG=1 for the traceback)")
