@@ -110,9 +110,7 @@ def compact(
     segment_tokens: Annotated[
         int, typer.Option(min=1000, help="Summarize longer spans as segments, concurrently, then merge.")
     ] = 40_000,
-    timeout: Annotated[
-        float, typer.Option(min=1.0, help="Seconds one summarizer call may take.", callback=opt.finite)
-    ] = 120.0,
+    timeout: Annotated[float, opt.seconds("Seconds one summarizer call may take.")] = 120.0,
     output: opt.TranscriptOutputOpt = None,
     fork: ForkOpt = False,
     fmt: ReportFormatOpt = None,

@@ -131,9 +131,7 @@ def eval_command(
         str | None, typer.Option(help="The judge's model (default: a current fast Claude).")
     ] = None,
     max_retries: Annotated[int, typer.Option(min=0, max=20, help="Judge call retries.")] = 2,
-    timeout: Annotated[
-        float, typer.Option(min=1.0, help="Seconds one judge call may take.", callback=opt.finite)
-    ] = 120.0,
+    timeout: Annotated[float, opt.seconds("Seconds one judge call may take.")] = 120.0,
     tokenizer: opt.TokenizerOpt = "o200k_base",
     fmt: opt.TableOrJsonOpt = None,
     no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,

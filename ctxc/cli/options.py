@@ -69,6 +69,11 @@ def finite(value: float) -> float:
     return value
 
 
+def seconds(help: str) -> Any:
+    """A ``--timeout`` option: at least a second, and finite."""
+    return typer.Option(min=1.0, help=help, callback=finite)
+
+
 def flag(name: str, help: str) -> Any:
     """A boolean option named as given (typer would add ``--no-...`` to one it named itself)."""
     return typer.Option(name, help=help)
