@@ -82,8 +82,18 @@ def envelope(command: str, **payload: Any) -> dict[str, Any]:
     return {"schema": f"ctxc.{command}/{version}", "ctxc_version": __version__, **payload}
 
 
+#: DEL and the C1 controls in UTF-8, which orjson writes raw (JSON allows it) and a terminal may obey
+#: (U+009B can be read as CSI): :func:`dumps` writes them as ``\u`` escapes, the same JSON.
+_RAW_CONTROL = re.compile(b"\x7f|\xc2[\x80-\x9f]")
+
+
+def _escaped(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match[0].decode())
+
+
 def dumps(doc: Any) -> bytes:
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    return data if _RAW_CONTROL.search(data) is None else _RAW_CONTROL.sub(_escaped, data)
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

@@ -398,3 +398,26 @@ def test_hooks_install_over_odd_settings_is_no_internal_error(
     got, _, err = run(capsys, "hooks", "uninstall", "claude-code", "--project", "-q")
     assert got == 0, err
     assert json.loads(path.read_text()) == json.loads(settings)  # uninstall gives the user's settings back
+
+
+def test_json_reports_escape_c1_controls(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    records = [
+        {"role": "user", "content": "hi \x9b2J there \x7f"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "sh\x9b", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    (odd / "c1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    for args in (("analyze", "c1.jsonl", "-f", "json"), ("validate", "c1.jsonl", "-f", "json")):
+        code, out, err = run(capsys, *args)
+        assert code == 0, err
+        assert "\x9b" not in out  # written as \u009b: the same JSON, inert on a terminal
+        assert "\x7f" not in out
+        assert "\\u009b" in out or args[0] == "validate"
+    code, out, _ = run(capsys, "analyze", "c1.jsonl", "-f", "json")
+    assert "sh\x9b" in json.loads(out)["files"][0]["by_tool"]
