@@ -27,8 +27,8 @@ from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
 from ctxc.formats.dicts import Shape, detect_shape, from_messages, json_bytes, to_messages
 from ctxc.live import compaction_block_boundary
-from ctxc.model import Message, Transcript
-from ctxc.profiles import resolve_window
+from ctxc.model import Message, Transcript, Usage
+from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reminders import Reminder, ReminderRule, ReminderRules, ReminderState, TurnState, last_response
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens import Counter, make_counter
@@ -93,6 +93,7 @@ class ContextManager:
         min_growth: float = 0.05,
     ) -> None:
         self.window, self.model = resolve_window(model=model, window=window)
+        self._window_given = model is not None or window is not None
         self.thresholds = check_thresholds(thresholds)
         self.trigger = self.thresholds[0] if trigger is None else trigger
         if not 0 < self.trigger <= 1.5:
@@ -136,6 +137,15 @@ class ContextManager:
         self.last_compaction: Compaction | None = None
         self._memo: dict[bytes, int] = {}
         self._summarizer: Any = None
+
+    def follow_log(self, usage: Sequence[Usage]) -> None:
+        """Unless a model or window was given, take the window of the model a log's calls (``usage``)
+        record, as every command measuring that log does."""
+        if not self._window_given:
+            choice = window_for_log(usage=usage)
+            self.window, self.model = choice.window, choice.model
+            self.options = replace(self.options, window=self.window)
+            self.target, _ = resolve_target(self.options, self.window)
 
     def count(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = "") -> int:
         """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given; a dict

@@ -167,11 +167,12 @@ def compact_transcript(
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
     """Compact every conversation of ``transcript`` (``counts``: its messages' tokens, if counted as read).
-    With an archive the original is stored first; a failed run leaves none of the objects it offloaded."""
-    from ctxc.profiles import resolve_window
+    With an archive the original is stored first; a failed run leaves none of the objects it offloaded.
+    With neither a model nor a window in ``options``, the window is the one the log records."""
+    from ctxc.profiles import window_for_log
 
     with discard_new_objects_on_failure():
-        window, _ = resolve_window(model=options.model, window=options.window)
+        window = window_for_log(model=options.model, window=options.window, usage=transcript.usage).window
         resolve_target(options, window)  # a bad target fails before the summarizer is checked
         summarizer = ready_summarizer(options)
         ledger = Ledger(counter or options.counter())
