@@ -99,9 +99,15 @@ def csv_text(columns: str, rows: Iterable[Mapping[str, Any]]) -> str:
 
 def analyses_to_csv(items: Sequence[Analysis]) -> str:
     return csv_text(
-        "path conversation index line role kind tool tokens cumulative share stage",
+        "path conversation index line role kind tool tokens cumulative share stage live",
         (
-            {**s._asdict(), "path": a.path, "tool": s.tool or "", "share": f"{s.share:.6f}"}
+            {
+                **s._asdict(),
+                "path": a.path,
+                "tool": s.tool or "",
+                "share": f"{s.share:.6f}",
+                "live": "true" if s.live else "false",  # false: history, a subagent run, a rewound branch
+            }
             for a in items
             for s in a.messages
         ),

@@ -4,6 +4,8 @@ records: analyze, check, sessions, compact (plan and batch), replay and remind a
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from conftest import SAMPLES, run
 
 import ctxc
 from ctxc.agent import ContextManager
+from ctxc.compaction.files import _saving_worth
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.formats import load
 from ctxc.replay import replay
@@ -57,6 +60,7 @@ def _log() -> bytes:
     """A main thread compacted once, then an inline subagent run on another model, written last, whose
     calls were larger than any of the main thread's."""
     call = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest"}}
+    commit = {"type": "tool_use", "id": "t0", "name": "Bash", "input": {"command": "git commit -am fix"}}
     side_call = {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "grep -rn parse"}}
     records = [
         _user("u1", None, 1, "Fix the flaky parser test"),
@@ -75,7 +79,9 @@ def _log() -> bytes:
         ),
         _user("s1", "b1", 6, "Summary: the parser test was fixed.", isCompactSummary=True),
         _user("u3", "s1", 7, "Now commit it."),
-        _asst("a3", "u3", 8, [{"type": "text", "text": "Committed as abc123."}], MAIN, 12_000),
+        _asst("a3", "u3", 8, [commit], MAIN, 12_000),
+        _user("u4", "a3", 9, [{"type": "tool_result", "tool_use_id": "t0", "content": BIG}]),
+        _asst("a4", "u4", 10, [{"type": "text", "text": "Committed as abc123."}], MAIN, 14_000),
         _user("x1", None, 9, "Find every caller of parse()", side=True),
         _asst("x2", "x1", 10, [side_call], SIDE, 190_000, side=True),
         _user("x3", "x2", 11, [{"type": "tool_result", "tool_use_id": "t2", "content": BIG}], side=True),
@@ -90,11 +96,11 @@ def _rewind() -> bytes:
     call = {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "cat tok.py"}}
     records = [
         *main,
-        _user("r1", "a3", 20, "Also rewrite the tokenizer"),
+        _user("r1", "a4", 20, "Also rewrite the tokenizer"),
         _asst("r2", "r1", 21, [call], MAIN, 180_000),
         _user("r3", "r2", 22, [{"type": "tool_result", "tool_use_id": "t3", "content": BIG}]),
         _asst("r4", "r3", 23, [{"type": "text", "text": "Rewrote it."}], MAIN, 185_000),
-        _user("v1", "a3", 24, "Instead, add a docstring to parse()"),
+        _user("v1", "a4", 24, "Instead, add a docstring to parse()"),
         _asst("v2", "v1", 25, [{"type": "text", "text": "Added."}], MAIN, 12_500),
     ]
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
@@ -124,9 +130,9 @@ def test_an_inline_subagent_run_names_neither_the_model_nor_the_window(sidechain
     recorded = ctxc.analyze(sidechain_log, tokenizer="usage")
     assert (recorded.model, recorded.window) == (MAIN, 1_000_000)
     # The main thread's last call after its compaction, not the subagent's larger ones.
-    assert recorded.max_context == 12_005
+    assert recorded.max_context == 14_005
     assert recorded.usage is not None
-    assert (recorded.usage.last_context, recorded.usage.calls) == (12_005, 5)
+    assert (recorded.usage.last_context, recorded.usage.calls) == (14_005, 6)
 
 
 def test_check_with_recorded_usage_gates_on_the_main_thread(
@@ -137,7 +143,7 @@ def test_check_with_recorded_usage_gates_on_the_main_thread(
     )
     assert code == 0, out
     (row,) = orjson.loads(out)["files"]
-    assert (row["tokens"], row["window"], row["stage"]) == (12_005, 1_000_000, 1)
+    assert (row["tokens"], row["window"], row["stage"]) == (14_005, 1_000_000, 1)
 
 
 @pytest.mark.parametrize("name", ["codex.jsonl", "claude-code.jsonl"])
@@ -206,3 +212,21 @@ def test_sessions_lists_the_live_context_analyze_reports(
         a.stage,
         a.live_messages,
     )
+
+
+def test_csv_says_which_rows_are_in_the_live_context(
+    sidechain_log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "analyze", str(sidechain_log), "-f", "csv", "-q")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    a = ctxc.analyze(sidechain_log)
+    live = [r for r in rows if r["live"] == "true"]
+    assert len(live) == a.live_messages < len(rows)
+    assert sum(int(r["tokens"]) for r in live) == a.total_tokens
+
+
+def test_the_saving_is_priced_at_the_main_threads_model(sidechain_log: Path) -> None:
+    result = compact_transcript(load(sidechain_log), CompactOptions(target_tokens=2_000, allow_over=True))
+    assert result.tokens_after < result.tokens_before
+    assert _saving_worth(result, CompactOptions())["model"] == MAIN
