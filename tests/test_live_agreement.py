@@ -18,6 +18,7 @@ import ctxc
 from ctxc.agent import ContextManager
 from ctxc.compaction.files import _saving_worth
 from ctxc.compaction.run import CompactOptions, compact_transcript
+from ctxc.evaluate import EvalOptions, Source, run_eval
 from ctxc.formats import load
 from ctxc.replay import replay
 
@@ -230,3 +231,26 @@ def test_the_saving_is_priced_at_the_main_threads_model(sidechain_log: Path) -> 
     result = compact_transcript(load(sidechain_log), CompactOptions(target_tokens=2_000, allow_over=True))
     assert result.tokens_after < result.tokens_before
     assert _saving_worth(result, CompactOptions())["model"] == MAIN
+
+
+def test_eval_measures_against_the_live_context_with_what_the_log_carries(tmp_path: Path) -> None:
+    """A transcript's own size, eval's default window, is its live context: with the history a Codex
+    ``compacted`` record carries, as compact's tokens_before counts it."""
+    lines = (SAMPLES / "codex.jsonl").read_bytes().splitlines()
+    records = [orjson.loads(x) for x in lines]
+    cut = len(records) // 2
+    carried = [r["payload"] for r in records[:cut] if r["type"] == "response_item"]
+    compacted = {"timestamp": records[cut]["timestamp"], "type": "compacted"}
+    compacted["payload"] = {"message": "", "replacement_history": carried}
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [*records[:cut], compacted, *records[cut:]]))
+    a = ctxc.analyze(path, use_cache=False)
+    assert a.carried_tokens > 0
+    report = run_eval(
+        [Source(str(path), path.read_bytes())],
+        EvalOptions(strategies=("fifo",), targets=(0.5,), needles=1),
+        archive=tmp_path / "archive",
+    )
+    (case,) = report.cases
+    assert case.tokens_before == case.window  # the needle is planted in the live context
+    assert case.window > a.total_tokens
