@@ -17,10 +17,12 @@ from conftest import SAMPLES, run
 import ctxc
 from ctxc.agent import ContextManager
 from ctxc.compaction.files import _saving_worth
+from ctxc.compaction.forecast import forecast
 from ctxc.compaction.run import CompactOptions, compact_transcript
 from ctxc.evaluate import EvalOptions, Source, run_eval
 from ctxc.formats import load
 from ctxc.replay import replay
+from ctxc.tokens import make_counter
 
 MAIN, SIDE = "claude-opus-4-6", "claude-haiku-4-5-20251001"  # windows of 1,000,000 and 200,000
 BIG = "\n".join(f"log line {i}: module {i % 17} value {i * 7}" for i in range(400))
@@ -61,6 +63,7 @@ def _log() -> bytes:
     """A main thread compacted once, then an inline subagent run on another model, written last, whose
     calls were larger than any of the main thread's."""
     call = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest"}}
+    status = {"type": "tool_use", "id": "t9", "name": "Bash", "input": {"command": "git status"}}
     commit = {"type": "tool_use", "id": "t0", "name": "Bash", "input": {"command": "git commit -am fix"}}
     side_call = {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "grep -rn parse"}}
     records = [
@@ -80,7 +83,9 @@ def _log() -> bytes:
         ),
         _user("s1", "b1", 6, "Summary: the parser test was fixed.", isCompactSummary=True),
         _user("u3", "s1", 7, "Now commit it."),
-        _asst("a3", "u3", 8, [commit], MAIN, 12_000),
+        _asst("a2b", "u3", 7, [status], MAIN, 8_000),
+        _user("u3b", "a2b", 7, [{"type": "tool_result", "tool_use_id": "t9", "content": BIG}]),
+        _asst("a3", "u3b", 8, [commit], MAIN, 12_000),
         _user("u4", "a3", 9, [{"type": "tool_result", "tool_use_id": "t0", "content": BIG}]),
         _asst("a4", "u4", 10, [{"type": "text", "text": "Committed as abc123."}], MAIN, 14_000),
         _user("x1", None, 9, "Find every caller of parse()", side=True),
@@ -133,7 +138,7 @@ def test_an_inline_subagent_run_names_neither_the_model_nor_the_window(sidechain
     # The main thread's last call after its compaction, not the subagent's larger ones.
     assert recorded.max_context == 14_005
     assert recorded.usage is not None
-    assert (recorded.usage.last_context, recorded.usage.calls) == (14_005, 6)
+    assert (recorded.usage.last_context, recorded.usage.calls) == (14_005, 7)
 
 
 def test_check_with_recorded_usage_gates_on_the_main_thread(
@@ -254,3 +259,27 @@ def test_eval_measures_against_the_live_context_with_what_the_log_carries(tmp_pa
     (case,) = report.cases
     assert case.tokens_before == case.window  # the needle is planted in the live context
     assert case.window > a.total_tokens
+
+
+def test_the_forecast_is_of_the_live_context(sidechain_log: Path) -> None:
+    """At a window whose first stage lies between the live context and the whole thread, compact has
+    nothing to do, and the forecast plans nothing nor finds more than the live context holds."""
+    a = ctxc.analyze(sidechain_log)
+    whole = a.total_tokens + a.history_tokens  # the main thread's, in the file
+    window = int((a.total_tokens + whole) / 2 / 0.6)
+    assert a.total_tokens < 0.6 * window < whole
+    stages = forecast(load(sidechain_log), window=window, counter=make_counter("o200k_base"))
+    assert all(s.plan == 0 for s in stages)
+    assert all(0 <= s.potential <= a.total_tokens for s in stages)
+    result = compact_transcript(load(sidechain_log), CompactOptions(window=window))
+    assert result.tokens_after == result.tokens_before == a.total_tokens
+
+
+def test_the_forecast_plan_is_what_compact_removes(sidechain_log: Path) -> None:
+    a = ctxc.analyze(sidechain_log)
+    window = int(a.total_tokens / 0.7)  # past stage 2: compact removes something
+    stages = forecast(load(sidechain_log), window=window, counter=make_counter("o200k_base"), keep_last=2)
+    options = CompactOptions(window=window, keep_last=2, allow_over=True)
+    result = compact_transcript(load(sidechain_log), options)
+    assert result.tokens_before > result.tokens_after
+    assert sum(s.plan for s in stages) == sum(x.saved for x in result.actions)

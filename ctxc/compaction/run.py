@@ -283,7 +283,7 @@ def compact_live(
         # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
         as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
         if as_is and adapter.rewrites_carried:
-            messages = (*_carried_copies(as_is, conv), *messages)
+            messages = (*carried_copies(as_is, conv), *messages)
             as_is = ()
         notes = _reminder_messages(options, messages, as_is, plan)
         done = compact_conversation(
@@ -331,7 +331,7 @@ def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy
     return tuple(range(options.keep_last, 0, -1)) or (1,)
 
 
-def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
+def carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
     """What a compaction record carries, as messages a strategy may compact: indexes below the file's
     own (they belong to no record), marked so the writer knows them."""
     return tuple(
