@@ -283,3 +283,22 @@ def test_the_forecast_plan_is_what_compact_removes(sidechain_log: Path) -> None:
     result = compact_transcript(load(sidechain_log), options)
     assert result.tokens_before > result.tokens_after
     assert sum(s.plan for s in stages) == sum(x.saved for x in result.actions)
+
+
+def test_the_context_manager_counts_from_the_providers_own_compaction() -> None:
+    """An agent's message list holding the provider's compaction block: what precedes it is not sent,
+    so it neither counts nor calls for compaction, as analyze of the same list says."""
+    messages = [
+        {"role": "user", "content": "build the parser " + "word " * 3000},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "now the writer"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "We built the parser."}]},
+        {"role": "user", "content": "next"},
+    ]
+    live = ctxc.analyze(io.BytesIO(b"".join(orjson.dumps(m) + b"\n" for m in messages))).total_tokens
+    manager = ContextManager(window=2_000)
+    assert manager.count(messages) == manager.count(messages) == live < 100  # the second from the memo
+    assert not manager.needs_compaction(messages)
+    assert manager.compact(messages) == messages
+    assert manager.last_compaction is not None
+    assert manager.last_compaction.tokens_before == live
