@@ -13,9 +13,11 @@ from typing import Any
 import orjson
 import pytest
 from conftest import SAMPLES, corpus_params, run
+from fake_anthropic import FakeAnthropic
 
 import ctxc
 from ctxc.agent import ContextManager
+from ctxc.analysis import AnalyzeJob, analyze_file
 from ctxc.compaction.files import _saving_worth
 from ctxc.compaction.forecast import forecast
 from ctxc.compaction.run import CompactOptions, compact_transcript
@@ -310,3 +312,13 @@ def test_the_context_manager_counts_from_the_providers_own_compaction() -> None:
     assert manager.compact(messages) == messages
     assert manager.last_compaction is not None
     assert manager.last_compaction.tokens_before == live
+
+
+def test_the_claude_to_o200k_comparison_is_of_the_live_context(
+    sidechain_log: Path, anthropic_server: FakeAnthropic
+) -> None:
+    a = analyze_file(AnalyzeJob(str(sidechain_log), tokenizer="anthropic", use_cache=False))
+    assert a.versus_o200k is not None
+    claude, o200k, _ = a.versus_o200k
+    assert claude == a.total_tokens
+    assert o200k == ctxc.analyze(sidechain_log).total_tokens
