@@ -14,7 +14,7 @@ from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
-from ctxc.terminal import UNWRAPPED, visible
+from ctxc.terminal import UNWRAPPED, Wrapped, visible
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
@@ -112,16 +112,21 @@ def make_table(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Collection[str] = (), **options: Any
 ) -> Any:
     """A rich table of ``rows``, the columns named in ``right`` right-justified. A str cell is shown as given:
-    not parsed for rich markup and emoji codes (a file "[draft]:ok:.jsonl" would print as "🆗.jsonl"), and
-    its control characters shown as escapes."""
+    not parsed for rich markup and emoji codes (a file "[draft]:ok:.jsonl" would print as "🆗.jsonl"), its
+    control characters shown as escapes, and wrapped as :class:`~ctxc.terminal.Wrapped` does (a path only
+    after a '/')."""
     from rich.table import Table
     from rich.text import Text
 
+    if isinstance(options.get("title"), str):
+        style = options.get("title_style") or "table.title"  # what rich gives a str title
+        options["title"] = Wrapped(Text(visible(options["title"]), style=style))
     out = Table(**options)
     for name in columns:
         out.add_column(name, justify="right" if name in right else "left")
     for row in rows:
-        out.add_row(*(Text(visible(v)) if isinstance(v, str) else v for v in row))
+        cells = (Text(visible(v)) if isinstance(v, str) else v for v in row)
+        out.add_row(*(Wrapped(v) if isinstance(v, Text) else v for v in cells))
     return out
 
 
@@ -232,7 +237,7 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
     right = (*columns[:2], *columns[5:])
     messages = make_table(columns, rows, right=right, title=title, title_justify="left")
-    return Fitted(messages, optional=("stage", "line", "window"))
+    return Fitted(messages, optional=("stage", "line", "window"), fold=("tool",))
 
 
 def _apart_lines(a: Analysis) -> list[Any]:
@@ -269,17 +274,19 @@ def boundary_lines(a: Analysis) -> list[Any]:
 
 # Fitting tables. rich shrinks a table that is too wide by cutting its widest columns ("assista…");
 # Fitted sets the widths so no value is cut: natural widths, else each column at least its longest
-# word, else fewer columns, else column groups that repeat the keys, at last one block per row.
+# word (a path's longest segment) and a wrapping one at least _TEXT_MIN, else fewer columns, else the
+# stacked columns one under another, else column groups that repeat the keys, at last a block per row.
 
 #: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
 _FOLD_MIN = 16
+#: How narrow a column of text that wraps may get before folding: narrower, it reads a word a line.
+_TEXT_MIN = 24
 
 
-def print_table(
-    console: Any, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
-) -> None:
-    """Print a rich ``table`` with every value whole within the console's width (see :class:`Fitted`)."""
-    console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
+def print_table(console: Any, table: Any, **fitting: Any) -> None:
+    """Print a rich ``table`` with every value whole within the console's width (``fitting``: the options of
+    :class:`Fitted`)."""
+    console.print(Fitted(table, **fitting))
 
 
 @dataclass
@@ -318,13 +325,15 @@ class SideBySide:
 class Fitted:
     """A rich table laid out so that no value is cut: ``optional`` columns are left out, in that order, when
     it cannot fit otherwise; the ``keys`` leading columns identify a row (repeated when columns go in
-    groups); ``fold`` names free-text columns whose long words may be folded."""
+    groups); ``fold`` names free-text columns whose long words may be folded; ``stack`` names columns
+    shown one under another in one column (a file above its verdict) when they do not fit side by side."""
 
     table: Any
     _: KW_ONLY
     optional: Sequence[str] = ()
     keys: int = 0
     fold: Sequence[str] = ()
+    stack: Sequence[str] = ()
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         table, fold = self.table, self.fold
@@ -337,10 +346,12 @@ class Fitted:
             if name in names and names.index(name) in shown:
                 shown.remove(names.index(name))
                 choices.append(list(shown))
+        layouts = [table if len(choice) == len(names) else _subtable(table, choice) for choice in choices]
+        if len(self.stack) > 1:
+            layouts.append(_stacked(table, self.stack))
         # Leaving out a column is better than folding a word; folding is better than a block per row.
         for folding in ((), fold) if fold else ((),):
-            for choice in choices:
-                narrower = table if len(choice) == len(names) else _subtable(table, choice)
+            for narrower in layouts:
                 if _fit(console, options, narrower, folding):
                     yield narrower
                     return
@@ -363,7 +374,12 @@ def _measures(
         column.width = None
     # rich measures columns only privately; these are the measures its own layout uses.
     measures = [table._measure_column(console, options, c) for c in table.columns]
-    lo, extra = [m.minimum for m in measures], table._extra_width
+    hi, extra = [m.maximum for m in measures], table._extra_width
+    # A column that may not wrap is as wide as its widest value; rich would crop it to fit.
+    lo = [
+        h if column.no_wrap else max(m.minimum, min(h, _TEXT_MIN))
+        for column, m, h in zip(table.columns, measures, hi, strict=True)
+    ]
     # Free-text columns give up width, widest first, only as far as the table needs.
     foldable = [i for i, c in enumerate(table.columns) if str(c.header) in fold]
     while sum(lo) + extra > options.max_width:
@@ -371,7 +387,7 @@ def _measures(
         if widest is None or lo[widest] <= _FOLD_MIN:
             break
         lo[widest] -= 1
-    return lo, [m.maximum for m in measures], extra
+    return lo, hi, extra
 
 
 def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
@@ -383,11 +399,16 @@ def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
         return True  # rich lays it out at its natural widths
     if sum(lo) > room:
         return False
-    spare, want = room - sum(lo), [h - w for h, w in zip(hi, lo, strict=True)]
-    widths = [w + spare * x // sum(want) for w, x in zip(lo, want, strict=True)]
-    for i in range(len(widths)):  # what the rounding down left over
-        while sum(widths) < room and widths[i] < hi[i]:
-            widths[i] += 1
+    # The spare room goes to the columns that want least more first, each whole while it can be (a path
+    # on one line reads better than every column wrapping a little); then in equal shares.
+    widths, spare = list(lo), room - sum(lo)
+    wanting = sorted(range(len(lo)), key=lambda i: hi[i] - lo[i])
+    for n, i in enumerate(wanting):
+        want = hi[i] - lo[i]
+        given = want if want <= spare else spare // (len(wanting) - n)
+        widths[i] += given
+        spare -= given
+    widths[wanting[-1]] += spare
     for column, width in zip(table.columns, widths, strict=True):
         column.width = max(1, width - table._get_padding_width(column._index))
     return True
@@ -400,6 +421,20 @@ def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
     for index, column in enumerate(sub.columns):
         column._index = index
     sub.title = table.title if title else None
+    return sub
+
+
+def _stacked(table: Any, names: Sequence[str]) -> Any:
+    """``table`` with the columns ``names`` one under another in the first one's place."""
+    from rich.console import Group
+
+    headers = [str(c.header) for c in table.columns]
+    stacked = [headers.index(name) for name in names if name in headers]
+    kept = [i for i in range(len(headers)) if i not in stacked[1:]]
+    sub = _subtable(table, kept)
+    column = sub.columns[kept.index(stacked[0])]
+    column.header = "\n".join(headers[i] for i in stacked if headers[i])
+    column._cells = [Group(*cells) for cells in zip(*(table.columns[i]._cells for i in stacked), strict=True)]
     return sub
 
 
@@ -428,7 +463,7 @@ def _row_blocks(table: Any, names: Sequence[str]) -> Any:
     from rich.text import Text
 
     if table.title:
-        yield Text(str(table.title), style="italic")
+        yield table.title
     columns = [list(c.cells) for c in table.columns]
     width = max((len(n) for n in names), default=0)
     for row in range(len(table.rows)):

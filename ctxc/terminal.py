@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 #: C0 controls but tab and newline, DEL, and C1 controls (a terminal may read U+009B as CSI).
@@ -30,13 +31,15 @@ def visible(text: str) -> str:
 def visible_console(**options: Any) -> Any:
     """A rich Console that shows control characters as :func:`visible` does (rich strips only a few), for
     text that reached a renderable unescaped."""
-    from rich.console import Console
+    from rich.console import Console, RenderHook
     from rich.segment import Segment
+    from rich.text import Text
 
     class _VisibleConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
             if self.is_terminal:
-                # rich wraps a long line between words; left to the terminal, it would break mid-number.
+                # rich wraps a long line between words (a path between its segments: _WrapHook); left to
+                # the terminal, it would break mid-number.
                 # Off a terminal the console is UNWRAPPED wide: no line is wrapped at all.
                 kwargs.pop("soft_wrap", None)
             # Strings before rich sees them: it would drop a BEL that should show as \x07.
@@ -48,7 +51,15 @@ def visible_console(**options: Any) -> Any:
                 for text, style, control in buffer
             )
 
-    return _VisibleConsole(**options)
+    class _WrapHook(RenderHook):
+        """Every text printed wraps as :class:`Wrapped` does, like the cells of a table."""
+
+        def process_renderables(self, renderables: list[Any]) -> list[Any]:
+            return [Wrapped(r) if isinstance(r, Text) else r for r in renderables]
+
+    console = _VisibleConsole(**options)
+    console.push_render_hook(_WrapHook())
+    return console
 
 
 def stderr_console() -> Any:
@@ -63,3 +74,68 @@ def width_for(stream: Any) -> dict[str, Any]:
     except ValueError:  # a closed stream
         terminal = False
     return {} if terminal else {"width": UNWRAPPED}
+
+
+#: What a line may break between: words, and a path's segments each with its slashes ("/home/", "src/").
+_PIECE = re.compile(r"/*[^\s/]+/*|/+")
+#: Where a piece wider than the whole line may still be folded before a character fold: after these.
+_SOFT = re.compile(r"[_\-.]+(?=[^_\-.])")
+
+
+def break_offsets(plain: str, width: int) -> list[int]:
+    """Where lines of ``plain`` (no newline) start so each fits ``width`` cells: at spaces and after '/';
+    a piece wider than ``width`` is folded after its last '_', '-' or '.' that fits, else at ``width``."""
+    from rich.cells import cell_len
+
+    offsets: list[int] = []
+    start = used = end = 0  # the line so far: where it starts, its cells, where its last piece ends
+    for piece in _PIECE.finditer(plain):
+        used += cell_len(plain[end : piece.end()])
+        end = piece.end()
+        if used <= width:
+            continue
+        if piece.start() > start:
+            offsets.append(start := piece.start())
+        while (cut := _fits(plain, start, end, width)) < end:
+            soft = [m.end() for m in _SOFT.finditer(plain, start + 1, cut + 1)]
+            offsets.append(start := max(soft, default=max(cut, start + 1)))
+        used = cell_len(plain[start:end])
+    return offsets
+
+
+def _fits(plain: str, start: int, end: int, width: int) -> int:
+    """How far ``plain[start:end]`` fits in ``width`` cells (``end`` if it all does); looks at no more than
+    a line's worth, so a long word costs no more than a short one."""
+    from rich.cells import cell_len, chop_cells
+
+    chunk = plain[start : min(end, start + width + 1)]
+    if cell_len(chunk) <= width:
+        return start + len(chunk)
+    return start + len(chop_cells(chunk, width)[0])
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """Rich text that wraps at spaces and after each '/', so a path is folded only between its segments
+    and a tool name only after a '_' (rich's own wrapping cuts a long word anywhere)."""
+
+    text: Any  # rich.text.Text
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+        from rich.measure import Measurement
+
+        plain = self.text.plain
+        pieces = [cell_len(m.group()) for m in _PIECE.finditer(plain)]
+        return Measurement(max(pieces, default=1), max(cell_len(line) for line in plain.split("\n")))
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        if options.no_wrap or options.overflow == "ignore":
+            yield self.text
+            return
+        lines = []
+        for line in self.text.split("\n", allow_blank=True):
+            lines += line.divide(break_offsets(line.plain, options.max_width))
+        for line in lines:
+            line.rstrip()
+        yield self.text.blank_copy("\n").join(lines)
