@@ -347,11 +347,17 @@ class Fitted:
                 shown.remove(names.index(name))
                 choices.append(list(shown))
         layouts = [table if len(choice) == len(names) else _subtable(table, choice) for choice in choices]
-        if len(self.stack) > 1:
-            layouts.append(_stacked(table, self.stack))
-        # Leaving out a column is better than folding a word; folding is better than a block per row.
-        for folding in ((), fold) if fold else ((),):
-            for narrower in layouts:
+        stacked = [_stacked(table, self.stack)] if len(self.stack) > 1 else []
+        if stacked and set(self.stack) & set(fold):  # the stacked column folds as its parts do
+            fold = [*fold, *(str(c.header) for c in stacked[0].columns if str(c.header) not in names)]
+        if stacked and _fit(console, options, table, (), wrap=False):
+            yield table  # side by side only when no stacked value wraps
+            return
+        # Stacking a column is better than leaving it out, which is better than folding a word; folding is
+        # better than a block per row.
+        attempts = [((), [*stacked, *layouts])] + ([(fold, [*stacked, *layouts])] if fold else [])
+        for folding, tries in attempts:
+            for narrower in tries:
                 if _fit(console, options, narrower, folding):
                     yield narrower
                     return
@@ -390,14 +396,14 @@ def _measures(
     return lo, hi, extra
 
 
-def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
-    """Set the column widths so the table fits ``options.max_width`` with no word cut; False if it
-    cannot."""
+def _fit(console: Any, options: Any, table: Any, fold: Sequence[str], *, wrap: bool = True) -> bool:
+    """Set the column widths so the table fits ``options.max_width`` with no word cut (and, unless
+    ``wrap``, no value wrapped); False if it cannot."""
     lo, hi, extra = _measures(console, options, table, fold)
     room = options.max_width - extra
     if sum(hi) <= room:
         return True  # rich lays it out at its natural widths
-    if sum(lo) > room:
+    if not wrap or sum(lo) > room:
         return False
     # The spare room goes to the columns that want least more first, each whole while it can be (a path
     # on one line reads better than every column wrapping a little); then in equal shares.
