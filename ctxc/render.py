@@ -237,7 +237,7 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
     right = (*columns[:2], *columns[5:])
     messages = make_table(columns, rows, right=right, title=title, title_justify="left")
-    return Fitted(messages, optional=("stage", "line", "window"), fold=("tool",))
+    return Fitted(messages, optional=("stage", "line", "window", "cumulative"), keys=1, fold=("tool",))
 
 
 def _apart_lines(a: Analysis) -> list[Any]:

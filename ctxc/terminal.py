@@ -94,7 +94,7 @@ def break_offsets(plain: str, width: int) -> list[int]:
         end = piece.end()
         if used <= width:
             continue
-        if piece.start() > start:
+        if plain[start : piece.start()].strip():  # the piece goes to a line of its own
             offsets.append(start := piece.start())
         while (cut := _fits(plain, start, end, width)) < end:
             soft = [m.end() for m in _SOFT.finditer(plain, start + 1, cut + 1)]
@@ -130,7 +130,7 @@ class Wrapped:
         return Measurement(max(pieces, default=1), max(cell_len(line) for line in plain.split("\n")))
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        if options.no_wrap or options.overflow == "ignore":
+        if options.no_wrap or self.text.no_wrap or options.overflow == "ignore":
             yield self.text
             return
         lines = []

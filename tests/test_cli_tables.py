@@ -536,13 +536,14 @@ def test_check_stacks_the_verdict_under_a_long_path_folded_only_at_slashes(
     assert str(path) in done.stdout.splitlines()[0]  # a pipe still gets one line per file
 
 
+@pytest.mark.parametrize("columns", [80, 60])
 def test_analyze_folds_long_paths_and_tool_names_only_at_their_boundaries(
-    ws: Workspace, tmp_path: Path
+    ws: Workspace, tmp_path: Path, columns: int
 ) -> None:
     tool = "mcp__github_enterprise__create_pull_request_review_comment"
     path = _long_copy(tmp_path, "mcp-session.jsonl", {'"Bash"': f'"{tool}"'})
-    text, _ = on_terminal(ws, 80, "analyze", str(path))
-    assert _too_wide(text, 80) == []
+    text, _ = on_terminal(ws, columns, "analyze", str(path))
+    assert _too_wide(text, columns) == []
     _folded_only_after(str(path), text, "/")  # the heading
     table = text[text.index("largest") :]
     assert "┃ tool" in table  # still a table, not one block per message
