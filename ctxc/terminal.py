@@ -135,7 +135,8 @@ class Wrapped:
             return
         lines = []
         for line in self.text.split("\n", allow_blank=True):
-            lines += line.divide(break_offsets(line.plain, options.max_width))
-        for line in lines:
-            line.rstrip()
+            *broken, last = line.divide(break_offsets(line.plain, options.max_width))
+            for part in broken:
+                part.rstrip()  # the spaces a line was broken at
+            lines += [*broken, last]
         yield self.text.blank_copy("\n").join(lines)

@@ -599,3 +599,22 @@ def test_a_printed_line_breaks_a_path_only_after_a_slash(width: int, marks: str)
     console.print(f"{path}: ok (claude-code, 23 messages)", markup=False)
     assert _too_wide(out.getvalue(), width) == []
     _folded_only_after(path, out.getvalue(), marks)
+
+
+def test_a_long_project_stays_on_one_line_in_a_pipe_and_folds_at_slashes_on_a_terminal(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """sessions named each project as its table's title, which rich wraps to the table's width, piped too."""
+    from ctxc.sessions import claude_project_dir
+
+    project = f"/home/jiwoo/src/{LONG_DIR}/minishop"
+    folder = tmp_path / "claude" / "projects" / claude_project_dir(project)
+    folder.mkdir(parents=True)
+    data = (SAMPLES / "claude-code.jsonl").read_text().replace("/home/jiwoo/src/minishop", project)
+    (folder / "68138cc8-ffd2-4577-9120-9a555bb4d510.jsonl").write_text(data)
+    env = {**ws.env, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "CODEX_HOME": str(tmp_path / "none")}
+    here = Workspace(ws.root, env, ws.ref)
+    assert project in piped(here, "sessions", "-f", "table").stdout.splitlines()
+    text, _ = on_terminal(here, 60, "sessions")
+    _folded_only_after(project, text, "/")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d\s", text), text  # the time whole (no_wrap, not cropped)
