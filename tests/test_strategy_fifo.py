@@ -374,7 +374,7 @@ def test_drops_the_oldest_units_and_stops_as_soon_as_under_target() -> None:
         f"[ctxc] 3 earlier messages (indexes 2-4) were removed to fit the context; "
         f"the originals are in {citation(ARCHIVE_ID, 2, 4)}"
     )
-    assert placeholder.meta == {"ctxc": "placeholder", "replaces": (2, 4), "carried": ()}
+    assert placeholder.meta == {"ctxc": "placeholder", "replaces": (2, 4), "quoted": ()}
     assert ledger.total(res.messages) == target
     (action,) = res.actions
     assert (action.strategy, action.kind, action.first, action.last) == ("fifo", "drop", 2, 4)

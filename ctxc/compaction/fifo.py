@@ -23,11 +23,11 @@ def placeholder_text(
     last: int,
     archive_id: str,
     tags: Sequence[str] = (),
-    carried: Sequence[KeySentence] = (),
+    quoted: Sequence[KeySentence] = (),
     left_out: int = 0,
 ) -> str:
     """The note left where ``count`` messages (original indexes ``first``-``last``) were dropped, quoting
-    the instructions and decisions ``carried`` from them (``left_out`` more are only in the archive)."""
+    the instructions and decisions ``quoted`` from them (``left_out`` more are only in the archive)."""
     what = "1 earlier message" if count == 1 else f"{count} earlier messages"
     span = f"index {first}" if first == last else f"indexes {first}-{last}"
     if tags:
@@ -39,16 +39,16 @@ def placeholder_text(
         else "no archive copy was recorded for this run"
     )
     text = f"{PLACEHOLDER_PREFIX}{what} ({span}) {verb} removed to fit the context; {where}"
-    if carried:
-        text += f"\n{QUOTES_HEADING}\n" + "\n".join(f"- {k.line}" for k in carried)
-    if left_out and carried:
+    if quoted:
+        text += f"\n{QUOTES_HEADING}\n" + "\n".join(f"- {k.line}" for k in quoted)
+    if left_out and quoted:
         text += f"\n({left_out} more {'is' if left_out == 1 else 'are'} only in the archive)"
     elif left_out:  # quotes given up to meet the target: at least say that there were some
         text += f"\n({left_out} instruction or decision sentence(s) in them are only in the archive)"
     return text
 
 
-def choose_carried(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, ...]:
+def choose_quoted(keys: Sequence[KeySentence], cap: int) -> tuple[KeySentence, ...]:
     """At most ``cap`` of a span's key sentences, in message order: instructions before decisions, the
     newest of each first (a later instruction or decision is the one still in force)."""
     if len(keys) <= cap:
@@ -224,13 +224,13 @@ class _Plan:
     def _candidate(self, run: _Run) -> Message:
         """The run's placeholder: a brand-new user message standing in for its messages."""
         keys = self._keys_of(run) if self.carry.cap else []  # quoting off: a bare citation
-        carried = choose_carried(keys, self.level)
+        quoted = choose_quoted(keys, self.level)
         removed = self._removed(run)
-        first, last, left_out = removed[0].index, removed[-1].index, len(keys) - len(carried)
+        first, last, left_out = removed[0].index, removed[-1].index, len(keys) - len(quoted)
         text = placeholder_text(
-            len(removed), first, last, self.ctx.archive_id, sorted(run.tags), carried, left_out
+            len(removed), first, last, self.ctx.archive_id, sorted(run.tags), quoted, left_out
         )
-        meta = {"ctxc": "placeholder", "replaces": (first, last), "carried": carried}
+        meta = {"ctxc": "placeholder", "replaces": (first, last), "quoted": quoted}
         return Message(
             "user", (TextBlock(text),), index=first, conversation=removed[0].conversation, meta=meta
         )
@@ -255,7 +255,7 @@ class _Plan:
         if tokens is None:
             self._count([run])
             tokens = self._text_cost[msg.text]
-        worth = tokens < run.tokens or bool(msg.meta["carried"])
+        worth = tokens < run.tokens or bool(msg.meta["quoted"])
         return (msg, tokens) if worth else (None, 0)
 
     def result(self, strategy: str) -> StrategyResult:
@@ -274,7 +274,7 @@ class _Plan:
             if msg is not None:
                 out.append(msg)
             keys = len(self._keys_of(run)) if self.placeholders else 0
-            quoted = len(msg.meta["carried"]) if msg is not None else 0
+            quoted = len(msg.meta["quoted"]) if msg is not None else 0
             parts = [
                 f"{len(removed)} message(s)",
                 f", importance {'/'.join(sorted(run.tags))}" if run.tags else "",

@@ -147,10 +147,10 @@ class KeySentence:
 
 def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence, ...]:
     """The user instructions and decisions in one message, as the summary's tier 1 quotes them; a ctxc
-    placeholder gives those of the messages it replaced (``meta["carried"]``): trimming twice loses none."""
+    placeholder gives those of the messages it replaced (``meta["quoted"]``): trimming twice loses none."""
     if m.meta.get("ctxc") == "placeholder":
-        carried = m.meta.get("carried")
-        return tuple(k for k in carried if isinstance(k, KeySentence)) if isinstance(carried, tuple) else ()
+        quoted = m.meta.get("quoted")
+        return tuple(k for k in quoted if isinstance(k, KeySentence)) if isinstance(quoted, tuple) else ()
     if _is_placeholder_text(m):
         _, _, quoted = _text_of(m).partition(QUOTES_HEADING)
         found = (_QUOTED_LINE.match(line) for line in quoted.splitlines())
@@ -208,7 +208,7 @@ class _Reader:
             self.earlier += facts
             add_counts(self.omitted, omitted)
         elif m.meta.get("ctxc") == "placeholder" or _is_placeholder_text(m):
-            # What a trimming strategy carried from the messages it removed: quoted again, verbatim.
+            # What a trimming strategy quoted from the messages it removed: quoted again, verbatim.
             for quote in key_sentences(m):
                 label = f"msg {quote.index} ({quote.role}): "
                 if quote.kind == "instruction":
