@@ -25,7 +25,7 @@ from ctxc.compaction.run import (
 from ctxc.composer import Composition, PromptComposer
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.formats.dicts import Shape, detect_shape, from_messages, json_bytes, to_messages
+from ctxc.formats.dicts import Shape, detect_shape, from_messages, is_chat_message, json_bytes, to_messages
 from ctxc.live import compaction_block_boundary
 from ctxc.model import Message, Transcript
 from ctxc.profiles import resolve_window
@@ -33,6 +33,7 @@ from ctxc.reminders import Reminder, ReminderRule, ReminderRules, ReminderState,
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens import Counter, make_counter
 from ctxc.tokens.cost import count_messages
+from ctxc.validate import pairing_problems
 
 #: Messages memoised by the hash of their JSON; cleared past this (a loop's context holds far fewer).
 _MEMO_LIMIT = 200_000
@@ -99,6 +100,13 @@ class ContextManager:
             raise UsageError(f"trigger is a share of the window (0-1.5), got {self.trigger}")
         if not 0 <= min_growth <= 1:
             raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
+        if counter is not None and not callable(getattr(counter, "count", None)):
+            raise UsageError(
+                "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"
+                f" got {counter!r}"
+            )
         self.min_growth = min_growth
         if shape not in ("auto", "anthropic", "openai"):
             raise UsageError(f"shape must be auto, anthropic or openai, not {shape!r}")
@@ -195,6 +203,7 @@ class ContextManager:
         """The compacted message list, same shape, tool calls and results still paired; kept messages
         are the very dicts given. :attr:`last_compaction` says what was done."""
         room = self.room(system)
+        check_messages(messages)
         if not messages:
             self.last_compaction = Compaction(0, 0, 1)
             return []
@@ -316,9 +325,11 @@ def compact_messages(
 ) -> list[dict[str, Any]]:
     """``messages`` (plain dicts, Anthropic or OpenAI shape) compacted to at most ``max_tokens``, shaped
     like LangChain's ``trim_messages``; ``token_counter`` is a tokenizer name or a ``Counter``. A budget
-    that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless ``allow_over``."""
+    that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless ``allow_over``; a list within
+    it comes back as given."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
         raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    check_messages(messages)
     manager = ContextManager(
         window=window or max_tokens,
         strategy=strategy,
@@ -333,7 +344,24 @@ def compact_messages(
         shape=shape,
         allow_over=allow_over,
     )
+    # Within budget nothing is compacted, whatever the strategy (thinking and images would act anyway);
+    # only a broken tool pairing is still repaired.
+    within = manager.count(messages) <= max_tokens
+    if within and not pairing_problems(to_messages(messages, shape=manager._shape(messages)), strict=True):
+        return [m if isinstance(m, dict) else dict(m) for m in messages]
     return manager.compact(messages)
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """A :class:`UsageError` for an entry that is not a message dict, which compaction would drop."""
+    if isinstance(messages, Mapping | str | bytes):
+        raise UsageError(f"messages must be a list of message dicts, got a {type(messages).__name__}")
+    for i, obj in enumerate(messages):
+        if not is_chat_message(obj):
+            raise UsageError(
+                f"messages[{i}] is not a message (a dict whose role is user, assistant, system, developer,"
+                f" tool or function): {obj!r:.80}"
+            )
 
 
 def _role(obj: Any) -> Any:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from ctxc.errors import UsageError
 from ctxc.model import Message, Transcript
 
 if TYPE_CHECKING:
@@ -20,12 +21,18 @@ def count_tokens(
     from ctxc.tokens import make_cached_counter
     from ctxc.tokens.cost import count_messages
 
-    counter = make_cached_counter(tokenizer)
     if isinstance(obj, str):
-        return counter.count([obj])[0]
-    messages = (
-        [obj] if isinstance(obj, Message) else list(obj.messages if isinstance(obj, Transcript) else obj)
-    )
+        return make_cached_counter(tokenizer).count([obj])[0]
+    if isinstance(obj, Transcript):
+        obj = obj.messages
+    items: list[object] = list(obj) if isinstance(obj, Iterable) and not isinstance(obj, Mapping) else [obj]
+    messages = [m for m in items if isinstance(m, Message)]
+    if len(messages) != len(items):
+        raise UsageError(
+            "count_tokens takes a text, a ctxc Message, a Transcript or Messages;"
+            " count message dicts with ctxc.ContextManager(...).count(messages)"
+        )
+    counter = make_cached_counter(tokenizer)
     return sum(count_messages(messages, counter))
 
 

@@ -18,6 +18,7 @@ from ctxc.archive import Archive
 from ctxc.archive_store import append_jsonl, archive_root, read_jsonl
 from ctxc.batch import Outcome, batch_exit_code, check_distinct_outputs
 from ctxc.compaction.files import CompactJob, compact_file, options_fingerprint_doc
+from ctxc.errors import ArchiveError
 from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
 _Key = tuple[str, str, str]
@@ -65,10 +66,17 @@ def compact_journaled(job: CompactJob) -> dict[str, Any]:
     doc = compact_file(job)
     if not job.dry_run:
         entry = journal_entry(doc["run"], path=job.path, output=job.output, options=job.batch_options or "")
-        append_jsonl(
-            archive_root(job.archive) / JOURNAL, {**entry, "seconds": round(time.perf_counter() - start, 3)}
-        )
+        _journal(archive_root(job.archive), {**entry, "seconds": round(time.perf_counter() - start, 3)})
     return doc
+
+
+def _journal(root: Path, entry: dict[str, Any]) -> None:
+    """Append ``entry`` to the journal; a failure (a full disk) is the file's, and the manifest, which
+    records its run, lets the re-run skip it."""
+    try:
+        append_jsonl(root / JOURNAL, entry)
+    except OSError as exc:
+        raise ArchiveError(f"cannot write the run journal: {exc.strerror or exc}", path=str(root)) from exc
 
 
 def journal_entry(run: dict[str, Any], *, path: str, output: str, options: str) -> dict[str, Any]:
@@ -161,9 +169,7 @@ def _plan(
             entry = by_output.get((opts, resolved, sha))
         if entry is not None and already_done(entry):
             if entry.get("from_manifest"):
-                append_jsonl(
-                    root / JOURNAL, journal_entry(entry, path=job.path, output=job.output, options=opts)
-                )
+                _journal(root, journal_entry(entry, path=job.path, output=job.output, options=opts))
             row = _row(entry, job.path, job.output, status="skipped", seconds=0.0)
             row["status"] = row.pop("status")  # a skipped row lists its status last
             rows[k] = row

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import shlex
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -119,8 +120,11 @@ def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> Sett
     after = before if new == settings else orjson.dumps(new, option=orjson.OPT_INDENT_2).decode() + "\n"
     change = SettingsChange(path, before, after)
     if change.changed and not dry_run:
+        # A link (into a dotfiles repository, say) is followed: the file it names changes, keeping its mode.
+        target = path.resolve()
         try:
-            write_atomic(path, after.encode())
+            mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o600
+            write_atomic(target, after.encode(), mode=mode)
         except OSError as exc:
             raise OutputError(
                 f"cannot write Claude Code's settings: {exc.strerror or exc}", path=str(path)

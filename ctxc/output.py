@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import io
 import os
 import re
@@ -22,7 +23,7 @@ import orjson
 from ctxc._version import __version__
 from ctxc.errors import OutputError
 from ctxc.reader import Spool
-from ctxc.system import pid_alive
+from ctxc.system import pid_alive, sync_dir
 
 SCHEMA_VERSION = 1
 #: Documents that changed meaning: analyze and check measure the live context, no longer the whole file.
@@ -45,10 +46,12 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | None = None) -> None:
+def write_atomic(
+    target: Path, data: Data, *, sync: bool = True, temp: Path | None = None, mode: int = 0o600
+) -> None:
     """Replace ``target`` (creating its directory, owner-only) with ``data`` through a temporary file and a
-    rename; ``sync`` first waits for the disk, ``temp`` names the (new, owner-only) temporary file. Raises
-    OSError."""
+    rename; ``sync`` first waits for the disk, ``temp`` names the (new) temporary file, ``mode`` is the
+    file's (owner-only unless given). Raises OSError."""
     private_dir(target.parent)
     if isinstance(data, Spool):
         data.commit(target, sync=sync)
@@ -59,11 +62,15 @@ def write_atomic(target: Path, data: Data, *, sync: bool = True, temp: Path | No
         fd, tmp = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), str(temp)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode != 0o600:
+                os.fchmod(fd, mode)
             handle.writelines(data if isinstance(data, list) else [data])
             if sync:
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
+        if sync:
+            sync_dir(target.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -319,6 +326,7 @@ def atomic_output(
         return
     # A link is followed, as a shell's > or cp does: the file it names is replaced, not the link.
     final = Path(name).resolve()
+    sweep_stale_temps(final.parent, final.name)  # a killed run's (SIGKILL runs no cleanup)
     with _write_errors(name):
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(
@@ -334,20 +342,22 @@ def atomic_output(
         before_commit()
         with _write_errors(name):
             os.replace(tmp, final)
+            sync_dir(final.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def sweep_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+def sweep_stale_temps(directory: str | os.PathLike[str], name: str | None = None) -> list[Path]:
     """Remove the temporary files (``.<name>.<pid>.<random>.ctxc-tmp``) that killed runs left under
-    ``directory``; those of a process still alive are left alone."""
+    ``directory`` (only those of the file ``name`` in it, when given); a live process's are left alone."""
     removed: list[Path] = []
     root = Path(directory)
     if not root.is_dir():
         return removed
-    for tmp in root.rglob(f".*{TEMP_SUFFIX}"):
+    found = root.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}") if name else root.rglob(f".*{TEMP_SUFFIX}")
+    for tmp in found:
         parts = tmp.name.split(".")  # ['', name..., pid, random, 'ctxc-tmp']
         if len(parts) >= 5 and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             with contextlib.suppress(OSError):

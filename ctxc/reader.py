@@ -18,6 +18,7 @@ import orjson
 
 from ctxc.errors import ArchiveError, InputError
 from ctxc.model import Record, RecordKind
+from ctxc.system import sync_dir
 
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 _SNIFF_BYTES = 8192
@@ -89,6 +90,8 @@ class Spool:
             os.fsync(self._fd)
         os.replace(self.path, target)
         self._committed = True
+        if sync:
+            sync_dir(target.parent)
 
     def close(self) -> None:
         """Remove the copy unless committed; records kept in it can no longer be read."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxc.model import MISSING_IDS, Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
-from ctxc.validate import TOOL_BLOCK_TYPES, Problem, pairing_problems
+from ctxc.validate import TOOL_BLOCK_TYPES, Problem, openai_chat, pairing_problems
 
 #: The problems :func:`_fix_ids` removes before pairing is repaired.
 _ID_PROBLEMS = frozenset({"duplicate_call", "missing_id"})
@@ -69,7 +69,10 @@ def repair_messages(
         continues_turn = (
             prev is not None
             and m.conversation == prev.conversation
-            and ((m.role == "assistant" and prev.role == "assistant") or _carries_results(m))
+            and (
+                (m.role == "assistant" and prev.role == "assistant" and not openai_chat(m))
+                or _carries_results(m)
+            )
         )
         if pending and not continues_turn:
             flush()  # right after the turn's own results, before anything else is said

@@ -78,7 +78,7 @@ def _write_atomic(target: Path, data: bytes) -> None:
     try:
         write_atomic(target, data, sync=False)  # a cache: a lost entry is recomputed
     except OSError as exc:
-        log.warning("ctxc: not caching the analysis: %s", exc)
+        log.warning("ctxc: warning: not caching the analysis: %s", exc)
 
 
 def load_scan(key: str, path: str) -> Scan | None:
@@ -88,7 +88,7 @@ def load_scan(key: str, path: str) -> Scan | None:
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
-        log.warning("ctxc: ignoring an unreadable analysis cache entry: %s", exc)
+        log.warning("ctxc: warning: ignoring an unreadable analysis cache entry: %s", exc)
         return None
     try:
         return Scan(
@@ -106,7 +106,7 @@ def load_scan(key: str, path: str) -> Scan | None:
             sidechains=tuple(int(c) for c in data["sidechains"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("ctxc: ignoring a malformed analysis cache entry: %s", exc)
+        log.warning("ctxc: warning: ignoring a malformed analysis cache entry: %s", exc)
         return None
 
 

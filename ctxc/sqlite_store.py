@@ -108,7 +108,9 @@ class SqliteStore:
             if str(self.path) in _warned:
                 return
             _warned.add(str(self.path))
-        log.warning("%s cache at %s is unusable (%s); %s", self.NAME, self.path, exc, self.PURPOSE)
+        log.warning(
+            "ctxc: warning: %s cache at %s is unusable (%s); %s", self.NAME, self.path, exc, self.PURPOSE
+        )
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._off:

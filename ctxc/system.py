@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gc
 import hashlib
@@ -30,6 +31,22 @@ def cache_dir() -> Path:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
+
+
+def sync_dir(path: str | os.PathLike[str]) -> None:
+    """Wait until the entries of folder ``path`` are on disk: a rename into it survives a power cut. A
+    folder that cannot be opened or a file system that cannot sync one is skipped; a failing disk raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:  # a write-only folder (-wx)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
 
 
 def file_identity(path: str | os.PathLike[str], st: os.stat_result) -> str:

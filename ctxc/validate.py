@@ -100,8 +100,9 @@ class _Conversation:
 
     def add(self, m: Message, strict: bool) -> None:
         problems, calls = self.problems, self.calls
-        # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item).
-        starts_turn = m.role == "assistant" and self.prev_role != "assistant"
+        # Consecutive assistant messages are one turn (Codex writes each parallel call as its own item),
+        # except in OpenAI's chat shape, where a message's calls are answered right after it.
+        starts_turn = m.role == "assistant" and (self.prev_role != "assistant" or openai_chat(m))
         for tid in m.meta.get(MISSING_IDS, ()):
             problems.append(_problem("missing_id", "tool call or result without an id", m, tid))
         for b in m.blocks:
@@ -143,6 +144,11 @@ class _Conversation:
                 self.terminal.add(b.id)
             else:
                 self.terminal.discard(b.id)
+
+
+def openai_chat(m: Message) -> bool:
+    """Whether ``m`` is an OpenAI chat message (its calls must be answered by the messages right after it)."""
+    return m.meta.get("dialect") == "openai"
 
 
 def role_problems(messages: Iterable[Message]) -> list[Problem]:

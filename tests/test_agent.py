@@ -189,6 +189,17 @@ def test_compact_an_empty_list_and_bad_input() -> None:
         ContextManager(trigger=0)
 
 
+def test_the_manager_refuses_what_compact_messages_refuses() -> None:
+    with pytest.raises(UsageError, match="keep_last"):
+        ContextManager(window=10_000, keep_last=0)
+    with pytest.raises(UsageError, match="token_counter"):
+        ContextManager(window=10_000, counter=len)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"messages\[1\] is not a message"):
+        ContextManager(window=10_000).compact(
+            [{"role": "user", "content": "Fix it."}, {"content": "no role"}]
+        )
+
+
 def test_the_next_compaction_waits_for_growth() -> None:
     msgs = anthropic_conversation(12)
     manager = ContextManager(window=8000, strategy="mask", min_growth=0.2)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 
 import ctxc
 from ctxc.archive import Archive
 from ctxc.compaction.run import CompactOptions
+from ctxc.errors import UsageError
 
 
 def test_all_matches_lazy_exports() -> None:
@@ -64,3 +71,94 @@ def test_compact_from_the_library(tmp_path: Path) -> None:
     result = ctxc.compact(t, CompactOptions(strategy="fifo", target_tokens=target), archive=Archive(tmp_path))
     assert result.tokens_after <= target < result.tokens_before
     assert Archive(tmp_path).read(result.archive_id) == (SAMPLES / "claude-code.jsonl").read_bytes()
+
+
+USER_FILE = """
+from collections.abc import Sequence
+from typing import Any
+
+import ctxc
+from ctxc.errors import CtxcError
+
+
+class Quarter:
+    name = "quarter"
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) // 4 for t in texts]
+
+
+def shrink(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        return ctxc.compact_messages(messages, max_tokens=8000, token_counter=Quarter())
+    except CtxcError:
+        return messages
+
+
+manager = ctxc.ContextManager(window=100_000)
+tokens: int = manager.count([{"role": "user", "content": "hi"}])
+"""
+
+
+def test_a_users_file_type_checks_against_the_installed_package(tmp_path: Path) -> None:
+    # Installed (here: a venv whose .pth points at the checkout), ctxc's hints count only with py.typed.
+    pytest.importorskip("mypy")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=120
+    )
+    (site,) = (tmp_path / "venv" / "lib").glob("python*/site-packages")
+    (site / "ctxc_checkout.pth").write_text(str(ROOT) + "\n")
+    (tmp_path / "user.py").write_text(USER_FILE)
+    # The docs' examples are users' files too (``messages`` stands for the caller's list).
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "library.md").read_text(), re.S)
+    for n, block in enumerate(blocks):
+        (tmp_path / f"doc_{n}.py").write_text(
+            f"from typing import Any\nmessages: list[dict[str, Any]] = []\n{block}"
+        )
+    python = tmp_path / "venv" / "bin" / "python"
+    files = ["user.py", *(f"doc_{n}.py" for n in range(len(blocks)))]
+    res = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(python), *files],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")},
+    )
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("doc", ["library.md", "ray.md"])
+def test_the_docs_python_examples_run(doc: str, tmp_path: Path) -> None:
+    # Each block as written, in a folder holding the files it names; a block without its data gets the
+    # sample list as ``messages``. Ray's block needs Ray.
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / doc).read_text(), re.S)
+    assert blocks
+    shutil.copy(SAMPLES / "claude-code.jsonl", tmp_path / "session.jsonl")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copy(SAMPLES / "dataset.jsonl", tmp_path / "dataset.jsonl")
+    messages = [json.loads(line) for line in (SAMPLES / "chat-openai.jsonl").read_text().splitlines()]
+    env = {**os.environ, "CTXC_ARCHIVE": str(tmp_path / "archive"), "PYTHONPATH": str(ROOT)}
+    for block in blocks:
+        if "ray.data" in block and importlib.util.find_spec("ray") is None:
+            continue
+        res = subprocess.run(
+            [sys.executable, "-c", f"messages = {messages!r}\n{block}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert res.returncode == 0, block + res.stderr
+
+
+@pytest.mark.parametrize(
+    "obj", [[{"role": "user", "content": "hello"}], {"role": "user", "content": "hello"}, ["hello"], None, 5]
+)
+def test_count_tokens_names_what_it_counts(obj: Any) -> None:
+    # Message dicts are counted by ContextManager.count; here they are a usage error, not an AttributeError.
+    with pytest.raises(UsageError, match="ContextManager"):
+        ctxc.count_tokens(obj)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import ctxc
 from ctxc.agent import ContextManager, to_messages
-from ctxc.errors import OverTargetError, UsageError
+from ctxc.compaction.base import strategies
+from ctxc.errors import CtxcError, OverTargetError, UsageError
 from ctxc.validate import pairing_problems
 
 
@@ -139,3 +140,183 @@ def test_fifo_budget_invariant(turns: int, lines: int, share: float) -> None:
         return  # what must be kept (the system prompt, the request, the last message) is over budget
     assert tokens(out, counter) <= budget
     assert paired(out)
+
+
+def rich_anthropic(turns: int) -> list[dict[str, Any]]:
+    """Old thinking, old images and a repeated result: what the single-purpose strategies act on."""
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K" * 200},
+    }
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the parser bug without changing the API."}]
+    for i in range(turns):
+        thinking = {"type": "thinking", "thinking": f"Which module next? {i}", "signature": "c2ln"}
+        call = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": "m.py"}}
+        msgs.append({"role": "assistant", "content": [thinking, call]})
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{i}",
+            "content": [image, {"type": "text", "text": "x = 1"}],
+        }
+        msgs.append({"role": "user", "content": [result]})
+    msgs.append({"role": "assistant", "content": "The bug is in m.py."})
+    return msgs
+
+
+@pytest.mark.parametrize("strategy", sorted(strategies()))
+def test_a_list_within_budget_comes_back_as_given(strategy: str) -> None:
+    messages = rich_anthropic(6)
+    budget = tokens(messages, ContextManager(window=10**6).counter)
+    out = ctxc.compact_messages(messages, max_tokens=budget, strategy=strategy)
+    assert len(out) == len(messages)
+    assert all(a is b for a, b in zip(out, messages, strict=True))
+
+
+@pytest.mark.parametrize("build", [anthropic, openai, rich_anthropic])
+@pytest.mark.parametrize("strategy", sorted(strategies()))
+def test_every_strategy_pairs_and_leaves_the_input(build: Any, strategy: str) -> None:
+    messages = build(12)
+    before = copy.deepcopy(messages)
+    counter = QuarterCounter()
+    budget = tokens(messages, counter) // 2
+    out = ctxc.compact_messages(
+        messages, max_tokens=budget, strategy=strategy, token_counter=counter, allow_over=True
+    )
+    assert messages == before
+    assert paired(out)
+    assert out[-1] is messages[-1]
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "Fix the bug."}, "ok"],
+        [{"role": "user", "content": "Fix the bug."}, {"content": "no role"}],
+        [{"role": "user", "content": "Fix the bug."}, {"role": "wizard", "content": "unknown role"}],
+        [{"role": "user", "content": "Fix the bug."}, None],
+    ],
+)
+def test_entries_that_are_not_messages_are_refused(messages: list[Any]) -> None:
+    # Dropping them silently would lose what the caller sends; a list it cannot read is a usage error.
+    before = copy.deepcopy(messages)
+    with pytest.raises(UsageError, match=r"messages\[1\]"):
+        ctxc.compact_messages(messages, max_tokens=1_000)
+    assert messages == before
+
+
+def test_one_message_is_not_a_list() -> None:
+    with pytest.raises(UsageError, match="a list of message dicts"):
+        ctxc.compact_messages({"role": "user", "content": "Fix the bug."}, max_tokens=1_000)  # type: ignore[arg-type]
+
+
+def test_a_token_counter_must_count() -> None:
+    def per_text(text: str) -> int:
+        return len(text) // 4
+
+    with pytest.raises(UsageError, match="token_counter"):
+        ctxc.compact_messages(anthropic(2), max_tokens=1_000, token_counter=per_text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keep_last", [0, -1])
+def test_keep_last_below_one_is_refused(keep_last: int) -> None:
+    with pytest.raises(UsageError, match="keep_last"):
+        ctxc.compact_messages(anthropic(2), max_tokens=1_000, keep_last=keep_last)
+
+
+def test_every_error_is_a_ctxc_error() -> None:
+    # The documented base class: one except clause catches whatever ctxc raises on bad input.
+    calls = [
+        lambda: ctxc.compact_messages(anthropic(2), max_tokens=0),
+        lambda: ctxc.compact_messages(anthropic(2), max_tokens=10, strategy="nope"),
+        lambda: ctxc.compact_messages(anthropic(3), max_tokens=5, token_counter=QuarterCounter()),
+        lambda: ctxc.compact_messages(["x", "y"], max_tokens=10),
+        lambda: ctxc.compact_messages(anthropic(2), max_tokens=10, token_counter=len),  # type: ignore[arg-type]
+        lambda: ctxc.compact_messages(anthropic(2), max_tokens=10, token_counter="gpt2"),
+    ]
+    for call in calls:
+        with pytest.raises(CtxcError):
+            call()
+
+
+def openai_adjacent(messages: list[dict[str, Any]]) -> bool:
+    """OpenAI's rule: an assistant message's tool calls are answered by the tool messages right after it."""
+    waiting: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in waiting:
+                return False
+            waiting.discard(m["tool_call_id"])
+        elif waiting:
+            return False
+        else:
+            waiting = {c["id"] for c in m.get("tool_calls") or ()}
+    return True
+
+
+def test_an_openai_call_is_answered_before_the_next_assistant_message() -> None:
+    # A loop that died mid-call left calls unanswered with more said after them: the answers ctxc adds go
+    # right after the call, where OpenAI looks for them (consecutive assistant messages are not one turn).
+    def calls(*ids: str) -> dict[str, Any]:
+        fn = {"name": "run", "arguments": "{}"}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": i, "type": "function", "function": fn} for i in ids],
+        }
+
+    late = [
+        {"role": "user", "content": "Build it."},
+        calls("a", "b"),
+        {"role": "assistant", "content": "The build was interrupted."},
+        {"role": "user", "content": "Try again."},
+        calls("c"),
+        {"role": "assistant", "content": "Done."},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+    ]
+    for messages in (late[:4], late):
+        out = ctxc.compact_messages(messages, max_tokens=10_000, strategy="fifo")
+        assert openai_adjacent(out), out
+        assert paired(out)
+        assert [m["content"] for m in out if m["role"] != "tool"] == [
+            m["content"] for m in messages if m["role"] != "tool"
+        ]
+
+
+@st.composite
+def broken_openai(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """OpenAI conversations whose calls are answered in part, or late, as a loop that died leaves them."""
+    text = st.text(alphabet="ab \n", max_size=80)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": draw(text)}]
+    for turn in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["user", "assistant", "calls"]))
+        if kind != "calls":
+            msgs.append({"role": kind, "content": draw(text)})
+            continue
+        ids = [f"t{turn}-{k}" for k in range(draw(st.integers(1, 3)))]
+        fn = {"name": "run", "arguments": "{}"}
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": i, "type": "function", "function": fn} for i in ids],
+            }
+        )
+        msgs.extend(
+            {"role": "tool", "tool_call_id": i, "content": draw(text)}
+            for i in draw(st.lists(st.sampled_from(ids), unique=True))
+        )
+    return msgs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=broken_openai(), strategy=st.sampled_from(sorted(strategies())), budget=st.integers(1, 400))
+def test_outputs_are_paired_whatever_the_input(
+    messages: list[dict[str, Any]], strategy: str, budget: int
+) -> None:
+    before = copy.deepcopy(messages)
+    out = ctxc.compact_messages(
+        messages, max_tokens=budget, strategy=strategy, token_counter=QuarterCounter(), allow_over=True
+    )
+    assert messages == before
+    assert paired(out)
+    assert openai_adjacent(out)

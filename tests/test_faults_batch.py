@@ -154,6 +154,34 @@ def test_a_file_the_manifest_records_but_the_journal_missed_is_not_redone(tmp_pa
     assert len(journal(archive)) == 4  # the journal caught up with the manifest
 
 
+def test_a_journal_that_cannot_be_written_fails_the_file_not_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A full disk when a file's journal line is appended: that file fails with the archive's exit code
+    # (its output and manifest line are written), the batch goes on, and the re-run skips it.
+    from ctxc import compact_batch
+
+    def full(path: Path, doc: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")
+
+    src = distinct_files(tmp_path / "in", 3)
+    archive = tmp_path / "arc"
+    rep = tmp_path / "r.json"
+    base = ["compact", str(src), "--out-dir", str(tmp_path / "out"), "--archive", str(archive)]
+    base += ["--jobs", "1", "--report", str(rep), *COMPACT]
+    monkeypatch.setattr(compact_batch, "append_jsonl", full)
+    assert run(*base) == ExitCode.PARTIAL
+    files = orjson.loads(rep.read_bytes())["files"]
+    assert [(f["status"], f["exit_code"]) for f in files] == [("failed", ExitCode.ARCHIVE)] * 3
+    assert "journal" in files[0]["error"]
+    assert "No space left on device" in files[0]["error"]
+    assert capsys.readouterr().err.count("ctxc: error: ") == 3
+    monkeypatch.undo()
+    assert run(*base) == 0
+    assert report_totals(rep)["skipped"] == 3
+    assert len(Archive(archive).manifest()) == 3
+
+
 def test_the_journal_matches_outputs_by_resolved_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -193,6 +193,9 @@ NO_ROOM_COMMANDS = [
     ("show", "{id}", "-f", "raw"),
     ("show", "{id}", "-f", "table"),
     ("compact", str(SAMPLE), "-s", "mask", "--window", "100000000"),
+    ("--help",),  # help is printed by rich, straight to stdout
+    ("compact", "--help"),
+    ("hooks", "install", "--help"),
 ]
 
 
@@ -617,3 +620,67 @@ def test_stdout_writes_survive_short_writes_and_a_non_blocking_pipe() -> None:
     reader.join(timeout=TIMEOUT)
     os.close(read_end)
     assert bytes(got) == data
+
+
+# ------------------------------------------------------------------------------------------ durability
+
+
+def test_each_rename_is_synced_and_the_original_before_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A rename reaches the disk when its folder is synced: without that, a power cut after the run could
+    # keep the output (an --in-place input replaced) and lose the archive's entry for the original.
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        real_replace(src, dst)
+        events.append(("replace", os.path.realpath(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "out.jsonl"
+    archive = tmp_path / "archive"
+    code, _, err = run(capsys, "compact", str(SAMPLE), "-o", str(out), "--archive", str(archive), "-q")
+    assert code == 0, err
+    original = next(archive.glob("objects/??/*"))
+    stored = events.index(("replace", str(original)))
+    written = events.index(("replace", str(out)))
+    assert stored < events.index(("fsync", str(original.parent)), stored) < written
+    assert ("fsync", str(out.parent)) in events[written:]
+
+
+def test_the_temporary_output_of_a_killed_run_is_swept_by_the_next(tmp_path: Path) -> None:
+    # A real SIGKILL while the output is on its way to disk (held in fsync here, to kill it there): no
+    # cleanup runs, so the next run writing that output removes the dead run's temporary file.
+    script = (
+        "import os, sys, time\n"
+        "real = os.fsync\n"
+        "def stuck(fd):\n"
+        "    if os.readlink(f'/proc/self/fd/{fd}').endswith('.ctxc-tmp'):\n"
+        "        print('syncing', flush=True)\n"
+        "        time.sleep(60)\n"
+        "    real(fd)\n"
+        "os.fsync = stuck\n"
+        "from ctxc.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    out = tmp_path / "out" / "o.jsonl"
+    out.parent.mkdir()
+    args = ["compact", str(CHAT), "-o", str(out), "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CTXC_ARCHIVE": str(tmp_path / "archive")}
+    child = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"syncing\n"
+    finally:
+        child.kill()
+        child.wait(timeout=TIMEOUT)
+    assert [p.name.startswith(f".o.jsonl.{child.pid}.") for p in out.parent.iterdir()] == [True]
+    done = ctxc(*args, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in out.parent.iterdir()] == ["o.jsonl"]

@@ -82,6 +82,28 @@ def test_project_scope_and_a_missing_settings_file(
     assert json.loads((tmp_path / ".claude" / "settings.json").read_text()) == {}
 
 
+def test_settings_kept_in_a_dotfiles_repo_stay_linked_and_keep_their_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ~/.claude/settings.json is often a link into a dotfiles repository: the file it names changes.
+    real = tmp_path / "dotfiles" / "settings.json"
+    real.parent.mkdir()
+    real.write_text(json.dumps(OTHERS, indent=2))
+    real.chmod(0o644)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    link = tmp_path / "claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    assert run(capsys, "hooks", "install", "claude-code")[0] == 0
+    assert link.is_symlink()
+    assert _commands(json.loads(real.read_text()), "SessionEnd") == [f"{sys.executable} -m ctxc hooks run"]
+    assert real.stat().st_mode & 0o777 == 0o644
+    assert run(capsys, "hooks", "uninstall", "claude-code")[0] == 0
+    assert link.is_symlink()
+    assert json.loads(real.read_text()) == OTHERS
+    assert sorted(p.name for p in real.parent.iterdir()) == ["settings.json"]  # no temporary file left
+
+
 def test_settings_that_are_not_json_are_left_alone(
     settings: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
 
 from ctxc.cli.options import app, note
-from ctxc.errors import CtxcError, ExitCode, exit_interrupted
+from ctxc.errors import CtxcError, ExitCode, OutputError, exit_interrupted
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import visible
 
@@ -38,9 +40,27 @@ HELP_PANELS: dict[str, dict[str, str]] = {
 }
 
 
+def _help_to_stdout(format_help: Callable[[], None]) -> None:
+    """Run ``format_help``, which rich prints straight to stdout: a full disk is an output error (exit 7)."""
+    try:
+        format_help()
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+
+
+class _Group(typer.core.TyperGroup):
+    """A command group whose help is written as any other output."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
+
+
 class _Command(typer.core.TyperCommand):
     """A command whose usage line names a required argument plainly (``REF``, not typer's ``{REF}``),
     and whose options go in the panels :data:`HELP_PANELS` gives it."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,9 +76,12 @@ class _Command(typer.core.TyperCommand):
 
 for module in COMMAND_MODULES.split():
     importlib.import_module(f"ctxc.cli.{module}")
-for command in app.registered_commands:
-    if command.cls in (None, typer.core.TyperCommand):
-        command.cls = _Command
+for typer_app in (app, *(group.typer_instance for group in app.registered_groups)):
+    assert typer_app is not None
+    typer_app.info.cls = _Group
+    for command in typer_app.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):
+            command.cls = _Command
 
 
 def _click_command(args: list[str]) -> Any:
