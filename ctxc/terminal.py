@@ -152,7 +152,7 @@ class Wrapped:
 
 #: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
 _FOLD_MIN = 16
-#: How narrow a column of text that wraps may get before folding: narrower, it reads a word a line.
+#: How narrow a column of text longer than this may get before folding: narrower, it reads a word a line.
 _TEXT_MIN = 24
 
 
@@ -216,9 +216,10 @@ def _measures(
     # rich measures columns only privately; these are the measures its own layout uses.
     measures = [table._measure_column(console, options, c) for c in table.columns]
     hi, extra = [m.maximum for m in measures], table._extra_width
-    # A column that may not wrap is as wide as its widest value; rich would crop it to fit.
+    # A column that may not wrap is as wide as its widest value (rich would crop it); a long text is not
+    # squeezed below _TEXT_MIN (a short one wraps in a few lines whatever its width).
     lo = [
-        h if column.no_wrap else max(m.minimum, min(h, _TEXT_MIN))
+        h if column.no_wrap else m.minimum if h <= _TEXT_MIN else max(m.minimum, _TEXT_MIN)
         for column, m, h in zip(table.columns, measures, hi, strict=True)
     ]
     # Free-text columns give up width, widest first, only as far as the table needs.

@@ -618,3 +618,25 @@ def test_a_long_project_stays_on_one_line_in_a_pipe_and_folds_at_slashes_on_a_te
     text, _ = on_terminal(here, 60, "sessions")
     _folded_only_after(project, text, "/")
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d\s", text), text  # the time whole (no_wrap, not cropped)
+
+
+def test_only_a_long_text_column_keeps_a_readable_width() -> None:
+    """A short text wraps in a line or two, the table whole; a long one is not squeezed a word a line."""
+    import io
+
+    from rich.console import Console
+
+    from ctxc.render import Fitted, make_table
+
+    def shown(note: str, width: int) -> str:
+        rows = [("examples", "40", "yes", "54", note)]
+        table = make_table(("section", "priority", "required", "tokens", "kept"), rows)
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(Fitted(table, keys=1))
+        return out.getvalue()
+
+    short = shown("dropped: over budget", 60)
+    assert short.count("┃ section") == 1, short  # one table, "kept" wrapped
+    long = shown("dropped: over the budget of 120 tokens with the others kept", 60)
+    assert long.count("┃ section") == 2, long  # the text in a group of its own, at a width to read
+    assert any("dropped: over the budget" in line for line in long.splitlines()), long
