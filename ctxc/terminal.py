@@ -146,9 +146,9 @@ class Wrapped:
 
 
 # Fitting tables. rich shrinks a table that is too wide by cutting its widest columns ("assista…");
-# Fitted sets the widths so no value is cut: natural widths, else each column at least its longest
-# word (a path's longest segment) and a wrapping one at least _TEXT_MIN, else fewer columns, else the
-# stacked columns one under another, else column groups that repeat the keys, at last a block per row.
+# Fitted sets the widths so no value is cut: natural widths, else the stacked columns one under another,
+# else each column at least its longest word (a path's longest segment) and a long text at least
+# _TEXT_MIN, else fewer columns, else column groups that repeat the keys, at last a block per row.
 
 #: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
 _FOLD_MIN = 16
