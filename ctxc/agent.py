@@ -27,8 +27,8 @@ from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
 from ctxc.formats.dicts import Shape, detect_shape, from_messages, is_chat_message, json_bytes, to_messages
 from ctxc.live import compaction_block_boundary
-from ctxc.model import Message, Transcript
-from ctxc.profiles import resolve_window
+from ctxc.model import Message, Transcript, Usage
+from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reminders import Reminder, ReminderRule, ReminderRules, ReminderState, TurnState, last_response
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.tokens import Counter, make_counter
@@ -94,6 +94,7 @@ class ContextManager:
         min_growth: float = 0.05,
     ) -> None:
         self.window, self.model = resolve_window(model=model, window=window)
+        self._window_given = model is not None or window is not None
         self.thresholds = check_thresholds(thresholds)
         self.trigger = self.thresholds[0] if trigger is None else trigger
         if not 0 < self.trigger <= 1.5:
@@ -142,33 +143,59 @@ class ContextManager:
         self.composer = PromptComposer.load(composer) if isinstance(composer, str | Path) else composer
         self.reminder_state = ReminderState()
         self.last_compaction: Compaction | None = None
-        self._memo: dict[bytes, int] = {}
+        self._memo: dict[bytes, tuple[int, bool]] = {}
         self._summarizer: Any = None
 
+    def follow_log(self, usage: Sequence[Usage]) -> None:
+        """Unless a model or window was given, take the window of the model a log's calls (``usage``)
+        record, as every command measuring that log does."""
+        if not self._window_given:
+            choice = window_for_log(usage=usage)
+            self.window, self.model = choice.window, choice.model
+            self.options = replace(self.options, window=self.window)
+            self.target, _ = resolve_target(self.options, self.window)
+
     def count(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message], *, system: str = "") -> int:
-        """Context tokens of ``messages`` (dicts or ctxc messages), plus ``system`` if given; a dict
-        already seen (same JSON) is not counted again, so a growing list costs a hash a message."""
+        """Context tokens of ``messages`` (dicts or ctxc messages) from the last one holding the provider's
+        own compaction block on (the provider ignores what precedes it), plus ``system`` if given."""
+        sizes = self._sizes(messages)
+        start = max((i for i, (_, resets) in enumerate(sizes) if resets), default=0)
         total = self.counter.count([system])[0] if system else 0
-        objects = [m for m in messages if isinstance(m, Message)]
-        if objects:
-            total += sum(count_messages(objects, self.counter))
-        dicts = [m for m in messages if not isinstance(m, Message)]
-        keys = [hashlib.blake2b(json_bytes(m), digest_size=16).digest() for m in dicts]
-        total += sum(self._memo.get(key, 0) for key in keys)
-        todo = [(key, m) for key, m in zip(keys, dicts, strict=True) if key not in self._memo]
+        return total + sum(n for n, _ in sizes[start:])
+
+    def _sizes(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message]) -> list[tuple[int, bool]]:
+        """Each message's tokens and whether it holds a compaction block; a dict already seen (same
+        JSON) is not counted again, so a growing list costs a hash a message."""
+        sizes: list[tuple[int, bool]] = [(0, False)] * len(messages)
+        objects = [(i, m) for i, m in enumerate(messages) if isinstance(m, Message)]
+        counts = count_messages([m for _, m in objects], self.counter) if objects else []
+        for (i, m), n in zip(objects, counts, strict=True):
+            sizes[i] = (n, compaction_block_boundary(m) is not None)
+        todo: dict[bytes, tuple[Mapping[str, Any], list[int]]] = {}  # dicts not seen yet, by JSON hash
+        for i, d in enumerate(messages):
+            if not isinstance(d, Mapping):  # a ctxc message, counted above
+                continue
+            key = hashlib.blake2b(json_bytes(d), digest_size=16).digest()
+            if (known := self._memo.get(key)) is not None:
+                sizes[i] = known
+            else:
+                todo.setdefault(key, (d, []))[1].append(i)
         if todo:
-            new = [m for _, m in todo]
+            new = [d for d, _ in todo.values()]
             parsed = to_messages(new, shape=self._shape(new))
+            counted = count_messages(parsed, self.counter)
             # Indexes are positions in ``new``; a dict that is not a message (unknown role) is free.
-            tokens = dict(
-                zip((msg.index for msg in parsed), count_messages(parsed, self.counter), strict=True)
-            )
+            by_position = {
+                m.index: (n, compaction_block_boundary(m) is not None)
+                for m, n in zip(parsed, counted, strict=True)
+            }
             if len(self._memo) > _MEMO_LIMIT:
                 self._memo.clear()
-            for i, (key, _) in enumerate(todo):
-                self._memo[key] = n = tokens.get(i, 0)
-                total += n
-        return total
+            for k, (key, (_, where)) in enumerate(todo.items()):
+                self._memo[key] = size = by_position.get(k, (0, False))
+                for i in where:
+                    sizes[i] = size
+        return sizes
 
     def room(self, system: str = "") -> int:
         """The part of the window the message list may use: the window less the system prompt."""

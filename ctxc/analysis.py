@@ -88,18 +88,18 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
             forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
         )
     if job.tokenizer == "anthropic":  # how far Claude's counts are from o200k's (the estimate's error)
-        from ctxc.formats import open_stream
+        from ctxc.formats import load
+        from ctxc.live import sent_messages
 
-        stream = open_stream(
-            named_bytes(result.path, data), input_format=job.input_format, options=job.read_options
+        transcript = load(
+            named_bytes(result.path, data),
+            input_format=job.input_format,
+            options=job.read_options,
+            say_skipped=False,  # the analysis has said it
         )
-        try:
-            messages = (m for m in stream.items if isinstance(m, Message))
-            result = replace(
-                result, versus_o200k=compare_with_o200k(messages, counter, make_counter("o200k_base"))
-            )
-        finally:
-            stream.close()
+        # Of the live context, as the analysis counts it.
+        sent = sent_messages(transcript)
+        result = replace(result, versus_o200k=compare_with_o200k(sent, counter, make_counter("o200k_base")))
     return result
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ctxc.model import Boundary, Message, TextBlock, ThinkingBlock, Transcript, UnknownBlock
+from ctxc.model import Boundary, Message, TextBlock, ThinkingBlock, Transcript, UnknownBlock, Usage
 
 #: Markup a client injects into user text (reminders, slash commands, Codex's environment): not the user's.
 INJECTED_MARKUP = re.compile(
@@ -90,6 +90,13 @@ def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:
     for conversation, is_side in flags:
         side[conversation] = side.get(conversation, True) and is_side
     return frozenset() if all(side.values()) else frozenset(c for c, s in side.items() if s)
+
+
+def thread_usage(usage: Sequence[Usage]) -> tuple[Usage, ...]:
+    """The calls of the log's own thread, which name its model and measure its context: without those
+    of inline subagent runs, unless every call is one (a subagent's own log is its main thread)."""
+    own = tuple(u for u in usage if not u.sidechain)
+    return own or tuple(usage)
 
 
 def is_sidechain(message: Message) -> bool:

@@ -108,6 +108,8 @@ class Usage:
     model: str | None = None
     #: Of ``cache_write``, what was written for an hour rather than five minutes (priced higher).
     cache_write_1h: int = 0
+    #: A call of a subagent run written inline (Claude Code 1.0.x): not the log's own thread.
+    sidechain: bool = False
 
     @property
     def context(self) -> int:

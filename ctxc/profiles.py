@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxc.errors import UsageError
+from ctxc.live import thread_usage
 from ctxc.model import Usage
 
 #: The most tokens a window, target or budget may be: JSON reports carry it, and JSON readers
@@ -151,10 +152,12 @@ class WindowChoice:
 def window_for_log(
     *, model: str | None = None, window: int | None = None, usage: Sequence[Usage] = ()
 ) -> WindowChoice:
-    """:func:`resolve_window`, but with neither flag given, the model and window the log records."""
+    """:func:`resolve_window`, but with neither flag given, the model and window the log records (its
+    own thread's: an inline subagent run may use another model)."""
     if model is not None or window is not None:
         win, name = resolve_window(model=model, window=window)
         return WindowChoice(win, name, "flag")
+    usage = thread_usage(usage)
     recorded_window = next((u.window for u in reversed(usage) if u.window), None)
     recorded_model = next((u.model for u in reversed(usage) if u.model), None)
     if recorded_window is not None:

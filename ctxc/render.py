@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctxc.live import compactions
 from ctxc.pricing import Cost
 from ctxc.report import Analysis, MessageStat
 from ctxc.stages import STAGE_NAMES
-from ctxc.terminal import UNWRAPPED, one_line, visible
+from ctxc.terminal import UNWRAPPED, Fitted, Wrapped, one_line, visible
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
@@ -99,9 +98,15 @@ def csv_text(columns: str, rows: Iterable[Mapping[str, Any]]) -> str:
 
 def analyses_to_csv(items: Sequence[Analysis]) -> str:
     return csv_text(
-        "path conversation index line role kind tool tokens cumulative share stage",
+        "path conversation index line role kind tool tokens cumulative share stage live",
         (
-            {**s._asdict(), "path": a.path, "tool": s.tool or "", "share": f"{s.share:.6f}"}
+            {
+                **s._asdict(),
+                "path": a.path,
+                "tool": s.tool or "",
+                "share": f"{s.share:.6f}",
+                "live": "true" if s.live else "false",  # false: history, a subagent run, a rewound branch
+            }
             for a in items
             for s in a.messages
         ),
@@ -112,16 +117,21 @@ def make_table(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Collection[str] = (), **options: Any
 ) -> Any:
     """A rich table of ``rows``, the columns named in ``right`` right-justified. A str cell is shown as given:
-    not parsed for rich markup and emoji codes (a file "[draft]:ok:.jsonl" would print as "🆗.jsonl"), and
-    its control characters shown as escapes."""
+    not parsed for rich markup and emoji codes (a file "[draft]:ok:.jsonl" would print as "🆗.jsonl"), its
+    control characters shown as escapes, and wrapped as :class:`~ctxc.terminal.Wrapped` does (a path only
+    after a '/')."""
     from rich.table import Table
     from rich.text import Text
 
+    if isinstance(options.get("title"), str):
+        style = options.get("title_style") or "table.title"  # what rich gives a str title
+        options["title"] = Wrapped(Text(visible(options["title"]), style=style))
     out = Table(**options)
     for name in columns:
         out.add_column(name, justify="right" if name in right else "left")
     for row in rows:
-        out.add_row(*(Text(visible(v)) if isinstance(v, str) else v for v in row))
+        cells = (Text(visible(v)) if isinstance(v, str) else v for v in row)
+        out.add_row(*(Wrapped(v) if isinstance(v, Text) else v for v in cells))
     return out
 
 
@@ -232,7 +242,7 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
     right = (*columns[:2], *columns[5:])
     messages = make_table(columns, rows, right=right, title=title, title_justify="left")
-    return Fitted(messages, optional=("stage", "line", "window"))
+    return Fitted(messages, optional=("stage", "line", "window", "cumulative"), keys=1, fold=("tool",))
 
 
 def _apart_lines(a: Analysis) -> list[Any]:
@@ -267,19 +277,10 @@ def boundary_lines(a: Analysis) -> list[Any]:
     return out
 
 
-# Fitting tables. rich shrinks a table that is too wide by cutting its widest columns ("assista…");
-# Fitted sets the widths so no value is cut: natural widths, else each column at least its longest
-# word, else fewer columns, else column groups that repeat the keys, at last one block per row.
-
-#: How narrow a free-text (``fold``) column may get; a longer word is folded onto the next line.
-_FOLD_MIN = 16
-
-
-def print_table(
-    console: Any, table: Any, *, optional: Sequence[str] = (), keys: int = 0, fold: Sequence[str] = ()
-) -> None:
-    """Print a rich ``table`` with every value whole within the console's width (see :class:`Fitted`)."""
-    console.print(Fitted(table, optional=optional, keys=keys, fold=fold))
+def print_table(console: Any, table: Any, **fitting: Any) -> None:
+    """Print a rich ``table`` with every value whole within the console's width (``fitting``: the options of
+    :class:`Fitted`)."""
+    console.print(Fitted(table, **fitting))
 
 
 @dataclass
@@ -312,134 +313,6 @@ class SideBySide:
             yield grid
         else:
             yield from self.tables
-
-
-@dataclass
-class Fitted:
-    """A rich table laid out so that no value is cut: ``optional`` columns are left out, in that order, when
-    it cannot fit otherwise; the ``keys`` leading columns identify a row (repeated when columns go in
-    groups); ``fold`` names free-text columns whose long words may be folded."""
-
-    table: Any
-    _: KW_ONLY
-    optional: Sequence[str] = ()
-    keys: int = 0
-    fold: Sequence[str] = ()
-
-    def __rich_console__(self, console: Any, options: Any) -> Any:
-        table, fold = self.table, self.fold
-        for column in table.columns:
-            column.overflow = "fold"  # a word wider than its column goes on the next line, never "…"
-        names = [str(c.header) for c in table.columns]
-        shown = list(range(len(names)))
-        choices = [list(shown)]
-        for name in self.optional:
-            if name in names and names.index(name) in shown:
-                shown.remove(names.index(name))
-                choices.append(list(shown))
-        # Leaving out a column is better than folding a word; folding is better than a block per row.
-        for folding in ((), fold) if fold else ((),):
-            for choice in choices:
-                narrower = table if len(choice) == len(names) else _subtable(table, choice)
-                if _fit(console, options, narrower, folding):
-                    yield narrower
-                    return
-        if self.keys and len(shown) > self.keys:
-            groups = _groups(console, options, table, shown, self.keys, fold)
-            if groups is not None:
-                for n, group in enumerate(groups):
-                    if n:
-                        yield ""
-                    yield group
-                return
-        yield from _row_blocks(table, names)
-
-
-def _measures(
-    console: Any, options: Any, table: Any, fold: Sequence[str]
-) -> tuple[list[int], list[int], int]:
-    """Each column's narrowest and natural width (with its padding), and the width of the borders."""
-    for column in table.columns:
-        column.width = None
-    # rich measures columns only privately; these are the measures its own layout uses.
-    measures = [table._measure_column(console, options, c) for c in table.columns]
-    lo, extra = [m.minimum for m in measures], table._extra_width
-    # Free-text columns give up width, widest first, only as far as the table needs.
-    foldable = [i for i, c in enumerate(table.columns) if str(c.header) in fold]
-    while sum(lo) + extra > options.max_width:
-        widest = max(foldable, key=lambda i: lo[i], default=None)
-        if widest is None or lo[widest] <= _FOLD_MIN:
-            break
-        lo[widest] -= 1
-    return lo, [m.maximum for m in measures], extra
-
-
-def _fit(console: Any, options: Any, table: Any, fold: Sequence[str]) -> bool:
-    """Set the column widths so the table fits ``options.max_width`` with no word cut; False if it
-    cannot."""
-    lo, hi, extra = _measures(console, options, table, fold)
-    room = options.max_width - extra
-    if sum(hi) <= room:
-        return True  # rich lays it out at its natural widths
-    if sum(lo) > room:
-        return False
-    spare, want = room - sum(lo), [h - w for h, w in zip(hi, lo, strict=True)]
-    widths = [w + spare * x // sum(want) for w, x in zip(lo, want, strict=True)]
-    for i in range(len(widths)):  # what the rounding down left over
-        while sum(widths) < room and widths[i] < hi[i]:
-            widths[i] += 1
-    for column, width in zip(table.columns, widths, strict=True):
-        column.width = max(1, width - table._get_padding_width(column._index))
-    return True
-
-
-def _subtable(table: Any, shown: Sequence[int], *, title: bool = True) -> Any:
-    """``table`` with only the columns numbered ``shown`` (same rows, same style)."""
-    sub = copy.copy(table)
-    sub.columns = [copy.copy(table.columns[number]) for number in shown]
-    for index, column in enumerate(sub.columns):
-        column._index = index
-    sub.title = table.title if title else None
-    return sub
-
-
-def _groups(
-    console: Any, options: Any, table: Any, shown: list[int], keys: int, fold: Sequence[str]
-) -> list[Any] | None:
-    """The table as several, each the key columns and as many of the others as fit; None if even one
-    more column beside the keys does not fit."""
-    head, rest = shown[:keys], shown[keys:]
-    groups: list[Any] = []
-    while rest:
-        take = 1
-        while take < len(rest) and _fit(console, options, _subtable(table, head + rest[: take + 1]), fold):
-            take += 1
-        group = _subtable(table, head + rest[:take], title=not groups)
-        if not _fit(console, options, group, fold):
-            return None
-        groups.append(group)
-        rest = rest[take:]
-    return groups
-
-
-def _row_blocks(table: Any, names: Sequence[str]) -> Any:
-    """One block per row, a line per column (``name  value``): the layout of last resort."""
-    from rich.table import Table
-    from rich.text import Text
-
-    if table.title:
-        yield Text(str(table.title), style="italic")
-    columns = [list(c.cells) for c in table.columns]
-    width = max((len(n) for n in names), default=0)
-    for row in range(len(table.rows)):
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold", no_wrap=True, min_width=width)
-        grid.add_column(overflow="fold")
-        for name, cells_of in zip(names, columns, strict=True):
-            grid.add_row(Text(name), cells_of[row])
-        if row:
-            yield ""
-        yield grid
 
 
 def cost_line(cost: Cost) -> str:

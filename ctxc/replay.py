@@ -94,8 +94,10 @@ class Replay:
 def replay(
     transcript: Transcript, manager: ContextManager, *, conversation: int | None = None, compact: bool = True
 ) -> Replay:
-    """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``;
-    ``compact=False`` only injects reminders (``ctxc remind``)."""
+    """Replay one conversation of ``transcript`` (default: its largest) through a fresh ``manager``, at
+    the window the log records unless the manager was given one; ``compact=False`` only injects reminders
+    (``ctxc remind``)."""
+    manager.follow_log(transcript.usage)
     ledger = Ledger(manager.counter)
     ledger.count_uncounted(transcript.messages)
     live = live_context(transcript.boundaries, transcript.messages)
@@ -111,16 +113,24 @@ def replay(
     # Where the log's own compaction reset the context, the replay resets to what it carried.
     resets = {b.index: b for b in transcript.boundaries if b.resets and b.conversation == conv}
     started, prev_role = 0, ""  # where the previous turn's response began in ``msgs``
+    branch = False  # messages of an abandoned branch are in the context
     for i, m in enumerate(msgs):
         if (reset := resets.get(m.index)) is not None:
             kept = [x for x in msgs[:i] if reset.kept_from is not None and x.index >= reset.kept_from]
             run.reset([*reset.carried, *kept])
+        if m.index in live.abandoned:
+            branch = True
+        elif branch:  # a rewind: the branch left behind is in no later context
+            run.drop(live.abandoned)
+            branch = False
         if m.role == "assistant" and prev_role != "assistant":
             run.turn(m, msgs[started:i])
             started = i
         run.add(m)
         prev_role = m.role
     # After the last message, the context is the one a resume sends (what analyze counts).
+    if branch:
+        run.drop(live.abandoned)
     run.withhold([m for m in msgs if m.index in live.unsent_thinking])
     starts = [t.line for t in run.turns]
     marks = tuple(
@@ -176,6 +186,13 @@ class _Run:
     def reset(self, messages: list[Message]) -> None:
         self.raw, self.managed = list(messages), list(messages)
         self.raw_tokens = self.managed_tokens = self.ledger.total(messages)
+
+    def drop(self, indexes: Collection[int]) -> None:
+        """Take the messages at ``indexes`` out of both contexts (those of a branch the user left)."""
+        self.raw = [m for m in self.raw if m.index not in indexes]
+        self.managed = [m for m in self.managed if m.index not in indexes]
+        self.raw_tokens = self.ledger.total(self.raw)
+        self.managed_tokens = self.ledger.total(self.managed)
 
     def add(self, message: Message) -> None:
         n = self.ledger.tokens(message)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ctxc.live import LiveContext, scanned_live_context
+from ctxc.live import LiveContext, scanned_live_context, thread_usage
 from ctxc.model import Boundary, Usage
 from ctxc.pricing import Cost, PriceTable, default_prices, price_usage
 from ctxc.validate import Problem
@@ -124,18 +124,20 @@ class Scan:
 
 
 def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) -> UsageSummary | None:
-    """Calls, token sums, largest and last context, and cost (at ``prices``, else the shipped table)."""
+    """Calls, token sums and cost (at ``prices``, else the shipped table) of every call; the largest and
+    last context of the log's own thread's."""
     if not usage:
         return None
-    windows = [u.window for u in usage if u.window]
+    own = thread_usage(usage)
+    windows = [u.window for u in own if u.window]
     return UsageSummary(
         calls=len(usage),
         input=sum(u.input for u in usage),
         output=sum(u.output for u in usage),
         cache_read=sum(u.cache_read for u in usage),
         cache_write=sum(u.cache_write for u in usage),
-        last_context=usage[-1].context,
-        max_context=max(u.context for u in usage),
+        last_context=own[-1].context,
+        max_context=max(u.context for u in own),
         window=windows[-1] if windows else None,
         cost=price_usage(usage, prices or default_prices()),
     )

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _warned: set[str] = set()
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 7  # 7: a row has the tokens of each tool beside its first
+_LAYOUT = 8  # 8: a call says whether it is an inline subagent run's
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 

@@ -20,6 +20,7 @@ from ctxc.formats.claude_code import (
     response_usage,
 )
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
+from ctxc.live import thread_usage
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
 from ctxc.profiles import resolve_window, window_for_log
@@ -199,6 +200,7 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
     open_records = 0
+    open_side = False  # the open response is a subagent run's, written inline
     for line, _raw, data in lines.parsed(needles):
         if not isinstance(data, dict):
             continue
@@ -217,16 +219,16 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             open_records += 1
             continue
         if open_records:
-            calls.append(response_usage(parts))
+            calls.append(response_usage(parts, open_side))
         if open_id is not None:
             closed.pop(open_id, None)  # re-closed: now the newest
             closed[open_id] = None
             if len(closed) > _RECENT_IDS:
                 del closed[next(iter(closed))]
-        open_id, open_records = mid, 1
+        open_id, open_records, open_side = mid, 1, data.get("isSidechain") is True
         parts = [] if mid in closed else part  # a late part of a closed response counts once
     if open_records:
-        calls.append(response_usage(parts))
+        calls.append(response_usage(parts, open_side))
     return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
 
 
@@ -263,7 +265,7 @@ def usage_analysis(
     choice = window_for_log(model=model, window=window, usage=scan.usage)
     summary = summarize_usage(scan.usage, prices)
     since = _live_since(scan)
-    peak = max((u.context for u in scan.usage if u.line > since), default=0)
+    peak = max((u.context for u in thread_usage(scan.usage) if u.line > since), default=0)
     return Analysis(
         path=scan.path,
         format=scan.format,
@@ -309,7 +311,7 @@ def analyze_usage(
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
     """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
     since = _live_since(scan)
-    return next((u.line for u in scan.usage if u.line > since and u.context > limit), None)
+    return next((u.line for u in thread_usage(scan.usage) if u.line > since and u.context > limit), None)
 
 
 __all__ = ["UsageScan", "analyze_usage", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]

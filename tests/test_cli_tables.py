@@ -480,3 +480,163 @@ def test_a_table_no_column_layout_fits_becomes_one_record_a_row() -> None:
     for value in ("toolu_01QSKqXYVrtF1fVEjfHc7XPR", "6,300", "1,234,567", "toolu_01qQhMnf2tVyCbtXoam07aIy"):
         assert any(value in line for line in text.splitlines()), text
     assert "cumulative  1,234,742" in text
+
+
+# ------------------------------------------------------------- long paths and names (no value cut)
+
+#: 104 characters: a path no 80-column table can hold beside anything else on one line.
+LONG_DIR = "a-very-long-directory-name-for-testing-wrapping/another-deep-subdirectory-with-more-words/level"
+
+
+def _fragments(value: str, text: str) -> list[str]:
+    """The pieces ``value`` is shown in, line after line (a cell or a line of its own each)."""
+    pieces: list[str] = []
+    rest = value
+    for line in text.splitlines():
+        for token in re.split(r"[\s│┃|(),:]+", line):
+            if token and rest and rest.startswith(token) and (pieces or len(token) > 1):
+                pieces.append(token)
+                rest = rest[len(token) :]
+    assert "".join(pieces) == value, (value, pieces, text)
+    return pieces
+
+
+def _folded_only_after(value: str, text: str, marks: str) -> None:
+    pieces = _fragments(value, text)
+    assert all(piece[-1] in marks for piece in pieces[:-1]), (pieces, text)
+
+
+def _long_copy(root: Path, name: str, replace: dict[str, str] | None = None) -> Path:
+    path = root / LONG_DIR / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (SAMPLES / "claude-code.jsonl").read_text()
+    for old, new in (replace or {}).items():
+        data = data.replace(old, new)
+    path.write_text(data)
+    return path
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_check_stacks_the_verdict_under_a_long_path_folded_only_at_slashes(
+    ws: Workspace, tmp_path: Path, columns: int
+) -> None:
+    path = _long_copy(tmp_path, "claude-code.jsonl")
+    assert len(str(path)) > 100
+    text, rc = on_terminal(ws, columns, "check", str(path), "codex.jsonl", "--max-usage", "0.5", "-q")
+    assert rc == 0, text
+    assert _too_wide(text, columns) == []
+    _folded_only_after(str(path), text, "/")
+    verdict = f"{_json(ws, 'analyze', str(path))['files'][0]['context_tokens']:,} tokens (6.3% of 200,000)"
+    assert any(line.strip().startswith(verdict) for line in text.splitlines()), text  # under, not beside
+    if columns == 80:  # the whole sentence on one line, not a word a line
+        assert any(
+            line.strip().endswith(f"{verdict}: within the budget of 100,000") for line in text.splitlines()
+        )
+    done = piped(ws, "check", str(path), "--max-usage", "0.5")
+    assert str(path) in done.stdout.splitlines()[0]  # a pipe still gets one line per file
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_analyze_folds_long_paths_and_tool_names_only_at_their_boundaries(
+    ws: Workspace, tmp_path: Path, columns: int
+) -> None:
+    tool = "mcp__github_enterprise__create_pull_request_review_comment"
+    path = _long_copy(tmp_path, "mcp-session.jsonl", {'"Bash"': f'"{tool}"'})
+    text, _ = on_terminal(ws, columns, "analyze", str(path))
+    assert _too_wide(text, columns) == []
+    _folded_only_after(str(path), text, "/")  # the heading
+    table = text[text.index("largest") :]
+    assert "┃ tool" in table  # still a table, not one block per message
+    _folded_only_after(tool, table, "_")
+
+
+def test_a_column_that_may_not_wrap_is_never_cropped() -> None:
+    """sessions' columns are no_wrap: at 60 columns rich cropped '2026-12-02 07:36' to '2026-12-02 07:3'."""
+    import io
+
+    from rich.console import Console
+
+    from ctxc.render import Fitted, make_table
+
+    table = make_table(
+        ("id", "agent", "last active", "tokens", "cost"),
+        [("68138cc8", "claude-code", "2026-12-02 07:36", "12,762", "$0.22")],
+        box=None,
+    )
+    for column in table.columns:
+        column.no_wrap = True
+    out = io.StringIO()
+    Console(file=out, width=46, color_system=None).print(Fitted(table, optional=("cost",), keys=1))
+    assert "2026-12-02 07:36" in out.getvalue(), out.getvalue()
+    assert _too_wide(out.getvalue(), 46) == []
+
+
+def test_spare_width_shows_a_path_whole_before_widening_prose() -> None:
+    import io
+
+    from rich.console import Console
+
+    from ctxc.render import Fitted, make_table
+
+    path = "/work/checkouts/samples/claude-code.jsonl"
+    note = "12,573 tokens (6.3% of 200,000): within the budget of 100,000 tokens"
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(Fitted(make_table(("file", "note"), [(path, note)])))
+    assert any(path in line for line in out.getvalue().splitlines()), out.getvalue()
+
+
+@pytest.mark.parametrize(("width", "marks"), [(30, "/-"), (50, "/"), (80, "/")])
+def test_a_printed_line_breaks_a_path_only_after_a_slash(width: int, marks: str) -> None:
+    """Headings and summaries (analyze, show, validate, compact) go through the console's wrapping; a
+    segment wider than the line is folded after a '-'."""
+    import io
+
+    from ctxc.terminal import visible_console
+
+    path = f"/tmp/{LONG_DIR}/claude-code.jsonl"
+    out = io.StringIO()
+    console = visible_console(file=out, width=width, color_system=None)
+    console.print(f"{path}: ok (claude-code, 23 messages)", markup=False)
+    assert _too_wide(out.getvalue(), width) == []
+    _folded_only_after(path, out.getvalue(), marks)
+
+
+def test_a_long_project_stays_on_one_line_in_a_pipe_and_folds_at_slashes_on_a_terminal(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """sessions named each project as its table's title, which rich wraps to the table's width, piped too."""
+    from ctxc.sessions import claude_project_dir
+
+    project = f"/home/jiwoo/src/{LONG_DIR}/minishop"
+    folder = tmp_path / "claude" / "projects" / claude_project_dir(project)
+    folder.mkdir(parents=True)
+    data = (SAMPLES / "claude-code.jsonl").read_text().replace("/home/jiwoo/src/minishop", project)
+    (folder / "68138cc8-ffd2-4577-9120-9a555bb4d510.jsonl").write_text(data)
+    env = {**ws.env, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "CODEX_HOME": str(tmp_path / "none")}
+    here = Workspace(ws.root, env, ws.ref)
+    assert project in piped(here, "sessions", "-f", "table").stdout.splitlines()
+    text, _ = on_terminal(here, 60, "sessions")
+    _folded_only_after(project, text, "/")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d\s", text), text  # the time whole (no_wrap, not cropped)
+
+
+def test_only_a_long_text_column_keeps_a_readable_width() -> None:
+    """A short text wraps in a line or two, the table whole; a long one is not squeezed a word a line."""
+    import io
+
+    from rich.console import Console
+
+    from ctxc.render import Fitted, make_table
+
+    def shown(note: str, width: int) -> str:
+        rows = [("examples", "40", "yes", "54", note)]
+        table = make_table(("section", "priority", "required", "tokens", "kept"), rows)
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(Fitted(table, keys=1))
+        return out.getvalue()
+
+    short = shown("dropped: over budget", 60)
+    assert short.count("┃ section") == 1, short  # one table, "kept" wrapped
+    long = shown("dropped: over the budget of 120 tokens with the others kept", 60)
+    assert long.count("┃ section") == 2, long  # the text in a group of its own, at a width to read
+    assert any("dropped: over the budget" in line for line in long.splitlines()), long

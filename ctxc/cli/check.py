@@ -27,7 +27,8 @@ EPILOG = opt.examples(
 
 
 def _print_table(report: Any) -> None:
-    """The verdicts as a table that fits the terminal: the sentence wraps, the figures stay whole."""
+    """The verdicts as a table that fits the terminal: the sentence wraps, the figures stay whole; on a
+    narrow one each verdict goes under its file."""
     from rich.text import Text
 
     from ctxc.check import message
@@ -44,7 +45,7 @@ def _print_table(report: Any) -> None:
         for f in report.files
     ]
     columns = ("", "file", "tokens and budget")
-    opt.print_rows(columns, rows, box=None, pad_edge=False, fold=columns[1:])
+    opt.print_rows(columns, rows, box=None, pad_edge=False, fold=columns[1:], stack=columns[1:])
     opt.stdout_console().print(Text(report.headline()))
 
 

@@ -119,13 +119,15 @@ def print_rows(
     optional: Sequence[str] = (),
     keys: int = 0,
     fold: Sequence[str] = (),
+    stack: Sequence[str] = (),
     **table: Any,
 ) -> None:
     """``rows`` as a table (see :func:`ctxc.render.make_table`) fitted to ``console``, stdout's by default."""
     from ctxc.render import make_table, print_table
 
     out = console or stdout_console()
-    print_table(out, make_table(columns, rows, **table), optional=optional, keys=keys, fold=fold)
+    fitting = {"optional": optional, "keys": keys, "fold": fold, "stack": stack}
+    print_table(out, make_table(columns, rows, **table), **fitting)
 
 
 def pick(values: Mapping[str, Any], names: str) -> dict[str, Any]:

@@ -102,6 +102,8 @@ def _emit(rows: list[dict[str, Any]], out_fmt: str, *, errors: list[dict[str, An
 
 def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
+    from rich.text import Text
+
     from ctxc.render import dollars, make_table, print_table
 
     console = opt.stdout_console()
@@ -116,6 +118,8 @@ def _table(rows: list[dict[str, Any]]) -> None:
     for i, (project, members) in enumerate(projects.items()):
         if i:
             console.print()
+        # A line, not the table's title: a title wraps to the table's width, even in a pipe.
+        console.print(Text(one_line(project), style="table.title"))
         cells = [
             (
                 row["id"][:width],
@@ -129,15 +133,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             )
             for row in members
         ]
-        table = make_table(
-            columns,
-            cells,
-            right=columns[3:],
-            title=one_line(project),
-            title_justify="left",
-            box=None,
-            pad_edge=False,
-        )
+        table = make_table(columns, cells, right=columns[3:], box=None, pad_edge=False)
         for column in table.columns:
             column.no_wrap = True
         print_table(console, table, optional=("size", "cost"), keys=1)

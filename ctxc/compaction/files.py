@@ -16,6 +16,7 @@ from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transc
 from ctxc.errors import UsageError
 from ctxc.formats import get_adapter
 from ctxc.formats.base import ForksSessions
+from ctxc.live import thread_usage
 from ctxc.model import Transcript
 from ctxc.output import atomic_output, check_output, dumps, envelope, make_parents
 from ctxc.pricing import default_prices, saving_per_turn
@@ -65,7 +66,7 @@ def options_fingerprint_doc(job: CompactJob) -> dict[str, Any]:
 def _saving_worth(result: CompactionResult, options: CompactOptions) -> dict[str, Any] | None:
     """What the tokens removed save on every following call, at the model's input and cache-read
     prices; None when it is unpriced."""
-    models = [u.model for u in result.transcript.usage if u.model]
+    models = [u.model for u in thread_usage(result.transcript.usage) if u.model]
     model = options.model or (models[-1] if models else None)
     saved = result.tokens_before - result.tokens_after
     table = default_prices()

@@ -11,8 +11,11 @@ from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
 from ctxc.compaction.kernel import pinned_indexes
 from ctxc.compaction.ledger import Ledger
+from ctxc.compaction.run import CompactOptions, carried_copies, compact_transcript
+from ctxc.formats import get_adapter
+from ctxc.live import live_context
 from ctxc.model import Message, Transcript
-from ctxc.stages import DEFAULT_THRESHOLDS
+from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
 from ctxc.summarize import get_summarizer
 from ctxc.tokens import Counter
 
@@ -35,18 +38,26 @@ def forecast(
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     keep_last: int = 4,
 ) -> tuple[StageForecast, ...]:
+    """Per stage, what it alone would remove from the live context, and its share of what ``ctxc
+    compact`` (adaptive, no target given) removes: history, subagent runs and abandoned branches,
+    which the client does not send, are in neither."""
     ledger = Ledger(counter)
     ledger.count_uncounted(transcript.messages)
+    live = live_context(transcript.boundaries, transcript.messages)
+    ledger.withhold_thinking(m for m in transcript.messages if m.index in live.unsent_thinking)
+    rewrites = get_adapter(transcript.format).rewrites_carried
     summarizer = get_summarizer("extractive")
     archive_id = sha256_hex(transcript.to_bytes())
     stage2, stage3, stage4, stage5 = thresholds
     cfg = AdaptiveConfig(stage2=stage2, stage3=stage3, stage4=stage4, stage5=stage5)
     potential = dict.fromkeys(STAGE_OF.values(), 0)
-    plan = dict(potential)
     for conv in range(transcript.conversations):
-        messages = transcript.conversation(conv)
-        if not messages:
+        messages = live.split(transcript.conversation(conv))[1]
+        if not messages or conv in live.side:
             continue
+        reset = live.resets.get(conv)
+        if reset is not None and rewrites:  # what the compaction record carries is compacted too
+            messages = (*carried_copies(reset.carried, conv), *messages)
         base = CompactContext(
             target=0,
             window=window,
@@ -64,9 +75,9 @@ def forecast(
             for name in names:
                 msgs = Adaptive.run_stage(name, msgs, base, cfg).messages
             potential[stage] += before - ledger.total(msgs)
-        target = int(cfg.stage2 * window)
-        if before > target:
-            result = Adaptive().compact(messages, replace(base, target=target))
-            for action in result.actions:
-                plan[STAGE_OF.get(action.strategy, 2)] += action.saved
+    options = CompactOptions(window=window, thresholds=check_thresholds(thresholds), keep_last=keep_last)
+    result = compact_transcript(transcript, replace(options, allow_over=True), counter=counter)
+    plan = dict.fromkeys(STAGE_OF.values(), 0)
+    for action in result.actions:
+        plan[STAGE_OF.get(action.strategy, 2)] += action.saved
     return tuple(StageForecast(stage, names, potential[stage], plan[stage]) for stage, names in STAGES)

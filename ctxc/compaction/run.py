@@ -168,11 +168,12 @@ def compact_transcript(
     counts: Sequence[int] | None = None,
 ) -> CompactionResult:
     """Compact every conversation of ``transcript`` (``counts``: its messages' tokens, if counted as read).
-    With an archive the original is stored first; a failed run leaves none of the objects it offloaded."""
-    from ctxc.profiles import resolve_window
+    With an archive the original is stored first; a failed run leaves none of the objects it offloaded.
+    With neither a model nor a window in ``options``, the window is the one the log records."""
+    from ctxc.profiles import window_for_log
 
     with discard_new_objects_on_failure():
-        window, _ = resolve_window(model=options.model, window=options.window)
+        window = window_for_log(model=options.model, window=options.window, usage=transcript.usage).window
         resolve_target(options, window)  # a bad target fails before the summarizer is checked
         summarizer = ready_summarizer(options)
         ledger = Ledger(counter or options.counter())
@@ -283,7 +284,7 @@ def compact_live(
         # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
         as_is: tuple[Message, ...] = reset.carried if reset is not None else ()
         if as_is and adapter.rewrites_carried:
-            messages = (*_carried_copies(as_is, conv), *messages)
+            messages = (*carried_copies(as_is, conv), *messages)
             as_is = ()
         notes = _reminder_messages(options, messages, as_is, plan)
         done = compact_conversation(
@@ -331,7 +332,7 @@ def _keep_last_steps(options: CompactOptions, explicit: bool, strategy: Strategy
     return tuple(range(options.keep_last, 0, -1)) or (1,)
 
 
-def _carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
+def carried_copies(carried: Sequence[Message], conversation: int) -> tuple[Message, ...]:
     """What a compaction record carries, as messages a strategy may compact: indexes below the file's
     own (they belong to no record), marked so the writer knows them."""
     return tuple(

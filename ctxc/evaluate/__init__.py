@@ -240,7 +240,11 @@ def _prepare(src: Source, options: EvalOptions, counter: Counter) -> _Prepared:
     live = live_context(t.boundaries, t.messages)
     ledger = Ledger(counter)  # counts the live context as sent, as compaction does
     ledger.withhold_thinking(m for m in t.messages if m.index in live.unsent_thinking)
-    sizes = [ledger.total(live.split(t.conversation(c))[1]) for c in range(t.conversations)]
+    # A conversation's size is what its client sends: what its compaction record carries, and the rest.
+    carried = {c: reset.carried for c, reset in live.resets.items()}
+    sizes = [
+        ledger.total([*carried.get(c, ()), *live.split(t.conversation(c))[1]]) for c in range(t.conversations)
+    ]
     exclude = [n.value for n in planted.needles] + ([planted.instruction] if planted.instruction else [])
     window = options.window or max([*sizes, 1])
     return _Prepared(src, planted, window, first_requests(t), tuple(sent_messages(t)), exclude)

@@ -72,7 +72,7 @@ def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
     )
 
 
-def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]]) -> Usage | None:
+def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]], sidechain: bool = False) -> Usage | None:
     """The usage of a response from the ``message`` and line of each record it was written in (this
     reader's and ``usage_scan``'s): each repeats it, and output_tokens grows as the response streams,
     so the field-wise maximum is the final count. One ``Usage`` for the response, not one a record."""
@@ -95,7 +95,7 @@ def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]]) -> Usage | No
     if most is None:
         return None
     given, output, read, written, hour = most
-    return Usage(given, output, read, written, line, model=model, cache_write_1h=hour)
+    return Usage(given, output, read, written, line, model=model, cache_write_1h=hour, sidechain=sidechain)
 
 
 def hour_writes(usage: Mapping[str, Any]) -> int:
@@ -344,7 +344,7 @@ class _Reader:
             importance=next((i for i in (_str(r.get("importance")) for r in op.raws) if i), None),
             meta=meta,
             raw=op.raws[0] if len(op.raws) == 1 else tuple(op.raws),
-            usage=response_usage(op.usages),
+            usage=response_usage(op.usages, first.get("isSidechain") is True),
         )
 
     def _remember_tools(self, blocks: Iterable[Block]) -> None:
