@@ -309,7 +309,7 @@ def finish(
         thresholds=thresholds,
         total_tokens=sum(contexts.values()),
         stage=stage_for(max_context / window, thresholds),
-        conversations=len({s.conversation for s in stats}) or 1,
+        conversations=len(contexts),  # a subagent run written inline is apart, not a conversation
         messages=tuple(stats),
         by_role=dict(by_role.most_common()),
         by_kind=dict(by_kind.most_common()),

@@ -143,6 +143,17 @@ def test_an_inline_subagent_run_names_neither_the_model_nor_the_window(sidechain
     assert (recorded.usage.last_context, recorded.usage.calls) == (14_005, 7)
 
 
+def test_an_inline_subagent_run_is_not_a_conversation_of_the_context(
+    sidechain_log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = ctxc.analyze(sidechain_log, use_cache=False)
+    assert a.side_messages > 0
+    assert a.conversations == 1  # the subagent's messages are reported apart, as not in context
+    code, out, _ = run(capsys, "analyze", str(sidechain_log), "-f", "table")
+    assert code == 0
+    assert "conversations" not in out.split("\n")[0]
+
+
 def test_check_with_recorded_usage_gates_on_the_main_thread(
     sidechain_log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
