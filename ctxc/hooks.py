@@ -140,7 +140,7 @@ def change_settings(path: Path, *, install: bool, dry_run: bool = False) -> Sett
 
 @dataclass(frozen=True)
 class Archived:
-    archive_id: str
+    archive_id: str | None  # None: the transcript was empty, so nothing was stored
     transcript: str
     event: str
 
@@ -158,9 +158,11 @@ def archive_from_hook(payload: bytes, archive: str | None = None) -> Archived:
         data = Path(transcript).read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the transcript: {exc.strerror or exc}", path=transcript) from exc
+    name = str(event.get("hook_event_name") or "hook")
+    if not data.strip():  # a session closed before its first message: nothing to keep or find
+        return Archived(None, transcript, name)
     store = Archive.open(archive)
     ident = store.store(data)
-    name = str(event.get("hook_event_name") or "hook")
     store.record_run(
         {
             "input_path": transcript,

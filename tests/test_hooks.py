@@ -146,6 +146,17 @@ def test_the_hook_archives_the_session_and_search_finds_it(
     assert json.loads(out)["hits"]
 
 
+@pytest.mark.parametrize("content", [b"", b"\n\n"])
+def test_an_empty_session_is_said_and_nothing_is_archived(content: bytes, tmp_path: Path) -> None:
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(content)  # a session opened and closed before its first message
+    payload = {"transcript_path": str(transcript), "hook_event_name": "SessionEnd"}
+    done = _hook(json.dumps(payload).encode(), tmp_path / "archive")
+    assert done.returncode == 0
+    assert done.stderr.decode() == f"ctxc: SessionEnd: {transcript} is empty; nothing archived\n"
+    assert not (tmp_path / "archive").exists()
+
+
 @pytest.mark.parametrize("payload", [b"not json", b"{}", b'{"transcript_path": "/nonexistent/x.jsonl"}'])
 def test_a_failing_hook_never_exits_2_which_would_block_the_compaction(
     payload: bytes, tmp_path: Path

@@ -79,5 +79,9 @@ def run(archive: opt.ArchiveOpt = None, quiet: opt.QuietOpt = False) -> None:
     except (CtxcError, OSError) as exc:
         opt.note(f"ctxc: hooks run: {exc}")
         raise typer.Exit(1) from None
-    if not quiet:
+    if quiet:
+        return
+    if done.archive_id is None:
+        opt.note(f"ctxc: {done.event}: {done.transcript} is empty; nothing archived")
+    else:
         opt.note(f"ctxc: {done.event}: {done.transcript} archived as {done.archive_id[:12]}")
