@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import orjson
 
 from ctxc._version import __version__
-from ctxc.errors import ArchiveError, UsageError
+from ctxc.errors import ArchiveError, OutputError, UsageError
 from ctxc.output import PRIVATE_DIR, Data, private_dir, write_atomic
 from ctxc.reader import Spool
 from ctxc.system import pid_alive
@@ -285,6 +285,17 @@ class ArchiveStore:
             raise ArchiveError("the manifest is not a file", path=str(path))
         if path.exists() and not os.access(path, os.W_OK):
             raise ArchiveError("cannot write the manifest: permission denied", path=str(path))
+
+    def refuse_output_inside(self, output: str) -> None:
+        """Raise :class:`OutputError` if ``output`` is in the archive, where it would replace an original
+        or the record of every run."""
+        if output == "-":
+            return
+        root, target = self.root.resolve(), Path(output).resolve()
+        if target == root or root in target.parents:
+            raise OutputError(
+                f"refusing to write into the archive ({self.root}); choose another -o", path=output
+            )
 
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Append one manifest line (under the lock, one write, fsynced)."""

@@ -81,6 +81,7 @@ def repair_file(job: RepairJob) -> dict[str, Any]:
     transcript = load(named_bytes(name, data), input_format=job.input_format, options=job.read_options)
     store = Archive.open(job.archive)
     store.check_manifest()
+    store.refuse_output_inside(job.output)
     archive_id = store.store(data)
     adapter = get_adapter(transcript.format)
     # A format that answers calls with role ``tool`` says so; a chat log shows it by its own results.

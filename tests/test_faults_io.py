@@ -684,3 +684,19 @@ def test_the_temporary_output_of_a_killed_run_is_swept_by_the_next(tmp_path: Pat
     done = ctxc(*args, tmp=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [p.name for p in out.parent.iterdir()] == ["o.jsonl"]
+
+
+@pytest.mark.parametrize("command", ["compact", "repair", "restore"])
+def test_an_output_into_the_archive_is_refused(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = tmp_path / "archive"
+    sample = str(SAMPLES / "claude-code.jsonl")
+    assert run(capsys, "compact", sample, "-o", str(tmp_path / "c.jsonl"), "--archive", str(archive))[0] == 0
+    manifest = archive / "manifest.jsonl"
+    before = manifest.read_bytes()
+    source = str(tmp_path / "c.jsonl") if command == "restore" else sample
+    code, _, err = run(capsys, command, source, "-o", str(manifest), "--archive", str(archive))
+    assert code == ExitCode.OUTPUT
+    assert "into the archive" in err
+    assert manifest.read_bytes() == before  # the record of every run is still whole

@@ -61,6 +61,8 @@ def restore_command(
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)
+    output = opt.transcript_output(output)
+    store.refuse_output_inside(output)
     ident = store.find_original(read_all(ref)[1]) if is_file else store.resolve(ref)
     if ident is None:
         raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
@@ -68,7 +70,7 @@ def restore_command(
     # The restored file is as private as the archived original (cp's rule, from the archive's object).
     like = str(store.object_path(ident))
     inputs = (ref,) if is_file and ref != "-" else ()
-    with atomic_output(opt.transcript_output(output), inputs=inputs, like=like) as handle:
+    with atomic_output(output, inputs=inputs, like=like) as handle:
         handle.write(data)
 
 

@@ -146,6 +146,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     if store is None:
         return _compact_file(job, None, None)
     store.check_manifest()  # fail before archiving and compacting, not after the output
+    store.refuse_output_inside(job.output)
     with contextlib.closing(store.spool()) as spool:
         return _compact_file(job, store, spool)
 
