@@ -294,7 +294,7 @@ class ArchiveStore:
         root, target = self.root.resolve(), Path(output).resolve()
         if target == root or root in target.parents:
             raise OutputError(
-                f"refusing to write into the archive ({self.root}); choose another -o", path=output
+                f"refusing to write into the archive ({self.root}); write elsewhere", path=output
             )
 
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
