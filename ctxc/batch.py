@@ -209,13 +209,21 @@ def run_batch(
         from concurrent.futures import FIRST_COMPLETED, wait  # a single-file run never needs them
 
         pool = _pool(min(jobs, len(items)))
+        # A KeyboardInterrupt raised inside concurrent.futures can leave a future's lock held, and the
+        # shutdown below then waits for ever: here Ctrl-C and SIGTERM only ask, and the loop stops.
+        asked = threading.Event()
+        previous = {
+            sig: signal.signal(sig, lambda *_: asked.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             pending: dict[Future[Outcome[R]], int] = {
                 pool.submit(_call, work, i, path, item): i for i, (path, item) in enumerate(items)
             }
             stop = False
             while pending and not stop:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
+                if asked.is_set():
+                    raise KeyboardInterrupt
                 for future in sorted(done, key=pending.__getitem__):
                     pending.pop(future)
                     stop = finished(future.result()) or stop
@@ -228,8 +236,15 @@ def run_batch(
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         pool.shutdown(wait=True)
     return [outcomes[i] for i in sorted(outcomes)]
+
+
+#: How often (seconds) a pooled batch looks whether it was asked to stop, between files' ends.
+_POLL = 0.1
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 
 from ctxc.archive import Archive
 from ctxc.archive_store import sha256_hex
@@ -577,3 +577,38 @@ def test_a_batch_killed_at_a_random_moment_resumes_to_the_same_outputs(
     assert all(len(outs) == 1 for outs in per_file.values()), "a file was compacted to two outputs"
     assert max(counts.values()) <= 2
     assert sum(counts.values()) - n <= 2, "files done before the kill were compacted again"
+
+
+# An interrupt that lands while concurrent.futures holds a future's lock (inside wait()) must not hang
+# the batch: the lock would stay held, and the pool's shutdown would wait for ever.
+_INTERRUPT_INSIDE_WAIT = """
+import os, signal, sys, time
+import concurrent.futures._base as base
+from ctxc.batch import run_batch
+
+enter = base._AcquireFutures.__enter__
+def interrupted_enter(self):
+    for future in self.futures:
+        future._condition.acquire()
+        os.kill(os.getpid(), signal.SIGTERM)  # handled right here, between two acquisitions
+base._AcquireFutures.__enter__ = interrupted_enter
+
+def work(n):
+    time.sleep(0.05)
+    return n
+
+try:
+    run_batch([(str(i), i) for i in range(6)], work, jobs=2)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_an_interrupt_inside_the_pools_wait_does_not_hang_the_batch(tmp_path: Path) -> None:
+    script = tmp_path / "interrupt.py"
+    script.write_text(_INTERRUPT_INSIDE_WAIT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 130, done.stderr.decode(errors="replace")
