@@ -23,12 +23,10 @@ from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
 from ctxc.report import Scan
-from ctxc.system import cache_dir, file_identity, scanned_marker
+from ctxc.system import cache_dir, file_identity, scanned_marker, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
-#: The cache troubles already reported: an unusable cache folder fails every file of a batch alike.
-_warned: set[str] = set()
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
 _LAYOUT = 8  # 8: a call says whether it is an inline subagent run's
@@ -77,10 +75,7 @@ def scan_key(
 
 
 def _warn(what: str, exc: BaseException) -> None:
-    """One warning of each kind per run (a race may say it twice: harmless)."""
-    if what not in _warned:
-        _warned.add(what)
-        log.warning("ctxc: warning: %s: %s", what, exc)
+    warn_once(log, f"analysis cache: {what}", "ctxc: warning: %s: %s", what, exc)
 
 
 def _write_atomic(target: Path, data: bytes) -> None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ctxc.archive_store import private_file
 from ctxc.output import private_dir
-from ctxc.system import cache_dir, env_flag
+from ctxc.system import cache_dir, env_flag, warn_once
 
 T = TypeVar("T")
 
@@ -39,9 +39,6 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 log = logging.getLogger(__name__)
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 def open_wal(
@@ -104,13 +101,8 @@ class SqliteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
-        with _warned_lock:
-            if str(self.path) in _warned:
-                return
-            _warned.add(str(self.path))
-        log.warning(
-            "ctxc: warning: %s cache at %s is unusable (%s); %s", self.NAME, self.path, exc, self.PURPOSE
-        )
+        message = "ctxc: warning: %s cache at %s is unusable (%s); %s"
+        warn_once(log, f"cache {self.path}", message, self.NAME, self.path, exc, self.PURPOSE)
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._off:

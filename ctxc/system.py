@@ -7,6 +7,7 @@ import errno
 import functools
 import gc
 import hashlib
+import logging
 import os
 import select
 import signal
@@ -144,3 +145,18 @@ def pid_alive(pid: int) -> bool:
     with contextlib.suppress(OSError, IndexError):
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
+
+
+#: The troubles already reported by :func:`warn_once` in this process.
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(log: logging.Logger, key: str, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` comes up in this process: a trouble every file of a batch
+    meets alike (an unusable cache or index) is said once."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message, *args)

@@ -342,7 +342,7 @@ def test_an_unusable_cache_is_reported_once_per_kind(
     odd: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("ctxc.scancache._warned", set(), raising=False)
+    monkeypatch.setattr("ctxc.system._warned", set())
     (odd / "cache").write_text("a file where the cache folder should be\n")
     monkeypatch.setenv("CTXC_CACHE_DIR", str(odd / "cache"))
     (odd / "logs").mkdir()

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxc import sqlite_store
 from ctxc.model import (
     Block,
     ImageBlock,
@@ -121,7 +120,7 @@ def test_tokenizer_choice_matters() -> None:
 
 def test_batch_equals_single_and_cache_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
-    monkeypatch.setattr(sqlite_store, "_warned", set())
+    monkeypatch.setattr("ctxc.system._warned", set())
     long = "def handler(event, context):\n    return {'statusCode': 200}\n" * 5
     messages = [
         Message(role="user", blocks=(TextBlock("fix the handler"),)),

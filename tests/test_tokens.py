@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxc import sqlite_store
 from ctxc.errors import CtxcError, UsageError
 from ctxc.tokens import DEFAULT_TOKENIZER, TOKENIZERS, get_tokenizer
 from ctxc.tokens import approx as approx_mod
@@ -414,7 +413,7 @@ def test_approx_error_on_corpus(path: Path) -> None:
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("CTXC_NO_CACHE", raising=False)
-    monkeypatch.setattr(sqlite_store, "_warned", set())
+    monkeypatch.setattr("ctxc.system._warned", set())
     return tmp_path / "cache"
 
 
@@ -457,7 +456,7 @@ def test_cache_off_by_env_or_flag(cache_dir: Path, monkeypatch: pytest.MonkeyPat
 def test_unusable_cache_dir_works_uncached_and_warns_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_warned", set())
+    monkeypatch.setattr("ctxc.system._warned", set())
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     # Running as root, permissions cannot make a directory unwritable; a file in the way can.

@@ -27,7 +27,7 @@ from ctxc.search.background import (
 )
 from ctxc.search.chunks import Chunk, chunk_transcript, split_text
 from ctxc.search.index import Hit, SearchIndex, cleared_index, fts_query, open_index
-from ctxc.system import env_flag
+from ctxc.system import env_flag, warn_once
 from ctxc.terminal import one_line
 
 if TYPE_CHECKING:
@@ -42,20 +42,18 @@ log = logging.getLogger(__name__)
 _BLOB_MIN_CHARS = 200
 #: What an indexing hook turns into a warning.
 _HOOK_ERRORS = (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError)
-#: Archive roots whose unusable index this process has warned about (once is enough).
-_warned: set[str] = set()
 
 
 def _warn(root: Path, what: str, exc: BaseException) -> None:
-    if str(root) not in _warned:
-        _warned.add(str(root))
-        log.warning(
-            "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
-            "and `ctxc search --reindex` rebuilds the index",
-            one_line(str(root)),
-            f"{type(exc).__name__}: {one_line(str(exc))}",
-            what,
-        )
+    warn_once(
+        log,
+        f"index {root}",
+        "ctxc: warning: the search index of %s was not updated (%s); %s is safe in the archive, "
+        "and `ctxc search --reindex` rebuilds the index",
+        one_line(str(root)),
+        f"{type(exc).__name__}: {one_line(str(exc))}",
+        what,
+    )
 
 
 def index_transcript(
