@@ -1,0 +1,145 @@
+"""A demanding user's checks of "every original is archived first, and anything can be found again":
+damaged manifests, read-only archives and text in every script, through the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES, run
+
+from ctxc.archive_store import sha256_hex
+from ctxc.errors import ExitCode
+
+
+def compact(capsys: pytest.CaptureFixture[str], src: Path, out: Path, arc: Path, *extra: str) -> None:
+    code, _, err = run(
+        capsys, "compact", str(src), "-s", "fifo", "--target-tokens", "1500", "--allow-over",
+        "--archive", str(arc), "-o", str(out), *extra,
+    )  # fmt: skip
+    assert code == 0, err
+
+
+def restored(capsys: pytest.CaptureFixture[str], ref: Path, arc: Path) -> tuple[int, bytes, str]:
+    target = ref.with_suffix(".restored")
+    code, _, err = run(capsys, "restore", str(ref), "--archive", str(arc), "-o", str(target))
+    return code, target.read_bytes() if target.exists() else b"", err
+
+
+def test_a_run_after_a_torn_manifest_line_is_still_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run killed mid-append leaves a line without its end; the next run's line must not be glued to it.
+    arc = tmp_path / "arc"
+    compact(capsys, SAMPLES / "claude-code.jsonl", tmp_path / "a.out", arc)
+    with (arc / "manifest.jsonl").open("ab") as manifest:
+        manifest.write(b'{"time":"2026-12-02T10:00:00Z","input_pa')
+    compact(capsys, SAMPLES / "codex.jsonl", tmp_path / "b.out", arc)
+    compact(capsys, tmp_path / "b.out", tmp_path / "c.out", arc)
+    code, data, err = restored(capsys, tmp_path / "c.out", arc)
+    assert code == 0, err
+    assert data == (SAMPLES / "codex.jsonl").read_bytes()
+
+
+def test_a_damaged_manifest_line_is_named_and_restore_does_not_guess(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    arc = tmp_path / "arc"
+    compact(capsys, SAMPLES / "claude-code.jsonl", tmp_path / "a.out", arc)
+    compact(capsys, SAMPLES / "codex.jsonl", tmp_path / "b.out", arc)
+    compact(capsys, tmp_path / "a.out", tmp_path / "c.out", arc)  # a.out is archived as an original too
+    path = arc / "manifest.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[0] = lines[0].replace(b",", b" edited by hand ", 1)  # no longer JSON
+    path.write_bytes(b"\n".join(lines))
+    caplog.set_level(logging.WARNING, logger="ctxc")
+    # a.out's own record is gone: restoring a.out must not hand back a.out itself as "the original".
+    code, data, err = restored(capsys, tmp_path / "a.out", arc)
+    said = err + caplog.text
+    assert code == ExitCode.ARCHIVE, said
+    assert data == b""
+    assert f"{path} line 1" in said, said
+    # Nothing else is lost: the other runs restore, and search still finds both originals.
+    code, data, err = restored(capsys, tmp_path / "b.out", arc)
+    assert code == 0, err
+    assert data == (SAMPLES / "codex.jsonl").read_bytes()
+    code, out, err = run(capsys, "search", "coupon rounding", "--archive", str(arc), "--format", "json")
+    assert code == 0, err
+    ids = {h["archive_id"] for h in json.loads(out)["hits"]}
+    assert sha256_hex((SAMPLES / "claude-code.jsonl").read_bytes()) in ids
+
+
+def _without_file_permission_override() -> list[str] | None:
+    """A prefix running a command as root without the capabilities that ignore file modes."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+def test_a_read_only_archive_is_a_clear_archive_error_for_every_command(tmp_path: Path) -> None:
+    arc = tmp_path / "arc"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CTXC_ARCHIVE": str(arc)}
+    ctxc = [sys.executable, "-m", "ctxc"]
+    first = [*ctxc, "compact", str(SAMPLES / "claude-code.jsonl"), "-s", "fifo", "--target-tokens", "1500"]
+    done = subprocess.run(
+        [*first, "-o", str(tmp_path / "a.out")], env=env, capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    prefix = _without_file_permission_override()
+    if prefix is None:
+        pytest.skip("needs root and setpriv to make a folder read-only for ctxc")
+    (arc / "index.lock").touch()  # left by a background indexer once
+    for p in [arc, *arc.rglob("*")]:
+        p.chmod(0o500 if p.is_dir() else 0o400)
+    try:
+        for args in (["search", "--reindex"], ["search", "coupon"]):
+            done = subprocess.run(
+                [*prefix, *ctxc, *args], env=env, capture_output=True, timeout=120, check=False
+            )
+            err = done.stderr.decode()
+            assert done.returncode == ExitCode.ARCHIVE, (args, err)
+            assert "internal error" not in err, err
+            assert str(arc) in err, err
+        restore = [*prefix, *ctxc, "restore", str(tmp_path / "a.out"), "-o", "-"]
+        done = subprocess.run(restore, env=env, capture_output=True, timeout=120, check=False)
+        assert done.stdout == (SAMPLES / "claude-code.jsonl").read_bytes(), done.stderr
+    finally:
+        for p in [arc, *arc.rglob("*")]:
+            p.chmod(0o700 if p.is_dir() else 0o600)
+
+
+CJK = [
+    {
+        "role": "user",
+        "content": "数据库迁移失败了。请帮我检查一下配置文件。テストが失敗しました。原因を調べてください。",
+    },
+    {"role": "assistant", "content": "好的。我来检查配置文件。問題はデータベースの接続設定です。"},
+    {"role": "user", "content": "테스트가 계속 실패해요. 쿠폰을 적용하면 금액이 틀려요."},
+    {"role": "assistant", "content": "확인했습니다."},
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [("检查一下", 0), ("数据库迁移", 0), ("テスト", 0), ("失敗", 0), ("データベース", 1), ("쿠폰", 2),
+     ("테스트", 2), ("금액이 틀려요", 2)],
+)  # fmt: skip
+def test_search_finds_a_word_inside_chinese_japanese_and_korean_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], query: str, message: int
+) -> None:
+    src = tmp_path / "cjk.jsonl"
+    src.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in CJK), encoding="utf-8")
+    arc = tmp_path / "arc"
+    compact(capsys, src, tmp_path / "out.jsonl", arc, "--target-tokens", "30", "--keep-last", "1")
+    code, out, err = run(capsys, "search", query, "--archive", str(arc), "--format", "json")
+    assert code == 0, err
+    hits = json.loads(out)["hits"]
+    assert hits, out
+    assert hits[0]["message"] == message, hits
+    assert query.split()[0] in hits[0]["snippet"].replace("**", "")  # shown as written
