@@ -142,4 +142,4 @@ def test_search_finds_a_word_inside_chinese_japanese_and_korean_text(
     hits = json.loads(out)["hits"]
     assert hits, out
     assert hits[0]["message"] == message, hits
-    assert query.split()[0] in hits[0]["snippet"].replace("**", "")  # shown as written
+    assert query.split(maxsplit=1)[0] in hits[0]["snippet"].replace("**", "")  # shown as written

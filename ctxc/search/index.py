@@ -49,6 +49,7 @@ def cut_cjk(text: str) -> str:
     """``text`` with a token boundary after each CJK character, as indexed and queried."""
     return _CJK.sub("\\1" + _CUT, text)
 
+
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS docs ("
     " archive_id TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, format TEXT NOT NULL,"
