@@ -228,11 +228,12 @@ class ArchiveStore:
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
         size = sum(map(len, data)) if isinstance(data, list) else len(data)
-        if path.exists() and path.stat().st_size == size:
+        existed = path.exists()
+        if existed and path.stat().st_size == size and _file_sha256(path) == digest:
             return digest
-        with self._writing():
+        with self._writing():  # new, or a damaged copy (a flipped bit keeps the size) made whole again
             write_atomic(path, data, sync=sync, temp=self._temp(path.parent))
-        if (created := _created.get()) is not None:
+        if (created := _created.get()) is not None and not existed:
             created.append(path)
         return digest
 
@@ -375,6 +376,14 @@ class ArchiveStore:
             return digest
         if match:
             return _first(self.resolve(match.group(1)), made_from)
+        return None
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        with path.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
         return None
 
 

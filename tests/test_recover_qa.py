@@ -143,3 +143,25 @@ def test_search_finds_a_word_inside_chinese_japanese_and_korean_text(
     assert hits, out
     assert hits[0]["message"] == message, hits
     assert query.split(maxsplit=1)[0] in hits[0]["snippet"].replace("**", "")  # shown as written
+
+
+def test_a_damaged_archived_copy_is_replaced_before_an_in_place_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An object of the right size but other bytes (a flipped bit) is not the original: storing the
+    # original again must write it, or --in-place would leave no good copy anywhere.
+    arc = tmp_path / "arc"
+    original = (SAMPLES / "claude-code.jsonl").read_bytes()
+    compact(capsys, SAMPLES / "claude-code.jsonl", tmp_path / "a.out", arc)
+    stored = arc / "objects" / sha256_hex(original)[:2] / sha256_hex(original)
+    stored.chmod(0o600)
+    stored.write_bytes(original[:100] + b"X" + original[101:])
+    work = tmp_path / "session.jsonl"
+    work.write_bytes(original)
+    code, _, err = run(capsys, "compact", str(work), "--in-place", "-s", "fifo", "--target-tokens", "1500",
+                       "--archive", str(arc))  # fmt: skip
+    assert code == 0, err
+    assert work.read_bytes() != original
+    code, data, err = restored(capsys, work, arc)
+    assert code == 0, err
+    assert data == original
