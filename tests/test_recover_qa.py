@@ -165,3 +165,23 @@ def test_a_damaged_archived_copy_is_replaced_before_an_in_place_run(
     code, data, err = restored(capsys, work, arc)
     assert code == 0, err
     assert data == original
+
+
+def test_two_sessions_of_one_name_in_two_folders_are_told_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arc = tmp_path / "arc"
+    for folder, sample in (("a", "claude-code.jsonl"), ("b", "codex.jsonl")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(SAMPLES / sample, tmp_path / folder / "s.jsonl")
+        monkeypatch.chdir(tmp_path / folder)  # each compacted where it lies, by its bare name
+        compact(capsys, Path("s.jsonl"), Path("s.out"), arc)
+    monkeypatch.chdir(tmp_path)
+    for folder, sample in (("a", "claude-code.jsonl"), ("b", "codex.jsonl")):
+        code, data, err = restored(capsys, tmp_path / folder / "s.out", arc)
+        assert code == 0, err
+        assert data == (SAMPLES / sample).read_bytes()
+    code, out, err = run(capsys, "search", "the", "--archive", str(arc), "--limit", "100", "--format", "json")
+    assert code == 0, err
+    sources = {h["archive_id"]: h["source"] for h in json.loads(out)["hits"]}
+    assert sorted(sources.values()) == [str(tmp_path / "a" / "s.jsonl"), str(tmp_path / "b" / "s.jsonl")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,11 +90,20 @@ def index_quietly(
     """:func:`index_transcript` for the archive's hooks (a large original in the background)."""
     if env_flag("CTXC_NO_INDEX"):
         return
+    source = _where(source or transcript.source)
     with _quietly(archive.root, f"original {archive_id[:12]}"):
         if _in_background(archive, archive_id):
-            index_later(archive.root, archive_id, fmt=transcript.format, source=source or transcript.source)
+            index_later(archive.root, archive_id, fmt=transcript.format, source=source)
         else:
             index_transcript(archive, archive_id, transcript, source=source)
+
+
+def _where(name: str | None) -> str | None:
+    """A file named relative to this directory as its absolute path: a hit names its folder from anywhere
+    (two sessions called ``s.jsonl`` in two folders are told apart)."""
+    if name and not os.path.isabs(name) and os.path.isfile(name):
+        return os.path.abspath(name)
+    return name
 
 
 def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
@@ -112,6 +122,7 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if env_flag("CTXC_NO_INDEX") or not isinstance(ident, str):
         return
+    entry = {**entry, "input_path": _where(entry_text(entry, "input_path"))}
     with _quietly(archive.root, f"original {ident[:12]}"):
         if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
             return  # the background indexer has it
