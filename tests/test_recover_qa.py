@@ -185,3 +185,32 @@ def test_two_sessions_of_one_name_in_two_folders_are_told_apart(
     assert code == 0, err
     sources = {h["archive_id"]: h["source"] for h in json.loads(out)["hits"]}
     assert sorted(sources.values()) == [str(tmp_path / "a" / "s.jsonl"), str(tmp_path / "b" / "s.jsonl")]
+
+
+def test_an_offloaded_output_holding_json_lines_is_shown_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [json.dumps({"role": "user", "content": f"wombat {i} " + "words " * 40}) for i in range(30)]
+    output = "$ head -30 logs/chat.jsonl\n" + "\n".join(lines) + "\n(30 lines shown)"
+    src = tmp_path / "s.jsonl"
+    records = [
+        {"role": "user", "content": "show me the chat log"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "b1", "name": "Bash",
+                                           "input": {"command": "head -30 logs/chat.jsonl"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b1", "content": output}]},
+        {"role": "assistant", "content": "that is the log"},
+    ]  # fmt: skip
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    arc, out = tmp_path / "arc", tmp_path / "out.jsonl"
+    code, _, err = run(
+        capsys, "compact", str(src), "-s", "offload", "--set", "offload.threshold_tokens=300",
+        "--target-tokens", "500", "--allow-over", "--archive", str(arc), "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    blob = sha256_hex(output.encode())
+    assert f"objects/{blob[:2]}/{blob}" in out.read_text()  # the placeholder names the stored output
+    code, shown, err = run(capsys, "show", blob[:12], "--archive", str(arc), "--format", "raw")
+    assert code == 0, err
+    assert shown == output
+    code, shown, err = run(capsys, "show", blob[:12], "--archive", str(arc), "--format", "text")
+    assert shown.startswith("$ head -30 logs/chat.jsonl\n"), shown[:200]
