@@ -214,3 +214,25 @@ def test_an_offloaded_output_holding_json_lines_is_shown_byte_for_byte(
     assert shown == output
     code, shown, err = run(capsys, "show", blob[:12], "--archive", str(arc), "--format", "text")
     assert shown.startswith("$ head -30 logs/chat.jsonl\n"), shown[:200]
+
+
+def test_reindex_names_a_damaged_original_once_and_search_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arc = tmp_path / "arc"
+    compact(capsys, SAMPLES / "claude-code.jsonl", tmp_path / "a.out", arc)
+    compact(capsys, SAMPLES / "codex.jsonl", tmp_path / "b.out", arc)
+    ident = sha256_hex((SAMPLES / "claude-code.jsonl").read_bytes())
+    stored = arc / "objects" / ident[:2] / ident
+    stored.chmod(0o600)
+    stored.write_bytes(stored.read_bytes().replace(b"coupon", b"COUPON", 1))
+    code, _, err = run(capsys, "search", "--reindex", "--archive", str(arc))
+    assert code == 0, err
+    assert err.count(f"skipped {ident[:12]}") == 1, err
+    assert "corrupt" in err
+    code, out, err = run(capsys, "search", "inkpost", "--archive", str(arc), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["hits"], out  # the other original is still found
+    code, _, err = restored(capsys, tmp_path / "a.out", arc)
+    assert code == ExitCode.ARCHIVE, err
+    assert "corrupt" in err

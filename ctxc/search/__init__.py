@@ -263,6 +263,7 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
                     indexed(ident, _index_object(archive, index, ident, entry))
                 except CtxcError as exc:
                     skipped.append(f"{ident[:12]}: {exc}")
+                    loaded.add(ident)  # said once: the loop over every object passes it by
         stored = (p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
         for ident in sorted(stored):  # temp files have other names
             if ident in loaded:
