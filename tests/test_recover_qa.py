@@ -236,3 +236,28 @@ def test_reindex_names_a_damaged_original_once_and_search_still_runs(
     code, _, err = restored(capsys, tmp_path / "a.out", arc)
     assert code == ExitCode.ARCHIVE, err
     assert "corrupt" in err
+
+
+def test_limit_gives_that_many_messages_when_one_long_output_matches_in_many_chunks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = "\n".join(f"ERROR kangaroo failure in module {i} at step {i * 7}" for i in range(3000))
+    records: list[dict[str, object]] = [{"role": "user", "content": "run the kangaroo tests"}]
+    for k in range(12):
+        text = long if k == 3 else f"kangaroo test {k} passed"
+        records += [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "Bash",
+                                               "input": {"command": f"pytest part{k}"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}", "content": text}]},
+        ]  # fmt: skip
+    records.append({"role": "assistant", "content": "done"})
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    arc = tmp_path / "arc"
+    compact(capsys, src, tmp_path / "out.jsonl", arc)
+    for limit in (1, 5, 10):
+        code, out, err = run(capsys, "search", "kangaroo", "--archive", str(arc), "--limit", str(limit))
+        assert code == 0, err
+        hits = json.loads(out)["hits"]
+        assert len(hits) == limit, [h["ref"] for h in hits]
+        assert len({h["ref"] for h in hits}) == limit  # one hit a message

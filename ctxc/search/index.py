@@ -251,15 +251,22 @@ class SearchIndex:
         sql = _HITS.format(
             f"{snippet}, bm25(chunks_fts, {weights}) AS rank", f"{where} ORDER BY rank LIMIT ?"
         )
-        # Fetch more than asked: hits are collapsed to one per message below.
-        params.append(max(limit * 4, limit + 20))
-        try:
-            rows = self.conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if raw:  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
-                raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
-            raise
-        return _collapse([_hit(r) for r in rows], limit)
+        # Fetch more than asked: hits are collapsed to one per message below, and one long output can
+        # match in hundreds of chunks, so fetch more again until ``limit`` messages or no more rows.
+        fetch = max(limit * 4, limit + 20)
+        while True:
+            try:
+                rows = self.conn.execute(sql, [*params, fetch]).fetchall()
+            except sqlite3.OperationalError as exc:
+                if (
+                    raw
+                ):  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
+                    raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
+                raise
+            hits = _collapse([_hit(r) for r in rows], limit)
+            if len(hits) >= limit or len(rows) < fetch:
+                return hits
+            fetch *= 4
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
         where, params = (" WHERE archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
