@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -261,3 +262,22 @@ def test_limit_gives_that_many_messages_when_one_long_output_matches_in_many_chu
         hits = json.loads(out)["hits"]
         assert len(hits) == limit, [h["ref"] for h in hits]
         assert len({h["ref"] for h in hits}) == limit  # one hit a message
+
+
+def test_an_offload_placeholder_path_leads_to_the_output_from_any_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    code, _, err = run(
+        capsys, "compact", str(SAMPLES / "claude-code.jsonl"), "-s", "offload", "--set",
+        "offload.threshold_tokens=300", "--allow-over", "--archive", "arc", "-o", "out.jsonl",
+    )  # fmt: skip
+    assert code == 0, err
+    text = Path("out.jsonl").read_text()
+    monkeypatch.chdir(tmp_path)  # where an agent resuming the session may run its file tool
+    paths = re.findall(r"offloaded [^\]]*? to (\S+); ctxc archive", text.replace("\\n", "\n"))
+    assert paths, text[:500]
+    for found in paths:
+        assert Path(found).is_file(), found
+        assert sha256_hex(Path(found).read_bytes()) == Path(found).name
