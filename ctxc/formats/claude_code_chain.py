@@ -5,7 +5,8 @@ other branches are named by a ``branches`` boundary, responses whose thinking it
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
@@ -87,8 +88,18 @@ def _resumed_chain(
     return live, chain[-1]
 
 
+class _Resumed(NamedTuple):
+    """The chain the client resumes: its records, the record before it (its compact_boundary root, else
+    -1: what precedes is history, not a branch) and the line of the last main-chain row."""
+
+    live: set[int]
+    after: int
+    line: int
+
+
 class Tree:
-    """The tree of one ``read`` call, noted record by record, and the messages placed on it."""
+    """The tree of one ``read`` call (or of a usage scan, records numbered by line), noted record by
+    record, and the messages placed on it."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, _Node] = {}
@@ -144,26 +155,39 @@ class Tree:
         """The sidechain flag of the thread the client resumes (a subagent's own log: its sidechain)."""
         return False not in self.last_row
 
-    def branches(self, index: int) -> Iterator[Boundary]:
-        """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
-        (after the chain's compact_boundary, if it starts at one: before it is history)."""
-        side = self.side
-        start = self.nodes.get(self.last_row.get(side, ""))
+    @cached_property
+    def resumed(self) -> _Resumed | None:
+        """The chain the client resumes, once every record is noted; None without a tree to walk (no
+        record names its parent, or a link names a record the file lacks): file order is all there is."""
+        start = self.nodes.get(self.last_row.get(self.side, ""))
         if start is None or not self.linked:
-            return  # no tree: file order is all there is
+            return None
         found = _resumed_chain(self.nodes, start, self.result_records)
         if found is None:
-            return
+            return None
         live, root = found
-        after = root.record if root.compact else -1
-        off = [
-            (at, conv)
-            for at, records, conv, is_side in self.emitted
-            if is_side == side and records[0] > after and not any(i in live for i in records)
-        ]
-        if off:
+        return _Resumed(live, root.record if root.compact else -1, start.line)
+
+    def off_chain(self, records: Sequence[int], side: bool) -> bool:
+        """Whether the message or response written in ``records`` (with sidechain flag ``side``) is on a
+        branch the client abandoned: of the thread it resumes, after the chain's start, not on it."""
+        chain = self.resumed
+        return (
+            chain is not None
+            and side == self.side
+            and bool(records)
+            and records[0] > chain.after
+            and not any(i in chain.live for i in records)
+        )
+
+    def branches(self, index: int) -> Iterator[Boundary]:
+        """The ``branches`` item: the messages on branches the client abandoned."""
+        off = [(at, conv) for at, records, conv, is_side in self.emitted if self.off_chain(records, is_side)]
+        if off and self.resumed is not None:
             abandoned = tuple(i for i, _ in off)
-            yield Boundary(BRANCHES, start.line, index=index, conversation=off[0][1], abandoned=abandoned)
+            yield Boundary(
+                BRANCHES, self.resumed.line, index=index, conversation=off[0][1], abandoned=abandoned
+            )
 
     def items(self, index: int) -> Iterator[Boundary]:
         """The ``branches`` item, then the ``unsent_thinking`` item."""
