@@ -23,7 +23,6 @@ from ctxc.formats.claude_code import (
     _MAX_OPEN_RECORDS,
     _RECENT_IDS,
     compaction_boundary,
-    flag_abandoned,
     response_usage,
 )
 from ctxc.formats.claude_code_chain import Tree
@@ -269,15 +268,13 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     read as :mod:`ctxc.formats.claude_code` reads them, without building the messages. Every line with a
     ``uuid`` is placed on the record tree (its other lines by their keys alone), so the calls on branches
     the client abandoned are marked as the reader marks them."""
-    # One per response closed: its usage (None when it recorded none), lines and sidechain flag.
-    calls: list[tuple[Usage | None, tuple[int, ...], bool]] = []
     parts: list[tuple[dict[str, Any], int]] = []  # the open response's records whose usage counts
     boundaries: list[Boundary] = []
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
     open_lines: list[int] = []
     open_side = False  # the open response is a subagent run's, written inline
-    tree = Tree()  # records numbered by line
+    tree = Tree()  # records numbered by line; its calls: each response's usage, lines and sidechain flag
     for line, data, whole in lines.tree(needles):
         if not isinstance(data, dict):
             continue
@@ -299,8 +296,8 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             parts += part
             open_lines.append(line)
             continue
-        if open_lines:
-            calls.append((response_usage(parts, open_side), tuple(open_lines), open_side))
+        if open_lines and (usage := response_usage(parts, open_side)) is not None:
+            tree.calls.append((usage, open_lines, open_side))
         if open_id is not None:
             closed.pop(open_id, None)  # re-closed: now the newest
             closed[open_id] = None
@@ -308,10 +305,9 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
                 del closed[next(iter(closed))]
         open_id, open_lines, open_side = mid, [line], data.get("isSidechain") is True
         parts = [] if mid in closed else part  # a late part of a closed response counts once
-    if open_lines:
-        calls.append((response_usage(parts, open_side), tuple(open_lines), open_side))
-    usage = flag_abandoned(tree, ((u, at, side) for u, at, side in calls if u is not None))
-    return tuple(usage), tuple(boundaries), lines.skipped
+    if open_lines and (usage := response_usage(parts, open_side)) is not None:
+        tree.calls.append((usage, open_lines, open_side))
+    return tuple(tree.usage()), tuple(boundaries), lines.skipped
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:

@@ -240,9 +240,6 @@ class _Reader:
         # A user message not yet emitted: the next user record on its chain joins it.
         self.held: _Draft | None = None
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
-        # Each response's usage, records and sidechain flag: yielded at the end, once the tree tells
-        # which calls are on abandoned branches.
-        self.calls: list[tuple[Usage, tuple[int, ...], bool]] = []
 
     def _emit(self, item: _Draft | Boundary) -> Iterator[Item]:
         if isinstance(item, _Draft) and item.role == "user":
@@ -283,7 +280,7 @@ class _Reader:
             self.tree.responses.append((msg.index, msg.line, side, meta.get("model"), thinks))
         yield msg
         if msg.usage is not None:
-            self.calls.append((msg.usage, msg.records, side))
+            self.tree.calls.append((msg.usage, msg.records, side))
 
     def _joins(self, held: _Draft, item: _Draft) -> bool:
         """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
@@ -453,14 +450,6 @@ class _Reader:
         yield from self.flush()
         yield from self.release()
         yield from self.tree.items(self.index)
-        yield from flag_abandoned(self.tree, self.calls)
-
-
-def flag_abandoned(tree: Tree, calls: Iterable[tuple[Usage, Sequence[int], bool]]) -> Iterator[Usage]:
-    """Each call's usage, marked when its response (``records``, sidechain flag) is on a branch the client
-    abandoned (this reader's and ``usage_scan``'s)."""
-    for usage, records, side in calls:
-        yield replace(usage, abandoned=True) if tree.off_chain(records, side) else usage
 
 
 class ClaudeCodeAdapter(FormatAdapter):

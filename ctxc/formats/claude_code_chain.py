@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
 from ctxc.live import BRANCHES, UNSENT_THINKING
-from ctxc.model import Boundary
+from ctxc.model import Boundary, Usage
 
 CONVERSATIONAL = ("user", "assistant")
 _DATED = re.compile(r"-\d{8}$")
@@ -111,6 +112,8 @@ class Tree:
         self.linked = False  # whether any message record names its parent (another tool's log may not)
         # Per response: its index, line, sidechain flag, model, and whether it holds thinking.
         self.responses: list[tuple[int, int, bool, str | None, bool]] = []
+        # Per response with usage: the usage, its records and sidechain flag (the reader's and a scan's).
+        self.calls: list[tuple[Usage, Sequence[int], bool]] = []
 
     def resolved(self, parent: str | None) -> str | None:
         """``parent`` as the client links it: progress records are skipped."""
@@ -189,13 +192,20 @@ class Tree:
                 BRANCHES, self.resumed.line, index=index, conversation=off[0][1], abandoned=abandoned
             )
 
-    def items(self, index: int) -> Iterator[Boundary]:
-        """The ``branches`` item, then the ``unsent_thinking`` item."""
+    def items(self, index: int) -> Iterator[Boundary | Usage]:
+        """The ``branches`` item, the ``unsent_thinking`` item, then every call's :meth:`usage`."""
         gone: tuple[int, ...] = ()
         for item in self.branches(index):
             gone = item.abandoned
             yield item
         yield from self.unsent_thinking(index, frozenset(gone))
+        yield from self.usage()
+
+    def usage(self) -> Iterator[Usage]:
+        """Each call's usage, marked when its response is on a branch the client abandoned: billed, but
+        in no context (:func:`ctxc.live.thread_usage`)."""
+        for usage, records, side in self.calls:
+            yield replace(usage, abandoned=True) if self.off_chain(records, side) else usage
 
     def unsent_thinking(self, index: int, gone: frozenset[int]) -> Iterator[Boundary]:
         """The ``unsent_thinking`` item. Claude Code resumes with the model of the last response of the
