@@ -230,9 +230,13 @@ REWOUND = [
 ]
 
 
-def test_the_calls_of_a_rewound_branch_are_marked_as_the_reader_marks_them() -> None:
-    scan = scan_usage(_stream(REWOUND))
-    assert scan.usage == ctxc.load(_stream(REWOUND)).usage
+@pytest.mark.parametrize(("eol", "bom"), [(b"\n", False), (b"\r\n", False), (b"\n", True)])
+def test_the_calls_of_a_rewound_branch_are_marked_as_the_reader_marks_them(
+    tmp_path: Path, eol: bytes, bom: bool
+) -> None:
+    path = _write(tmp_path / "rewound.jsonl", REWOUND, eol=eol, bom=bom)
+    scan = scan_usage(path)
+    assert scan.usage == ctxc.load(path).usage
     assert [(u.line, u.abandoned) for u in scan.usage] == [(2, False), (4, True), (6, True), (8, False)]
     a = usage_analysis(scan, window=200_000)
     assert (a.max_context, a.usage.max_context if a.usage else None) == (3_001, 3_001)
