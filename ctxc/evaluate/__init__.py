@@ -326,8 +326,7 @@ def run_eval(
     judge: Judge | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
-    """Plant, compact with every strategy to every target, search, measure; ``archive`` keeps the
-    evaluation's archive there instead of a temporary one."""
+    """Plant, compact with every strategy to every target, search, measure (in ``archive`` if given)."""
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared = [_prepare(src, options, counter) for src in sources]
@@ -344,20 +343,14 @@ def run_eval(
                     measured.append((prep, case, retained))
         # Search once every original is archived and indexed: needles compete with all of it.
         ranks = _search_ranks(prepared, store, options)
-    cases = [
-        case
-        if case.error is not None
-        else replace(
-            case,
-            needles=tuple(
-                NeedleOutcome(
-                    n.kind, n.subject, n.value, n.query, n.message, retained[k], ranks[(prep.source.name, k)]
-                )
-                for k, n in enumerate(prep.planted.needles)
-            ),
+    cases: list[Case] = []
+    for prep, case, retained in measured:
+        name = prep.source.name
+        outcomes = (  # read only for a case without error: a failed one measured no needles
+            NeedleOutcome(n.kind, n.subject, n.value, n.query, n.message, retained[k], ranks[(name, k)])
+            for k, n in enumerate(prep.planted.needles)
         )
-        for prep, case, retained in measured
-    ]
+        cases.append(case if case.error is not None else replace(case, needles=tuple(outcomes)))
     planted = {p.source.name: (len(p.planted.needles), options.needles) for p in prepared}
     return EvalReport(options, tuple(cases), planted)
 
@@ -385,8 +378,7 @@ def _search_ranks(
 def _search_rank(
     index: SearchIndex, needle: Needle, ident: str, options: EvalOptions, embedder: Embedder | None
 ) -> int | None:
-    """The 1-based rank of the first of the top ``search_k`` hits that is in the needle's own original
-    (``ident``) and holds its value, else None."""
+    """The 1-based rank of the first top hit in the needle's own original (``ident``) holding its value."""
     scope = ident if options.search_scope == "session" else None
     hybrid = embedder is not None
     hits = search_index(
