@@ -323,10 +323,7 @@ class AnthropicSummarizer:
         chunks: list[list[tuple[Message, str]]] = []
         used = 0
         for m in request.messages:
-            text = render_message(m)
-            cost = count(text) + 2
-            if cost > room:
-                text, cost = self._clip_to(text, room, count)
+            text, cost = self._clip_to(render_message(m), room, count)
             if not chunks or used + cost > room:
                 chunks.append([])
                 used = 0
@@ -340,7 +337,7 @@ class AnthropicSummarizer:
         return out
 
     def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
-        """A single message too large for one call: keep its head and tail, noting the cut."""
+        """A message's text and cost; one too large for a call keeps its head and tail, noting the cut."""
         clipped, chars, cost = text, len(text), count(text) + 2
         while cost > room:
             chars = int(chars * min(0.9, room / cost))

@@ -349,9 +349,8 @@ def _state(recent: Sequence[tuple[int, Message]], outcomes: Sequence[_Outcome]) 
     out: list[Fact] = []
     if recent:
         pos, m = recent[-1]
-        out.append(
-            Fact(STATE, shorten(_text_of(m), 500), pos, 1, f"last assistant message (msg {m.index}): ")
-        )
+        label = f"last assistant message (msg {m.index}): "
+        out.append(Fact(STATE, shorten(_text_of(m), 500), pos, 1, label))
     for o in outcomes[-3:]:
         status = "ok" if o.error is None else f"error: {shorten(o.error, 160)}"
         out.append(Fact(STATE, f"{o.call.label} → {status}", o.call.pos, 2, f"msg {o.call.index} "))

@@ -319,7 +319,6 @@ def compose(
     focused = [any(w in (f.label + f.body).lower() for w in words) for f in merged]
     # Which bullets go first: routine counts (tier 3), then events (tier 2), then tier 1.
     ranks = [0 if f.tier >= 3 else 1 if f.tier == 2 else 2 for f in merged]
-    # Each step returns as soon as the text fits.
     for action, focus, wanted in _STEPS:
         ids = [i for i in range(len(merged)) if focused[i] == focus and ranks[i] in wanted]
         step = _shorten_step if action == "shorten" else _drop_step
@@ -344,8 +343,7 @@ def _shorten_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[s
     return None
 
 
-#: The share of the estimated excess a round of drops aims at: the estimate is rough, and a bullet
-#: dropped too many is lost while a round too few costs one more count.
+#: The share of the estimated excess a round of drops aims at: a bullet dropped too many is lost.
 _AIM = 0.9
 
 
@@ -364,8 +362,7 @@ def _drop_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[str]
             return text
         if not any(queues.values()):
             return None
-        # Dropped lines are estimated, not counted one at a time (a round trip to a counting worker
-        # each): at the tokens per character the lines dropped last round had, at first the whole text's.
+        # Dropped lines are estimated (counting each is slow) at the tokens per character of the last round's.
         if last is not None and last[0] > total:
             per_char = (last[0] - total) / last[1]
         else:
@@ -373,7 +370,7 @@ def _drop_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[str]
         excess = (total - budget) * _AIM
         removed = 0.0
         dropped_chars = 0
-        # Section sizes in characters: cheap, and only used to decide where to cut.
+        # Section sizes in characters: only used to decide where to cut.
         size: dict[str, int] = {}
         for i in range(len(facts)):
             if i not in draft.dropped:
