@@ -268,9 +268,8 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
     # An apply_patch call (a tool of its own, or a shell command carrying the patch) is about its files.
     patch = list(_patch_changes(patch_text)) if "*** " in patch_text else []
     if patch:
-        return call(
-            "change", f"{name} {', '.join(p for _, p in patch[:3])}", patch[0][1], changes=tuple(patch)
-        )
+        label = f"{name} {', '.join(p for _, p in patch[:3])}"
+        return call("change", label, patch[0][1], changes=tuple(patch))
     if low == "str_replace_editor" and fields and path:
         sub = str(fields.get("command", ""))
         if sub == "create":
@@ -280,10 +279,8 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
         return call("read", f"{name} view {path}", path, reads=(path,))
     if command:
         kind, changes, reads = _shell_call(command)
-        label = f"{name} `{shorten(_CD_PREFIX.sub('', command), 80)}`"
-        return call(
-            kind, label, _command_key(command) or name, changes=tuple(changes), reads=tuple(reads), shell=True
-        )
+        label, key = f"{name} `{shorten(_CD_PREFIX.sub('', command), 80)}`", _command_key(command) or name
+        return call(kind, label, key, changes=tuple(changes), reads=tuple(reads), shell=True)
     searching = low in _SEARCH_TOOLS or "pattern" in fields or "query" in fields
     if fields and path:
         label = f"{name} {path}"
