@@ -104,7 +104,8 @@ def replay(
     conv = _pick_conversation(transcript, ledger, live.side) if conversation is None else conversation
     if not 0 <= conv < transcript.conversations:
         raise UsageError(
-            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
+            f"{{conversation}} {conv}: the transcript has {transcript.conversations} conversation(s)",
+            options=("conversation",),
         )
     msgs = transcript.conversation(conv)
     if not msgs:
