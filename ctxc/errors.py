@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
 #: The command-line flags not spelled as their library name with dashes (``--max-tokens``).
 FLAGS = {
     "max_line_bytes": "--max-line-mb",
+    "out": "--plot",  # ctxc.replay.plot's
     "pins": "--pin",
     "settings": "--set",
     "summarizer_options.model": "--summary-model",

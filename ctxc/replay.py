@@ -408,10 +408,13 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
 def plot_format(path: str | Path) -> str:
     """``svg`` or ``png`` from a file name; anything else is a usage error."""
     if str(path) == "-":  # stdout holds the report
-        raise UsageError("--plot writes a .svg or .png file, not - (stdout)")
+        raise UsageError("{out} writes a .svg or .png file, not - (stdout)", options=("out",))
     suffix = Path(path).suffix.lower()
     if suffix not in (".svg", ".png"):
-        raise UsageError(f"--plot writes .svg or .png files, not {suffix or 'a file without an extension'!r}")
+        raise UsageError(
+            f"{{out}} writes .svg or .png files, not {suffix or 'a file without an extension'!r}",
+            options=("out",),
+        )
     return suffix[1:]
 
 

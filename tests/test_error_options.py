@@ -15,6 +15,7 @@ from ctxc.compaction.files import CompactJob, compact_file
 from ctxc.compaction.run import CompactOptions
 from ctxc.errors import CtxcError, ExitCode, OverTargetError, UsageError, option_name, options_as_flags
 from ctxc.reader import ReadOptions
+from ctxc.replay import plot_format
 from ctxc.search import search
 from ctxc.usage_scan import scan_usage
 
@@ -116,6 +117,12 @@ def test_search_names_limit(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as exc:
         search("parser", limit=0)
     assert str(exc.value) == "limit= must be at least 1"
+
+
+def test_plot_names_its_out_argument() -> None:
+    with pytest.raises(UsageError) as exc:
+        plot_format("replay.txt")
+    assert str(exc.value) == "out= writes .svg or .png files, not '.txt'"
 
 
 def test_the_command_line_names_the_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
