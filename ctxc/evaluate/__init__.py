@@ -257,13 +257,20 @@ def _check(options: EvalOptions) -> tuple[str, ...]:
     if unknown:
         raise UsageError(f"unknown strategy {unknown[0]!r} (known: {', '.join(sorted(registry()))})")
     if not options.targets or any(not 0 < t <= 1 for t in options.targets):
-        raise UsageError("--targets are shares of the window between 0 and 1, e.g. 0.1,0.25")
+        raise UsageError(
+            "{targets} are shares of the window between 0 and 1, e.g. 0.1,0.25", options=("targets",)
+        )
     if options.window is not None and not 0 < options.window <= MAX_TOKENS:
-        raise UsageError(f"--window must be a positive number of tokens up to 2**53, not {options.window}")
+        raise UsageError(
+            f"{{window}} must be a positive number of tokens up to 2**53, not {options.window}",
+            options=("window",),
+        )
     if options.search_scope not in ("session", "archive"):
-        raise UsageError(f"--search-scope is session or archive, not {options.search_scope!r}")
+        raise UsageError(
+            f"{{search_scope}} is session or archive, not {options.search_scope!r}", options=("search_scope",)
+        )
     if options.needles < 1 or options.search_k < 1:
-        raise UsageError("--needles and --search-k must be at least 1")
+        raise UsageError("{needles} and {search_k} must be at least 1", options=("needles", "search_k"))
     return names
 
 
