@@ -157,10 +157,18 @@ def discard_new_objects_on_failure() -> Iterator[list[Path]]:
         _created.reset(token)
 
 
+#: How long a command waits for a lock another process holds before it gives up (a stopped run, say).
+LOCK_WAIT_SECONDS = 60.0
+
+
+class LockTimeout(ArchiveError):
+    """Another process held a lock past the wait."""
+
+
 @contextlib.contextmanager
-def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``path``; without ``wait``, yield False at once, holding nothing,
-    if another process holds it."""
+def exclusive_lock(path: Path, *, wait: bool = True, seconds: float = LOCK_WAIT_SECONDS) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path``, waiting at most ``seconds`` (then :class:`LockTimeout`);
+    without ``wait``, yield False at once, holding nothing, if another process holds it."""
     try:
         private_dir(path.parent)
         lock = open_private(path, "a+b")
@@ -169,15 +177,35 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             f"cannot take the lock {path.name}: {exc.strerror or exc}", path=str(path)
         ) from exc
     with lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+        if not _take(lock.fileno(), seconds if wait else 0.0):
+            if wait:
+                raise LockTimeout(
+                    f"another process has held {path.name} for {seconds:g} s (a stopped ctxc?); "
+                    "try again once it ends",
+                    path=str(path),
+                )
             yield False
             return
         try:
             yield True
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _take(fd: int, seconds: float) -> bool:
+    """Whether the flock on ``fd`` was taken within ``seconds``: polled, since a blocking flock has no
+    timeout, more slowly the longer it waits."""
+    deadline, pause = time.monotonic() + seconds, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.1)
 
 
 def append_jsonl(path: Path, doc: dict[str, Any]) -> None:

@@ -281,3 +281,60 @@ def test_an_offload_placeholder_path_leads_to_the_output_from_any_directory(
     for found in paths:
         assert Path(found).is_file(), found
         assert sha256_hex(Path(found).read_bytes()) == Path(found).name
+
+
+def _hold_lock(path: Path) -> subprocess.Popen[str]:
+    """A process holding ``path``'s flock, as a stopped indexer or run would, until it is killed."""
+    code = (
+        "import fcntl, sys, time\n"
+        "f = open(sys.argv[1], 'ab')\n"
+        "fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_search_does_not_wait_for_ever_for_a_stuck_indexer(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ctxc.search
+    from ctxc.archive_store import ArchiveStore
+
+    arc = tmp_path / "arc"
+    compact(capsys, SAMPLES / "claude-code.jsonl", tmp_path / "a.out", arc)
+    monkeypatch.setattr(ctxc.search, "CATCH_UP_SECONDS", 0.5)
+    holder = _hold_lock(arc / "index.lock")
+    try:
+        with caplog.at_level(logging.WARNING):
+            hits = ctxc.search.search("test", archive=ArchiveStore.open(arc))
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert hits, "the index as it is still answers"
+    assert "searching the index as it is" in caplog.text
+
+
+def test_a_lock_held_past_the_wait_is_an_archive_error_naming_it(tmp_path: Path) -> None:
+    from ctxc.archive_store import LockTimeout, exclusive_lock
+
+    path = tmp_path / "manifest.lock"
+    holder = _hold_lock(path)
+    try:
+        with (
+            pytest.raises(LockTimeout, match=r"manifest\.lock for 0\.3 s") as caught,
+            exclusive_lock(path, seconds=0.3),
+        ):
+            pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert caught.value.exit_code == ExitCode.ARCHIVE
+    with exclusive_lock(path, seconds=0.3) as held:  # free again once the holder is gone
+        assert held

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.archive_store import ArchiveStore
+from ctxc.archive_store import ArchiveStore, LockTimeout
 from ctxc.errors import ArchiveError, CtxcError, UsageError
 from ctxc.formats import load
 from ctxc.model import ToolResultBlock, ToolUseBlock
 from ctxc.reader import ReadOptions, named_bytes
 from ctxc.search.background import (
     BACKGROUND_BYTES,
+    LOCK_NAME,
     dequeue,
     index_later,
     queue_entries,
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 _BLOB_MIN_CHARS = 200
 #: What an indexing hook turns into a warning.
 _HOOK_ERRORS = (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError)
+#: How long a search waits for a busy indexer before it searches the index as it is.
+CATCH_UP_SECONDS = 30.0
 
 
 def _warn(root: Path, what: str, exc: BaseException) -> None:
@@ -315,15 +318,30 @@ def search(
     store = archive if archive is not None else ArchiveStore.open()
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
-            with writer_lock(store.root):  # after any background indexer, so nothing is done twice
-                index_queued(store, index)
-                sync(store, index)
-            start_indexer(store.root)  # for anything queued while this search held the lock
+            _catch_up(store, index)
         if archive_id and not any(i.startswith(archive_id.lower()) for i in index.archive_ids()):
             raise ArchiveError(f"archive {store.root} holds no object {archive_id}")
         return search_index(
             index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
         )
+
+
+def _catch_up(store: ArchiveStore, index: SearchIndex) -> None:
+    """Index what the index lacks, after any background indexer (so nothing is done twice); one still
+    busy after :data:`CATCH_UP_SECONDS` (a large batch, or a stopped process) leaves the index as it is."""
+    try:
+        with writer_lock(store.root, seconds=CATCH_UP_SECONDS):
+            index_queued(store, index)
+            sync(store, index)
+    except LockTimeout:
+        log.warning(
+            "ctxc: warning: an indexer has held %s for %g s; searching the index as it is (what is still "
+            "being indexed may be missing)",
+            one_line(str(store.root / LOCK_NAME)),
+            CATCH_UP_SECONDS,
+        )
+        return
+    start_indexer(store.root)  # for anything queued while this search held the lock
 
 
 def search_index(
