@@ -321,8 +321,16 @@ def search(
             _catch_up(store, index)
         if archive_id and not any(i.startswith(archive_id.lower()) for i in index.archive_ids()):
             raise ArchiveError(f"archive {store.root} holds no object {archive_id}")
+        order = {ident: n for n, ident in enumerate(_manifest_originals(store))}
         return search_index(
-            index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
+            index,
+            query,
+            limit=limit,
+            hybrid=hybrid,
+            archive_id=archive_id,
+            raw=raw,
+            embedder=embedder,
+            order=order,
         )
 
 
@@ -353,11 +361,15 @@ def search_index(
     archive_id: str | None = None,
     raw: bool = False,
     embedder: Embedder | None = None,
+    order: Mapping[str, int] | None = None,
 ) -> list[Hit]:
-    """:func:`search` in an index the caller has open (many queries, one connection), without catch-up."""
+    """:func:`search` in an index the caller has open (many queries, one connection), without catch-up;
+    a message several originals hold is cited from the first (``order``: originals in manifest order)."""
     if hybrid:
         from ctxc.search.embed import default_embedder, hybrid_search
 
         embedder = embedder or default_embedder()
-        return hybrid_search(index, query, limit=limit, embedder=embedder, archive_id=archive_id, raw=raw)
-    return index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)
+        hits = hybrid_search(index, query, limit=limit, embedder=embedder, archive_id=archive_id, raw=raw)
+    else:
+        hits = index.bm25(query, limit=limit, archive_id=archive_id, raw=raw)
+    return index.earliest(hits, order or {}, archive_id)

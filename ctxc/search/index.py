@@ -5,12 +5,13 @@ transaction that first checks it is not there, so concurrent indexers store it o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +21,7 @@ from ctxc.sqlite_store import immediate, in_batches, open_wal
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: BM25 weights of the FTS columns (about, body, context): the text counts more than its description.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
@@ -57,8 +58,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS chunks ("
     " id INTEGER PRIMARY KEY, archive_id TEXT NOT NULL, conversation INTEGER NOT NULL,"
     " message INTEGER NOT NULL, line INTEGER NOT NULL, role TEXT NOT NULL, kind TEXT NOT NULL,"
-    " tool TEXT NOT NULL, part INTEGER NOT NULL, parts INTEGER NOT NULL)",
+    " tool TEXT NOT NULL, part INTEGER NOT NULL, parts INTEGER NOT NULL, digest TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS chunks_by_message ON chunks(archive_id, message)",
+    "CREATE INDEX IF NOT EXISTS chunks_by_digest ON chunks(digest, part)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5("
     " about, body, context UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')",
     "CREATE TABLE IF NOT EXISTS blobs ("
@@ -91,6 +93,8 @@ class Hit:
     similarity: float | None = None
     blob: str | None = None  # the archive id the message's tool output was offloaded to, if it was
     chunk_id: int = 0  # the chunk's row in the index (not part of the JSON)
+    digest: str = ""  # what the message says (:func:`message_digests`): hits of one digest are one message
+    copies: int = 0  # other indexed copies of the message (later runs' originals repeat what earlier kept)
 
     @property
     def ref(self) -> str:
@@ -106,7 +110,7 @@ class Hit:
 
 _JSON_KEYS = (
     "archive_id", "ref", "source", "format", "conversation", "message", "line", "role", "kind", "tool",
-    "part", "parts", "context", "snippet", "score", "bm25", "similarity", "blob",
+    "part", "parts", "context", "snippet", "score", "bm25", "similarity", "blob", "copies",
 )  # fmt: skip
 
 
@@ -195,8 +199,11 @@ class SearchIndex:
                 return 0
             first = int(c.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]) + 1
             c.executemany(
-                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(first + i, archive_id, *_place(k)) for i, k in enumerate(rows)],
+                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (first + i, archive_id, *_place(k), d)
+                    for i, (k, d) in enumerate(zip(rows, message_digests(archive_id, rows), strict=True))
+                ],
             )
             c.executemany(
                 "INSERT INTO chunks_fts(rowid, about, body, context) VALUES (?, ?, ?, ?)",
@@ -268,6 +275,33 @@ class SearchIndex:
                 return hits
             fetch *= 4
 
+    def earliest(
+        self, hits: Sequence[Hit], order: Mapping[str, int], archive_id: str | None = None
+    ) -> list[Hit]:
+        """Each hit cited from the first copy of its message (by ``order``, an original's place in the
+        manifest, then indexing order), with how many other copies there are; ranks and snippets kept."""
+        out = []
+        within, params = (" AND archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
+        sql = f"SELECT id, archive_id FROM chunks WHERE digest = ? AND part = ?{within}"
+        for h in hits:
+            rows = self.conn.execute(sql, [h.digest, h.part, *params]).fetchall()
+            if len(rows) < 2:
+                out.append(h)
+                continue
+            first = min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))
+            cited = h if first[0] == h.chunk_id else self.hits_by_id([int(first[0])])[int(first[0])]
+            out.append(
+                replace(
+                    cited,
+                    snippet=h.snippet,
+                    score=h.score,
+                    bm25=h.bm25,
+                    similarity=h.similarity,
+                    copies=len(rows) - 1,
+                )
+            )
+        return out
+
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
         where, params = (" WHERE archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
         return [int(r[0]) for r in self.conn.execute("SELECT id FROM chunks" + where, params)]
@@ -301,7 +335,7 @@ class SearchIndex:
 #: A hit's columns and joins; ``{0}`` gives the snippet and rank, ``{1}`` the condition.
 _HITS = (
     "SELECT c.id, c.archive_id, c.conversation, c.message, c.line, c.role, c.kind, c.tool, c.part, c.parts,"
-    " d.source, d.format, chunks_fts.context, chunks_fts.body, {0}, b.digest"
+    " d.source, d.format, chunks_fts.context, chunks_fts.body, {0}, b.digest, c.digest"
     " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid JOIN docs d ON d.archive_id = c.archive_id"
     " LEFT JOIN blobs b ON b.archive_id = c.archive_id AND b.message = c.message WHERE {1}"
 )
@@ -321,15 +355,31 @@ def _hit(row: Sequence[Any]) -> Hit:
     rank = -float(row[15])
     place = cast("_Place", tuple(row[1:13]))
     text = str(row[13]).replace(_CUT, "")
-    return Hit(*place, " ".join(snippet.split()), text, rank, rank, None, row[16] or None, row[0])
+    blob = row[16] or None
+    return Hit(*place, " ".join(snippet.split()), text, rank, rank, None, blob, row[0], str(row[17]))
 
 
 def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:
-    """The best hit of each message, best first, at most ``limit``."""
-    best: dict[tuple[str, int], Hit] = {}
+    """The best hit of each distinct message (copies in several originals are one), best first, at most
+    ``limit``."""
+    best: dict[str, Hit] = {}
     for h in hits:
-        best.setdefault((h.archive_id, h.message if h.message >= 0 else -h.part - 1), h)
+        best.setdefault(h.digest, h)
     return list(best.values())[:limit]
+
+
+def message_digests(archive_id: str, chunks: Sequence[Chunk]) -> list[str]:
+    """Each chunk's message digest: a hash of what the message says (role, blocks, texts), not where it
+    sits, so a message copied into a later run's original has the same one; an archived text's parts
+    are each their own."""
+    texts: dict[int, list[str]] = {}
+    for k in chunks:
+        if k.message >= 0:
+            texts.setdefault(k.message, []).extend((k.role, k.kind, k.tool, k.body))
+    digests = {
+        m: hashlib.sha256("\0".join(t).encode("utf-8", "surrogatepass")).hexdigest() for m, t in texts.items()
+    }
+    return [digests[k.message] if k.message >= 0 else f"{archive_id}:{k.part}" for k in chunks]
 
 
 def open_index(root: Path, *, must_exist: bool = False) -> SearchIndex:

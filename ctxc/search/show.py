@@ -3,7 +3,9 @@ a hit's ``ref`` (``3f2a9c1b4d5e:3-17``) or an archive id points at; an offloaded
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ from ctxc.model import (
 )
 from ctxc.search import entry_text, load_archived
 from ctxc.search.chunks import render_input
+from ctxc.search.index import INDEX_NAME
 
 if TYPE_CHECKING:
     from ctxc.archive_store import ArchiveStore
@@ -88,7 +91,7 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
     entry: dict[str, Any] = next(
         (e for e in reversed(archive.manifest()) if ident in (e.get("archive_id"), e.get("input_sha256"))), {}
     )
-    source = entry_text(entry, "input_path")
+    source = (_indexed_source(archive, ident) or entry_text(entry, "input_path")) if entry else None
     short = ident[:MIN_PREFIX]
     try:
         transcript: Transcript | None = load_archived(data, f"archive {short}", entry_text(entry, "format"))
@@ -116,6 +119,23 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
             top = transcript.messages[-1].index
             raise ArchiveError(f"archive {short} has messages 0-{top}; none in {lo}-{hi}")
     return Shown(ident, r, transcript, picked, source=source)
+
+
+def _indexed_source(archive: ArchiveStore, ident: str) -> str | None:
+    """The original's path as the index has it (absolute, as recorded at archive time, as search hits
+    give it); None without an index or a row (never makes or migrates one: ``show`` only reads)."""
+    path = archive.root / INDEX_NAME
+    if not path.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+            row = conn.execute(
+                "SELECT source FROM docs WHERE archive_id = ? AND kind = 'transcript'", (ident,)
+            )
+            found = row.fetchone()
+    except sqlite3.Error:
+        return None
+    return str(found[0]) if found and found[0] else None
 
 
 def block_text(b: Any) -> tuple[str, str]:
