@@ -1,18 +1,25 @@
-"""A batch keeps each SQLite file (token cache, search index) open across the files a process handles
+"""What a batch pays once instead of once per file, and the promises that still hold.
+
+Each SQLite file (token cache, search index) stays open across the files a process handles
 (``ctxc.sqlite_store.kept_open``): each file's writes stay visible, forks never share a connection, and
-every connection is closed when the batch ends."""
+every connection is closed when the batch ends. The output folders are swept of a killed run's
+temporary files once, when the batch starts, not listed again for each file."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
 
+import ctxc.compact_batch
+import ctxc.output
 from ctxc.cli import main
 from ctxc.search.chunks import Chunk
 from ctxc.search.index import SearchIndex
@@ -124,3 +131,54 @@ def test_a_batch_indexes_every_file_and_closes_the_index(tmp_path: Path, jobs: s
     conn.close()
     # Every connection was closed at the end: the last one to close folds the WAL back and removes it.
     assert not (archive / "search.sqlite-wal").exists()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def test_a_batch_lists_each_output_folder_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "logs"
+    src.mkdir()
+    for p in SAMPLES.glob("*.jsonl"):
+        shutil.copy(p, src / p.name)
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / f".codex.jsonl.{_dead_pid()}.abc123.ctxc-tmp"
+    stale.write_bytes(b"half an output")
+    calls: list[tuple[str, str | None]] = []
+    real = ctxc.output.sweep_stale_temps
+
+    def counted(directory: str | os.PathLike[str], name: str | None = None) -> list[Path]:
+        calls.append((str(directory), name))
+        return real(directory, name)
+
+    monkeypatch.setattr(ctxc.output, "sweep_stale_temps", counted)
+    monkeypatch.setattr(ctxc.compact_batch, "sweep_stale_temps", counted)
+    args = ["compact", str(src), "--out-dir", str(out), "--archive", str(tmp_path / "archive"), "--quiet"]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--target-ratio", "0.5", "--window", "20000", "--jobs", "1"])
+    assert exc.value.code in (0, None)
+    assert calls == [(str(out), None)]  # once, for the folder: not once more per file
+    assert not stale.exists()
+    assert len(list(out.glob("*.jsonl"))) == len(list(src.glob("*.jsonl")))
+
+
+def test_an_in_place_batch_sweeps_beside_the_file_a_link_names(tmp_path: Path) -> None:
+    real_dir, links = tmp_path / "real", tmp_path / "links"
+    real_dir.mkdir()
+    links.mkdir()
+    for name in ("chat-openai.jsonl", "codex.jsonl"):
+        shutil.copy(SAMPLES / name, real_dir / name)
+        (links / name).symlink_to(real_dir / name)
+    # A killed run's temporary file where the output is really written: beside the link's target.
+    stale = real_dir / f".codex.jsonl.{_dead_pid()}.abc123.ctxc-tmp"
+    stale.write_bytes(b"half an output")
+    args = ["compact", str(links), "--in-place", "--archive", str(tmp_path / "archive"), "--quiet"]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--target-ratio", "0.5", "--window", "20000", "--jobs", "1"])
+    assert exc.value.code in (0, None)
+    assert not stale.exists()
+    assert sorted(p.name for p in real_dir.iterdir()) == ["chat-openai.jsonl", "codex.jsonl"]
