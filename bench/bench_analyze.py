@@ -89,26 +89,44 @@ class ChildRun:
     stderr: str
 
 
+# Runs argv[2:] and writes its wall seconds and ru_maxrss (KiB) to the file argv[1]. A child's ru_maxrss
+# starts at the resident size of the process it was forked (or vforked) from, which Linux carries across
+# exec: started from this script, which may hold a 100 MB input's texts, ctxc's peak would read that
+# much too high. Forked from this small launcher, it starts from the launcher's ~10 MB instead.
+LAUNCHER = """
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(sys.argv[1], "w") as out:
+    out.write(f"{wall} {usage.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_child(
     cmd: Sequence[str], *, env: dict[str, str], cwd: Path, stdout: Path | None = None, check: bool = True
 ) -> ChildRun:
-    """Run ``cmd``; wall time and the peak RSS of that one child (``os.wait4``, not RUSAGE_CHILDREN,
-    which would also include the baseline's worker processes)."""
+    """Run ``cmd``; its wall time and the peak RSS of that one process (``os.wait4`` in a small launcher,
+    see :data:`LAUNCHER`; not RUSAGE_CHILDREN, which would also include the baseline's workers)."""
     err_path = cwd / f".stderr-{os.getpid()}"
+    figures = cwd / f".run-{os.getpid()}"
     with (
         open(stdout if stdout is not None else os.devnull, "wb") as out,
         open(err_path, "wb") as err,
     ):
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        launch = [sys.executable, "-S", "-c", LAUNCHER, str(figures), *cmd]
+        proc = subprocess.run(launch, stdout=out, stderr=err, env=env, cwd=cwd, check=False)
     stderr = err_path.read_text(errors="replace")
     err_path.unlink()
+    wall, maxrss_kib = figures.read_text().split()
+    figures.unlink()
     if check and proc.returncode != 0:
         raise SystemExit(f"command failed (exit {proc.returncode}): {shlex.join(cmd)}\n{stderr}")
-    return ChildRun(wall, proc.returncode, usage.ru_maxrss / 1024, stderr)
+    return ChildRun(float(wall), proc.returncode, int(maxrss_kib) / 1024, stderr)
 
 
 def byte_compile() -> None:

@@ -359,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"input: {path} ({file_bytes / 2**20:.1f} MiB); ctxc total_tokens {total:,}; B = {budget:,}")
         print(f"  ctxc analyze {an.wall:.2f} s, peak {an.maxrss_mb:.0f} MB: {shlex.join(analyze)}")
 
-        # Peak memory of each strategy, before this process holds the LangChain messages: a child
-        # forked from a large process starts with that process's resident size in its ru_maxrss.
+        # Peak memory of each strategy (run_child reads each command's own peak, whatever this holds).
         memory = memory_runs(path, total, env, tmp, args.format if not args.input else "input")
 
         # LangChain baseline.

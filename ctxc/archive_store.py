@@ -40,7 +40,10 @@ def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``--archive``, else ``$CTXC_ARCHIVE``, else ``.ctxc/archive`` here or in a parent, else the user's."""
     chosen = explicit or os.environ.get("CTXC_ARCHIVE")
     if str(chosen) == "-":  # it would make a folder named "-" here
-        raise UsageError("the archive is a folder, not - (give its path with --archive or $CTXC_ARCHIVE)")
+        raise UsageError(
+            "the archive is a folder, not - (give its path with {archive} or $CTXC_ARCHIVE)",
+            options=("archive",),
+        )
     if chosen:
         return Path(chosen)
     here = Path.cwd()

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ctxc.errors import CtxcError, ExitCode, InputError, UsageError
+from ctxc.errors import (
+    CtxcError,
+    ExitCode,
+    InputError,
+    UsageError,
+    name_options_as_flags,
+    options_named_as_flags,
+)
 from ctxc.sessions import looks_like_reference, resolve_session
 from ctxc.system import exit_with, terminate_as_interrupt
 from ctxc.terminal import stderr_console
@@ -170,9 +177,11 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
         return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
 
 
-def _worker_init(parent: int | None = None) -> None:
-    """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with."""
+def _worker_init(parent: int | None = None, as_flags: bool = False) -> None:
+    """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with,
+    and whose way of naming options in errors (``as_flags``) it keeps for its life."""
     global _busy  # noqa: PLW0603 - set once in each worker process, as it starts
+    name_options_as_flags(as_flags)  # a forkserver's worker would not inherit it
     # Ctrl-C is the parent's: it cancels what has not started and waits for the files in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the batch's handler
@@ -267,7 +276,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         max_workers=workers,
         mp_context=multiprocessing.get_context("fork" if safe else "forkserver"),
         initializer=_worker_init,
-        initargs=(os.getpid(),),
+        initargs=(os.getpid(), options_named_as_flags()),
     )
 
 

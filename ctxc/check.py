@@ -70,13 +70,23 @@ def resolve_budget(
 ) -> Budget:
     """The budget for ``--max-usage R`` or ``--max-tokens N`` (exactly one) at a model's window."""
     if (max_usage is None) == (max_tokens is None):
-        raise UsageError("give exactly one budget: --max-usage R (a share of the window) or --max-tokens N")
+        raise UsageError(
+            "give exactly one budget: {max_usage} R (a share of the window) or {max_tokens} N",
+            options=("max_usage", "max_tokens"),
+        )
     if max_usage is not None and not 0 < max_usage <= 10:
-        raise UsageError(f"--max-usage is a share of the window such as 0.8, not {max_usage}")
+        raise UsageError(
+            f"{{max_usage}} is a share of the window such as 0.8, not {max_usage}", options=("max_usage",)
+        )
     if max_tokens is not None and not 0 < max_tokens <= MAX_TOKENS:
-        raise UsageError(f"--max-tokens must be a positive number of tokens up to 2**53, not {max_tokens}")
+        raise UsageError(
+            f"{{max_tokens}} must be a positive number of tokens up to 2**53, not {max_tokens}",
+            options=("max_tokens",),
+        )
     if not 0 <= warn_usage <= 10:
-        raise UsageError(f"--warn-usage is a share of the window such as 0.6, not {warn_usage}")
+        raise UsageError(
+            f"{{warn_usage}} is a share of the window such as 0.6, not {warn_usage}", options=("warn_usage",)
+        )
     win, model_name = resolve_window(model=model, window=window)
     asked = Budget(0, 0, win, model_name, max_usage, max_tokens, warn_usage, model is None and window is None)
     return asked.at(win, model_name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 from typing import NoReturn
 
@@ -26,16 +28,71 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  #: Interrupted by Ctrl-C or SIGTERM; nothing partial was left behind.
 
 
+#: The command-line flags not spelled as their library name with dashes (``--max-tokens``).
+FLAGS = {
+    "max_line_bytes": "--max-line-mb",
+    "out": "--plot",  # ctxc.replay.plot's
+    "pins": "--pin",
+    "settings": "--set",
+    "summarizer_options.model": "--summary-model",
+    "summarizer_options.command": "--summary-command",
+}
+
+_as_flags = False  # whether errors name options as flags: set by the command line for its run
+
+
+def option_name(name: str) -> str:
+    """How a message names the option ``name`` (a keyword argument, or ``a.b`` for a field of the options
+    ``a``): ``max_tokens=`` to a library caller, ``--max-tokens`` on the command line."""
+    if not _as_flags:
+        return f"{name}="
+    return FLAGS.get(name) or "--" + name.rpartition(".")[2].replace("_", "-")
+
+
+def options_named_as_flags() -> bool:
+    """Whether errors name options by their flags here (a batch passes this on to its workers)."""
+    return _as_flags
+
+
+def name_options_as_flags(on: bool) -> bool:
+    """From now on errors name options by their flags (``on``) or their library names; the previous way."""
+    global _as_flags
+    before, _as_flags = _as_flags, on
+    return before
+
+
+@contextmanager
+def options_as_flags(on: bool = True) -> Iterator[None]:
+    """Within this block (the CLI's run), errors name options by their flags."""
+    before = name_options_as_flags(on)
+    try:
+        yield
+    finally:
+        name_options_as_flags(before)
+
+
 class CtxcError(Exception):
-    """An error with a user-facing message, optionally tied to a file and line."""
+    """An error with a user-facing message, optionally tied to a file and line. ``options`` are the
+    library names of the options the message is about, which it refers to as ``{name}`` (see
+    :func:`option_name`)."""
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, options: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
-        self.message = message
+        self.template = message
+        self.options = options
         self.path = path
         self.line = line
+
+    @property
+    def message(self) -> str:
+        text = self.template
+        for name in self.options:
+            text = text.replace("{" + name + "}", option_name(name))
+        return text
 
     def __str__(self) -> str:
         where = ""

@@ -212,9 +212,11 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 if not more or more.endswith(b"\n"):
                     break
             raise InputError(
-                f"line is {megabytes(size)}, over the {megabytes(limit)} limit (raise it with --max-line-mb)",
+                f"line is {megabytes(size)}, over the {megabytes(limit)} limit "
+                "(raise it with {max_line_bytes})",
                 path=name,
                 line=line_no,
+                options=("max_line_bytes",),
             )
         offset = spool.append(chunk) if spool is not None else None
         if chunk.endswith(b"\r\n"):

@@ -104,7 +104,8 @@ def replay(
     conv = _pick_conversation(transcript, ledger, live.side) if conversation is None else conversation
     if not 0 <= conv < transcript.conversations:
         raise UsageError(
-            f"--conversation {conv}: the transcript has {transcript.conversations} conversation(s)"
+            f"{{conversation}} {conv}: the transcript has {transcript.conversations} conversation(s)",
+            options=("conversation",),
         )
     msgs = transcript.conversation(conv)
     if not msgs:
@@ -407,10 +408,13 @@ def terminal_chart(r: Replay, *, width: int = 72, height: int = 14) -> Text:
 def plot_format(path: str | Path) -> str:
     """``svg`` or ``png`` from a file name; anything else is a usage error."""
     if str(path) == "-":  # stdout holds the report
-        raise UsageError("--plot writes a .svg or .png file, not - (stdout)")
+        raise UsageError("{out} writes a .svg or .png file, not - (stdout)", options=("out",))
     suffix = Path(path).suffix.lower()
     if suffix not in (".svg", ".png"):
-        raise UsageError(f"--plot writes .svg or .png files, not {suffix or 'a file without an extension'!r}")
+        raise UsageError(
+            f"{{out}} writes .svg or .png files, not {suffix or 'a file without an extension'!r}",
+            options=("out",),
+        )
     return suffix[1:]
 
 

@@ -64,9 +64,10 @@ def scan_usage(
             handle.close()
     if not scan.usage:
         raise InputError(
-            f"no recorded usage in this {scan.format} file: --tokenizer usage reads the usage a log "
-            "records (Claude Code, Codex, pi, Kimi); count its tokens with another --tokenizer",
+            f"no recorded usage in this {scan.format} file: {{tokenizer}} usage reads the usage a log "
+            "records (Claude Code, Codex, pi, Kimi); count its tokens with another {tokenizer}",
             path=name,
+            options=("tokenizer",),
         )
     return scan
 
@@ -176,9 +177,10 @@ class _Lines:
             if len(raw) > limit:
                 raise InputError(
                     f"line is {megabytes(len(raw))}, over the {megabytes(limit)} limit "
-                    "(raise it with --max-line-mb)",
+                    "(raise it with {max_line_bytes})",
                     path=self.name,
                     line=line,
+                    options=("max_line_bytes",),
                 )
             body = raw[3:] if start == 0 and raw.startswith(BOM) else raw
             try:

@@ -119,7 +119,7 @@ def test_the_prompt_goes_to_stdin_and_the_summary_comes_from_stdout(
 def test_registered_by_name_and_the_command_is_required() -> None:
     s = get_summarizer("command", SummarizerOptions(command="cat"))
     assert isinstance(s, CommandSummarizer)
-    with pytest.raises(UsageError, match="--summarizer command needs --summary-command") as info:
+    with pytest.raises(UsageError, match=r"summarizer= command needs summarizer_options\.command=") as info:
         get_summarizer("command", SummarizerOptions())
     assert info.value.exit_code == ExitCode.USAGE
     with pytest.raises(UsageError):

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import typer
 
 from ctxc.cli.options import app, note
-from ctxc.errors import CtxcError, ExitCode, OutputError, exit_interrupted
+from ctxc.errors import CtxcError, ExitCode, OutputError, exit_interrupted, options_as_flags
 from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
 from ctxc.terminal import one_line
 
@@ -127,6 +127,7 @@ def _reader_gone() -> NoReturn:
     sys.exit(int(ExitCode.OK))
 
 
+@options_as_flags()  # errors name the flags the user typed (``--max-tokens``), not keywords
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the one place errors become messages and exit codes."""
     args = sys.argv[1:] if argv is None else argv

@@ -135,9 +135,9 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     """Compact one file and return its report: archive the original, write a temporary output, record the
     run, then rename the output into place (no partial output; every compacted file is on record)."""
     if job.in_place and job.path == "-":
-        raise UsageError("--in-place needs a file, not stdin")
+        raise UsageError("{in_place} needs a file, not stdin", options=("in_place",))
     if job.fork and job.path == "-":
-        raise UsageError("--fork needs a session file, not stdin")
+        raise UsageError("{fork} needs a session file, not stdin", options=("fork",))
     if not job.dry_run and not job.make_dirs and not job.fork:  # a bad -o fails now, not after the work
         check_output(job.output, inputs=() if job.in_place else (job.path,))
     if job.path != "-":  # a missing or unreadable input fails before an archive is made for it
@@ -220,7 +220,8 @@ def _fork(transcript: Transcript, name: str, job: CompactJob) -> tuple[ForksSess
     adapter = get_adapter(transcript.format)
     if not isinstance(adapter, ForksSessions):
         raise UsageError(
-            f"--fork needs a Claude Code session or a Codex rollout; {name} is {transcript.format}"
+            f"{{fork}} needs a Claude Code session or a Codex rollout; {name} is {transcript.format}",
+            options=("fork",),
         )
     session_id = adapter.new_session_id()
     path = adapter.fork_path(name, session_id)

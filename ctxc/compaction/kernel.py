@@ -142,12 +142,13 @@ def _over_target(
 ) -> OverTargetError:
     over = after - target
     beyond = f" ({kept - target:,} over the target)" if kept > target else ""
-    lower = "lower --keep-last, or " if keep_last > 1 else ""
+    lower = "lower {keep_last}, or " if keep_last > 1 else ""
     return OverTargetError(
         f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the {target:,} target; "
         f"what is always kept (pinned messages, the last {keep_last} and what the log's own compaction "
-        f"carries) is {kept:,} tokens{beyond}{largest}; {lower}use --allow-over to write it anyway",
+        f"carries) is {kept:,} tokens{beyond}{largest}; {lower}use {{allow_over}} to write it anyway",
         path=source,
+        options=("keep_last", "allow_over"),
     )
 
 
@@ -214,18 +215,22 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     ranges: list[tuple[int, int]] = []
     for pin in pins:
         if not pin.strip():  # an unset shell variable, say: as a regex it would pin every message
-            raise UsageError("--pin is empty; give an index, a range (3-17) or a regex")
+            raise UsageError("{pins} is empty; give an index, a range (3-17) or a regex", options=("pins",))
         m = _INDEX_RANGE.match(pin.strip())
         if m:
             low, high = int(m.group(1)), int(m.group(2) or m.group(1))
             if low > high:  # it would pin nothing
-                raise UsageError(f"--pin {pin!r}: a range runs from low to high ({high}-{low})")
+                raise UsageError(
+                    f"{{pins}} {pin!r}: a range runs from low to high ({high}-{low})", options=("pins",)
+                )
             ranges.append((low, high))
             continue
         try:
             patterns.append(re.compile(pin))
         except re.error as exc:
-            raise UsageError(f"--pin {pin!r} is neither an index, a range nor a valid regex: {exc}") from None
+            raise UsageError(
+                f"{{pins}} {pin!r} is neither an index, a range nor a valid regex: {exc}", options=("pins",)
+            ) from None
     keep.update(
         msg.index
         for msg in messages

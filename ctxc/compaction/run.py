@@ -115,13 +115,16 @@ def parse_settings(settings: Mapping[str, str]) -> dict[str, Any]:
     for key, value in settings.items():
         name, _, opt = key.partition(".")
         if not opt:
-            raise UsageError(f"--set takes strategy.option=value, got {key!r}")
+            raise UsageError(f"{{settings}} takes strategy.option=value, got {key!r}", options=("settings",))
         grouped.setdefault(name, {})[opt] = value
     known = strategies()
     out: dict[str, Any] = {}
     for name, values in grouped.items():
         if name not in known:
-            raise UsageError(f"--set names unknown strategy {name!r} (known: {', '.join(sorted(known))})")
+            raise UsageError(
+                f"{{settings}} names unknown strategy {name!r} (known: {', '.join(sorted(known))})",
+                options=("settings",),
+            )
         out[name] = parse_config(known[name], values)
     return out
 
@@ -135,14 +138,18 @@ def strategy_configs(options: CompactOptions) -> dict[str, Any]:
 
 def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     if options.target_tokens is not None and options.target_ratio is not None:
-        raise UsageError("give --target-tokens or --target-ratio, not both")
+        raise UsageError(
+            "give {target_tokens} or {target_ratio}, not both", options=("target_tokens", "target_ratio")
+        )
     if options.target_tokens is not None:
         if not 0 < options.target_tokens <= MAX_TOKENS:
-            raise UsageError("--target-tokens must be positive, up to 2**53")
+            raise UsageError("{target_tokens} must be positive, up to 2**53", options=("target_tokens",))
         return options.target_tokens, True
     if options.target_ratio is not None:
         if not 0 < options.target_ratio <= 1:
-            raise UsageError("--target-ratio is a share of the window between 0 and 1")
+            raise UsageError(
+                "{target_ratio} is a share of the window between 0 and 1", options=("target_ratio",)
+            )
         return int(options.target_ratio * window), True
     # No explicit target: get out of compaction territory, i.e. below the first stage threshold.
     return int(options.thresholds[0] * window), False

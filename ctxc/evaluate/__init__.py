@@ -257,13 +257,20 @@ def _check(options: EvalOptions) -> tuple[str, ...]:
     if unknown:
         raise UsageError(f"unknown strategy {unknown[0]!r} (known: {', '.join(sorted(registry()))})")
     if not options.targets or any(not 0 < t <= 1 for t in options.targets):
-        raise UsageError("--targets are shares of the window between 0 and 1, e.g. 0.1,0.25")
+        raise UsageError(
+            "{targets} are shares of the window between 0 and 1, e.g. 0.1,0.25", options=("targets",)
+        )
     if options.window is not None and not 0 < options.window <= MAX_TOKENS:
-        raise UsageError(f"--window must be a positive number of tokens up to 2**53, not {options.window}")
+        raise UsageError(
+            f"{{window}} must be a positive number of tokens up to 2**53, not {options.window}",
+            options=("window",),
+        )
     if options.search_scope not in ("session", "archive"):
-        raise UsageError(f"--search-scope is session or archive, not {options.search_scope!r}")
+        raise UsageError(
+            f"{{search_scope}} is session or archive, not {options.search_scope!r}", options=("search_scope",)
+        )
     if options.needles < 1 or options.search_k < 1:
-        raise UsageError("--needles and --search-k must be at least 1")
+        raise UsageError("{needles} and {search_k} must be at least 1", options=("needles", "search_k"))
     return names
 
 
@@ -326,8 +333,7 @@ def run_eval(
     judge: Judge | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
-    """Plant, compact with every strategy to every target, search, measure; ``archive`` keeps the
-    evaluation's archive there instead of a temporary one."""
+    """Plant, compact with every strategy to every target, search, measure (in ``archive`` if given)."""
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared = [_prepare(src, options, counter) for src in sources]
@@ -344,20 +350,14 @@ def run_eval(
                     measured.append((prep, case, retained))
         # Search once every original is archived and indexed: needles compete with all of it.
         ranks = _search_ranks(prepared, store, options)
-    cases = [
-        case
-        if case.error is not None
-        else replace(
-            case,
-            needles=tuple(
-                NeedleOutcome(
-                    n.kind, n.subject, n.value, n.query, n.message, retained[k], ranks[(prep.source.name, k)]
-                )
-                for k, n in enumerate(prep.planted.needles)
-            ),
+    cases: list[Case] = []
+    for prep, case, retained in measured:
+        name = prep.source.name
+        outcomes = (  # read only for a case without error: a failed one measured no needles
+            NeedleOutcome(n.kind, n.subject, n.value, n.query, n.message, retained[k], ranks[(name, k)])
+            for k, n in enumerate(prep.planted.needles)
         )
-        for prep, case, retained in measured
-    ]
+        cases.append(case if case.error is not None else replace(case, needles=tuple(outcomes)))
     planted = {p.source.name: (len(p.planted.needles), options.needles) for p in prepared}
     return EvalReport(options, tuple(cases), planted)
 
@@ -385,8 +385,7 @@ def _search_ranks(
 def _search_rank(
     index: SearchIndex, needle: Needle, ident: str, options: EvalOptions, embedder: Embedder | None
 ) -> int | None:
-    """The 1-based rank of the first of the top ``search_k`` hits that is in the needle's own original
-    (``ident``) and holds its value, else None."""
+    """The 1-based rank of the first top hit in the needle's own original (``ident``) holding its value."""
     scope = ident if options.search_scope == "session" else None
     hybrid = embedder is not None
     hits = search_index(

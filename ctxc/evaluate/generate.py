@@ -101,12 +101,7 @@ class _Session:
 
     def code(self, path: str, lines: int) -> str:
         r = self.rng
-        out: list[str] = [
-            f'"""{path}: {r.choice(_NOUNS)} handling."""',
-            "",
-            "from __future__ import annotations",
-            "",
-        ]
+        out = [f'"""{path}: {r.choice(_NOUNS)} handling."""', "", "from __future__ import annotations", ""]
         while len(out) < lines:
             noun, other = r.sample(_NOUNS, 2)
             verb = r.choice(_VERBS)
@@ -119,13 +114,11 @@ class _Session:
                 f"    return {{'{noun}': [r.to_dict() for r in rows], 'count': len(rows)}}",
                 "",
             ]
-        numbered = [f"{i + 1:>5}\t{line}" for i, line in enumerate(out[:lines])]
-        return "\n".join(numbered)
+        return "\n".join(f"{i + 1:>5}\t{line}" for i, line in enumerate(out[:lines]))
 
     def read(self, path: str) -> None:
-        self.tool(
-            f"Let me read {path}.", "Read", {"file_path": path}, self.code(path, self.rng.randint(60, 160))
-        )
+        code = self.code(path, self.rng.randint(60, 160))
+        self.tool(f"Let me read {path}.", "Read", {"file_path": path}, code)
 
     def grep(self) -> None:
         r = self.rng

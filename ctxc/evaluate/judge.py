@@ -142,7 +142,7 @@ class AnthropicJudge:
     ) -> None:
         self.model = resolve_model(SummarizerOptions(model=model))
         self.api = AnthropicAPI(
-            self.model, max_retries=max_retries, timeout=timeout, needs="--judge anthropic"
+            self.model, max_retries=max_retries, timeout=timeout, needs="{judge} anthropic"
         )
         self._cache = summary_cache(use_cache)
 

@@ -55,6 +55,11 @@ _PROJECTS = (
     "Nimbus", "Fjord", "Garnet", "Ibex", "Kestrel", "Lichen", "Mistral", "Nacre", "Ocelot", "Pumice",
     "Quokka", "Rowan", "Sorrel", "Tupelo", "Umber", "Verdigris", "Wapiti", "Yarrow", "Zircon", "Bramble",
 )  # fmt: skip
+_RULES = (
+    "never run the database migrations against the production replica",
+    "always keep the public API of the client module backwards compatible",
+    "do not add new runtime dependencies without asking first",
+)
 _CODE_WORDS = ("OSPREY", "MAGPIE", "KESTREL", "PLOVER", "SISKIN", "BITTERN", "WRYNECK")
 
 
@@ -122,14 +127,7 @@ def make_needles(rng: random.Random, count: int = 4) -> list[Needle]:
 def make_instruction(rng: random.Random) -> str:
     """A standing instruction with a unique tag, planted and pinned to check that pins survive."""
     tag = f"R-{rng.randint(100, 999)}"
-    rule = rng.choice(
-        (
-            "never run the database migrations against the production replica",
-            "always keep the public API of the client module backwards compatible",
-            "do not add new runtime dependencies without asking first",
-        )
-    )
-    return f"Standing rule {tag}: {rule}."
+    return f"Standing rule {tag}: {rng.choice(_RULES)}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +143,8 @@ class Planted:
 
 
 def _candidates(messages: Sequence[Message], keep_last: int) -> tuple[list[Message], list[Message]]:
-    """(early, later) messages compaction may remove, tool results and user text before other text;
-    never the first request, system or critical messages or the kept tail. "Early" is the first
-    :data:`EARLY_SHARE` of the conversation; later ones serve a short conversation with too few."""
+    """(early, later) removable messages, tool results and user text first; never the first request, system or
+    critical messages or the kept tail. Later ones serve a conversation with too few early ones."""
     n = len(messages)
     early = max(1, int(n * EARLY_SHARE))
     tail = n - max(keep_last, 1)
@@ -191,9 +188,8 @@ def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Tr
 
 
 def _planted_copy(t: Transcript, conv: int, m: Message, sentence: str) -> Transcript | None:
-    """``t`` with ``sentence`` appended to ``m`` (of conversation ``conv``), written by
-    the adapter and read back; None when the adapter cannot write it there, the reread message lacks it,
-    or the writer changed the transcript's shape (not a faithful plant): the caller tries another."""
+    """``t`` with ``sentence`` appended to ``m``, written by the adapter and read back; None when it cannot
+    be written there, the reread message lacks it, or the shape changed (not a faithful plant)."""
     changed = _with_sentence(m, sentence)
     if changed is None:
         return None
@@ -213,8 +209,7 @@ def _live_part(t: Transcript, conv: int) -> tuple[Message, ...]:
 
 
 def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
-    """The conversation with the most messages to plant in (then the largest): usually the only one,
-    for datasets the line with the most removable messages."""
+    """The conversation with the most messages to plant in (then the largest); datasets have several."""
     convs = sorted({m.conversation for m in t.messages} - live_context(t.boundaries, t.messages).side)
     if len(convs) <= 1:
         return convs[0] if convs else 0
@@ -230,8 +225,7 @@ def _roomiest_conversation(t: Transcript, keep_last: int) -> int:
 def plant(
     transcript: Transcript, needles: Sequence[Needle], *, instruction: str | None = None, keep_last: int = 4
 ) -> Planted:
-    """``transcript`` with each needle in its own early message (see the module docstring); needles that
-    find no message are left out of the result's ``needles``."""
+    """``transcript`` with each needle in its own early message; those that find none are left out."""
     conv = _roomiest_conversation(transcript, keep_last)
     current = transcript
     planted: list[Needle] = []

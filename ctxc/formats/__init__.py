@@ -56,10 +56,14 @@ def sniff(sample: list[Record], name: str) -> FormatAdapter:
     usable = [r for r in sample if r.kind == "passthrough"]
     scores = sorted(((a.sniff(usable), a.name) for a in _ADAPTERS.values()), reverse=True)
     if not usable or not scores or scores[0][0] <= 0:
-        raise FormatError("unknown transcript format (force one with --input-format)", path=name)
+        raise FormatError(
+            "unknown transcript format (force one with {input_format})", path=name, options=("input_format",)
+        )
     if len(scores) > 1 and scores[1][0] == scores[0][0]:
         raise FormatError(
-            f"ambiguous format: {scores[0][1]} or {scores[1][1]} (force one with --input-format)", path=name
+            f"ambiguous format: {scores[0][1]} or {scores[1][1]} (force one with {{input_format}})",
+            path=name,
+            options=("input_format",),
         )
     return _ADAPTERS[scores[0][1]]
 
@@ -72,9 +76,10 @@ def check_forced(forced: str, sample: list[Record], name: str) -> None:
         return  # no format knows the file better: its emptiness is the forced format's answer
     if guess.name != forced:
         raise FormatError(
-            f"--input-format {forced} reads nothing in this file, which looks like {guess.name} "
-            f"(give --input-format {guess.name}, or none to sniff)",
+            f"{{input_format}} {forced} reads nothing in this file, which looks like {guess.name} "
+            f"(give {{input_format}} {guess.name}, or none to sniff)",
             path=name,
+            options=("input_format",),
         )
 
 

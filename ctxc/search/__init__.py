@@ -299,7 +299,7 @@ def search(
     """The best ``limit`` hits for ``query`` (at most one per message), after indexing what the manifest
     lists and the index lacks (``catch_up``); the rest as :meth:`SearchIndex.bm25` and ``--hybrid`` take."""
     if limit < 1:
-        raise UsageError("--limit must be at least 1")
+        raise UsageError("{limit} must be at least 1", options=("limit",))
     store = archive if archive is not None else ArchiveStore.open()
     with open_index(store.root, must_exist=True) as index:
         if catch_up:

@@ -310,7 +310,9 @@ def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:
 def open_index(root: Path, *, must_exist: bool = False) -> SearchIndex:
     """The index of the archive at ``root``; an unusable file is an :class:`ArchiveError`."""
     if must_exist and not root.is_dir():
-        raise ArchiveError(f"no archive at {root} (compact something first, or pass --archive)")
+        raise ArchiveError(
+            f"no archive at {root} (compact something first, or pass {{archive}})", options=("archive",)
+        )
     index = SearchIndex.for_archive(root)
     try:
         _ = index.conn

@@ -148,7 +148,9 @@ class AnthropicAPI:
             except anthropic.CredentialsError as exc:  # a configured profile that cannot be loaded
                 raise AuthError(f"no usable Anthropic credentials: {one_line(str(exc))}") from None
             if client.api_key is None and client.auth_token is None and client.credentials is None:
-                raise AuthError(f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)")
+                raise AuthError(
+                    f"ANTHROPIC_API_KEY is not set ({self.needs} needs an API key)", options=("judge",)
+                )
             self._client = client
         return self._client
 
@@ -164,7 +166,8 @@ class AnthropicAPI:
         if isinstance(exc, anthropic.NotFoundError):
             return ModelError(
                 f"unknown model {self.model!r} (the API at {base_url} answered 404 {_api_message(exc)}); "
-                "choose one with --summary-model or CTXC_SUMMARY_MODEL"
+                "choose one with {summarizer_options.model} or CTXC_SUMMARY_MODEL",
+                options=("summarizer_options.model",),
             )
         if isinstance(exc, anthropic.APIStatusError):
             retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -173,7 +176,8 @@ class AnthropicAPI:
         if isinstance(exc, anthropic.APITimeoutError):
             return SummarizerError(
                 f"{api} did not answer within {self.timeout:g}s ({self.max_retries} retries); "
-                "raise --timeout or try again later"
+                "raise {summarizer_options.timeout} or try again later",
+                options=("summarizer_options.timeout",),
             )
         if isinstance(exc, anthropic.APIConnectionError):
             cause = one_line(str(exc.__cause__ or exc))
@@ -251,7 +255,10 @@ class AnthropicSummarizer:
 
         self.options = options = options or SummarizerOptions()
         if options.concurrency < 1:
-            raise SummarizerError(f"--concurrency must be at least 1, not {options.concurrency}")
+            raise SummarizerError(
+                f"{{summarizer_options.concurrency}} must be at least 1, not {options.concurrency}",
+                options=("summarizer_options.concurrency",),
+            )
         self.model = resolve_model(options)
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
@@ -323,10 +330,7 @@ class AnthropicSummarizer:
         chunks: list[list[tuple[Message, str]]] = []
         used = 0
         for m in request.messages:
-            text = render_message(m)
-            cost = count(text) + 2
-            if cost > room:
-                text, cost = self._clip_to(text, room, count)
+            text, cost = self._clip_to(render_message(m), room, count)
             if not chunks or used + cost > room:
                 chunks.append([])
                 used = 0
@@ -340,7 +344,7 @@ class AnthropicSummarizer:
         return out
 
     def _clip_to(self, text: str, room: int, count: Callable[[str], int]) -> tuple[str, int]:
-        """A single message too large for one call: keep its head and tail, noting the cut."""
+        """A message's text and cost; one too large for a call keeps its head and tail, noting the cut."""
         clipped, chars, cost = text, len(text), count(text) + 2
         while cost > room:
             chars = int(chars * min(0.9, room / cost))

@@ -44,7 +44,10 @@ class CommandSummarizer:
         self.options = options or SummarizerOptions()
         command = (self.options.command or "").strip()
         if not command:
-            raise UsageError("--summarizer command needs --summary-command")
+            raise UsageError(
+                "{summarizer} command needs {summarizer_options.command}",
+                options=("summarizer", "summarizer_options.command"),
+            )
         self.command = command
         self.spent = Spent()
         self._cache = summary_cache(self.options.use_cache, cache)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +24,6 @@ from ctxc.summarize.facts import (
     Fact,
     Routine,
     Tiers,
-    add_counts,
     compose,
     focus_words,
     norm,
@@ -71,10 +70,8 @@ def _is_request(m: Message, prev: Message | None) -> bool:
         meta.get(k) for k in ("ctxc", "is_meta", "is_compact_summary", "context_injection")
     ):
         return False
-    if meta.get("source") == "environment":
-        return False  # OpenHands: the runtime speaking
-    if _is_placeholder_text(m):
-        return False  # ctxc's own note, read back from a file
+    if meta.get("source") == "environment" or _is_placeholder_text(m):
+        return False  # OpenHands: the runtime speaking; or ctxc's own note, read back from a file
     if prev is not None and prev.role == "assistant" and prev.meta.get("action") and "history_index" in meta:
         return False  # SWE-agent classic: the user turn after an action is that action's observation
     return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
@@ -191,7 +188,7 @@ class _Reader:
 
     verbatim: list[Fact] = field(default_factory=list)
     earlier: list[Fact] = field(default_factory=list)
-    omitted: dict[str, int] = field(default_factory=dict)
+    omitted: Counter[str] = field(default_factory=Counter)
     calls: dict[str, Call] = field(default_factory=dict)
     outcomes: list[_Outcome] = field(default_factory=list)
     decisions_seen: set[str] = field(default_factory=set)
@@ -206,7 +203,7 @@ class _Reader:
         if m.meta.get("ctxc") == "summary":
             facts, omitted = previous_facts(_text_of(m), -1_000_000 + len(self.earlier))
             self.earlier += facts
-            add_counts(self.omitted, omitted)
+            self.omitted.update(omitted)
         elif m.meta.get("ctxc") == "placeholder" or _is_placeholder_text(m):
             # What a trimming strategy quoted from the messages it removed: quoted again, verbatim.
             for quote in key_sentences(m):
@@ -216,10 +213,9 @@ class _Reader:
                 else:
                     self._decision(quote.text, quote.text, pos, label)
         elif m.meta.get("is_compact_summary"):
+            label = f"earlier summary (msg {m.index}): "
             if (text := _text_of(m)).strip():
-                self.verbatim.append(
-                    Fact(INTENT, shorten(text, 600), pos, 1, f"earlier summary (msg {m.index}): ")
-                )
+                self.verbatim.append(Fact(INTENT, shorten(text, 600), pos, 1, label))
         else:
             self._message(pos, m, prev)
 
@@ -339,9 +335,8 @@ def _error_events(outcomes: Sequence[_Outcome]) -> list[Fact]:
         # The error text leads so that shortening keeps it; the call and the outcome follow.
         body = f"{err}{times} [{first.label}]"
         if at < len(later):
-            edits = list(
-                dict.fromkeys(p for o in outcomes[last_i + 1 : later[at]] for _, p in o.call.changes)
-            )
+            changed = (p for o in outcomes[last_i + 1 : later[at]] for _, p in o.call.changes)
+            edits = list(dict.fromkeys(changed))
             how = f" after changing {', '.join(edits[:3])}" if edits else ""
             body += f" → fixed{how}: succeeded at msg {outcomes[later[at]].call.index}"
         else:
@@ -354,9 +349,8 @@ def _state(recent: Sequence[tuple[int, Message]], outcomes: Sequence[_Outcome]) 
     out: list[Fact] = []
     if recent:
         pos, m = recent[-1]
-        out.append(
-            Fact(STATE, shorten(_text_of(m), 500), pos, 1, f"last assistant message (msg {m.index}): ")
-        )
+        label = f"last assistant message (msg {m.index}): "
+        out.append(Fact(STATE, shorten(_text_of(m), 500), pos, 1, label))
     for o in outcomes[-3:]:
         status = "ok" if o.error is None else f"error: {shorten(o.error, 160)}"
         out.append(Fact(STATE, f"{o.call.label} → {status}", o.call.pos, 2, f"msg {o.call.index} "))
@@ -398,7 +392,7 @@ class ExtractiveSummarizer:
         if request.previous:
             previous, omitted = previous_facts(request.previous, -2_000_000)
             if omitted:
-                add_counts(omitted, tiers.omitted)
+                omitted.update(tiers.omitted)
                 tiers = replace(tiers, omitted=omitted)
         return compose(request, count, tiers, previous)
 

@@ -59,11 +59,6 @@ def plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def add_counts(into: dict[str, int], more: Mapping[str, int]) -> None:
-    for k, v in more.items():
-        into[k] = into.get(k, 0) + v
-
-
 def span_label(messages: Sequence[Message]) -> str:
     if not messages:
         return "(none)"
@@ -117,10 +112,10 @@ _ROUTINE_BULLET = re.compile(r"^(?:read \d+ files?|routine:|ran \d+ commands?|\d
 _OMITTED_RE = re.compile(r"^\((\d+) older items? omitted")
 
 
-def previous_facts(text: str, seq0: int) -> tuple[list[Fact], dict[str, int]]:
+def previous_facts(text: str, seq0: int) -> tuple[list[Fact], Counter[str]]:
     """Bullets of an earlier ctxc summary, by section, in order, and its omitted counts."""
     facts: list[Fact] = []
-    omitted: dict[str, int] = {}
+    omitted: Counter[str] = Counter()
     bullets: list[tuple[str, list[str]]] = []
     section: str | None = None
     current: list[str] | None = None  # the lines of the bullet being read
@@ -138,7 +133,7 @@ def previous_facts(text: str, seq0: int) -> tuple[list[Fact], dict[str, int]]:
     for section, lines in bullets:
         body = "\n".join(lines)
         if m := _OMITTED_RE.match(body):
-            omitted[section] = omitted.get(section, 0) + int(m.group(1))
+            omitted[section] += int(m.group(1))
         elif body.strip() and body.strip() != EMPTY:
             tier = 1 if section in (INTENT, DECISIONS) else 3 if _ROUTINE_BULLET.match(body) else 2
             facts.append(Fact(section, body, seq0 + len(facts), tier))
@@ -245,7 +240,7 @@ class _Draft:
     sections: tuple[str, ...]
     header: list[str]
     facts: list[Fact]
-    omitted: dict[str, int]
+    omitted: Counter[str]
     limits: dict[int, int] = field(default_factory=dict)  # fact position -> char limit
     dropped: set[int] = field(default_factory=set)
 
@@ -259,7 +254,7 @@ class _Draft:
         live.sort(key=lambda i: (self.facts[i].tier, self.facts[i].seq, i))
         for s in self.sections:
             out += ["", f"## {s}"]
-            n = self.omitted.get(s, 0)
+            n = self.omitted[s]
             if n:
                 out.append(f"- ({n} older item{'s' if n != 1 else ''} omitted)")
             lines = [self.fact_line(i) for i in live if self.facts[i].section == s]
@@ -314,7 +309,9 @@ def compose(
     for rank, i in enumerate(firsts):
         floor = (len(merged[i].body) if intent else FIRST_REQUEST_FLOOR) if rank == 0 else 0
         merged[i] = replace(merged[i], keep=rank == 0, floor=floor)
-    draft = _Draft(sections, _header(request), merged, {k: v for k, v in omitted.items() if k in sections})
+    draft = _Draft(
+        sections, _header(request), merged, Counter({k: v for k, v in omitted.items() if k in sections})
+    )
     text = draft.render()
     if count(text) <= request.budget:
         return text
@@ -322,7 +319,6 @@ def compose(
     focused = [any(w in (f.label + f.body).lower() for w in words) for f in merged]
     # Which bullets go first: routine counts (tier 3), then events (tier 2), then tier 1.
     ranks = [0 if f.tier >= 3 else 1 if f.tier == 2 else 2 for f in merged]
-    # Each step returns as soon as the text fits.
     for action, focus, wanted in _STEPS:
         ids = [i for i in range(len(merged)) if focused[i] == focus and ranks[i] in wanted]
         step = _shorten_step if action == "shorten" else _drop_step
@@ -347,8 +343,7 @@ def _shorten_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[s
     return None
 
 
-#: The share of the estimated excess a round of drops aims at: the estimate is rough, and a bullet
-#: dropped too many is lost while a round too few costs one more count.
+#: The share of the estimated excess a round of drops aims at: a bullet dropped too many is lost.
 _AIM = 0.9
 
 
@@ -367,8 +362,7 @@ def _drop_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[str]
             return text
         if not any(queues.values()):
             return None
-        # Dropped lines are estimated, not counted one at a time (a round trip to a counting worker
-        # each): at the tokens per character the lines dropped last round had, at first the whole text's.
+        # Dropped lines are estimated (counting each is slow) at the tokens per character of the last round's.
         if last is not None and last[0] > total:
             per_char = (last[0] - total) / last[1]
         else:
@@ -376,7 +370,7 @@ def _drop_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[str]
         excess = (total - budget) * _AIM
         removed = 0.0
         dropped_chars = 0
-        # Section sizes in characters: cheap, and only used to decide where to cut.
+        # Section sizes in characters: only used to decide where to cut.
         size: dict[str, int] = {}
         for i in range(len(facts)):
             if i not in draft.dropped:
@@ -391,5 +385,5 @@ def _drop_step(draft: _Draft, ids: list[int], budget: int, count: Callable[[str]
             dropped_chars += len(line) + 1
             size[section] -= len(line)
             draft.dropped.add(victim)
-            draft.omitted[section] = draft.omitted.get(section, 0) + 1
+            draft.omitted[section] += 1
         last = (total, dropped_chars)

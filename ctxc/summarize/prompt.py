@@ -1,5 +1,4 @@
-"""The prompt of the summarizers that ask a model (the Anthropic API, a command) and the
-:class:`Validation` of their answers."""
+"""The prompt of the summarizers that ask a model or a command, and the :class:`Validation` of answers."""
 
 from __future__ import annotations
 
@@ -220,8 +219,7 @@ INTENT_BULLET = "- The session's intent (its first request, verbatim): "
 
 
 def with_intent(text: str, intent: str | None) -> str:
-    """An answer that left out the session's intent (or changed a word) gets it as the first bullet of its
-    Session intent section."""
+    """An answer without the session's intent word for word gets it as the first bullet of Session intent."""
     if not intent or not intent.strip() or quotes(text, intent):
         return text
     lines = intent.strip().split("\n")

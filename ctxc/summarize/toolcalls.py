@@ -132,10 +132,8 @@ def _command_key(command: str) -> str:
     """The part of a command that identifies the work: "pytest", "npm test", "python -m pytest"."""
     first_line = command.strip().splitlines()[0] if command.strip() else ""
     segments = [s for s in _SEGMENT_SPLIT.split(first_line) if s.strip()]
-    segments = [
-        s for s in segments if not s.strip().startswith(("cd ", "source ", "export ", ". "))
-    ] or segments
-    toks = _tokens(segments[0]) if segments else []
+    work = [s for s in segments if not s.strip().startswith(("cd ", "source ", "export ", ". "))] or segments
+    toks = _tokens(work[0]) if work else []
     while toks and (toks[0] in ("sudo", "time", "env", "timeout", "nice") or toks[0].isdigit()):
         toks = toks[1:]
     if not toks:
@@ -168,14 +166,8 @@ def _operands(verb: str, args: Sequence[str]) -> list[str]:
 
 def _redirect_targets(args: Sequence[str]) -> Iterator[str]:
     """The files a command's ``>`` and ``>>`` redirections write."""
-    for i, t in enumerate(args):
-        if t in (">", ">>"):
-            target = args[i + 1] if i + 1 < len(args) else ""
-        elif t.startswith(">"):
-            target = t[1:]
-        else:
-            continue
-        target = target.lstrip(">")
+    for t, after in zip(args, [*args[1:], ""], strict=False):
+        target = (after if t in (">", ">>") else t[1:] if t.startswith(">") else "").lstrip(">")
         if target and target != "/dev/null" and _looks_like_path(target):
             yield target
 
@@ -224,11 +216,8 @@ def _shell_call(command: str) -> tuple[str, list[tuple[str, str]], list[str]]:
                 continue
             changes.extend(("created", target) for target in _redirect_targets(toks[1:]))
             kinds.append(_segment_kind(posixpath.basename(toks[0]), toks[1:], changes, reads))
-    if changes:
-        return "change", changes, reads
-    if "command" in kinds or not kinds:
-        return "command", changes, reads
-    return kinds[0], changes, reads
+    kind = "change" if changes else kinds[0] if kinds and "command" not in kinds else "command"
+    return kind, changes, reads
 
 
 def _patch_changes(text: str) -> Iterator[tuple[str, str]]:
@@ -279,9 +268,8 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
     # An apply_patch call (a tool of its own, or a shell command carrying the patch) is about its files.
     patch = list(_patch_changes(patch_text)) if "*** " in patch_text else []
     if patch:
-        return call(
-            "change", f"{name} {', '.join(p for _, p in patch[:3])}", patch[0][1], changes=tuple(patch)
-        )
+        label = f"{name} {', '.join(p for _, p in patch[:3])}"
+        return call("change", label, patch[0][1], changes=tuple(patch))
     if low == "str_replace_editor" and fields and path:
         sub = str(fields.get("command", ""))
         if sub == "create":
@@ -291,10 +279,8 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
         return call("read", f"{name} view {path}", path, reads=(path,))
     if command:
         kind, changes, reads = _shell_call(command)
-        label = f"{name} `{shorten(_CD_PREFIX.sub('', command), 80)}`"
-        return call(
-            kind, label, _command_key(command) or name, changes=tuple(changes), reads=tuple(reads), shell=True
-        )
+        label, key = f"{name} `{shorten(_CD_PREFIX.sub('', command), 80)}`", _command_key(command) or name
+        return call(kind, label, key, changes=tuple(changes), reads=tuple(reads), shell=True)
     searching = low in _SEARCH_TOOLS or "pattern" in fields or "query" in fields
     if fields and path:
         label = f"{name} {path}"

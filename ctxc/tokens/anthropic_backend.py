@@ -81,7 +81,8 @@ class AnthropicTokenizer:
         if client.api_key is None and client.auth_token is None and client.credentials is None:
             await client.close()
             raise AuthError(
-                "ANTHROPIC_API_KEY is not set: --tokenizer anthropic counts tokens through the Anthropic API"
+                "ANTHROPIC_API_KEY is not set: {tokenizer} anthropic counts tokens through the Anthropic API",
+                options=("tokenizer",),
             )
         out = [0] * len(texts)
         async with client:

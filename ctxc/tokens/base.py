@@ -68,6 +68,7 @@ class RecordedUsageOnly:
 
     def count(self, texts: Sequence[str]) -> list[int]:
         raise UsageError(
-            "--tokenizer usage only reads the usage a log recorded and cannot count text; "
-            "use o200k_base (the default), cl100k_base, approx or anthropic for this"
+            "{tokenizer} usage only reads the usage a log recorded and cannot count text; "
+            "use o200k_base (the default), cl100k_base, approx or anthropic for this",
+            options=("tokenizer",),
         )

@@ -111,7 +111,8 @@ def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
             where = str(path)
     except OSError as exc:
         raise CtxcError(
-            f"cannot read the {spec.name} token ranks ({exc}); reinstall ctxc or use --tokenizer approx"
+            f"cannot read the {spec.name} token ranks ({exc}); reinstall ctxc or use {{tokenizer}} approx",
+            options=("tokenizer",),
         ) from exc
     digest = hashlib.sha256(data).hexdigest()
     if digest != spec.sha256:
