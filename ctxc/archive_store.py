@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -24,10 +25,13 @@ from ctxc._version import __version__
 from ctxc.errors import ArchiveError, OutputError, UsageError
 from ctxc.output import PRIVATE_DIR, Data, private_dir, write_atomic
 from ctxc.reader import Spool
-from ctxc.system import pid_alive
+from ctxc.system import pid_alive, warn_once
+from ctxc.terminal import one_line
 
 if TYPE_CHECKING:
     from ctxc.model import Transcript
+
+log = logging.getLogger(__name__)
 
 #: A project-local archive, used where it exists (in the current directory or a parent).
 LOCAL_ARCHIVE = Path(".ctxc") / "archive"
@@ -153,15 +157,33 @@ def discard_new_objects_on_failure() -> Iterator[list[Path]]:
         _created.reset(token)
 
 
+#: How long a command waits for a lock another process holds before it gives up (a stopped run, say).
+LOCK_WAIT_SECONDS = 60.0
+
+
+class LockTimeout(ArchiveError):
+    """Another process held a lock past the wait."""
+
+
 @contextlib.contextmanager
-def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``path``; without ``wait``, yield False at once, holding nothing,
-    if another process holds it."""
-    private_dir(path.parent)
-    with open_private(path, "a+b") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+def exclusive_lock(path: Path, *, wait: bool = True, seconds: float = LOCK_WAIT_SECONDS) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path``, waiting at most ``seconds`` (then :class:`LockTimeout`);
+    without ``wait``, yield False at once, holding nothing, if another process holds it."""
+    try:
+        private_dir(path.parent)
+        lock = open_private(path, "a+b")
+    except OSError as exc:  # a read-only archive, say
+        raise ArchiveError(
+            f"cannot take the lock {path.name}: {exc.strerror or exc}", path=str(path)
+        ) from exc
+    with lock:
+        if not _take(lock.fileno(), seconds if wait else 0.0):
+            if wait:
+                raise LockTimeout(
+                    f"another process has held {path.name} for {seconds:g} s (a stopped ctxc?); "
+                    "try again once it ends",
+                    path=str(path),
+                )
             yield False
             return
         try:
@@ -170,10 +192,30 @@ def exclusive_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
+def _take(fd: int, seconds: float) -> bool:
+    """Whether the flock on ``fd`` was taken within ``seconds``: polled, since a blocking flock has no
+    timeout, more slowly the longer it waits."""
+    deadline, pause = time.monotonic() + seconds, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.1)
+
+
 def append_jsonl(path: Path, doc: dict[str, Any]) -> None:
     """Append ``doc`` to ``path`` as one line, in one write under ``<name>.lock``, fsynced."""
     line = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-    with exclusive_lock(path.with_suffix(".lock")), open_private(path) as handle:
+    with exclusive_lock(path.with_suffix(".lock")), open_private(path, "a+b") as handle:
+        if end := handle.seek(0, os.SEEK_END):
+            handle.seek(end - 1)
+            if handle.read(1) != b"\n":  # a line torn by a killed writer: this one must not join it
+                line = b"\n" + line
         handle.write(line)
         handle.flush()
         os.fsync(handle.fileno())
@@ -217,11 +259,12 @@ class ArchiveStore:
         digest = digest or sha256_hex(data)
         path = self.object_path(digest)
         size = sum(map(len, data)) if isinstance(data, list) else len(data)
-        if path.exists() and path.stat().st_size == size:
+        existed = path.exists()
+        if existed and path.stat().st_size == size and _file_sha256(path) == digest:
             return digest
-        with self._writing():
+        with self._writing():  # new, or a damaged copy (a flipped bit keeps the size) made whole again
             write_atomic(path, data, sync=sync, temp=self._temp(path.parent))
-        if (created := _created.get()) is not None:
+        if (created := _created.get()) is not None and not existed:
             created.append(path)
         return digest
 
@@ -321,23 +364,57 @@ class ArchiveStore:
     def index_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None: ...
 
     def manifest(self) -> list[dict[str, Any]]:
-        return [{**e, "_line": e.get("_line", n)} for n, e in read_jsonl(self.root / "manifest.jsonl")]
+        return self._manifest()[0]
+
+    def _manifest(self) -> tuple[list[dict[str, Any]], list[int]]:
+        """The manifest's runs, and the numbers of its damaged lines (each said once, then skipped)."""
+        path = self.root / "manifest.jsonl"
+        data = path.read_bytes() if path.exists() else b""
+        runs = list(jsonl_objects(data))
+        read = {n for n, _ in runs}
+        damaged = [n for n, raw in enumerate(data.splitlines(), 1) if raw.strip() and n not in read]
+        for n in damaged:
+            warn_once(
+                log,
+                f"manifest {path}:{n}",
+                "ctxc: warning: %s line %d is damaged (not a JSON object) and was skipped: restore and "
+                "search do not know the run it recorded; mend or delete that line",
+                one_line(str(path)),
+                n,
+            )
+        return [{**e, "_line": e.get("_line", n)} for n, e in runs], damaged
 
     def find_original(self, data: bytes) -> str | None:
         """The archive id of the first original ``data`` (an output, maybe compacted again) was made from."""
         digest = sha256_hex(data)
         made_from: dict[str, str] = {}  # output sha256 -> input sha256, the newest run winning
-        for entry in self.manifest():
+        runs, damaged = self._manifest()
+        for entry in runs:
             out, src = entry.get("output_sha256"), entry.get("input_sha256")
             if isinstance(out, str) and isinstance(src, str) and out != src:
                 made_from[out] = src
         if digest in made_from:
             return _first(digest, made_from)
-        if self.object_path(digest).exists():
-            return digest
         match = CITATION_RE.search(data.decode("utf-8", errors="replace"))
+        if self.object_path(digest).exists():
+            if damaged and match:  # an archived original, or an output whose run was on the damaged line
+                raise ArchiveError(
+                    f"line {damaged[0]} is damaged, so this file may be an original or a compacted output "
+                    f"(it cites ctxc archive {match.group(1)}): give the id to restore, "
+                    f"`ctxc restore {match.group(1)}` or `ctxc restore {digest[:MIN_PREFIX]}`",
+                    path=str(self.root / "manifest.jsonl"),
+                )
+            return digest
         if match:
             return _first(self.resolve(match.group(1)), made_from)
+        return None
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        with path.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
         return None
 
 

@@ -93,10 +93,11 @@ def side_conversations(flags: Iterable[tuple[int, bool]]) -> frozenset[int]:
 
 
 def thread_usage(usage: Sequence[Usage]) -> tuple[Usage, ...]:
-    """The calls of the log's own thread, which name its model and measure its context: without those
-    of inline subagent runs, unless every call is one (a subagent's own log is its main thread)."""
-    own = tuple(u for u in usage if not u.sidechain)
-    return own or tuple(usage)
+    """The calls of the chain the client resumes, which name its model and measure its context: without
+    those of inline subagent runs, unless every call is one (a subagent's own log is its main thread),
+    and without those on abandoned branches (billed, but in no context)."""
+    own = tuple(u for u in usage if not u.sidechain) or tuple(usage)
+    return tuple(u for u in own if not u.abandoned)
 
 
 def is_sidechain(message: Message) -> bool:

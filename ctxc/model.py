@@ -110,6 +110,8 @@ class Usage:
     cache_write_1h: int = 0
     #: A call of a subagent run written inline (Claude Code 1.0.x): not the log's own thread.
     sidechain: bool = False
+    #: A call on a branch the client abandoned (a rewind, an edited prompt): billed, but in no context.
+    abandoned: bool = False
 
     @property
     def context(self) -> int:

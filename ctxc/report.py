@@ -124,8 +124,8 @@ class Scan:
 
 
 def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) -> UsageSummary | None:
-    """Calls, token sums and cost (at ``prices``, else the shipped table) of every call; the largest and
-    last context of the log's own thread's."""
+    """Calls, token sums and cost (at ``prices``, else the shipped table) of every call, as billed; the
+    largest and last context of the calls on the chain the client resumes (:func:`ctxc.live.thread_usage`)."""
     if not usage:
         return None
     own = thread_usage(usage)
@@ -136,8 +136,8 @@ def summarize_usage(usage: Sequence[Usage], prices: PriceTable | None = None) ->
         output=sum(u.output for u in usage),
         cache_read=sum(u.cache_read for u in usage),
         cache_write=sum(u.cache_write for u in usage),
-        last_context=own[-1].context,
-        max_context=max(u.context for u in own),
+        last_context=own[-1].context if own else 0,
+        max_context=max((u.context for u in own), default=0),
         window=windows[-1] if windows else None,
         cost=price_usage(usage, prices or default_prices()),
     )

@@ -29,7 +29,7 @@ from ctxc.validate import Problem
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 8  # 8: a call says whether it is an inline subagent run's
+_LAYOUT = 9  # 9: a call says whether it is on an abandoned branch
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 

@@ -1,24 +1,31 @@
 """Recorded usage only (``ctxc analyze --tokenizer usage``): only the lines holding the adapter's
 ``usage_needles`` are parsed, with the figures of the full reader; formats without needles go through
-the full reader, uncounted. A file that records no usage is an error, not a silent zero."""
+the full reader, uncounted. A Claude Code log's other lines are placed on its record tree from their
+leading keys, so its calls on abandoned branches are marked as the reader marks them. A file that records
+no usage is an error, not a silent zero."""
 
 from __future__ import annotations
 
 import mmap
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
+
+import orjson
 
 from ctxc.errors import CtxcError, InputError
 from ctxc.formats import check_forced, get_adapter, open_stream, sniff
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter
 from ctxc.formats.claude_code import (
+    _BOUNDARIES,
     _MAX_OPEN_RECORDS,
     _RECENT_IDS,
     compaction_boundary,
     response_usage,
 )
+from ctxc.formats.claude_code_chain import Tree
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.live import thread_usage
 from ctxc.model import Boundary, Record, Usage
@@ -33,6 +40,17 @@ from ctxc.tokens.base import USAGE_TOKENIZER
 _Found = tuple[tuple[Usage, ...], tuple[Boundary, ...], int]
 _NL = b"\n"
 _SNIFF_HEAD = 64 * 1024
+#: The key every record of Claude Code's tree has.
+_UUID = b'"uuid"'
+_STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'  # unrolled: sre runs it many times faster
+#: A record's leading keys up to its ``type`` (and ``subtype``), every value a plain one: so all of them
+#: are the record's own, not a nested object's. Claude Code writes them first (``parentUuid``, ...).
+_HEAD = re.compile(
+    rb'\{((?:(?!"type":)%b:(?:%b|true|false|null|-?[0-9.eE+-]+),)*+)"type":(%b)(?:,"subtype":(%b))?'
+    % (_STR, _STR, _STR, _STR)
+)
+_PLAIN_STR = re.compile(rb'"([^"\\]*)"')
+_BOUNDARY_SUBTYPES = frozenset(b'"%b"' % k.encode() for k in _BOUNDARIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +181,7 @@ class _Lines:
 
     def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
         """``(line number, raw bytes, parsed value)`` of each line holding a needle."""
-        buf, limit = self.buf, self.options.max_line_bytes
+        buf = self.buf
         line, counted_to = 1, 0
         for start, end in self.spans(needles):
             nl = buf.find(_NL, counted_to)
@@ -171,42 +189,102 @@ class _Lines:
                 line += 1
                 nl = buf.find(_NL, nl + 1)
             counted_to = start
-            raw = buf[start:end]
-            if raw[-1:] == b"\r":
-                raw = raw[:-1]
-            if len(raw) > limit:
-                raise InputError(
-                    f"line is {megabytes(len(raw))}, over the {megabytes(limit)} limit "
-                    "(raise it with {max_line_bytes})",
-                    path=self.name,
-                    line=line,
-                    options=("max_line_bytes",),
-                )
-            body = raw[3:] if start == 0 and raw.startswith(BOM) else raw
-            try:
-                data = parse_line(body, self.name, line)
-            except InputError:
-                if self.options.skip_invalid:
-                    self.skipped += 1
-                    continue
-                raise
-            yield line, raw, data
+            if (found := self._parse(line, start, end)) is not None:
+                yield line, *found
+
+    def tree(self, needles: Sequence[bytes]) -> Iterator[tuple[int, Any, bool]]:
+        """``(line number, value, whole)`` of each line that may hold a call or a compaction and holds a
+        needle (parsed whole), and of each other line with a ``uuid`` (only its place on the tree, see
+        :func:`_envelope`): every line visited once, none copied."""
+        buf, size = self.buf, len(self.buf)
+        line, start = 1, 0
+        while start < size:
+            nl = buf.find(_NL, start)
+            end = size if nl < 0 else nl
+            begin = start + 3 if start == 0 and buf[:3] == BOM else start
+            head = _HEAD.match(buf, begin, end)
+            if _may_count(head) and any(buf.find(n, start, end) >= 0 for n in needles):
+                if (found := self._parse(line, start, end)) is not None:
+                    yield line, found[1], True
+            elif (at := buf.find(_UUID, begin, end)) >= 0:
+                yield line, _envelope(buf, begin, end, at, head), False
+            start, line = end + 1, line + 1
+
+    def _parse(self, line: int, start: int, end: int) -> tuple[bytes, Any] | None:
+        """The line's bytes and value; None when it is not JSON and such lines are skipped."""
+        raw = self.buf[start:end]
+        if raw[-1:] == b"\r":
+            raw = raw[:-1]
+        if len(raw) > self.options.max_line_bytes:
+            raise InputError(
+                f"line is {megabytes(len(raw))}, over the {megabytes(self.options.max_line_bytes)} limit "
+                "(raise it with {max_line_bytes})",
+                path=self.name,
+                line=line,
+                options=("max_line_bytes",),
+            )
+        body = raw[3:] if start == 0 and raw.startswith(BOM) else raw
+        try:
+            return raw, parse_line(body, self.name, line)
+        except InputError:
+            if self.options.skip_invalid:
+                self.skipped += 1
+                return None
+            raise
+
+
+def _may_count(head: re.Match[bytes] | None) -> bool:
+    """Whether a record with these leading keys may be a call or a compaction: unless its own ``type``
+    (and ``subtype``) say it is neither."""
+    if head is None or head[2] == b'"assistant"':
+        return True
+    return head[2] == b'"system"' and (head[3] is None or head[3] in _BOUNDARY_SUBTYPES)
+
+
+def _envelope(buf: bytes | mmap.mmap, begin: int, end: int, at: int, head: re.Match[bytes] | None) -> Any:
+    """The place on Claude Code's tree of the line at ``begin:end`` whose first ``"uuid"`` is at ``at``:
+    its leading keys (``head``, :data:`_HEAD`) and its only ``"uuid":"..."``. A key matched in the bytes
+    is a key (in a JSON string the quotes are escaped); a ``"uuid"`` found twice (a nested message) or
+    keys written otherwise, and the line is parsed whole. A line cut short (being written) is no record."""
+    if buf[max(begin, end - 2) : end].rstrip()[-1:] != b"}":
+        return None
+    value = _PLAIN_STR.match(buf, at + 7, end) if buf[at + 6 : at + 7] == b":" else None
+    if (
+        head is None
+        or (head[2] == b'"system"' and head[3] is None)  # the tree needs a system record's subtype
+        or value is None
+        or buf.find(_UUID, at + 6, end) >= 0
+    ):
+        try:
+            return orjson.loads(buf[begin:end])
+        except orjson.JSONDecodeError:
+            return None
+    prefix, kind, subtype = head.groups()
+    found = orjson.loads(b'{%b"type":%b%b}' % (prefix, kind, b',"subtype":' + subtype if subtype else b""))
+    found["uuid"] = value[1].decode()
+    return found
 
 
 def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
     """Usage of each response (split records merged by ``message.id``) and the compaction boundaries,
-    read as :mod:`ctxc.formats.claude_code` reads them, without building the messages."""
-    calls: list[Usage | None] = []  # one per response closed; None when it recorded no usage
+    read as :mod:`ctxc.formats.claude_code` reads them, without building the messages. Every line with a
+    ``uuid`` is placed on the record tree (its other lines by their keys alone), so the calls on branches
+    the client abandoned are marked as the reader marks them."""
     parts: list[tuple[dict[str, Any], int]] = []  # the open response's records whose usage counts
     boundaries: list[Boundary] = []
     closed: dict[str, None] = {}  # the last _RECENT_IDS closed ids, oldest first
     open_id: str | None = None
-    open_records = 0
+    open_lines: list[int] = []
     open_side = False  # the open response is a subagent run's, written inline
-    for line, _raw, data in lines.parsed(needles):
+    tree = Tree()  # records numbered by line; its calls: each response's usage, lines and sidechain flag
+    for line, data, whole in lines.tree(needles):
         if not isinstance(data, dict):
             continue
+        if "uuid" in data:
+            tree.note(line, line, data)
         rtype = data.get("type")
+        if not whole:
+            continue
         if rtype == "system":
             if (boundary := compaction_boundary(data, line)) is not None:
                 boundaries.append(boundary)
@@ -216,22 +294,22 @@ def _claude_code(lines: _Lines, needles: Sequence[bytes]) -> _Found:
             continue
         mid = str_or_none(message.get("id"))
         part = [] if message.get("model") == SYNTHETIC_MODEL else [(message, line)]
-        if open_id is not None and mid == open_id and open_records < _MAX_OPEN_RECORDS:
+        if open_id is not None and mid == open_id and len(open_lines) < _MAX_OPEN_RECORDS:
             parts += part
-            open_records += 1
+            open_lines.append(line)
             continue
-        if open_records:
-            calls.append(response_usage(parts, open_side))
+        if open_lines and (usage := response_usage(parts, open_side)) is not None:
+            tree.calls.append((usage, open_lines, open_side))
         if open_id is not None:
             closed.pop(open_id, None)  # re-closed: now the newest
             closed[open_id] = None
             if len(closed) > _RECENT_IDS:
                 del closed[next(iter(closed))]
-        open_id, open_records, open_side = mid, 1, data.get("isSidechain") is True
+        open_id, open_lines, open_side = mid, [line], data.get("isSidechain") is True
         parts = [] if mid in closed else part  # a late part of a closed response counts once
-    if open_records:
-        calls.append(response_usage(parts, open_side))
-    return tuple(u for u in calls if u is not None), tuple(boundaries), lines.skipped
+    if open_lines and (usage := response_usage(parts, open_side)) is not None:
+        tree.calls.append((usage, open_lines, open_side))
+    return tuple(tree.usage()), tuple(boundaries), lines.skipped
 
 
 def _needle_lines(lines: _Lines, adapter: FormatAdapter) -> _Found:

@@ -335,12 +335,13 @@ def test_streaming_order_of_items() -> None:
     records = list(enumerate(iter_records(io.BytesIO(_interleaved()), "x")))
     items = list(ADAPTER.read(records))
     kinds = [(type(i).__name__, i.line) for i in items]
+    # The usage comes last, once the record tree tells which calls are on abandoned branches.
     assert kinds == [
         ("Message", 2),
         ("Message", 3),
-        ("Usage", 3),
         ("Message", 4),
         ("Message", 8),
+        ("Usage", 3),
         ("Usage", 8),
     ]
 
@@ -360,8 +361,8 @@ def test_boundary_read_while_response_open_keeps_its_place() -> None:
         _asst("a2", "a1", "msg_A", [{"type": "text", "text": "y"}]),
     )
     items = list(ADAPTER.read(enumerate(iter_records(io.BytesIO(data), "x"))))
-    assert [type(i).__name__ for i in items] == ["Message", "Usage", "Boundary"]
-    assert items[2] == Boundary(
+    assert [type(i).__name__ for i in items] == ["Message", "Boundary", "Usage"]  # usage comes last
+    assert items[1] == Boundary(
         kind="compact_boundary", line=2, trigger="auto", pre_tokens=1234, resets=True, index=1
     )
     assert isinstance(items[0], Message)

@@ -114,6 +114,73 @@ def _rewind() -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
 
 
+def _edited() -> bytes:
+    """The same main thread, then a branch answered by another model with larger calls (the file's last),
+    then the user rewound and edited the prompt, not answered yet: the client resumes the main thread."""
+    main = [r for r in map(orjson.loads, _log().splitlines()) if not r["isSidechain"]]
+    records = [
+        *main,
+        _user("r1", "a4", 20, "Also rewrite the tokenizer"),
+        _asst("r2", "r1", 21, [{"type": "text", "text": "Rewrote it."}], SIDE, 190_000),
+        _user("v1", "a4", 24, "Instead, add a docstring to parse()"),
+    ]
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+# Per log: its calls (every one billed), the resumed chain's last call and its largest since the log's
+# own compaction (a4's), and its largest ever (a2's, before the compaction).
+REWOUND = {"rewind": (_rewind, 8, 12_505), "edited": (_edited, 6, 14_005)}
+
+
+@pytest.mark.parametrize("name", REWOUND)
+def test_recorded_usage_measures_the_resumed_chain_not_a_rewound_branch(name: str, tmp_path: Path) -> None:
+    build, calls, last = REWOUND[name]
+    path = tmp_path / f"{name}.jsonl"
+    path.write_bytes(build())
+    recorded = ctxc.analyze(path, tokenizer="usage")
+    assert (recorded.model, recorded.window) == (MAIN, 1_000_000)
+    assert recorded.max_context == 14_005
+    assert recorded.usage is not None
+    assert (recorded.usage.last_context, recorded.usage.max_context) == (last, 150_005)
+    # Billing happened on the branch too: its calls are in the calls, the tokens and the cost.
+    assert recorded.usage.calls == calls
+    assert recorded.total_tokens == sum(
+        u.input + u.output + u.cache_read + u.cache_write for u in load(path).usage
+    )
+    counted = ctxc.analyze(path, use_cache=False)
+    assert (counted.model, counted.window, counted.usage) == (MAIN, 1_000_000, recorded.usage)
+
+
+@pytest.mark.parametrize("name", REWOUND)
+def test_analyze_check_and_sessions_agree_on_a_rewound_log(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "claude"
+    project = home / "projects" / "-proj"
+    project.mkdir(parents=True)
+    path = project / "0b5e1d4e-0000-4000-8000-000000000002.jsonl"
+    path.write_bytes(REWOUND[name][0]())
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+
+    def doc(*args: str) -> Any:
+        code, out, err = run(capsys, *args, "-f", "json", "-q")
+        assert code == 0, err
+        return orjson.loads(out)
+
+    a = doc("analyze", str(path))["files"][0]
+    u = doc("analyze", str(path), "--tokenizer", "usage")["files"][0]
+    c = doc("check", str(path), "--max-usage", "0.9")["files"][0]
+    cu = doc("check", str(path), "--tokenizer", "usage", "--max-usage", "0.9")["files"][0]
+    (s,) = doc("sessions")["sessions"]
+    assert {a["window"], u["window"], c["window"], cu["window"], s["window"]} == {1_000_000}
+    assert (u["context_tokens"], cu["tokens"], cu["stage"]) == (14_005, 14_005, u["stage"])
+    assert (a["context_tokens"], a["stage"]) == (c["tokens"], c["stage"])
+    assert (s["tokens"], s["stage"]) == (a["total_tokens"], a["stage"])
+    assert u["recorded_usage"] == a["recorded_usage"]
+    assert s["cost_usd"] == a["recorded_usage"]["cost"]["usd"]
+
+
 def test_replay_leaves_a_rewound_branch_out_of_the_context(tmp_path: Path) -> None:
     path = tmp_path / "rewind.jsonl"
     path.write_bytes(_rewind())
@@ -202,12 +269,15 @@ def _figures(capsys: pytest.CaptureFixture[str], path: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "name", ["codex.jsonl", "claude-code.jsonl", "chat-openai.jsonl", "dataset.jsonl", "sidechain"]
+    "name", ["codex.jsonl", "claude-code.jsonl", "chat-openai.jsonl", "dataset.jsonl", "sidechain", *REWOUND]
 )
 def test_every_command_reports_the_same_live_context(
     name: str, sidechain_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = sidechain_log if name == "sidechain" else SAMPLES / name
+    if name in REWOUND:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(REWOUND[name][0]())
     figures = _figures(capsys, path, tmp_path)
     assert {k: len(v) for k, v in figures.items()} == dict.fromkeys(figures, 1), figures
 

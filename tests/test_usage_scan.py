@@ -4,19 +4,23 @@ turns, BOM, CRLF, bad lines); the CLI's fast path prints exactly what the typer 
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from conftest import SAMPLES, corpus_files, corpus_params, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ctxc
 from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.model import Boundary
 from ctxc.reader import ReadOptions
 from ctxc.tokens import RecordedUsageOnly
-from ctxc.usage_scan import analyze_usage, crossing_line, scan_usage, total_tokens
+from ctxc.usage_scan import analyze_usage, crossing_line, scan_usage, total_tokens, usage_analysis
 
 
 @pytest.mark.parametrize("path", [*corpus_params("claude-code/*"), SAMPLES / "claude-code.jsonl"])
@@ -185,6 +189,170 @@ def test_analysis_from_usage(tmp_path: Path) -> None:
     scan = scan_usage(before)
     assert crossing_line(scan, 150) == 5
     assert crossing_line(scan, 10_000) is None
+
+
+# ------------------------------------------------------------------------------------ record tree
+
+
+def _rec(rtype: str, uid: str, parent: str | None, **extra: Any) -> dict[str, Any]:
+    head = {"parentUuid": parent, "isSidechain": extra.pop("side", False), "userType": "external"}
+    return {**head, "cwd": "/w", "sessionId": "s", "type": rtype, **extra, "uuid": uid}
+
+
+def _said(uid: str, parent: str | None, text: Any, **extra: Any) -> dict[str, Any]:
+    return _rec("user", uid, parent, message={"role": "user", "content": text}, **extra)
+
+
+def _call(uid: str, parent: str | None, mid: str, context: int, **extra: Any) -> dict[str, Any]:
+    message = {
+        "id": mid,
+        "role": "assistant",
+        "model": "claude-opus-4-5",
+        "content": [],
+        "usage": _u(1, 2, context),
+    }
+    return _rec("assistant", uid, parent, message=message, **extra)
+
+
+def _stream(records: list[dict[str, Any]]) -> io.BytesIO:
+    return io.BytesIO(b"".join(orjson.dumps(r) + b"\n" for r in records))
+
+
+REWOUND = [
+    _said("u1", None, "Build the parser"),
+    _call("a1", "u1", "m1", 1_000),
+    _said("u2", "a1", "Now the tokenizer"),
+    _call("a2", "u2", "m2", 90_000),  # the branch the user rewound: its call was the largest
+    _said("u3", "a2", "And the lexer"),
+    _call("a3", "u3", "m3", 95_000),
+    _said("v2", "a1", "Instead, document the parser"),  # re-parented at a1: u2..a3 are abandoned
+    _call("b2", "v2", "m4", 3_000),
+]
+
+
+@pytest.mark.parametrize(("eol", "bom"), [(b"\n", False), (b"\r\n", False), (b"\n", True)])
+def test_the_calls_of_a_rewound_branch_are_marked_as_the_reader_marks_them(
+    tmp_path: Path, eol: bytes, bom: bool
+) -> None:
+    path = _write(tmp_path / "rewound.jsonl", REWOUND, eol=eol, bom=bom)
+    scan = scan_usage(path)
+    assert scan.usage == ctxc.load(path).usage
+    assert [(u.line, u.abandoned) for u in scan.usage] == [(2, False), (4, True), (6, True), (8, False)]
+    a = usage_analysis(scan, window=200_000)
+    assert (a.max_context, a.usage.max_context if a.usage else None) == (3_001, 3_001)
+    assert a.usage is not None
+    assert a.usage.calls == 4  # every call was billed
+    assert crossing_line(scan, 50_000) is None
+
+
+def test_a_log_rewound_before_its_first_answer_has_no_recorded_context() -> None:
+    records = [_said("u1", None, "Delete the cache"), _call("a1", "u1", "m1", 5_000), _said("u2", None, "Hi")]
+    a = usage_analysis(scan_usage(_stream(records)), window=200_000)
+    assert a.usage is not None
+    assert (a.usage.calls, a.usage.last_context, a.usage.max_context, a.max_context) == (1, 0, 0, 0)
+
+
+def _written(record: dict[str, Any], layout: str) -> bytes:
+    """A record as some writer lays it out: Claude Code's compact JSON; the ``type`` after the message,
+    or the ``subtype`` away from it; spaced JSON; a nested ``uuid`` before the record's own; an escaped
+    value among the leading keys."""
+    if layout == "type-last":
+        record = {k: v for k, v in record.items() if k != "type"} | {"type": record["type"]}
+    elif layout == "nested-uuid":
+        nested = {"rows": [{"uuid": "not-a-record", "type": "user"}]}
+        record = {k: v for k, v in record.items() if k != "uuid"} | {
+            "toolUseResult": nested,
+            "uuid": record["uuid"],
+        }
+    elif layout == "subtype-last" and "subtype" in record:
+        record = {k: v for k, v in record.items() if k != "subtype"} | {"subtype": record["subtype"]}
+    elif layout == "escaped":
+        record = {**record, "cwd": 'C:\\work\\"quoted"'}
+    if layout == "spaced":
+        return json.dumps(record).encode()
+    return orjson.dumps(record)
+
+
+@st.composite
+def _trees(draw: st.DrawFn) -> bytes:
+    """A Claude Code log grown step by step: prompts, split responses with their tool results, progress
+    records, hook notes, file snapshots, compactions, inline subagent runs, and rewinds to any earlier
+    record."""
+    records: list[dict[str, Any]] = []
+    leaf: str | None = None
+    rows: list[str] = []  # uuids a rewind may go back to
+    for n in range(draw(st.integers(2, 14))):
+        step = draw(
+            st.sampled_from(
+                ["prompt", "call", "call", "progress", "hook", "snapshot", "compact", "side", "rewind"]
+            )
+        )
+        uid = f"r{n}"
+        if step == "rewind" and rows:
+            leaf = draw(st.sampled_from(rows))
+            continue
+        if step == "prompt" or leaf is None:
+            records.append(_said(uid, leaf, f"prompt {n}"))
+        elif step == "call":
+            parts = draw(st.integers(1, 3))
+            context = draw(st.integers(0, 300_000))
+            for k in range(parts):
+                records.append(_call(f"{uid}p{k}", leaf, f"m{n}", context))
+                leaf = f"{uid}p{k}"
+            result = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}]
+            records.append(_said(uid, f"{uid}p0", result))
+        elif step == "progress":
+            records.append(_rec("progress", uid, leaf, data={"type": "hook_progress"}))
+        elif step == "hook":
+            records.append(_rec("system", uid, leaf, subtype="stop_hook_summary", content="ran"))
+        elif step == "snapshot":  # hung off any row, and no row of the chain: the leaf stays
+            at = draw(st.sampled_from(rows)) if rows else leaf
+            records.append(_rec("system", uid, at, subtype="file_snapshot", content="saved"))
+            continue
+        elif step == "compact":
+            meta = {"trigger": "auto", "preTokens": 100}
+            records.append(_rec("system", uid, None, subtype="compact_boundary", compactMetadata=meta))
+        else:  # an inline subagent run: a chain of its own
+            records.append(_said(f"{uid}s", None, "search", side=True))
+            records.append(_call(uid, f"{uid}s", f"m{n}", draw(st.integers(0, 300_000)), side=True))
+            continue
+        leaf = records[-1]["uuid"]
+        rows.append(leaf)
+    layouts = st.sampled_from(
+        ["compact", "compact", "type-last", "subtype-last", "spaced", "nested-uuid", "escaped"]
+    )
+    return b"".join(_written(r, draw(layouts)) + b"\n" for r in records)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_trees())
+def test_the_scan_places_every_call_on_the_tree_as_the_reader_does(data: bytes) -> None:
+    reader = ctxc.load(io.BytesIO(data), input_format="claude-code").usage
+    if not reader:
+        return
+    assert scan_usage(io.BytesIO(data)).usage == reader  # figures, lines, and which calls are abandoned
+
+
+@pytest.mark.parametrize("subtype_last", [False, True])
+def test_a_file_snapshot_is_no_row_of_the_chain_whatever_its_layout(subtype_last: bool) -> None:
+    snapshot = _rec("system", "f1", "a3", subtype="file_snapshot", content="saved")  # off the branch
+    if subtype_last:  # not among the leading keys: the line is parsed whole
+        snapshot = {k: v for k, v in snapshot.items() if k != "subtype"} | {"subtype": "file_snapshot"}
+    records = [*REWOUND, snapshot]
+    scan = scan_usage(_stream(records))
+    assert scan.usage == ctxc.load(_stream(records)).usage
+    assert [u.abandoned for u in scan.usage] == [False, True, True, False]
+
+
+def test_a_line_being_written_is_not_yet_on_the_tree() -> None:
+    # The client is still writing a prompt hung off the abandoned branch: the reader skips the cut line
+    # (--skip-invalid), and so does the scan's tree, whatever the line's head says.
+    cut = orjson.dumps(_said("v3", "a3", "more " * 20))[:-30]
+    data = b"".join(orjson.dumps(r) + b"\n" for r in REWOUND) + cut
+    options = ReadOptions(skip_invalid=True)
+    scan = scan_usage(io.BytesIO(data), options=options)
+    assert scan.usage == ctxc.load(io.BytesIO(data), options=options, say_skipped=False).usage
+    assert [u.abandoned for u in scan.usage] == [False, True, True, False]
 
 
 def test_the_usage_counter_refuses_to_count() -> None:

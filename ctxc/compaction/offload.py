@@ -121,10 +121,11 @@ def store_blob(ctx: CompactContext, text: str, *, message: int, tool: str, notes
     if ctx.archive is not None:
         digest = ctx.archive.store(data, sync=False)
         notes.append((digest, message, tool))
-        return Blob(digest, ctx.archive.object_path(digest))
+        # Absolute: the agent reading it back may work in another directory than this run.
+        return Blob(digest, ctx.archive.object_path(digest).absolute())
     digest = sha256_hex(data)
     # Where the default archive would put it, so a dry run costs the same tokens as a real one.
-    return Blob(digest, ArchiveStore(archive_root()).object_path(digest))
+    return Blob(digest, ArchiveStore(archive_root()).object_path(digest).absolute())
 
 
 def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int, preview_lines: int) -> str:

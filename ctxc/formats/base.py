@@ -56,7 +56,8 @@ class FormatAdapter(Protocol):
 
     def read(self, records: Iterable[tuple[int, Record]]) -> Iterator[Item]:
         """Yield messages (``records`` set to the given indexes, ``index`` counting from 0), usage and
-        boundaries, in order. Records no message references stay in place when the file is written."""
+        boundaries, each kind in order (Claude Code's usage comes last: its tree tells which calls were
+        abandoned). Records no message references stay in place when the file is written."""
 
     def encode_message(self, message: Message) -> dict[str, Any]:
         """The JSON object for ``message`` as one record, built from its blocks (``raw`` supplies the rest):

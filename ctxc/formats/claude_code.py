@@ -280,7 +280,7 @@ class _Reader:
             self.tree.responses.append((msg.index, msg.line, side, meta.get("model"), thinks))
         yield msg
         if msg.usage is not None:
-            yield msg.usage
+            self.tree.calls.append((msg.usage, msg.records, side))
 
     def _joins(self, held: _Draft, item: _Draft) -> bool:
         """Whether user message ``item`` directly follows ``held`` on the same chain (so the client

@@ -5,12 +5,14 @@ other branches are named by a ``branches`` boundary, responses whose thinking it
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
+from dataclasses import replace
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from ctxc.formats.claude_code_records import SYNTHETIC_MODEL
 from ctxc.live import BRANCHES, UNSENT_THINKING
-from ctxc.model import Boundary
+from ctxc.model import Boundary, Usage
 
 CONVERSATIONAL = ("user", "assistant")
 _DATED = re.compile(r"-\d{8}$")
@@ -87,8 +89,18 @@ def _resumed_chain(
     return live, chain[-1]
 
 
+class _Resumed(NamedTuple):
+    """The chain the client resumes: its records, the record before it (its compact_boundary root, else
+    -1: what precedes is history, not a branch) and the line of the last main-chain row."""
+
+    live: set[int]
+    after: int
+    line: int
+
+
 class Tree:
-    """The tree of one ``read`` call, noted record by record, and the messages placed on it."""
+    """The tree of one ``read`` call (or of a usage scan, records numbered by line), noted record by
+    record, and the messages placed on it."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, _Node] = {}
@@ -100,6 +112,8 @@ class Tree:
         self.linked = False  # whether any message record names its parent (another tool's log may not)
         # Per response: its index, line, sidechain flag, model, and whether it holds thinking.
         self.responses: list[tuple[int, int, bool, str | None, bool]] = []
+        # Per response with usage: the usage, its records and sidechain flag (the reader's and a scan's).
+        self.calls: list[tuple[Usage, Sequence[int], bool]] = []
 
     def resolved(self, parent: str | None) -> str | None:
         """``parent`` as the client links it: progress records are skipped."""
@@ -144,34 +158,54 @@ class Tree:
         """The sidechain flag of the thread the client resumes (a subagent's own log: its sidechain)."""
         return False not in self.last_row
 
-    def branches(self, index: int) -> Iterator[Boundary]:
-        """The ``branches`` item: the messages of the resumed thread on no chain the client resumes
-        (after the chain's compact_boundary, if it starts at one: before it is history)."""
-        side = self.side
-        start = self.nodes.get(self.last_row.get(side, ""))
+    @cached_property
+    def resumed(self) -> _Resumed | None:
+        """The chain the client resumes, once every record is noted; None without a tree to walk (no
+        record names its parent, or a link names a record the file lacks): file order is all there is."""
+        start = self.nodes.get(self.last_row.get(self.side, ""))
         if start is None or not self.linked:
-            return  # no tree: file order is all there is
+            return None
         found = _resumed_chain(self.nodes, start, self.result_records)
         if found is None:
-            return
+            return None
         live, root = found
-        after = root.record if root.compact else -1
-        off = [
-            (at, conv)
-            for at, records, conv, is_side in self.emitted
-            if is_side == side and records[0] > after and not any(i in live for i in records)
-        ]
-        if off:
-            abandoned = tuple(i for i, _ in off)
-            yield Boundary(BRANCHES, start.line, index=index, conversation=off[0][1], abandoned=abandoned)
+        return _Resumed(live, root.record if root.compact else -1, start.line)
 
-    def items(self, index: int) -> Iterator[Boundary]:
-        """The ``branches`` item, then the ``unsent_thinking`` item."""
+    def off_chain(self, records: Sequence[int], side: bool) -> bool:
+        """Whether the message or response written in ``records`` (with sidechain flag ``side``) is on a
+        branch the client abandoned: of the thread it resumes, after the chain's start, not on it."""
+        chain = self.resumed
+        return (
+            chain is not None
+            and side == self.side
+            and bool(records)
+            and records[0] > chain.after
+            and not any(i in chain.live for i in records)
+        )
+
+    def branches(self, index: int) -> Iterator[Boundary]:
+        """The ``branches`` item: the messages on branches the client abandoned."""
+        off = [(at, conv) for at, records, conv, is_side in self.emitted if self.off_chain(records, is_side)]
+        if off and self.resumed is not None:
+            abandoned = tuple(i for i, _ in off)
+            yield Boundary(
+                BRANCHES, self.resumed.line, index=index, conversation=off[0][1], abandoned=abandoned
+            )
+
+    def items(self, index: int) -> Iterator[Boundary | Usage]:
+        """The ``branches`` item, the ``unsent_thinking`` item, then every call's :meth:`usage`."""
         gone: tuple[int, ...] = ()
         for item in self.branches(index):
             gone = item.abandoned
             yield item
         yield from self.unsent_thinking(index, frozenset(gone))
+        yield from self.usage()
+
+    def usage(self) -> Iterator[Usage]:
+        """Each call's usage, marked when its response is on a branch the client abandoned: billed, but
+        in no context (:func:`ctxc.live.thread_usage`)."""
+        for usage, records, side in self.calls:
+            yield replace(usage, abandoned=True) if self.off_chain(records, side) else usage
 
     def unsent_thinking(self, index: int, gone: frozenset[int]) -> Iterator[Boundary]:
         """The ``unsent_thinking`` item. Claude Code resumes with the model of the last response of the

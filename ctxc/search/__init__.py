@@ -6,19 +6,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.archive_store import ArchiveStore
+from ctxc.archive_store import ArchiveStore, LockTimeout
 from ctxc.errors import ArchiveError, CtxcError, UsageError
 from ctxc.formats import load
 from ctxc.model import ToolResultBlock, ToolUseBlock
 from ctxc.reader import ReadOptions, named_bytes
 from ctxc.search.background import (
     BACKGROUND_BYTES,
+    LOCK_NAME,
     dequeue,
     index_later,
     queue_entries,
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 _BLOB_MIN_CHARS = 200
 #: What an indexing hook turns into a warning.
 _HOOK_ERRORS = (CtxcError, OSError, sqlite3.Error, ValueError, RuntimeError)
+#: How long a search waits for a busy indexer before it searches the index as it is.
+CATCH_UP_SECONDS = 30.0
 
 
 def _warn(root: Path, what: str, exc: BaseException) -> None:
@@ -89,11 +93,20 @@ def index_quietly(
     """:func:`index_transcript` for the archive's hooks (a large original in the background)."""
     if env_flag("CTXC_NO_INDEX"):
         return
+    source = _where(source or transcript.source)
     with _quietly(archive.root, f"original {archive_id[:12]}"):
         if _in_background(archive, archive_id):
-            index_later(archive.root, archive_id, fmt=transcript.format, source=source or transcript.source)
+            index_later(archive.root, archive_id, fmt=transcript.format, source=source)
         else:
             index_transcript(archive, archive_id, transcript, source=source)
+
+
+def _where(name: str | None) -> str | None:
+    """A file named relative to this directory as its absolute path: a hit names its folder from anywhere
+    (two sessions called ``s.jsonl`` in two folders are told apart)."""
+    if name and not os.path.isabs(name) and os.path.isfile(name):
+        return os.path.abspath(name)
+    return name
 
 
 def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
@@ -112,6 +125,7 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if env_flag("CTXC_NO_INDEX") or not isinstance(ident, str):
         return
+    entry = {**entry, "input_path": _where(entry_text(entry, "input_path"))}
     with _quietly(archive.root, f"original {ident[:12]}"):
         if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
             return  # the background indexer has it
@@ -252,6 +266,7 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
                     indexed(ident, _index_object(archive, index, ident, entry))
                 except CtxcError as exc:
                     skipped.append(f"{ident[:12]}: {exc}")
+                    loaded.add(ident)  # said once: the loop over every object passes it by
         stored = (p.name for p in (archive.root / "objects").glob("*/*") if len(p.name) == 64 and p.is_file())
         for ident in sorted(stored):  # temp files have other names
             if ident in loaded:
@@ -303,15 +318,30 @@ def search(
     store = archive if archive is not None else ArchiveStore.open()
     with open_index(store.root, must_exist=True) as index:
         if catch_up:
-            with writer_lock(store.root):  # after any background indexer, so nothing is done twice
-                index_queued(store, index)
-                sync(store, index)
-            start_indexer(store.root)  # for anything queued while this search held the lock
+            _catch_up(store, index)
         if archive_id and not any(i.startswith(archive_id.lower()) for i in index.archive_ids()):
             raise ArchiveError(f"archive {store.root} holds no object {archive_id}")
         return search_index(
             index, query, limit=limit, hybrid=hybrid, archive_id=archive_id, raw=raw, embedder=embedder
         )
+
+
+def _catch_up(store: ArchiveStore, index: SearchIndex) -> None:
+    """Index what the index lacks, after any background indexer (so nothing is done twice); one still
+    busy after :data:`CATCH_UP_SECONDS` (a large batch, or a stopped process) leaves the index as it is."""
+    try:
+        with writer_lock(store.root, seconds=CATCH_UP_SECONDS):
+            index_queued(store, index)
+            sync(store, index)
+    except LockTimeout:
+        log.warning(
+            "ctxc: warning: an indexer has held %s for %g s; searching the index as it is (what is still "
+            "being indexed may be missing)",
+            one_line(str(store.root / LOCK_NAME)),
+            CATCH_UP_SECONDS,
+        )
+        return
+    start_indexer(store.root)  # for anything queued while this search held the lock
 
 
 def search_index(

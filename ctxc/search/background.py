@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.archive_store import exclusive_lock, jsonl_objects, open_private
+from ctxc.archive_store import LOCK_WAIT_SECONDS, exclusive_lock, jsonl_objects, open_private
 
 #: Originals at least this large (bytes) are indexed in the background (a smaller one costs less inline).
 BACKGROUND_BYTES = 4 << 20
@@ -86,9 +86,11 @@ def dequeue(root: Path, done: set[str]) -> None:
         queue.write(b"".join(kept))
 
 
-def writer_lock(root: Path, *, wait: bool = True) -> contextlib.AbstractContextManager[bool]:
+def writer_lock(
+    root: Path, *, wait: bool = True, seconds: float = LOCK_WAIT_SECONDS
+) -> contextlib.AbstractContextManager[bool]:
     """Hold the archive's index lock (see :func:`~ctxc.archive_store.exclusive_lock`)."""
-    return exclusive_lock(root / LOCK_NAME, wait=wait)
+    return exclusive_lock(root / LOCK_NAME, wait=wait, seconds=seconds)
 
 
 def indexer_running(root: Path) -> bool:

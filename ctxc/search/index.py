@@ -20,7 +20,7 @@ from ctxc.sqlite_store import connect, immediate, in_batches, release
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: BM25 weights of the FTS columns (about, body, context): the text counts more than its description.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
@@ -36,6 +36,19 @@ STOPWORDS = frozenset(
 )  # fmt: skip
 #: A token as FTS5's unicode61 tokenizer sees one: letters and digits (so ``user_id`` is two).
 _WORD = re.compile(r"[^\W_]+")
+#: Han, kana and Hangul: written without spaces between words (or with particles joined to them), so
+#: each character is a token of its own and a word is found as a phrase of its characters.
+_CJK = re.compile(
+    "([\u1100-\u11ff\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f])"
+)
+#: INVISIBLE SEPARATOR: what the tokenizer cuts at (not a letter), and invisible if a snippet kept it.
+_CUT = "\u2063"
+
+
+def cut_cjk(text: str) -> str:
+    """``text`` with a token boundary after each CJK character, as indexed and queried."""
+    return _CJK.sub("\\1" + _CUT, text)
+
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS docs ("
@@ -103,7 +116,7 @@ def fts_query(text: str) -> str:
     phrases: dict[str, None] = {}
     common: dict[str, None] = {}
     for word in text.split():
-        tokens = _WORD.findall(word)
+        tokens = _WORD.findall(cut_cjk(word))
         if not tokens:
             continue
         phrase = '"' + " ".join(tokens) + '"'
@@ -187,7 +200,10 @@ class SearchIndex:
             )
             c.executemany(
                 "INSERT INTO chunks_fts(rowid, about, body, context) VALUES (?, ?, ?, ?)",
-                [(first + i, k.about or k.context, k.body, k.context) for i, k in enumerate(rows)],
+                [
+                    (first + i, cut_cjk(k.about or k.context), cut_cjk(k.body), k.context)
+                    for i, k in enumerate(rows)
+                ],
             )
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             c.execute(
@@ -221,7 +237,7 @@ class SearchIndex:
 
     def bm25(self, query: str, *, limit: int, archive_id: str | None = None, raw: bool = False) -> list[Hit]:
         """The best ``limit`` chunks by BM25, at most one per message; ``raw`` passes ``query`` to FTS5."""
-        match = query if raw else fts_query(query)
+        match = cut_cjk(query) if raw else fts_query(query)
         if not match.strip():
             raise UsageError("the search query has no words to look for")
         where = "chunks_fts MATCH ?"
@@ -230,19 +246,27 @@ class SearchIndex:
             where += " AND c.archive_id LIKE ?"
             params.append(archive_id.lower() + "%")
         weights = ", ".join(str(w) for w in WEIGHTS)
-        snippet = f"snippet(chunks_fts, 1, '\x02', '\x03', '…', {SNIPPET_TOKENS})"
+        tokens = SNIPPET_TOKENS if _CJK.search(match) is None else 64  # a token a character: FTS5's most
+        snippet = f"snippet(chunks_fts, 1, '\x02', '\x03', '…', {tokens})"
         sql = _HITS.format(
             f"{snippet}, bm25(chunks_fts, {weights}) AS rank", f"{where} ORDER BY rank LIMIT ?"
         )
-        # Fetch more than asked: hits are collapsed to one per message below.
-        params.append(max(limit * 4, limit + 20))
-        try:
-            rows = self.conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if raw:  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
-                raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
-            raise
-        return _collapse([_hit(r) for r in rows], limit)
+        # Fetch more than asked: hits are collapsed to one per message below, and one long output can
+        # match in hundreds of chunks, so fetch more again until ``limit`` messages or no more rows.
+        fetch = max(limit * 4, limit + 20)
+        while True:
+            try:
+                rows = self.conn.execute(sql, [*params, fetch]).fetchall()
+            except sqlite3.OperationalError as exc:
+                if (
+                    raw
+                ):  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
+                    raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
+                raise
+            hits = _collapse([_hit(r) for r in rows], limit)
+            if len(hits) >= limit or len(rows) < fetch:
+                return hits
+            fetch *= 4
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
         where, params = (" WHERE archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
@@ -256,7 +280,7 @@ class SearchIndex:
     def texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """(context, body) of chunks by id."""
         rows = self._by_id("SELECT rowid, context, body FROM chunks_fts WHERE rowid IN ({})", ids)
-        return {int(row[0]): (str(row[1]), str(row[2])) for row in rows}
+        return {int(row[0]): (str(row[1]), str(row[2]).replace(_CUT, "")) for row in rows}
 
     def hits_by_id(self, ids: Sequence[int]) -> dict[int, Hit]:
         """Hits (without a BM25 score or highlight) for chunks found another way (embeddings)."""
@@ -293,10 +317,11 @@ _Place = tuple[str, int, int, int, str, str, str, int, int, str, str, str]
 
 def _hit(row: Sequence[Any]) -> Hit:
     """A :data:`_HITS` row as a hit."""
-    snippet = " ".join(str(row[14]).replace("\x02", MARK_OPEN).replace("\x03", MARK_CLOSE).split())
+    snippet = str(row[14]).replace(_CUT, "").replace("\x02", MARK_OPEN).replace("\x03", MARK_CLOSE)
     rank = -float(row[15])
     place = cast("_Place", tuple(row[1:13]))
-    return Hit(*place, snippet, str(row[13]), rank, rank, None, row[16] or None, row[0])
+    text = str(row[13]).replace(_CUT, "")
+    return Hit(*place, " ".join(snippet.split()), text, rank, rank, None, row[16] or None, row[0])
 
 
 def _collapse(hits: Iterable[Hit], limit: int) -> list[Hit]:

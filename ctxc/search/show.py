@@ -94,7 +94,9 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
         transcript: Transcript | None = load_archived(data, f"archive {short}", entry_text(entry, "format"))
     except CtxcError:
         transcript = None
-    if transcript is None or not transcript.messages:
+    # An offloaded output with JSON lines among its others (`head log.jsonl`) reads as a transcript with
+    # skipped lines; no run archived it as an original, so it is the text it was.
+    if transcript is None or not transcript.messages or (transcript.problems and not entry):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
