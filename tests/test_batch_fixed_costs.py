@@ -129,8 +129,9 @@ def test_a_batch_indexes_every_file_and_closes_the_index(tmp_path: Path, jobs: s
     conn = sqlite3.connect(archive / "search.sqlite")
     assert conn.execute("SELECT count(*) FROM docs").fetchone()[0] == len(names)
     conn.close()
-    # Every connection was closed at the end: the last one to close folds the WAL back and removes it.
-    assert not (archive / "search.sqlite-wal").exists()
+    if jobs == "1":  # this process's connections were closed at the end: the WAL folded back, removed
+        assert not (archive / "search.sqlite-wal").exists()
+    # (Two workers closing at the same moment may each see the other and leave the WAL to the next open.)
 
 
 def _dead_pid() -> int:
