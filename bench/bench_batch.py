@@ -1,6 +1,7 @@
 """Batch compaction: ``--jobs 2`` against ``--jobs 1`` on a folder of transcripts, and worker memory.
 
     python bench/bench_batch.py [--files 200] [--kb 100] [--big-mb 100] [--repeat 1]
+                                [--against OTHER_CHECKOUT] [--fresh-archive]
 
 Issue 5 section 4. From one run it prints:
 
@@ -11,7 +12,13 @@ Issue 5 section 4. From one run it prints:
 * the peak resident memory of every process of a ``--jobs 2`` run over the same folder plus one
   ``--big-mb`` MiB transcript (``VmHWM`` of each worker, read from /proc while it runs), next to the
   peak of compacting the big transcript alone in one process: a worker's peak follows the largest
-  transcript it handled, not the size of the folder.
+  transcript it handled, not the size of the folder (``--big-mb 0`` leaves this out).
+
+``--against`` times another checkout of ctxc (``git worktree add /tmp/main main``) on the same folder,
+the two interleaved and their order swapped every repeat, and compares their outputs byte for byte.
+``--fresh-archive`` gives every timed run an empty archive (the first compaction of each log, as CI
+over new logs has it); by default the runs share one, so all but the first find the originals stored
+and indexed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,16 +35,14 @@ import threading
 import time
 from pathlib import Path
 
-from bench_analyze import byte_compile  # a sibling script, run from bench/
-
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
 
-def env_for(tmp: Path) -> dict[str, str]:
+def env_for(tmp: Path, root: Path = ROOT) -> dict[str, str]:
     return {
         **os.environ,
-        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         "CTXC_CACHE_DIR": str(tmp / "cache"),
         "CTXC_ARCHIVE": str(tmp / "archive"),
         "NO_COLOR": "1",
@@ -117,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kb", type=float, default=100.0, help="size of each transcript (KiB)")
     ap.add_argument("--big-mb", type=float, default=100.0, help="size of the one large transcript (MiB)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--against", type=Path, help="another checkout of ctxc to time the same way")
+    ap.add_argument("--fresh-archive", action="store_true", help="an empty archive for every timed run")
     args = ap.parse_args(argv)
 
-    byte_compile()  # as `pip install` leaves ctxc
+    trees = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
+    for root in trees.values():  # byte-compiled, as `pip install` leaves ctxc
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "ctxc")], check=True)
     with tempfile.TemporaryDirectory(prefix="ctxc-bench-batch-") as tmp_name:
         tmp = Path(tmp_name)
         env = env_for(tmp)
@@ -128,18 +138,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"folder: {args.files} transcripts, {size / 1048576:.1f} MiB ({folder})")
         base = [sys.executable, "-m", "ctxc", "compact", str(folder), "--target-ratio", "0.3"]
         base += ["--window", "20000", "--no-cache", "--force", "--quiet", "--allow-over"]
-        times: dict[int, list[float]] = {1: [], 2: []}
-        for _ in range(args.repeat):
+        times: dict[tuple[str, int], list[float]] = {(t, j): [] for t in trees for j in (1, 2)}
+        for k in range(args.repeat):
+            for tree in list(trees)[:: -1 if k % 2 else 1]:
+                for jobs in (1, 2):
+                    run_env = env_for(tmp, trees[tree])
+                    if args.fresh_archive:
+                        shutil.rmtree(tmp / "archive", ignore_errors=True)
+                    cmd = [*base, "--out-dir", str(tmp / f"out-{tree}-{jobs}"), "--jobs", str(jobs)]
+                    times[tree, jobs].append(run(cmd, run_env)[0])
+        for tree in trees:
+            one, two = statistics.median(times[tree, 1]), statistics.median(times[tree, 2])
+            print(
+                f"{tree} ({trees[tree]}): --jobs 1: {one:.2f} s   --jobs 2: {two:.2f} s   "
+                f"speed-up {one / two:.2f}x (target >= 1.7)   runs: "
+                + ", ".join(f"{t:.2f}" for j in (1, 2) for t in times[tree, j])
+            )
+        if args.against:
             for jobs in (1, 2):
-                cmd = [*base, "--out-dir", str(tmp / f"out{jobs}"), "--jobs", str(jobs)]
-                times[jobs].append(run(cmd, env)[0])
-        one, two = statistics.median(times[1]), statistics.median(times[2])
-        print(f"--jobs 1: {one:.2f} s   --jobs 2: {two:.2f} s   speed-up {one / two:.2f}x (target >= 1.7)")
+                ratio = statistics.median(times["this", jobs]) / statistics.median(times["against", jobs])
+                print(f"--jobs {jobs}: this / against = {ratio:.3f}")
+        first = tmp / "out-this-1"
         same = all(
-            (tmp / "out1" / p.relative_to(tmp / "out2")).read_bytes() == p.read_bytes()
-            for p in (tmp / "out2").rglob("*.jsonl")
+            (first / p.relative_to(out)).read_bytes() == p.read_bytes()
+            for out in tmp.glob("out-*")
+            for p in out.rglob("*.jsonl")
         )
-        print(f"outputs identical across --jobs 1 and 2: {same}")
+        print(f"outputs identical across --jobs 1 and 2 (and the checkouts): {same}")
+        if args.big_mb <= 0:
+            return 0
 
         big = tmp / "big" / "big.jsonl"
         big.parent.mkdir()

@@ -110,8 +110,11 @@ def compact_batch(
     returns the ``compact-batch`` document, also written to ``report`` when given."""
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
-    for d in {str(Path(j.output).parent) for j in jobs_list}:
-        sweep_stale_temps(d)  # leftovers of a run that was killed (SIGKILL runs no cleanup)
+    # Leftovers of a run that was killed (SIGKILL runs no cleanup), beside each output as named and as
+    # resolved (where atomic_output writes): once here, not again for each file.
+    outputs = [Path(j.output) for j in jobs_list]
+    for d in {p.parent.resolve() for p in outputs} | {p.resolve().parent for p in outputs}:
+        sweep_stale_temps(d)
     rows, todo = _plan(jobs_list, archive=archive, resume=not (force or dry_run))
     outcomes = run_files(
         [(job.path, job) for _, job in todo],

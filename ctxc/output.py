@@ -324,10 +324,13 @@ def atomic_output(
     inputs: tuple[str, ...] = (),
     like: str | None = None,
     before_commit: Callable[[], object] = lambda: None,
+    swept: bool = False,
 ) -> Iterator[BinaryIO]:
     """Open ``target`` (``-`` is stdout) to write, never one of ``inputs``. A file is written beside itself
     with ``like``'s permission bits (as ``cp``) and renamed into place once whole, after ``before_commit``
-    (whose failure leaves the target as it was); a device or FIFO is written directly. Raises OutputError."""
+    (whose failure leaves the target as it was); a device or FIFO is written directly. ``swept``: the
+    caller swept the folder's stale temporary files already (a batch, once: listing a folder of
+    thousands of outputs for each file costs as much as the file). Raises OutputError."""
     name = str(target)
     if name == "-":
         sink = CheckedStdout()
@@ -345,7 +348,8 @@ def atomic_output(
         return
     # A link is followed, as a shell's > or cp does: the file it names is replaced, not the link.
     final = Path(name).resolve()
-    sweep_stale_temps(final.parent, final.name)  # a killed run's (SIGKILL runs no cleanup)
+    if not swept:
+        sweep_stale_temps(final.parent, final.name)  # a killed run's (SIGKILL runs no cleanup)
     with _write_errors(name):
         # The pid in the name lets a later run tell a dead run's leftover from a live run's file.
         fd, tmp = tempfile.mkstemp(

@@ -203,7 +203,11 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
     # In place is the one write onto an input (the original is archived). The run is recorded before the
     # output takes its place: no output exists that the manifest does not know.
     with atomic_output(
-        output, inputs=() if job.in_place else (name,), like=name, before_commit=record
+        output,
+        inputs=() if job.in_place else (name,),
+        like=name,
+        before_commit=record,
+        swept=job.batch_options is not None,  # compact_batch swept every output folder first
     ) as handle:
         for part in written.parts():  # record by record: the output is never one large bytes object
             digest.update(part)
