@@ -77,7 +77,14 @@ def open_wal(
 
 #: While :func:`kept_open` is in force: connections by (process, thread, file), reused until it ends.
 _kept: dict[tuple[int, int, str], sqlite3.Connection] | None = None
+#: Connections a forked process copied from its parent: never used nor closed here (either can corrupt the
+#: file under the parent), only held, so that garbage collection does not close them either.
 _inherited: list[sqlite3.Connection] = []
+
+
+def forget_inherited(conn: sqlite3.Connection) -> None:
+    """Set aside ``conn``, a connection this process inherited through fork (see :data:`_inherited`)."""
+    _inherited.append(conn)
 
 
 def _kept_key(path: Path) -> tuple[int, int, str]:
@@ -130,7 +137,7 @@ def close_kept() -> None:
     kept, _kept = _kept or {}, None
     for (pid, _, _), conn in kept.items():
         if pid != os.getpid():
-            _inherited.append(conn)  # a parent's, copied by fork: closing it here could disturb the parent
+            forget_inherited(conn)
             continue
         with contextlib.suppress(sqlite3.Error):
             conn.close()
@@ -163,6 +170,7 @@ class SqliteStore:
         self.path = path if path is not None else cache_dir() / self.FILENAME
         self._timeout = timeout
         self._conn: sqlite3.Connection | None = None
+        self._owner = os.getpid()  # the process that opened ``_conn``
         self._lock = threading.Lock()
         self._off = disabled or env_flag("CTXC_NO_CACHE")
 
@@ -181,7 +189,11 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection | None:
         if self._off:
             return None
+        if self._conn is not None and self._owner != os.getpid():  # a store a batch worker inherited
+            forget_inherited(self._conn)
+            self._conn = None
         if self._conn is None:
+            self._owner = os.getpid()
             try:
                 self._conn = connect(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
             except (OSError, sqlite3.Error) as exc:
@@ -220,7 +232,10 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                release(self._conn)
+                if self._owner == os.getpid():
+                    release(self._conn)
+                else:
+                    forget_inherited(self._conn)
                 self._conn = None
 
     def __enter__(self) -> SqliteStore:

@@ -183,3 +183,30 @@ def test_an_in_place_batch_sweeps_beside_the_file_a_link_names(tmp_path: Path) -
     assert exc.value.code in (0, None)
     assert not stale.exists()
     assert sorted(p.name for p in real_dir.iterdir()) == ["chat-openai.jsonl", "codex.jsonl"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_store_inherited_through_fork_never_uses_the_parents_connection(cache_dir: Path) -> None:
+    # A process-wide counter (ctxc.analysis.process_counter) keeps its token cache open; a batch worker
+    # forked from that process inherits the very object. Used there, the parent's connection corrupts the
+    # file ("database disk image is malformed" for every later run).
+    mine, theirs = (digest("parent"), "o200k_base"), (digest("child"), "o200k_base")
+    store = TokenCache()
+    store.put_many([(mine, 1)])
+    parent_conn = store._connect()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fresh = store._connect() is not parent_conn
+            seen = store.get_many([mine]) == {mine: 1}
+            store.put_many([(theirs, 2)])
+            store.close()  # sets the parent's connection aside, unclosed
+            code = 0 if fresh and seen else 2
+        finally:
+            os._exit(code)
+    assert _wait(pid) == 0
+    assert store._connect() is parent_conn
+    assert store.get_many([mine, theirs]) == {mine: 1, theirs: 2}
+    assert parent_conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    store.close()
