@@ -151,17 +151,22 @@ def test_recorded_usage_measures_the_resumed_chain_not_a_rewound_branch(name: st
     assert (counted.model, counted.window, counted.usage) == (MAIN, 1_000_000, recorded.usage)
 
 
+def _session_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Claude Code home of one project (and an empty Codex one) for ``sessions``; the project folder."""
+    home = tmp_path / "claude"
+    project = home / "projects" / "-proj"
+    project.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    return project
+
+
 @pytest.mark.parametrize("name", REWOUND)
 def test_analyze_check_and_sessions_agree_on_a_rewound_log(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "claude"
-    project = home / "projects" / "-proj"
-    project.mkdir(parents=True)
-    path = project / "0b5e1d4e-0000-4000-8000-000000000002.jsonl"
+    path = _session_home(tmp_path, monkeypatch) / "0b5e1d4e-0000-4000-8000-000000000002.jsonl"
     path.write_bytes(REWOUND[name][0]())
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))
-    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
 
     def doc(*args: str) -> Any:
         code, out, err = run(capsys, *args, "-f", "json", "-q")
@@ -293,12 +298,8 @@ def test_every_command_reports_the_same_live_context_of_every_corpus_file(
 def test_sessions_lists_the_live_context_analyze_reports(
     sidechain_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "claude"
-    project = home / "projects" / "-proj"
-    project.mkdir(parents=True)
+    project = _session_home(tmp_path, monkeypatch)
     shutil.copyfile(sidechain_log, project / "0b5e1d4e-0000-4000-8000-000000000001.jsonl")
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))
-    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
     code, out, _ = run(capsys, "sessions", "-f", "json", "-q")
     assert code == 0
     (row,) = orjson.loads(out)["sessions"]
