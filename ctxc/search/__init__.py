@@ -195,11 +195,14 @@ def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
     return {ident: e for ident, e in ids if isinstance(ident, str) and len(ident) == 64}
 
 
-def sync(archive: ArchiveStore, index: SearchIndex) -> int:
-    """Index every original the manifest lists that the index lacks; returns how many were added."""
+def sync(
+    archive: ArchiveStore, index: SearchIndex, originals: Mapping[str, Mapping[str, Any]] | None = None
+) -> int:
+    """Index every original the manifest lists (``originals``, if read already) that the index lacks;
+    returns how many were added."""
     have = index.archive_ids()
     added = 0
-    for ident, entry in _manifest_originals(archive).items():
+    for ident, entry in (originals if originals is not None else _manifest_originals(archive)).items():
         if ident not in have and archive.object_path(ident).exists():
             try:
                 _index_object(archive, index, ident, entry)
@@ -317,11 +320,14 @@ def search(
         raise UsageError("{limit} must be at least 1", options=("limit",))
     store = archive if archive is not None else ArchiveStore.open()
     with open_index(store.root, must_exist=True) as index:
+        # Read once: what catching up indexes and the order that cites a message's first original. A run
+        # recorded meanwhile is indexed by that run, or queued for index_queued.
+        originals = _manifest_originals(store)
         if catch_up:
-            _catch_up(store, index)
+            _catch_up(store, index, originals)
         if archive_id and not any(i.startswith(archive_id.lower()) for i in index.archive_ids()):
             raise ArchiveError(f"archive {store.root} holds no object {archive_id}")
-        order = {ident: n for n, ident in enumerate(_manifest_originals(store))}
+        order = {ident: n for n, ident in enumerate(originals)}
         return search_index(
             index,
             query,
@@ -334,13 +340,13 @@ def search(
         )
 
 
-def _catch_up(store: ArchiveStore, index: SearchIndex) -> None:
+def _catch_up(store: ArchiveStore, index: SearchIndex, originals: Mapping[str, Mapping[str, Any]]) -> None:
     """Index what the index lacks, after any background indexer (so nothing is done twice); one still
     busy after :data:`CATCH_UP_SECONDS` (a large batch, or a stopped process) leaves the index as it is."""
     try:
         with writer_lock(store.root, seconds=CATCH_UP_SECONDS):
             index_queued(store, index)
-            sync(store, index)
+            sync(store, index, originals)
     except LockTimeout:
         log.warning(
             "ctxc: warning: an indexer has held %s for %g s; searching the index as it is (what is still "
