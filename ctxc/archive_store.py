@@ -103,9 +103,12 @@ def open_private(path: Path, mode: str = "ab") -> BinaryIO:
 
 
 def private_file(path: Path) -> Path:
-    """Create ``path`` empty and 0600 if it is missing, else tighten it, with SQLite's companion files."""
-    open_private(path).close()
-    for extra in ("-wal", "-shm", "-journal"):
+    """Create ``path`` empty and 0600 if it is missing, else tighten it, with SQLite's companion files.
+    An existing file is never opened: closing a descriptor of a database drops every POSIX lock the process
+    holds on it, and another process closing its connection would then delete the WAL under ours."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE))
+    for extra in ("", "-wal", "-shm", "-journal"):
         tighten(path.with_name(path.name + extra), PRIVATE_FILE)
     return path
 

@@ -637,3 +637,31 @@ def test_rank_table_marshal_copy_is_used_and_a_damaged_one_ignored(
     copy.write_bytes(bytes(blob))
     assert tb.load_ranks(spec) == expected  # the damaged copy is ignored and rewritten
     assert copy.read_bytes() != bytes(blob)
+
+
+OTHER_PROCESS = """
+import sys
+from pathlib import Path
+from ctxc.tokens.cache import TokenCache, digest
+with TokenCache(Path(sys.argv[1])) as c:
+    c.put_many([((digest(sys.argv[2]), "o200k_base"), 1)])
+"""
+
+
+def test_a_second_store_on_the_file_keeps_the_first_ones_wal(tmp_path: Path) -> None:
+    # Closing any descriptor of a database drops every POSIX lock its process holds on it: a second store
+    # that opened the file itself would let another process, closing its connection, believe it the last
+    # one and checkpoint and delete the WAL under the first store, losing writes.
+    path = tmp_path / "tokens.sqlite3"
+    first = TokenCache(path)
+    first.put_many([((digest("first"), "o200k_base"), 1)])
+    with TokenCache(path) as second:
+        second.put_many([((digest("second"), "o200k_base"), 1)])
+        for i in range(3):
+            subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(path), f"other {i}"], cwd=ROOT, check=True)
+            assert path.with_name(path.name + "-wal").exists()
+            first.put_many([((digest(f"first {i}"), "o200k_base"), 1)])
+    assert first.enabled and first.size() == 8
+    first.close()
+    with TokenCache(path) as again:
+        assert again.size() == 8
