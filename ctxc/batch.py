@@ -188,6 +188,12 @@ def _worker_init(parent: int | None = None, as_flags: bool = False) -> None:
     if parent is not None:
         _busy = threading.Lock()
         exit_with(parent, busy=_busy)
+    from multiprocessing.util import Finalize
+
+    from ctxc.sqlite_store import close_kept, keep_open
+
+    keep_open()  # the stores and index, opened once for all the files this worker takes
+    Finalize(None, close_kept, exitpriority=0)
 
 
 def run_batch(
@@ -211,9 +217,12 @@ def run_batch(
 
     with terminate_as_interrupt():
         if jobs <= 1 or len(items) <= 1:
-            for i, (path, item) in enumerate(items):
-                if finished(_call(work, i, path, item)):
-                    break
+            from ctxc.sqlite_store import kept_open
+
+            with kept_open():
+                for i, (path, item) in enumerate(items):
+                    if finished(_call(work, i, path, item)):
+                        break
             return list(outcomes.values())
         from concurrent.futures import FIRST_COMPLETED, wait  # a single-file run never needs them
 

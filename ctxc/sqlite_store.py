@@ -75,6 +75,8 @@ def open_wal(
         delay = min(delay * 2, 0.2)
 
 
+#: While :func:`kept_open` is in force: connections by (process, thread, file), reused until it ends.
+_kept: dict[tuple[int, int, str], sqlite3.Connection] | None = None
 #: Connections a forked process copied from its parent: never used nor closed here (either can corrupt the
 #: file under the parent), only held, so that garbage collection does not close them either.
 _inherited: list[sqlite3.Connection] = []
@@ -83,6 +85,75 @@ _inherited: list[sqlite3.Connection] = []
 def forget_inherited(conn: sqlite3.Connection) -> None:
     """Set aside ``conn``, a connection this process inherited through fork (see :data:`_inherited`)."""
     _inherited.append(conn)
+
+
+def _kept_key(path: Path) -> tuple[int, int, str]:
+    # The process: a forked child never uses its parent's connection; the thread: nor do two at once.
+    return os.getpid(), threading.get_ident(), str(path)
+
+
+def connect(
+    path: Path,
+    timeout: float,
+    setup: Callable[[sqlite3.Connection], object] = lambda conn: None,
+    *,
+    page_size: int | None = None,
+) -> sqlite3.Connection:
+    """:func:`open_wal`, or this process's connection to ``path`` kept open by :func:`kept_open`."""
+    if _kept is None:
+        return open_wal(path, timeout, setup, page_size=page_size)
+    key = _kept_key(path)
+    conn = _kept.get(key)
+    if conn is None:
+        conn = _kept[key] = open_wal(path, timeout, setup, page_size=page_size)
+    return conn
+
+
+def release(conn: sqlite3.Connection, *, broken: bool = False) -> None:
+    """Close ``conn`` unless :func:`kept_open` keeps it; a ``broken`` one is closed and forgotten."""
+    kept = [key for key, c in (_kept or {}).items() if c is conn]
+    if not broken:
+        if not kept:
+            conn.close()
+        return
+    for key in kept:
+        (_kept or {}).pop(key, None)
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
+
+
+def keep_open() -> None:
+    """From now on, each store or index file is opened once per process and thread, not once per use:
+    the many files of a batch then pay no open, close, checkpoint and WAL restart (with their fsyncs)
+    each. :func:`close_kept` ends it."""
+    global _kept  # noqa: PLW0603 - one set of kept connections per process
+    if _kept is None:
+        _kept = {}
+
+
+def close_kept() -> None:
+    """Close the connections this process kept (a forked parent's are left to it) and stop keeping."""
+    global _kept
+    kept, _kept = _kept or {}, None
+    for (pid, _, _), conn in kept.items():
+        if pid != os.getpid():
+            forget_inherited(conn)
+            continue
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
+
+@contextlib.contextmanager
+def kept_open() -> Iterator[None]:
+    """:func:`keep_open` for the body (a batch's files in this process), then :func:`close_kept`."""
+    if _kept is not None:  # an outer scope keeps them and closes them
+        yield
+        return
+    keep_open()
+    try:
+        yield
+    finally:
+        close_kept()
 
 
 class SqliteStore:
@@ -110,8 +181,7 @@ class SqliteStore:
     def _fail(self, exc: BaseException) -> None:
         self._off = True
         if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
+            release(self._conn, broken=True)
             self._conn = None
         message = "ctxc: warning: %s cache at %s is unusable (%s); %s"
         warn_once(log, f"cache {self.path}", message, self.NAME, self.path, exc, self.PURPOSE)
@@ -125,7 +195,7 @@ class SqliteStore:
         if self._conn is None:
             self._owner = os.getpid()
             try:
-                self._conn = open_wal(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
+                self._conn = connect(self.path, self._timeout, lambda conn: conn.execute(self.SCHEMA))
             except (OSError, sqlite3.Error) as exc:
                 self._fail(exc)
         return self._conn
@@ -163,7 +233,7 @@ class SqliteStore:
         with self._lock:
             if self._conn is not None:
                 if self._owner == os.getpid():
-                    self._conn.close()
+                    release(self._conn)
                 else:
                     forget_inherited(self._conn)
                 self._conn = None

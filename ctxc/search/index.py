@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from ctxc.errors import ArchiveError, UsageError
 from ctxc.search.chunks import Chunk
-from ctxc.sqlite_store import immediate, in_batches, open_wal
+from ctxc.sqlite_store import connect, immediate, in_batches, release
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
@@ -151,14 +151,14 @@ class SearchIndex:
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
+            release(self._conn)
             self._conn = None
 
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
             # Large pages: an original goes into FTS5 in one transaction (bench/README.md).
-            self._conn = open_wal(self.path, self.timeout, self._migrate, page_size=16384)
+            self._conn = connect(self.path, self.timeout, self._migrate, page_size=16384)
             self._conn.execute("PRAGMA cache_size = -65536")  # KiB: room for the pages of one original
         return self._conn
 
