@@ -142,7 +142,16 @@ def run(
     *, turns: int = 40, window: int = 12_000, shape: Shape = "anthropic"
 ) -> tuple[list[dict[str, Any]], list[TurnLog]]:
     """Run the loop; return the final message list and what happened each turn."""
-    manager = ContextManager(window=window, reminders=RULES, composer=COMPOSER, keep_last=4, shape=shape)
+    # Compact at 70% of the window down to 40%: each compaction also costs the provider's prompt cache.
+    manager = ContextManager(
+        window=window,
+        reminders=RULES,
+        composer=COMPOSER,
+        keep_last=4,
+        shape=shape,
+        trigger=0.7,
+        target_ratio=0.4,
+    )
     system = manager.system_prompt(budget=200)  # the examples section is dropped to fit the budget
     messages: list[dict[str, Any]] = [{"role": "user", "content": TASK_TEXT}]
     model = FakeModel(shape)
@@ -178,7 +187,7 @@ def main() -> None:
         fired = f"reminders: {', '.join(entry.reminders)}" if entry.reminders else ""
         print(f"turn {entry.turn:3}  context {entry.tokens:6,}  {what:22} {fired}".rstrip())
     compactions = sum(e.compacted for e in log)
-    print(f"{len(log)} turns, {compactions} compactions, {len(messages)} messages at the end")
+    print(f"{len(log)} turns, {compactions} compaction(s), {len(messages)} messages at the end")
 
 
 if __name__ == "__main__":

@@ -658,10 +658,13 @@ def test_a_second_store_on_the_file_keeps_the_first_ones_wal(tmp_path: Path) -> 
     with TokenCache(path) as second:
         second.put_many([((digest("second"), "o200k_base"), 1)])
         for i in range(3):
-            subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(path), f"other {i}"], cwd=ROOT, check=True)
+            subprocess.run(
+                [sys.executable, "-c", OTHER_PROCESS, str(path), f"other {i}"], cwd=ROOT, check=True
+            )
             assert path.with_name(path.name + "-wal").exists()
             first.put_many([((digest(f"first {i}"), "o200k_base"), 1)])
-    assert first.enabled and first.size() == 8
+    assert first.enabled
+    assert first.size() == 8
     first.close()
     with TokenCache(path) as again:
         assert again.size() == 8
