@@ -23,13 +23,13 @@ from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
 from ctxc.report import Scan
-from ctxc.system import cache_dir, file_identity, scanned_marker, warn_once
+from ctxc.system import cache_dir, identity_record, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
-_LAYOUT = 9  # 9: a call says whether it is on an abandoned branch
+_LAYOUT = 10  # 10: the key hashes the file's content hash, which its identity records
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
 
@@ -37,41 +37,38 @@ _STILL_NS = 2_000_000_000
 def scan_key(
     path: str | os.PathLike[str], tokenizer: str, input_format: str | None, options: ReadOptions
 ) -> str | None:
-    """The cache key of a file's scan (a hash of its content), or None when the file cannot be read or
-    is not a regular file (a pipe is read once, by the scan).
+    """The cache key of a file's scan (a hash of its content and the settings), or None when the file
+    cannot be read or is not a regular file (a pipe is read once, by the scan).
 
-    The key is also remembered under the file's identity (device, inode, size, mtime and ctime in ns;
-    any write changes the ctime), once the file has been still for two seconds, so a write in the
-    same clock tick as the hashing cannot go unnoticed.
+    The content hash is also recorded under the file's identity (path, device, inode, size, mtime and
+    ctime in ns; any write changes the ctime), once the file has been still for two seconds, so a write
+    in the same clock tick as the hashing cannot go unnoticed; a later run reads it instead of the file.
     """
-    prefix = (
-        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}|"
-    )
     try:
         st = os.stat(path)
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    ident = hashlib.blake2b(f"{prefix}{file_identity(path, st)}".encode(), digest_size=20).hexdigest()
-    remembered = cache_dir() / "analyses" / "by-stat" / ident
+    record = identity_record(path, st)
+    content = None
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        key = remembered.read_text(encoding="ascii").strip()
-        if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
-            return key
-    h = hashlib.blake2b(digest_size=20)
-    h.update(prefix.encode())
-    try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                h.update(chunk)
-    except OSError:
-        return None
-    key = h.hexdigest()
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
-        _write_atomic(remembered, key.encode())
-        _write_atomic(scanned_marker(path, st), b"")
-    return key
+        content = record.read_text(encoding="ascii").strip()
+    if not (content and len(content) == 40 and all(c in "0123456789abcdef" for c in content)):
+        h = hashlib.blake2b(digest_size=20)
+        try:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(_CHUNK):
+                    h.update(chunk)
+        except OSError:
+            return None
+        content = h.hexdigest()
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
+            _write_atomic(record, content.encode())
+    settings = (
+        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}"
+    )
+    return hashlib.blake2b(f"{settings}|{content}".encode(), digest_size=20).hexdigest()
 
 
 def _warn(what: str, exc: BaseException) -> None:

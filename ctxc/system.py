@@ -56,10 +56,11 @@ def file_identity(path: str | os.PathLike[str], st: os.stat_result) -> str:
     return f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
 
-def scanned_marker(path: str | os.PathLike[str], st: os.stat_result) -> Path:
-    """Where the analysis cache notes that it holds a scan of this very file (then no worker is needed)."""
+def identity_record(path: str | os.PathLike[str], st: os.stat_result) -> Path:
+    """Where the analysis cache records the content hash of this very file (its :func:`file_identity`):
+    a file with one has been scanned, so a run needs no counting workers for it."""
     digest = hashlib.blake2b(file_identity(path, st).encode(), digest_size=20).hexdigest()
-    return cache_dir() / "analyses" / "scanned" / digest
+    return cache_dir() / "analyses" / "by-stat" / digest
 
 
 def env_flag(name: str) -> bool:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ctxc.system import cpu_count, env_flag, exit_with, interrupts_held, scanned_marker
+from ctxc.system import cpu_count, env_flag, exit_with, identity_record, interrupts_held
 from ctxc.tokens import base
 from ctxc.tokens import tiktoken_backend as backend
 
@@ -109,7 +109,7 @@ def _served_from_cache(args: Sequence[str], files: Sequence[tuple[str, os.stat_r
     of its time (bench/README.md, "Session 11")."""
     if "--no-cache" in args or env_flag("CTXC_NO_CACHE"):
         return False
-    return all(scanned_marker(arg, st).exists() for arg, st in files)
+    return all(identity_record(arg, st).exists() for arg, st in files)
 
 
 # -- in a worker ------------------------------------------------------------------------------------
