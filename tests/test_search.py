@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,7 +32,7 @@ from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transc
 from ctxc.search import background, index_transcript, indexer, rebuild, search
 from ctxc.search.chunks import MAX_CHARS, chunk_messages, chunk_transcript, split_text
 from ctxc.search.embed import hybrid_search
-from ctxc.search.index import SearchIndex, fts_query
+from ctxc.search.index import SCHEMA_VERSION, SearchIndex, fts_query
 from ctxc.search.show import parse_ref, show
 
 SAMPLE = SAMPLES / "claude-code.jsonl"
@@ -738,3 +740,27 @@ def test_messages_without_text_are_not_indexed() -> None:
     r = Message(role="user", blocks=(ToolResultBlock("x", ""), TextBlock("")), index=1)
     chunks = list(chunk_messages([m, r], source="-", fmt="chat"))
     assert [c.kind for c in chunks] == []
+
+
+def test_an_index_of_an_older_version_is_rebuilt_whole_by_the_next_search(
+    archive: Archive, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Catching up indexes the manifest's originals; an upgrade that emptied the index also lost the
+    # offloaded outputs' origins and the texts no manifest line names, which only a rebuild finds.
+    test_offloaded_output_is_found_and_names_its_blob(archive)
+    lone = archive.store(b"a text no manifest line names: PELICAN-42 overflow\n")
+    rebuild(archive)
+    before = {h.archive_id: h.blob for h in search("disk quota", archive=archive, limit=3)}
+    path = archive.root / "search.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    with SearchIndex(path) as emptied:
+        assert emptied.emptied_by_upgrade()
+        assert not emptied.archive_ids()
+    with caplog.at_level(logging.WARNING, logger="ctxc.search"):
+        after = search("disk quota", archive=archive, limit=3)
+    assert {h.archive_id: h.blob for h in after} == before
+    assert any(h.archive_id == lone for h in search("PELICAN", archive=archive, limit=3))
+    assert any("older ctxc" in r.getMessage() for r in caplog.records)
+    with SearchIndex(path) as rebuilt:
+        assert not rebuilt.emptied_by_upgrade()

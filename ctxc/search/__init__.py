@@ -253,6 +253,12 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
     offloaded output of one of them (by its sha256), another transcript, or plain text."""
     if not archive.root.is_dir():
         raise ArchiveError(f"no archive at {archive.root}")
+    with writer_lock(archive.root):
+        return _rebuild(archive)
+
+
+def _rebuild(archive: ArchiveStore) -> RebuildReport:
+    """:func:`rebuild`, the caller holding the writer lock."""
     skipped: list[str] = []
     origins: dict[str, tuple[str, int, str]] = {}  # blob digest -> (original, message, tool)
     loaded: set[str] = set()
@@ -262,7 +268,7 @@ def rebuild(archive: ArchiveStore) -> RebuildReport:
         for digest, message, tool in () if transcript is None else _blob_candidates(transcript):
             origins.setdefault(digest, (ident, message, tool))
 
-    with writer_lock(archive.root), cleared_index(archive.root) as (index, set_aside):
+    with cleared_index(archive.root) as (index, set_aside):
         for ident, entry in _manifest_originals(archive).items():
             if archive.object_path(ident).exists():
                 try:
@@ -345,8 +351,12 @@ def _catch_up(store: ArchiveStore, index: SearchIndex, originals: Mapping[str, M
     busy after :data:`CATCH_UP_SECONDS` (a large batch, or a stopped process) leaves the index as it is."""
     try:
         with writer_lock(store.root, seconds=CATCH_UP_SECONDS):
-            index_queued(store, index)
-            sync(store, index, originals)
+            if index.emptied_by_upgrade():  # the manifest alone names neither offloaded outputs nor texts
+                log.warning("ctxc: the search index was from an older ctxc: rebuilding it from the archive")
+                _rebuild(store)
+            else:
+                index_queued(store, index)
+                sync(store, index, originals)
     except LockTimeout:
         log.warning(
             "ctxc: warning: an indexer has held %s for %g s; searching the index as it is (what is still "

@@ -20,8 +20,9 @@ from ctxc.search.chunks import Chunk
 from ctxc.sqlite_store import connect, immediate, in_batches, release
 
 INDEX_NAME = "search.sqlite"
-#: Bumped when the schema or the chunking changes; an index of another version is rebuilt.
-SCHEMA_VERSION = 3
+#: Bumped when the schema or the chunking changes; an index of another version is emptied, and the next
+#: search rebuilds it from the archive (4: the ``meta`` table that says so).
+SCHEMA_VERSION = 4
 #: BM25 weights of the FTS columns (about, body, context): the text counts more than its description.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
@@ -66,8 +67,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS blobs ("
     " digest TEXT PRIMARY KEY, archive_id TEXT NOT NULL, message INTEGER NOT NULL, tool TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS vectors (chunk INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-_TABLES = ("docs", "chunks", "chunks_fts", "blobs", "vectors")
+_TABLES = ("docs", "chunks", "chunks_fts", "blobs", "vectors", "meta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +177,13 @@ class SearchIndex:
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            if version != 0:  # catching up would index the manifest's originals, not what else was there
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('emptied', ?)", (f"version {version}",))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def emptied_by_upgrade(self) -> bool:
+        """Whether this index was emptied for being of an older version and not rebuilt since."""
+        return self.conn.execute("SELECT 1 FROM meta WHERE key = 'emptied'").fetchone() is not None
 
     def has(self, archive_id: str) -> bool:
         return (
