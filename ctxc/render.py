@@ -169,9 +169,9 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
         f" in {a.conversations} conversations" if several else ""
     )
     out: list[Any] = [_head(a, f"{what}  ·  {a.tokenizer}")]
-    model = f" ({a.model}" if a.model else " ("
+    source = f"{a.model or ''}{_SOURCES.get(a.window_source, '')}".removeprefix(", ").removeprefix("; ")
     note = f"  (largest conversation; {a.total_tokens:,} tokens in all)" if several else ""
-    out.append(_stage_line(a, f" of a {a.window:,} window{model}{_SOURCES.get(a.window_source, '')})", note))
+    out.append(_stage_line(a, f" of a {a.window:,} window" + (f" ({source})" if source else ""), note))
     out.extend(_apart_lines(a))
     out.append(SideBySide(*_group_tables(a)))
     out.append(_message_table(a, show_messages))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, run
 from rich.cells import cell_len
 
 #: Commands that print no table: they write transcripts (or originals) byte for byte, or change settings.
@@ -640,3 +640,20 @@ def test_only_a_long_text_column_keeps_a_readable_width() -> None:
     long = shown("dropped: over the budget of 120 tokens with the others kept", 60)
     assert long.count("┃ section") == 2, long  # the text in a group of its own, at a width to read
     assert any("dropped: over the budget" in line for line in long.splitlines()), long
+
+
+@pytest.mark.parametrize(
+    ("args", "window"),
+    [
+        (("--window", "20000"), "of a 20,000 window  "),  # no model named: nothing in parentheses
+        (("--model", "claude-sonnet-4-5"), "of a 200,000 window (claude-sonnet-4-5)  "),
+        ((), "; no model in the log: the default)  "),
+    ],
+)
+def test_the_window_line_names_where_the_window_came_from(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], window: str
+) -> None:
+    code, out, err = run(capsys, "analyze", str(SAMPLES / "chat-openai.jsonl"), *args, "-f", "table")
+    assert code == 0, err
+    assert window in out
+    assert "()" not in out
