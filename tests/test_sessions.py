@@ -139,6 +139,18 @@ def test_sessions_table_fits_80_columns_with_whole_values(
         assert value in out
 
 
+def test_sessions_table_sizes_are_in_decimal_units_as_labelled(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KB is 1,000 bytes, as MB is 1,000,000 for --max-line-mb: not 1,024 under a KB label.
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out, _ = run(capsys, "sessions", "-f", "table")
+    assert code == 0
+    for sample in ("codex.jsonl", "claude-code.jsonl"):
+        size = (SAMPLES / sample).stat().st_size
+        assert f"{size / 1000:.1f} KB" in out, (sample, size, out)
+
+
 def test_fork_writes_a_new_session_beside_the_original(
     homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

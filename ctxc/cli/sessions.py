@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 from dataclasses import replace
 from typing import Annotated, Any
@@ -151,7 +150,12 @@ def _number(value: int | None) -> str:
 
 
 def _size(n: int) -> str:
-    if n < 1024:
+    """Decimal units, as ``--max-line-mb`` counts them: a KB is 1,000 bytes."""
+    if n < 1000:
         return f"{n} B"
-    power = min(3, int(math.log(n, 1024)))
-    return f"{n / 1024**power:.1f} {('KB', 'MB', 'GB')[power - 1]}"
+    value = n / 1000
+    for unit in ("KB", "MB"):
+        if round(value, 1) < 1000:  # 999,960 bytes is 1.0 MB, not 1000.0 KB
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
