@@ -216,6 +216,18 @@ def test_remind_table(capsys: pytest.CaptureFixture[str], rules_file: Path) -> N
     assert "lang" in out
 
 
+def test_remind_table_without_a_reminder_prints_no_empty_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[reminder]]\nid = "never"\nkeyword_in_response = "zqxj"\nmessage = "m"\n', "utf-8")
+    code, out, _ = run(capsys, "remind", str(SAMPLES / "codex.jsonl"), "--rules", str(rules), "-f", "table")
+    assert code == 0
+    assert "0 reminder(s) from 1 rule(s)" in out
+    assert "context" not in out  # the header of the events table, which has no row
+    assert "never" in out  # the rules' table still says each fired 0 times
+
+
 @pytest.mark.parametrize("path", corpus_params("claude-code/entire-cli_manual*"))
 def test_remind_on_a_corpus_file(capsys: pytest.CaptureFixture[str], rules_file: Path, path: Path) -> None:
     code, out, _ = run(

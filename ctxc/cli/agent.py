@@ -85,13 +85,14 @@ def _print_reminders(r: Any, rows: list[Any], rule_set: Any, fired: Mapping[str,
         markup=False,
     )
     cells = [(str(t.turn), str(t.line), f"{t.tokens_before:,}", x.rule, x.trigger, x.detail) for t, x in rows]
-    opt.print_rows(
-        ("turn", "line", "context", "rule", "trigger", "why"),
-        cells,
-        optional=("line",),
-        keys=1,
-        fold=("why",),
-    )
+    if cells:  # none: the line above says 0, an empty table's header would say nothing more
+        opt.print_rows(
+            ("turn", "line", "context", "rule", "trigger", "why"),
+            cells,
+            optional=("line",),
+            keys=1,
+            fold=("why",),
+        )
     summary = [
         (rule.id, rule.describe(), str(fired.get(rule.id, 0)), str(rule.max_repeats or "-"))
         for rule in rule_set.rules
