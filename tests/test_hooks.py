@@ -47,7 +47,7 @@ def test_install_adds_both_hooks_once_and_keeps_the_others(
     before = settings.read_bytes()
     code, _, err = run(capsys, "hooks", "install", "claude-code")
     assert code == 0
-    assert "nothing to change" in err
+    assert f"ctxc: the hooks are already installed in {settings}; nothing to change" in err
     assert settings.read_bytes() == before
 
 
@@ -57,6 +57,16 @@ def test_uninstall_removes_exactly_what_install_added(
     run(capsys, "hooks", "install", "claude-code")
     assert run(capsys, "hooks", "uninstall", "claude-code")[0] == 0
     assert json.loads(settings.read_text()) == OTHERS
+
+
+def test_nothing_to_remove_is_said_in_words_dry_run_too(
+    settings: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in ([], ["--dry-run"]):
+        code, out, err = run(capsys, "hooks", "uninstall", "claude-code", *extra)
+        assert code == 0
+        assert out == ""
+        assert f"ctxc: no ctxc hooks in {settings}; nothing to change" in err
 
 
 def test_dry_run_prints_the_change_and_writes_nothing(

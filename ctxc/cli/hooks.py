@@ -42,11 +42,19 @@ def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
     change = change_settings(
         settings_path("project" if project else "user"), install=install, dry_run=dry_run
     )
-    if dry_run:
+    if dry_run and change.changed:
         write_stdout(change.diff().encode())
-    elif not quiet:
-        done = ("installed in" if install else "removed from") if change.changed else "nothing to change in"
-        opt.note(f"ctxc: hooks {done} {change.path}")
+    elif quiet:
+        return
+    elif change.changed:
+        opt.note(f"ctxc: hooks {'installed in' if install else 'removed from'} {change.path}")
+    else:  # dry run or not: say why nothing is printed or written
+        where = (
+            f"the hooks are already installed in {change.path}"
+            if install
+            else f"no ctxc hooks in {change.path}"
+        )
+        opt.note(f"ctxc: {where}; nothing to change")
 
 
 @hooks_app.command(epilog=EPILOG)
