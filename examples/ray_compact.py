@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-over", action="store_true")
     ap.add_argument("--as-file", action="store_true", help="cite the dataset file, as `ctxc compact` does")
     args = ap.parse_args(argv)
+    try:
+        import ray  # noqa: F401  (checked before any work: a traceback would bury the fix)
+    except ImportError:
+        ap.exit(2, f"{ap.prog}: error: this example needs Ray: pip install 'ctxc[ray]'\n")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     options = CompactOptions(
         strategy=args.strategy,

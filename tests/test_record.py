@@ -3,8 +3,11 @@ byte for byte when given the record's source; pure (nothing written without an a
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -123,3 +126,21 @@ def test_results_are_plain_and_picklable() -> None:
 
 def test_library_export() -> None:
     assert ctxc.compact_record is compact_record
+
+
+def test_the_ray_example_without_ray_says_so_in_one_line(tmp_path: Path) -> None:
+    # Ray hidden (None in sys.modules makes its import fail), whether or not it is installed here.
+    script = SAMPLES.parent / "examples" / "ray_compact.py"
+    out = tmp_path / "out.jsonl"
+    hide_ray = (
+        "import runpy, sys; sys.modules['ray'] = None; "
+        f"sys.argv = ['ray_compact.py', {str(DATASET)!r}, {str(out)!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SAMPLES.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", hide_ray], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr == "ray_compact.py: error: this example needs Ray: pip install 'ctxc[ray]'\n"
+    assert not out.exists()
