@@ -696,6 +696,18 @@ def test_show_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         show("abcdefabcdef", archive=a)
 
 
+def test_show_of_an_offloaded_output_ends_its_line_but_raw_is_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arch = tmp_path / "archive"
+    blob = Archive(arch).store(b"an offloaded output without a final newline")
+    for fmt in ("text", "table"):
+        assert run("show", blob[:12], "--archive", str(arch), "-f", fmt) == 0
+        assert capsys.readouterr().out == "an offloaded output without a final newline\n"
+    assert run("show", blob[:12], "--archive", str(arch), "-f", "raw") == 0
+    assert capsys.readouterr().out == "an offloaded output without a final newline"
+
+
 # --------------------------------------------------------------------------------------------- CLI
 
 

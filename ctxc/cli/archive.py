@@ -194,8 +194,9 @@ def show_command(
         write_stdout(shown.raw_records())
     elif out == "json":
         opt.print_json("show", **shown_json(shown))
-    elif shown.transcript is None:  # an offloaded output: its text is all there is
-        write_stdout(visible(shown.text or ""))
+    elif shown.transcript is None:  # an offloaded output: its text is all there is (raw gives it as is)
+        text = visible(shown.text or "")
+        write_stdout(text if text.endswith("\n") else text + "\n")
     elif out == "text":
         write_stdout(visible(plain(shown.messages)) + "\n")
     else:
