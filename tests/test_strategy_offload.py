@@ -235,6 +235,7 @@ def test_a_one_line_giant_is_clipped_in_the_preview(tmp_path: Path) -> None:
     text = block_text(result.messages[2])
     assert len(text) < 1400
     assert text.split("\n")[2].endswith(f"… (+{len(minified) - 1000} chars)")
+    assert " tokens, 1 line) to " in text.split("\n")[0]  # not "1 lines"
 
 
 def test_realistic_tokenizer(tmp_path: Path) -> None:

@@ -134,7 +134,8 @@ def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int
     summary = call_summary(call)
     about = f" of {summary}" if summary else ""
     head = (
-        f"[ctxc offloaded the {call.name or 'tool'} result{about} ({tokens:,} tokens, {len(lines):,} lines) "
+        f"[ctxc offloaded the {call.name or 'tool'} result{about} ({tokens:,} tokens, {len(lines):,} "
+        f"line{'s' if len(lines) != 1 else ''}) "
         f"to {blob.path}; {cite}]"
     )
     preview = [clip(x) for x in lines[:preview_lines]]
