@@ -7,6 +7,7 @@ import io
 import itertools
 import logging
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -745,6 +746,20 @@ def test_search_cli_json_table_and_reindex(tmp_path: Path, capsys: pytest.Captur
     assert run("search", "--archive", str(arch)) == ExitCode.USAGE
     assert run("search", "x", "--archive", str(tmp_path / "nowhere")) == ExitCode.ARCHIVE
     assert run("search", '"open', "--raw", "--archive", str(arch)) == ExitCode.USAGE
+
+
+def test_the_raw_query_of_the_help_example_is_valid_fts5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxc.cli.archive import SEARCH_EPILOG
+
+    arch = tmp_path / "archive"
+    Archive(arch).store(SAMPLE.read_bytes())
+    examples = [shlex.split(line.split("#")[0]) for line in SEARCH_EPILOG.splitlines() if "--raw" in line]
+    assert examples
+    for words in examples:
+        assert run(*words[1:], "--archive", str(arch), "-f", "json") == 0, words
+    capsys.readouterr()
 
 
 def test_messages_without_text_are_not_indexed() -> None:

@@ -19,7 +19,7 @@ SEARCH_EPILOG = opt.examples(
     "ctxc search 'ORDER-7731 refund'",
     "ctxc search 'why did we drop redis' --limit 5 --format json",
     "ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only",
-    "ctxc search 'auth NEAR/5 token' --raw                  # FTS5 query syntax",
+    "ctxc search 'NEAR(auth token, 5)' --raw                # FTS5 query syntax",
     "ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]",
     "ctxc search --reindex                                  # rebuild the index from the archive",
     note="Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
