@@ -183,8 +183,8 @@ class PromptComposer:
         try:
             sections = tuple(_section(t, n, root or Path.cwd()) for n, t in enumerate(tables, 1))
             return cls(sections, base=base, separator=separator)
-        except UsageError as exc:
-            raise UsageError(f"{source}: {exc.message}") from None
+        except (UsageError, InputError) as exc:  # the prompt file is what to fix: name it first
+            raise type(exc)(f"{source}: {exc.message}") from None
 
 
 def _section(table: Any, n: int, root: Path) -> Section:
@@ -202,10 +202,15 @@ def _section(table: Any, n: int, root: Path) -> Section:
     if not isinstance(content := table[key], str):
         raise UsageError(f"section {sid!r}: {key} must be a string")
     if key == "file":
+        path = root / content
         try:
-            content = (root / content).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"section {sid!r}: cannot read {table['file']}: {exc}") from None
+            content = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(f"section {sid!r}: no such file {path}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"section {sid!r}: {path} is not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise InputError(f"section {sid!r}: cannot read {path}: {exc.strerror or exc}") from None
     priority = table.get("priority", 50)
     if isinstance(priority, str):
         if priority.lower() not in PRIORITIES:

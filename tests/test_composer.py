@@ -146,6 +146,20 @@ def test_toml_with_names_files_and_separator(tmp_path: Path) -> None:
     assert composer.compose().prompt == "Be safe.\n---\nExample one.\nExample two."
 
 
+def test_a_section_file_that_cannot_be_read_is_one_line_naming_both_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = tmp_path / "prompt.toml"
+    f.write_text('[[section]]\nid = "ex"\nfile = "missing.md"\n', encoding="utf-8")
+    code, _, err = run(capsys, "compose", str(f))
+    assert code == ExitCode.INPUT
+    assert err == f"ctxc: error: {f}: section 'ex': no such file {tmp_path / 'missing.md'}\n"
+    (tmp_path / "missing.md").write_bytes(b"caf\xe9")
+    code, _, err = run(capsys, "compose", str(f))
+    assert code == ExitCode.INPUT
+    assert err == f"ctxc: error: {f}: section 'ex': {tmp_path / 'missing.md'} is not UTF-8 text (byte 3)\n"
+
+
 @pytest.fixture
 def prompt_file(tmp_path: Path) -> Path:
     f = tmp_path / "prompt.toml"
