@@ -166,6 +166,7 @@ class ContextManager:
     def _sizes(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message]) -> list[tuple[int, bool]]:
         """Each message's tokens and whether it holds a compaction block; a dict already seen (same
         JSON) is not counted again, so a growing list costs a hash a message."""
+        require_list(messages)  # a lone dict or a string would count 0 tokens, and never compact
         sizes: list[tuple[int, bool]] = [(0, False)] * len(messages)
         objects = [(i, m) for i, m in enumerate(messages) if isinstance(m, Message)]
         counts = count_messages([m for _, m in objects], self.counter) if objects else []
@@ -379,10 +380,15 @@ def compact_messages(
     return manager.compact(messages)
 
 
+def require_list(messages: object) -> None:
+    """A :class:`UsageError` unless ``messages`` is a list (or other sequence) of messages."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise UsageError(f"messages must be a list of message dicts, got a {type(messages).__name__}")
+
+
 def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     """A :class:`UsageError` for an entry that is not a message dict, which compaction would drop."""
-    if isinstance(messages, Mapping | str | bytes):
-        raise UsageError(f"messages must be a list of message dicts, got a {type(messages).__name__}")
+    require_list(messages)
     for i, obj in enumerate(messages):
         if not is_chat_message(obj):
             raise UsageError(

@@ -201,6 +201,16 @@ def test_the_manager_refuses_what_compact_messages_refuses() -> None:
         )
 
 
+@pytest.mark.parametrize("wrong", [None, "Fix it.", {"role": "user", "content": "Fix it."}], ids=repr)
+def test_count_of_something_not_a_list_is_a_usage_error_not_zero(wrong: object) -> None:
+    # A single dict or a string counted 0 tokens (needs_compaction never fired); None was a TypeError.
+    manager = ContextManager(window=10_000)
+    with pytest.raises(UsageError, match="a list of message dicts"):
+        manager.count(wrong)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="a list of message dicts"):
+        manager.needs_compaction(wrong)  # type: ignore[arg-type]
+
+
 def test_the_next_compaction_waits_for_growth() -> None:
     msgs = anthropic_conversation(12)
     manager = ContextManager(window=8000, strategy="mask", min_growth=0.2)
