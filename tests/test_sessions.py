@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,26 @@ def test_sessions_table_sizes_are_in_decimal_units_as_labelled(
     for sample in ("codex.jsonl", "claude-code.jsonl"):
         size = (SAMPLES / sample).stat().st_size
         assert f"{size / 1000:.1f} KB" in out, (sample, size, out)
+
+
+@pytest.fixture
+def seoul(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "Asia/Seoul")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_sessions_table_shows_the_last_activity_in_local_time(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str], seoul: None
+) -> None:
+    # The codex rollout's mtime is 1,800,000,000: 08:00 UTC, 17:00 in Seoul, where the user reads the table.
+    code, out, _ = run(capsys, "sessions", "-f", "table")
+    assert code == 0
+    assert "2027-01-15 17:00" in out
+    code, out, _ = run(capsys, "sessions", "-f", "json")
+    assert json.loads(out)["sessions"][0]["last_activity"] == "2027-01-15T08:00:00Z"  # data stays UTC
 
 
 def test_fork_writes_a_new_session_beside_the_original(

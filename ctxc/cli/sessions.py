@@ -123,7 +123,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             (
                 row["id"][:width],
                 row["agent"],
-                row["last_activity"][:16].replace("T", " "),
+                _local_minute(row["last_activity"]),
                 _number(row["messages"]),
                 _number(row["tokens"]),
                 "?" if row["stage"] is None else str(row["stage"]),
@@ -136,6 +136,11 @@ def _table(rows: list[dict[str, Any]]) -> None:
         for column in table.columns:
             column.no_wrap = True
         print_table(console, table, optional=("size", "cost"), keys=1)
+
+
+def _local_minute(stamp: str) -> str:
+    """The UTC time JSON carries, as the reader's clock shows it (as ``ls -l`` does)."""
+    return dt.datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 def _prefix_length(ids: list[str], shortest: int = 8) -> int:
