@@ -688,6 +688,8 @@ def test_show_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert run("show", f"{ident[:12]}:900-901", "--archive", str(arch)) == ExitCode.ARCHIVE
     err = capsys.readouterr().err
     assert "none in 900-901" in err
+    assert run("show", f"{ident[:12]}:900", "--archive", str(arch)) == ExitCode.ARCHIVE
+    assert "; no message 900" in capsys.readouterr().err  # not "none in 900-900"
     assert "Traceback" not in err
     blob = a.store(b"plain offloaded text\n")
     with pytest.raises(UsageError, match="offloaded output"):

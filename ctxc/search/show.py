@@ -117,7 +117,8 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
         picked = tuple(m for m in transcript.messages if lo <= m.index <= hi)
         if not picked:
             top = transcript.messages[-1].index
-            raise ArchiveError(f"archive {short} has messages 0-{top}; none in {lo}-{hi}")
+            asked = f"no message {lo}" if lo == hi else f"none in {lo}-{hi}"
+            raise ArchiveError(f"archive {short} has messages 0-{top}; {asked}")
     return Shown(ident, r, transcript, picked, source=source)
 
 
