@@ -306,6 +306,11 @@ class ArchiveStore:
         ref = ref.strip().lower()
         if not re.fullmatch(rf"[0-9a-f]{{{MIN_PREFIX},64}}", ref):
             raise ArchiveError(f"not an archive id: {ref!r} (ids are {MIN_PREFIX}+ hex characters)")
+        if not self.root.is_dir():  # a mistyped --archive: the id is not what is wrong
+            raise ArchiveError(
+                f"no archive at {self.root} (compact something first, or pass {{archive}})",
+                options=("archive",),
+            )
         if len(ref) == 64:
             if self.object_path(ref).exists():
                 return ref

@@ -328,6 +328,18 @@ def test_restore_unknown_id_and_not_an_id(capsys: pytest.CaptureFixture[str], tm
     one_line_error(err, "nope: no such file")
 
 
+def test_show_and_restore_from_a_missing_archive_say_there_is_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A mistyped --archive said "holds no object 0123456789ab", as if the id were what was wrong.
+    missing = tmp_path / "no-such-archive"
+    for args in (["restore", "0123456789abcdef"], ["show", "0123456789ab:3"]):
+        code, _, err = run(capsys, *args, "--archive", str(missing))
+        assert code == ExitCode.ARCHIVE
+        one_line_error(err, f"no archive at {missing}", "--archive")
+    assert not missing.exists()
+
+
 def test_compact_rejects_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = tmp_path / "t.jsonl"
     f.write_bytes(GOOD)
@@ -365,7 +377,7 @@ BAD_LINE = b'{"role": "user", "content": "hi"}\n{not json\n'
     ("args", "code", "needles"),
     [
         (["search", "foo", "--archive", "{tmp}/no-archive"], ExitCode.ARCHIVE, ["no archive"]),
-        (["show", "0123456789ab:3", "--archive", "{tmp}/a"], ExitCode.ARCHIVE, ["no object 0123456789ab"]),
+        (["show", "0123456789ab:3", "--archive", "{tmp}"], ExitCode.ARCHIVE, ["no object 0123456789ab"]),
         (["show", "nonsense"], ExitCode.USAGE, ["not an archive reference"]),
         (
             ["eval", "{tmp}/bad.jsonl", "--strategies", "fifo"],
