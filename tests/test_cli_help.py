@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import typer
 from conftest import ROOT, SAMPLES, run
 
 from ctxc.cli import app, main
@@ -54,6 +55,25 @@ def test_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "Example" in out
     assert f"ctxc {command}" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["search", "show", "restore", "repair", "sessions", "replay", "remind", "compose", "eval", "hooks"],
+)
+def test_each_example_stays_on_one_line_at_80_columns(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command wrapped mid-way (`--format` / `json > replay.json`) breaks when copied.
+    monkeypatch.setenv("COLUMNS", "80")
+    typer_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    examples = [p.strip() for p in (typer_command.epilog or "").split("\n\n") if p.startswith("  ctxc")]
+    assert examples
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    for example in examples:
+        assert " ".join(example.replace("\\[", "[").split()) in lines, example
 
 
 @pytest.mark.parametrize("command", COMMANDS + sorted({s.split()[0] for s in SUBCOMMANDS}))

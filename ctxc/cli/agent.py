@@ -23,7 +23,7 @@ REMIND_EPILOG = opt.examples(
 COMPOSE_EPILOG = opt.examples(
     "ctxc compose prompt.toml --budget 2000 > system.txt",
     "ctxc compose prompt.toml --budget 800 --fill --format json",
-    "ctxc compose prompt.toml --base 'You are a reviewer. Only comment.'   # override the sections",
+    "ctxc compose prompt.toml --base 'You are a reviewer.'   # overrides them",
     note="Sections are [\\[section]] tables: id, priority (0-100 or safety, role, task, tools, "
     "output_format, examples, background), required, and content or file. Exit 6 if the required sections "
     "alone exceed the budget.",

@@ -21,7 +21,7 @@ SEARCH_EPILOG = opt.examples(
     "ctxc search 'migration error' --id 3f2a9c1b4d5e       # one original only",
     "ctxc search 'NEAR(auth token, 5)' --raw                # FTS5 query syntax",
     "ctxc search 'which database did we pick' --hybrid     # needs ctxc\\[embed]",
-    "ctxc search --reindex                                  # rebuild the index from the archive",
+    "ctxc search --reindex                                  # rebuild the index",
     note="Every original the archive holds is searchable (the index, search.sqlite beside the archive, is "
     "updated as compaction archives them). Each hit names its message: print it with `ctxc show <ref>`.",
 )
@@ -29,15 +29,15 @@ SEARCH_EPILOG = opt.examples(
 SHOW_EPILOG = opt.examples(
     "ctxc show 3f2a9c1b4d5e:42",
     "ctxc show 3f2a9c1b4d5e:3-17 --format json",
-    "ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a citation, pasted as is",
+    "ctxc show 'ctxc archive 3f2a9c1b4d5e messages 3-17'     # a pasted citation",
     "ctxc show ctxc archive 3f2a9c1b4d5e messages 3-17       # unquoted works too",
-    "ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the original records, byte for byte",
+    "ctxc show 3f2a9c1b4d5e:5 --format raw > lines.jsonl     # the records as is",
 )
 
 
 RESTORE_EPILOG = opt.examples(
     "ctxc restore 3f2a9c1b4d5e -o original.jsonl",
-    "ctxc restore small.jsonl > original.jsonl     # find the original of a compacted file",
+    "ctxc restore small.jsonl > original.jsonl     # a compacted file's original",
 )
 
 

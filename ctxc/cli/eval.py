@@ -14,7 +14,7 @@ from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 EPILOG = opt.examples(
-    "ctxc eval                       # 3 generated sessions, every strategy, 10% and 25%",
+    "ctxc eval                   # 3 generated sessions, every strategy, 10%, 25%",
     "ctxc eval logs/ --strategies fifo,adaptive --targets 0.1",
     "ctxc eval --seed 7 --generated 5 --format json > eval.json",
     "ctxc eval session.jsonl --search-scope archive --search-k 3",

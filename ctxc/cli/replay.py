@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 REPLAY_EPILOG = opt.examples(
     "ctxc replay session.jsonl --window 100000",
-    "ctxc replay rollout.jsonl --strategy fifo --reminders rules.toml --format json > replay.json",
-    "ctxc replay session.jsonl --model claude-opus-4-5 --plot replay.svg     # needs ctxc\\[plot]",
+    "ctxc replay rollout.jsonl -s fifo --reminders rules.toml -f json > r.json",
+    "ctxc replay session.jsonl --model claude-opus-4-5 --plot r.svg  # ctxc\\[plot]",
     "ctxc replay session.jsonl --trigger 0.8 --target-ratio 0.5 --turns",
     note="Each turn (model call) is measured twice: the context as recorded, and as ctxc would have kept it "
     "(compacted when the context reaches --trigger of the window, reminders injected). Logs that "
