@@ -137,6 +137,14 @@ def looks_like_reference(text: str) -> bool:
     return text == LATEST or (len(text) >= MIN_PREFIX and re.fullmatch(r"[0-9a-fA-F-]+", text) is not None)
 
 
+def session_path(path: str) -> str:
+    """``path``, or the file of the session it names (an id, a unique prefix or ``latest``) when no file
+    has that name: what every command that takes a PATH takes."""
+    if path == "-" or os.path.exists(path) or not looks_like_reference(path):
+        return path
+    return str(resolve_session(path).path)
+
+
 def resolve_session(reference: str, *, cwd: str | None = None) -> Session:
     """The session ``reference`` names: ``latest`` (the newest of the project of ``cwd``), an id, or a
     prefix of exactly one id."""

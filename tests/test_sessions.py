@@ -88,6 +88,35 @@ def test_commands_take_a_session_id_prefix_or_latest(
     assert "0badc0de: no such file or session" in err
 
 
+def test_single_path_commands_take_a_session_id_too(
+    homes: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The README: every command that takes a PATH takes a session id, a prefix or latest. replay, remind,
+    # repair and restore said "no such file".
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[reminder]]\nid = "x"\nevery_n_turns = 2\nmessage = "m"\n', encoding="utf-8")
+    archive = str(tmp_path / "archive")
+    code, out, _ = run(capsys, "replay", CLAUDE_ID[:8], "-f", "json")
+    assert code == 0
+    assert json.loads(out)["path"].endswith(f"{CLAUDE_ID}.jsonl")
+    code, out, _ = run(capsys, "remind", CODEX_ID[:8], "--rules", str(rules), "-f", "json")
+    assert code == 0
+    assert json.loads(out)["format"] == "codex"
+    code, _, _ = run(capsys, "repair", CLAUDE_ID, "-o", str(tmp_path / "r.jsonl"), "--archive", archive, "-q")
+    assert code == 0
+    session = resolve_session(CLAUDE_ID).path
+    original = session.read_bytes()
+    code, _, _ = run(capsys, "compact", CLAUDE_ID[:8], "--in-place", "-s", "fifo", "--target-tokens", "4000",
+                     "--archive", archive, "-q")  # fmt: skip
+    assert code == 0
+    assert session.read_bytes() != original
+    code, _, _ = run(
+        capsys, "restore", CLAUDE_ID[:8], "-o", str(tmp_path / "back.jsonl"), "--archive", archive
+    )
+    assert code == 0
+    assert (tmp_path / "back.jsonl").read_bytes() == original
+
+
 def test_a_file_of_that_name_wins_over_a_session(
     homes: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],

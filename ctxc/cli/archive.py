@@ -46,7 +46,8 @@ def restore_command(
     ref: Annotated[
         str,
         typer.Argument(
-            help="An archive id (12+ hex characters), or a compacted file (- for stdin).", metavar="REF"
+            help="An archive id (12+ hex characters), or a compacted file or session (- for stdin).",
+            metavar="REF",
         ),
     ],
     output: opt.TranscriptOutputOpt = None,
@@ -55,9 +56,16 @@ def restore_command(
     """Write an archived original back, byte for byte."""
     from ctxc.archive import Archive
     from ctxc.reader import read_all
+    from ctxc.sessions import looks_like_reference, session_path
 
-    # A compacted file (stdin, a pipe) or an id; read_all says what is wrong with a folder.
+    # A compacted file (stdin, a pipe, a session) or an id; read_all says what is wrong with a folder.
     is_file = ref == "-" or os.path.exists(ref)
+    if not is_file and looks_like_reference(ref) and not re.fullmatch(r"[0-9a-fA-F]{12,}", ref.strip()):
+        try:
+            ref, is_file = session_path(ref), True
+        except InputError:
+            if not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):
+                raise  # a short hex string naming no session goes on to say what an archive id is
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
     store = Archive.open(archive)

@@ -139,9 +139,10 @@ def repair(
 ) -> None:
     """Fix pairing problems: drop orphan results, answer unanswered calls with "no result recorded"."""
     from ctxc.jobs import RepairJob, repair_file
+    from ctxc.sessions import session_path
 
     out, ropts = opt.transcript_output(output), opt.read_options(skip_invalid, max_line_mb)
-    done = repair_file(RepairJob(path, out, archive, input_format, ropts))
+    done = repair_file(RepairJob(session_path(path), out, archive, input_format, ropts))
     if not quiet:
         fixed, archive_id = done["fixed"], done["archive_id"][:12]
         opt.note(f"ctxc: {done['input_path']}: fixed {fixed} problem(s); original in archive {archive_id}")

@@ -142,10 +142,14 @@ def read_options(skip_invalid: bool, max_line_mb: float) -> Any:
 
 
 def load_transcript(path: str, input_format: str | None, skip_invalid: bool, max_line_mb: float) -> Any:
-    """The transcript at ``path`` (``-`` for stdin), read with the input options every command shares."""
+    """The transcript at ``path`` (``-`` for stdin, or a session), read with the input options every
+    command shares."""
     from ctxc.formats import load  # as each command imports the library it calls: when it runs
+    from ctxc.sessions import session_path
 
-    return load(path, input_format=input_format, options=read_options(skip_invalid, max_line_mb))
+    return load(
+        session_path(path), input_format=input_format, options=read_options(skip_invalid, max_line_mb)
+    )
 
 
 def parse_thresholds(text: str) -> tuple[float, ...]:
@@ -194,7 +198,9 @@ def batch_mode(
 # The options several commands share; typer names each after its parameter unless a name is given.
 OutFormat = Literal["table", "json", "csv"]
 TableOrJson = Literal["table", "json"]
-PathArg = Annotated[str, typer.Argument(help="A transcript file, or - for stdin.", metavar="PATH")]
+PathArg = Annotated[
+    str, typer.Argument(help="A transcript file, a session id (or latest), or - for stdin.", metavar="PATH")
+]
 PathsArg = Annotated[
     list[str] | None,
     typer.Argument(
