@@ -178,7 +178,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     if a.usage:
         u = a.usage
         figures = (
-            f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
+            f"{u.calls:,} API call{'' if u.calls == 1 else 's'}, last context {u.last_context:,} tokens "
+            f"(max {u.max_context:,}), "
             f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
             f"output {u.output:,}" + (f", window {u.window:,}" if u.window else "")
         )
@@ -266,13 +267,14 @@ def _apart_lines(a: Analysis) -> list[Any]:
 
 
 def boundary_lines(a: Analysis) -> list[Any]:
-    """One line per compaction the log itself recorded (kind, trigger, tokens before)."""
+    """One line per compaction the log itself recorded (kind, trigger, the context it recorded then: not
+    the counted history, which the line above the table gives)."""
     from rich.text import Text
 
     out: list[Any] = []
     for b in compactions(a.boundaries):
         trigger = f" ({b.trigger})" if b.trigger else ""
-        before = f", {b.pre_tokens:,} tokens before" if b.pre_tokens else ""
+        before = f", at a recorded context of {b.pre_tokens:,} tokens" if b.pre_tokens else ""
         out.append(Text(f"compaction in log: line {b.line} {b.kind}{trigger}{before}", style="bold"))
     return out
 
@@ -344,7 +346,7 @@ def render_usage(a: Analysis) -> list[Any]:
         f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
         + (f"; recorded window {u.window:,}" if u.window else "")
     )
-    out.append(Text.assemble((f"{u.calls:,} API calls", "bold"), figures))
+    out.append(Text.assemble((f"{u.calls:,} API call{'' if u.calls == 1 else 's'}", "bold"), figures))
     if u.cost is not None:
         out.append(Text(cost_line(u.cost)))
     out.extend(boundary_lines(a))
