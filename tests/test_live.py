@@ -270,6 +270,25 @@ def test_a_target_above_the_size_leaves_a_compacted_log_as_it_is(strategy: str) 
 
 
 @needs_corpus
+def test_the_request_copied_in_shows_in_the_savings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Over target with nothing offload can move, the session's first request is still copied into the live
+    context: the summary line said "+0.1% ... [nothing to do]"; the copy is an action of its own."""
+    out = tmp_path / "out.jsonl"
+    args = ("compact", str(CODEX_COMPACTED), "-s", "offload", "--target-ratio", "0.05", "--allow-over")
+    code, _, err = run(capsys, *args, "-o", str(out))
+    assert code == 0, err
+    assert "nothing to do" not in err
+    result = compact_transcript(
+        load(CODEX_COMPACTED), CompactOptions(strategy="offload", target_ratio=0.05, allow_over=True)
+    )
+    assert result.tokens_after > result.tokens_before
+    assert sum(result.savings_by_strategy().values()) == result.tokens_before - result.tokens_after
+    assert f"keep {result.tokens_after - result.tokens_before:+,}" in err
+
+
+@needs_corpus
 def test_fifo_again_keeps_its_own_copy_of_the_intent_instead_of_growing() -> None:
     """A second run finds the copy of the session's first request that the first run put in the live
     context: it stays pinned, rather than being dropped, quoted in a placeholder and copied in again."""
