@@ -165,7 +165,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.text import Text
 
     several = a.conversations > 1
-    what = f"{a.live_messages} messages in context" + (
+    what = f"{a.live_messages:,} message{'' if a.live_messages == 1 else 's'} in context" + (
         f" in {a.conversations} conversations" if several else ""
     )
     out: list[Any] = [_head(a, f"{what}  ·  {a.tokenizer}")]
@@ -239,7 +239,7 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
         )
         for s in (a.messages if show_messages else a.largest)
     ]
-    title = "messages" if show_messages else f"largest {len(rows)} messages"
+    title = "messages" if show_messages else f"largest {len(rows)} message{'' if len(rows) == 1 else 's'}"
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
     right = (*columns[:2], *columns[5:])
     messages = make_table(columns, rows, right=right, title=title, title_justify="left")

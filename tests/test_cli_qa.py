@@ -421,3 +421,14 @@ def test_json_reports_escape_c1_controls(capsys: pytest.CaptureFixture[str], odd
         assert "\\u009b" in out or args[0] == "validate"
     code, out, _ = run(capsys, "analyze", "c1.jsonl", "-f", "json")
     assert "sh\x9b" in json.loads(out)["files"][0]["by_tool"]
+
+
+def test_one_message_is_said_in_the_singular(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    (odd / "one.jsonl").write_text('{"role": "user", "content": "hello"}\n')
+    code, out, _ = run(capsys, "analyze", "one.jsonl", "-f", "table")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "1 message in context" in flat
+    assert "largest 1 message " in flat
+    code, out, _ = run(capsys, "validate", "one.jsonl")
+    assert (code, out) == (0, "one.jsonl: ok (chat, 1 message)\n")
