@@ -432,3 +432,23 @@ def test_one_message_is_said_in_the_singular(capsys: pytest.CaptureFixture[str],
     assert "largest 1 message " in flat
     code, out, _ = run(capsys, "validate", "one.jsonl")
     assert (code, out) == (0, "one.jsonl: ok (chat, 1 message)\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("compact", ".", "--out-dir", "."),
+        ("convert", ".", "--out-dir", ".", "--to", "chat-anthropic"),
+        ("compact", ODD, "--report", ODD, "-o", "out.jsonl"),
+    ],
+    ids=["compact-out-dir", "convert-out-dir", "report"],
+)
+def test_an_output_that_is_an_input_is_refused_without_naming_an_option_not_given(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...]
+) -> None:
+    before = (odd / ODD).read_bytes()
+    code, _, err = run(capsys, *args, "--quiet")
+    assert code in (ExitCode.OUTPUT, ExitCode.PARTIAL)
+    assert "refusing to overwrite an input file" in err
+    assert "-o" not in err.replace("-out", "")  # it said "choose another -o" to a user who gave none
+    assert (odd / ODD).read_bytes() == before
