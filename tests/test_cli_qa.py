@@ -452,3 +452,31 @@ def test_an_output_that_is_an_input_is_refused_without_naming_an_option_not_give
     assert "refusing to overwrite an input file" in err
     assert "-o" not in err.replace("-out", "")  # it said "choose another -o" to a user who gave none
     assert (odd / ODD).read_bytes() == before
+
+
+def test_a_dry_runs_stage_totals_count_a_message_acted_on_twice_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # mask shrinks a long result, then masks the shrunk one: the stage said 6 messages, 17,165 → 6,108
+    # tokens, of a 14,432-token log; it touches 4 messages, 12,166 → 1,109.
+    args = ("compact", str(SAMPLES / "codex.jsonl"), "--dry-run", "--target-ratio", "0.02")
+    code, out, _ = run(capsys, *args, "-f", "json")
+    assert code == 0
+    plan = json.loads(out)
+    actions = [a for c in plan["conversations"] for a in c["actions"] if a["strategy"] == "mask"]
+    assert len({a["first"] for a in actions}) < len(actions)  # the case: a message acted on twice
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for a in actions:
+        first.setdefault(a["first"], a["tokens_before"])
+        last[a["first"]] = a["tokens_after"]
+    code, out, _ = run(capsys, *args, "-f", "table")
+    assert code == 0
+    row = next(line.split() for line in out.splitlines() if line.split()[1:2] == ["mask"])
+    shown = [cell for cell in row if cell not in "│┃"]
+    assert shown[1:5] == [
+        str(len(actions)),
+        str(len(first)),
+        f"{sum(first.values()):,}",
+        f"{sum(last.values()):,}",
+    ]

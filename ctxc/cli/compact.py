@@ -311,6 +311,26 @@ def _summary_line(doc: dict[str, Any]) -> None:
     )
 
 
+def _print_stage_totals(actions: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Per stage: its actions, the messages they touch and their tokens before and after, each message
+    once (mask may shrink a result, then mask what is left of it)."""
+    spans: dict[str, dict[tuple[int, int, int], list[int]]] = defaultdict(dict)
+    touched: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for conv, a in actions:
+        tokens = spans[a["strategy"]].setdefault((conv, a["first"], a["last"]), [a["tokens_before"], 0])
+        tokens[1] = a["tokens_after"]
+        touched[a["strategy"]].update((conv, i) for i in range(a["first"], a["last"] + 1))
+    counts = Counter(a["strategy"] for _, a in actions)
+    lines = []
+    for stage, by_span in spans.items():
+        before, after = (sum(t[k] for t in by_span.values()) for k in (0, 1))
+        n, messages = str(counts[stage]), str(len(touched[stage]))
+        lines.append((stage, n, messages, f"{before:,}", f"{after:,}", f"{after - before:+,}"))
+    if lines:
+        totals = ("stage", "actions", "messages", "before", "after", "change")
+        opt.print_rows(totals, lines, right=totals[1:], keys=1)
+
+
 def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> None:
     if fmt == "json":
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
@@ -324,17 +344,7 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
     )
     actions = [(conv["conversation"], a) for conv in doc["conversations"] for a in conv["actions"]]
     # First what each stage does in all (a few lines), then, if asked, every action (hundreds).
-    stages: dict[str, Counter[str]] = defaultdict(Counter)
-    for _, a in actions:
-        span = a["last"] - a["first"] + 1
-        stages[a["strategy"]].update(n=1, span=span, b=a["tokens_before"], a=a["tokens_after"])
-    if stages:
-        totals = ("stage", "actions", "messages", "before", "after", "change")
-        lines = [
-            (k, str(t["n"]), str(t["span"]), f"{t['b']:,}", f"{t['a']:,}", f"{t['a'] - t['b']:+,}")
-            for k, t in stages.items()
-        ]
-        opt.print_rows(totals, lines, right=totals[1:], keys=1)
+    _print_stage_totals(actions)
     if actions and not every_action:
         opt.stdout_console().print(
             f"{len(actions)} action(s); list each with --messages", markup=False, style="dim"
