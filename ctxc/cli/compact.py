@@ -52,8 +52,8 @@ ReportFormatOpt = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="With --out-dir, --in-place or --dry-run: the report on stdout, table (default on a "
-        "terminal) or json.",
+        help="With --out-dir, --in-place or --dry-run: the report on stdout, table or json (by default a "
+        "batch prints only its totals, on stderr; a dry run of one file, a table on a terminal, else json).",
     ),
 ]
 SummaryModelOpt = Annotated[
