@@ -480,3 +480,14 @@ def test_a_dry_runs_stage_totals_count_a_message_acted_on_twice_once(
         f"{sum(first.values()):,}",
         f"{sum(last.values()):,}",
     ]
+
+
+def test_a_batch_where_every_file_failed_claims_no_tokens(
+    capsys: pytest.CaptureFixture[str], odd: Path
+) -> None:
+    (odd / "sub").mkdir()
+    (odd / "sub" / "bad.jsonl").write_text("{not json\n")
+    (odd / "sub" / "empty.jsonl").write_bytes(b"")
+    code, _, err = run(capsys, "compact", "sub", "--out-dir", "out")
+    assert code == ExitCode.PARTIAL
+    assert err.splitlines()[-1] == "ctxc: 2 files: 0 compacted, 2 failed"  # not "; 0 → 0 tokens"

@@ -281,7 +281,10 @@ def _print_totals(t: dict[str, Any]) -> None:
     counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
     parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
     files = f"{t['files']} file{'' if t['files'] == 1 else 's'}"
-    opt.note(f"ctxc: {files}: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens")
+    # Only files written, planned or already done have tokens to tell (a failed one has none).
+    told = t["ok"] or t["planned"] or t["skipped"]
+    tokens = f"; {t['tokens_before']:,} → {t['tokens_after']:,} tokens" if told else ""
+    opt.note(f"ctxc: {files}: {', '.join(parts)}{tokens}")
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
