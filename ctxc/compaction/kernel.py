@@ -83,9 +83,11 @@ def compact_conversation(
         out, actions, ctx = _run_strategy(messages, plan, ctx, tool_role=tool_role)
         if actions or before > target:  # within target and untouched, what the client sends stays as it is
             kept_in = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
-            if len(kept_in) > len(out):  # copies cost tokens: the savings say so, never "nothing to do"
-                span = (messages[0].index, messages[-1].index, ledger.total(out), ledger.total(kept_in))
-                copied = Action("keep", "keep", *span, "requests and pins copied into the live context")
+            ours = {id(m) for m in out}
+            if added := [m for m in kept_in if id(m) not in ours]:  # copies cost tokens: the savings say so
+                first, last = min(m.index for m in added), max(m.index for m in added)
+                what = "requests and pins copied into the live context"
+                copied = Action("keep", "keep", first, last, 0, ledger.total(added), what)
             out = kept_in
     repaired, fixed = repair_messages(out, tool_role=tool_role)
     # What repair removed or added shows in the savings: never "nothing to do" for a smaller output.
