@@ -174,7 +174,8 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     out.append(_stage_line(a, f" of a {a.window:,} window" + (f" ({source})" if source else ""), note))
     out.extend(_apart_lines(a))
     out.append(SideBySide(*_group_tables(a)))
-    out.append(_message_table(a, show_messages))
+    if show_messages or a.largest:  # --top 0 asks for no table, not an empty one
+        out.append(_message_table(a, show_messages))
     if a.usage:
         u = a.usage
         figures = (

@@ -491,3 +491,11 @@ def test_a_batch_where_every_file_failed_claims_no_tokens(
     code, _, err = run(capsys, "compact", "sub", "--out-dir", "out")
     assert code == ExitCode.PARTIAL
     assert err.splitlines()[-1] == "ctxc: 2 files: 0 compacted, 2 failed"  # not "; 0 → 0 tokens"
+
+
+def test_top_0_prints_no_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "analyze", str(SAMPLES / "codex.jsonl"), "--top", "0", "-f", "table")
+    assert code == 0
+    assert "largest 0 messages" not in out
+    assert "┏" not in out  # the header of a table with no row
+    assert "14,432 tokens" in out  # the rest of the report stays
