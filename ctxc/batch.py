@@ -74,7 +74,7 @@ def collect_inputs(
         elif path.is_dir():
             found, unreadable = _walk(path, glob, skip)
             if not found and not unreadable:
-                raise InputError(f"directory holds no transcripts ({glob or '*.jsonl, *.traj'})", path=p)
+                raise InputError(f"directory holds no transcripts ({glob or _default_glob()})", path=p)
             for rel in found:
                 take(str(path / rel), rel)
             for rel in unreadable:
@@ -90,6 +90,13 @@ def collect_inputs(
 def expand_paths(paths: list[str] | None, glob: str | None = None) -> list[str]:
     """Files as given, directories walked for transcripts (sorted, so output order is stable)."""
     return [i.path for i in collect_inputs(paths, glob=glob)]
+
+
+def _default_glob() -> str:
+    """What a walk takes without ``--glob``, as a user would write it: ``*.jsonl, *.traj, *.traj.json``."""
+    from ctxc.formats import transcript_suffixes
+
+    return ", ".join(f"*{s}" for s in transcript_suffixes())
 
 
 def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[str]]:

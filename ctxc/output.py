@@ -138,7 +138,7 @@ def check_output(target: str | os.PathLike[str], *, inputs: tuple[str, ...] = ()
         return
     for src in inputs:
         if src != "-" and Path(name).exists() and same_file(name, src):
-            raise OutputError("refusing to overwrite an input file; choose another -o", path=name)
+            raise OutputError("refusing to overwrite an input file; write the output elsewhere", path=name)
     directory = Path(name).resolve().parent
     if not directory.is_dir():
         raise OutputError(f"directory {directory} does not exist", path=name)

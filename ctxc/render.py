@@ -165,7 +165,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     from rich.text import Text
 
     several = a.conversations > 1
-    what = f"{a.live_messages} messages in context" + (
+    what = f"{a.live_messages:,} message{'' if a.live_messages == 1 else 's'} in context" + (
         f" in {a.conversations} conversations" if several else ""
     )
     out: list[Any] = [_head(a, f"{what}  ·  {a.tokenizer}")]
@@ -174,11 +174,13 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     out.append(_stage_line(a, f" of a {a.window:,} window" + (f" ({source})" if source else ""), note))
     out.extend(_apart_lines(a))
     out.append(SideBySide(*_group_tables(a)))
-    out.append(_message_table(a, show_messages))
+    if show_messages or a.largest:  # --top 0 asks for no table, not an empty one
+        out.append(_message_table(a, show_messages))
     if a.usage:
         u = a.usage
         figures = (
-            f"{u.calls} API calls, last context {u.last_context:,} tokens (max {u.max_context:,}), "
+            f"{u.calls:,} API call{'' if u.calls == 1 else 's'}, last context {u.last_context:,} tokens "
+            f"(max {u.max_context:,}), "
             f"input {u.input:,}, cache read {u.cache_read:,}, cache write {u.cache_write:,}, "
             f"output {u.output:,}" + (f", window {u.window:,}" if u.window else "")
         )
@@ -238,7 +240,7 @@ def _message_table(a: Analysis, show_messages: bool) -> Any:
         )
         for s in (a.messages if show_messages else a.largest)
     ]
-    title = "messages" if show_messages else f"largest {len(rows)} messages"
+    title = "messages" if show_messages else f"largest {len(rows)} message{'' if len(rows) == 1 else 's'}"
     columns = ("#", "line", "role", "kind", "tool", "tokens", "cumulative", "window", "stage")
     right = (*columns[:2], *columns[5:])
     messages = make_table(columns, rows, right=right, title=title, title_justify="left")
@@ -266,13 +268,14 @@ def _apart_lines(a: Analysis) -> list[Any]:
 
 
 def boundary_lines(a: Analysis) -> list[Any]:
-    """One line per compaction the log itself recorded (kind, trigger, tokens before)."""
+    """One line per compaction the log itself recorded (kind, trigger, the context it recorded then: not
+    the counted history, which the line above the table gives)."""
     from rich.text import Text
 
     out: list[Any] = []
     for b in compactions(a.boundaries):
         trigger = f" ({b.trigger})" if b.trigger else ""
-        before = f", {b.pre_tokens:,} tokens before" if b.pre_tokens else ""
+        before = f", at a recorded context of {b.pre_tokens:,} tokens" if b.pre_tokens else ""
         out.append(Text(f"compaction in log: line {b.line} {b.kind}{trigger}{before}", style="bold"))
     return out
 
@@ -344,7 +347,7 @@ def render_usage(a: Analysis) -> list[Any]:
         f"cache write {u.cache_write:,}, output {u.output:,}; {a.total_tokens:,} tokens billed"
         + (f"; recorded window {u.window:,}" if u.window else "")
     )
-    out.append(Text.assemble((f"{u.calls:,} API calls", "bold"), figures))
+    out.append(Text.assemble((f"{u.calls:,} API call{'' if u.calls == 1 else 's'}", "bold"), figures))
     if u.cost is not None:
         out.append(Text(cost_line(u.cost)))
     out.extend(boundary_lines(a))

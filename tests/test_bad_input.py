@@ -53,6 +53,8 @@ def test_directory_without_transcripts(capsys: pytest.CaptureFixture[str], tmp_p
     code, _, err = run(capsys, "analyze", str(tmp_path))
     assert code == ExitCode.INPUT
     one_line_error(err, str(tmp_path), "no transcripts")
+    # It names every ending the walk takes, as --glob's help does (*.traj.json was left out).
+    assert "(*.jsonl, *.traj, *.traj.json)" in err
 
 
 def test_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

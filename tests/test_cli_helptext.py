@@ -109,3 +109,26 @@ def test_formats_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0
     assert "ctxc formats" in out.split("Example", 1)[1]
     assert "--input-format" in out.split("Example", 1)[1]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_at_80_columns_cuts_no_word(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An option's help column is narrow beside a long type: a path in it was shown "docs/claude-code-….".
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    assert "…" not in out
+
+
+def test_compacts_format_help_says_what_a_batch_prints_by_default(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said "table (default on a terminal)", which only a dry run of one file does: a batch on a
+    # terminal prints no table unless --format asks (tests/test_batch.py runs batches without one).
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run(capsys, "compact", "--help")
+    assert code == 0
+    line = next(line for line in out.splitlines() if "--format" in line)
+    assert "a batch prints only its totals" in line

@@ -421,3 +421,81 @@ def test_json_reports_escape_c1_controls(capsys: pytest.CaptureFixture[str], odd
         assert "\\u009b" in out or args[0] == "validate"
     code, out, _ = run(capsys, "analyze", "c1.jsonl", "-f", "json")
     assert "sh\x9b" in json.loads(out)["files"][0]["by_tool"]
+
+
+def test_one_message_is_said_in_the_singular(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+    (odd / "one.jsonl").write_text('{"role": "user", "content": "hello"}\n')
+    code, out, _ = run(capsys, "analyze", "one.jsonl", "-f", "table")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "1 message in context" in flat
+    assert "largest 1 message " in flat
+    code, out, _ = run(capsys, "validate", "one.jsonl")
+    assert (code, out) == (0, "one.jsonl: ok (chat, 1 message)\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("compact", ".", "--out-dir", "."),
+        ("convert", ".", "--out-dir", ".", "--to", "chat-anthropic"),
+        ("compact", ODD, "--report", ODD, "-o", "out.jsonl"),
+    ],
+    ids=["compact-out-dir", "convert-out-dir", "report"],
+)
+def test_an_output_that_is_an_input_is_refused_without_naming_an_option_not_given(
+    capsys: pytest.CaptureFixture[str], odd: Path, args: tuple[str, ...]
+) -> None:
+    before = (odd / ODD).read_bytes()
+    code, _, err = run(capsys, *args, "--quiet")
+    assert code in (ExitCode.OUTPUT, ExitCode.PARTIAL)
+    assert "refusing to overwrite an input file" in err
+    assert "-o" not in err.replace("-out", "")  # it said "choose another -o" to a user who gave none
+    assert (odd / ODD).read_bytes() == before
+
+
+def test_a_dry_runs_stage_totals_count_a_message_acted_on_twice_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # mask shrinks a long result, then masks the shrunk one: the stage said 6 messages, 17,165 → 6,108
+    # tokens, of a 14,432-token log; it touches 4 messages, 12,166 → 1,109.
+    args = ("compact", str(SAMPLES / "codex.jsonl"), "--dry-run", "--target-ratio", "0.02")
+    code, out, _ = run(capsys, *args, "-f", "json")
+    assert code == 0
+    plan = json.loads(out)
+    actions = [a for c in plan["conversations"] for a in c["actions"] if a["strategy"] == "mask"]
+    assert len({a["first"] for a in actions}) < len(actions)  # the case: a message acted on twice
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for a in actions:
+        first.setdefault(a["first"], a["tokens_before"])
+        last[a["first"]] = a["tokens_after"]
+    code, out, _ = run(capsys, *args, "-f", "table")
+    assert code == 0
+    row = next(line.split() for line in out.splitlines() if line.split()[1:2] == ["mask"])
+    shown = [cell for cell in row if cell not in "│┃"]
+    assert shown[1:5] == [
+        str(len(actions)),
+        str(len(first)),
+        f"{sum(first.values()):,}",
+        f"{sum(last.values()):,}",
+    ]
+
+
+def test_a_batch_where_every_file_failed_claims_no_tokens(
+    capsys: pytest.CaptureFixture[str], odd: Path
+) -> None:
+    (odd / "sub").mkdir()
+    (odd / "sub" / "bad.jsonl").write_text("{not json\n")
+    (odd / "sub" / "empty.jsonl").write_bytes(b"")
+    code, _, err = run(capsys, "compact", "sub", "--out-dir", "out")
+    assert code == ExitCode.PARTIAL
+    assert err.splitlines()[-1] == "ctxc: 2 files: 0 compacted, 2 failed"  # not "; 0 → 0 tokens"
+
+
+def test_top_0_prints_no_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "analyze", str(SAMPLES / "codex.jsonl"), "--top", "0", "-f", "table")
+    assert code == 0
+    assert "largest 0 messages" not in out
+    assert "┏" not in out  # the header of a table with no row
+    assert "14,432 tokens" in out  # the rest of the report stays

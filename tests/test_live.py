@@ -33,6 +33,7 @@ from ctxc.validate import pairing_problems
 AUTO = CORPUS / "claude-code" / "entire-cli_auto-compact_summary-records_v2.1.5.jsonl"
 MANUAL = CORPUS / "claude-code" / "entire-cli_manual-compact_v2.1.14.jsonl"
 CODEX_COMPACTED = CORPUS / "codex" / "localpush_rollout_compacted_text-redacted_0.104.jsonl"
+CODEX_ONE_CALL = CORPUS / "codex" / "agent-sessions_schema-coverage_trimmed.jsonl"
 PI = CORPUS / "chat-messages" / "pi-coding-agent_before-compaction.jsonl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
 STRATEGIES = ("fifo", "selective", "mask", "offload", "recursive", "hierarchical", "adaptive")
@@ -139,6 +140,18 @@ def test_analyze_reports_the_live_context_and_the_history_apart(capsys: pytest.C
     flat = " ".join(out.split())
     assert f"225 messages, {a.history_tokens:,} tokens before the log's own compaction at line 432" in flat
     assert "not in context" in flat
+    # The size the log recorded at its compaction is said to be that, not a second "tokens before" figure
+    # (158,105) that reads as contradicting the counted history (118,002).
+    (boundary,) = [b for b in a.boundaries if b.resets]
+    assert f"compact_boundary (auto), at a recorded context of {boundary.pre_tokens:,} tokens" in flat
+    assert flat.count("tokens before") == 1
+
+
+@needs_corpus
+def test_one_recorded_api_call_is_said_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "analyze", str(CODEX_ONE_CALL), "-f", "table")
+    assert code == 0
+    assert "recorded usage: 1 API call, last context" in " ".join(out.split())
 
 
 @needs_corpus
@@ -254,6 +267,25 @@ def test_a_target_above_the_size_leaves_a_compacted_log_as_it_is(strategy: str) 
     result = compact_transcript(t, CompactOptions(strategy=strategy, target_tokens=size * 2))
     assert result.tokens_after == result.tokens_before
     assert b"".join(result.transcript.parts()) == CODEX_COMPACTED.read_bytes()
+
+
+@needs_corpus
+def test_the_request_copied_in_shows_in_the_savings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Over target with nothing offload can move, the session's first request is still copied into the live
+    context: the summary line said "+0.1% ... [nothing to do]"; the copy is an action of its own."""
+    out = tmp_path / "out.jsonl"
+    args = ("compact", str(CODEX_COMPACTED), "-s", "offload", "--target-ratio", "0.05", "--allow-over")
+    code, _, err = run(capsys, *args, "-o", str(out))
+    assert code == 0, err
+    assert "nothing to do" not in err
+    result = compact_transcript(
+        load(CODEX_COMPACTED), CompactOptions(strategy="offload", target_ratio=0.05, allow_over=True)
+    )
+    assert result.tokens_after > result.tokens_before
+    assert sum(result.savings_by_strategy().values()) == result.tokens_before - result.tokens_after
+    assert f"keep {result.tokens_after - result.tokens_before:+,}" in err
 
 
 @needs_corpus

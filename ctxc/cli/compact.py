@@ -52,8 +52,8 @@ ReportFormatOpt = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="With --out-dir, --in-place or --dry-run: the report on stdout, table (default on a "
-        "terminal) or json.",
+        help="With --out-dir, --in-place or --dry-run: the report on stdout, table or json (by default a "
+        "batch prints only its totals, on stderr; a dry run of one file, a table on a terminal, else json).",
     ),
 ]
 SummaryModelOpt = Annotated[
@@ -281,7 +281,10 @@ def _print_totals(t: dict[str, Any]) -> None:
     counted = (f"{t[key]} {label}" for key, label in _TOTALS.items() if t[key])
     parts = [f"{t['ok'] - t['unchanged']} compacted", *counted]
     files = f"{t['files']} file{'' if t['files'] == 1 else 's'}"
-    opt.note(f"ctxc: {files}: {', '.join(parts)}; {t['tokens_before']:,} → {t['tokens_after']:,} tokens")
+    # Only files written, planned or already done have tokens to tell (a failed one has none).
+    told = t["ok"] or t["planned"] or t["skipped"]
+    tokens = f"; {t['tokens_before']:,} → {t['tokens_after']:,} tokens" if told else ""
+    opt.note(f"ctxc: {files}: {', '.join(parts)}{tokens}")
 
 
 def _summarizer_spend(run: dict[str, Any]) -> str:
@@ -311,6 +314,26 @@ def _summary_line(doc: dict[str, Any]) -> None:
     )
 
 
+def _print_stage_totals(actions: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Per stage: its actions, the messages they touch and their tokens before and after, each message
+    once (mask may shrink a result, then mask what is left of it)."""
+    spans: dict[str, dict[tuple[int, int, int], list[int]]] = defaultdict(dict)
+    touched: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for conv, a in actions:
+        tokens = spans[a["strategy"]].setdefault((conv, a["first"], a["last"]), [a["tokens_before"], 0])
+        tokens[1] = a["tokens_after"]
+        touched[a["strategy"]].update((conv, i) for i in range(a["first"], a["last"] + 1))
+    counts = Counter(a["strategy"] for _, a in actions)
+    lines = []
+    for stage, by_span in spans.items():
+        before, after = (sum(t[k] for t in by_span.values()) for k in (0, 1))
+        n, messages = str(counts[stage]), str(len(touched[stage]))
+        lines.append((stage, n, messages, f"{before:,}", f"{after:,}", f"{after - before:+,}"))
+    if lines:
+        totals = ("stage", "actions", "messages", "before", "after", "change")
+        opt.print_rows(totals, lines, right=totals[1:], keys=1)
+
+
 def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> None:
     if fmt == "json":
         write_stdout(dumps({**doc, "schema": doc["schema"].replace("compact", "compact-plan")}))
@@ -324,17 +347,7 @@ def _emit_plan(doc: dict[str, Any], fmt: str, *, every_action: bool = False) -> 
     )
     actions = [(conv["conversation"], a) for conv in doc["conversations"] for a in conv["actions"]]
     # First what each stage does in all (a few lines), then, if asked, every action (hundreds).
-    stages: dict[str, Counter[str]] = defaultdict(Counter)
-    for _, a in actions:
-        span = a["last"] - a["first"] + 1
-        stages[a["strategy"]].update(n=1, span=span, b=a["tokens_before"], a=a["tokens_after"])
-    if stages:
-        totals = ("stage", "actions", "messages", "before", "after", "change")
-        lines = [
-            (k, str(t["n"]), str(t["span"]), f"{t['b']:,}", f"{t['a']:,}", f"{t['a'] - t['b']:+,}")
-            for k, t in stages.items()
-        ]
-        opt.print_rows(totals, lines, right=totals[1:], keys=1)
+    _print_stage_totals(actions)
     if actions and not every_action:
         opt.stdout_console().print(
             f"{len(actions)} action(s); list each with --messages", markup=False, style="dim"

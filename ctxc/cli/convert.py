@@ -113,7 +113,10 @@ def validate(
         for r in report:
             name = one_line(r["path"])
             if not r["problems"]:
-                console.print(f"{name}: ok ({r['format']}, {r['messages']} messages)", markup=False)
+                n = r["messages"]
+                console.print(
+                    f"{name}: ok ({r['format']}, {n:,} message{'' if n == 1 else 's'})", markup=False
+                )
             for p in r["problems"]:
                 console.print(
                     f"{name}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True

@@ -256,7 +256,7 @@ PricesOpt = Annotated[
     typer.Option(
         envvar="CTXC_PRICES",
         metavar="FILE",
-        help="A TOML price table over the shipped one (see docs/claude-code-and-codex.md).",
+        help="A TOML price table over the shipped one (its form: the docs, section Cost).",
         show_default=False,
     ),
 ]

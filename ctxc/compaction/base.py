@@ -31,7 +31,7 @@ class Action:
     """One thing a strategy did, in original message indexes (inclusive), with its token effect."""
 
     strategy: str
-    kind: str  # drop | mask | shrink | offload | summarize | repair
+    kind: str  # drop | mask | shrink | offload | summarize | keep | repair
     first: int
     last: int
     tokens_before: int

@@ -78,10 +78,17 @@ def compact_conversation(
     tool_role = plan.tool_role or answers_in_tool_messages(messages)
     out: tuple[Message, ...] = tuple(messages)
     actions: tuple[Action, ...] = ()
+    copied: Action | None = None
     if not (before + quiet_cost <= target and plan.strategy.best_effort and not ctx.explicit_target):
         out, actions, ctx = _run_strategy(messages, plan, ctx, tool_role=tool_role)
         if actions or before > target:  # within target and untouched, what the client sends stays as it is
-            out = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
+            kept_in = _keep_after_summary(out, pinned, requests, carried, summary_resets=plan.summary_resets)
+            ours = {id(m) for m in out}
+            if added := [m for m in kept_in if id(m) not in ours]:  # copies cost tokens: the savings say so
+                first, last = min(m.index for m in added), max(m.index for m in added)
+                what = "requests and pins copied into the live context"
+                copied = Action("keep", "keep", first, last, 0, ledger.total(added), what)
+            out = kept_in
     repaired, fixed = repair_messages(out, tool_role=tool_role)
     # What repair removed or added shows in the savings: never "nothing to do" for a smaller output.
     repair = None
@@ -94,8 +101,7 @@ def compact_conversation(
         n = messages[-1].index
         remind = Action("reminders", "remind", n, n, 0, 0, f"appended {', '.join(note.meta['rules'])}")
         actions = (*actions, remind)
-    if repair is not None:
-        actions = (*actions, repair)
+    actions = (*actions, *(a for a in (copied, repair) if a is not None))
     after = as_is + ledger.total(sent_part(repaired, summary_resets=plan.summary_resets))
     if after > target and plan.enforce and not plan.allow_over:
         tail = {m.index for m in messages[-ctx.keep_last :]}
