@@ -238,6 +238,13 @@ class SqliteStore:
                     forget_inherited(self._conn)
                 self._conn = None
 
+    def __del__(self) -> None:
+        # A connection is in a reference cycle with its own statement cache, so dropping the last store
+        # would leave it open until a full garbage collection: a long-lived process (an agent loop, a
+        # test session) ran out of file descriptors.
+        with contextlib.suppress(Exception):
+            self.close()
+
     def __enter__(self) -> SqliteStore:
         return self
 

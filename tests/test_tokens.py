@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -23,7 +26,7 @@ from ctxc.tokens import DEFAULT_TOKENIZER, TOKENIZERS, get_tokenizer
 from ctxc.tokens import approx as approx_mod
 from ctxc.tokens import tiktoken_backend as tb
 from ctxc.tokens.cache import CachedCounter, TokenCache, digest
-from tests.conftest import ROOT, corpus_params
+from tests.conftest import ROOT, SAMPLES, corpus_params
 
 DATA = ROOT / "ctxc" / "tokens" / "data"
 
@@ -668,3 +671,32 @@ def test_a_second_store_on_the_file_keeps_the_first_ones_wal(tmp_path: Path) -> 
     first.close()
     with TokenCache(path) as again:
         assert again.size() == 8
+
+
+def _open_token_caches() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            n += os.readlink(f"/proc/self/fd/{fd}").endswith("tokens.sqlite3")
+    return n
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files through /proc")
+def test_compacting_again_and_again_in_one_process_leaves_no_connection_open(
+    cache_dir: Path, tmp_path: Path
+) -> None:
+    # A connection is in a reference cycle with its statement cache: a dropped store left it open until
+    # a full collection, so an agent loop or a test session ran out of file descriptors.
+    import ctxc
+    from ctxc.compaction.run import CompactOptions
+
+    transcript = ctxc.load(SAMPLES / "chat-openai.jsonl")
+    gc.collect()
+    before = _open_token_caches()
+    gc.disable()  # as between a long-lived process's rare full collections
+    try:
+        for _ in range(5):
+            ctxc.compact(transcript, CompactOptions(strategy="fifo", target_ratio=0.05))
+        assert _open_token_caches() == before
+    finally:
+        gc.enable()
