@@ -21,6 +21,16 @@ COMMANDS = sorted(GROUP.commands)
 BRACKETED = re.compile(r"(?<!\\)\[([^\[\]]*)\]|\\\[([^\[\]]*)\]")
 
 
+def help_at(
+    columns: int, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """``ctxc COMMAND --help`` on a terminal ``columns`` wide (it must succeed)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    return out
+
+
 def is_style(tag: str) -> bool:
     """Whether rich reads ``[tag]`` as markup on purpose (``[bold]``, ``[/bold]``, ``[/]``)."""
     if tag.startswith("/"):
@@ -60,9 +70,7 @@ def test_the_source_has_bracketed_words_to_check() -> None:
 def test_help_shows_every_bracketed_word_of_the_source(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "400")  # wide enough that no word is cut
-    code, out, _ = run(capsys, command, "--help")
-    assert code == 0
+    out = help_at(400, command, capsys, monkeypatch)  # wide enough that no word is cut
     shown = set(out.split())
     missing = [
         w
@@ -86,18 +94,14 @@ def test_help_shows_every_bracketed_word_of_the_source(
 def test_usage_lines_name_their_arguments(
     command: str, usage: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
-    code, out, _ = run(capsys, command, "--help")
-    assert code == 0
+    out = help_at(200, command, capsys, monkeypatch)
     assert f"Usage: {usage}" in " ".join(out.split())
 
 
 def test_compact_options_come_in_panels(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "120")
-    code, out, _ = run(capsys, "compact", "--help")
-    assert code == 0
+    out = help_at(120, "compact", capsys, monkeypatch)
     panels = re.findall(r"╭─ (.+?) ─", out)
     assert panels == ["Arguments", "Options", "Input", "Target", "Strategy", "Output", "Batch", "Archive"]
     options_panel = out.split("╭─ Options ─", 1)[1].split("╰", 1)[0]
@@ -116,9 +120,7 @@ def test_help_at_80_columns_cuts_no_word(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # An option's help column is narrow beside a long type: a path in it was shown "docs/claude-code-….".
-    monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run(capsys, command, "--help")
-    assert code == 0
+    out = help_at(80, command, capsys, monkeypatch)
     assert "…" not in out
 
 
@@ -127,8 +129,6 @@ def test_compacts_format_help_says_what_a_batch_prints_by_default(
 ) -> None:
     # It said "table (default on a terminal)", which only a dry run of one file does: a batch on a
     # terminal prints no table unless --format asks (tests/test_batch.py runs batches without one).
-    monkeypatch.setenv("COLUMNS", "400")
-    code, out, _ = run(capsys, "compact", "--help")
-    assert code == 0
+    out = help_at(400, "compact", capsys, monkeypatch)
     line = next(line for line in out.splitlines() if "--format" in line)
     assert "a batch prints only its totals" in line
