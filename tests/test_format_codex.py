@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctxc.formats import codex as codex_module
 from ctxc.formats import dump, get_adapter, load
 from ctxc.formats.base import run_timestamp
-from ctxc.formats.codex import encode_compacted, history_messages
+from ctxc.formats.codex_items import encode_compacted, history_messages
 from ctxc.model import (
     Boundary,
     ImageBlock,

@@ -82,8 +82,9 @@ def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]], sidechain: bo
         u = message.get("usage")
         if not isinstance(u, dict):
             continue
-        counts = [count(u.get(key)) for key in _USAGE_KEYS]
-        counts.append(hour_writes(u))
+        detail = u.get("cache_creation")  # the one-hour cache's writes are billed apart
+        hour = count(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
+        counts = [*(count(u.get(key)) for key in _USAGE_KEYS), hour]
         if most is None:
             most, line = counts, at
         else:
@@ -96,12 +97,6 @@ def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]], sidechain: bo
         return None
     given, output, read, written, hour = most
     return Usage(given, output, read, written, line, model=model, cache_write_1h=hour, sidechain=sidechain)
-
-
-def hour_writes(usage: Mapping[str, Any]) -> int:
-    """The tokens a call wrote to the one-hour cache (``cache_creation.ephemeral_1h_input_tokens``)."""
-    detail = usage.get("cache_creation")
-    return count(detail.get("ephemeral_1h_input_tokens")) if isinstance(detail, dict) else 0
 
 
 def _meta(rec: Mapping[str, Any], message: Mapping[str, Any], content_string: bool) -> dict[str, Any]:
@@ -265,7 +260,7 @@ class _Reader:
         if isinstance(item, Boundary):
             yield replace(item, index=self.index)
             return
-        conv = self.record_conv.get(item.records[0], 0) if item.records else 0
+        conv = self.record_conv.get(item.records[0], 0)
         for i in item.records:
             self.record_conv.pop(i, None)
         msg = item.placed(self.index, conv)
@@ -288,8 +283,6 @@ class _Reader:
         the same response (parallel tool results hang off the response's parts)."""
         # The note that the user interrupted stays apart, so a strategy may drop the interrupted turn.
         if _own(item.meta) or len(held.records) >= _MAX_OPEN_RECORDS or _interruption(item):
-            return False
-        if not item.records or not held.records:
             return False
         conv = self.record_conv.get(held.records[0], 0)
         if self.record_conv.get(item.records[0], 0) != conv:

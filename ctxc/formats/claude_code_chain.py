@@ -183,21 +183,13 @@ class Tree:
             and not any(i in chain.live for i in records)
         )
 
-    def branches(self, index: int) -> Iterator[Boundary]:
-        """The ``branches`` item: the messages on branches the client abandoned."""
-        off = [(at, conv) for at, records, conv, is_side in self.emitted if self.off_chain(records, is_side)]
-        if off and self.resumed is not None:
-            abandoned = tuple(i for i, _ in off)
-            yield Boundary(
-                BRANCHES, self.resumed.line, index=index, conversation=off[0][1], abandoned=abandoned
-            )
-
     def items(self, index: int) -> Iterator[Boundary | Usage]:
-        """The ``branches`` item, the ``unsent_thinking`` item, then every call's :meth:`usage`."""
-        gone: tuple[int, ...] = ()
-        for item in self.branches(index):
-            gone = item.abandoned
-            yield item
+        """The ``branches`` item (the messages on branches the client abandoned), the ``unsent_thinking``
+        item, then every call's :meth:`usage`."""
+        off = [(at, conv) for at, records, conv, is_side in self.emitted if self.off_chain(records, is_side)]
+        gone = tuple(at for at, _ in off)
+        if self.resumed is not None and off:  # (off_chain finds none without a resumed chain)
+            yield Boundary(BRANCHES, self.resumed.line, index=index, conversation=off[0][1], abandoned=gone)
         yield from self.unsent_thinking(index, frozenset(gone))
         yield from self.usage()
 

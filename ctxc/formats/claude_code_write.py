@@ -173,10 +173,10 @@ class CompactWriter:
         anc = self._message_ancestor(i)
         if anc is not None:
             return anc in self.dropped
+        # Off the message chain: it goes with the next message record (the last one at the end).
         pool = self.message_records
         at = bisect.bisect_left(pool, i)
-        after_at = at + 1 if at < len(pool) and pool[at] == i else at
-        ref_msg = pool[after_at] if after_at < len(pool) else (pool[at - 1] if at > 0 else None)
+        ref_msg = pool[at] if at < len(pool) else (pool[at - 1] if at > 0 else None)
         return ref_msg is not None and ref_msg in self.dropped
 
     def _encode_changed(self, m: Message) -> list[tuple[int, dict[str, Any] | None]]:

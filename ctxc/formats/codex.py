@@ -22,26 +22,21 @@ from ctxc.formats.base import (
     recorded_usage,
     rename_session,
     run_time,
-    run_timestamp,
 )
 from ctxc.formats.codex_items import (
     CALL_TYPES,
     ENVELOPE_TYPES,
     ITEM_TYPES,
     RESULT_TYPES,
-    encode_compacted,
-    encode_item,
+    encode_message,
     history_messages,
     is_envelope,
-    new_item,
     parse_item,
 )
 from ctxc.formats.codex_write import CompactedWriter
 from ctxc.formats.dicts import uses_responses_parts
 from ctxc.live import compaction_block_boundary, request_text
-from ctxc.model import Boundary, Message, Record, TextBlock, ToolResultBlock, ToolUseBlock, Transcript, Usage
-
-__all__ = ["CodexAdapter", "encode_compacted", "history_messages"]
+from ctxc.model import Boundary, Message, Record, TextBlock, ToolUseBlock, Transcript, Usage
 
 
 def _is_bare_item(data: Mapping[str, Any]) -> bool:
@@ -185,28 +180,9 @@ class CodexAdapter(FormatAdapter):
         """The rollout with ``outputs`` in place of its conversation, recorded as Codex would (``archive_id``
         is already cited in the summary and placeholder texts)."""
         del archive_id
-        return CompactedWriter(self, transcript, outputs).write()
+        return CompactedWriter(transcript, outputs).write()
 
-    def encode_message(self, message: Message) -> dict[str, Any]:
-        raw = message.raw
-        if raw is None:
-            item = new_item(message)
-            if message.meta.get("dialect") == "legacy":
-                return item
-            stamp = ts if isinstance(ts := message.meta.get("timestamp"), str) else run_timestamp()
-            return {"timestamp": stamp, "type": "response_item", "payload": item}
-        if not isinstance(raw, dict):
-            raise ValueError("a Codex message comes from exactly one record")
-        envelope = is_envelope(raw)
-        payload = raw["payload"] if envelope else raw
-        results = (b for b in message.blocks if isinstance(b, ToolResultBlock))
-        names = {b.tool_use_id: b.name for b in results if b.name is not None}
-        parsed = parse_item(payload, message.line, names)
-        if parsed is not None and parsed[:2] == (message.role, message.blocks):
-            item = dict(payload)  # unchanged: the recorded item, keys and order as read
-        else:
-            item = encode_item(payload, message)
-        return {**raw, "payload": item} if envelope else item
+    encode_message = staticmethod(encode_message)
 
 
 def _message(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxc.formats.base import run_timestamp
 from ctxc.formats.shapes import (
     content_text,
     encode_openai_part,
@@ -291,6 +292,29 @@ def new_item(message: Message) -> dict[str, Any]:
     if isinstance(phase := message.meta.get("phase"), str):
         item["phase"] = phase
     return item
+
+
+def encode_message(message: Message) -> dict[str, Any]:
+    """``message``'s record: the recorded one with its item rebuilt, else a new item (legacy: bare)."""
+    raw = message.raw
+    if raw is None:
+        item = new_item(message)
+        if message.meta.get("dialect") == "legacy":
+            return item
+        stamp = ts if isinstance(ts := message.meta.get("timestamp"), str) else run_timestamp()
+        return {"timestamp": stamp, "type": "response_item", "payload": item}
+    if not isinstance(raw, dict):
+        raise ValueError("a Codex message comes from exactly one record")
+    envelope = is_envelope(raw)
+    payload = raw["payload"] if envelope else raw
+    results = (b for b in message.blocks if isinstance(b, ToolResultBlock))
+    names = {b.tool_use_id: b.name for b in results if b.name is not None}
+    parsed = parse_item(payload, message.line, names)
+    if parsed is not None and parsed[:2] == (message.role, message.blocks):
+        item = dict(payload)  # unchanged: the recorded item, keys and order as read
+    else:
+        item = encode_item(payload, message)
+    return {**raw, "payload": item} if envelope else item
 
 
 def encode_compacted(

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.base import FormatAdapter, fix_eols, output_messages, replaces, run_timestamp
-from ctxc.formats.codex_items import encode_compacted, is_envelope, new_item
+from ctxc.formats.base import fix_eols, output_messages, replaces, run_timestamp
+from ctxc.formats.codex_items import encode_compacted, encode_message, is_envelope, new_item
 from ctxc.model import Message, Record, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Transcript
 
 #: UI events that repeat a conversation item, and the payload field holding the repeated text.
@@ -48,10 +48,7 @@ def _is_event(data: Any, etype: str | None = None) -> bool:
 class CompactedWriter:
     """One pass over the input records that writes the compacted rollout."""
 
-    def __init__(
-        self, adapter: FormatAdapter, transcript: Transcript, outputs: Mapping[int, Sequence[Message]]
-    ) -> None:
-        self.adapter = adapter
+    def __init__(self, transcript: Transcript, outputs: Mapping[int, Sequence[Message]]) -> None:
         self.records = transcript.records
         originals = transcript.messages
         self.original_ids = {id(m) for m in originals}
@@ -211,7 +208,7 @@ class CompactedWriter:
         assert self.reset_record is not None
         self._flush_until(self._after_compaction(self.reset_record, len(self.records)))
         ts = self._timestamp(self.reset_record)
-        items = [self._item(m) if m.raw is None else self.adapter.encode_message(m) for m in part]
+        items = [self._item(m) if m.raw is None else encode_message(m) for m in part]
         self._emit_compaction("\n\n".join(m.text for m in part if m.meta.get("ctxc") == "summary"), items, ts)
 
     def write(self) -> tuple[Record, ...]:
@@ -240,7 +237,7 @@ class CompactedWriter:
                 self._emit(self.records[r])
         else:
             src = self.records[first]
-            data = self.adapter.encode_message(m)
+            data = encode_message(m)
             self._emit(Record(src.line, orjson.dumps(data), src.eol or self.eol, data, "message"))
         self.next_record = max(self.next_record, m.records[-1] + 1)
 
@@ -252,7 +249,7 @@ class CompactedWriter:
         self._flush_until(anchor)
         ts = self._timestamp(self._replaced(m, anchor, limit))
         if m.raw is not None:
-            self._emit_new(self.adapter.encode_message(m))
+            self._emit_new(encode_message(m))
         elif self.legacy:
             self._emit_new(self._item(m))
         else:
