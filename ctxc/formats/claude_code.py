@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxc.formats import register
@@ -72,7 +72,7 @@ def compaction_boundary(data: Mapping[str, Any], line: int) -> Boundary | None:
     )
 
 
-def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]], sidechain: bool = False) -> Usage | None:
+def response_usage(parts: Iterable[tuple[Mapping[str, Any], int]], sidechain: bool) -> Usage | None:
     """The usage of a response from the ``message`` and line of each record it was written in (this
     reader's and ``usage_scan``'s): each repeats it, and output_tokens grows as the response streams,
     so the field-wise maximum is the final count. One ``Usage`` for the response, not one a record."""
@@ -204,14 +204,14 @@ class _Open:
     """An assistant response whose records may not all have been read yet."""
 
     message_id: str | None
-    indexes: list[int] = field(default_factory=list)
-    raws: list[dict[str, Any]] = field(default_factory=list)
-    blocks: list[Block] = field(default_factory=list)
+    indexes: list[int]
+    raws: list[dict[str, Any]]
+    blocks: list[Block]
     #: The ``message`` and line of each record whose usage counts (see :func:`response_usage`).
-    usages: list[tuple[dict[str, Any], int]] = field(default_factory=list)
-    line: int = 0
+    usages: list[tuple[dict[str, Any], int]]
+    line: int
     #: A later part of a response that was already yielded (past the state bounds).
-    continuation: bool = False
+    continuation: bool
 
 
 class _Reader:

@@ -54,12 +54,19 @@ def _chain_up(nodes: Mapping[str, _Node], leaf: _Node) -> list[_Node] | None:
     return chain
 
 
-def _resumed_chain(
-    nodes: Mapping[str, _Node], start: _Node, results: Container[int]
-) -> tuple[set[int], _Node] | None:
-    """The records Claude Code resumes when ``start`` is the last main-chain row (the leaf's chain to the
-    root, the leaf's non-message descendants, every part of a response on it and their tool results) and
-    the root; None when a link names a record the file lacks."""
+class _Resumed(NamedTuple):
+    """The chain the client resumes: its records, the record before it (its compact_boundary root, else
+    -1: what precedes is history, not a branch) and the line of the last main-chain row."""
+
+    live: set[int]
+    after: int
+    line: int
+
+
+def _resumed_chain(nodes: Mapping[str, _Node], start: _Node, results: Container[int]) -> _Resumed | None:
+    """The chain Claude Code resumes when ``start`` is the last main-chain row (the leaf's chain to the
+    root, the leaf's non-message descendants, every part of a response on it and their tool results);
+    None when a link names a record the file lacks."""
     leaf: _Node | None = start
     seen: set[str] = set()
     while leaf is not None and leaf.kind not in CONVERSATIONAL and leaf.uuid not in seen:
@@ -86,16 +93,8 @@ def _resumed_chain(
             if child.record not in live and child.kind not in CONVERSATIONAL:
                 live.add(child.record)
                 queue.append(child.uuid)
-    return live, chain[-1]
-
-
-class _Resumed(NamedTuple):
-    """The chain the client resumes: its records, the record before it (its compact_boundary root, else
-    -1: what precedes is history, not a branch) and the line of the last main-chain row."""
-
-    live: set[int]
-    after: int
-    line: int
+    root = chain[-1]
+    return _Resumed(live, root.record if root.compact else -1, start.line)
 
 
 class Tree:
@@ -165,11 +164,7 @@ class Tree:
         start = self.nodes.get(self.last_row.get(self.side, ""))
         if start is None or not self.linked:
             return None
-        found = _resumed_chain(self.nodes, start, self.result_records)
-        if found is None:
-            return None
-        live, root = found
-        return _Resumed(live, root.record if root.compact else -1, start.line)
+        return _resumed_chain(self.nodes, start, self.result_records)
 
     def off_chain(self, records: Sequence[int], side: bool) -> bool:
         """Whether the message or response written in ``records`` (with sidechain flag ``side``) is on a

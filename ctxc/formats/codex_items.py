@@ -119,7 +119,7 @@ def _unknown_text(payload: Mapping[str, Any]) -> str:
 
 
 def parse_item(
-    payload: Mapping[str, Any], line: int = 0, call_names: Mapping[str, str] | None = None
+    payload: Mapping[str, Any], line: int, call_names: Mapping[str, str]
 ) -> tuple[Role, tuple[Block, ...], dict[str, Any]] | None:
     """Role, blocks and meta for one ResponseItem, or None when the item is not conversation."""
     ptype = payload.get("type")
@@ -150,7 +150,7 @@ def parse_item(
         if (code := _exit_code(output)) is not None:
             meta["exit_code"] = code
         text, images = _output_value(output)
-        name = (call_names or {}).get(call_id)
+        name = call_names.get(call_id)
         return "tool", (ToolResultBlock(call_id, text, name=name, raw=payload, images=images),), meta
     other: Role = "user" if ptype == "tool_search_output" else "assistant"
     return other, (UnknownBlock(raw=payload, text=_unknown_text(payload), type=ptype),), meta
