@@ -237,17 +237,15 @@ class _Reader:
         self.last_response: dict[int, frozenset[str]] = {}  # conversation -> uuids of its last response
 
     def _emit(self, item: _Draft | Boundary) -> Iterator[Item]:
-        if isinstance(item, _Draft) and item.role == "user":
+        if isinstance(item, _Draft) and item.role == "user" and not _own(item.meta):
             held = self.held
             if held is not None and self._joins(held, item):
                 self.held = _joined(held, item)
                 return
             yield from self.release()
-            if not _own(item.meta):
-                self.held = item
-                return
-        elif self.held is not None:
-            yield from self.release()
+            self.held = item
+            return
+        yield from self.release()
         yield from self._place(item)
 
     def release(self) -> Iterator[Item]:
@@ -278,11 +276,11 @@ class _Reader:
             self.tree.calls.append((msg.usage, msg.records, side))
 
     def _joins(self, held: _Draft, item: _Draft) -> bool:
-        """Whether user message ``item`` directly follows ``held`` on the same chain (so the client
-        sends both as one message): it hangs off ``held``'s last record, or both answer the calls of
-        the same response (parallel tool results hang off the response's parts)."""
+        """Whether user message ``item`` (not one of its own) directly follows ``held`` on the same chain
+        (so the client sends both as one message): it hangs off ``held``'s last record, or both answer the
+        calls of the same response (parallel tool results hang off the response's parts)."""
         # The note that the user interrupted stays apart, so a strategy may drop the interrupted turn.
-        if _own(item.meta) or len(held.records) >= _MAX_OPEN_RECORDS or _interruption(item):
+        if len(held.records) >= _MAX_OPEN_RECORDS or _interruption(item):
             return False
         conv = self.record_conv.get(held.records[0], 0)
         if self.record_conv.get(item.records[0], 0) != conv:
