@@ -62,9 +62,9 @@ def _codex_shaped(data: Mapping[str, Any], *, first: bool) -> bool:
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens")
 
 
-def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usage | None:
-    """A Usage for a token_count event that records a new API call, else None: one repeating the last
-    totals is a rate-limit refresh, skipped so sums are not doubled."""
+def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any], model: str | None) -> Usage | None:
+    """A Usage for a token_count event that records a new API call (made with ``model``), else None: one
+    repeating the last totals is a rate-limit refresh, skipped so sums are not doubled."""
     info = payload.get("info")
     if isinstance(info, dict):
         last, total = info.get("last_token_usage"), info.get("total_token_usage")
@@ -83,7 +83,7 @@ def _usage(payload: Mapping[str, Any], line: int, last_total: list[Any]) -> Usag
         return None
     # Codex input_tokens is the whole prompt, cached tokens included: keep Usage.context == input_tokens.
     window = window if count(window) > 0 else None
-    return recorded_usage(last, _USAGE_KEYS, line, cached_in_input=True, window=window)
+    return recorded_usage(last, _USAGE_KEYS, line, cached_in_input=True, window=window, model=model)
 
 
 def uuid7() -> str:
@@ -148,10 +148,9 @@ class CodexAdapter(FormatAdapter):
                 named = payload.get("model")
                 model = named if isinstance(named, str) and named else model
             elif rtype == "event_msg" and payload.get("type") == "token_count":
-                usage = _usage(payload, rec.line, last_total)
-                if usage is not None:
-                    last_usage = usage if model is None else replace(usage, model=model)
-                    yield last_usage
+                if (usage := _usage(payload, rec.line, last_total, model)) is not None:
+                    last_usage = usage
+                    yield usage
             elif rtype == "event_msg" and payload.get("type") == "context_compacted":
                 if not compacted_pending:
                     yield Boundary(kind="codex_context_compacted", line=rec.line, pre_tokens=_pre(last_usage))
