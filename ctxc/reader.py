@@ -111,16 +111,10 @@ class ReadOptions:
     spool: Spool | None = field(default=None, compare=False)
 
 
-def source_name(src: str | os.PathLike[str] | BinaryIO) -> str:
-    if isinstance(src, str | os.PathLike):
-        return "-" if str(src) == "-" else str(src)
-    return getattr(src, "name", None) or "-"
-
-
 def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
     """Open a path (``-`` is stdin) or take an already open binary stream."""
     if not isinstance(src, str | os.PathLike):
-        return source_name(src), src
+        return getattr(src, "name", None) or "-", src
     name = str(src)
     if name == "-":
         if sys.stdin is None:  # started with stdin closed (<&-)

@@ -176,13 +176,6 @@ def blocks_text(blocks: Iterable[Block]) -> str:
     )
 
 
-def bare_text(blocks: Sequence[Block]) -> str | None:
-    """The text of content that is one text block made by ctxc, which may be written as a bare string."""
-    if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-        return blocks[0].text
-    return None
-
-
 def encode_anthropic_block(block: Block) -> Any:
     if unchanged(block, parse_anthropic_block):
         return block.raw
@@ -215,12 +208,13 @@ def encode_anthropic_block(block: Block) -> Any:
 def encode_content(
     blocks: Sequence[Block], encode: Callable[[Block], Any], as_string: bool, empty: Any
 ) -> Any:
-    """Content of ``encode``d blocks; with ``as_string``, one plain text block as a bare string (no block
-    as ``empty``)."""
+    """Content of ``encode``d blocks; with ``as_string``, one text block made by ctxc as a bare string (no
+    block as ``empty``)."""
     if as_string and not blocks:
         return empty
-    text = bare_text(blocks) if as_string else None
-    return [encode(b) for b in blocks] if text is None else text
+    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+        return blocks[0].text
+    return [encode(b) for b in blocks]
 
 
 def encode_anthropic_content(blocks: Sequence[Block], *, as_string: bool = False) -> Any:
