@@ -142,8 +142,7 @@ def _stream(
         passthrough += rec.kind == "passthrough"
         if passthrough >= SNIFF_RECORDS:
             break
-    if not sample:
-        raise InputError("empty file (no JSON records)", path=name)
+    # Never empty: iter_records (and reload) raise for a file without a JSON record.
     adapter = get_adapter(input_format) if input_format else sniff(sample, name)
     kept: list[Record] = []
     invalid: list[int] = []

@@ -4,7 +4,6 @@ equal to what its ``raw`` parses to is written as ``raw`` (nothing unmodelled is
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -48,10 +47,10 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         chunk = data[12:16]
         if chunk == b"VP8X":
             return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-        if chunk == b"VP8 " and len(data) >= 30:
+        if chunk == b"VP8 ":
             w, h = struct.unpack("<HH", data[26:30])
             return int(w) & 0x3FFF, int(h) & 0x3FFF
-        if chunk == b"VP8L" and len(data) >= 25:
+        if chunk == b"VP8L":
             b = data[21:25]
             w = 1 + (((b[1] & 0x3F) << 8) | b[0])
             h = 1 + (((b[3] & 0xF) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
@@ -78,7 +77,7 @@ def _b64_head(data: str, n_bytes: int) -> bytes:
     chars = (n_bytes + 2) // 3 * 4
     try:
         return base64.b64decode(data[:chars], validate=False)
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error is one
         return b""
 
 
