@@ -220,7 +220,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
         else:
             raw, eol = chunk, b""
         body = raw[3:] if line_no == 1 and raw.startswith(BOM) else raw
-        if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not _is_json(body):
+        if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not is_json(body):
             # Not JSON on its own: perhaps the first line of a pretty-printed whole document.
             document, rest = _try_document(chunk, buffered)
             if document is not None:
@@ -281,7 +281,7 @@ def _parse_body(
     return "passthrough", data
 
 
-def _is_json(body: bytes) -> bool:
+def is_json(body: bytes) -> bool:
     try:
         orjson.loads(body)
     except orjson.JSONDecodeError:
