@@ -4,7 +4,7 @@ assistant turn that made its call, then the turns are written in the target dial
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -275,18 +275,12 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return lines
 
 
-_CONVERTERS: dict[str, Callable[[Iterable[Message]], list[dict[str, Any]]]] = {
-    "chat-anthropic": to_anthropic,
-    "chat-openai": to_openai,
-}
-
-
 def convert_transcript(transcript: Transcript, target: str) -> bytes:
     """A transcript as a JSONL chat file in ``target``; each of several conversations (a dataset) starts
     with a ``{"role": "_conversation", "index": n}`` line, which the ``chat`` reader keeps out of messages."""
-    convert = _CONVERTERS.get(target)
-    if convert is None:
+    if target not in TARGETS:
         raise FormatError(f"cannot convert to {target!r} (targets: {', '.join(TARGETS)})")
+    convert = to_anthropic if target == "chat-anthropic" else to_openai
     groups: dict[int, list[Message]] = {}
     for message in transcript.messages:
         groups.setdefault(message.conversation, []).append(message)

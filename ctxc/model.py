@@ -163,17 +163,34 @@ class Record:
     _offset: int
     _size: int
 
-    def __init__(self, line: int, raw: bytes, eol: bytes, data: Any = None, kind: RecordKind = "passthrough"):
-        _init(self, line, eol, data, kind, raw, None, 0, 0)
+    def __init__(
+        self,
+        line: int,
+        raw: bytes,
+        eol: bytes,
+        data: Any = None,
+        kind: RecordKind = "passthrough",
+        source: ByteSource | None = None,
+        offset: int = 0,
+        size: int = 0,
+    ) -> None:
+        """``raw`` held, or (given a ``source``, ``raw`` empty) the ``size`` bytes at ``offset`` of it."""
+        set_slot = object.__setattr__
+        set_slot(self, "line", line)
+        set_slot(self, "eol", eol)
+        set_slot(self, "data", data)
+        set_slot(self, "kind", kind)
+        set_slot(self, "_held", raw)
+        set_slot(self, "_source", source)
+        set_slot(self, "_offset", offset)
+        set_slot(self, "_size", size)
 
     @classmethod
     def kept_in(
         cls, source: ByteSource, offset: int, size: int, line: int, eol: bytes, data: Any, kind: RecordKind
     ) -> Record:
         """A record whose ``size`` bytes are at ``offset`` of ``source``."""
-        record = object.__new__(cls)
-        _init(record, line, eol, data, kind, b"", source, offset, size)
-        return record
+        return cls(line, b"", eol, data, kind, source, offset, size)
 
     @property
     def raw(self) -> bytes:
@@ -194,12 +211,10 @@ class Record:
         self, *, line: int | None = None, eol: bytes | None = None, kind: RecordKind | None = None
     ) -> Record:
         """This record with another line number, line end or kind: the same bytes, held or not."""
-        record = object.__new__(Record)
         line = self.line if line is None else line
         eol = self.eol if eol is None else eol
         kind = self.kind if kind is None else kind
-        _init(record, line, eol, self.data, kind, self._held, self._source, self._offset, self._size)
-        return record
+        return Record(line, self._held, eol, self.data, kind, self._source, self._offset, self._size)
 
     def to_bytes(self) -> bytes:
         return self.raw + self.eol
@@ -225,28 +240,6 @@ class Record:
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def _init(
-    record: Record,
-    line: int,
-    eol: bytes,
-    data: Any,
-    kind: RecordKind,
-    held: bytes,
-    source: ByteSource | None,
-    offset: int,
-    size: int,
-) -> None:
-    set_slot = object.__setattr__
-    set_slot(record, "line", line)
-    set_slot(record, "eol", eol)
-    set_slot(record, "data", data)
-    set_slot(record, "kind", kind)
-    set_slot(record, "_held", held)
-    set_slot(record, "_source", source)
-    set_slot(record, "_offset", offset)
-    set_slot(record, "_size", size)
 
 
 #: ``Message.meta`` key: the tool ids of the message that its reader made up because the file gave a

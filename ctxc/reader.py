@@ -111,16 +111,10 @@ class ReadOptions:
     spool: Spool | None = field(default=None, compare=False)
 
 
-def source_name(src: str | os.PathLike[str] | BinaryIO) -> str:
-    if isinstance(src, str | os.PathLike):
-        return "-" if str(src) == "-" else str(src)
-    return getattr(src, "name", None) or "-"
-
-
 def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
     """Open a path (``-`` is stdin) or take an already open binary stream."""
     if not isinstance(src, str | os.PathLike):
-        return source_name(src), src
+        return getattr(src, "name", None) or "-", src
     name = str(src)
     if name == "-":
         if sys.stdin is None:  # started with stdin closed (<&-)
@@ -226,7 +220,7 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
         else:
             raw, eol = chunk, b""
         body = raw[3:] if line_no == 1 and raw.startswith(BOM) else raw
-        if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not _is_json(body):
+        if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not is_json(body):
             # Not JSON on its own: perhaps the first line of a pretty-printed whole document.
             document, rest = _try_document(chunk, buffered)
             if document is not None:
@@ -287,7 +281,7 @@ def _parse_body(
     return "passthrough", data
 
 
-def _is_json(body: bytes) -> bool:
+def is_json(body: bytes) -> bool:
     try:
         orjson.loads(body)
     except orjson.JSONDecodeError:

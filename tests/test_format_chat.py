@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ctxc.errors import ValidationError
 from ctxc.formats import dump, get_adapter, load
-from ctxc.formats.chat import ChatState, detect_dialect, encode_chat_message, parse_chat_message
+from ctxc.formats.dicts import ChatState, detect_dialect, encode_chat_message, parse_chat_message
 from ctxc.model import (
     ImageBlock,
     Message,

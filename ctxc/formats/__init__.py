@@ -11,12 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-import orjson
-
 from ctxc.errors import FormatError, InputError
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
-from ctxc.reader import BOM, ReadOptions, iter_records, named_bytes, open_binary, read_line
+from ctxc.reader import BOM, ReadOptions, is_json, iter_records, named_bytes, open_binary, read_line
 from ctxc.system import gc_paused
 from ctxc.terminal import one_line
 
@@ -142,8 +140,7 @@ def _stream(
         passthrough += rec.kind == "passthrough"
         if passthrough >= SNIFF_RECORDS:
             break
-    if not sample:
-        raise InputError("empty file (no JSON records)", path=name)
+    # Never empty: iter_records (and reload) raise for a file without a JSON record.
     adapter = get_adapter(input_format) if input_format else sniff(sample, name)
     kept: list[Record] = []
     invalid: list[int] = []
@@ -227,11 +224,7 @@ def _reads_alone(records: Sequence[Record], own: set[int], options: ReadOptions)
     first = records[0]
     if id(first) in own:
         return first.kind in ("passthrough", "message", "blank")
-    try:
-        orjson.loads(first.raw)
-    except orjson.JSONDecodeError:
-        return False
-    return True
+    return is_json(first.raw)
 
 
 def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Transcript:

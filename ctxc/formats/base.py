@@ -28,7 +28,7 @@ def run_time() -> datetime:
 
 def run_timestamp() -> str:
     """:func:`run_time` as the ISO 8601 UTC text logs use: ``2026-12-01T16:57:05.123Z``."""
-    return run_time().strftime("%Y-%m-%dT%H:%M:%S.") + f"{run_time().microsecond // 1000:03d}Z"
+    return run_time().isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @runtime_checkable

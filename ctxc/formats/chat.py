@@ -19,8 +19,6 @@ from ctxc.formats.shapes import openai_role
 from ctxc.live import compaction_block_boundary
 from ctxc.model import Message, Record, Usage
 
-__all__ = ["ChatAdapter", "ChatState", "detect_dialect", "encode_chat_message", "parse_chat_message"]
-
 
 class ChatAdapter(FormatAdapter):
     name = "chat"

@@ -51,12 +51,8 @@ def read_line(
         yield Message("system", blocks, line, index, (record_index,), conversation, meta=facts, raw=raw)
         index, extra = index + 1, {}
     for position, obj in enumerate(data["messages"]):
-        parsed = (
-            parse_chat_message(obj, state, synth_id=f"fc-{line}-{position}")
-            if isinstance(obj, dict)
-            else None
-        )
-        if parsed is None:
+        parsed = parse_chat_message(obj, state, synth_id=f"fc-{line}-{position}")
+        if parsed is None:  # not a message (not even an object): kept in its place when written
             continue
         role, blocks, meta = parsed
         usage = parse_usage(obj.get("usage"), line)

@@ -386,7 +386,7 @@ def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = 
     state = ChatState(shape)
     out: list[Message] = []
     for i, obj in enumerate(messages):
-        parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}") if isinstance(obj, Mapping) else None
+        parsed = parse_chat_message(obj, state, synth_id=f"fc-{i}")
         if parsed is not None:
             role, blocks, meta = parsed
             out.append(Message(role, blocks, i + 1, i, importance=importance_of(obj), meta=meta, raw=obj))

@@ -4,7 +4,6 @@ equal to what its ``raw`` parses to is written as ``raw`` (nothing unmodelled is
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -48,10 +47,10 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         chunk = data[12:16]
         if chunk == b"VP8X":
             return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-        if chunk == b"VP8 " and len(data) >= 30:
+        if chunk == b"VP8 ":
             w, h = struct.unpack("<HH", data[26:30])
             return int(w) & 0x3FFF, int(h) & 0x3FFF
-        if chunk == b"VP8L" and len(data) >= 25:
+        if chunk == b"VP8L":
             b = data[21:25]
             w = 1 + (((b[1] & 0x3F) << 8) | b[0])
             h = 1 + (((b[3] & 0xF) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
@@ -78,7 +77,7 @@ def _b64_head(data: str, n_bytes: int) -> bytes:
     chars = (n_bytes + 2) // 3 * 4
     try:
         return base64.b64decode(data[:chars], validate=False)
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error is one
         return b""
 
 
@@ -176,13 +175,6 @@ def blocks_text(blocks: Iterable[Block]) -> str:
     )
 
 
-def bare_text(blocks: Sequence[Block]) -> str | None:
-    """The text of content that is one text block made by ctxc, which may be written as a bare string."""
-    if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
-        return blocks[0].text
-    return None
-
-
 def encode_anthropic_block(block: Block) -> Any:
     if unchanged(block, parse_anthropic_block):
         return block.raw
@@ -215,12 +207,13 @@ def encode_anthropic_block(block: Block) -> Any:
 def encode_content(
     blocks: Sequence[Block], encode: Callable[[Block], Any], as_string: bool, empty: Any
 ) -> Any:
-    """Content of ``encode``d blocks; with ``as_string``, one plain text block as a bare string (no block
-    as ``empty``)."""
+    """Content of ``encode``d blocks; with ``as_string``, one text block made by ctxc as a bare string (no
+    block as ``empty``)."""
     if as_string and not blocks:
         return empty
-    text = bare_text(blocks) if as_string else None
-    return [encode(b) for b in blocks] if text is None else text
+    if as_string and len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].raw is None:
+        return blocks[0].text
+    return [encode(b) for b in blocks]
 
 
 def encode_anthropic_content(blocks: Sequence[Block], *, as_string: bool = False) -> Any:
