@@ -9,7 +9,7 @@ import functools
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
@@ -89,7 +89,6 @@ def _same(a: Any, b: Any) -> bool:
 class Rules:
     rules: tuple[Rule, ...]
     default: str = "normal"
-    source: str = SHIPPED_RULES
 
 
 def load_rules(path: str = "") -> Rules:
@@ -124,7 +123,7 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         tables = doc.get("rule", [])
         if not isinstance(tables, list):
             raise _Bad("'rule' must be an array of tables ([[rule]])")
-        return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default, source)
+        return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"importance rules: not valid TOML: {exc}", path=source) from None
     except _Bad as exc:
@@ -313,18 +312,16 @@ def shed_images(
         m = out[pos]
         if m.role != "user" or not any(isinstance(b, ImageBlock) for b in m.blocks):
             continue
-        blocks = tuple(
+        blocks = [
             TextBlock(image_note(b, m.index, ctx)) if isinstance(b, ImageBlock) else b for b in m.blocks
-        )
-        lighter = replace(m, blocks=blocks)
-        before, after = ctx.ledger.tokens(m), ctx.ledger.tokens(lighter)
-        if after >= before:
-            continue
-        out[pos] = lighter
-        saved += before - after
+        ]
         n = sum(isinstance(b, ImageBlock) for b in m.blocks)
         note = f"{n} image(s) of a critical user message; its words kept"
-        actions.append(Action("selective", "shrink", m.index, m.index, before, after, note))
+        action = ctx.shrink(out, pos, blocks, "selective", "shrink", note)
+        if action is None:
+            continue
+        actions.append(action)
+        saved += action.saved
         if saved >= excess:
             break
     return tuple(out), tuple(actions)
