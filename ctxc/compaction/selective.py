@@ -14,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units
 from ctxc.compaction.own_summary import fit_own_summary
@@ -297,7 +296,7 @@ def image_note(block: ImageBlock, index: int, ctx: CompactContext) -> str:
     size = f"{image_tokens(block):,} tokens"
     if block.width and block.height:
         size = f"{block.width}x{block.height}, {size}"
-    return f"[ctxc: image removed to fit the context ({size}); original in {citation(ctx.archive_id, index)}]"
+    return f"[ctxc: image removed to fit the context ({size}); original in {ctx.cite(index)}]"
 
 
 def shed_images(
