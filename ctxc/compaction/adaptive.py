@@ -63,18 +63,15 @@ class Adaptive:
         ceiling = 5 if ctx.explicit_target else current
         msgs: tuple[Message, ...] = tuple(messages)
         actions: list[Action] = []
-        for stage, names in STAGES:
+        for stage, name in ((stage, name) for stage, names in STAGES for name in names):
             if stage > ceiling or ctx.under_target(msgs):
                 break
-            for name in names:
-                if ctx.under_target(msgs):
-                    break
-                result = self.run_stage(name, msgs, ctx, cfg)
-                msgs = result.messages
-                actions.extend(
-                    replace(a, note=f"stage {stage}; {a.note}" if a.note else f"stage {stage}")
-                    for a in result.actions
-                )
+            result = self.run_stage(name, msgs, ctx, cfg)
+            msgs = result.messages
+            actions.extend(
+                replace(a, note=f"stage {stage}; {a.note}" if a.note else f"stage {stage}")
+                for a in result.actions
+            )
         return StrategyResult(msgs, tuple(actions))
 
     @staticmethod

@@ -151,19 +151,15 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
     line_hashes = functools.cache(lambda text: array("q", sorted(map(hash, text.splitlines()))))
     later_write: dict[str, Slot] = {}
     later_edit: dict[str, Slot] = {}
-    ops: dict[int, FileOp | None] = {}  # by the call's identity: a call is met again at its result
-
-    def op_of(use: ToolUseBlock) -> FileOp | None:
-        if id(use) not in ops:
-            ops[id(use)] = file_op(use.name, use.input)
-        return ops[id(use)]
+    # What each call does to a file, by identity, worked out once: a call is met again at its result.
+    ops = {id(b): file_op(b.name, b.input) for m in msgs for b in m.blocks if isinstance(b, ToolUseBlock)}
 
     for pos in range(len(msgs) - 1, -1, -1):
         m = msgs[pos]
         for bi in range(len(m.blocks) - 1, -1, -1):
             block = m.blocks[bi]
             if isinstance(block, ToolUseBlock):
-                op, result = op_of(block), results.get(block.id)
+                op, result = ops[id(block)], results.get(block.id)
                 failed = result is None or result.is_error or "error" in result.text[:200].lower()
                 # A failed write or edit changed nothing.
                 if op is not None and op.op in ("write", "edit") and not failed:
@@ -190,7 +186,7 @@ def _whole_blocks(msgs: Sequence[Message], cfg: DedupeConfig) -> dict[Slot, _Poi
                 out[(pos, bi)] = _Pointer(later_result[key], "same result")
                 continue
             later_result[key] = (pos, bi)
-            op = op_of(use)
+            op = ops[id(use)]
             if op is None or op.op != "read" or block.is_error or not block.text.strip():
                 continue
             later = later_reads.get(op.path, ())

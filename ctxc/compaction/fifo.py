@@ -163,13 +163,12 @@ class _Plan:
         return cheaper | {u for u, _, text in doubt if self._text_cost[text] >= self.unit_tokens[u]}
 
     def shed_placeholders(self, spared: Sequence[tuple[int, str | None]] = ()) -> None:
-        """With nothing left to drop, give up what placeholders cost if that meets the target: bare
-        citations (oldest first), then unless ``carry.keep`` fewer quotes, then none (and drop the
-        ``spared`` units), then the rest. The target is the promise; the citation a convenience."""
+        """With nothing left to drop and the output still over the target, give up what placeholders
+        cost if that meets it: bare citations (oldest first), then unless ``carry.keep`` fewer quotes,
+        then none (and drop the ``spared`` units), then the rest. The target is the promise; the
+        citation a convenience."""
         if self.kept > self.ctx.target and not spared:
             return  # nothing placeholders give up can meet the target
-        if self.under_target():
-            return
         if self.kept <= self.ctx.target:
             self._cost_runs()
             quoting = {start for start, run in self.by_start.items() if self._keys_of(run)}
@@ -198,9 +197,8 @@ class _Plan:
                 return
 
     def _give_up(self, run: _Run) -> bool:
-        """Leave ``run`` without a placeholder; whether the output is now within the target."""
-        if self.kept + self.known_cost <= self.ctx.target:
-            return True
+        """Leave ``run`` (the output being over the target) without a placeholder; whether the output
+        is now within the target."""
         assert run.cost is not None
         self.known_cost -= run.cost
         run.cost, run.bare = 0, True
@@ -251,10 +249,7 @@ class _Plan:
         if not self.placeholders or run.bare:
             return None, 0
         msg = self._candidate(run)
-        tokens = self._text_cost.get(msg.text)
-        if tokens is None:
-            self._count([run])
-            tokens = self._text_cost[msg.text]
+        tokens = self._text_cost[msg.text]  # counted with the others: see its callers
         worth = tokens < run.tokens or bool(msg.meta["quoted"])
         return (msg, tokens) if worth else (None, 0)
 

@@ -48,8 +48,8 @@ def forecast(
     rewrites = get_adapter(transcript.format).rewrites_carried
     summarizer = get_summarizer("extractive")
     archive_id = sha256_hex(transcript.to_bytes())
-    stage2, stage3, stage4, stage5 = thresholds
-    cfg = AdaptiveConfig(stage2=stage2, stage3=stage3, stage4=stage4, stage5=stage5)
+    thresholds = check_thresholds(thresholds)
+    cfg = AdaptiveConfig(*thresholds)
     potential = dict.fromkeys(STAGE_OF.values(), 0)
     for conv in range(transcript.conversations):
         messages = live.split(transcript.conversation(conv))[1]
@@ -75,7 +75,7 @@ def forecast(
             for name in names:
                 msgs = Adaptive.run_stage(name, msgs, base, cfg).messages
             potential[stage] += before - ledger.total(msgs)
-    options = CompactOptions(window=window, thresholds=check_thresholds(thresholds), keep_last=keep_last)
+    options = CompactOptions(window=window, thresholds=thresholds, keep_last=keep_last)
     result = compact_transcript(transcript, replace(options, allow_over=True), counter=counter)
     plan = dict.fromkeys(STAGE_OF.values(), 0)
     for action in result.actions:

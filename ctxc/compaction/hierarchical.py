@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxc.compaction.base import CompactContext, StrategyResult, option, register
-from ctxc.compaction.recursive import Layout, plan_layout, summarize
+from ctxc.compaction.recursive import plan_layout, summarize
 from ctxc.model import Message
 
 #: A summary over the target is asked again with half the budget, down to this floor.
@@ -31,34 +31,6 @@ class HierarchicalConfig:
 COMPRESSION = 4
 
 
-class _Plan:
-    """Prefix arithmetic over the candidate units: what summarizing the first ``n`` would leave."""
-
-    def __init__(self, layout: Layout, target: int, cap: int) -> None:
-        self.layout = layout
-        self.target = target
-        self.cap = cap  # the configured summary_tokens, capped by what the target leaves
-        self.prefix = list(
-            itertools.accumulate((layout.unit_tokens[u] for u in layout.candidates), initial=0)
-        )
-
-    def rest(self, n: int) -> int:
-        return self.prefix[-1] - self.prefix[n]
-
-    def budget(self, n: int) -> int:
-        return max(1, min(self.cap, max(BUDGET_FLOOR, self.prefix[n] // COMPRESSION)))
-
-    def smallest(self, cost: int | None = None) -> int:
-        """The fewest candidate units to summarize so that the output fits, with a summary costing
-        ``cost`` (or its planned budget), or all of them when no prefix does."""
-        cands = self.layout.candidates
-        for n in range(1, len(cands) + 1):
-            c = cost if cost is not None else self.budget(n) + self.layout.overhead
-            if self.layout.fixed + self.rest(n) + c <= self.target:
-                return n
-        return len(cands)
-
-
 @register
 class Hierarchical:
     name: ClassVar[str] = "hierarchical"
@@ -77,22 +49,40 @@ class Hierarchical:
             return StrategyResult(tuple(messages))
         cands = layout.candidates
         room = ctx.target - layout.fixed - layout.overhead  # for the summary text once all history is in it
-        plan = _Plan(layout, ctx.target, max(1, min(cfg.summary_tokens, room)))
-        n = len(cands) if cfg.essential else plan.smallest()
-        budget = plan.cap if cfg.essential else plan.budget(n)
+        cap = max(1, min(cfg.summary_tokens, room))
+        prefix = list(itertools.accumulate((layout.unit_tokens[u] for u in cands), initial=0))
+
+        def rest(n: int) -> int:
+            """What stays verbatim of the candidates once the first ``n`` are summarized."""
+            return prefix[-1] - prefix[n]
+
+        def planned_budget(n: int) -> int:
+            return max(1, min(cap, max(BUDGET_FLOOR, prefix[n] // COMPRESSION)))
+
+        def smallest(cost: int | None = None) -> int:
+            """The fewest candidate units to summarize so that the output fits, with a summary costing
+            ``cost`` (or its planned budget), or all of them when no prefix does."""
+            for n in range(1, len(cands) + 1):
+                c = cost if cost is not None else planned_budget(n) + layout.overhead
+                if layout.fixed + rest(n) + c <= ctx.target:
+                    return n
+            return len(cands)
+
+        n = len(cands) if cfg.essential else smallest()
+        budget = cap if cfg.essential else planned_budget(n)
         floor = min(BUDGET_FLOOR, budget)
 
         best: tuple[int, Message, int] | None = None  # (output tokens, summary, units summarized)
         while True:
             summary = summarize(ctx, layout.span_messages(cands[:n]), budget, essential=cfg.essential)
             cost = ctx.ledger.tokens(summary)
-            total = layout.fixed + plan.rest(n) + cost
+            total = layout.fixed + rest(n) + cost
             if best is None or total < best[0]:
                 best = (total, summary, n)
             if total <= ctx.target:
                 break
             # Larger than planned: summarize more of the history first, then ask for less.
-            grown = plan.smallest(cost)
+            grown = smallest(cost)
             if grown > n:
                 n = grown
                 continue

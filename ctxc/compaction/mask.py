@@ -167,9 +167,9 @@ def eligible_slots(messages: Sequence[Message], ctx: CompactContext, keep_last_r
         for bi, b in enumerate(m.blocks)
         if isinstance(b, ToolResultBlock)
     ]
-    cut = len(all_slots) - keep_last_results if keep_last_results else len(all_slots)
+    cut = max(0, len(all_slots) - keep_last_results)
     editable = set(ctx.editable(messages))
-    return [(pos, bi) for pos, bi in all_slots[: max(0, cut)] if pos in editable]
+    return [(pos, bi) for pos, bi in all_slots[:cut] if pos in editable]
 
 
 def placeholder_text(block: ToolResultBlock, call: ToolCall, cite: str, tokens: int) -> str:

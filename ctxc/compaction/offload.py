@@ -178,8 +178,8 @@ def _offload_input(
     inp = block.input
     if not isinstance(inp, str):
         return walk(inp, None, ""), moved
-    names = {block.name.lower(), block.name.lower().rsplit("__", 1)[-1]}
-    patch = names & _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch")
+    tool = block.name.rsplit("__", 1)[-1].lower()  # an MCP server's tool by its own name
+    patch = tool in _PATCH_TOOLS or inp.lstrip().startswith("*** Begin Patch")
     return (offloaded(inp, "patch") if patch else inp), moved
 
 

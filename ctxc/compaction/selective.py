@@ -9,12 +9,11 @@ import functools
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive_store import citation
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
 from ctxc.compaction.fifo import CARRY_HELP, PLACEHOLDER_HELP, Carry, drop_units
 from ctxc.compaction.own_summary import fit_own_summary
@@ -89,7 +88,6 @@ def _same(a: Any, b: Any) -> bool:
 class Rules:
     rules: tuple[Rule, ...]
     default: str = "normal"
-    source: str = SHIPPED_RULES
 
 
 def load_rules(path: str = "") -> Rules:
@@ -124,7 +122,7 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         tables = doc.get("rule", [])
         if not isinstance(tables, list):
             raise _Bad("'rule' must be an array of tables ([[rule]])")
-        return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default, source)
+        return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"importance rules: not valid TOML: {exc}", path=source) from None
     except _Bad as exc:
@@ -298,7 +296,7 @@ def image_note(block: ImageBlock, index: int, ctx: CompactContext) -> str:
     size = f"{image_tokens(block):,} tokens"
     if block.width and block.height:
         size = f"{block.width}x{block.height}, {size}"
-    return f"[ctxc: image removed to fit the context ({size}); original in {citation(ctx.archive_id, index)}]"
+    return f"[ctxc: image removed to fit the context ({size}); original in {ctx.cite(index)}]"
 
 
 def shed_images(
@@ -313,18 +311,16 @@ def shed_images(
         m = out[pos]
         if m.role != "user" or not any(isinstance(b, ImageBlock) for b in m.blocks):
             continue
-        blocks = tuple(
+        blocks = [
             TextBlock(image_note(b, m.index, ctx)) if isinstance(b, ImageBlock) else b for b in m.blocks
-        )
-        lighter = replace(m, blocks=blocks)
-        before, after = ctx.ledger.tokens(m), ctx.ledger.tokens(lighter)
-        if after >= before:
-            continue
-        out[pos] = lighter
-        saved += before - after
+        ]
         n = sum(isinstance(b, ImageBlock) for b in m.blocks)
         note = f"{n} image(s) of a critical user message; its words kept"
-        actions.append(Action("selective", "shrink", m.index, m.index, before, after, note))
+        action = ctx.shrink(out, pos, blocks, "selective", "shrink", note)
+        if action is None:
+            continue
+        actions.append(action)
+        saved += action.saved
         if saved >= excess:
             break
     return tuple(out), tuple(actions)
