@@ -4,6 +4,7 @@ line per message, kept messages and other records keeping their exact bytes and 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -111,8 +112,13 @@ def write_lines(
                 out.append(transcript.records[next_record])
             next_record += 1
 
+    @functools.cache
+    def first_stamp() -> str | None:  # looked up once: a chat file's records have none
+        return next((t for t in map(_stamp_of, transcript.records) if t is not None), None)
+
     dialect: Any = None
-    stamps = _Stamps(transcript.records, out)
+    stamp: str | None = None  # the timestamp of the last record written that has one
+    seen = 0  # the records of ``out`` already looked at for it
     for message in out_messages:
         m = message
         if "dialect" in m.meta:
@@ -121,10 +127,13 @@ def write_lines(
             # A message ctxc made speaks the dialect of the messages around it (chat files mix none).
             m = replace(m, meta={**m.meta, "dialect": dialect})
         if not m.records and "timestamp" not in m.meta:
-            # ...and carries the time of the record it follows (pi), so viewers keep it in its place.
-            stamp = stamps.latest()
-            if stamp is not None:
-                m = replace(m, meta={**m.meta, "timestamp": stamp})
+            # ...and carries the time of the record it follows (pi; before any, of the first record that
+            # has one), so viewers keep it in its place.
+            stamp = next((t for t in map(_stamp_of, reversed(out[seen:])) if t is not None), stamp)
+            seen = len(out)
+            when = stamp if stamp is not None else first_stamp()
+            if when is not None:
+                m = replace(m, meta={**m.meta, "timestamp": when})
         if m.records:
             flush_until(m.records[0])
             if id(m) in originals:
@@ -138,29 +147,6 @@ def write_lines(
             out.append(encode_record(adapter.encode_message(m), eol))
     flush_until(len(transcript.records))
     return _fix_final_eol(out, transcript)
-
-
-class _Stamps:
-    """The ``timestamp`` of the last record written that has one (before any: of the first record that
-    has one), read as the output grows."""
-
-    def __init__(self, records: Sequence[Record], out: list[Record]) -> None:
-        self._records = records
-        self._out = out
-        self._seen = 0
-        self._stamp: str | None = None
-        self._first_done = False
-
-    def latest(self) -> str | None:
-        for rec in self._out[self._seen :]:
-            stamp = _stamp_of(rec)
-            if stamp is not None:
-                self._stamp = stamp
-        self._seen = len(self._out)
-        if self._stamp is None and not self._first_done:
-            self._first_done = True
-            self._stamp = next((t for t in map(_stamp_of, self._records) if t is not None), None)
-        return self._stamp
 
 
 def _stamp_of(rec: Record) -> str | None:
