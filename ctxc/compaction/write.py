@@ -46,10 +46,6 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def default_eol(transcript: Transcript) -> bytes:
-    return next((r.eol for r in transcript.records if r.eol), b"\n")
-
-
 def write_transcript(
     transcript: Transcript,
     outputs: Mapping[int, Sequence[Message]],
@@ -98,7 +94,7 @@ def write_lines(
     transcript: Transcript, outputs: Mapping[int, Sequence[Message]], adapter: FormatAdapter
 ) -> tuple[Record, ...]:
     """Line-per-message writing; non-message records keep their position relative to kept messages."""
-    eol = default_eol(transcript)
+    eol = next((r.eol for r in transcript.records if r.eol), b"\n")
     originals = {id(m) for m in transcript.messages}
     message_records = {i for m in transcript.messages for i in m.records}
     out_messages = [m for conv in sorted(outputs) for m in outputs[conv]]
@@ -146,19 +142,14 @@ def write_lines(
         else:
             out.append(encode_record(adapter.encode_message(m), eol))
     flush_until(len(transcript.records))
-    return _fix_final_eol(out, transcript)
+    if not out:
+        return ()
+    # Every line but the last ends with a newline; the last ends as the input's last line did.
+    final_eol = transcript.records[-1].eol if transcript.records else b"\n"
+    fixed = [r if r.eol else r.but(eol=eol) for r in out[:-1]]
+    return (*fixed, out[-1].but(eol=final_eol))
 
 
 def _stamp_of(rec: Record) -> str | None:
     stamp = rec.data.get("timestamp") if isinstance(rec.data, dict) else None
     return stamp if isinstance(stamp, str) else None
-
-
-def _fix_final_eol(out: list[Record], transcript: Transcript) -> tuple[Record, ...]:
-    """Every line but the last ends with a newline; the last ends as the input's last line did."""
-    if not out:
-        return ()
-    final_eol = transcript.records[-1].eol if transcript.records else b"\n"
-    fixed = [r if r.eol else r.but(eol=default_eol(transcript)) for r in out[:-1]]
-    fixed.append(out[-1].but(eol=final_eol))
-    return tuple(fixed)
