@@ -184,7 +184,7 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
         return Outcome(index, path, value=value, seconds=time.perf_counter() - start)
 
 
-def _worker_init(parent: int | None = None, as_flags: bool = False) -> None:
+def _worker_init(parent: int, as_flags: bool) -> None:
     """Set up a worker process of :func:`run_batch`; ``parent`` is the batch's process, which it ends with,
     and whose way of naming options in errors (``as_flags``) it keeps for its life."""
     global _busy  # noqa: PLW0603 - set once in each worker process, as it starts
@@ -192,9 +192,8 @@ def _worker_init(parent: int | None = None, as_flags: bool = False) -> None:
     # Ctrl-C is the parent's: it cancels what has not started and waits for the files in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the batch's handler
-    if parent is not None:
-        _busy = threading.Lock()
-        exit_with(parent, busy=_busy)
+    _busy = threading.Lock()
+    exit_with(parent, busy=_busy)
     from multiprocessing.util import Finalize
 
     from ctxc.sqlite_store import close_kept, keep_open

@@ -122,8 +122,7 @@ def _run_strategy(
     """The strategy's result at the first ``keep_last`` step that meets the target as written, repaired
     (else the last). Repair answers each call the output leaves unanswered (a log's errored turn); when
     only that puts it over, the strategy runs again aiming that much lower."""
-    steps = plan.keep_last_steps or (ctx.keep_last,)
-    for keep_last in steps:
+    for keep_last in plan.keep_last_steps:
         ctx = replace(ctx, keep_last=keep_last)
         res = plan.strategy.compact(messages, ctx)
         raw = ctx.ledger.total(res.messages)

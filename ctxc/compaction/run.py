@@ -4,9 +4,8 @@ is validated and measured before it is written."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -109,10 +108,13 @@ class CompactionResult:
         return out
 
 
-def parse_settings(settings: Mapping[str, str]) -> dict[str, Any]:
-    """``{"mask.keep_last": "3"}`` → ``{"mask": MaskConfig(keep_last=3)}``, rejecting unknown names."""
+def strategy_configs(options: CompactOptions) -> dict[str, Any]:
+    """Each strategy's validated Config from ``options.settings`` (``{"mask.keep_last": "3"}`` →
+    ``{"mask": MaskConfig(keep_last=3)}``), rejecting unknown names. The run's thresholds are the
+    adaptive stages' defaults; an explicit ``adaptive.stageN`` setting wins."""
+    stages = {f"adaptive.stage{n}": str(v) for n, v in zip((2, 3, 4, 5), options.thresholds, strict=True)}
     grouped: dict[str, dict[str, str]] = {}
-    for key, value in settings.items():
+    for key, value in {**stages, **options.settings}.items():
         name, _, opt = key.partition(".")
         if not opt:
             raise UsageError(f"{{settings}} takes strategy.option=value, got {key!r}", options=("settings",))
@@ -127,13 +129,6 @@ def parse_settings(settings: Mapping[str, str]) -> dict[str, Any]:
             )
         out[name] = parse_config(known[name], values)
     return out
-
-
-def strategy_configs(options: CompactOptions) -> dict[str, Any]:
-    """Each strategy's validated Config from ``options.settings``. The run's thresholds are the
-    adaptive stages' defaults; an explicit ``adaptive.stageN`` setting wins."""
-    stages = {f"adaptive.stage{n}": str(v) for n, v in zip((2, 3, 4, 5), options.thresholds, strict=True)}
-    return parse_settings({**stages, **options.settings})
 
 
 def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
@@ -201,8 +196,13 @@ def compact_transcript(
             archive_id=archive_id,
             adapter=adapter,
         )
-        with _heap_frozen():
+        # Collections skip what exists now (the read transcript: millions of objects, none garbage), so
+        # the strategies' own garbage is still collected without a full pass over it.
+        gc.freeze()
+        try:
             outputs, outcomes = compact_live(transcript, options, plan, adapter)
+        finally:
+            gc.unfreeze()
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
         # The read-back needs the counts of what was written alone: the rest goes before it.
         enforce, ledger = plan.enforce, ledger.restricted_to(written.messages)
@@ -363,17 +363,6 @@ def _reminder_messages(
     due = [due_at_end(rules, messages, tokens=tokens, window=window, compacted=c) for c in (False, True)]
     quiet, loud = (reminder_message(d, after=messages[-1]) if d else None for d in due)
     return quiet, loud
-
-
-@contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """Collections skip what exists now (the read transcript: millions of objects, none garbage), so
-    the strategies' own garbage is still collected without a full pass over it."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _store_in_background(archive: ArchiveStore | None, data: Data, digest: str) -> Future[str] | None:

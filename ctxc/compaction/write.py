@@ -4,6 +4,7 @@ line per message, kept messages and other records keeping their exact bytes and 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -43,10 +44,6 @@ def _copied(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_copied(v) for v in value]
     return value
-
-
-def default_eol(transcript: Transcript) -> bytes:
-    return next((r.eol for r in transcript.records if r.eol), b"\n")
 
 
 def write_transcript(
@@ -97,7 +94,7 @@ def write_lines(
     transcript: Transcript, outputs: Mapping[int, Sequence[Message]], adapter: FormatAdapter
 ) -> tuple[Record, ...]:
     """Line-per-message writing; non-message records keep their position relative to kept messages."""
-    eol = default_eol(transcript)
+    eol = next((r.eol for r in transcript.records if r.eol), b"\n")
     originals = {id(m) for m in transcript.messages}
     message_records = {i for m in transcript.messages for i in m.records}
     out_messages = [m for conv in sorted(outputs) for m in outputs[conv]]
@@ -111,8 +108,13 @@ def write_lines(
                 out.append(transcript.records[next_record])
             next_record += 1
 
+    @functools.cache
+    def first_stamp() -> str | None:  # looked up once: a chat file's records have none
+        return next((t for t in map(_stamp_of, transcript.records) if t is not None), None)
+
     dialect: Any = None
-    stamps = _Stamps(transcript.records, out)
+    stamp: str | None = None  # the timestamp of the last record written that has one
+    seen = 0  # the records of ``out`` already looked at for it
     for message in out_messages:
         m = message
         if "dialect" in m.meta:
@@ -121,10 +123,13 @@ def write_lines(
             # A message ctxc made speaks the dialect of the messages around it (chat files mix none).
             m = replace(m, meta={**m.meta, "dialect": dialect})
         if not m.records and "timestamp" not in m.meta:
-            # ...and carries the time of the record it follows (pi), so viewers keep it in its place.
-            stamp = stamps.latest()
-            if stamp is not None:
-                m = replace(m, meta={**m.meta, "timestamp": stamp})
+            # ...and carries the time of the record it follows (pi; before any, of the first record that
+            # has one), so viewers keep it in its place.
+            stamp = next((t for t in map(_stamp_of, reversed(out[seen:])) if t is not None), stamp)
+            seen = len(out)
+            when = stamp if stamp is not None else first_stamp()
+            if when is not None:
+                m = replace(m, meta={**m.meta, "timestamp": when})
         if m.records:
             flush_until(m.records[0])
             if id(m) in originals:
@@ -137,42 +142,14 @@ def write_lines(
         else:
             out.append(encode_record(adapter.encode_message(m), eol))
     flush_until(len(transcript.records))
-    return _fix_final_eol(out, transcript)
-
-
-class _Stamps:
-    """The ``timestamp`` of the last record written that has one (before any: of the first record that
-    has one), read as the output grows."""
-
-    def __init__(self, records: Sequence[Record], out: list[Record]) -> None:
-        self._records = records
-        self._out = out
-        self._seen = 0
-        self._stamp: str | None = None
-        self._first_done = False
-
-    def latest(self) -> str | None:
-        for rec in self._out[self._seen :]:
-            stamp = _stamp_of(rec)
-            if stamp is not None:
-                self._stamp = stamp
-        self._seen = len(self._out)
-        if self._stamp is None and not self._first_done:
-            self._first_done = True
-            self._stamp = next((t for t in map(_stamp_of, self._records) if t is not None), None)
-        return self._stamp
+    if not out:
+        return ()
+    # Every line but the last ends with a newline; the last ends as the input's last line did.
+    final_eol = transcript.records[-1].eol if transcript.records else b"\n"
+    fixed = [r if r.eol else r.but(eol=eol) for r in out[:-1]]
+    return (*fixed, out[-1].but(eol=final_eol))
 
 
 def _stamp_of(rec: Record) -> str | None:
     stamp = rec.data.get("timestamp") if isinstance(rec.data, dict) else None
     return stamp if isinstance(stamp, str) else None
-
-
-def _fix_final_eol(out: list[Record], transcript: Transcript) -> tuple[Record, ...]:
-    """Every line but the last ends with a newline; the last ends as the input's last line did."""
-    if not out:
-        return ()
-    final_eol = transcript.records[-1].eol if transcript.records else b"\n"
-    fixed = [r if r.eol else r.but(eol=default_eol(transcript)) for r in out[:-1]]
-    fixed.append(out[-1].but(eol=final_eol))
-    return tuple(fixed)
