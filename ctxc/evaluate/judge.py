@@ -4,7 +4,6 @@ in one JSON object, scored without a second model by the share of the known answ
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from ctxc.evaluate.measures import tool_paths
 from ctxc.model import Message, TextBlock, Transcript
 from ctxc.summarize import SummarizerOptions
 from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
-from ctxc.summarize.cache import summary_cache
+from ctxc.summarize.cache import SummaryCache, summary_cache
 from ctxc.summarize.prompt import clip, render_transcript
 
 if TYPE_CHECKING:
@@ -152,7 +151,7 @@ class AnthropicJudge:
 
     def ask(self, user: str) -> str:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
-        key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
+        key = SummaryCache.key("ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS)
         if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         reply = self.api.run(self.api.create(SYSTEM, user, MAX_TOKENS))

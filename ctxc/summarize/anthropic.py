@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
-
 from ctxc.archive_store import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
@@ -42,10 +40,6 @@ T = TypeVar("T")
 
 def resolve_model(options: SummarizerOptions) -> str:
     return options.model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
-
-
-def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:
-    return hashlib.sha256(orjson.dumps([model, prompt.system, prompt.user, max_tokens])).digest()
 
 
 def _size(prompt: Prompt, count: Callable[[str], int]) -> int:
@@ -294,7 +288,7 @@ class AnthropicSummarizer:
     async def _ask(self, request: SummaryRequest, prompt: Prompt, count: Callable[[str], int]) -> str:
         """A validated summary for one prompt: from the cache, the dry-run stand-in, or the API."""
         max_tokens = self.max_tokens(request.budget)
-        key = cache_key(self.model, prompt, max_tokens)
+        key = SummaryCache.key(self.model, prompt.system, prompt.user, max_tokens)
         if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         if self.options.dry_run:
