@@ -21,8 +21,6 @@ def shorten(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     if len(flat) <= limit:
         return flat
-    if limit <= 1:
-        return "…"[:limit]
     cut = flat[: limit - 1]
     space = cut.rfind(" ")
     if space > limit * 0.6:
