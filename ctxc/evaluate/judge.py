@@ -15,7 +15,6 @@ from ctxc.compaction.postprocess import request_terms
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.evaluate.measures import tool_paths
 from ctxc.model import Message, TextBlock, Transcript
-from ctxc.summarize import SummarizerOptions
 from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
 from ctxc.summarize.cache import SummaryCache, summary_cache
 from ctxc.summarize.prompt import clip, render_transcript
@@ -139,7 +138,7 @@ class AnthropicJudge:
         timeout: float = 120.0,
         use_cache: bool = True,
     ) -> None:
-        self.model = resolve_model(SummarizerOptions(model=model))
+        self.model = resolve_model(model)
         self.api = AnthropicAPI(
             self.model, max_retries=max_retries, timeout=timeout, needs="{judge} anthropic"
         )

@@ -38,8 +38,8 @@ MIN_MAX_TOKENS = 512
 T = TypeVar("T")
 
 
-def resolve_model(options: SummarizerOptions) -> str:
-    return options.model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
+def resolve_model(model: str | None) -> str:
+    return model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
 
 
 def _size(prompt: Prompt, count: Callable[[str], int]) -> int:
@@ -253,7 +253,7 @@ class AnthropicSummarizer:
                 f"{{summarizer_options.concurrency}} must be at least 1, not {options.concurrency}",
                 options=("summarizer_options.concurrency",),
             )
-        self.model = resolve_model(options)
+        self.model = resolve_model(options.model)
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
         self.max_output = profile.max_output if profile else FALLBACK_MAX_OUTPUT
