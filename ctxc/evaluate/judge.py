@@ -22,7 +22,6 @@ from ctxc.summarize.prompt import clip, render_transcript
 if TYPE_CHECKING:
     from ctxc.evaluate.needles import Planted
 
-PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters kept of each tool result and of the whole context: the judge sees what the agent would.
 RESULT_CHARS = 20_000
 CONTEXT_CHARS = 400_000
@@ -41,7 +40,7 @@ SYSTEM = (
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    kind: str
+    kind: str  # recall | decisions | artifacts | continuation
     question: str
     #: What a right answer mentions; the score is the share mentioned (one for recall and decisions).
     expected: tuple[str, ...]
@@ -168,7 +167,7 @@ class AnthropicJudge:
         per_kind: dict[str, list[float]] = {}
         for probe, _, score in scored:
             per_kind.setdefault(probe.kind, []).append(score)
-        means = {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}
+        means = {k: sum(v) / len(v) for k, v in per_kind.items()}
         return JudgeScore(means, tuple((p.question, a, score) for p, a, score in scored))
 
 

@@ -1,5 +1,5 @@
 """The summary cache the summarizers and the judge share: answers by prompt hash, in SQLite.
-Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading asyncio."""
+Its own module so the command summarizer uses it without loading asyncio."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ class _Draft:
             out += ["", f"## {s}"]
             n = self.omitted[s]
             if n:
-                out.append(f"- ({n} older item{'s' if n != 1 else ''} omitted)")
+                out.append(f"- ({plural(n, 'older item')} omitted)")
             lines = [self.fact_line(i) for i in live if self.facts[i].section == s]
             out += lines if lines or n else [f"- {EMPTY}"]
         return "\n".join(out) + "\n"
