@@ -56,30 +56,6 @@ def _api_message(exc: Any) -> str:
     return one_line(getattr(exc, "message", None) or str(exc))
 
 
-class _LoopThread:
-    """A private event loop in a daemon thread: summarize() is synchronous, may run inside another loop,
-    and the async client keeps its connections only on one loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="ctxc-anthropic", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()  # Ctrl-C or a failure: stop the calls in flight
-            raise
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
 async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
     """Run concurrently; on the first failure cancel the others and raise it."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -106,7 +82,9 @@ class Reply:
 
 class AnthropicAPI:
     """One Claude model through the SDK's async client, for the summarizer and the eval judge: the key and
-    model checked once per process, failures mapped to one-line ctxc errors, usage counted."""
+    model checked once per process, failures mapped to one-line ctxc errors, usage counted. Calls run on
+    a private event loop in a daemon thread: summarize() is synchronous, may run inside another loop, and
+    the async client keeps its connections only on one loop."""
 
     def __init__(self, model: str, *, max_retries: int, timeout: float, needs: str) -> None:
         self.model = model
@@ -114,24 +92,36 @@ class AnthropicAPI:
         self.timeout = timeout
         self.needs = needs  # who needs the key, for the error when there is none
         self.spent = Spent()
-        self._loop: _LoopThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: AsyncAnthropic | None = None
         self._preflight_lock: asyncio.Lock | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
-            self._loop = _LoopThread()
-        return self._loop.run(coro)
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="ctxc-anthropic", daemon=True)
+            self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # Ctrl-C or a failure: stop the calls in flight
+            raise
 
     def close(self) -> None:
-        if self._loop is None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
             return
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
-                self._loop.run(client.close())
-        self._loop.stop()
-        self._loop = self._preflight_lock = None
+                self.run(client.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = self._thread = self._preflight_lock = None
 
     def _make_client(self) -> AsyncAnthropic:
         if self._client is None:
