@@ -22,15 +22,9 @@ from ctxc.archive_store import CITATION_RE
 from ctxc.formats import load
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import ESSENTIAL_SECTIONS, SECTIONS, SummaryRequest, get_summarizer, summarizer_names
-from ctxc.summarize.extractive import (
-    FIRST_REQUEST_FLOOR,
-    ExtractiveSummarizer,
-    classify_call,
-    error_line,
-    focus_words,
-    shorten,
-    tier_messages,
-)
+from ctxc.summarize.extractive import ExtractiveSummarizer, tier_messages
+from ctxc.summarize.facts import FIRST_REQUEST_FLOOR, focus_words
+from ctxc.summarize.toolcalls import classify_call, error_line, shorten
 from ctxc.tokens import make_counter
 
 CITATION = "ctxc archive 3f2a9c1b4d5e messages 0-40"

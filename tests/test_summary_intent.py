@@ -20,7 +20,8 @@ from ctxc.formats import load
 from ctxc.live import live_messages, quotes, request_text, session_intent
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, Transcript
 from ctxc.summarize import SummaryRequest, quoting_intent
-from ctxc.summarize.extractive import INTENT_LABEL, ExtractiveSummarizer
+from ctxc.summarize.extractive import ExtractiveSummarizer
+from ctxc.summarize.facts import INTENT_LABEL
 from ctxc.summarize.prompt import INTENT_BULLET, Validation, build_prompt, with_intent
 
 INTENT = (

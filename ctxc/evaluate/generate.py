@@ -185,10 +185,11 @@ class _Session:
         )
 
 
-def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Source:
-    """One session, deterministic in ``(seed, number)``; ``turns`` tool calls (about 500 tokens each)."""
+def generate_session(seed: int, number: int = 0) -> Source:
+    """One session, deterministic in ``(seed, number)``."""
     rng = random.Random(f"ctxc-eval/{seed}/{number}")
     dialect = "anthropic" if number % 2 == 0 else "openai"
+    turns = 36  # tool calls, about 500 tokens each
     s = _Session(rng, dialect)
     s.say(
         "system",
@@ -222,5 +223,5 @@ def generate_session(seed: int, number: int = 0, *, turns: int = 36) -> Source:
     return Source(f"generated-{seed}-{number}-{dialect}.jsonl", data)
 
 
-def generate(seed: int, count: int = 3, *, turns: int = 36) -> list[Source]:
-    return [generate_session(seed, n, turns=turns) for n in range(count)]
+def generate(seed: int, count: int = 3) -> list[Source]:
+    return [generate_session(seed, n) for n in range(count)]

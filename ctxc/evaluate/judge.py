@@ -4,7 +4,6 @@ in one JSON object, scored without a second model by the share of the known answ
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,15 +15,13 @@ from ctxc.compaction.postprocess import request_terms
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.evaluate.measures import tool_paths
 from ctxc.model import Message, TextBlock, Transcript
-from ctxc.summarize import SummarizerOptions
 from ctxc.summarize.anthropic import AnthropicAPI, resolve_model
-from ctxc.summarize.cache import summary_cache
+from ctxc.summarize.cache import SummaryCache, summary_cache
 from ctxc.summarize.prompt import clip, render_transcript
 
 if TYPE_CHECKING:
     from ctxc.evaluate.needles import Planted
 
-PROBE_KINDS = ("recall", "decisions", "artifacts", "continuation")
 #: Characters kept of each tool result and of the whole context: the judge sees what the agent would.
 RESULT_CHARS = 20_000
 CONTEXT_CHARS = 400_000
@@ -43,7 +40,7 @@ SYSTEM = (
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    kind: str
+    kind: str  # recall | decisions | artifacts | continuation
     question: str
     #: What a right answer mentions; the score is the share mentioned (one for recall and decisions).
     expected: tuple[str, ...]
@@ -140,7 +137,7 @@ class AnthropicJudge:
         timeout: float = 120.0,
         use_cache: bool = True,
     ) -> None:
-        self.model = resolve_model(SummarizerOptions(model=model))
+        self.model = resolve_model(model)
         self.api = AnthropicAPI(
             self.model, max_retries=max_retries, timeout=timeout, needs="{judge} anthropic"
         )
@@ -152,7 +149,7 @@ class AnthropicJudge:
 
     def ask(self, user: str) -> str:
         """One answer to ``user`` (the system prompt is :data:`SYSTEM`), from the cache or the API."""
-        key = hashlib.sha256(orjson.dumps(["ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS])).digest()
+        key = SummaryCache.key("ctxc-eval-judge", self.model, SYSTEM, user, MAX_TOKENS)
         if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         reply = self.api.run(self.api.create(SYSTEM, user, MAX_TOKENS))
@@ -170,7 +167,7 @@ class AnthropicJudge:
         per_kind: dict[str, list[float]] = {}
         for probe, _, score in scored:
             per_kind.setdefault(probe.kind, []).append(score)
-        means = {k: sum(v) / len(v) for k, v in per_kind.items() if k in PROBE_KINDS}
+        means = {k: sum(v) / len(v) for k, v in per_kind.items()}
         return JudgeScore(means, tuple((p.question, a, score) for p, a, score in scored))
 
 

@@ -3,7 +3,6 @@ remove, written by the format's adapter and read back, so every needle reported 
 
 from __future__ import annotations
 
-import io
 import random
 import re
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from ctxc.errors import CtxcError
 from ctxc.formats import get_adapter, load
 from ctxc.live import live_context
 from ctxc.model import Message, TextBlock, ToolResultBlock, Transcript
+from ctxc.reader import named_bytes
 
 #: Needles are planted among the first this share of a conversation's messages.
 EARLY_SHARE = 0.3
@@ -179,28 +179,22 @@ def _with_sentence(m: Message, sentence: str) -> Message | None:
     )
 
 
-def _write(transcript: Transcript, conv: int, messages: Sequence[Message]) -> Transcript:
-    adapter = get_adapter(transcript.format)
-    written = write_transcript(transcript, {conv: tuple(messages)}, adapter, archive_id="")
-    stream = io.BytesIO(written.to_bytes())
-    stream.name = transcript.source
-    return replace(load(stream, input_format=transcript.format), source=transcript.source)
-
-
 def _planted_copy(t: Transcript, conv: int, m: Message, sentence: str) -> Transcript | None:
     """``t`` with ``sentence`` appended to ``m``, written by the adapter and read back; None when it cannot
     be written there, the reread message lacks it, or the shape changed (not a faithful plant)."""
     changed = _with_sentence(m, sentence)
     if changed is None:
         return None
+    messages = tuple(changed if x.index == m.index else x for x in t.conversation(conv))
     try:
-        candidate = _write(t, conv, [changed if x.index == m.index else x for x in t.conversation(conv)])
+        written = write_transcript(t, {conv: messages}, get_adapter(t.format), archive_id="")
+        reread = load(named_bytes(t.source, written.to_bytes()), input_format=t.format)
     except (CtxcError, ValueError):  # adapters raise ValueError for a message they cannot encode
         return None
-    reread = next((x for x in candidate.messages if x.index == m.index), None)
-    if reread is None or sentence not in reread.text or len(candidate.messages) != len(t.messages):
+    found = next((x for x in reread.messages if x.index == m.index), None)
+    if found is None or sentence not in found.text or len(reread.messages) != len(t.messages):
         return None
-    return candidate
+    return replace(reread, source=t.source)  # a name "" would read back as "-"
 
 
 def _live_part(t: Transcript, conv: int) -> tuple[Message, ...]:

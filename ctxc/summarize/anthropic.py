@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
-
 from ctxc.archive_store import CITATION_RE, citation
 from ctxc.errors import AuthError, CtxcError, ModelError, SummarizerError
 from ctxc.model import Message
@@ -40,12 +38,8 @@ MIN_MAX_TOKENS = 512
 T = TypeVar("T")
 
 
-def resolve_model(options: SummarizerOptions) -> str:
-    return options.model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
-
-
-def cache_key(model: str, prompt: Prompt, max_tokens: int) -> bytes:
-    return hashlib.sha256(orjson.dumps([model, prompt.system, prompt.user, max_tokens])).digest()
+def resolve_model(model: str | None) -> str:
+    return model or os.environ.get("CTXC_SUMMARY_MODEL", "").strip() or DEFAULT_MODEL
 
 
 def _size(prompt: Prompt, count: Callable[[str], int]) -> int:
@@ -60,30 +54,6 @@ def _api_message(exc: Any) -> str:
         kind = err.get("type")
         return one_line(f"{kind}: {err['message']}" if isinstance(kind, str) else err["message"])
     return one_line(getattr(exc, "message", None) or str(exc))
-
-
-class _LoopThread:
-    """A private event loop in a daemon thread: summarize() is synchronous, may run inside another loop,
-    and the async client keeps its connections only on one loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="ctxc-anthropic", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()  # Ctrl-C or a failure: stop the calls in flight
-            raise
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 async def _all(coros: Iterable[Awaitable[T]]) -> list[T]:
@@ -112,7 +82,9 @@ class Reply:
 
 class AnthropicAPI:
     """One Claude model through the SDK's async client, for the summarizer and the eval judge: the key and
-    model checked once per process, failures mapped to one-line ctxc errors, usage counted."""
+    model checked once per process, failures mapped to one-line ctxc errors, usage counted. Calls run on
+    a private event loop in a daemon thread: summarize() is synchronous, may run inside another loop, and
+    the async client keeps its connections only on one loop."""
 
     def __init__(self, model: str, *, max_retries: int, timeout: float, needs: str) -> None:
         self.model = model
@@ -120,24 +92,36 @@ class AnthropicAPI:
         self.timeout = timeout
         self.needs = needs  # who needs the key, for the error when there is none
         self.spent = Spent()
-        self._loop: _LoopThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: AsyncAnthropic | None = None
         self._preflight_lock: asyncio.Lock | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
-            self._loop = _LoopThread()
-        return self._loop.run(coro)
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="ctxc-anthropic", daemon=True)
+            self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # Ctrl-C or a failure: stop the calls in flight
+            raise
 
     def close(self) -> None:
-        if self._loop is None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
             return
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
-                self._loop.run(client.close())
-        self._loop.stop()
-        self._loop = self._preflight_lock = None
+                self.run(client.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = self._thread = self._preflight_lock = None
 
     def _make_client(self) -> AsyncAnthropic:
         if self._client is None:
@@ -259,7 +243,7 @@ class AnthropicSummarizer:
                 f"{{summarizer_options.concurrency}} must be at least 1, not {options.concurrency}",
                 options=("summarizer_options.concurrency",),
             )
-        self.model = resolve_model(options)
+        self.model = resolve_model(options.model)
         profile = find_profile(self.model)
         self.window = window or (profile.window if profile else FALLBACK_WINDOW)
         self.max_output = profile.max_output if profile else FALLBACK_MAX_OUTPUT
@@ -294,7 +278,7 @@ class AnthropicSummarizer:
     async def _ask(self, request: SummaryRequest, prompt: Prompt, count: Callable[[str], int]) -> str:
         """A validated summary for one prompt: from the cache, the dry-run stand-in, or the API."""
         max_tokens = self.max_tokens(request.budget)
-        key = cache_key(self.model, prompt, max_tokens)
+        key = SummaryCache.key(self.model, prompt.system, prompt.user, max_tokens)
         if (hit := self._cache.lookup(key, self.api.spent)) is not None:
             return hit
         if self.options.dry_run:

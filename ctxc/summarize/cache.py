@@ -1,11 +1,14 @@
 """The summary cache the summarizers and the judge share: answers by prompt hash, in SQLite.
-Its own module so the command summarizer and ``ctxc eval --judge`` use it without loading asyncio."""
+Its own module so the command summarizer uses it without loading asyncio."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import orjson
 
 from ctxc.sqlite_store import SqliteStore
 
@@ -25,6 +28,11 @@ class SummaryCache(SqliteStore):
         " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL) WITHOUT ROWID"
     )
     PURPOSE = "summarizing without it"
+
+    @staticmethod
+    def key(*parts: object) -> bytes:
+        """An answer's key: the hash of all that shaped it (who answers, the prompt, the output limit)."""
+        return hashlib.sha256(orjson.dumps(parts)).digest()
 
     def lookup(self, key: bytes, spent: Spent) -> str | None:
         """The cached answer, counted in ``spent.cache_hits``."""

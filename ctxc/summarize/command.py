@@ -4,7 +4,6 @@ with the prompt on stdin and ``CTXC_SUMMARY_BUDGET`` and ``CTXC_SUMMARY_CITATION
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import subprocess
@@ -14,21 +13,15 @@ from dataclasses import asdict
 from subprocess import PIPE
 from typing import Any
 
-import orjson
-
 from ctxc.errors import SummarizerError, UsageError
 from ctxc.summarize import SummarizerOptions, SummaryRequest, register
 from ctxc.summarize.cache import Spent, SummaryCache, summary_cache
 from ctxc.summarize.facts import plural
-from ctxc.summarize.prompt import Prompt, Validation, build_prompt, one_line
+from ctxc.summarize.prompt import Validation, build_prompt, one_line
 
 #: Seconds before the first retry, doubled for each further one, at most BACKOFF_MAX.
 BACKOFF = 0.5
 BACKOFF_MAX = 8.0
-
-
-def cache_key(command: str, prompt: Prompt) -> bytes:
-    return hashlib.sha256(orjson.dumps(["command", command, prompt.system, prompt.user])).digest()
 
 
 class CommandFailed(SummarizerError):
@@ -108,7 +101,7 @@ class CommandSummarizer:
 
     def summarize(self, request: SummaryRequest, count: Callable[[str], int]) -> str:
         prompt = build_prompt(request)
-        key = cache_key(self.command, prompt)
+        key = SummaryCache.key("command", self.command, prompt.system, prompt.user)
         if (hit := self._cache.lookup(key, self.spent)) is not None:
             return hit
         input_tokens = count(prompt.text)
@@ -127,11 +120,8 @@ class CommandSummarizer:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-        if hasattr(os, "killpg"):
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:  # pragma: no cover - Windows has no process groups of this kind
-            proc.kill()
+    with contextlib.suppress(OSError):  # the group may be gone already
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 register("command", CommandSummarizer)

@@ -18,21 +18,17 @@ from ctxc.summarize.facts import (
     ERRORS,
     FIRST_REQUEST_FLOOR,
     INTENT,
-    INTENT_LABEL,
     NEXT,
     STATE,
     Fact,
     Routine,
     Tiers,
     compose,
-    focus_words,
     norm,
     plural,
     previous_facts,
 )
 from ctxc.summarize.toolcalls import Call, classify_call, error_line, shorten
-
-__all__ = ["INTENT_LABEL", "focus_words"]  # re-exports; names defined here need no listing
 
 REQUEST_CHARS = 400  # later requests are shortened (users paste logs into them)
 DECISION_CHARS = 400
@@ -64,17 +60,13 @@ def _is_placeholder_text(m: Message) -> bool:
 
 
 def _is_request(m: Message, prev: Message | None) -> bool:
-    """A user's own words: not client-injected text, not an environment observation."""
+    """A user's own words (:attr:`Message.is_request`): not ctxc's, not injected, not an observation."""
     meta = m.meta
-    if m.role != "user" or any(
-        meta.get(k) for k in ("ctxc", "is_meta", "is_compact_summary", "context_injection")
-    ):
-        return False
-    if meta.get("source") == "environment" or _is_placeholder_text(m):
-        return False  # OpenHands: the runtime speaking; or ctxc's own note, read back from a file
+    if not m.is_request or meta.get("ctxc") or meta.get("context_injection") or _is_placeholder_text(m):
+        return False  # a placeholder's text: ctxc's own note, read back from a file
     if prev is not None and prev.role == "assistant" and prev.meta.get("action") and "history_index" in meta:
         return False  # SWE-agent classic: the user turn after an action is that action's observation
-    return any(isinstance(b, TextBlock) and b.text.strip() for b in m.blocks)
+    return meta.get("source") != "environment"  # OpenHands: the runtime speaking
 
 
 def _request_text(m: Message) -> str:

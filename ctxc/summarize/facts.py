@@ -47,9 +47,6 @@ class Tiers:
     earlier: tuple[Fact, ...] = ()  # bullets of earlier summaries found in the span
     omitted: Mapping[str, int] = field(default_factory=dict)
 
-    def facts(self) -> list[Fact]:
-        return [*self.earlier, *self.verbatim, *self.events, *self.routine]
-
 
 def norm(text: str) -> str:
     return " ".join(text.split()).lower()
@@ -256,7 +253,7 @@ class _Draft:
             out += ["", f"## {s}"]
             n = self.omitted[s]
             if n:
-                out.append(f"- ({n} older item{'s' if n != 1 else ''} omitted)")
+                out.append(f"- ({plural(n, 'older item')} omitted)")
             lines = [self.fact_line(i) for i in live if self.facts[i].section == s]
             out += lines if lines or n else [f"- {EMPTY}"]
         return "\n".join(out) + "\n"
@@ -292,7 +289,7 @@ def compose(
     """Render the tiers into the fixed sections and shrink deterministically to the budget."""
     sections = request.sections
     omitted = dict(tiers.omitted)
-    facts = [*previous, *tiers.facts()]
+    facts = [*previous, *tiers.earlier, *tiers.verbatim, *tiers.events, *tiers.routine]
     intent = request.intent.strip() if request.intent else ""
     if intent:
         # The intent is quoted once, first and whole; other bullets that restate it go.

@@ -21,8 +21,6 @@ def shorten(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     if len(flat) <= limit:
         return flat
-    if limit <= 1:
-        return "…"[:limit]
     cut = flat[: limit - 1]
     space = cut.rfind(" ")
     if space > limit * 0.6:
@@ -270,7 +268,7 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
     if patch:
         label = f"{name} {', '.join(p for _, p in patch[:3])}"
         return call("change", label, patch[0][1], changes=tuple(patch))
-    if low == "str_replace_editor" and fields and path:
+    if low == "str_replace_editor" and path:
         sub = str(fields.get("command", ""))
         if sub == "create":
             return call("change", f"{name} create {path}", path, changes=(("created", path),))
@@ -282,7 +280,7 @@ def classify_call(block: ToolUseBlock, pos: int, index: int) -> Call:
         label, key = f"{name} `{shorten(_CD_PREFIX.sub('', command), 80)}`", _command_key(command) or name
         return call(kind, label, key, changes=tuple(changes), reads=tuple(reads), shell=True)
     searching = low in _SEARCH_TOOLS or "pattern" in fields or "query" in fields
-    if fields and path:
+    if path:
         label = f"{name} {path}"
         if any(k in fields for k in _EDIT_KEYS) or low in _EDIT_TOOLS:
             return call("change", label, path, changes=(("edited", path),))
