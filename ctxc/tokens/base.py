@@ -52,7 +52,7 @@ class Counter(Protocol):
 @runtime_checkable
 class StartingCounter(Counter, Protocol):
     """A :class:`Counter` that can also start counting and return at once, so the caller parses the
-    next batch while this one is counted (:func:`ctxc.tokens.cost.start_counting` takes both)."""
+    next batch while this one is counted (:func:`ctxc.tokens.cost.start_parts` takes both)."""
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """Start counting ``texts``; the returned function waits for the counts."""
