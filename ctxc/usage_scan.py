@@ -30,10 +30,10 @@ from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.live import thread_usage
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
-from ctxc.profiles import resolve_window, window_for_log
+from ctxc.profiles import window_for_log
 from ctxc.reader import BOM, ReadOptions, iter_records, megabytes, named_bytes, open_binary, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
-from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.stages import DEFAULT_THRESHOLDS, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
 
 #: What a scan of the usage lines finds: the calls, the compaction boundaries, the lines skipped.
@@ -370,28 +370,10 @@ def usage_analysis(
     )
 
 
-def analyze_usage(
-    src: str | os.PathLike[str] | BinaryIO,
-    *,
-    window: int | None = None,
-    model: str | None = None,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    input_format: str | None = None,
-    options: ReadOptions = ReadOptions(),
-    prices: PriceTable | None = None,
-) -> Analysis:
-    """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
-    th = check_thresholds(thresholds)
-    if model is not None or window is not None:
-        resolve_window(model=model, window=window)  # a bad flag fails before any reading
-    scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=window, model=model, thresholds=th, prices=prices)
-
-
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
     """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
     since = _live_since(scan)
     return next((u.line for u in thread_usage(scan.usage) if u.line > since and u.context > limit), None)
 
 
-__all__ = ["UsageScan", "analyze_usage", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]
+__all__ = ["UsageScan", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]
