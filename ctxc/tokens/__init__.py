@@ -14,7 +14,6 @@ from ctxc.tokens import workers
 from ctxc.tokens.base import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_TOKENIZER,
-    PROCESS_MIN_BYTES,
     TOKENIZERS,
     USAGE_TOKENIZER,
     Counter,
@@ -23,6 +22,7 @@ from ctxc.tokens.base import (
     StartingTokenizer,
     Tokenizer,
 )
+from ctxc.tokens.workers import PROCESS_MIN_BYTES
 
 if TYPE_CHECKING:
     from ctxc.tokens.cache import CachedCounter

@@ -14,9 +14,6 @@ TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic
 DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
 #: The ``--tokenizer`` name that reads the usage a log recorded instead of counting (ctxc.usage_scan).
 USAGE_TOKENIZER = "usage"
-#: Inputs from this size on are counted by a worker process per core (ctxc.tokens.workers); smaller
-#: ones by one worker at most, which builds the encoding while ctxc starts.
-PROCESS_MIN_BYTES = 4 << 20
 
 
 class Tokenizer(Protocol):

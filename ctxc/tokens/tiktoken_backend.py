@@ -168,20 +168,15 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
             pass
     ranks = parse_ranks(read_rank_file(spec, path), in_order=path is None)
     if cache is not None:
-        target = cache
+        from ctxc.output import write_atomic
 
-        def save() -> None:
-            from ctxc.output import write_atomic
-
-            payload = marshal.dumps(ranks)
-            # An optimisation only: any failure leaves the next run parsing the file again.
-            with contextlib.suppress(OSError):
-                write_atomic(target, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
-
+        payload = marshal.dumps(ranks)
         # A counting worker dies at once on SIGTERM: held here, it comes after the copy is whole.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        # An optimisation only: any failure leaves the next run parsing the file again.
         try:
-            save()
+            with contextlib.suppress(OSError):
+                write_atomic(cache, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return ranks
@@ -249,7 +244,8 @@ def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary[tikt
     if vocab is None:
         ranks = load_ranks(spec, path)
         longest = spec.longest_token if path is None else max(map(len, ranks))
-        vocab = PartialVocabulary(ranks, longest, lambda tokens: _partial_build(spec, tokens))
+        # A copy of the tokens: the encoding keeps the dict it is given, and the vocabulary's grows.
+        vocab = PartialVocabulary(ranks, longest, lambda tokens: build_encoding(spec, ranks=dict(tokens)))
         _partials[key] = vocab
     return vocab
 
@@ -277,16 +273,6 @@ def _partial_encoding(
         enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
         vocab.seconds += time.perf_counter() - started
     return enc
-
-
-def _partial_build(spec: EncodingSpec, tokens: dict[bytes, int]) -> tiktoken.Encoding:
-    import tiktoken
-
-    # A copy: the encoding keeps the dict it is given, and the vocabulary's grows with the next batch.
-    ranks = dict(tokens)
-    return tiktoken.Encoding(
-        name=spec.name, pat_str=spec.pat_str, mergeable_ranks=ranks, special_tokens=dict(spec.special_tokens)
-    )
 
 
 def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
@@ -367,16 +353,8 @@ class TiktokenTokenizer:
             raise CtxcError(f"no bundled BPE encoding named {name!r}")
         self.name = name
         self._spec = SPECS[name]
-        self._path = path
-
-    @property
-    def encoding(self) -> tiktoken.Encoding:
-        return _encoding(self._spec, self._path)
-
-    @property
-    def path(self) -> Path | None:
-        """The rank file given instead of the bundled one, if any."""
-        return self._path
+        #: The rank file given instead of the bundled one, if any.
+        self.path = path
 
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text is ordinary text, so a transcript quoting
@@ -406,11 +384,11 @@ class TiktokenTokenizer:
         A small batch is counted here once this process has the encoding, or once waiting for such
         batches has cost :data:`BUILD_SECONDS`: then this process builds it.
         """
-        pool = pool_for(self.name, self._path)
+        pool = pool_for(self.name, self.path)
         if pool is None:
             return None
         small = sum(map(len, texts)) < POOL_MIN_CHARS
-        if small and (pool.waited >= BUILD_SECONDS or (self._spec.name, self._path) in _encodings):
+        if small and (pool.waited >= BUILD_SECONDS or (self._spec.name, self.path) in _encodings):
             return None
         timed = small and pool.answered
         pending = pool.start(texts)
@@ -426,4 +404,4 @@ class TiktokenTokenizer:
         return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
-        return list(map(counter_for(self._spec, self._path), texts))
+        return list(map(counter_for(self._spec, self.path), texts))

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ctxc.system import cpu_count, env_flag, exit_with, identity_record, interrupts_held
-from ctxc.tokens import base
 from ctxc.tokens import tiktoken_backend as backend
 
 if TYPE_CHECKING:
@@ -40,8 +39,9 @@ if TYPE_CHECKING:
 #: Commands that count tokens and default to o200k_base.
 COUNTING_COMMANDS = frozenset({"analyze", "compact", "check"})
 BUNDLED = ("o200k_base", "cl100k_base")
-#: Inputs from this size on are counted by a worker per core, smaller ones by one.
-PROCESS_MIN_BYTES = base.PROCESS_MIN_BYTES
+#: Inputs from this size on are counted by a worker per core; smaller ones by one worker at most, which
+#: builds the encoding while ctxc starts.
+PROCESS_MIN_BYTES = 4 << 20
 #: Inputs up to this size in all are counted with partial encodings (bench/README.md, "100 KB").
 PARTIAL_INPUT_BYTES = 256 << 10
 #: A batch of at least this many characters is split among the workers.
