@@ -163,7 +163,7 @@ def scan_file(
 ) -> Scan:
     """Read and count a file, streaming: only small per-message facts are kept."""
     from ctxc.formats import open_stream
-    from ctxc.tokens.reading import CountingQueue, message_batches
+    from ctxc.tokens.reading import CountingQueue
 
     side: list[Usage | Boundary] = []
     rows: list[Row] = []
@@ -174,13 +174,16 @@ def scan_file(
         stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
         try:
             with gc_paused():
-                for batch in message_batches(stream.items, side):
-                    for done, counts in inflight.add(batch):
+                for m in stream.items:
+                    if not isinstance(m, Message):
+                        side.append(m)
+                        continue
+                    for done, counts in inflight.add(m):
                         rows.extend(_rows(done, counts, counter))
-                    for m in batch:
-                        pairing.add(m)
-                        if m.conversation and is_sidechain(m):
-                            sidechains.add(m.conversation)
+                    pairing.add(m)
+                    if m.conversation and is_sidechain(m):
+                        sidechains.add(m.conversation)
+                inflight.flush()
                 problems = tuple(pairing.problems())  # while the last counts are made
                 for done, counts in inflight.drain():
                     rows.extend(_rows(done, counts, counter))
