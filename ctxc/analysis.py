@@ -14,7 +14,7 @@ import heapq
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
@@ -251,11 +251,10 @@ def finish(
     by_kind = collections.Counter[str]()
     by_tool = collections.Counter[str]()
     history, side, branches = [0, 0], [0, 0], [0, 0]
-    for index, line, role, kind, tool, counted, conv, *rest in scan.rows:
-        thinking = cast(int, rest[0]) if rest else 0  # a row a test makes may end early
+    for index, line, role, kind, tool, counted, conv, counted_thinking, others in scan.rows:
         pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
-        tokens = counted
+        tokens, thinking = counted, counted_thinking
         if is_live and index in live.unsent_thinking:  # the client leaves that thinking out
             tokens, thinking = (0, 0) if kind == "thinking" else (counted - thinking, 0)
         cum = running.get(conv, 0) + tokens
@@ -269,8 +268,11 @@ def finish(
             by_kind[kind] += tokens - thinking
             if thinking:
                 by_kind["thinking"] += thinking
-            if tool:
-                _add_tools(by_tool, tool, tokens, rest)
+            if tool and others:  # each other tool's own tokens to it, the rest of the message to its first
+                by_tool.update(others)
+                by_tool[tool] += tokens - sum(others.values())
+            elif tool:
+                by_tool[tool] += tokens
         else:
             tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
@@ -311,16 +313,6 @@ def finish(
         branch_tokens=branches[1],
         carried_tokens=sum(b.carried_tokens for b in live.resets.values()),
     )
-
-
-def _add_tools(by_tool: collections.Counter[str], tool: str, tokens: int, rest: list[Any]) -> None:
-    """A live message's tokens by tool: each other tool's own (the row's last field, when it has one) to
-    it, the rest of the message (its first tool's blocks, framing, text) to its first tool."""
-    others: dict[str, int] | None = rest[1] if len(rest) > 1 else None
-    if others:
-        by_tool.update(others)
-        tokens -= sum(others.values())
-    by_tool[tool] += tokens
 
 
 def _reset(

@@ -95,20 +95,11 @@ SPECS: dict[str, EncodingSpec] = {
 
 
 def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
-    """The rank file's bytes, refused unless its SHA-256 is the one tiktoken pins."""
+    """The rank file's bytes (``path``, else the one ctxc ships), refused unless its SHA-256 is the one
+    tiktoken pins. ctxc runs from files, not a zip (its price table is read the same way)."""
+    where = str(path) if path is not None else f"ctxc/tokens/data/{spec.filename}"
     try:
-        if path is None:
-            where = f"ctxc/tokens/data/{spec.filename}"
-            beside = Path(__file__).with_name("data") / spec.filename
-            if beside.is_file():  # an installed package is files: importlib.resources is a slow import
-                data = beside.read_bytes()
-            else:  # a zip
-                import importlib.resources
-
-                data = (importlib.resources.files("ctxc.tokens") / "data" / spec.filename).read_bytes()
-        else:
-            data = path.read_bytes()
-            where = str(path)
+        data = (path if path is not None else Path(__file__).with_name("data") / spec.filename).read_bytes()
     except OSError as exc:
         raise CtxcError(
             f"cannot read the {spec.name} token ranks ({exc}); reinstall ctxc or use {{tokenizer}} approx",

@@ -276,17 +276,10 @@ def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 
 
 def _fork_is_safe() -> bool:
-    return (
-        sys.platform == "linux"
-        and cpu_count() >= 2
-        and threading.active_count() == 1
-        and _standard_streams_open()
-    )
-
-
-def _standard_streams_open() -> bool:
-    """Whether descriptors 0-2 are open: the pool's pipes would otherwise take the number of a closed
-    one, which the CLI may close or replace under them."""
+    """Linux, two cores or more, no other thread, and descriptors 0-2 open: the pool's pipes would
+    otherwise take the number of a closed one, which the CLI may close or replace under them."""
+    if sys.platform != "linux" or cpu_count() < 2 or threading.active_count() != 1:
+        return False
     try:
         for fd in (0, 1, 2):
             os.fstat(fd)
