@@ -166,24 +166,19 @@ class _Lines:
         self.buf, self.name, self.options = buf, name, options
         self.skipped = 0
 
-    def spans(self, needles: Sequence[bytes]) -> list[tuple[int, int]]:
-        """``(start, end)`` offsets of the lines holding any of ``needles``, in file order."""
+    def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
+        """``(line number, raw bytes, parsed value)`` of each line holding any of ``needles``, in order."""
         buf = self.buf
-        found: dict[int, int] = {}
+        spans: dict[int, int] = {}  # start and end offsets of those lines
         for needle in needles:
             i = buf.find(needle)
             while i >= 0:
                 end = buf.find(_NL, i)
                 end = len(buf) if end < 0 else end
-                found[buf.rfind(_NL, 0, i) + 1] = end
+                spans[buf.rfind(_NL, 0, i) + 1] = end
                 i = buf.find(needle, end)
-        return sorted(found.items())
-
-    def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
-        """``(line number, raw bytes, parsed value)`` of each line holding a needle."""
-        buf = self.buf
         line, counted_to = 1, 0
-        for start, end in self.spans(needles):
+        for start, end in sorted(spans.items()):
             nl = buf.find(_NL, counted_to)
             while 0 <= nl < start:
                 line += 1

@@ -130,12 +130,6 @@ def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), ranks, strict=True))
 
 
-def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
-    if env_flag("CTXC_NO_CACHE"):
-        return None
-    return cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
-
-
 def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
     """The rank table, from a marshal copy in the cache directory when there is a sound one.
 
@@ -146,7 +140,9 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
     """
     import marshal
 
-    cache = _ranks_cache_file(spec) if path is None else None
+    cache = None
+    if path is None and not env_flag("CTXC_NO_CACHE"):
+        cache = cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
     if cache is not None:
         try:
             blob = cache.read_bytes()
@@ -250,22 +246,6 @@ def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
         _vocabulary(spec, path)
 
 
-def _partial_encoding(
-    spec: EncodingSpec, path: Path | None, texts: Sequence[str]
-) -> tiktoken.Encoding | None:
-    """A partial encoding for ``texts``, or None where the whole one should be used."""
-    if sum(map(len, texts)) > PARTIAL_MAX_CHARS:
-        return None
-    with _load_lock:
-        vocab = _vocabulary(spec, path)
-        if vocab is None or vocab.seconds >= PARTIAL_SECONDS:
-            return None
-        started = time.perf_counter()
-        enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
-        vocab.seconds += time.perf_counter() - started
-    return enc
-
-
 def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
     """``len(enc.encode_ordinary(text))``, without building the list of tokens.
 
@@ -295,7 +275,14 @@ def counter_for(
 ) -> Callable[[str], int]:
     """A function counting ``texts`` (or any text, when None) as encoding ``spec`` does: with a partial
     encoding while those pay, else with the whole one."""
-    enc = _partial_encoding(spec, path, texts) if texts is not None else None
+    enc = None
+    if texts is not None and sum(map(len, texts)) <= PARTIAL_MAX_CHARS:
+        with _load_lock:
+            vocab = _vocabulary(spec, path)
+            if vocab is not None and vocab.seconds < PARTIAL_SECONDS:
+                started = time.perf_counter()
+                enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
+                vocab.seconds += time.perf_counter() - started
     return length_counter(enc if enc is not None else _encoding(spec, path))  # two getattrs: no cache
 
 
