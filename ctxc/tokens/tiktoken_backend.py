@@ -347,27 +347,14 @@ class TiktokenTokenizer:
 
         With a pool of counting processes (:mod:`ctxc.tokens.workers`) a batch is sent to it and this
         returns at once, so the caller goes on parsing while they count. Otherwise the counting is
-        done here, now.
+        done here, now; so is a small batch's once this process has the encoding, or once waiting for
+        such batches has cost :data:`BUILD_SECONDS` (then this process builds it).
         """
-        if texts:
-            sent = self._send_to_pool(texts)
-            if sent is not None:
-                return sent
-        counts = self._count_here(texts)
-        return lambda: counts
-
-    def _send_to_pool(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
-        """Send ``texts`` to the pool counting with this encoding, or return None to count here.
-
-        A small batch is counted here once this process has the encoding, or once waiting for such
-        batches has cost :data:`BUILD_SECONDS`: then this process builds it.
-        """
-        pool = pool_for(self.name, self.path)
-        if pool is None:
-            return None
-        small = sum(map(len, texts)) < POOL_MIN_CHARS
-        if small and (pool.waited >= BUILD_SECONDS or (self._spec.name, self.path) in _encodings):
-            return None
+        pool = pool_for(self.name, self.path) if texts else None
+        small = pool is not None and sum(map(len, texts)) < POOL_MIN_CHARS
+        if pool is None or (small and (pool.waited >= BUILD_SECONDS or (self.name, self.path) in _encodings)):
+            counts = self._count_here(texts)
+            return lambda: counts
         timed = small and pool.answered
         pending = pool.start(texts)
 
