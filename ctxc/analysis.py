@@ -130,14 +130,12 @@ def analyze(
         return usage_analysis(usage, window=window, model=model, thresholds=th, prices=prices)
     if counter is None:
         counter = make_counter(tokenizer, use_cache=use_cache, model=model)
-    scan = None
     key = None
     # Whole-scan caching follows the count cache: on when counts are cached (not for approx).
-    cached = getattr(counter, "cache", None) is not None
-    cacheable = use_cache and cached and isinstance(src, str | os.PathLike) and str(src) != "-"
-    if cacheable:
-        key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
-        scan = load_scan(key, str(src)) if key else None
+    cached = use_cache and getattr(counter, "cache", None) is not None
+    if cached and isinstance(src, str | os.PathLike) and str(src) != "-":
+        key = scan_key(src, counter.name, input_format, options)
+    scan = load_scan(key, str(src)) if key else None
     if scan is None:
         scan = scan_file(src, counter, input_format=input_format, options=options)
         if key:
