@@ -172,15 +172,15 @@ def scan_file(
         stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
         try:
             with gc_paused():
-                for m in stream.items:
-                    if not isinstance(m, Message):
-                        side.append(m)
+                for item in stream.items:
+                    if not isinstance(item, Message):
+                        side.append(item)
                         continue
-                    for done, counts in inflight.add(m):
+                    for done, counts in inflight.add(item):
                         rows.extend(_rows(done, counts, counter))
-                    pairing.add(m)
-                    if m.conversation and is_sidechain(m):
-                        sidechains.add(m.conversation)
+                    pairing.add(item)
+                    if item.conversation and is_sidechain(item):
+                        sidechains.add(item.conversation)
                 inflight.flush()
                 problems = tuple(pairing.problems())  # while the last counts are made
                 for done, counts in inflight.drain():
