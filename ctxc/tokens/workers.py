@@ -330,19 +330,15 @@ def worker_processes(name: str, path: Path | None, workers: int) -> Iterator[boo
         return
     import multiprocessing
 
-    if workers < 2 or multiprocessing.parent_process() is not None:
-        yield False
-        return
-    stop()  # a smaller pool, whose threads would make the fork unsafe
-    if not _fork_is_safe():
-        yield False
-        return
+    started = False
+    if workers >= 2 and multiprocessing.parent_process() is None:
+        stop()  # a smaller pool, whose threads would make the fork unsafe
+        if _fork_is_safe():
+            with contextlib.suppress(OSError):
+                start(name, workers, path)
+                started = True
     try:
-        start(name, workers, path)
-    except OSError:
-        yield False
-        return
-    try:
-        yield True
+        yield started
     finally:
-        stop()
+        if started:
+            stop()
