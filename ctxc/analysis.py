@@ -266,11 +266,9 @@ def finish(
             by_kind[kind] += tokens - thinking
             if thinking:
                 by_kind["thinking"] += thinking
-            if tool and others:  # each other tool's own tokens to it, the rest of the message to its first
-                by_tool.update(others)
-                by_tool[tool] += tokens - sum(others.values())
-            elif tool:
-                by_tool[tool] += tokens
+            if tool:  # each other tool's own tokens to it, the rest of the message to its first tool
+                by_tool.update(others or {})
+                by_tool[tool] += tokens - sum(others.values()) if others else tokens
         else:
             tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
