@@ -14,7 +14,7 @@ import heapq
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 from ctxc.live import is_sidechain
 from ctxc.model import Boundary, Message, Usage
@@ -59,7 +59,8 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
     counter = process_counter(job.tokenizer, job.use_cache, job.model, job.concurrency)
     src: Any = job.path
     data = b""
-    if job.forecast or job.tokenizer == "anthropic":  # both read it again: read the input once for all
+    again = job.forecast or job.tokenizer == "anthropic"
+    if again:  # both read the messages again: read the input once for all
         name, data = read_all(job.path)
         src = named_bytes(name, data)
     result = analyze(
@@ -73,30 +74,26 @@ def analyze_file(job: AnalyzeJob) -> Analysis:
         top=job.top,
         prices=default_prices(job.prices),
     )
+    if not again:
+        return result
+    from ctxc.formats import load
+
+    transcript = load(
+        named_bytes(result.path, data),
+        input_format=job.input_format,
+        options=job.read_options,
+        say_skipped=False,  # the analysis has said it
+    )
     if job.forecast:
         from ctxc.compaction.forecast import forecast
-        from ctxc.formats import load
 
-        transcript = load(
-            named_bytes(result.path, data),
-            input_format=job.input_format,
-            options=job.read_options,
-            say_skipped=False,  # the analysis has said it
-        )
         result = replace(
             result,
             forecast=forecast(transcript, window=result.window, counter=counter, thresholds=job.thresholds),
         )
     if job.tokenizer == "anthropic":  # how far Claude's counts are from o200k's (the estimate's error)
-        from ctxc.formats import load
         from ctxc.live import sent_messages
 
-        transcript = load(
-            named_bytes(result.path, data),
-            input_format=job.input_format,
-            options=job.read_options,
-            say_skipped=False,  # the analysis has said it
-        )
         # Of the live context, as the analysis counts it.
         sent = sent_messages(transcript)
         result = replace(result, versus_o200k=compare_with_o200k(sent, counter, make_counter("o200k_base")))
@@ -123,29 +120,22 @@ def analyze(
     A file path is analyzed once per content: the scan is cached by the file's content hash (with the
     tokenizer and read options), so a second run over an unchanged log only hashes it.
     """
-    if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
-        from ctxc.usage_scan import analyze_usage
-
-        return analyze_usage(
-            src,
-            window=window,
-            model=model,
-            thresholds=thresholds,
-            input_format=input_format,
-            options=options,
-            prices=prices,
-        )
     th = check_thresholds(thresholds)
     if window is not None or model is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
+    if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
+        from ctxc.usage_scan import scan_usage, usage_analysis
+
+        usage = scan_usage(src, input_format=input_format, options=options)
+        return usage_analysis(usage, window=window, model=model, thresholds=th, prices=prices)
     if counter is None:
         counter = make_counter(tokenizer, use_cache=use_cache, model=model)
-    scan = None
     key = None
-    cacheable = use_cache and isinstance(src, str | os.PathLike) and str(src) != "-" and _caches(counter)
-    if cacheable:
-        key = scan_key(src, counter.name, input_format, options)  # type: ignore[arg-type]
-        scan = load_scan(key, str(src)) if key else None
+    # Whole-scan caching follows the count cache: on when counts are cached (not for approx).
+    cached = use_cache and getattr(counter, "cache", None) is not None
+    if cached and isinstance(src, str | os.PathLike) and str(src) != "-":
+        key = scan_key(src, counter.name, input_format, options)
+    scan = load_scan(key, str(src)) if key else None
     if scan is None:
         scan = scan_file(src, counter, input_format=input_format, options=options)
         if key:
@@ -162,11 +152,6 @@ def analyze(
     )
 
 
-def _caches(counter: Counter) -> bool:
-    """Whole-scan caching follows the count cache: on when counts are cached (not for approx)."""
-    return getattr(counter, "cache", None) is not None
-
-
 def scan_file(
     src: str | os.PathLike[str] | BinaryIO,
     counter: Counter,
@@ -175,8 +160,50 @@ def scan_file(
     options: ReadOptions = ReadOptions(),
 ) -> Scan:
     """Read and count a file, streaming: only small per-message facts are kept."""
+    from ctxc.formats import open_stream
+    from ctxc.tokens.reading import CountingQueue
+
+    side: list[Usage | Boundary] = []
+    rows: list[Row] = []
+    sidechains: set[int] = set()
+    pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
+    inflight = CountingQueue(counter)
     with counting_processes(counter, _size_of(src)):
-        return _scan(src, counter, input_format=input_format, options=options)
+        stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
+        try:
+            with gc_paused():
+                for item in stream.items:
+                    if not isinstance(item, Message):
+                        side.append(item)
+                        continue
+                    for done, counts in inflight.add(item):
+                        rows.extend(_rows(done, counts, counter))
+                    pairing.add(item)
+                    if item.conversation and is_sidechain(item):
+                        sidechains.add(item.conversation)
+                inflight.flush()
+                problems = tuple(pairing.problems())  # while the last counts are made
+                for done, counts in inflight.drain():
+                    rows.extend(_rows(done, counts, counter))
+        finally:
+            stream.close()
+        # A scan keeps what the carried messages cost, not the messages.
+        boundaries = tuple(
+            replace(i, carried=(), carried_tokens=sum(count_messages(i.carried, counter))) if i.carried else i
+            for i in side
+            if isinstance(i, Boundary)
+        )
+    return Scan(
+        path=stream.name,
+        format=stream.adapter.name,
+        tokenizer=counter.name,
+        rows=tuple(rows),
+        usage=tuple(i for i in side if isinstance(i, Usage)),
+        boundaries=boundaries,
+        problems=problems,
+        skipped_lines=len(stream.invalid_lines),
+        sidechains=tuple(sorted(sidechains)),
+    )
 
 
 def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
@@ -188,54 +215,6 @@ def _size_of(src: str | os.PathLike[str] | BinaryIO) -> int:
         return len(buffer()) if callable(buffer) else os.fstat(src.fileno()).st_size
     except (OSError, ValueError, AttributeError):
         return 0
-
-
-def _scan(
-    src: str | os.PathLike[str] | BinaryIO,
-    counter: Counter,
-    *,
-    input_format: str | None,
-    options: ReadOptions,
-) -> Scan:
-    from ctxc.formats import open_stream
-    from ctxc.tokens.reading import CountingQueue, message_batches
-
-    stream = open_stream(src, input_format=input_format, options=options, keep_records=False)
-    side: list[Usage | Boundary] = []
-    rows: list[Row] = []
-    sidechains: set[int] = set()
-    pairing = Pairing()  # keeps only the calls' ids, lines and names, not the messages
-    inflight = CountingQueue(counter)
-    try:
-        with gc_paused():
-            for batch in message_batches(stream.items, side):
-                for done, counts in inflight.add(batch):
-                    rows.extend(_rows(done, counts, counter))
-                for m in batch:
-                    pairing.add(m)
-                    if m.conversation and is_sidechain(m):
-                        sidechains.add(m.conversation)
-            problems = tuple(pairing.problems())  # while the last counts are made
-            for done, counts in inflight.drain():
-                rows.extend(_rows(done, counts, counter))
-    finally:
-        stream.close()
-    return Scan(
-        path=stream.name,
-        format=stream.adapter.name,
-        tokenizer=counter.name,
-        rows=tuple(rows),
-        usage=tuple(i for i in side if isinstance(i, Usage)),
-        # A scan keeps what the carried messages cost, not the messages.
-        boundaries=tuple(
-            replace(i, carried=(), carried_tokens=sum(count_messages(i.carried, counter))) if i.carried else i
-            for i in side
-            if isinstance(i, Boundary)
-        ),
-        problems=problems,
-        skipped_lines=len(stream.invalid_lines),
-        sidechains=tuple(sorted(sidechains)),
-    )
 
 
 def _rows(batch: list[Message], counted: Counted, counter: Counter) -> Iterator[Row]:
@@ -270,11 +249,10 @@ def finish(
     by_kind = collections.Counter[str]()
     by_tool = collections.Counter[str]()
     history, side, branches = [0, 0], [0, 0], [0, 0]
-    for index, line, role, kind, tool, counted, conv, *rest in scan.rows:
-        thinking = cast(int, rest[0]) if rest else 0  # a row a test makes may end early
+    for index, line, role, kind, tool, counted, conv, counted_thinking, others in scan.rows:
         pending = _reset(resets, pending, index, stats, running)
         is_live = live.is_live(index, conv)
-        tokens = counted
+        tokens, thinking = counted, counted_thinking
         if is_live and index in live.unsent_thinking:  # the client leaves that thinking out
             tokens, thinking = (0, 0) if kind == "thinking" else (counted - thinking, 0)
         cum = running.get(conv, 0) + tokens
@@ -288,8 +266,9 @@ def finish(
             by_kind[kind] += tokens - thinking
             if thinking:
                 by_kind["thinking"] += thinking
-            if tool:
-                _add_tools(by_tool, tool, tokens, rest)
+            if tool:  # each other tool's own tokens to it, the rest of the message to its first tool
+                by_tool.update(others or {})
+                by_tool[tool] += tokens - sum(others.values()) if others else tokens
         else:
             tally = side if conv in live.side else branches if index in live.abandoned else history
             tally[0] += 1
@@ -330,16 +309,6 @@ def finish(
         branch_tokens=branches[1],
         carried_tokens=sum(b.carried_tokens for b in live.resets.values()),
     )
-
-
-def _add_tools(by_tool: collections.Counter[str], tool: str, tokens: int, rest: list[Any]) -> None:
-    """A live message's tokens by tool: each other tool's own (the row's last field, when it has one) to
-    it, the rest of the message (its first tool's blocks, framing, text) to its first tool."""
-    others: dict[str, int] | None = rest[1] if len(rest) > 1 else None
-    if others:
-        by_tool.update(others)
-        tokens -= sum(others.values())
-    by_tool[tool] += tokens
 
 
 def _reset(

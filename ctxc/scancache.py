@@ -27,7 +27,6 @@ from ctxc.system import cache_dir, identity_record, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
-_CHUNK = 1 << 20
 #: Bump when the stored layout changes (the ctxc version is in the key as well).
 _LAYOUT = 10  # 10: the key hashes the file's content hash, which its identity records
 #: How long a file must have been unchanged before its identity stands in for its content hash.
@@ -55,14 +54,11 @@ def scan_key(
     with contextlib.suppress(OSError, UnicodeDecodeError):
         content = record.read_text(encoding="ascii").strip()
     if not (content and len(content) == 40 and all(c in "0123456789abcdef" for c in content)):
-        h = hashlib.blake2b(digest_size=20)
         try:
             with open(path, "rb") as handle:
-                while chunk := handle.read(_CHUNK):
-                    h.update(chunk)
+                content = hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=20)).hexdigest()
         except OSError:
             return None
-        content = h.hexdigest()
         if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
             _write_atomic(record, content.encode())
     settings = (

@@ -50,16 +50,12 @@ def sync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def file_identity(path: str | os.PathLike[str], st: os.stat_result) -> str:
-    """A file as its path, device, inode, size, mtime and ctime (ns): any write changes the ctime,
-    which no user tool can set back."""
-    return f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-
-
 def identity_record(path: str | os.PathLike[str], st: os.stat_result) -> Path:
-    """Where the analysis cache records the content hash of this very file (its :func:`file_identity`):
-    a file with one has been scanned, so a run needs no counting workers for it."""
-    digest = hashlib.blake2b(file_identity(path, st).encode(), digest_size=20).hexdigest()
+    """Where the analysis cache records the content hash of this very file, known by its path, device,
+    inode, size, mtime and ctime (ns; any write changes the ctime, which no user tool can set back): a
+    file with one has been scanned, so a run needs no counting workers for it."""
+    identity = f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
+    digest = hashlib.blake2b(f"{identity}|{st.st_ctime_ns}".encode(), digest_size=20).hexdigest()
     return cache_dir() / "analyses" / "by-stat" / digest
 
 

@@ -30,10 +30,10 @@ from ctxc.formats.claude_code_records import SYNTHETIC_MODEL, str_or_none
 from ctxc.live import thread_usage
 from ctxc.model import Boundary, Record, Usage
 from ctxc.pricing import PriceTable
-from ctxc.profiles import resolve_window, window_for_log
+from ctxc.profiles import window_for_log
 from ctxc.reader import BOM, ReadOptions, iter_records, megabytes, named_bytes, open_binary, parse_line
 from ctxc.report import Analysis, UsageSummary, summarize_usage
-from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
+from ctxc.stages import DEFAULT_THRESHOLDS, stage_for
 from ctxc.tokens.base import USAGE_TOKENIZER
 
 #: What a scan of the usage lines finds: the calls, the compaction boundaries, the lines skipped.
@@ -166,24 +166,19 @@ class _Lines:
         self.buf, self.name, self.options = buf, name, options
         self.skipped = 0
 
-    def spans(self, needles: Sequence[bytes]) -> list[tuple[int, int]]:
-        """``(start, end)`` offsets of the lines holding any of ``needles``, in file order."""
+    def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
+        """``(line number, raw bytes, parsed value)`` of each line holding any of ``needles``, in order."""
         buf = self.buf
-        found: dict[int, int] = {}
+        spans: dict[int, int] = {}  # start and end offsets of those lines
         for needle in needles:
             i = buf.find(needle)
             while i >= 0:
                 end = buf.find(_NL, i)
                 end = len(buf) if end < 0 else end
-                found[buf.rfind(_NL, 0, i) + 1] = end
+                spans[buf.rfind(_NL, 0, i) + 1] = end
                 i = buf.find(needle, end)
-        return sorted(found.items())
-
-    def parsed(self, needles: Sequence[bytes]) -> Iterator[tuple[int, bytes, Any]]:
-        """``(line number, raw bytes, parsed value)`` of each line holding a needle."""
-        buf = self.buf
         line, counted_to = 1, 0
-        for start, end in self.spans(needles):
+        for start, end in sorted(spans.items()):
             nl = buf.find(_NL, counted_to)
             while 0 <= nl < start:
                 line += 1
@@ -370,28 +365,10 @@ def usage_analysis(
     )
 
 
-def analyze_usage(
-    src: str | os.PathLike[str] | BinaryIO,
-    *,
-    window: int | None = None,
-    model: str | None = None,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    input_format: str | None = None,
-    options: ReadOptions = ReadOptions(),
-    prices: PriceTable | None = None,
-) -> Analysis:
-    """:func:`ctxc.analysis.analyze` for ``tokenizer="usage"``: recorded usage only, nothing counted."""
-    th = check_thresholds(thresholds)
-    if model is not None or window is not None:
-        resolve_window(model=model, window=window)  # a bad flag fails before any reading
-    scan = scan_usage(src, input_format=input_format, options=options)
-    return usage_analysis(scan, window=window, model=model, thresholds=th, prices=prices)
-
-
 def crossing_line(scan: UsageScan, limit: int) -> int | None:
     """The line of the first recorded call whose context exceeded ``limit`` tokens, if any."""
     since = _live_since(scan)
     return next((u.line for u in thread_usage(scan.usage) if u.line > since and u.context > limit), None)
 
 
-__all__ = ["UsageScan", "analyze_usage", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]
+__all__ = ["UsageScan", "crossing_line", "scan_usage", "total_tokens", "usage_analysis"]

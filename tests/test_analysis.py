@@ -250,7 +250,8 @@ def test_largest_are_the_top_messages_ties_to_the_earlier(rows: list[tuple[int, 
         format="chat",
         tokenizer="o200k_base",
         rows=tuple(
-            (index, i, "user", "text", None, tokens, conv) for i, (index, tokens, conv) in enumerate(rows)
+            (index, i, "user", "text", None, tokens, conv, 0, None)
+            for i, (index, tokens, conv) in enumerate(rows)
         ),
         usage=(),
         boundaries=(),

@@ -20,19 +20,29 @@ from ctxc.model import (
     dumps_compact,
 )
 from ctxc.tokens import get_tokenizer
-from ctxc.tokens.cache import TokenCache
+from ctxc.tokens.base import Tokenizer
+from ctxc.tokens.cache import CachedCounter, TokenCache
 from ctxc.tokens.cost import (
     IMAGE_UNKNOWN_TOKENS,
     MESSAGE_OVERHEAD,
+    count_messages,
     image_tokens,
     message_images,
     message_texts,
-    message_tokens,
-    messages_tokens,
     tool_tokens,
 )
 
 O200K = get_tokenizer("o200k_base")
+
+
+def messages_tokens(
+    messages: list[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
+) -> list[int]:
+    return count_messages(messages, CachedCounter(tokenizer, cache))
+
+
+def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:
+    return messages_tokens([message], tokenizer, cache)[0]
 
 
 def test_overhead_is_four() -> None:

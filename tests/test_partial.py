@@ -47,7 +47,8 @@ def whole(name: str) -> tiktoken.Encoding:
 
 def vocabulary(name: str) -> partial.PartialVocabulary[tiktoken.Encoding]:
     spec = tb.SPECS[name]
-    return partial.PartialVocabulary(ranks(name), spec.longest_token, lambda t: tb._partial_build(spec, t))
+    build = lambda tokens: tb.build_encoding(spec, ranks=dict(tokens))  # noqa: E731
+    return partial.PartialVocabulary(ranks(name), spec.longest_token, build)
 
 
 def count(enc: tiktoken.Encoding, text: str) -> int:

@@ -338,14 +338,16 @@ def test_approx_basics() -> None:
 
 
 def test_approx_features() -> None:
-    row = dict(zip(approx_mod.FEATURES, approx_mod.features('fooBarBaz 12345 {"a":1}\n\n    x'), strict=True))
+    [features] = approx_mod.feature_rows(['fooBarBaz 12345 {"a":1}\n\n    x'])
+    row = dict(zip(approx_mod.FEATURES, features, strict=True))
     assert row["word_runs"] == 3  # fooBarBaz, a, x
     assert row["word_chunks"] == 4  # ceil(9/5) + 1 + 1
     assert row["camel"] == 2
     assert row["digit_groups"] == 3  # 123|45 and 1
     assert row["punct_runs"] == 3  # {"  ":  }
     assert row["indents"] == 1
-    wide = dict(zip(approx_mod.FEATURES, approx_mod.features("Ünïcödé 東京 서울 😀 Жж"), strict=True))
+    [features] = approx_mod.feature_rows(["Ünïcödé 東京 서울 😀 Жж"])
+    wide = dict(zip(approx_mod.FEATURES, features, strict=True))
     assert (wide["latin_ext"], wide["cjk"], wide["hangul"], wide["astral"], wide["cyrillic"]) == (
         4,
         2,
@@ -360,8 +362,8 @@ def test_approx_features() -> None:
 @given(st.lists(st.text(max_size=60), max_size=6))
 def test_approx_batch_equals_single(texts: list[str]) -> None:
     # Joining a batch must not let runs leak from one text into the next.
-    assert approx_mod.feature_rows(texts) == [approx_mod.features(t) for t in texts]
-    assert approx_mod.estimate_many(texts) == [approx_mod.estimate(t) for t in texts]
+    assert approx_mod.feature_rows(texts) == [approx_mod.feature_rows([t])[0] for t in texts]
+    assert approx_mod.estimate_many(texts) == [approx_mod.ApproxTokenizer().count(t) for t in texts]
 
 
 def _rel(est: int, truth: int) -> float:

@@ -20,7 +20,7 @@ from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.model import Boundary
 from ctxc.reader import ReadOptions
 from ctxc.tokens import RecordedUsageOnly
-from ctxc.usage_scan import analyze_usage, crossing_line, scan_usage, total_tokens, usage_analysis
+from ctxc.usage_scan import crossing_line, scan_usage, total_tokens, usage_analysis
 
 
 @pytest.mark.parametrize("path", [*corpus_params("claude-code/*"), SAMPLES / "claude-code.jsonl"])
@@ -181,10 +181,10 @@ def test_analysis_from_usage(tmp_path: Path) -> None:
     assert (a.max_context, a.live_from_line) == (0, 9)
     assert a.total_tokens == total_tokens(a.usage) == (3 + 50 + 110) + (5 + 7 + 200) + (1 + 2)
     before = _write(tmp_path / "before.jsonl", TRICKY[:8])
-    b = analyze_usage(str(before), window=1000)
+    b = ctxc.analyze(str(before), tokenizer="usage", window=1000)
     assert b.max_context == 205
     assert b.stage == 1  # 20.5% of 1000
-    assert analyze_usage(str(before), window=220).stage == 5  # 93%
+    assert ctxc.analyze(str(before), tokenizer="usage", window=220).stage == 5  # 93%
     assert crossing_line(scan_usage(path), 150) is None  # only calls in the live context count
     scan = scan_usage(before)
     assert crossing_line(scan, 150) == 5

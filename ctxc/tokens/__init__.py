@@ -14,7 +14,6 @@ from ctxc.tokens import workers
 from ctxc.tokens.base import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_TOKENIZER,
-    PROCESS_MIN_BYTES,
     TOKENIZERS,
     USAGE_TOKENIZER,
     Counter,
@@ -23,6 +22,7 @@ from ctxc.tokens.base import (
     StartingTokenizer,
     Tokenizer,
 )
+from ctxc.tokens.workers import PROCESS_MIN_BYTES
 
 if TYPE_CHECKING:
     from ctxc.tokens.cache import CachedCounter
@@ -32,23 +32,15 @@ _lock = threading.Lock()
 
 
 def get_tokenizer(
-    name: str = DEFAULT_TOKENIZER,
-    *,
-    model: str | None = None,
-    concurrency: int = 4,
-    max_retries: int = 2,
-    timeout: float = 60.0,
+    name: str = DEFAULT_TOKENIZER, *, model: str | None = None, concurrency: int = 4
 ) -> Tokenizer:
     """The shared tokenizer called ``name`` (a :class:`UsageError` when unknown). ``anthropic`` counts
-    for ``model`` when it is a Claude model (else :data:`DEFAULT_ANTHROPIC_MODEL`); the other arguments
-    only concern it."""
+    for ``model`` when it is a Claude model (else :data:`DEFAULT_ANTHROPIC_MODEL`), ``concurrency``
+    requests at a time (as its first use asked)."""
     if name not in TOKENIZERS:
         raise UsageError(f"unknown tokenizer {name!r}; choose one of: {', '.join(TOKENIZERS)}")
     claude = model if model and model.startswith("claude") else DEFAULT_ANTHROPIC_MODEL
     key = f"anthropic:{claude}" if name == "anthropic" else name
-    tok = _instances.get(key)
-    if tok is not None:
-        return tok
     with _lock:
         tok = _instances.get(key)
         if tok is None:
@@ -59,9 +51,7 @@ def get_tokenizer(
             elif name == "anthropic":
                 from ctxc.tokens.anthropic_backend import AnthropicTokenizer
 
-                tok = AnthropicTokenizer(
-                    claude, concurrency=concurrency, max_retries=max_retries, timeout=timeout
-                )
+                tok = AnthropicTokenizer(claude, concurrency=concurrency)
             else:
                 from ctxc.tokens.tiktoken_backend import TiktokenTokenizer
 

@@ -148,10 +148,6 @@ def feature_rows(texts: Sequence[str]) -> list[tuple[int, ...]]:
     return [(*row, *wide.get(i, _NO_WIDE)) for i, row in enumerate(zip(*head, strict=True))]
 
 
-def features(text: str) -> tuple[int, ...]:
-    return feature_rows([text])[0]
-
-
 def estimate_many(texts: Sequence[str], coefficients: Sequence[float] = COEFFICIENTS) -> list[int]:
     """Estimated o200k tokens of each text: 0 for an empty string, at least 1 otherwise."""
     if not texts:
@@ -167,17 +163,13 @@ def estimate_many(texts: Sequence[str], coefficients: Sequence[float] = COEFFICI
     return [max(1, round(t)) if text else 0 for t, text in zip(totals, texts, strict=True)]
 
 
-def estimate(text: str, coefficients: Sequence[float] = COEFFICIENTS) -> int:
-    return estimate_many([text], coefficients)[0]
-
-
 class ApproxTokenizer:
     """The fitted character-class estimate, for when exact BPE counts are not worth their cost."""
 
     name = "approx"
 
     def count(self, text: str) -> int:
-        return estimate(text)
+        return estimate_many([text])[0]
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         return estimate_many(texts)

@@ -14,9 +14,6 @@ TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base", "approx", "anthropic
 DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
 #: The ``--tokenizer`` name that reads the usage a log recorded instead of counting (ctxc.usage_scan).
 USAGE_TOKENIZER = "usage"
-#: Inputs from this size on are counted by a worker process per core (ctxc.tokens.workers); smaller
-#: ones by one worker at most, which builds the encoding while ctxc starts.
-PROCESS_MIN_BYTES = 4 << 20
 
 
 class Tokenizer(Protocol):
@@ -52,7 +49,7 @@ class Counter(Protocol):
 @runtime_checkable
 class StartingCounter(Counter, Protocol):
     """A :class:`Counter` that can also start counting and return at once, so the caller parses the
-    next batch while this one is counted (:func:`ctxc.tokens.cost.start_counting` takes both)."""
+    next batch while this one is counted (:func:`ctxc.tokens.cost.start_parts` takes both)."""
 
     def start(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """Start counting ``texts``; the returned function waits for the counts."""

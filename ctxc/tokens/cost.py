@@ -19,8 +19,8 @@ from ctxc.model import (
     UnknownBlock,
     dumps_compact,
 )
-from ctxc.tokens.base import Counter, StartingCounter, Tokenizer
-from ctxc.tokens.cache import CachedCounter, TokenCache
+from ctxc.tokens.base import Counter, StartingCounter
+from ctxc.tokens.cache import CachedCounter
 
 #: Fixed tokens per message for its role and delimiters: OpenAI's documented 3 plus the role; Anthropic's
 #: count_tokens reports a similar few per turn, so one figure serves both.
@@ -104,14 +104,7 @@ def message_parts(message: Message) -> tuple[list[str], int]:
 
 def count_messages(messages: Sequence[Message], counter: Counter) -> list[int]:
     """Tokens of each message (framing, texts and images), every text counted in one ``count`` call."""
-    return start_counting(messages, counter)()
-
-
-def start_counting(messages: Sequence[Message], counter: Counter) -> Callable[[], list[int]]:
-    """:func:`count_messages`, started: the returned function waits for the counts (a
-    :class:`~ctxc.tokens.base.StartingCounter` may count in worker processes meanwhile)."""
-    started = start_parts(messages, counter)
-    return lambda: started().totals()
+    return start_parts(messages, counter)().totals()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +120,8 @@ class Counted:
 
 
 def start_parts(messages: Sequence[Message], counter: Counter) -> Callable[[], Counted]:
-    """:func:`start_counting`, keeping each part's count (:func:`tool_tokens` attributes them)."""
+    """Start counting the parts of ``messages``: the returned function waits for their counts (a
+    :class:`~ctxc.tokens.base.StartingCounter` may count in worker processes meanwhile)."""
     texts: list[str] = []
     spans: list[tuple[int, int, int]] = []
     for m in messages:
@@ -177,15 +171,3 @@ def compare_with_o200k(
         a_total += sum(count_messages(chunk, anthropic_counter))
         o_total += sum(count_messages(chunk, o200k_counter))
     return a_total, o_total, (a_total / o_total if o_total else None)
-
-
-def messages_tokens(
-    messages: Sequence[Message], tokenizer: Tokenizer, cache: TokenCache | None = None
-) -> list[int]:
-    """:func:`message_tokens` of many messages with one batched (and cached) count of their texts."""
-    return count_messages(messages, CachedCounter(tokenizer, cache))
-
-
-def message_tokens(message: Message, tokenizer: Tokenizer, cache: TokenCache | None = None) -> int:
-    """Tokens the message takes in a context: framing + text parts + images."""
-    return messages_tokens([message], tokenizer, cache)[0]

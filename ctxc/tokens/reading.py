@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from ctxc.formats import load
-from ctxc.model import Boundary, Message, Transcript, Usage
+from ctxc.model import Message, Transcript
 from ctxc.reader import ReadOptions
 from ctxc.tokens.base import Counter
 from ctxc.tokens.cost import Counted, start_parts
@@ -24,7 +24,7 @@ BATCH_MESSAGES = 4_000
 
 
 class CountingQueue:
-    """Batches of messages being counted, oldest first, at most ``depth`` of them unfinished.
+    """Messages counted in batches as they come, at most ``depth`` batches unfinished.
 
     The parser keeps a few batches ahead of the workers, so they always have one queued; more would
     only hold more messages in memory.
@@ -33,56 +33,35 @@ class CountingQueue:
     def __init__(self, counter: Counter, depth: int = 8) -> None:
         self.counter = counter
         self.depth = depth
+        self._batch: list[Message] = []
+        self._chars = 0
         self._queue: deque[tuple[list[Message], Callable[[], Counted]]] = deque()
 
-    def add(self, batch: list[Message]) -> Iterator[tuple[list[Message], Counted]]:
-        """Start counting ``batch``; yields the oldest batches with their counts while over depth."""
-        self._queue.append((batch, start_parts(batch, self.counter)))
+    def add(self, message: Message) -> list[tuple[list[Message], Counted]]:
+        """Add ``message``; returns the oldest batches with their counts while over depth."""
+        self._batch.append(message)
+        self._chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
+        if self._chars < BATCH_CHARS and len(self._batch) < BATCH_MESSAGES:
+            return []
+        self.flush()
+        done = []
         while len(self._queue) > self.depth:
-            done, finish = self._queue.popleft()
-            yield done, finish()
+            batch, finish = self._queue.popleft()
+            done.append((batch, finish()))
+        return done
+
+    def flush(self) -> None:
+        """Start counting the messages added since the last batch was started."""
+        if self._batch:
+            self._queue.append((self._batch, start_parts(self._batch, self.counter)))
+            self._batch, self._chars = [], 0
 
     def drain(self) -> Iterator[tuple[list[Message], Counted]]:
+        """Every batch not yet returned, with its counts."""
+        self.flush()
         while self._queue:
             done, finish = self._queue.popleft()
             yield done, finish()
-
-
-class _Batcher:
-    """Collects messages into batches of at most :data:`BATCH_CHARS` characters or
-    :data:`BATCH_MESSAGES` messages."""
-
-    def __init__(self) -> None:
-        self.batch: list[Message] = []
-        self.chars = 0
-
-    def add(self, message: Message) -> list[Message] | None:
-        """Add ``message``; returns the batch when it is full (and starts a new one)."""
-        self.batch.append(message)
-        self.chars += sum(len(getattr(b, "text", "")) for b in message.blocks)
-        if self.chars >= BATCH_CHARS or len(self.batch) >= BATCH_MESSAGES:
-            return self.take()
-        return None
-
-    def take(self) -> list[Message]:
-        batch, self.batch, self.chars = self.batch, [], 0
-        return batch
-
-
-def message_batches(
-    items: Iterable[Message | Usage | Boundary], sink: list[Usage | Boundary]
-) -> Iterator[list[Message]]:
-    """The messages of ``items`` in batches; the other items (usage, boundaries) go to ``sink``."""
-    batcher = _Batcher()
-    for item in items:
-        if not isinstance(item, Message):
-            sink.append(item)
-            continue
-        full = batcher.add(item)
-        if full is not None:
-            yield full
-    if batcher.batch:
-        yield batcher.take()
 
 
 def load_counted(
@@ -98,22 +77,16 @@ def load_counted(
     processes count while this one parses.
     """
     queue = CountingQueue(counter)
-    batcher = _Batcher()
     counts: list[int] = []
 
     def take(message: Message) -> None:
-        full = batcher.add(message)
-        if full is not None:
-            for _, done in queue.add(full):
-                counts.extend(done.totals())
+        for _, done in queue.add(message):
+            counts.extend(done.totals())
 
     transcript = load(src, input_format=input_format, options=options, on_message=take)
-    if batcher.batch:
-        for _, done in queue.add(batcher.take()):
-            counts.extend(done.totals())
     for _, done in queue.drain():
         counts.extend(done.totals())
     return transcript, counts
 
 
-__all__ = ["BATCH_CHARS", "BATCH_MESSAGES", "CountingQueue", "load_counted", "message_batches"]
+__all__ = ["BATCH_CHARS", "BATCH_MESSAGES", "CountingQueue", "load_counted"]

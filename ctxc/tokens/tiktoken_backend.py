@@ -95,20 +95,11 @@ SPECS: dict[str, EncodingSpec] = {
 
 
 def read_rank_file(spec: EncodingSpec, path: Path | None = None) -> bytes:
-    """The rank file's bytes, refused unless its SHA-256 is the one tiktoken pins."""
+    """The rank file's bytes (``path``, else the one ctxc ships), refused unless its SHA-256 is the one
+    tiktoken pins. ctxc runs from files, not a zip (its price table is read the same way)."""
+    where = str(path) if path is not None else f"ctxc/tokens/data/{spec.filename}"
     try:
-        if path is None:
-            where = f"ctxc/tokens/data/{spec.filename}"
-            beside = Path(__file__).with_name("data") / spec.filename
-            if beside.is_file():  # an installed package is files: importlib.resources is a slow import
-                data = beside.read_bytes()
-            else:  # a zip
-                import importlib.resources
-
-                data = (importlib.resources.files("ctxc.tokens") / "data" / spec.filename).read_bytes()
-        else:
-            data = path.read_bytes()
-            where = str(path)
+        data = (path if path is not None else Path(__file__).with_name("data") / spec.filename).read_bytes()
     except OSError as exc:
         raise CtxcError(
             f"cannot read the {spec.name} token ranks ({exc}); reinstall ctxc or use {{tokenizer}} approx",
@@ -139,12 +130,6 @@ def parse_ranks(data: bytes, *, in_order: bool = False) -> dict[bytes, int]:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), ranks, strict=True))
 
 
-def _ranks_cache_file(spec: EncodingSpec) -> Path | None:
-    if env_flag("CTXC_NO_CACHE"):
-        return None
-    return cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
-
-
 def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]:
     """The rank table, from a marshal copy in the cache directory when there is a sound one.
 
@@ -155,7 +140,9 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
     """
     import marshal
 
-    cache = _ranks_cache_file(spec) if path is None else None
+    cache = None
+    if path is None and not env_flag("CTXC_NO_CACHE"):
+        cache = cache_dir() / "bpe" / f"{spec.name}-{spec.sha256[:16]}.marshal"
     if cache is not None:
         try:
             blob = cache.read_bytes()
@@ -168,20 +155,15 @@ def load_ranks(spec: EncodingSpec, path: Path | None = None) -> dict[bytes, int]
             pass
     ranks = parse_ranks(read_rank_file(spec, path), in_order=path is None)
     if cache is not None:
-        target = cache
+        from ctxc.output import write_atomic
 
-        def save() -> None:
-            from ctxc.output import write_atomic
-
-            payload = marshal.dumps(ranks)
-            # An optimisation only: any failure leaves the next run parsing the file again.
-            with contextlib.suppress(OSError):
-                write_atomic(target, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
-
+        payload = marshal.dumps(ranks)
         # A counting worker dies at once on SIGTERM: held here, it comes after the copy is whole.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        # An optimisation only: any failure leaves the next run parsing the file again.
         try:
-            save()
+            with contextlib.suppress(OSError):
+                write_atomic(cache, hashlib.blake2b(payload, digest_size=32).digest() + payload, sync=False)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return ranks
@@ -249,7 +231,8 @@ def _vocabulary(spec: EncodingSpec, path: Path | None) -> PartialVocabulary[tikt
     if vocab is None:
         ranks = load_ranks(spec, path)
         longest = spec.longest_token if path is None else max(map(len, ranks))
-        vocab = PartialVocabulary(ranks, longest, lambda tokens: _partial_build(spec, tokens))
+        # A copy of the tokens: the encoding keeps the dict it is given, and the vocabulary's grows.
+        vocab = PartialVocabulary(ranks, longest, lambda tokens: build_encoding(spec, ranks=dict(tokens)))
         _partials[key] = vocab
     return vocab
 
@@ -261,32 +244,6 @@ def prepare_partial(spec: EncodingSpec, path: Path | None) -> None:
 
     with _load_lock:
         _vocabulary(spec, path)
-
-
-def _partial_encoding(
-    spec: EncodingSpec, path: Path | None, texts: Sequence[str]
-) -> tiktoken.Encoding | None:
-    """A partial encoding for ``texts``, or None where the whole one should be used."""
-    if sum(map(len, texts)) > PARTIAL_MAX_CHARS:
-        return None
-    with _load_lock:
-        vocab = _vocabulary(spec, path)
-        if vocab is None or vocab.seconds >= PARTIAL_SECONDS:
-            return None
-        started = time.perf_counter()
-        enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
-        vocab.seconds += time.perf_counter() - started
-    return enc
-
-
-def _partial_build(spec: EncodingSpec, tokens: dict[bytes, int]) -> tiktoken.Encoding:
-    import tiktoken
-
-    # A copy: the encoding keeps the dict it is given, and the vocabulary's grows with the next batch.
-    ranks = dict(tokens)
-    return tiktoken.Encoding(
-        name=spec.name, pat_str=spec.pat_str, mergeable_ranks=ranks, special_tokens=dict(spec.special_tokens)
-    )
 
 
 def length_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
@@ -318,7 +275,14 @@ def counter_for(
 ) -> Callable[[str], int]:
     """A function counting ``texts`` (or any text, when None) as encoding ``spec`` does: with a partial
     encoding while those pay, else with the whole one."""
-    enc = _partial_encoding(spec, path, texts) if texts is not None else None
+    enc = None
+    if texts is not None and sum(map(len, texts)) <= PARTIAL_MAX_CHARS:
+        with _load_lock:
+            vocab = _vocabulary(spec, path)
+            if vocab is not None and vocab.seconds < PARTIAL_SECONDS:
+                started = time.perf_counter()
+                enc = vocab.encoding_for(texts, PARTIAL_MAX_WORK)
+                vocab.seconds += time.perf_counter() - started
     return length_counter(enc if enc is not None else _encoding(spec, path))  # two getattrs: no cache
 
 
@@ -367,16 +331,8 @@ class TiktokenTokenizer:
             raise CtxcError(f"no bundled BPE encoding named {name!r}")
         self.name = name
         self._spec = SPECS[name]
-        self._path = path
-
-    @property
-    def encoding(self) -> tiktoken.Encoding:
-        return _encoding(self._spec, self._path)
-
-    @property
-    def path(self) -> Path | None:
-        """The rank file given instead of the bundled one, if any."""
-        return self._path
+        #: The rank file given instead of the bundled one, if any.
+        self.path = path
 
     def count(self, text: str) -> int:
         # encode_ordinary: special-token text is ordinary text, so a transcript quoting
@@ -391,27 +347,14 @@ class TiktokenTokenizer:
 
         With a pool of counting processes (:mod:`ctxc.tokens.workers`) a batch is sent to it and this
         returns at once, so the caller goes on parsing while they count. Otherwise the counting is
-        done here, now.
+        done here, now; so is a small batch's once this process has the encoding, or once waiting for
+        such batches has cost :data:`BUILD_SECONDS` (then this process builds it).
         """
-        if texts:
-            sent = self._send_to_pool(texts)
-            if sent is not None:
-                return sent
-        counts = self._count_here(texts)
-        return lambda: counts
-
-    def _send_to_pool(self, texts: Sequence[str]) -> Callable[[], list[int]] | None:
-        """Send ``texts`` to the pool counting with this encoding, or return None to count here.
-
-        A small batch is counted here once this process has the encoding, or once waiting for such
-        batches has cost :data:`BUILD_SECONDS`: then this process builds it.
-        """
-        pool = pool_for(self.name, self._path)
-        if pool is None:
-            return None
-        small = sum(map(len, texts)) < POOL_MIN_CHARS
-        if small and (pool.waited >= BUILD_SECONDS or (self._spec.name, self._path) in _encodings):
-            return None
+        pool = pool_for(self.name, self.path) if texts else None
+        small = pool is not None and sum(map(len, texts)) < POOL_MIN_CHARS
+        if pool is None or (small and (pool.waited >= BUILD_SECONDS or (self.name, self.path) in _encodings)):
+            counts = self._count_here(texts)
+            return lambda: counts
         timed = small and pool.answered
         pending = pool.start(texts)
 
@@ -426,4 +369,4 @@ class TiktokenTokenizer:
         return collect
 
     def _count_here(self, texts: Sequence[str]) -> list[int]:
-        return list(map(counter_for(self._spec, self._path), texts))
+        return list(map(counter_for(self._spec, self.path), texts))

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ctxc.system import cpu_count, env_flag, exit_with, identity_record, interrupts_held
-from ctxc.tokens import base
 from ctxc.tokens import tiktoken_backend as backend
 
 if TYPE_CHECKING:
@@ -40,8 +39,9 @@ if TYPE_CHECKING:
 #: Commands that count tokens and default to o200k_base.
 COUNTING_COMMANDS = frozenset({"analyze", "compact", "check"})
 BUNDLED = ("o200k_base", "cl100k_base")
-#: Inputs from this size on are counted by a worker per core, smaller ones by one.
-PROCESS_MIN_BYTES = base.PROCESS_MIN_BYTES
+#: Inputs from this size on are counted by a worker per core; smaller ones by one worker at most, which
+#: builds the encoding while ctxc starts.
+PROCESS_MIN_BYTES = 4 << 20
 #: Inputs up to this size in all are counted with partial encodings (bench/README.md, "100 KB").
 PARTIAL_INPUT_BYTES = 256 << 10
 #: A batch of at least this many characters is split among the workers.
@@ -276,17 +276,10 @@ def split(texts: Sequence[str], parts: int) -> list[tuple[int, int]]:
 
 
 def _fork_is_safe() -> bool:
-    return (
-        sys.platform == "linux"
-        and cpu_count() >= 2
-        and threading.active_count() == 1
-        and _standard_streams_open()
-    )
-
-
-def _standard_streams_open() -> bool:
-    """Whether descriptors 0-2 are open: the pool's pipes would otherwise take the number of a closed
-    one, which the CLI may close or replace under them."""
+    """Linux, two cores or more, no other thread, and descriptors 0-2 open: the pool's pipes would
+    otherwise take the number of a closed one, which the CLI may close or replace under them."""
+    if sys.platform != "linux" or cpu_count() < 2 or threading.active_count() != 1:
+        return False
     try:
         for fd in (0, 1, 2):
             os.fstat(fd)
@@ -337,19 +330,15 @@ def worker_processes(name: str, path: Path | None, workers: int) -> Iterator[boo
         return
     import multiprocessing
 
-    if workers < 2 or multiprocessing.parent_process() is not None:
-        yield False
-        return
-    stop()  # a smaller pool, whose threads would make the fork unsafe
-    if not _fork_is_safe():
-        yield False
-        return
+    started = False
+    if workers >= 2 and multiprocessing.parent_process() is None:
+        stop()  # a smaller pool, whose threads would make the fork unsafe
+        if _fork_is_safe():
+            with contextlib.suppress(OSError):
+                start(name, workers, path)
+                started = True
     try:
-        start(name, workers, path)
-    except OSError:
-        yield False
-        return
-    try:
-        yield True
+        yield started
     finally:
-        stop()
+        if started:
+            stop()
