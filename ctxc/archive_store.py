@@ -317,7 +317,7 @@ class ArchiveStore:
             raise ArchiveError(f"archive {self.root} holds no object {ref[:MIN_PREFIX]}")
         bucket = self.root / "objects" / ref[:2]
         found = bucket.glob(ref + "*") if bucket.is_dir() else []
-        matches = sorted(p.name for p in found if not p.name.startswith(TMP_PREFIX))
+        matches = sorted(p.name for p in found)  # a temp file's name starts with a dot, not hex
         if not matches:
             raise ArchiveError(f"archive {self.root} holds no object {ref}")
         if len(matches) > 1:

@@ -294,18 +294,10 @@ class SearchIndex:
             if len(rows) < 2:
                 out.append(h)
                 continue
-            first = min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))
-            cited = h if first[0] == h.chunk_id else self.hits_by_id([int(first[0])])[int(first[0])]
-            out.append(
-                replace(
-                    cited,
-                    snippet=h.snippet,
-                    score=h.score,
-                    bm25=h.bm25,
-                    similarity=h.similarity,
-                    copies=len(rows) - 1,
-                )
-            )
+            first = int(min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))[0])
+            cited = h if first == h.chunk_id else self.hits_by_id([first])[first]
+            ranked = replace(cited, snippet=h.snippet, score=h.score, bm25=h.bm25, similarity=h.similarity)
+            out.append(replace(ranked, copies=len(rows) - 1))
         return out
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
