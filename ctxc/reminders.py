@@ -185,8 +185,7 @@ class ReminderRules:
     @classmethod
     def load(cls, path: str | Path) -> ReminderRules:
         """Rules from a TOML file of ``[[reminder]]`` tables; a bad file is a loud usage error."""
-        text = read_toml(path, "reminder rules file")
-        return cls.parse(text, source=str(path))
+        return cls.parse(read_toml(path, "reminder rules file"), source=str(path))
 
     @classmethod
     def parse(cls, text: str, *, source: str = "-") -> ReminderRules:
@@ -194,10 +193,6 @@ class ReminderRules:
         tables = doc.get("reminder", [])
         if not isinstance(tables, list) or not tables:
             raise UsageError(f"{source}: no [[reminder]] tables")
-        return cls.from_dicts(tables, source=source)
-
-    @classmethod
-    def from_dicts(cls, tables: Iterable[Mapping[str, Any]], *, source: str = "-") -> ReminderRules:
         rules: list[ReminderRule] = []
         for n, table in enumerate(tables, 1):
             if not isinstance(table, Mapping):
