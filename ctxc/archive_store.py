@@ -390,7 +390,7 @@ class ArchiveStore:
                 one_line(str(path)),
                 n,
             )
-        return [{**e, "_line": e.get("_line", n)} for n, e in runs], damaged
+        return [e for _, e in runs], damaged
 
     def find_original(self, data: bytes) -> str | None:
         """The archive id of the first original ``data`` (an output, maybe compacted again) was made from."""
