@@ -335,20 +335,19 @@ def events(r: Replay) -> list[tuple[int, int, str, str]]:
 def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
     """Per chart column: the largest raw, managed and recorded size of its turns, and its event mark."""
     n = len(r.turns)
+    starts = [c * n // width for c in range(width)]
+    first_turns = [r.turns[start].turn for start in starts]
+    # A log's compaction marks the last column starting at or before the turn it preceded.
+    logs = {max(0, bisect.bisect_right(first_turns, b.turn) - 1) for b in r.boundaries}
     cols: list[tuple[int, int, int | None, str]] = []
-    for c in range(width):
-        span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
+    for c, start in enumerate(starts):
+        span = r.turns[start : max((c + 1) * n // width, start + 1)]
         seen = [t.recorded for t in span if t.recorded is not None]
         compacted, reminded = any(t.compaction is not None for t in span), any(t.reminders for t in span)
-        ev = "C" if compacted else "R" if reminded else " "
+        ev = "C" if compacted else "R" if reminded else "|" if c in logs else " "
         cols.append(
             (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen, default=None), ev)
         )
-    first_turns = [r.turns[c * n // width].turn for c in range(width)]
-    for b in r.boundaries:
-        c = max(0, bisect.bisect_right(first_turns, b.turn) - 1)
-        raw, managed, logged, ev = cols[c]
-        cols[c] = (raw, managed, logged, "|" if ev == " " else ev)
     return cols
 
 
