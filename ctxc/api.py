@@ -21,8 +21,9 @@ def count_tokens(
     from ctxc.tokens import make_cached_counter
     from ctxc.tokens.cost import count_messages
 
+    counter = make_cached_counter(tokenizer)
     if isinstance(obj, str):
-        return make_cached_counter(tokenizer).count([obj])[0]
+        return counter.count([obj])[0]
     if isinstance(obj, Transcript):
         obj = obj.messages
     items: list[object] = list(obj) if isinstance(obj, Iterable) and not isinstance(obj, Mapping) else [obj]
@@ -32,7 +33,6 @@ def count_tokens(
             "count_tokens takes a text, a ctxc Message, a Transcript or Messages;"
             " count message dicts with ctxc.ContextManager(...).count(messages)"
         )
-    counter = make_cached_counter(tokenizer)
     return sum(count_messages(messages, counter))
 
 

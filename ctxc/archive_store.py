@@ -102,7 +102,7 @@ def open_private(path: Path, mode: str = "ab") -> BinaryIO:
         raise
 
 
-def private_file(path: Path) -> Path:
+def private_file(path: Path) -> None:
     """Create ``path`` empty and 0600 if it is missing, else tighten it, with SQLite's companion files.
     An existing file is never opened: closing a descriptor of a database drops every POSIX lock the process
     holds on it, and another process closing its connection would then delete the WAL under ours."""
@@ -110,7 +110,6 @@ def private_file(path: Path) -> Path:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE))
     for extra in ("", "-wal", "-shm", "-journal"):
         tighten(path.with_name(path.name + extra), PRIVATE_FILE)
-    return path
 
 
 #: Temp files of stores in progress are ``.tmp-<pid>-<random>``.
@@ -123,9 +122,8 @@ _prepared: set[tuple[int, str]] = set()
 _created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("ctxc_created", default=None)
 
 
-def sweep_dead_temps(objects: Path) -> list[Path]:
+def sweep_dead_temps(objects: Path) -> None:
     """Remove the temp files of stores whose process is gone from every bucket under ``objects``."""
-    removed: list[Path] = []
     for path in objects.glob(f"*/{TMP_PREFIX}*"):
         pid, sep, _ = path.name[len(TMP_PREFIX) :].partition("-")
         with contextlib.suppress(OSError):
@@ -135,19 +133,17 @@ def sweep_dead_temps(objects: Path) -> list[Path]:
                 dead = time.time() - path.lstat().st_mtime > _LEGACY_TMP_AGE
             if dead:
                 path.unlink()
-                removed.append(path)
-    return removed
 
 
 @contextlib.contextmanager
-def discard_new_objects_on_failure() -> Iterator[list[Path]]:
+def discard_new_objects_on_failure() -> Iterator[None]:
     """Remove the objects the body stored (in this thread) if it raises: a failed run's offloads would be
     orphans. Nested, the outer one takes over what the inner one stored once the inner body succeeds."""
     outer = _created.get()
     created: list[Path] = []
     token = _created.set(created)
     try:
-        yield created
+        yield
     except BaseException:
         for path in created:
             with contextlib.suppress(OSError):
@@ -317,7 +313,7 @@ class ArchiveStore:
             raise ArchiveError(f"archive {self.root} holds no object {ref[:MIN_PREFIX]}")
         bucket = self.root / "objects" / ref[:2]
         found = bucket.glob(ref + "*") if bucket.is_dir() else []
-        matches = sorted(p.name for p in found if not p.name.startswith(TMP_PREFIX))
+        matches = sorted(p.name for p in found)  # a temp file's name starts with a dot, not hex
         if not matches:
             raise ArchiveError(f"archive {self.root} holds no object {ref}")
         if len(matches) > 1:
@@ -390,7 +386,7 @@ class ArchiveStore:
                 one_line(str(path)),
                 n,
             )
-        return [{**e, "_line": e.get("_line", n)} for n, e in runs], damaged
+        return [e for _, e in runs], damaged
 
     def find_original(self, data: bytes) -> str | None:
         """The archive id of the first original ``data`` (an output, maybe compacted again) was made from."""

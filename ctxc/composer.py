@@ -165,8 +165,7 @@ class PromptComposer:
     @classmethod
     def load(cls, path: str | Path) -> PromptComposer:
         """Sections from a TOML file; ``file = ...`` contents are read relative to it."""
-        text = read_toml(path, "prompt file")
-        return cls.parse(text, source=str(path), root=Path(path).parent)
+        return cls.parse(read_toml(path, "prompt file"), source=str(path), root=Path(path).parent)
 
     @classmethod
     def parse(cls, text: str, *, source: str = "-", root: Path | None = None) -> PromptComposer:

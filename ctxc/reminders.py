@@ -15,7 +15,7 @@ from ctxc.model import Message, TextBlock, ToolUseBlock
 
 Trigger = Literal["every_n_turns", "token_threshold", "tool_call", "keyword_in_response", "after_compaction"]
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
-#: The types a rule table's optional fields may have.
+#: The types a rule's optional fields may have.
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "every_n_turns": (int,),
     "token_threshold": (int, float),
@@ -75,6 +75,12 @@ class ReminderRule:
             raise UsageError(f"reminder id {self.id!r}: use letters, digits and _ . : - only")
         if not self.message.strip():
             raise UsageError(f"reminder {self.id!r} has an empty message")
+        for key, types in _FIELD_TYPES.items():
+            value, name = getattr(self, key), types[0].__name__
+            if isinstance(value, bool) and bool not in types:
+                raise UsageError(f"reminder {self.id!r}: {key} must be {name}, not a boolean")
+            if value is not None and not isinstance(value, types):
+                raise UsageError(f"reminder {self.id!r}: {key} must be {name}, got {value!r}")
         set_triggers = [t for t in TRIGGERS if _is_set(getattr(self, t))]
         if len(set_triggers) != 1:
             raise UsageError(
@@ -82,9 +88,7 @@ class ReminderRule:
                 f"got {', '.join(set_triggers) or 'none'}"
             )
         tool, word, t = self.tool_call, self.keyword_in_response, self.token_threshold
-        bad_threshold = (
-            isinstance(t, bool) or (isinstance(t, float) and not 0 < t <= 1) or (isinstance(t, int) and t < 1)
-        )
+        bad_threshold = (isinstance(t, float) and not 0 < t <= 1) or (isinstance(t, int) and t < 1)
         problems = {
             "every_n_turns must be at least 1": self.every_n_turns is not None and self.every_n_turns < 1,
             "token_threshold is a token count (an integer of at least 1) or a share of the window "
@@ -181,8 +185,7 @@ class ReminderRules:
     @classmethod
     def load(cls, path: str | Path) -> ReminderRules:
         """Rules from a TOML file of ``[[reminder]]`` tables; a bad file is a loud usage error."""
-        text = read_toml(path, "reminder rules file")
-        return cls.parse(text, source=str(path))
+        return cls.parse(read_toml(path, "reminder rules file"), source=str(path))
 
     @classmethod
     def parse(cls, text: str, *, source: str = "-") -> ReminderRules:
@@ -190,10 +193,6 @@ class ReminderRules:
         tables = doc.get("reminder", [])
         if not isinstance(tables, list) or not tables:
             raise UsageError(f"{source}: no [[reminder]] tables")
-        return cls.from_dicts(tables, source=source)
-
-    @classmethod
-    def from_dicts(cls, tables: Iterable[Mapping[str, Any]], *, source: str = "-") -> ReminderRules:
         rules: list[ReminderRule] = []
         for n, table in enumerate(tables, 1):
             if not isinstance(table, Mapping):
@@ -205,8 +204,9 @@ class ReminderRules:
             message = table.get("message")
             if not isinstance(rule_id, str) or not isinstance(message, str):
                 raise UsageError(f"{source}: reminder {n} needs a string id and message")
+            fields = {key: table[key] for key in _FIELD_TYPES if key in table}
             try:
-                rules.append(ReminderRule(id=rule_id, message=message, **_typed_fields(table, rule_id)))
+                rules.append(ReminderRule(id=rule_id, message=message, **fields))
             except UsageError as exc:
                 raise UsageError(f"{source}: {exc.message}") from None
         return cls(tuple(rules), source=source)
@@ -225,17 +225,6 @@ class ReminderRules:
             last[rule.id] = turn.turn
             out.append(Reminder(rule.id, rule.message, rule.trigger, turn.turn, detail))
         return tuple(out), ReminderState(fired=fired, last_turn=last, above=frozenset(above))
-
-
-def _typed_fields(table: Mapping[str, Any], rule_id: str) -> dict[str, Any]:
-    given = {key: table[key] for key in _FIELD_TYPES if key in table}
-    for key, value in given.items():
-        types = _FIELD_TYPES[key]
-        if isinstance(value, bool) and bool not in types:
-            raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, not a boolean")
-        if not isinstance(value, types):
-            raise UsageError(f"reminder {rule_id!r}: {key} must be {types[0].__name__}, got {value!r}")
-    return given
 
 
 def _fires(rule: ReminderRule, turn: TurnState, state: ReminderState, above: set[str]) -> str | None:

@@ -225,7 +225,9 @@ class _Run:
             )
             self.managed, self.managed_tokens = list(compacted), compaction.tokens_after
         number = len(self.turns) + 1
-        fired = _fire_reminders(manager, previous, number, began, compaction)
+        calls, said = last_response(previous)
+        changed = compaction is not None and compaction.changed
+        fired = manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, changed))
         if fired:
             note = reminder_message(fired, after=self.managed[-1] if self.managed else None)
             self.managed.append(note)
@@ -234,17 +236,6 @@ class _Run:
         self.turns.append(
             Turn(number, response.index, response.line, *sizes, compaction=compaction, reminders=fired)
         )
-
-
-def _fire_reminders(
-    manager: ContextManager, response: Sequence[Message], number: int, began: int, done: Compaction | None
-) -> tuple[Reminder, ...]:
-    """The reminders due as turn ``number`` begins, after ``response`` (the previous turn's)."""
-    if manager.rules is None:
-        return ()
-    calls, said = last_response(response)
-    compacted = done is not None and done.changed
-    return manager.reminders_due(TurnState(number - 1, began, manager.window, calls, said, compacted))
 
 
 def _pick_conversation(transcript: Transcript, ledger: Ledger, side: Collection[int]) -> int:
@@ -344,20 +335,19 @@ def events(r: Replay) -> list[tuple[int, int, str, str]]:
 def _columns(r: Replay, width: int) -> list[tuple[int, int, int | None, str]]:
     """Per chart column: the largest raw, managed and recorded size of its turns, and its event mark."""
     n = len(r.turns)
+    starts = [c * n // width for c in range(width)]
+    first_turns = [r.turns[start].turn for start in starts]
+    # A log's compaction marks the last column starting at or before the turn it preceded.
+    logs = {max(0, bisect.bisect_right(first_turns, b.turn) - 1) for b in r.boundaries}
     cols: list[tuple[int, int, int | None, str]] = []
-    for c in range(width):
-        span = r.turns[c * n // width : max((c + 1) * n // width, c * n // width + 1)]
+    for c, start in enumerate(starts):
+        span = r.turns[start : max((c + 1) * n // width, start + 1)]
         seen = [t.recorded for t in span if t.recorded is not None]
         compacted, reminded = any(t.compaction is not None for t in span), any(t.reminders for t in span)
-        ev = "C" if compacted else "R" if reminded else " "
+        ev = "C" if compacted else "R" if reminded else "|" if c in logs else " "
         cols.append(
             (max(t.raw_tokens for t in span), max(t.tokens for t in span), max(seen, default=None), ev)
         )
-    first_turns = [r.turns[c * n // width].turn for c in range(width)]
-    for b in r.boundaries:
-        c = max(0, bisect.bisect_right(first_turns, b.turn) - 1)
-        raw, managed, logged, ev = cols[c]
-        cols[c] = (raw, managed, logged, "|" if ev == " " else ev)
     return cols
 
 
@@ -485,7 +475,7 @@ def _draw_curves(ax: Any, r: Replay) -> None:
     if rec := [t for t in r.turns if t.recorded is not None]:
         xs, ys = [t.turn for t in rec], [t.recorded for t in rec]
         ax.plot(xs, ys, color="#9467bd", ls=":", marker=".", ms=3, lw=1, label="recorded by the log (usage)")
-    if comps := [t for t in r.compactions if t.compaction is not None]:
+    if comps := r.compactions:
         xs, before = [t.turn for t in comps], [t.tokens_before for t in comps]
         ax.vlines(xs, [t.tokens for t in comps], before, color=_RED, lw=1.2)
         ax.scatter(xs, before, marker="v", color=_RED, s=22, zorder=3, label=f"compaction ({len(comps)})")

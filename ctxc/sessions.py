@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ctxc.archive_store import jsonl_objects
 from ctxc.errors import InputError, UsageError
@@ -47,30 +45,21 @@ def claude_home() -> Path:
     return Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
 
 
-def codex_home() -> Path:
-    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
-
-
 def claude_project_dir(cwd: str | os.PathLike[str]) -> str:
     """The directory name Claude Code files a working directory's sessions under (non-alphanumerics as -)."""
     return _NOT_ALNUM.sub("-", os.fspath(cwd))
 
 
-def _head_records(path: Path) -> Iterator[dict[str, Any]]:
+def _cwd(agent: str, path: Path) -> str | None:
+    """The working directory a session file recorded: on any Claude Code record, in Codex's session_meta."""
     try:
         with path.open("rb") as handle:
             head = handle.read(_HEAD_BYTES)
     except OSError:
-        return
+        return None
     for n, record in jsonl_objects(head):
         if n > _HEAD_LINES:
-            return
-        yield record
-
-
-def _cwd(agent: str, path: Path) -> str | None:
-    """The working directory a session file recorded: on any Claude Code record, in Codex's session_meta."""
-    for record in _head_records(path):
+            return None
         if agent == "claude-code" and isinstance(record.get("cwd"), str):
             return str(record["cwd"])
         payload = record.get("payload")
@@ -111,7 +100,8 @@ def claude_sessions(project: str | None = None) -> list[Session]:
 def codex_sessions(project: str | None = None) -> list[Session]:
     """Codex's rollouts, of one working directory or of all."""
     found: list[Session | None] = []
-    for directory, _, names in sorted(os.walk(codex_home() / "sessions")):
+    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    for directory, _, names in sorted(os.walk(home / "sessions")):
         for name in sorted(names):
             if match := _CODEX_FILE.fullmatch(name):
                 found.append(_session("codex", match.group(1), Path(directory) / name))

@@ -82,16 +82,6 @@ _kept: dict[tuple[int, int, str], sqlite3.Connection] | None = None
 _inherited: list[sqlite3.Connection] = []
 
 
-def forget_inherited(conn: sqlite3.Connection) -> None:
-    """Set aside ``conn``, a connection this process inherited through fork (see :data:`_inherited`)."""
-    _inherited.append(conn)
-
-
-def _kept_key(path: Path) -> tuple[int, int, str]:
-    # The process: a forked child never uses its parent's connection; the thread: nor do two at once.
-    return os.getpid(), threading.get_ident(), str(path)
-
-
 def connect(
     path: Path,
     timeout: float,
@@ -102,7 +92,8 @@ def connect(
     """:func:`open_wal`, or this process's connection to ``path`` kept open by :func:`kept_open`."""
     if _kept is None:
         return open_wal(path, timeout, setup, page_size=page_size)
-    key = _kept_key(path)
+    # The process: a forked child never uses its parent's connection; the thread: nor do two at once.
+    key = os.getpid(), threading.get_ident(), str(path)
     conn = _kept.get(key)
     if conn is None:
         conn = _kept[key] = open_wal(path, timeout, setup, page_size=page_size)
@@ -111,13 +102,12 @@ def connect(
 
 def release(conn: sqlite3.Connection, *, broken: bool = False) -> None:
     """Close ``conn`` unless :func:`kept_open` keeps it; a ``broken`` one is closed and forgotten."""
-    kept = [key for key, c in (_kept or {}).items() if c is conn]
-    if not broken:
-        if not kept:
-            conn.close()
+    kept = _kept or {}
+    keys = [key for key, c in kept.items() if c is conn]
+    if keys and not broken:
         return
-    for key in kept:
-        (_kept or {}).pop(key, None)
+    for key in keys:
+        del kept[key]
     with contextlib.suppress(sqlite3.Error):
         conn.close()
 
@@ -137,7 +127,7 @@ def close_kept() -> None:
     kept, _kept = _kept or {}, None
     for (pid, _, _), conn in kept.items():
         if pid != os.getpid():
-            forget_inherited(conn)
+            _inherited.append(conn)
             continue
         with contextlib.suppress(sqlite3.Error):
             conn.close()
@@ -190,7 +180,7 @@ class SqliteStore:
         if self._off:
             return None
         if self._conn is not None and self._owner != os.getpid():  # a store a batch worker inherited
-            forget_inherited(self._conn)
+            _inherited.append(self._conn)
             self._conn = None
         if self._conn is None:
             self._owner = os.getpid()
@@ -235,7 +225,7 @@ class SqliteStore:
                 if self._owner == os.getpid():
                     release(self._conn)
                 else:
-                    forget_inherited(self._conn)
+                    _inherited.append(self._conn)
                 self._conn = None
 
     def __del__(self) -> None:

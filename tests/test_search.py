@@ -543,9 +543,9 @@ def test_search_catches_up_holding_the_index_lock(archive: Archive, monkeypatch:
     held: list[bool] = []
     real_sync = ctxc.search.sync
 
-    def sync(store: Archive, index: SearchIndex, *read: Any) -> int:
+    def sync(store: Archive, index: SearchIndex, *read: Any) -> None:
         held.append(background.indexer_running(store.root))  # another descriptor: it cannot take it
-        return real_sync(store, index, *read)
+        real_sync(store, index, *read)
 
     monkeypatch.setattr(ctxc.search, "sync", sync)
     assert search("staging bucket", archive=archive)

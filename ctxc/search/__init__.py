@@ -195,23 +195,17 @@ def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
     return {ident: e for ident, e in ids if isinstance(ident, str) and len(ident) == 64}
 
 
-def sync(
-    archive: ArchiveStore, index: SearchIndex, originals: Mapping[str, Mapping[str, Any]] | None = None
-) -> int:
-    """Index every original the manifest lists (``originals``, if read already) that the index lacks;
-    returns how many were added."""
+def sync(archive: ArchiveStore, index: SearchIndex, originals: Mapping[str, Mapping[str, Any]]) -> None:
+    """Index every original the manifest lists (``originals``) that the index lacks."""
     have = index.archive_ids()
-    added = 0
-    for ident, entry in (originals if originals is not None else _manifest_originals(archive)).items():
+    for ident, entry in originals.items():
         if ident not in have and archive.object_path(ident).exists():
             try:
                 _index_object(archive, index, ident, entry)
-                added += 1
             except CtxcError as exc:
                 log.warning(
                     "ctxc: warning: cannot index archived original %s: %s", ident[:12], one_line(str(exc))
                 )
-    return added
 
 
 @dataclass(frozen=True, slots=True)

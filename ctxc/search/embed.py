@@ -61,9 +61,7 @@ def _unit(vec: Sequence[float]) -> array[float]:
 
 def _vectors(index: SearchIndex, embedder: Embedder, ids: Sequence[int]) -> dict[int, array[float]]:
     """Unit vectors of every chunk in ``ids``, embedding (and storing) those not yet embedded."""
-    out: dict[int, array[float]] = {}
-    for i, raw in index.vectors(embedder.name, ids).items():
-        out[i] = array("f", raw)
+    out = {i: array("f", raw) for i, raw in index.vectors(embedder.name, ids).items()}
     missing = [i for i in ids if i not in out]
     for start in range(0, len(missing), BATCH * 8):
         part = missing[start : start + BATCH * 8]

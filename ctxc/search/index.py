@@ -136,14 +136,13 @@ def fts_query(text: str) -> str:
 class SearchIndex:
     """The index file of one archive (:meth:`for_archive`), connected on first use; a context manager."""
 
-    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.timeout = timeout
         self._conn: sqlite3.Connection | None = None
 
     @classmethod
-    def for_archive(cls, root: Path, *, timeout: float = 30.0) -> SearchIndex:
-        return cls(root / INDEX_NAME, timeout=timeout)
+    def for_archive(cls, root: Path) -> SearchIndex:
+        return cls(root / INDEX_NAME)
 
     def __enter__(self) -> SearchIndex:
         return self
@@ -160,7 +159,7 @@ class SearchIndex:
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
             # Large pages: an original goes into FTS5 in one transaction (bench/README.md).
-            self._conn = connect(self.path, self.timeout, self._migrate, page_size=16384)
+            self._conn = connect(self.path, 30.0, self._migrate, page_size=16384)
             self._conn.execute("PRAGMA cache_size = -65536")  # KiB: room for the pages of one original
         return self._conn
 
@@ -273,9 +272,8 @@ class SearchIndex:
             try:
                 rows = self.conn.execute(sql, [*params, fetch]).fetchall()
             except sqlite3.OperationalError as exc:
-                if (
-                    raw
-                ):  # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string")
+                # FTS5 reports a bad query as an OperationalError ("syntax error", "unterminated string").
+                if raw:
                     raise UsageError(f"not a valid FTS5 query ({exc}): {query!r}") from None
                 raise
             hits = _collapse([_hit(r) for r in rows], limit)
@@ -296,18 +294,10 @@ class SearchIndex:
             if len(rows) < 2:
                 out.append(h)
                 continue
-            first = min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))
-            cited = h if first[0] == h.chunk_id else self.hits_by_id([int(first[0])])[int(first[0])]
-            out.append(
-                replace(
-                    cited,
-                    snippet=h.snippet,
-                    score=h.score,
-                    bm25=h.bm25,
-                    similarity=h.similarity,
-                    copies=len(rows) - 1,
-                )
-            )
+            first = int(min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))[0])
+            cited = h if first == h.chunk_id else self.hits_by_id([first])[first]
+            ranked = replace(cited, snippet=h.snippet, score=h.score, bm25=h.bm25, similarity=h.similarity)
+            out.append(replace(ranked, copies=len(rows) - 1))
         return out
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
