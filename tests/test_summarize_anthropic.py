@@ -313,8 +313,13 @@ def test_unknown_model_is_a_model_error(
 
 
 def test_preflight_runs_once_per_process(
-    anthropic_server: FakeAnthropic, make: Callable[..., AnthropicSummarizer], messages: tuple[Message, ...]
+    anthropic_server: FakeAnthropic,
+    make: Callable[..., AnthropicSummarizer],
+    messages: tuple[Message, ...],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The process-wide memo is keyed by base URL: an earlier test on a reused loopback port would answer it.
+    monkeypatch.setattr("ctxc.summarize.anthropic._PREFLIGHTED", set())
     make().summarize(request_of(messages), count)
     make().summarize(request_of(messages, budget=300), count)
     assert len(anthropic_server.requests_to("/v1/models/")) == 1
