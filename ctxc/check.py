@@ -19,7 +19,7 @@ from ctxc.reader import ReadOptions
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
 from ctxc.terminal import one_line
-from ctxc.tokens import USAGE_TOKENIZER, Counter
+from ctxc.tokens import USAGE_TOKENIZER
 from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
 Status = Literal["ok", "near", "over", "error"]
@@ -177,7 +177,6 @@ def check_file(
     budget: Budget,
     *,
     tokenizer: str = "o200k_base",
-    counter: Counter | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
@@ -194,7 +193,7 @@ def check_file(
         a = analyze(
             path,
             # One counter per process and setting.
-            counter=counter or process_counter(tokenizer, use_cache, budget.model, 1),
+            counter=process_counter(tokenizer, use_cache, budget.model, 1),
             tokenizer=tokenizer,
             window=window,
             model=model,

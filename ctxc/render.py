@@ -280,12 +280,6 @@ def boundary_lines(a: Analysis) -> list[Any]:
     return out
 
 
-def print_table(console: Any, table: Any, **fitting: Any) -> None:
-    """Print a rich ``table`` with every value whole within the console's width (``fitting``: the options of
-    :class:`Fitted`)."""
-    console.print(Fitted(table, **fitting))
-
-
 @dataclass
 class Late:
     """A renderable shown only once ``delay`` seconds have passed since it was made: a quick run ends
