@@ -131,15 +131,13 @@ class CheckReport:
         return int(ExitCode.OK)
 
     def headline(self) -> str:
-        """The summary with the budget and tokenizer: the last line of every rendering."""
-        return f"{self.summary()}; budget {self.budget.describe()}, {self.tokenizer}"
-
-    def summary(self) -> str:
-        """``4 files: 1 over, 1 near, 1 ok, 1 unreadable``."""
+        """``4 files: 1 over, 1 near, 1 ok, 1 unreadable; budget ..., o200k_base``: the last line of every
+        rendering."""
         parts = [f"{self.count('over')} over", f"{self.count('near')} near", f"{self.count('ok')} ok"]
         if self.count("error"):
             parts.append(f"{self.count('error')} unreadable")
-        return f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}: " + ", ".join(parts)
+        files = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}"
+        return f"{files}: {', '.join(parts)}; budget {self.budget.describe()}, {self.tokenizer}"
 
 
 def verdict(a: Analysis, budget: Budget, crossing: Callable[[int], int | None]) -> FileCheck:

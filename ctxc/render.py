@@ -173,7 +173,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     note = f"  (largest conversation; {a.total_tokens:,} tokens in all)" if several else ""
     out.append(_stage_line(a, f" of a {a.window:,} window" + (f" ({source})" if source else ""), note))
     out.extend(_apart_lines(a))
-    out.append(SideBySide(*_group_tables(a)))
+    out.append(SideBySide(_group_tables(a)))
     if show_messages or a.largest:  # --top 0 asks for no table, not an empty one
         out.append(_message_table(a, show_messages))
     if a.usage:
@@ -294,11 +294,11 @@ class Late:
             yield self.inner
 
 
+@dataclass
 class SideBySide:
     """Small tables side by side when they fit the width, else one after another."""
 
-    def __init__(self, *tables: Any) -> None:
-        self.tables = tables
+    tables: list[Any]
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.measure import Measurement

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
             exc.show()  # type: ignore[attr-defined]
         else:  # ctxc's one line, naming the help to read (not click's four lines)
             ctx = getattr(exc, "ctx", None)
-            message = str(exc.format_message() if hasattr(exc, "format_message") else exc).rstrip(".")
+            message = exc.format_message().rstrip(".")
             message = message.replace(":\n\t", ": ").replace(",\n\t", ", ")  # click lists choices a line each
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             sys.stderr.write(one_line(f"ctxc: error: {message}{hint}") + "\n")
