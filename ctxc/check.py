@@ -19,7 +19,7 @@ from ctxc.reader import ReadOptions
 from ctxc.report import Analysis
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds
 from ctxc.terminal import one_line
-from ctxc.tokens import USAGE_TOKENIZER, Counter
+from ctxc.tokens import USAGE_TOKENIZER
 from ctxc.usage_scan import crossing_line, scan_usage, usage_analysis
 
 Status = Literal["ok", "near", "over", "error"]
@@ -131,15 +131,13 @@ class CheckReport:
         return int(ExitCode.OK)
 
     def headline(self) -> str:
-        """The summary with the budget and tokenizer: the last line of every rendering."""
-        return f"{self.summary()}; budget {self.budget.describe()}, {self.tokenizer}"
-
-    def summary(self) -> str:
-        """``4 files: 1 over, 1 near, 1 ok, 1 unreadable``."""
+        """``4 files: 1 over, 1 near, 1 ok, 1 unreadable; budget ..., o200k_base``: the last line of every
+        rendering."""
         parts = [f"{self.count('over')} over", f"{self.count('near')} near", f"{self.count('ok')} ok"]
         if self.count("error"):
             parts.append(f"{self.count('error')} unreadable")
-        return f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}: " + ", ".join(parts)
+        files = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}"
+        return f"{files}: {', '.join(parts)}; budget {self.budget.describe()}, {self.tokenizer}"
 
 
 def verdict(a: Analysis, budget: Budget, crossing: Callable[[int], int | None]) -> FileCheck:
@@ -177,7 +175,6 @@ def check_file(
     budget: Budget,
     *,
     tokenizer: str = "o200k_base",
-    counter: Counter | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     input_format: str | None = None,
     options: ReadOptions = ReadOptions(),
@@ -194,7 +191,7 @@ def check_file(
         a = analyze(
             path,
             # One counter per process and setting.
-            counter=counter or process_counter(tokenizer, use_cache, budget.model, 1),
+            counter=process_counter(tokenizer, use_cache, budget.model, 1),
             tokenizer=tokenizer,
             window=window,
             model=model,

@@ -4,7 +4,6 @@ ctxc's entries are recognised by their command, so installing is idempotent."""
 from __future__ import annotations
 
 import difflib
-import os
 import shlex
 import stat
 import sys
@@ -40,13 +39,9 @@ class SettingsChange:
         return "".join(difflib.unified_diff(before, after, fromfile=str(self.path), tofile=str(self.path)))
 
 
-def settings_path(scope: str, cwd: str | os.PathLike[str] | None = None) -> Path:
-    """Claude Code's user settings (``~/.claude/settings.json``) or the project's (``./.claude/...``)."""
-    if scope == "user":
-        return claude_home() / "settings.json"
-    if scope == "project":
-        return Path(cwd or os.getcwd()) / ".claude" / "settings.json"
-    raise ValueError(f"unknown scope {scope!r}")
+def settings_path(project: bool) -> Path:
+    """Claude Code's settings: the project's (``./.claude/settings.json``) or the user's."""
+    return (Path.cwd() / ".claude" if project else claude_home()) / "settings.json"
 
 
 def _is_ours(hook: Any) -> bool:

@@ -372,18 +372,15 @@ def atomic_output(
         raise
 
 
-def sweep_stale_temps(directory: str | os.PathLike[str], name: str | None = None) -> list[Path]:
+def sweep_stale_temps(directory: str | os.PathLike[str], name: str | None = None) -> None:
     """Remove the temporary files (``.<name>.<pid>.<random>.ctxc-tmp``) that killed runs left under
     ``directory`` (only those of the file ``name`` in it, when given); a live process's are left alone."""
-    removed: list[Path] = []
     root = Path(directory)
     if not root.is_dir():
-        return removed
+        return
     found = root.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}") if name else root.rglob(f".*{TEMP_SUFFIX}")
     for tmp in found:
         parts = tmp.name.split(".")  # ['', name..., pid, random, 'ctxc-tmp']
         if len(parts) >= 5 and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             with contextlib.suppress(OSError):
                 tmp.unlink()
-                removed.append(tmp)
-    return removed

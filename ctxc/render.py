@@ -173,7 +173,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
     note = f"  (largest conversation; {a.total_tokens:,} tokens in all)" if several else ""
     out.append(_stage_line(a, f" of a {a.window:,} window" + (f" ({source})" if source else ""), note))
     out.extend(_apart_lines(a))
-    out.append(SideBySide(*_group_tables(a)))
+    out.append(SideBySide(_group_tables(a)))
     if show_messages or a.largest:  # --top 0 asks for no table, not an empty one
         out.append(_message_table(a, show_messages))
     if a.usage:
@@ -185,9 +185,7 @@ def render_analysis(a: Analysis, *, show_messages: bool = False) -> list[Any]:
             f"output {u.output:,}" + (f", window {u.window:,}" if u.window else "")
         )
         out.append(Text.assemble(("recorded usage: ", "bold"), figures))
-        if u.cost is not None:
-            out.append(Text(cost_line(u.cost)))
-    out.extend(boundary_lines(a))
+    out.extend(recorded_lines(a))
     if a.versus_o200k is not None and a.versus_o200k[2] is not None:
         claude, o200k, ratio = a.versus_o200k
         out.append(Text(f"{a.tokenizer}: {claude:,} tokens vs o200k_base {o200k:,}: ratio {ratio:.3f}"))
@@ -267,23 +265,18 @@ def _apart_lines(a: Analysis) -> list[Any]:
     return [Text(line, style="dim") for line in lines]
 
 
-def boundary_lines(a: Analysis) -> list[Any]:
-    """One line per compaction the log itself recorded (kind, trigger, the context it recorded then: not
-    the counted history, which the line above the table gives)."""
+def recorded_lines(a: Analysis) -> list[Any]:
+    """What the recorded calls cost, then one line per compaction the log itself recorded (kind, trigger, the
+    context it recorded then: not the counted history, which the line above the table gives)."""
     from rich.text import Text
 
-    out: list[Any] = []
+    cost = a.usage.cost if a.usage else None
+    out: list[Any] = [] if cost is None else [Text(cost_line(cost))]
     for b in compactions(a.boundaries):
         trigger = f" ({b.trigger})" if b.trigger else ""
         before = f", at a recorded context of {b.pre_tokens:,} tokens" if b.pre_tokens else ""
         out.append(Text(f"compaction in log: line {b.line} {b.kind}{trigger}{before}", style="bold"))
     return out
-
-
-def print_table(console: Any, table: Any, **fitting: Any) -> None:
-    """Print a rich ``table`` with every value whole within the console's width (``fitting``: the options of
-    :class:`Fitted`)."""
-    console.print(Fitted(table, **fitting))
 
 
 @dataclass
@@ -300,11 +293,11 @@ class Late:
             yield self.inner
 
 
+@dataclass
 class SideBySide:
     """Small tables side by side when they fit the width, else one after another."""
 
-    def __init__(self, *tables: Any) -> None:
-        self.tables = tables
+    tables: list[Any]
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.measure import Measurement
@@ -348,9 +341,7 @@ def render_usage(a: Analysis) -> list[Any]:
         + (f"; recorded window {u.window:,}" if u.window else "")
     )
     out.append(Text.assemble((f"{u.calls:,} API call{'' if u.calls == 1 else 's'}", "bold"), figures))
-    if u.cost is not None:
-        out.append(Text(cost_line(u.cost)))
-    out.extend(boundary_lines(a))
+    out.extend(recorded_lines(a))
     if a.skipped_lines:
         out.append(Text(f"{a.skipped_lines} invalid usage line(s) skipped", style="yellow"))
     return out

@@ -198,9 +198,8 @@ class Fitted:
             return
         # Stacking a column is better than leaving it out, which is better than folding a word; folding is
         # better than a block per row.
-        attempts = [((), [*stacked, *layouts])] + ([(fold, [*stacked, *layouts])] if fold else [])
-        for folding, tries in attempts:
-            for narrower in tries:
+        for folding in ((), fold) if fold else ((),):
+            for narrower in [*stacked, *layouts]:
                 if _fit(console, options, narrower, folding):
                     yield narrower
                     return

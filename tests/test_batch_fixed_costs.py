@@ -152,9 +152,9 @@ def test_a_batch_lists_each_output_folder_once(tmp_path: Path, monkeypatch: pyte
     calls: list[tuple[str, str | None]] = []
     real = ctxc.output.sweep_stale_temps
 
-    def counted(directory: str | os.PathLike[str], name: str | None = None) -> list[Path]:
+    def counted(directory: str | os.PathLike[str], name: str | None = None) -> None:
         calls.append((str(directory), name))
-        return real(directory, name)
+        real(directory, name)
 
     monkeypatch.setattr(ctxc.output, "sweep_stale_temps", counted)
     monkeypatch.setattr(ctxc.compact_batch, "sweep_stale_temps", counted)

@@ -77,18 +77,12 @@ def analyze(
     workers = resolve_jobs(jobs, files)
     job = AnalyzeJob(
         "",
-        tokenizer=tokenizer,
+        **opt.pick(locals(), "tokenizer model window input_format top forecast prices"),
         use_cache=not no_cache,
-        model=model,
-        window=window,
         thresholds=opt.parse_thresholds(thresholds),
-        input_format=input_format,
         read_options=options,
-        top=top,
         # Worker processes already fill the cores; threads inside each would only contend.
         concurrency=concurrency if workers == 1 or tokenizer == "anthropic" else 1,
-        forecast=forecast,
-        prices=prices,
     )
     results, errors, failed = run_one_or_many(
         [(f, replace(job, path=f)) for f in files],

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import copy
-import functools
 import importlib
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
@@ -23,8 +21,8 @@ from ctxc.terminal import one_line
 COMMAND_MODULES = "analyze compact convert archive info sessions eval check agent replay hooks"
 
 
-#: Help panels of the commands with too many options for one list, by parameter name; the command's
-#: signature lists its options panel by panel, in the order help shows them.
+#: Help panels of compact's options, too many for one list; its signature lists them panel by panel,
+#: in the order help shows them.
 _COMPACT_PANELS = {
     "Input": "input_format skip_invalid max_line_mb",
     "Target": "target_tokens target_ratio model window keep_last pin tokenizer thresholds allow_over "
@@ -35,39 +33,34 @@ _COMPACT_PANELS = {
     "Batch": "out_dir in_place glob jobs fail_fast force",
     "Archive": "no_index archive",
 }
-HELP_PANELS: dict[str, dict[str, str]] = {
-    "compact": {name: panel for panel, names in _COMPACT_PANELS.items() for name in names.split()}
-}
 
 
-def _help_to_stdout(format_help: Callable[[], None]) -> None:
-    """Run ``format_help``, which rich prints straight to stdout: a full disk is an output error (exit 7)."""
-    try:
-        format_help()
-    except OSError as exc:
-        raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+class _HelpToStdout:
+    """Help written as any other output: rich prints it straight to stdout, so a full disk is an output
+    error (exit 7)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        try:
+            super().format_help(ctx, formatter)  # type: ignore[misc]
+        except OSError as exc:
+            raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
 
 
-class _Group(typer.core.TyperGroup):
+class _Group(_HelpToStdout, typer.core.TyperGroup):
     """A command group whose help is written as any other output."""
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
 
-
-class _Command(typer.core.TyperCommand):
+class _Command(_HelpToStdout, typer.core.TyperCommand):
     """A command whose usage line names a required argument plainly (``REF``, not typer's ``{REF}``),
-    and whose options go in the panels :data:`HELP_PANELS` gives it."""
-
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        _help_to_stdout(functools.partial(super().format_help, ctx, formatter))
+    and whose options (compact's) go in help panels."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        panels = HELP_PANELS.get(self.name or "", {})
-        for param in self.params:
-            if param.name in panels:
-                param.rich_help_panel = panels[param.name]  # type: ignore[attr-defined]
+        if self.name == "compact":
+            for panel, names in _COMPACT_PANELS.items():
+                for param in self.params:
+                    if param.name in names.split():
+                        param.rich_help_panel = panel  # type: ignore[attr-defined]
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)
@@ -147,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
             exc.show()  # type: ignore[attr-defined]
         else:  # ctxc's one line, naming the help to read (not click's four lines)
             ctx = getattr(exc, "ctx", None)
-            message = str(exc.format_message() if hasattr(exc, "format_message") else exc).rstrip(".")
+            message = exc.format_message().rstrip(".")
             message = message.replace(":\n\t", ": ").replace(",\n\t", ", ")  # click lists choices a line each
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             sys.stderr.write(one_line(f"ctxc: error: {message}{hint}") + "\n")

@@ -10,7 +10,6 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
-from ctxc.output import dumps, envelope, write_stdout
 from ctxc.terminal import stderr_console
 
 EPILOG = opt.examples(
@@ -141,17 +140,9 @@ def eval_command(
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
     from ctxc.evaluate import EvalOptions, sources_from
 
+    same = "seed generated needles window keep_last tokenizer search_k search_scope hybrid skip_invalid"
     options = EvalOptions(
-        seed=seed,
-        generated=generated,
-        needles=needles,
-        window=window,
-        keep_last=keep_last,
-        tokenizer=tokenizer,
-        search_k=search_k,
-        search_scope=search_scope,
-        hybrid=hybrid,
-        skip_invalid=skip_invalid,
+        **opt.pick(locals(), same),  # the flags named as the options they set
         strategies=tuple(s.strip() for s in (strategies or "").split(",") if s.strip()),
         targets=_floats(targets, "--targets"),
         use_cache=not no_cache,
@@ -165,7 +156,7 @@ def eval_command(
         )
     report = _run(sources_from(paths or [], options), options, archive, judged, quiet)
     if opt.table_on_terminal(fmt) == "json":
-        write_stdout(dumps(_to_json(report, options)))
+        _print_json(report, options)
     else:
         _render(report)
 
@@ -195,12 +186,12 @@ def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: boo
     return report
 
 
-def _to_json(report: Any, options: Any) -> dict[str, Any]:
+def _print_json(report: Any, options: Any) -> None:
     lost = [
         {"source": c.source, "strategy": c.strategy, "target_ratio": c.target_ratio, "needle": n.value}
         for c, n in report.lost_needles()
     ]
-    return envelope(
+    opt.print_json(
         "eval",
         options=asdict(options),
         planted={k: {"planted": v[0], "asked": v[1]} for k, v in report.planted.items()},

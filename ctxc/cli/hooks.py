@@ -39,9 +39,7 @@ opt.app.add_typer(hooks_app, name="hooks")
 def _change(install: bool, project: bool, dry_run: bool, quiet: bool) -> None:
     from ctxc.hooks import change_settings, settings_path
 
-    change = change_settings(
-        settings_path("project" if project else "user"), install=install, dry_run=dry_run
-    )
+    change = change_settings(settings_path(project), install=install, dry_run=dry_run)
     if dry_run and change.changed:
         write_stdout(change.diff().encode())
     elif quiet:

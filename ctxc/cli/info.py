@@ -6,6 +6,7 @@ import dataclasses
 from typing import Annotated
 
 from ctxc.cli import options as opt
+from ctxc.terminal import Fitted
 
 STRATEGIES_EPILOG = opt.examples(
     "ctxc strategies",
@@ -33,11 +34,11 @@ def strategies(
 
 def _print_list(columns: tuple[str, str], rows: list[tuple[str, str]]) -> None:
     """Names in bold, each with its description, and no header."""
-    from ctxc.render import make_table, print_table
+    from ctxc.render import make_table
 
     table = make_table(columns, rows, box=None, show_header=False, pad_edge=False)
     table.columns[0].style = "bold"
-    print_table(opt.stdout_console(), table, fold=("description",))
+    opt.stdout_console().print(Fitted(table, fold=("description",)))
 
 
 FORMATS_EPILOG = opt.examples(

@@ -15,7 +15,7 @@ from ctxc._version import __version__
 from ctxc.errors import OutputError, UsageError
 from ctxc.output import CheckedStdout, dumps, envelope, write_stdout
 from ctxc.reader import ReadOptions
-from ctxc.terminal import one_line, stderr_console, visible_console, width_for
+from ctxc.terminal import Fitted, one_line, stderr_console, visible_console, width_for
 
 
 def examples(*commands: str, note: str = "") -> str:
@@ -122,12 +122,12 @@ def print_rows(
     stack: Sequence[str] = (),
     **table: Any,
 ) -> None:
-    """``rows`` as a table (see :func:`ctxc.render.make_table`) fitted to ``console``, stdout's by default."""
-    from ctxc.render import make_table, print_table
+    """``rows`` as a table (``table``: the options of :func:`ctxc.render.make_table`) fitted to ``console``,
+    stdout's by default, every value whole (the other options are :class:`~ctxc.terminal.Fitted`'s)."""
+    from ctxc.render import make_table
 
-    out = console or stdout_console()
-    fitting = {"optional": optional, "keys": keys, "fold": fold, "stack": stack}
-    print_table(out, make_table(columns, rows, **table), **fitting)
+    fitted = Fitted(make_table(columns, rows, **table), optional=optional, keys=keys, fold=fold, stack=stack)
+    (console or stdout_console()).print(fitted)
 
 
 def pick(values: Mapping[str, Any], names: str) -> dict[str, Any]:

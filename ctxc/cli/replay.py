@@ -8,7 +8,7 @@ import typer
 
 from ctxc.cli import options as opt
 from ctxc.errors import UsageError
-from ctxc.output import atomic_output, check_output, dumps, envelope, write_stdout
+from ctxc.output import atomic_output, check_output
 from ctxc.stages import DEFAULT_THRESHOLDS_TEXT
 from ctxc.terminal import one_line
 
@@ -69,21 +69,15 @@ def replay_command(
         if not have_matplotlib():  # a file asked for and not written would be a silent failure
             raise UsageError(f"--plot {plot_file} needs matplotlib: pip install 'ctxc[plot]'")
     manager = ContextManager(
-        model=model,
-        window=window,
-        strategy=strategy,
-        reminders=reminders,
-        trigger=trigger,
+        **opt.pick(locals(), "model window strategy reminders trigger target_ratio tokenizer"),
         keep_last=4 if keep_last is None else keep_last,
-        target_ratio=target_ratio,
         thresholds=opt.parse_thresholds(thresholds),
         settings=opt.parse_sets(settings or []),
-        tokenizer=tokenizer,
     )
     transcript = opt.load_transcript(path, input_format, skip_invalid, max_line_mb)
     r = replay(transcript, manager, conversation=conversation)
     if opt.table_on_terminal(fmt) == "json":
-        write_stdout(dumps(envelope("replay", **replay_to_json(r))))
+        opt.print_json("replay", **replay_to_json(r))
     else:
         _print_replay(r, turns)
     if plot_file:

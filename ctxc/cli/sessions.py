@@ -13,7 +13,7 @@ from ctxc.cli import options as opt
 from ctxc.errors import UsageError
 from ctxc.output import write_stdout
 from ctxc.sessions import find_sessions
-from ctxc.terminal import one_line
+from ctxc.terminal import Fitted, one_line
 
 EPILOG = opt.examples(
     "ctxc sessions                                  # every session, newest first",
@@ -103,7 +103,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
     """One table per project, so each row fits 80 columns with every value whole."""
     from rich.text import Text
 
-    from ctxc.render import dollars, make_table, print_table
+    from ctxc.render import dollars, make_table
 
     console = opt.stdout_console()
     if not rows:
@@ -135,7 +135,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
         table = make_table(columns, cells, right=columns[3:], box=None, pad_edge=False)
         for column in table.columns:
             column.no_wrap = True
-        print_table(console, table, optional=("size", "cost"), keys=1)
+        console.print(Fitted(table, optional=("size", "cost"), keys=1))
 
 
 def _local_minute(stamp: str) -> str:
