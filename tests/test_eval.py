@@ -204,6 +204,36 @@ def test_eval_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (tmp_path / "a" / "search.sqlite").is_file()  # --archive keeps it
 
 
+def test_eval_cli_goes_on_past_a_bad_file_as_the_batch_commands_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_bytes((SAMPLES / "codex.jsonl").read_bytes())
+    bad = logs / "b.jsonl"
+    bad.write_bytes(b'{"role": "user", "content": "hi"}\n{not json\n')
+    args = ("eval", str(logs), "--strategies", "fifo", "--targets", "0.25", "-q")
+    assert run(*args, "-f", "json") == ExitCode.PARTIAL
+    out, err = capsys.readouterr()
+    doc = orjson.loads(out)
+    assert {c["source"] for c in doc["cases"]} == {str(logs / "a.jsonl")}  # the good file, evaluated
+    assert doc["errors"] == [{"path": str(bad), "error": doc["errors"][0]["error"], "exit_code": 3}]
+    assert doc["errors"][0]["error"].startswith(f"{bad}:2: not valid JSON")
+    assert doc["exit_code"] == ExitCode.PARTIAL
+    assert err.splitlines() == [f"ctxc: error: {doc['errors'][0]['error']}"]  # one line, file and line
+    assert run(*args, "-f", "table") == ExitCode.PARTIAL
+    assert "fifo" in capsys.readouterr().out
+    # --fail-fast, or a single file: that file's own code, as the batch commands.
+    assert run(*args, "--fail-fast") == ExitCode.INPUT
+    assert run("eval", str(bad), "--strategies", "fifo") == ExitCode.INPUT
+    assert f"{bad}:2:" in capsys.readouterr().err
+    # A missing file among others is a failed file too; the library reports it the same way.
+    options = EvalOptions(strategies=("fifo",), targets=(0.25,))
+    report = run_eval([str(tmp_path / "nope.jsonl"), str(logs / "a.jsonl")], options)
+    assert [(f.path, f.exit_code) for f in report.failed] == [(str(tmp_path / "nope.jsonl"), 3)]
+    assert [c.source for c in report.cases] == [str(logs / "a.jsonl")]
+
+
 def test_eval_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("eval", "--strategies", "nope") == ExitCode.USAGE
     assert run("eval", "--targets", "0,2") == ExitCode.USAGE

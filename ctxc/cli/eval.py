@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ctxc.cli import options as opt
-from ctxc.errors import UsageError
+from ctxc.errors import ExitCode, UsageError
 from ctxc.terminal import stderr_console
 
 EPILOG = opt.examples(
@@ -135,6 +135,7 @@ def eval_command(
     fmt: opt.TableOrJsonOpt = None,
     no_cache: Annotated[bool, opt.flag("--no-cache", "Do not use the token and answer caches.")] = False,
     skip_invalid: opt.SkipInvalidOpt = False,
+    fail_fast: opt.FailFastOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr.")] = False,
 ) -> None:
     """Evaluate compaction strategies: needle recovery, intent, survival, validity, budget, cost."""
@@ -154,17 +155,34 @@ def eval_command(
         judged = make_judge(
             judge, model=judge_model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache
         )
-    report = _run(sources_from(paths or [], options), options, archive, judged, quiet)
+    sources = sources_from(paths or [], options)
+    # As the batch commands: a bad file among several is reported and the rest evaluated (exit 12).
+    stop = fail_fast or len(sources) == 1
+    report = _run(sources, options, archive, judged, quiet, fail_fast=stop)
+    exit_code = int(ExitCode.PARTIAL) if report.failed else 0
     if opt.table_on_terminal(fmt) == "json":
-        _print_json(report, options)
-    else:
+        _print_json(report, options, exit_code)
+    elif report.cases:
         _render(report)
+    raise typer.Exit(exit_code)
 
 
-def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: bool) -> Any:
-    """The evaluation, with a spinner on stderr when it is a terminal (once it takes over a second)."""
+def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: bool, *, fail_fast: bool) -> Any:
+    """The evaluation, with a spinner on stderr when it is a terminal (once it takes over a second), and
+    each file that cannot be read reported there as it is met."""
+    from functools import partial
+
     from ctxc.evaluate import run_eval
 
+    run = partial(
+        run_eval,
+        sources,
+        options,
+        archive=archive,
+        judge=judge,
+        fail_fast=fail_fast,
+        on_failed=lambda f: opt.note(f"ctxc: error: {f.error}"),
+    )
     if sys.stderr.isatty() and not quiet:
         from rich.live import Live
         from rich.spinner import Spinner
@@ -177,16 +195,16 @@ def _run(sources: Any, options: Any, archive: str | None, judge: Any, quiet: boo
             spinner.update(text=text)
 
         with Live(Late(spinner), console=stderr_console(), transient=True, refresh_per_second=12.5):
-            report = run_eval(sources, options, archive=archive, judge=judge, progress=progress)
+            report = run(progress=progress)
     else:
-        report = run_eval(sources, options, archive=archive, judge=judge)
+        report = run()
     for name, (got, wanted) in report.planted.items():
         if got < wanted and not quiet:
             opt.note(f"ctxc: {name}: room for {got} of {wanted} needles (too few removable messages)")
     return report
 
 
-def _print_json(report: Any, options: Any) -> None:
+def _print_json(report: Any, options: Any, exit_code: int) -> None:
     lost = [
         {"source": c.source, "strategy": c.strategy, "target_ratio": c.target_ratio, "needle": n.value}
         for c, n in report.lost_needles()
@@ -198,4 +216,6 @@ def _print_json(report: Any, options: Any) -> None:
         summary=[r.to_json() for r in report.rows()],
         lost=lost,
         cases=[c.to_json() for c in report.cases],
+        errors=[f.to_json() for f in report.failed],
+        exit_code=exit_code,
     )

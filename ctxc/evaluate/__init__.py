@@ -188,10 +188,24 @@ def _row(strategy: str, target: float, cases: list[Case]) -> Row:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedSource:
+    """A transcript that could not be read or planted, so no case measures it: as the batch commands
+    report a failed file (``error`` names the file and line)."""
+
+    path: str
+    error: str
+    exit_code: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class EvalReport:
     options: EvalOptions
     cases: tuple[Case, ...]
     planted: Mapping[str, tuple[int, int]]  # per source: needles planted, asked for
+    failed: tuple[FailedSource, ...] = ()
 
     def rows(self) -> list[Row]:
         groups: dict[tuple[str, float], list[Case]] = {}
@@ -204,19 +218,24 @@ class EvalReport:
         return [(c, n) for c in self.cases for n in c.needles if not n.recovered]
 
 
-def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source]:
-    """The files of ``paths`` (directories walked), or generated sessions when there are none."""
+def sources_from(paths: Sequence[str], options: EvalOptions) -> list[Source | str]:
+    """The files of ``paths`` (directories walked; :func:`run_eval` reads them), or generated sessions
+    when there are none."""
     if not paths:
-        return generate(options.seed, options.generated)
-    out: list[Source] = []
-    for p in expand_paths(list(paths)):
-        if p == "-":
-            raise UsageError("ctxc eval reads files, not stdin (it needs a name and several passes)")
-        try:
-            out.append(Source(*read_all(p)))  # its errors, as every command's: "no such file", a folder
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", path=p) from exc
-    return out
+        return list(generate(options.seed, options.generated))
+    files = expand_paths(list(paths))
+    if "-" in files:
+        raise UsageError("ctxc eval reads files, not stdin (it needs a name and several passes)")
+    return list(files)
+
+
+def _read(src: Source | str) -> Source:
+    if isinstance(src, Source):
+        return src
+    try:
+        return Source(*read_all(src))  # its errors, as every command's: "no such file", a folder
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=src) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,17 +345,37 @@ def _measure(
 
 
 def run_eval(
-    sources: Sequence[Source],
+    sources: Sequence[Source | str],
     options: EvalOptions = EvalOptions(),
     *,
     archive: str | Path | None = None,
     judge: Judge | None = None,
     progress: Callable[[str], None] | None = None,
+    fail_fast: bool = False,
+    on_failed: Callable[[FailedSource], None] | None = None,
 ) -> EvalReport:
-    """Plant, compact with every strategy to every target, search, measure (in ``archive`` if given)."""
+    """Plant, compact with every strategy to every target, search, measure (in ``archive`` if given).
+    ``sources`` are transcripts or file paths; one that cannot be read goes to the report's ``failed``
+    (and to ``on_failed``, before any measuring) and the others are still measured, unless
+    ``fail_fast``: then its error is raised."""
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
-    prepared = [_prepare(src, options, counter) for src in sources]
+    prepared: list[_Prepared] = []
+    failed: list[FailedSource] = []
+    for src in sources:
+        try:
+            prepared.append(_prepare(_read(src), options, counter))
+        except UsageError:
+            raise  # wrong for every file: stop at once
+        except CtxcError as exc:
+            if fail_fast:
+                raise
+            name = src.name if isinstance(src, Source) else src
+            where = "" if exc.path is not None else f"{name}: "  # the error names its file itself
+            failure = FailedSource(exc.path or name, where + str(exc), int(exc.exit_code))
+            failed.append(failure)
+            if on_failed is not None:
+                on_failed(failure)
     measured: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
     temporary = tempfile.TemporaryDirectory(prefix="ctxc-eval-") if archive is None else None
     with temporary or contextlib.nullcontext(str(archive)) as directory:
@@ -359,7 +398,7 @@ def run_eval(
         )
         cases.append(case if case.error is not None else replace(case, needles=tuple(outcomes)))
     planted = {p.source.name: (len(p.planted.needles), options.needles) for p in prepared}
-    return EvalReport(options, tuple(cases), planted)
+    return EvalReport(options, tuple(cases), planted, tuple(failed))
 
 
 def _search_ranks(
