@@ -14,7 +14,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
@@ -348,12 +348,16 @@ class ArchiveStore:
             )
 
     def record_run(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """Append one manifest line (under the lock, one write, fsynced)."""
+        """Append one manifest line (under the lock, one write, fsynced); an input file named relative
+        to this directory is also recorded by its absolute path, ``input_abspath``."""
         full = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "ctxc_version": __version__,
             **entry,
         }
+        typed = full.get("input_path")
+        if isinstance(typed, str) and (absolute := absolute_path(typed)) != typed:
+            full["input_abspath"] = absolute
         try:
             append_jsonl(self.root / "manifest.jsonl", full)
         except OSError as exc:
@@ -412,6 +416,22 @@ class ArchiveStore:
         if match:
             return _first(self.resolve(match.group(1)), made_from)
         return None
+
+
+def absolute_path(name: str) -> str:
+    """A file named relative to this directory as its absolute path (so the original's folder is known
+    from anywhere: two sessions called ``s.jsonl`` in two folders are told apart); anything else as is."""
+    if name and not os.path.isabs(name) and os.path.isfile(name):
+        return os.path.abspath(name)
+    return name
+
+
+def recorded_path(entry: Mapping[str, Any]) -> str | None:
+    """The path a manifest line says its input was read from: absolute where the run knew it."""
+    for key in ("input_abspath", "input_path"):
+        if isinstance(value := entry.get(key), str):
+            return value
+    return None
 
 
 def _file_sha256(path: Path) -> str | None:

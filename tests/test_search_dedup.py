@@ -1,5 +1,6 @@
-"""A chain of compactions archives each original, the later ones repeating what the earlier runs kept:
-a search shows each distinct message once, cited from the first original that held it."""
+"""A chain of compactions archives each original, the later ones repeating what the earlier runs kept,
+and two sessions can say the same thing: a search shows each distinct message once, cited from the first
+original that held it, naming the others (``also_in``) and every path each was archived from."""
 
 from __future__ import annotations
 
@@ -80,3 +81,74 @@ def test_show_names_the_original_by_the_absolute_path_a_search_hit_gives(
     code, out, err = run(capsys, "show", f"{ident}:0", "--archive", arc, "--format", "json")
     assert code == 0, err
     assert json.loads(out)["source"] == hit["source"]
+
+
+def _two_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path, Path]:
+    """Two sessions that open with the same request (one the sample, one a shorter take on it), each
+    compacted into one archive from a folder of its own, under the same file name."""
+    arc = tmp_path / "arc"
+    lines = (SAMPLES / "chat-anthropic.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    first, second = tmp_path / "a" / "session.jsonl", tmp_path / "b" / "session.jsonl"
+    for path, text in ((first, "".join(lines)), (second, "".join(lines[:2]) + _FOLLOW_UP)):
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+        compact(capsys, path, path.with_name("out.jsonl"), arc)
+    return first, second, arc
+
+
+_FOLLOW_UP = '{"role":"assistant","content":"Which export, orders or settlements?"}\n'
+_REQUEST = "엑셀에서 한글이 전부 깨져요"
+
+
+def test_a_message_in_several_sessions_is_one_hit_that_names_every_session_holding_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second, arc = _two_sessions(tmp_path, capsys)
+    hit = _hits(capsys, arc, _REQUEST, 1)[0]
+    assert (hit["archive_id"], hit["source"], hit["message"]) == (
+        sha256_hex(first.read_bytes()),
+        str(first),
+        1,
+    )
+    assert hit["copies"] == 1
+    assert hit["also_in"] == [
+        {
+            "archive_id": sha256_hex(second.read_bytes()),
+            "ref": f"{sha256_hex(second.read_bytes())[:12]}:1",
+            "source": str(second),
+            "sources": [str(second)],
+            "message": 1,
+            "line": 2,
+        }
+    ]
+    code, out, err = run(capsys, "search", _REQUEST, "--archive", str(arc), "--limit", "1", "-f", "table")
+    assert code == 0, err
+    assert f"also in {sha256_hex(second.read_bytes())[:12]}:1" in " ".join(out.split())
+
+
+def test_an_original_archived_from_two_paths_names_both_before_and_after_a_reindex(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, _, arc = _two_sessions(tmp_path, capsys)
+    again = tmp_path / "c" / "copy.jsonl"
+    again.parent.mkdir()
+    shutil.copy(first, again)
+    monkeypatch.chdir(tmp_path)  # typed relative, as a user does: cited by absolute path all the same
+    compact(capsys, Path("c/copy.jsonl"), Path("c/out.jsonl"), arc)
+    monkeypatch.chdir(tmp_path.parent)
+    before = _hits(capsys, arc, _REQUEST, 1)[0]
+    assert (before["source"], before["sources"]) == (str(first), [str(first), str(again)])
+    code, _, err = run(capsys, "search", "--reindex", "--archive", str(arc))
+    assert code == 0, err
+    after = _hits(capsys, arc, _REQUEST, 1)[0]
+    assert after == before
+
+
+def test_a_run_that_did_not_index_adds_its_path_at_the_next_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, _, arc = _two_sessions(tmp_path, capsys)
+    again = tmp_path / "copy.jsonl"
+    shutil.copy(first, again)
+    compact(capsys, again, tmp_path / "copy.out", arc, "--no-index")
+    assert _hits(capsys, arc, _REQUEST, 1)[0]["sources"] == [str(first), str(again)]

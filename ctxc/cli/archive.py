@@ -98,12 +98,32 @@ def _render_hits(hits: list[Any], query: str) -> None:
             cell.append(visible(part), style="bold yellow" if i % 2 else None)
         cell.append("\n")
         cell.append(Text(one_line(h.context.split(". Request:", 1)[0]), style="dim"))  # the request: in json
+        if h.also_in:
+            cell.append(Text("\n" + _also_in(h.also_in), style="dim"))
         score = f"{h.score:.3g}" + (f"\nsim {h.similarity:.2f}" if h.similarity is not None else "")
-        # The original's file name (its folder is in the JSON): which session the hit is from.
-        rows.append(
-            (f"{h.ref}\nline {h.line}", one_line(PurePath(h.source).name or h.source), what, score, cell)
-        )
+        # The original's file names (their folders are in the JSON): which session the hit is from.
+        files = "\n".join(dict.fromkeys(_file_name(s) for s in h.sources or (h.source,)))
+        rows.append((f"{h.ref}\nline {h.line}", files, what, score, cell))
     opt.print_rows(("ref", "file", "what", "score", "snippet"), rows, show_lines=True, fold=("snippet",))
+
+
+#: Other copies of a hit's message a table names; the JSON lists them all.
+_ALSO_IN_SHOWN = 5
+
+
+def _file_name(source: str) -> str:
+    return one_line(PurePath(source).name or source)
+
+
+def _also_in(copies: Any) -> str:
+    """``also in 3f2a9c1b4d5e:1 (s.jsonl), …``: where else a hit's message is (refs ``ctxc show`` takes)."""
+    named = [f"{c.ref} ({_file_name(c.sources[0])})" if c.sources else c.ref for c in copies[:_ALSO_IN_SHOWN]]
+    more = (
+        f" and {len(copies) - _ALSO_IN_SHOWN} more (--format json lists them)"
+        if len(copies) > _ALSO_IN_SHOWN
+        else ""
+    )
+    return "also in " + ", ".join(named) + more
 
 
 @opt.app.command("search", epilog=SEARCH_EPILOG)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxc.archive_store import ArchiveStore, LockTimeout
+from ctxc.archive_store import ArchiveStore, LockTimeout, absolute_path, recorded_path
 from ctxc.errors import ArchiveError, CtxcError, UsageError
 from ctxc.formats import load
 from ctxc.model import ToolResultBlock, ToolUseBlock
@@ -69,9 +68,10 @@ def index_transcript(
 
 
 def _add_transcript(index: SearchIndex, archive_id: str, transcript: Transcript, source: str | None) -> int:
-    if index.has(archive_id):
-        return 0
     name = source if source is not None else transcript.source
+    if index.has(archive_id):  # the same bytes archived again, maybe from another path
+        index.add_sources(archive_id, [name])
+        return 0
     chunks = chunk_transcript(transcript, source=name)
     return index.add(
         archive_id, chunks, source=name, fmt=transcript.format, messages=len(transcript.messages)
@@ -93,20 +93,12 @@ def index_quietly(
     """:func:`index_transcript` for the archive's hooks (a large original in the background)."""
     if env_flag("CTXC_NO_INDEX"):
         return
-    source = _where(source or transcript.source)
+    source = absolute_path(source or transcript.source or "") or None
     with _quietly(archive.root, f"original {archive_id[:12]}"):
         if _in_background(archive, archive_id):
             index_later(archive.root, archive_id, fmt=transcript.format, source=source)
         else:
             index_transcript(archive, archive_id, transcript, source=source)
-
-
-def _where(name: str | None) -> str | None:
-    """A file named relative to this directory as its absolute path: a hit names its folder from anywhere
-    (two sessions called ``s.jsonl`` in two folders are told apart)."""
-    if name and not os.path.isabs(name) and os.path.isfile(name):
-        return os.path.abspath(name)
-    return name
 
 
 def note_blobs_quietly(archive: ArchiveStore, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
@@ -125,16 +117,16 @@ def index_recorded_quietly(archive: ArchiveStore, entry: Mapping[str, Any]) -> N
     ident = entry.get("archive_id") or entry.get("input_sha256")
     if env_flag("CTXC_NO_INDEX") or not isinstance(ident, str):
         return
-    entry = {**entry, "input_path": _where(entry_text(entry, "input_path"))}
     with _quietly(archive.root, f"original {ident[:12]}"):
         if any(e["archive_id"] == ident for e in queue_entries(archive.root)):
             return  # the background indexer has it
         with SearchIndex.for_archive(archive.root) as index:
             if index.has(ident):
+                index.add_sources(ident, [recorded_path(entry)])
                 return
             if _in_background(archive, ident):
-                fmt, source = entry_text(entry, "format"), entry_text(entry, "input_path")
-                index_later(archive.root, ident, fmt=fmt or "", source=source)
+                fmt = entry_text(entry, "format")
+                index_later(archive.root, ident, fmt=fmt or "", source=recorded_path(entry))
             else:
                 _index_object(archive, index, ident, entry)
 
@@ -161,9 +153,12 @@ def load_archived(data: bytes, name: str, fmt: str | None = None) -> Transcript:
 def _index_object(
     archive: ArchiveStore, index: SearchIndex, ident: str, entry: Mapping[str, Any]
 ) -> Transcript:
-    """Load the archived original ``entry`` describes and index it; returns the transcript."""
+    """Load the archived original ``entry`` describes and index it, with every path it was archived from
+    (``sources``, from :func:`_manifest_originals`, else the entry's own); returns the transcript."""
     transcript = load_archived(archive.read(ident), ident[:12], entry_text(entry, "format"))
-    _add_transcript(index, ident, transcript, entry_text(entry, "input_path"))
+    sources = entry.get("sources") or [recorded_path(entry)]
+    _add_transcript(index, ident, transcript, sources[0])
+    index.add_sources(ident, sources)
     return transcript
 
 
@@ -178,7 +173,9 @@ def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> boo
             for entry in entries:
                 ident = entry["archive_id"]
                 try:
-                    if not db.has(ident):
+                    if db.has(ident):
+                        db.add_sources(ident, [recorded_path(entry)])
+                    else:
                         _index_object(archive, db, ident, entry)
                 except _HOOK_ERRORS as exc:
                     _warn(archive.root, f"original {ident[:12]}", exc)
@@ -190,16 +187,27 @@ def index_queued(archive: ArchiveStore, index: SearchIndex | None = None) -> boo
 
 
 def _manifest_originals(archive: ArchiveStore) -> dict[str, dict[str, Any]]:
-    """The latest manifest entry of each archived original (by full archive id)."""
-    ids = ((e.get("archive_id") or e.get("input_sha256"), e) for e in archive.manifest())
-    return {ident: e for ident, e in ids if isinstance(ident, str) and len(ident) == 64}
+    """The latest manifest entry of each archived original (by full archive id, in the order they were
+    first archived), with ``sources``: every path it was archived from, in that order."""
+    originals: dict[str, dict[str, Any]] = {}
+    for e in archive.manifest():
+        ident = e.get("archive_id") or e.get("input_sha256")
+        if isinstance(ident, str) and len(ident) == 64:
+            sources = originals.get(ident, {}).get("sources", [])
+            path = recorded_path(e)
+            originals[ident] = {**e, "sources": [*sources, path] if path and path not in sources else sources}
+    return originals
 
 
 def sync(archive: ArchiveStore, index: SearchIndex, originals: Mapping[str, Mapping[str, Any]]) -> None:
-    """Index every original the manifest lists (``originals``) that the index lacks."""
-    have = index.archive_ids()
+    """Index every original the manifest lists (``originals``) that the index lacks, and every path an
+    indexed one was archived from that it lacks (a run with ``--no-index``)."""
+    have, known = index.archive_ids(), index.sources()
     for ident, entry in originals.items():
-        if ident not in have and archive.object_path(ident).exists():
+        if ident in have:
+            if missing := [s for s in entry["sources"] if s not in known.get(ident, ())]:
+                index.add_sources(ident, missing)
+        elif archive.object_path(ident).exists():
             try:
                 _index_object(archive, index, ident, entry)
             except CtxcError as exc:

@@ -21,8 +21,9 @@ from ctxc.sqlite_store import connect, immediate, in_batches, release
 
 INDEX_NAME = "search.sqlite"
 #: Bumped when the schema or the chunking changes; an index of another version is emptied, and the next
-#: search rebuilds it from the archive (4: the ``meta`` table that says so).
-SCHEMA_VERSION = 4
+#: search rebuilds it from the archive (4: the ``meta`` table that says so; 5: ``sources``, every path an
+#: original was archived from).
+SCHEMA_VERSION = 5
 #: BM25 weights of the FTS columns (about, body, context): the text counts more than its description.
 WEIGHTS = (0.3, 1.0, 0.0)
 #: Highlight markers in snippets (Markdown bold, which agents and terminals both read).
@@ -68,8 +69,29 @@ _SCHEMA = (
     " digest TEXT PRIMARY KEY, archive_id TEXT NOT NULL, message INTEGER NOT NULL, tool TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS vectors (chunk INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # In the order they were archived from (rowid): docs.source is the first.
+    "CREATE TABLE IF NOT EXISTS sources (archive_id TEXT NOT NULL, source TEXT NOT NULL,"
+    " UNIQUE (archive_id, source))",
 )
-_TABLES = ("docs", "chunks", "chunks_fts", "blobs", "vectors", "meta")
+_TABLES = ("docs", "chunks", "chunks_fts", "blobs", "vectors", "meta", "sources")
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Another place a hit's message is: an original (the paths it was archived from) and its index."""
+
+    archive_id: str
+    message: int
+    line: int
+    sources: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.archive_id[:12]}:{self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {k: getattr(self, k) for k in ("archive_id", "ref", "message", "line")}
+        return doc | {"source": self.sources[0] if self.sources else None, "sources": list(self.sources)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +119,8 @@ class Hit:
     chunk_id: int = 0  # the chunk's row in the index (not part of the JSON)
     digest: str = ""  # what the message says (:func:`message_digests`): hits of one digest are one message
     copies: int = 0  # other indexed copies of the message (later runs' originals repeat what earlier kept)
+    sources: tuple[str, ...] = ()  # every path the original was archived from, ``source`` first
+    also_in: tuple[Copy, ...] = ()  # the ``copies``: other originals (or places) holding the message
 
     @property
     def ref(self) -> str:
@@ -107,12 +131,17 @@ class Hit:
         doc = {k: getattr(self, k) for k in _JSON_KEYS + (("text",) if full else ())}
         similarity = None if self.similarity is None else round(self.similarity, 6)
         scores = {"score": round(self.score, 6), "bm25": round(self.bm25, 6), "similarity": similarity}
-        return doc | {"tool": self.tool or None, "part": self.part + 1} | scores
+        places = {
+            "sources": [s for s in self.sources or (self.source,) if s],
+            "also_in": [c.to_json() for c in self.also_in],
+        }
+        return doc | {"tool": self.tool or None, "part": self.part + 1} | scores | places
 
 
 _JSON_KEYS = (
     "archive_id", "ref", "source", "format", "conversation", "message", "line", "role", "kind", "tool",
-    "part", "parts", "context", "snippet", "score", "bm25", "similarity", "blob", "copies",
+    "part", "parts", "context", "snippet", "score", "bm25", "similarity", "blob", "copies", "sources",
+    "also_in",
 )  # fmt: skip
 
 
@@ -224,7 +253,32 @@ class SearchIndex:
                 "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (archive_id, kind, source, fmt, messages, len(rows), now),
             )
+            self._add_sources(archive_id, [source])
         return len(rows)
+
+    def add_sources(self, archive_id: str, sources: Iterable[str | None]) -> None:
+        """Record more paths an indexed original was archived from (the same bytes, compacted again
+        from elsewhere); a path it has is not added twice."""
+        with immediate(self.conn):
+            self._add_sources(archive_id, sources)
+
+    def _add_sources(self, archive_id: str, sources: Iterable[str | None]) -> None:
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO sources VALUES (?, ?)", [(archive_id, s) for s in sources if s]
+        )
+
+    def sources(self, archive_ids: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
+        """The paths each original (all, or those of ``archive_ids``) was archived from, first first."""
+        sql = "SELECT archive_id, source FROM sources{} ORDER BY rowid"
+        rows = (
+            self.conn.execute(sql.format(""))
+            if archive_ids is None
+            else self._by_id(sql.format(" WHERE archive_id IN ({})"), sorted(set(archive_ids)))
+        )
+        out: dict[str, tuple[str, ...]] = {}
+        for ident, source in rows:
+            out[str(ident)] = (*out.get(str(ident), ()), str(source))
+        return out
 
     def add_blobs(self, origin: str, notes: Sequence[tuple[str, int, str]]) -> None:
         """Record that ``origin``'s messages had tool outputs offloaded: ``(digest, message, tool)``."""
@@ -285,26 +339,41 @@ class SearchIndex:
         self, hits: Sequence[Hit], order: Mapping[str, int], archive_id: str | None = None
     ) -> list[Hit]:
         """Each hit cited from the first copy of its message (by ``order``, an original's place in the
-        manifest, then indexing order), with how many other copies there are; ranks and snippets kept."""
+        manifest, then indexing order), listing the other copies (``also_in``) and every path each
+        original was archived from; ranks and snippets kept."""
         out = []
         within, params = (" AND archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
-        sql = f"SELECT id, archive_id FROM chunks WHERE digest = ? AND part = ?{within}"
+        sql = f"SELECT id, archive_id, message, line FROM chunks WHERE digest = ? AND part = ?{within}"
+        copies = {h.chunk_id: self.conn.execute(sql, [h.digest, h.part, *params]).fetchall() for h in hits}
+        sources = self.sources(
+            {str(r[1]) for rows in copies.values() for r in rows} | {h.archive_id for h in hits}
+        )
         for h in hits:
-            rows = self.conn.execute(sql, [h.digest, h.part, *params]).fetchall()
-            if len(rows) < 2:
-                out.append(h)
-                continue
-            first = int(min(rows, key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))[0])
+            rows = sorted(copies[h.chunk_id], key=lambda r: (order.get(str(r[1]), len(order)), int(r[0])))
+            first = int(rows[0][0]) if rows else h.chunk_id
             cited = h if first == h.chunk_id else self.hits_by_id([first])[first]
-            ranked = replace(cited, snippet=h.snippet, score=h.score, bm25=h.bm25, similarity=h.similarity)
-            out.append(replace(ranked, copies=len(rows) - 1))
+            others = tuple(
+                Copy(str(r[1]), int(r[2]), int(r[3]), sources.get(str(r[1]), ())) for r in rows[1:]
+            )
+            out.append(
+                replace(
+                    cited,
+                    snippet=h.snippet,
+                    score=h.score,
+                    bm25=h.bm25,
+                    similarity=h.similarity,
+                    copies=len(others),
+                    sources=sources.get(cited.archive_id, ()),
+                    also_in=others,
+                )
+            )
         return out
 
     def chunk_ids(self, archive_id: str | None = None) -> list[int]:
         where, params = (" WHERE archive_id LIKE ?", [archive_id.lower() + "%"]) if archive_id else ("", [])
         return [int(r[0]) for r in self.conn.execute("SELECT id FROM chunks" + where, params)]
 
-    def _by_id(self, sql: str, ids: Sequence[int], *params: Any) -> Iterator[Any]:
+    def _by_id(self, sql: str, ids: Sequence[Any], *params: Any) -> Iterator[Any]:
         """The rows of ``sql`` (its ``{}`` the marks of an ``IN``) for ``ids``, in batches."""
         for part, marks in in_batches(ids):
             yield from self.conn.execute(sql.format(marks), [*params, *part])

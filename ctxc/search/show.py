@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ctxc.archive_store import CITATION_RE, MIN_PREFIX
+from ctxc.archive_store import CITATION_RE, MIN_PREFIX, recorded_path
 from ctxc.errors import ArchiveError, CtxcError, UsageError
 from ctxc.model import (
     ImageBlock,
@@ -91,7 +91,7 @@ def show(ref: Ref | str, *, archive: ArchiveStore) -> Shown:
     entry: dict[str, Any] = next(
         (e for e in reversed(archive.manifest()) if ident in (e.get("archive_id"), e.get("input_sha256"))), {}
     )
-    source = (_indexed_source(archive, ident) or entry_text(entry, "input_path")) if entry else None
+    source = (_indexed_source(archive, ident) or recorded_path(entry)) if entry else None
     short = ident[:MIN_PREFIX]
     try:
         transcript: Transcript | None = load_archived(data, f"archive {short}", entry_text(entry, "format"))
