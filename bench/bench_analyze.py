@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind, cmd in small_cmds.items():
                 cache = tmp / f"small-cache-{kind}-{i}"
                 for phase, extra in (("new", {}), ("no_child", {"CTXC_NO_PREBUILD": "1"})):
-                    shutil.rmtree(cache / "analyses", ignore_errors=True)
+                    shutil.rmtree(cache / "scans", ignore_errors=True)
                     for stale in cache.glob("tokens.sqlite3*"):
                         stale.unlink()
                     runs[kind][phase].append(run_child(cmd, env=ctxc_env(cache, **extra), cwd=tmp).wall)

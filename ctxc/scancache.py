@@ -1,8 +1,9 @@
 """The analysis cache: a file's scan, stored by the hash of the file's content.
 
 A scan depends only on the file's bytes, the tokenizer, the read options and the ctxc version, so CI
-re-analyzing unchanged logs finds it under a key of exactly those. Entries live in ``analyses/`` beside
-the token count cache, written atomically; any error reading or writing them is ignored (logged).
+re-analyzing unchanged logs finds it under a key of exactly those. Entries live in ``scans/`` beside
+the token count cache, written atomically; any error reading or writing them is ignored (logged). The
+cache is bounded: each of its 256 folders keeps its ``_FOLDER_LIMIT`` most recently used entries.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
 from ctxc.report import Scan
-from ctxc.system import cache_dir, identity_record, warn_once
+from ctxc.system import analysis_entry, cache_dir, identity_record, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,13 @@ log = logging.getLogger(__name__)
 _LAYOUT = 10  # 10: the key hashes the file's content hash, which its identity records
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
+#: Entries each of the cache's 256 folders keeps (a scan, and a file's identity record, are one each):
+#: a store removes the least recently used beyond it, so a run's work stays small however many logs CI
+#: has analyzed, and the cache holds at most 256 times this.
+_FOLDER_LIMIT = 128
+#: Files of the folder ctxc before December 2026 kept scans in (``analyses/``, which no version reads
+#: any more) removed per process that stores a scan, until it is gone.
+_OLD_FOLDER_STEP = 1000
 
 
 def scan_key(
@@ -53,7 +61,8 @@ def scan_key(
     content = None
     with contextlib.suppress(OSError, UnicodeDecodeError):
         content = record.read_text(encoding="ascii").strip()
-    if not (content and len(content) == 40 and all(c in "0123456789abcdef" for c in content)):
+        _mark_used(record)
+    if not (content and _is_hash(content)):
         try:
             with open(path, "rb") as handle:
                 content = hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=20)).hexdigest()
@@ -76,12 +85,78 @@ def _write_atomic(target: Path, data: bytes) -> None:
         write_atomic(target, data, sync=False)  # a cache: a lost entry is recomputed
     except OSError as exc:
         _warn("not caching the analysis", exc)
+        return
+    _keep_bounded(target.parent)
+    if (root := cache_dir()) not in _old_folder_gone:
+        _old_folder_gone.add(root)
+        _remove_old_folder(root / "analyses")
+
+
+def _mark_used(entry: Path) -> None:
+    """Give ``entry`` the time of now: the folder bound removes the least recently used first."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
+
+
+def _keep_bounded(folder: Path) -> None:
+    """Remove the least recently used entries of ``folder`` beyond :data:`_FOLDER_LIMIT` (a temp file a
+    killed writer left is old, and goes first)."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    if len(entries) <= _FOLDER_LIMIT:
+        return
+    used: list[tuple[int, str]] = []
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            used.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+    used.sort()
+    for _, path in used[: len(used) - _FOLDER_LIMIT]:
+        with contextlib.suppress(OSError):  # another process removed it first
+            os.unlink(path)
+
+
+#: Cache folders whose old scan folder this process has removed a step of.
+_old_folder_gone: set[Path] = set()
+
+
+def _remove_old_folder(old: Path) -> None:
+    """Remove up to :data:`_OLD_FOLDER_STEP` of the entries an older ctxc left in ``old``, then the folder
+    once it is empty. Only files named as ctxc named them go: a folder of that name that is not ctxc's
+    loses nothing."""
+    budget = _OLD_FOLDER_STEP
+    for folder in (old / "by-stat", old):
+        with contextlib.suppress(OSError), os.scandir(folder) as listing:
+            for entry in listing:
+                if budget == 0:
+                    return
+                budget -= 1
+                with contextlib.suppress(OSError):  # another process removed it first
+                    if _left_by_old_ctxc(entry):
+                        os.unlink(entry.path)
+        with contextlib.suppress(OSError):  # only once empty
+            folder.rmdir()
+
+
+def _left_by_old_ctxc(entry: os.DirEntry[str]) -> bool:
+    """A scan (``<hash>.json``), an identity record (``<hash>``), or a temp file an hour old."""
+    if entry.name.startswith(".tmp-"):
+        return time.time() - entry.stat(follow_symlinks=False).st_mtime > 3600
+    return _is_hash(entry.name.removesuffix(".json"))
+
+
+def _is_hash(name: str) -> bool:
+    return len(name) == 40 and all(c in "0123456789abcdef" for c in name)
 
 
 def load_scan(key: str, path: str) -> Scan | None:
     """The cached scan for ``key`` (reported under ``path``, the name the user gave), if there is one."""
     try:
-        data = orjson.loads((cache_dir() / "analyses" / f"{key}.json").read_bytes())
+        entry = analysis_entry(f"{key}.json")
+        data = orjson.loads(entry.read_bytes())
+        _mark_used(entry)
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -119,7 +194,7 @@ def store_scan(key: str, scan: Scan) -> None:
         "skipped_lines": scan.skipped_lines,
         "sidechains": scan.sidechains,
     }
-    _write_atomic(cache_dir() / "analyses" / f"{key}.json", orjson.dumps(doc))
+    _write_atomic(analysis_entry(f"{key}.json"), orjson.dumps(doc))
 
 
 def _fields(obj: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import logging
 import os
 import select
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -27,11 +28,58 @@ def cpu_count() -> int:
 
 
 def cache_dir() -> Path:
-    """Where ctxc keeps what it can recompute: ``$CTXC_CACHE_DIR``, else the user's cache folder."""
-    if base := os.environ.get("CTXC_CACHE_DIR"):
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
+    """Where ctxc keeps what it can recompute: ``$CTXC_CACHE_DIR``, else the user's cache folder. The first
+    call for a folder in a process takes group and other permissions off it (:func:`_make_cache_private`)."""
+    explicit = os.environ.get("CTXC_CACHE_DIR")
+    if explicit:
+        root = Path(explicit)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg) if xdg else Path.home() / ".cache") / "ctxc"
+    if root not in _private_roots:
+        _private_roots.add(root)
+        _make_cache_private(root, own_root=not explicit)
+    return root
+
+
+#: Cache folders :func:`cache_dir` has made private in this process.
+_private_roots: set[Path] = set()
+#: The folders ctxc makes in its cache folder (``analyses``: where ctxc before December 2026 kept scans).
+_CACHE_FOLDERS = ("scans", "bpe", "analyses", "analyses/by-stat")
+
+
+def _make_cache_private(root: Path, *, own_root: bool) -> None:
+    """Take group and other permissions off the cache folders an older ctxc (or the user, under umask 022)
+    left open: ``root`` when it is ctxc's own (the default ``.../ctxc``; a ``$CTXC_CACHE_DIR`` may be a
+    shared folder and keeps its mode), and ctxc's folders in it, by name. Only real folders this user owns,
+    never through a symlink; when ``root`` is private already, that one lstat is all."""
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return  # not made yet: ctxc makes its folders 0700
+    if own_root and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o077:
+        return
+    for folder in ([root] if own_root else []) + [root / name for name in _CACHE_FOLDERS]:
+        _take_away_group_and_other(folder)
+
+
+def _take_away_group_and_other(folder: Path) -> None:
+    try:
+        st = os.lstat(folder)
+        if not (stat.S_ISDIR(st.st_mode) and st.st_mode & 0o077):
+            return
+        # Changed through a descriptor: a symlink put in its place meanwhile is not followed.
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # missing, unreadable
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
+    except OSError:
+        pass  # best effort: the cache works either way
+    finally:
+        os.close(fd)
 
 
 def sync_dir(path: str | os.PathLike[str]) -> None:
@@ -56,7 +104,13 @@ def identity_record(path: str | os.PathLike[str], st: os.stat_result) -> Path:
     file with one has been scanned, so a run needs no counting workers for it."""
     identity = f"{os.path.abspath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
     digest = hashlib.blake2b(f"{identity}|{st.st_ctime_ns}".encode(), digest_size=20).hexdigest()
-    return cache_dir() / "analyses" / "by-stat" / digest
+    return analysis_entry(f"{digest}.identity")
+
+
+def analysis_entry(name: str) -> Path:
+    """Where the analysis cache keeps entry ``name`` (a hex hash and a suffix): in ``scans/``, in one of
+    256 folders by the name's first two digits, each of which scancache keeps to a bounded size."""
+    return cache_dir() / "scans" / name[:2] / name
 
 
 def env_flag(name: str) -> bool:

@@ -208,7 +208,7 @@ def test_scan_cache_serves_a_second_run_and_follows_content(
     path = tmp_path / "t.jsonl"
     path.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes())
     first = analyze(path, window=50_000)
-    assert len(list((tmp_path / "cache" / "analyses").glob("*.json"))) == 1
+    assert len(list((tmp_path / "cache" / "scans").glob("*/*.json"))) == 1
 
     class Refuses:
         """A counter that fails if asked: the second run must come from the cache."""
@@ -278,7 +278,7 @@ def test_scan_cache_by_file_identity_still_sees_a_same_size_rewrite(
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"role":"user","content":"aaaa"}\n')
     first = analyze(path)
-    assert list((tmp_path / "cache" / "analyses" / "by-stat").iterdir())
+    assert list((tmp_path / "cache" / "scans").glob("*/*.identity"))
     st = path.stat()
     path.write_bytes(b'{"role":"user","content":"a a "}\n')  # same size, more tokens
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
