@@ -20,6 +20,8 @@ _CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 _ESCAPED = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_BIDI}]|\r(?!\n)")
 #: Every control character, and the bidi ones: what :func:`one_line` escapes.
 _ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+#: Spaces that end a line: a table's padding, which a pipe or file does without.
+_TRAILING = re.compile("[ \t]+(?=\n)")
 
 #: The width of a console off a terminal: lines to a pipe or file are never wrapped (each row stays one line).
 UNWRAPPED = 1 << 16
@@ -62,10 +64,12 @@ def visible_console(**options: Any) -> Any:
             super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
         def _render_buffer(self, buffer: Any) -> str:
-            return super()._render_buffer(
+            rendered = super()._render_buffer(
                 Segment(visible(text), style, control) if not control else Segment(text, style, control)
                 for text, style, control in buffer
             )
+            # A terminal keeps rich's layout (a live display overwrites a line with its padding).
+            return rendered if self.is_terminal else _TRAILING.sub("", rendered)
 
     class _WrapHook(RenderHook):
         """Every text printed wraps as :class:`Wrapped` does, like the cells of a table."""
