@@ -11,24 +11,31 @@ from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-#: C0 controls but tab and newline, DEL, and C1 controls (a terminal may read U+009B as CSI).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
+#: what a terminal shows after them, so text could read other than it is ("Trojan Source").
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+#: C0 controls but tab and newline, DEL, C1 controls (a terminal may read U+009B as CSI) and the bidi ones.
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 #: The same but a CRLF's carriage return: what :func:`visible` escapes.
-_ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
-#: Every control character: what :func:`one_line` escapes.
-_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
+_ESCAPED = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_BIDI}]|\r(?!\n)")
+#: Every control character, and the bidi ones: what :func:`one_line` escapes.
+_ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+#: Spaces that end a line: a table's padding, which a pipe or file does without.
+_TRAILING = re.compile("[ \t]+(?=\n)")
 
 #: The width of a console off a terminal: lines to a pipe or file are never wrapped (each row stays one line).
 UNWRAPPED = 1 << 16
 
 
 def _escape(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``) but tab, newline
-    and a CRLF's carriage return (a lone one could hide the line)."""
+    """``text`` with each control character as a Python-style escape (ESC as ``\\x1b``, RIGHT-TO-LEFT
+    OVERRIDE as ``\\u202e``) but tab, newline and a CRLF's carriage return (a lone one could hide the
+    line)."""
     # A character class alone is matched at C speed: text without controls (most) is not run through _ESCAPED.
     return text if _CONTROL.search(text) is None else _ESCAPED.sub(_escape, text)
 
@@ -57,10 +64,12 @@ def visible_console(**options: Any) -> Any:
             super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
         def _render_buffer(self, buffer: Any) -> str:
-            return super()._render_buffer(
+            rendered = super()._render_buffer(
                 Segment(visible(text), style, control) if not control else Segment(text, style, control)
                 for text, style, control in buffer
             )
+            # A terminal keeps rich's layout (a live display overwrites a line with its padding).
+            return rendered if self.is_terminal else _TRAILING.sub("", rendered)
 
     class _WrapHook(RenderHook):
         """Every text printed wraps as :class:`Wrapped` does, like the cells of a table."""

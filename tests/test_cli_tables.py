@@ -368,7 +368,7 @@ def test_at_80_columns_every_value_is_whole(ws: Workspace, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.pipe is not None))
-def test_piped_tables_are_never_wrapped(ws: Workspace, name: str) -> None:
+def test_piped_tables_are_never_wrapped_nor_padded(ws: Workspace, name: str) -> None:
     case = CASES[name]
     assert case.pipe is not None
     done = piped(ws, *_args(ws, case.pipe))
@@ -377,6 +377,9 @@ def test_piped_tables_are_never_wrapped(ws: Workspace, name: str) -> None:
     lines = text.splitlines()
     for value in (v for v in case.values(ws) if v.strip()):
         assert any(value in line for line in lines), (value, text)
+    # A cell's padding ends no line (`grep ' $'` finds nothing); the rest of the layout is rich's.
+    padded = [line for line in (done.stdout + done.stderr).splitlines() if line != line.rstrip()]
+    assert padded == [], text
 
 
 def test_at_120_columns_tables_use_the_room(ws: Workspace) -> None:

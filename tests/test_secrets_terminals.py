@@ -6,6 +6,7 @@ Each test here holds one promise of docs/reliability.md, "Secrets, terminals and
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Iterator
@@ -14,10 +15,12 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import run
+from rich.table import Table
+from rich.text import Text
 
 from ctxc.archive import Archive
 from ctxc.search.index import SearchIndex
-from ctxc.terminal import visible
+from ctxc.terminal import one_line, visible, visible_console
 
 SECRET = "sk-ant-api03-PRIVATEKEY0123456789"
 
@@ -104,9 +107,12 @@ def test_archive_left_open_by_an_older_ctxc_is_tightened(
     assert found["search.sqlite"] == 0o600
 
 
-#: Window title, clear screen, a clipboard write (OSC 52) and an 8-bit CSI.
-PAYLOAD = "\x1b]0;TITLE\x07\x1b[2J\x1b]52;c;cHduZWQ=\x07\x9b31m"
-SHOWN = "\\x1b]0;TITLE\\x07\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07\\x9b31m"
+#: Window title, clear screen, a clipboard write (OSC 52), an 8-bit CSI, and a RIGHT-TO-LEFT OVERRIDE and
+#: an isolate that would show what follows reordered ("Trojan Source").
+PAYLOAD = "\x1b]0;TITLE\x07\x1b[2J\x1b]52;c;cHduZWQ=\x07\x9b31m\u202etxt.exe\u2067RLI\u2069"
+SHOWN = "\\x1b]0;TITLE\\x07\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07\\x9b31m\\u202etxt.exe\\u2067RLI\\u2069"
+#: The bidirectional formatting characters: embeddings and overrides, then isolates.
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def _hostile(tmp_path: Path) -> Path:
@@ -137,7 +143,7 @@ def _hostile(tmp_path: Path) -> Path:
 
 
 def _assert_inert(text: str, what: str) -> None:
-    bad = sorted({f"U+{ord(c):04X}" for c in text if c in "\x1b\x07" or "\x80" <= c <= "\x9f"})
+    bad = sorted({f"U+{ord(c):04X}" for c in text if c in "\x1b\x07" + BIDI or "\x80" <= c <= "\x9f"})
     assert not bad, f"{what} printed control characters {bad}: {text[:400]!r}"
 
 
@@ -174,6 +180,14 @@ def test_control_characters_are_shown_not_obeyed(
     assert "hello " + SHOWN in seen  # the text, shown
     assert "out " + SHOWN in seen  # the tool result, shown
     assert "sh" + SHOWN in seen  # the tool name, shown
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # the consoles write as to a terminal: styles and all
+    styled = ""
+    for args in human:
+        _, out, err = run(capsys, *args)
+        assert not set(BIDI) & set(out + err), (args, out + err)
+        styled += out + err
+    assert "\x1b[1m" in styled  # bold: what a terminal is sent
+    monkeypatch.delenv("TTY_COMPATIBLE")
 
     # Machine outputs keep every byte.
     code, out, _ = run(capsys, "show", f"{ident}:0-3", "-f", "json")
@@ -203,3 +217,20 @@ def test_visible_escapes_every_control_but_newline_and_tab() -> None:
         assert escape in shown
     assert visible("a\r\nb\n\tc") == "a\r\nb\n\tc"  # CRLF line ends and layout stay
     assert visible("plain text, ünïcode, 한국어") == "plain text, ünïcode, 한국어"
+
+
+def test_bidi_controls_are_escaped_on_a_terminal_and_in_one_line() -> None:
+    assert visible(BIDI) == "".join(f"\\u{ord(c):04x}" for c in BIDI)
+    assert visible("abc\u202edef\x1b") == "abc\\u202edef\\x1b"  # \u for a code point over 0xFF
+    assert one_line(f"evil{BIDI}\n.jsonl") == f"evil{visible(BIDI)}\\x0a.jsonl"
+    assert visible("שלום, مرحبا") == "שלום, مرحبا"  # right-to-left text itself is shown as it is
+    # A terminal console escapes them too, whether printed as a string or in a table cell.
+    shown = io.StringIO()
+    console = visible_console(file=shown, force_terminal=True, width=80, color_system=None)
+    console.print("name \u202egnp.exe")
+    table = Table("tool")
+    table.add_row(Text("sh\u2066x\u2069"))
+    console.print(table)
+    assert not set(BIDI) & set(shown.getvalue())
+    assert "name \\u202egnp.exe" in shown.getvalue()
+    assert "sh\\u2066x\\u2069" in shown.getvalue()
