@@ -82,9 +82,10 @@ def envelope(command: str, **payload: Any) -> dict[str, Any]:
     return {"schema": f"ctxc.{command}/{version}", "ctxc_version": __version__, **payload}
 
 
-#: DEL and the C1 controls in UTF-8, which orjson writes raw (JSON allows it) and a terminal may obey
-#: (U+009B can be read as CSI): :func:`dumps` writes them as ``\u`` escapes, the same JSON.
-_RAW_CONTROL = re.compile(b"\x7f|\xc2[\x80-\x9f]")
+#: DEL, the C1 controls and the bidi embeddings, overrides and isolates (U+202A-E, U+2066-9) in UTF-8,
+#: which orjson writes raw (JSON allows it) and a terminal may obey (U+009B can be read as CSI; U+202E
+#: reorders what is shown): :func:`dumps` writes them as ``\u`` escapes, the same JSON.
+_RAW_CONTROL = re.compile(b"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 
 
 def _escaped(match: re.Match[bytes]) -> bytes:

@@ -400,14 +400,14 @@ def test_hooks_install_over_odd_settings_is_no_internal_error(
     assert json.loads(path.read_text()) == json.loads(settings)  # uninstall gives the user's settings back
 
 
-def test_json_reports_escape_c1_controls(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
+def test_json_reports_escape_c1_and_bidi_controls(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
     records = [
-        {"role": "user", "content": "hi \x9b2J there \x7f"},
+        {"role": "user", "content": "hi \x9b2J there \x7f, \u202egnp.exe \u2067isolated\u2069"},
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "sh\x9b", "arguments": "{}"}}
+                {"id": "c1", "type": "function", "function": {"name": "sh\x9b\u202e", "arguments": "{}"}}
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
@@ -418,9 +418,10 @@ def test_json_reports_escape_c1_controls(capsys: pytest.CaptureFixture[str], odd
         assert code == 0, err
         assert "\x9b" not in out  # written as \u009b: the same JSON, inert on a terminal
         assert "\x7f" not in out
+        assert not {"\u202e", "\u2067", "\u2069"} & set(out)  # bidi controls would reorder what is shown
         assert "\\u009b" in out or args[0] == "validate"
     code, out, _ = run(capsys, "analyze", "c1.jsonl", "-f", "json")
-    assert "sh\x9b" in json.loads(out)["files"][0]["by_tool"]
+    assert "sh\x9b\u202e" in json.loads(out)["files"][0]["by_tool"]
 
 
 def test_one_message_is_said_in_the_singular(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
