@@ -230,9 +230,15 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 yield document
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
+        if not eol and any_record and not options.skip_invalid and not is_json(body):
+            # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
+            # and not yet a line: it is not read (an archived original keeps its bytes, in the spool).
+            break
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"
         yield record
+        if not eol:
+            break  # the end of the file when the reader got there: what a writer adds since is not read
     if spool is not None:
         spool.flush()
     if not any_record:

@@ -225,6 +225,8 @@ class _Lines:
             if self.options.skip_invalid:
                 self.skipped += 1
                 return None
+            if start > 0 and end == len(self.buf):
+                return None  # the file ends mid-record, in a line being written: not read, as the reader
             raise
 
 

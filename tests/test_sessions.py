@@ -244,3 +244,111 @@ def test_fork_needs_a_session_format(capsys: pytest.CaptureFixture[str]) -> None
     code, _, err = run(capsys, "compact", str(SAMPLES / "chat-openai.jsonl"), "--fork")
     assert code == 2
     assert "--fork needs a Claude Code session or a Codex rollout" in err
+
+
+def _prompt(after: dict[str, object], text: str) -> bytes:
+    """The line Claude Code writes for a prompt that follows ``after``, the log's last record."""
+    record = {key: after[key] for key in ("isSidechain", "userType", "cwd", "sessionId", "version")}
+    record |= {"parentUuid": after["uuid"], "type": "user", "message": {"role": "user", "content": text}}
+    record |= {"uuid": "5d1f0c2e-7b3a-4c9e-9f21-0a8d6b4e3c17", "timestamp": "2026-03-14T01:15:02.000Z"}
+    return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+
+@pytest.fixture
+def live(homes: tuple[Path, Path]) -> tuple[Path, bytes]:
+    """The Claude session as its agent is writing a prompt: half a record, with no line end yet."""
+    claude, _ = homes
+    log = next((claude / "projects").rglob(f"{CLAUDE_ID}.jsonl"))
+    line = _prompt(json.loads(log.read_bytes().splitlines()[-1]), "now run the whole test suite")
+    return log, line
+
+
+def test_a_session_being_written_is_listed_from_its_complete_lines(
+    homes: tuple[Path, Path], live: tuple[Path, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An agent appends its log a record at a time: the last line may end mid-record (exit 12 before).
+    log, line = live
+    code, out, _ = run(capsys, "sessions", "-f", "json")
+    assert code == 0
+    before = json.loads(out)["sessions"]
+    rollout = Path(before[0]["path"])
+    with log.open("ab") as f:
+        f.write(line[: len(line) // 2])
+    with rollout.open("ab") as f:
+        f.write(b'{"timestamp":"2026-03-23T08:42:50.000Z","type":"response_item","payload":{"type":"mess')
+    code, out, err = run(capsys, "sessions", "-f", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["errors"] == []
+    fields = ("messages", "tokens", "stage", "cost_usd")  # the order is by last activity: by id here
+    assert {r["id"]: [r[k] for k in fields] for r in doc["sessions"]} == {
+        r["id"]: [r[k] for k in fields] for r in before
+    }
+    # analyze and check read it as sessions does: not an error, and not an invalid line either.
+    for tokenizer in ("o200k_base", "usage"):
+        code, out, err = run(capsys, "analyze", str(log), "--tokenizer", tokenizer, "-f", "json")
+        assert (code, err) == (0, "")
+        assert json.loads(out)["files"][0]["skipped_lines"] == 0
+    code, _, err = run(capsys, "check", str(log), str(rollout), "--max-usage", "0.9")
+    assert (code, err) == (0, "")
+
+
+def test_a_session_that_grows_while_it_is_read_is_read_to_its_last_complete_line(
+    homes: tuple[Path, Path],
+    live: tuple[Path, bytes],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The agent finishes its prompt and starts the answer after ctxc hashed the log, before it reads it.
+    import ctxc.analysis
+
+    log, line = live
+    with log.open("ab") as f:
+        f.write(line[:40])
+    hashed = ctxc.analysis.scan_key
+
+    def hash_then_grow(path: str, *args: object) -> str | None:
+        key = hashed(path, *args)  # type: ignore[arg-type]
+        if path == str(log):
+            with log.open("ab") as f:
+                f.write(line[40:] + b'{"parentUuid":"5d1f0c2e-7b3a-4c9e-9f21-0a8d6b4e3c17","type":"assis')
+        return key
+
+    monkeypatch.setattr(ctxc.analysis, "scan_key", hash_then_grow)
+    code, out, err = run(capsys, "sessions", "--agent", "claude-code", "-f", "json", "--jobs", "1")
+    assert (code, err) == (0, "")
+    [row] = json.loads(out)["sessions"]
+    assert row["messages"] == 24  # the sample's 23 and the prompt finished while ctxc looked
+
+
+def test_the_reader_stops_where_the_file_ended_when_it_got_there(live: tuple[Path, bytes]) -> None:
+    # The agent writes while ctxc reads: it finishes one record and starts the next.
+    from ctxc.reader import iter_records, open_binary
+
+    log, line = live
+    complete = len(log.read_bytes().splitlines())
+    with log.open("ab") as f:
+        f.write(line[:40])
+    name, handle = open_binary(log)
+    with handle:
+        records = iter_records(handle, name)
+        first = next(records)
+        with log.open("ab") as f:
+            f.write(line[40:] + line[:40])
+        rest = list(records)
+    assert [first.line, *(r.line for r in rest)] == list(range(1, complete + 2))
+    assert json.loads(rest[-1].raw)["message"]["content"] == "now run the whole test suite"
+
+
+def test_a_fork_of_a_session_being_written_ends_on_its_last_complete_record(
+    live: tuple[Path, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The resumed fork is appended to: half a record left at its end would swallow the next one.
+    log, line = live
+    with log.open("ab") as f:
+        f.write(line[:40])
+    code, out, _ = run(capsys, "compact", CLAUDE_ID, "--fork", "-s", "fifo", "--target-tokens", "4000")
+    assert code == 0
+    fork = resolve_session(out.split()[-1]).path.read_bytes()
+    assert fork.endswith(b"\n")
+    assert all(json.loads(raw) for raw in fork.splitlines())
