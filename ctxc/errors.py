@@ -18,7 +18,9 @@ class ExitCode(IntEnum):
     INPUT = 3  #: An input could not be read: missing, empty, binary, not UTF-8, not JSON, a line too large.
     FORMAT = 4  #: The input's format could not be recognised or is not one ctxc supports.
     INVALID = 5  #: The transcript breaks pairing or role rules (``validate``) or an output would.
-    OVER_TARGET = 6  #: Compaction cannot reach the target without dropping pinned content (``--allow-over``).
+    #: Compaction cannot reach the target (adaptive without one: the window) without dropping pinned content
+    #: (``--allow-over``).
+    OVER_TARGET = 6
     OUTPUT = 7  #: An output could not be written (permissions, full disk) or would overwrite an input.
     ARCHIVE = 8  #: The archive is missing, corrupt, or does not hold the requested id.
     SUMMARIZER = 9  #: A model API call, summary command or API token count failed, or a summary was unusable.

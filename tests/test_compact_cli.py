@@ -114,3 +114,51 @@ def test_keep_last_gives_way_to_an_explicit_target_unless_given(tmp_path: Path) 
     assert analyze(out).total_tokens <= 400
     assert written.messages[0].text == "Fix the parser."  # the intent stays
     assert written.messages[-1].text == lines[-1]["content"]  # and the last message
+
+
+def _chat_file(path: Path, *, middle: int, last_words: int) -> Path:
+    """A chat log: a short request, ``middle`` messages of 150 words, and a last message of ``last_words``."""
+    words = " ".join(f"word{k}" for k in range(150))
+    lines = [{"role": "user", "content": "Fix the parser."}]
+    lines += [
+        {"role": "assistant" if k % 2 == 0 else "user", "content": f"step {k}: {words}"}
+        for k in range(middle)
+    ]
+    lines.append({"role": "assistant", "content": " ".join(f"last{k}" for k in range(last_words))})
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return path
+
+
+def test_the_default_target_refuses_an_output_over_the_window(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without a target, adaptive is best effort, but an output the model cannot take is none: when its
+    last messages alone are over the window, the run says so (file, tokens, window) and exits 6, writing
+    nothing; --allow-over writes the best effort."""
+    src = _chat_file(tmp_path / "t.jsonl", middle=10, last_words=2000)
+    out = tmp_path / "out.jsonl"
+    base = ("compact", str(src), "--window", "2000", "-o", str(out))
+    capsys.readouterr()
+    assert run(*base) == ExitCode.OVER_TARGET
+    err = capsys.readouterr().err
+    assert not out.exists()
+    assert err.count("\n") == 1, err  # one line: the file, its tokens and the window
+    assert err.startswith(f"ctxc: error: {src}: adaptive reached "), err
+    assert " tokens, " in err
+    assert "over the 2,000-token window" in err
+    assert run(*base, "--allow-over", "-q") == 0
+    assert analyze(out, window=2000).max_context > 2000
+
+
+def test_the_default_target_is_best_effort_below_the_window(tmp_path: Path) -> None:
+    """Below the window, adaptive without a target stops at the stage usage calls for, even above the
+    default target (60%): plain text at 65% leaves stage 2 nothing to do, and that is no failure."""
+    src = _chat_file(tmp_path / "t.jsonl", middle=10, last_words=10)
+    size = analyze(src, window=int(WINDOW)).max_context
+    window = str(int(size / 0.65))
+    out = tmp_path / "out.jsonl"
+    assert run("compact", str(src), "--window", window, "-o", str(out), "-q") == 0
+    assert out.read_bytes() == src.read_bytes()
+    assert (
+        run("compact", str(src), "-s", "fifo", "--window", window, "-o", str(tmp_path / "f.jsonl"), "-q") == 0
+    )

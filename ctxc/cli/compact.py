@@ -87,7 +87,11 @@ def compact(
         str, typer.Option(help="Window shares where adaptive stages 2-5 begin.")
     ] = DEFAULT_THRESHOLDS_TEXT,
     allow_over: Annotated[
-        bool, opt.flag("--allow-over", "Write the output even if it stays over the target.")
+        bool,
+        opt.flag(
+            "--allow-over",
+            "Write the output even if it stays over the target (adaptive without one: the window).",
+        ),
     ] = False,
     no_cache: Annotated[
         bool, opt.flag("--no-cache", "Do not read or write the token count and summary caches.")

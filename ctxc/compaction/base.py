@@ -141,7 +141,8 @@ class Strategy(Protocol):
     Config: ClassVar[type[Any]]
     #: It may call the summarizer (checked before any work), and folds in the log's own summary.
     uses_summarizer: ClassVar[bool]
-    #: Without an explicit target it decides how far to go (ending above the default target is no error).
+    #: Without an explicit target it decides how far to go (ending above the default target is no error,
+    #: above the window is).
     best_effort: ClassVar[bool]
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult: ...

@@ -38,6 +38,19 @@ class Plan:
         """Whether ending above the target is an error (not for a best-effort strategy without one)."""
         return self.context.explicit_target or not self.strategy.best_effort
 
+    @property
+    def limit(self) -> tuple[int, str]:
+        """What a conversation must end within, and its name: the target, or for a best-effort strategy
+        without one the window (it may stop above the target, but an output the model cannot take is no
+        best effort)."""
+        return (self.context.target, "target") if self.enforce else (self.context.window, "window")
+
+
+def limit_text(limit: tuple[int, str]) -> str:
+    """A :attr:`Plan.limit` in words: ``the 1,800 target``, ``the 2,000-token window``."""
+    tokens, what = limit
+    return f"the {tokens:,} target" if what == "target" else f"the {tokens:,}-token window"
+
 
 @dataclass(frozen=True, slots=True)
 class ConversationResult:
@@ -103,12 +116,12 @@ def compact_conversation(
         actions = (*actions, remind)
     actions = (*actions, *(a for a in (copied, repair) if a is not None))
     after = as_is + ledger.total(sent_part(repaired, summary_resets=plan.summary_resets))
-    if after > target and plan.enforce and not plan.allow_over:
+    if after > plan.limit[0] and not plan.allow_over:
         tail = {m.index for m in messages[-ctx.keep_last :]}
         kept = as_is + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
         whole = conversation or messages
         largest = _largest_kept(messages, pinned, tail, requests, whole, ledger)
-        raise _over_target(plan.strategy.name, after, target, kept, largest, ctx.keep_last, source)
+        raise _over_target(plan.strategy.name, after, plan.limit, kept, largest, ctx.keep_last, source)
     leftover = pairing_problems(repaired, strict=True)
     if leftover:  # repair is meant to make this impossible: fail loudly rather than hand it on
         raise AssertionError(f"output still has pairing problems: {leftover[0]}")
@@ -143,13 +156,20 @@ def _written(messages: Sequence[Message], ledger: Ledger, tool_role: bool) -> in
 
 
 def _over_target(
-    strategy: str, after: int, target: int, kept: int, largest: str, keep_last: int, source: str | None
+    strategy: str,
+    after: int,
+    limit: tuple[int, str],
+    kept: int,
+    largest: str,
+    keep_last: int,
+    source: str | None,
 ) -> OverTargetError:
+    target, what = limit  # the target, or the window when no target is enforced
     over = after - target
-    beyond = f" ({kept - target:,} over the target)" if kept > target else ""
+    beyond = f" ({kept - target:,} over the {what})" if kept > target else ""
     lower = "lower {keep_last}, or " if keep_last > 1 else ""
     return OverTargetError(
-        f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over the {target:,} target; "
+        f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over {limit_text(limit)}; "
         f"what is always kept (pinned messages, the last {keep_last} and what the log's own compaction "
         f"carries) is {kept:,} tokens{beyond}{largest}; {lower}use {{allow_over}} to write it anyway",
         path=source,

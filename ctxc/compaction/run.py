@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.archive_store import ArchiveStore, discard_new_objects_on_failure, sha256_hex
 from ctxc.compaction.base import Action, CompactContext, Strategy, get_strategy, parse_config, strategies
-from ctxc.compaction.kernel import Plan, compact_conversation, copy_of, is_plain, pinned_indexes
+from ctxc.compaction.kernel import (
+    Plan,
+    compact_conversation,
+    copy_of,
+    is_plain,
+    limit_text,
+    pinned_indexes,
+)
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.write import write_transcript
 from ctxc.errors import OverTargetError, UsageError
@@ -205,9 +212,9 @@ def compact_transcript(
             gc.unfreeze()
         written = write_transcript(transcript, outputs, adapter, archive_id=archive_id)
         # The read-back needs the counts of what was written alone: the rest goes before it.
-        enforce, ledger = plan.enforce, ledger.restricted_to(written.messages)
+        limit, ledger = plan.limit, ledger.restricted_to(written.messages)
         del plan
-        out = _verify(written, transcript, outcomes, ledger, enforce=enforce, allow_over=options.allow_over)
+        out = _verify(written, transcript, outcomes, ledger, limit=limit, allow_over=options.allow_over)
         if archive is not None and stored is not None:
             # The original is on disk before this returns, so before the caller writes any output.
             if stored.result() != archive_id:
@@ -386,11 +393,12 @@ def _verify(
     outcomes: list[ConversationOutcome],
     ledger: Ledger,
     *,
-    enforce: bool,
+    limit: tuple[int, str],
     allow_over: bool,
 ) -> Transcript:
-    """Read the output back as any reader would, and hold it to pairing and the target; the figures
-    reported are the file's (a writer may drop records the strategy kept)."""
+    """Read the output back as any reader would, and hold it to pairing and ``limit`` (the target, or the
+    window: :attr:`Plan.limit`); the figures reported are the file's (a writer may drop records the
+    strategy kept)."""
     from ctxc.formats import reload
     from ctxc.reader import DEFAULT_MAX_LINE_BYTES, ReadOptions
 
@@ -412,10 +420,9 @@ def _verify(
         carried = ledger.total(reset.carried) if reset is not None else 0
         after = carried + ledger.total(live.split(reread.conversation(outcome.conversation))[1])
         outcomes[k] = replace(outcome, tokens_after=after)
-        if after > outcome.target and enforce and not allow_over:
-            over = after - outcome.target
+        if after > limit[0] and not allow_over:
             raise OverTargetError(
-                f"the written output is {after:,} tokens, {over:,} over the {outcome.target:,} target",
+                f"the written output is {after:,} tokens, {after - limit[0]:,} over {limit_text(limit)}",
                 path=source.source,
             )
     return replace(reread, source=source.source)
