@@ -96,8 +96,11 @@ class OldestFirst:
 
 
 @pytest.fixture
-def registered() -> Iterator[None]:
+def registered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The toy format and strategy, registered as their modules would (one line each), then removed."""
+    # An archive of its own: a toy original in the session's archive would be an unknown format to every
+    # later search that indexes it (a warning on stderr where a -q test wants none).
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "toy-archive"))
     formats.register(ToyAdapter())
     strategy_registry.register(OldestFirst)
     try:
