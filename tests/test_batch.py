@@ -467,11 +467,13 @@ def test_a_folder_mixing_every_corpus_format_and_broken_files(tmp_path: Path) ->
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, dest)
     bad = {
-        "broken/truncated.jsonl": b'{"role": "user", "content": "hi"}\n{"role": "assist',
+        "broken/torn.jsonl": b'{"role": "user", "content": "hi"}\n{"role": "assist\n{"role": "user"}\n',
         "broken/binary.jsonl": b"\x00\x01\x02 not text",
         "broken/empty.jsonl": b"",
     }
-    for rel, data in bad.items():
+    # A log still being written (its last record cut off) is read to its last complete line, not failed.
+    live = {"live/being-written.jsonl": b'{"role": "user", "content": "hi"}\n{"role": "assist'}
+    for rel, data in {**bad, **live}.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_bytes(data)
     out = tmp_path / "out"
@@ -483,14 +485,15 @@ def test_a_folder_mixing_every_corpus_format_and_broken_files(tmp_path: Path) ->
     assert isinstance(files, list)
     status = {Path(f["path"]).relative_to(src).as_posix(): f["status"] for f in files}
     assert {rel for rel, s in status.items() if s == "failed"} == set(bad)
-    assert len(status) == len(corpus) + len(bad)
+    assert len(status) == len(corpus) + len(bad) + len(live)
     for f in files:
         if f["status"] == "ok":
             assert not pairing_problems(live_messages(load(f["output"])), strict=True)
     # A re-run redoes only what failed (still failing) and skips the rest.
     assert run(*args) == ExitCode.PARTIAL
     totals = report(rep)["totals"]
-    assert totals == {**totals, "skipped": len(corpus), "failed": len(bad), "ok": 0}  # type: ignore[dict-item]
+    want = {"skipped": len(corpus) + len(live), "failed": len(bad), "ok": 0}
+    assert totals == {**totals, **want}  # type: ignore[dict-item]
 
 
 def test_outputs_get_ordinary_permissions_and_in_place_keeps_the_files(tmp_path: Path) -> None:
