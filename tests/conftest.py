@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,16 @@ def _private_cache_and_archive(tmp_path_factory: pytest.TempPathFactory) -> None
     # Nor the developer's own Claude Code and Codex sessions (session ids, ``latest``, ``ctxc sessions``).
     os.environ.setdefault("CLAUDE_CONFIG_DIR", str(tmp_path_factory.mktemp("claude-home")))
     os.environ.setdefault("CODEX_HOME", str(tmp_path_factory.mktemp("codex-home")))
+
+
+@pytest.fixture
+def lax_umask() -> Iterator[None]:
+    """The common umask 022, under which a file made without a mode is readable by everyone."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

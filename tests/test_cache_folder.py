@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ from ctxc.report import Scan
 from ctxc.system import analysis_entry
 
 HASH = "0123456789abcdef0123456789abcdef01234567"
-
-
-@pytest.fixture
-def lax_umask() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:

@@ -540,16 +540,7 @@ def test_an_unwritable_manifest_leaves_no_output(
 # ----------------------------------------------------------------------------------------- file mode
 
 
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-@pytest.mark.usefixtures("umask_022")
+@pytest.mark.usefixtures("lax_umask")
 @pytest.mark.parametrize("command", ["compact", "convert", "repair"])
 def test_an_output_gets_the_inputs_mode(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
@@ -563,7 +554,7 @@ def test_an_output_gets_the_inputs_mode(
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
 
 
-@pytest.mark.usefixtures("umask_022")
+@pytest.mark.usefixtures("lax_umask")
 def test_a_replaced_output_is_never_more_open_than_the_input(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

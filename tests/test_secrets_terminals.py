@@ -7,9 +7,7 @@ Each test here holds one promise of docs/reliability.md, "Secrets, terminals and
 from __future__ import annotations
 
 import io
-import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -23,15 +21,6 @@ from ctxc.search.index import SearchIndex
 from ctxc.terminal import one_line, visible, visible_console
 
 SECRET = "sk-ant-api03-PRIVATEKEY0123456789"
-
-
-@pytest.fixture
-def lax_umask() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def modes(root: Path) -> dict[str, int]:
