@@ -230,9 +230,11 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
                 yield document
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
-        if not eol and any_record and not options.skip_invalid and not is_json(body):
+        torn = not eol and body.startswith(b"{") and not is_json(body)
+        if torn and any_record and not options.skip_invalid:
             # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
-            # and not yet a line: it is not read (an archived original keeps its bytes, in the spool).
+            # and not yet a line: it is not read (an archived original keeps its bytes, in the spool). A last
+            # line that is no record at all is still an error.
             break
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"

@@ -340,6 +340,17 @@ def test_the_reader_stops_where_the_file_ended_when_it_got_there(live: tuple[Pat
     assert json.loads(rest[-1].raw)["message"]["content"] == "now run the whole test suite"
 
 
+def test_a_last_line_that_is_no_record_is_still_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only a record cut off ({ and not yet JSON) is a line being written; other text is bad input.
+    log = tmp_path / "chat.jsonl"
+    log.write_bytes(b'{"role": "user", "content": "hi"}\nnot json')
+    code, _, err = run(capsys, "analyze", str(log))
+    assert code == 3
+    assert f"{log}:2: not valid JSON" in err
+
+
 def test_a_fork_of_a_session_being_written_ends_on_its_last_complete_record(
     live: tuple[Path, bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
