@@ -174,8 +174,10 @@ class ContextManager:
             sizes[i] = (n, compaction_block_boundary(m) is not None)
         todo: dict[bytes, tuple[Mapping[str, Any], list[int]]] = {}  # dicts not seen yet, by JSON hash
         for i, d in enumerate(messages):
-            if not isinstance(d, Mapping):  # a ctxc message, counted above
+            if isinstance(d, Message):  # counted above
                 continue
+            if not isinstance(d, Mapping):  # an SDK's message object would count 0 tokens, and never compact
+                raise _not_a_message(i, d)
             key = hashlib.blake2b(json_bytes(d), digest_size=16).digest()
             if (known := self._memo.get(key)) is not None:
                 sizes[i] = known
@@ -391,10 +393,14 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     require_list(messages)
     for i, obj in enumerate(messages):
         if not is_chat_message(obj):
-            raise UsageError(
-                f"messages[{i}] is not a message (a dict whose role is user, assistant, system, developer,"
-                f" tool or function): {obj!r:.80}"
-            )
+            raise _not_a_message(i, obj)
+
+
+def _not_a_message(i: int, obj: object) -> UsageError:
+    return UsageError(
+        f"messages[{i}] is not a message (a dict whose role is user, assistant, system, developer,"
+        f" tool or function): {obj!r:.80}"
+    )
 
 
 def _role(obj: Any) -> Any:

@@ -165,7 +165,28 @@ class Outcome(Generic[R]):
 _busy: threading.Lock | None = None
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached a worker with a file in work: the file unwinds (its temporary output removed)."""
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """A worker's SIGTERM (a CI cancel or timeout(1) signals the whole group): it dies of it as before,
+    but a file in work unwinds first, so no temporary output is left for the next run to sweep."""
+    signal.signal(signum, signal.SIG_DFL)
+    if _busy is not None and _busy.locked():
+        raise _Terminated
+    os.kill(os.getpid(), signum)
+
+
 def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
+    try:
+        return _run(work, index, path, item)
+    except _Terminated:
+        os.kill(os.getpid(), signal.SIGTERM)  # its default action now: the worker ends here
+        raise
+
+
+def _run(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
     with _busy or contextlib.nullcontext():
         start = time.perf_counter()
         try:
@@ -191,7 +212,7 @@ def _worker_init(parent: int, as_flags: bool) -> None:
     name_options_as_flags(as_flags)  # a forkserver's worker would not inherit it
     # Ctrl-C is the parent's: it cancels what has not started and waits for the files in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the batch's handler
+    signal.signal(signal.SIGTERM, _terminated)  # not the batch's handler, which a fork inherits
     _busy = threading.Lock()
     exit_with(parent, busy=_busy)
     from multiprocessing.util import Finalize

@@ -115,17 +115,19 @@ class CheckReport:
     budget: Budget
     tokenizer: str
     files: tuple[FileCheck, ...]
+    fail_fast: bool = False  # the run stopped at its first unreadable file
 
     def count(self, status: Status) -> int:
         return sum(f.status == status for f in self.files)
 
     @property
     def exit_code(self) -> int:
-        """The only file's own code if it is unreadable, PARTIAL if some of several are, else
-        OVER_TARGET if any is over budget (near is no failure)."""
+        """The only file's own code if it is unreadable (or the first, under ``fail_fast``, as the other
+        batch commands), PARTIAL if some of several are, else OVER_TARGET if any is over budget (near
+        is no failure)."""
         failed = [f for f in self.files if f.status == "error"]
         if failed:
-            return failed[0].exit_code if len(self.files) == 1 else int(ExitCode.PARTIAL)
+            return failed[0].exit_code if len(self.files) == 1 or self.fail_fast else int(ExitCode.PARTIAL)
         if self.count("over"):
             return int(ExitCode.OVER_TARGET)
         return int(ExitCode.OK)
@@ -242,7 +244,8 @@ def check_paths(
             on_file(verdict_of(o))
 
     outcomes = run_batch([(p, p) for p in paths], work, jobs=jobs, fail_fast=fail_fast, on_outcome=notify)
-    return CheckReport(budget=budget, tokenizer=tokenizer, files=tuple(verdict_of(o) for o in outcomes))
+    files = tuple(verdict_of(o) for o in outcomes)
+    return CheckReport(budget=budget, tokenizer=tokenizer, files=files, fail_fast=fail_fast)
 
 
 def report_to_json(report: CheckReport) -> dict[str, Any]:

@@ -71,6 +71,9 @@ class ReminderRule:
     max_repeats: int | None = None
 
     def __post_init__(self) -> None:
+        for key in ("id", "message"):
+            if not isinstance(getattr(self, key), str):
+                raise UsageError(f"reminder {key} must be a string, got {getattr(self, key)!r}")
         if not self.id or not _ID.match(self.id):
             raise UsageError(f"reminder id {self.id!r}: use letters, digits and _ . : - only")
         if not self.message.strip():

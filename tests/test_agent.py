@@ -211,6 +211,23 @@ def test_count_of_something_not_a_list_is_a_usage_error_not_zero(wrong: object) 
         manager.needs_compaction(wrong)  # type: ignore[arg-type]
 
 
+class _SdkMessage:
+    """Not a dict: what an SDK returns (an OpenAI ``ChatCompletionMessage``, a LangChain message)."""
+
+    role = "assistant"
+    content = "I will run the tests now. " * 200
+
+
+def test_an_entry_that_is_not_a_dict_is_a_usage_error_not_zero_tokens() -> None:
+    # It counted 0 tokens, so needs_compaction stayed False while the context grew; compact refused it.
+    manager = ContextManager(window=1_000)
+    msgs: list[Any] = [{"role": "user", "content": "Fix the failing test."}, _SdkMessage()]
+    with pytest.raises(UsageError, match=r"messages\[1\] is not a message"):
+        manager.count(msgs)
+    with pytest.raises(UsageError, match=r"messages\[1\] is not a message"):
+        manager.needs_compaction(msgs)
+
+
 def test_the_next_compaction_waits_for_growth() -> None:
     msgs = anthropic_conversation(12)
     manager = ContextManager(window=8000, strategy="mask", min_growth=0.2)

@@ -180,6 +180,16 @@ def test_cli_one_unreadable_file_keeps_its_own_code(
     assert out.startswith("ERROR ")
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_fail_fast_exits_with_the_unreadable_files_own_code(
+    capsys: pytest.CaptureFixture[str], logs: Path, jobs: str
+) -> None:
+    # As analyze, validate and compact do: not 12 because a file checked before it (big.jsonl) was fine.
+    code, out, _ = run(capsys, "check", str(logs), "--max-usage", "0.9", "--fail-fast", "--jobs", jobs)
+    assert code == ExitCode.INPUT
+    assert "ERROR" in out
+
+
 def test_cli_rejects_bad_budgets(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "check", CLAUDE)
     assert code == ExitCode.USAGE

@@ -612,3 +612,51 @@ def test_an_interrupt_inside_the_pools_wait_does_not_hang_the_batch(tmp_path: Pa
         [sys.executable, str(script)], env=env, capture_output=True, timeout=60, check=False
     )
     assert done.returncode == 130, done.stderr.decode(errors="replace")
+
+
+# A worker writing its output when a SIGTERM reaches the whole process group (a CI cancel, timeout(1),
+# a supervisor stopping the job) must not leave its temporary file behind.
+_TERMINATED_MID_WRITE = """
+import sys, time
+from pathlib import Path
+from ctxc.batch import run_batch
+from ctxc.output import atomic_output
+
+out = Path(sys.argv[1])
+
+def work(n):
+    with atomic_output(str(out / f"{n}.jsonl")) as handle:
+        handle.write(b"half a file")
+        (out / f"started-{n}").touch()
+        time.sleep(30)  # the kill comes here, mid-write
+    return n
+
+try:
+    run_batch([(str(i), i) for i in range(2)], work, jobs=2)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_sigterm_to_the_group_leaves_no_temporary_output(tmp_path: Path) -> None:
+    script = tmp_path / "terminated.py"
+    script.write_text(_TERMINATED_MID_WRITE)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(out)], env=env, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(out.glob("started-*"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert len(list(out.glob("started-*"))) == 2, "the workers never started writing"
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    assert not list(out.glob("*.jsonl")), "a file cut short was renamed into place"
+    assert not list(out.glob(f".*{TEMP_SUFFIX}")), "a killed worker left its temporary output"

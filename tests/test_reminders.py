@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -112,6 +113,21 @@ def test_bad_rules_are_loud(toml: str, needle: str) -> None:
         ReminderRules.parse(toml, source="rules.toml")
     assert needle in str(exc.value)
     assert str(exc.value).startswith("rules.toml")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"id": 5, "message": "m"},
+        {"id": None, "message": "m"},
+        {"id": "a", "message": None},
+        {"id": "a", "message": 7},
+    ],
+)
+def test_a_rule_built_in_code_with_a_wrong_id_or_message_is_a_usage_error(fields: dict[str, Any]) -> None:
+    # The library's own rules (ctxc.ReminderRule(...)), not only TOML ones: a CtxcError, not a TypeError.
+    with pytest.raises(UsageError, match="must be a string"):
+        ReminderRule(**fields, every_n_turns=2)
 
 
 def test_missing_rules_file(tmp_path: Path) -> None:
