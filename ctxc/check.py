@@ -49,6 +49,8 @@ class Budget:
             return (
                 f"{self.max_usage:.0%} of each log's window (the default {self.window:,} when none is known)"
             )
+        if self.from_log:  # tokens, each log measured against its own window: no one share to name
+            return f"{self.limit:,} tokens"
         of = f"the {self.window:,} window" + (f" of {self.model}" if self.model else "")
         return f"{self.limit:,} tokens ({self.limit / self.window:.0%} of {of})"
 

@@ -56,6 +56,9 @@ def test_budget_resolution() -> None:
     assert (b.limit, b.warn_at, b.window) == (16_000, 12_000, 20_000)
     b = resolve_budget(max_tokens=5000, model="claude-opus-4-5", warn_usage=0.01)
     assert (b.limit, b.warn_at, b.window, b.model) == (5000, 2000, 200_000, "claude-opus-4-5")
+    # Without --model or --window each log is measured against its own window (a Codex log's 272,000):
+    # the summary names no default window for a token budget.
+    assert resolve_budget(max_tokens=5000).describe() == "5,000 tokens"
     for kwargs in ({}, {"max_usage": 0.5, "max_tokens": 10}, {"max_usage": -1.0}, {"max_tokens": 0}):
         with pytest.raises(UsageError):
             resolve_budget(**kwargs)  # type: ignore[arg-type]
