@@ -283,3 +283,26 @@ def test_api_invalid_ids_are_reported_and_repaired(
             assert b"first output" in written
         if case == "duplicate-across-turns":
             assert b"second output" in written
+
+
+@pytest.mark.parametrize("sample", ["claude-code", "codex"])
+@pytest.mark.parametrize("odd", [{}, [1]])
+def test_a_record_whose_type_is_not_a_string_is_no_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sample: str, odd: object
+) -> None:
+    # A record's "type" of an object or a list (a hand-edited or damaged log) reached a set membership
+    # test in the sniffers and readers: "internal error: TypeError: unhashable type" and exit 1. It is
+    # a record of no known type: kept verbatim, as any record the adapter does not understand.
+    lines = (SAMPLES / f"{sample}.jsonl").read_bytes().splitlines()
+    middle = len(lines) // 2
+    record = orjson.loads(lines[middle])
+    record["type"] = odd
+    lines[middle] = orjson.dumps(record)
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    code, out, err = run(capsys, "analyze", str(path), "-f", "json")
+    assert code == 0, err
+    assert orjson.loads(out)["files"][0]["format"] == sample
+    code, _, err = run(capsys, "convert", str(path), "-o", str(tmp_path / "same.jsonl"))
+    assert code == 0, err
+    assert (tmp_path / "same.jsonl").read_bytes() == path.read_bytes()
