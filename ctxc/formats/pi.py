@@ -262,6 +262,8 @@ def _parse_entry(
     if etype != "message" or not isinstance(msg, dict):
         return None
     role = msg.get("role")
+    if not isinstance(role, str):  # an object or a list: no role pi knows (nor hashable)
+        return None
     if role in ("user", "assistant", "custom", "hookMessage"):
         blocks, as_string = _parse_content(msg.get("content"))
         if role == "user":
