@@ -234,6 +234,26 @@ def test_eval_cli_goes_on_past_a_bad_file_as_the_batch_commands_do(
     assert [c.source for c in report.cases] == [str(logs / "a.jsonl")]
 
 
+def test_eval_fail_fast_still_writes_its_json_report_as_the_batch_commands_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # analyze, validate, check and compact --out-dir --fail-fast -f json print their report (errors,
+    # exit_code); eval printed nothing, so a script reading its JSON got an empty document.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_bytes((SAMPLES / "codex.jsonl").read_bytes())
+    bad = logs / "b.jsonl"
+    bad.write_bytes(b"{not json\n")
+    args = ("eval", str(logs), "--strategies", "fifo", "--targets", "0.25", "-q", "--fail-fast")
+    assert run(*args, "-f", "json") == ExitCode.INPUT
+    out, err = capsys.readouterr()
+    doc = orjson.loads(out)
+    assert doc["cases"] == []  # it stopped before measuring anything
+    assert [(e["path"], e["exit_code"]) for e in doc["errors"]] == [(str(bad), 3)]
+    assert doc["exit_code"] == ExitCode.INPUT
+    assert err.splitlines() == [f"ctxc: error: {doc['errors'][0]['error']}"]
+
+
 def test_eval_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("eval", "--strategies", "nope") == ExitCode.USAGE
     assert run("eval", "--targets", "0,2") == ExitCode.USAGE

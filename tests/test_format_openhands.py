@@ -292,6 +292,16 @@ def test_changed_thought_and_input_go_back_into_args() -> None:
     assert _read_line({"instruction": "x", "history": [out]})[0].blocks == (quiet.blocks[0],)
 
 
+@pytest.mark.parametrize("odd", [{}, [1]])
+def test_an_event_id_or_cause_that_is_not_a_number_is_no_internal_error(odd: object) -> None:
+    # An event's id (or an observation's cause) of an object or a list went to a dict as a key: TypeError
+    # (unhashable), "internal error", exit 1. It is no id: the call gets a synthesized one, unanswered.
+    call = {"id": odd, "source": "agent", "action": "run", "args": {"command": "ls"}}
+    out = {"id": 2, "cause": odd, "source": "agent", "observation": "run", "content": "a.txt"}
+    messages = _read_line({"instruction": "x", "history": [call, out]})
+    assert [b.kind for m in messages for b in m.blocks] == ["tool_use", "text"]
+
+
 def test_think_keeps_its_thought_as_the_argument() -> None:
     event = {"id": 1, "source": "agent", "action": "think", "args": {"thought": "ponder"}}
     (m,) = _read_line({"instruction": "x", "history": [event]})

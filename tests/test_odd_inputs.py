@@ -283,3 +283,47 @@ def test_api_invalid_ids_are_reported_and_repaired(
             assert b"first output" in written
         if case == "duplicate-across-turns":
             assert b"second output" in written
+
+
+@pytest.mark.parametrize("sample", ["claude-code", "codex"])
+@pytest.mark.parametrize("odd", [{}, [1]])
+def test_a_record_whose_type_is_not_a_string_is_no_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sample: str, odd: object
+) -> None:
+    # A record's "type" of an object or a list (a hand-edited or damaged log) reached a set membership
+    # test in the sniffers and readers: "internal error: TypeError: unhashable type" and exit 1. It is
+    # a record of no known type: kept verbatim, as any record the adapter does not understand.
+    lines = (SAMPLES / f"{sample}.jsonl").read_bytes().splitlines()
+    middle = len(lines) // 2
+    record = orjson.loads(lines[middle])
+    record["type"] = odd
+    lines[middle] = orjson.dumps(record)
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    code, out, err = run(capsys, "analyze", str(path), "-f", "json")
+    assert code == 0, err
+    assert orjson.loads(out)["files"][0]["format"] == sample
+    code, _, err = run(capsys, "convert", str(path), "-o", str(tmp_path / "same.jsonl"))
+    assert code == 0, err
+    assert (tmp_path / "same.jsonl").read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("odd", [{}, [1]])
+def test_a_pi_message_whose_role_is_not_a_string_is_no_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], odd: object
+) -> None:
+    # The same for pi: a message entry's role went to a tuple membership test (TypeError, exit 1).
+    at = "2026-01-01T00:00:00.000Z"
+    roles = ["user", odd, "user"]
+    entries = [{"type": "session", "id": "s1", "timestamp": at, "cwd": "/work"}] + [
+        {"type": "message", "id": str(k), "timestamp": at, "message": {"role": role, "content": f"m{k}"}}
+        for k, role in enumerate(roles)
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries))
+    code, out, err = run(capsys, "analyze", str(path), "-f", "json")
+    assert code == 0, err
+    assert orjson.loads(out)["files"][0]["format"] == "pi"
+    code, _, err = run(capsys, "convert", str(path), "-o", str(tmp_path / "same.jsonl"))
+    assert code == 0, err
+    assert (tmp_path / "same.jsonl").read_bytes() == path.read_bytes()

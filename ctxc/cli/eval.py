@@ -156,10 +156,13 @@ def eval_command(
             judge, model=judge_model, max_retries=max_retries, timeout=timeout, use_cache=not no_cache
         )
     sources = sources_from(paths or [], options)
-    # As the batch commands: a bad file among several is reported and the rest evaluated (exit 12).
+    # As the batch commands: a bad file among several is reported and the rest evaluated (exit 12);
+    # --fail-fast, or a single file, stops at it with its own code, the report saying so all the same.
     stop = fail_fast or len(sources) == 1
     report = _run(sources, options, archive, judged, quiet, fail_fast=stop)
-    exit_code = int(ExitCode.PARTIAL) if report.failed else 0
+    exit_code = 0
+    if report.failed:
+        exit_code = report.failed[0].exit_code if stop else int(ExitCode.PARTIAL)
     if opt.table_on_terminal(fmt) == "json":
         _print_json(report, options, exit_code)
     elif report.cases:

@@ -357,7 +357,7 @@ def run_eval(
     """Plant, compact with every strategy to every target, search, measure (in ``archive`` if given).
     ``sources`` are transcripts or file paths; one that cannot be read goes to the report's ``failed``
     (and to ``on_failed``, before any measuring) and the others are still measured, unless
-    ``fail_fast``: then its error is raised."""
+    ``fail_fast``: then the report holds that failure alone, and nothing is measured."""
     names = _check(options)
     counter = make_counter(options.tokenizer, use_cache=options.use_cache)
     prepared: list[_Prepared] = []
@@ -368,14 +368,14 @@ def run_eval(
         except UsageError:
             raise  # wrong for every file: stop at once
         except CtxcError as exc:
-            if fail_fast:
-                raise
             name = src.name if isinstance(src, Source) else src
             where = "" if exc.path is not None else f"{name}: "  # the error names its file itself
             failure = FailedSource(exc.path or name, where + str(exc), int(exc.exit_code))
             failed.append(failure)
             if on_failed is not None:
                 on_failed(failure)
+            if fail_fast:
+                return EvalReport(options, (), {}, (failure,))
     measured: list[tuple[_Prepared, Case, tuple[bool, ...]]] = []
     temporary = tempfile.TemporaryDirectory(prefix="ctxc-eval-") if archive is None else None
     with temporary or contextlib.nullcontext(str(archive)) as directory:

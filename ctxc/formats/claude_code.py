@@ -451,7 +451,7 @@ class ClaudeCodeAdapter(FormatAdapter):
 
     def sniff(self, sample: Sequence[Record]) -> int:
         records = [r.data for r in sample if isinstance(r.data, dict)]
-        hits = sum(1 for d in records if d.get("type") in _TYPES and any(k in d for k in _MARKERS))
+        hits = sum(1 for d in records if _str(d.get("type")) in _TYPES and any(k in d for k in _MARKERS))
         if hits == 0:
             return 0
         return 95 if hits * 2 >= len(records) else 40

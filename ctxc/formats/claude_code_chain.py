@@ -135,7 +135,7 @@ class Tree:
         if kind == "progress":
             self.through[uuid] = parent
             return
-        if kind not in _ROWS:
+        if not isinstance(kind, str) or kind not in _ROWS:
             return
         side = get("isSidechain") is True
         message_id, compact, snapshot = None, False, False

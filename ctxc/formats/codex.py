@@ -42,7 +42,7 @@ from ctxc.model import Boundary, Message, Record, TextBlock, ToolUseBlock, Trans
 def _is_bare_item(data: Mapping[str, Any]) -> bool:
     """A legacy bare ResponseItem; a message must use Responses-API parts to tell it from chat logs."""
     itype = data.get("type")
-    if itype not in ITEM_TYPES or "payload" in data:
+    if not isinstance(itype, str) or itype not in ITEM_TYPES or "payload" in data:
         return False
     if itype == "message":
         return isinstance(data.get("role"), str) and uses_responses_parts(data)
@@ -188,9 +188,10 @@ def _message(
     data: dict[str, Any], rtype: str | None, rec_index: int, line: int, index: int, call_names: dict[str, str]
 ) -> Message | None:
     """The message of a ``response_item`` line or a legacy bare item, else None."""
+    itype = data.get("type")  # a legacy bare item's; an object or a list is no item type (nor hashable)
     if rtype == "response_item":
         payload, dialect = data["payload"], "current"
-    elif rtype is None and data.get("type") in ITEM_TYPES and "payload" not in data:
+    elif rtype is None and isinstance(itype, str) and itype in ITEM_TYPES and "payload" not in data:
         payload, dialect = data, "legacy"
     else:
         return None

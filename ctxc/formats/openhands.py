@@ -117,8 +117,8 @@ class _Pairing:
         call_id = _tcm(event).get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             call_id = f"oh-{self.line}-{event.get('id', position)}"
-        if "id" in event:
-            self.by_event_id[event["id"]] = call_id
+        if isinstance(event_id := event.get("id"), int | str):  # an object or a list is no id (nor hashable)
+            self.by_event_id[event_id] = call_id
         if _dialect(event) == "bare":
             self.pending.append((str(event.get("action")), call_id))
         return call_id
@@ -126,7 +126,7 @@ class _Pairing:
     def answer(self, event: Mapping[str, Any]) -> str | None:
         """The call an observation answers, or None when it answers no tool call."""
         cause = event.get("cause")
-        if cause is not None and cause in self.by_event_id:
+        if isinstance(cause, int | str) and cause in self.by_event_id:
             return self.by_event_id[cause]
         tcm_id = _tcm(event).get("tool_call_id")
         if isinstance(tcm_id, str) and tcm_id:

@@ -160,8 +160,11 @@ class PiAdapter(FormatAdapter):
                 return 0
             rtype = data.get("type")
             msg = data.get("message")
-            if rtype == "message" and isinstance(msg, dict) and msg.get("role") in _ALL_ROLES:
-                if msg.get("role") in _PI_ROLES:
+            if not isinstance(rtype, str):  # not an entry of any kind (a list or an object: unhashable)
+                continue
+            role = msg.get("role") if isinstance(msg, dict) else None
+            if rtype == "message" and isinstance(role, str) and role in _ALL_ROLES:
+                if role in _PI_ROLES:
                     return 95
                 generic += 1
             elif rtype in _PI_ENTRY_TYPES and data.keys() & {"modelId", "thinkingLevel", "tokensBefore"}:
@@ -259,6 +262,8 @@ def _parse_entry(
     if etype != "message" or not isinstance(msg, dict):
         return None
     role = msg.get("role")
+    if not isinstance(role, str):  # an object or a list: no role pi knows (nor hashable)
+        return None
     if role in ("user", "assistant", "custom", "hookMessage"):
         blocks, as_string = _parse_content(msg.get("content"))
         if role == "user":
