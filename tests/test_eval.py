@@ -204,14 +204,20 @@ def test_eval_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (tmp_path / "a" / "search.sqlite").is_file()  # --archive keeps it
 
 
-def test_eval_cli_goes_on_past_a_bad_file_as_the_batch_commands_do(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def folder_with_a_bad_file(tmp_path: Path, bad_bytes: bytes) -> tuple[Path, Path]:
+    """A folder of a good transcript (a.jsonl) and a bad one (b.jsonl): the folder and the bad file."""
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.jsonl").write_bytes((SAMPLES / "codex.jsonl").read_bytes())
     bad = logs / "b.jsonl"
-    bad.write_bytes(b'{"role": "user", "content": "hi"}\n{not json\n')
+    bad.write_bytes(bad_bytes)
+    return logs, bad
+
+
+def test_eval_cli_goes_on_past_a_bad_file_as_the_batch_commands_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs, bad = folder_with_a_bad_file(tmp_path, b'{"role": "user", "content": "hi"}\n{not json\n')
     args = ("eval", str(logs), "--strategies", "fifo", "--targets", "0.25", "-q")
     assert run(*args, "-f", "json") == ExitCode.PARTIAL
     out, err = capsys.readouterr()
@@ -239,11 +245,7 @@ def test_eval_fail_fast_still_writes_its_json_report_as_the_batch_commands_do(
 ) -> None:
     # analyze, validate, check and compact --out-dir --fail-fast -f json print their report (errors,
     # exit_code); eval printed nothing, so a script reading its JSON got an empty document.
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.jsonl").write_bytes((SAMPLES / "codex.jsonl").read_bytes())
-    bad = logs / "b.jsonl"
-    bad.write_bytes(b"{not json\n")
+    logs, bad = folder_with_a_bad_file(tmp_path, b"{not json\n")
     args = ("eval", str(logs), "--strategies", "fifo", "--targets", "0.25", "-q", "--fail-fast")
     assert run(*args, "-f", "json") == ExitCode.INPUT
     out, err = capsys.readouterr()
