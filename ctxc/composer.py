@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxc.errors import InputError, OverTargetError, UsageError
 from ctxc.profiles import MAX_TOKENS
-from ctxc.reminders import parse_toml, read_toml
+from ctxc.reader import parse_toml, read_toml
 from ctxc.tokens import make_counter
 
 if TYPE_CHECKING:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxc.errors import InputError, UsageError
+from ctxc.errors import UsageError
 from ctxc.model import Usage
+from ctxc.reader import parse_toml, read_toml
 
 SHIPPED = Path(__file__).with_name("prices.toml")
 _PER_TOKEN = 1e-6  # the table is in dollars per million tokens
@@ -101,36 +101,31 @@ def _rates(doc: Mapping[str, Any], where: str) -> Rates:
         )
         return Rates(given, output, written, read, float(doc.get("cache_write_1h", written)))
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(
+        raise UsageError(
             f"{where}: needs numbers input, output, cache_write and cache_read ({exc})"
         ) from None
 
 
 def _read(file: str | os.PathLike[str]) -> tuple[str, dict[str, Price]]:
     """A price table file's date and models."""
-    path, source = Path(file), str(file)
-    if source == "-":
-        raise UsageError("give a price table file, not - (stdin)")
-    try:
-        doc = tomllib.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as Windows editors write, dropped
-    except OSError as exc:
-        raise InputError(f"cannot read the price table: {exc.strerror or exc}", path=str(path)) from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"the price table is not UTF-8 text (byte {exc.start})", path=source) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", path=str(path)) from None
+    source = str(file)
+    doc = parse_toml(read_toml(file, "price table"), source, {"as_of", "models"})
     models = doc.get("models", {})
     if not isinstance(models, dict):
-        raise InputError("[models] must be a table of models", path=source)
+        raise UsageError(f"{source}: [models] must be a table of models")
     out: dict[str, Price] = {}
     for name, entry in models.items():
         if not isinstance(entry, dict):
-            raise InputError(f"models.{name} must be a table", path=source)
+            raise UsageError(f"{source}: models.{name} must be a table")
         long = entry.get("long_context")
+        try:
+            above = int(long.get("above", 0)) if isinstance(long, dict) else 0
+        except (TypeError, ValueError):
+            raise UsageError(f"{source}: models.{name}.long_context.above must be a number") from None
         out[name.lower()] = Price(
             _rates(entry, f"{source}: models.{name}"),
             _rates(long, f"{source}: models.{name}.long_context") if isinstance(long, dict) else None,
-            int(long.get("above", 0)) if isinstance(long, dict) else 0,
+            above,
         )
     return str(doc.get("as_of", "")), out
 

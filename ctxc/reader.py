@@ -9,14 +9,15 @@ import hashlib
 import io
 import os
 import sys
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
 
-from ctxc.errors import ArchiveError, InputError
+from ctxc.errors import ArchiveError, InputError, UsageError
 from ctxc.model import Record, RecordKind
 from ctxc.system import sync_dir
 
@@ -142,6 +143,35 @@ def read_all(src: str | os.PathLike[str]) -> tuple[str, bytes]:
     finally:
         if name != "-":
             handle.close()
+
+
+def read_toml(path: str | os.PathLike[str], what: str) -> str:
+    """The text of ``what``, a TOML file an option names (a BOM, as Windows editors write, dropped). Not
+    stdin: a transcript may come from there. A file that cannot be read is an InputError."""
+    a_what = ("an " if what[0] in "aeiou" else "a ") + what
+    if str(path) == "-":
+        raise UsageError(f"give {a_what}, not - (stdin)")
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(f"no such {what}", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError(f"is a directory, not {a_what}", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the {what} is not UTF-8 text (byte {exc.start})", path=str(path)) from None
+
+
+def parse_toml(text: str, source: str, keys: Collection[str], hint: str = "") -> dict[str, Any]:
+    """A TOML document with only the top-level ``keys``; anything else is a loud usage error."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{source}: not valid TOML: {exc}") from None
+    if unknown := set(doc) - set(keys):
+        raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}{hint}")
+    return doc
 
 
 def named_bytes(name: str, data: bytes) -> io.BytesIO:

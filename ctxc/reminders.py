@@ -4,14 +4,14 @@ when something happens; each is tagged with its rule's id, so a later run can co
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from ctxc.errors import InputError, UsageError
+from ctxc.errors import UsageError
 from ctxc.model import Message, TextBlock, ToolUseBlock
+from ctxc.reader import parse_toml, read_toml
 
 Trigger = Literal["every_n_turns", "token_threshold", "tool_call", "keyword_in_response", "after_compaction"]
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
@@ -27,34 +27,6 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 _RULE_KEYS = frozenset({"id", "message", *_FIELD_TYPES})
 _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _TAG = re.compile(r'<system-reminder id="([A-Za-z0-9_.:-]+)">')
-
-
-def read_toml(path: str | Path, what: str) -> str:
-    """The text of ``what``, a TOML file (a BOM, as Windows editors write, dropped). Not stdin: a transcript
-    may come from there, and a prompt's sections name files beside it."""
-    if str(path) == "-":
-        raise UsageError(f"give a {what}, not - (stdin)")
-    try:
-        return Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(f"no such {what}", path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError(f"is a directory, not a {what}", path=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"the {what} is not UTF-8 text (byte {exc.start})", path=str(path)) from None
-
-
-def parse_toml(text: str, source: str, keys: set[str], hint: str = "") -> dict[str, Any]:
-    """A TOML document with only the top-level ``keys``; anything else is a loud usage error."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{source}: not valid TOML: {exc}") from None
-    if unknown := set(doc) - keys:
-        raise UsageError(f"{source}: unknown top-level keys {sorted(unknown)}{hint}")
-    return doc
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxc.errors import InputError
+from ctxc.errors import InputError, UsageError
 from ctxc.model import Usage
 from ctxc.pricing import default_prices, load_prices, price_usage, saving_per_turn
 
@@ -75,13 +75,18 @@ def test_an_override_file_replaces_and_adds_models(tmp_path: Path, monkeypatch: 
         "not toml [",
         "[models.x]\ninput = 1\n",
         '[models.x]\ninput = "a"\noutput=1\ncache_write=1\ncache_read=1\n',
+        "[model.x]\ninput = 1\n",  # a typo of [models], which would otherwise price nothing
+        "[models.x]\ninput=1\noutput=1\ncache_write=1\ncache_read=1\nlong_context = { above = 'lots' }\n",
     ],
 )
-def test_a_bad_price_file_is_an_input_error_naming_it(tmp_path: Path, text: str) -> None:
+def test_a_bad_price_file_is_a_usage_error_naming_it(tmp_path: Path, text: str) -> None:
+    # As every option's TOML file: what is in it is a bad value (2), a file that cannot be read input (3).
     bad = tmp_path / "p.toml"
     bad.write_text(text)
-    with pytest.raises(InputError, match=str(bad)):
+    with pytest.raises(UsageError, match=str(bad)):
         load_prices(bad)
+    with pytest.raises(InputError, match="no such price table"):
+        load_prices(tmp_path / "none.toml")
 
 
 def test_a_saving_is_worth_its_tokens_at_input_and_cache_read_prices() -> None:

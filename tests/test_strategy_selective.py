@@ -32,7 +32,7 @@ from ctxc.compaction.base import CompactContext, Strategy, parse_config, protect
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.selective import LEVELS, Selective, SelectiveConfig, classify, load_rules, parse_rules
 from ctxc.compaction.units import units
-from ctxc.errors import ExitCode, UsageError
+from ctxc.errors import ExitCode, InputError, UsageError
 from ctxc.model import ImageBlock, Message, TextBlock, UnknownBlock
 
 RANK = {level: n for n, level in enumerate(LEVELS)}
@@ -220,7 +220,7 @@ BAD_RULES = [
         "rule 2: regex must be",
     ),
     ('default = "meh"\n', "default must be one of"),
-    ("rules = []\n", "unknown top-level key 'rules'"),
+    ("rules = []\n", "unknown top-level keys ['rules']"),
     ("rule = 3\n", "array of tables"),
     ("[[rule]\n", "not valid TOML"),
 ]
@@ -237,9 +237,9 @@ def test_a_bad_rules_file_is_a_loud_usage_error(tmp_path: Path, text: str, probl
     assert err.value.exit_code == ExitCode.USAGE
 
 
-def test_a_missing_rules_file(tmp_path: Path) -> None:
+def test_a_missing_rules_file_is_an_input_error(tmp_path: Path) -> None:
     path = tmp_path / "nope.toml"
-    with pytest.raises(UsageError, match="cannot read the importance rules file") as err:
+    with pytest.raises(InputError, match="no such importance rules file") as err:
         SelectiveConfig(rules=str(path))
     assert str(path) in str(err.value)
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxc.compaction.base import Action, CompactContext, StrategyResult, option, protected_units, register
@@ -20,6 +18,7 @@ from ctxc.compaction.own_summary import fit_own_summary
 from ctxc.compaction.units import units
 from ctxc.errors import UsageError
 from ctxc.model import BLOCK_KINDS, ROLES, ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ctxc.reader import parse_toml, read_toml
 from ctxc.tokens.cost import image_tokens
 
 #: Importance levels, least important first (the order units are dropped in).
@@ -95,15 +94,7 @@ def load_rules(path: str = "") -> Rules:
     if not path:
         text = resources.files("ctxc.compaction").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
         return parse_rules(text, SHIPPED_RULES)
-    if path == "-":
-        raise UsageError("give an importance rules file, not - (stdin)")
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as Windows editors write, dropped
-    except OSError as exc:
-        raise UsageError(f"cannot read the importance rules file: {exc.strerror or exc}", path=path) from None
-    except UnicodeDecodeError:
-        raise UsageError("the importance rules file is not UTF-8 text", path=path) from None
-    return parse_rules(text, path)
+    return parse_rules(read_toml(path, "importance rules file"), path)
 
 
 class _Bad(Exception):
@@ -113,18 +104,13 @@ class _Bad(Exception):
 @functools.lru_cache(maxsize=16)
 def parse_rules(text: str, source: str = "<rules>") -> Rules:
     """Parse and validate a rules document; every problem names ``source`` and the rule."""
+    doc = parse_toml(text, source, _TOP_KEYS, f" (known: {', '.join(sorted(_TOP_KEYS))})")
     try:
-        doc = tomllib.loads(text)
-        unknown = sorted(set(doc) - _TOP_KEYS)
-        if unknown:
-            raise _Bad(f"unknown top-level key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
         default = _level(doc.get("default", "normal"), "default")
         tables = doc.get("rule", [])
         if not isinstance(tables, list):
             raise _Bad("'rule' must be an array of tables ([[rule]])")
         return Rules(tuple(_rule(t, n) for n, t in enumerate(tables, 1)), default)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"importance rules: not valid TOML: {exc}", path=source) from None
     except _Bad as exc:
         raise UsageError(f"importance rules: {exc}", path=source) from None
 
