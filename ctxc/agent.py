@@ -31,7 +31,7 @@ from ctxc.model import Message, Transcript, Usage
 from ctxc.profiles import resolve_window, window_for_log
 from ctxc.reminders import Reminder, ReminderRule, ReminderRules, ReminderState, TurnState, last_response
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
-from ctxc.tokens import Counter, make_counter
+from ctxc.tokens import Counter, checked, make_counter
 from ctxc.tokens.cost import count_messages
 from ctxc.validate import pairing_problems
 
@@ -133,7 +133,7 @@ class ContextManager:
         strategy_configs(self.options)
         #: The token target of a compaction at the full window (a system prompt lowers it).
         self.target, _ = resolve_target(self.options, self.window)
-        self.counter: Counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
+        self.counter: Counter = checked(counter) or make_counter(tokenizer, use_cache=use_cache, model=model)
         self.archive = archive if archive is None or isinstance(archive, Archive) else Archive.open(archive)
         if isinstance(reminders, str | Path):
             reminders = ReminderRules.load(reminders)

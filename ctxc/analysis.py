@@ -25,7 +25,7 @@ from ctxc.report import Analysis, MessageStat, Row, Scan, summarize_usage
 from ctxc.scancache import load_scan, scan_key, store_scan
 from ctxc.stages import DEFAULT_THRESHOLDS, check_thresholds, stage_for
 from ctxc.system import gc_paused
-from ctxc.tokens import USAGE_TOKENIZER, Counter, counting_processes, make_counter
+from ctxc.tokens import USAGE_TOKENIZER, Counter, checked, counting_processes, make_counter
 from ctxc.tokens.cost import Counted, compare_with_o200k, count_messages, thinking_tokens, tool_tokens
 from ctxc.validate import Pairing
 
@@ -128,8 +128,7 @@ def analyze(
 
         usage = scan_usage(src, input_format=input_format, options=options)
         return usage_analysis(usage, window=window, model=model, thresholds=th, prices=prices)
-    if counter is None:
-        counter = make_counter(tokenizer, use_cache=use_cache, model=model)
+    counter = checked(counter) or make_counter(tokenizer, use_cache=use_cache, model=model)
     key = None
     # Whole-scan caching follows the count cache: on when counts are cached (not for approx).
     cached = use_cache and getattr(counter, "cache", None) is not None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ctxc.errors import InputError, OverTargetError, UsageError
 from ctxc.profiles import MAX_TOKENS
 from ctxc.reader import parse_toml, read_toml
-from ctxc.tokens import make_counter
+from ctxc.tokens import checked, make_counter
 
 if TYPE_CHECKING:
     from ctxc.tokens import Counter
@@ -113,7 +113,7 @@ class PromptComposer:
             raise UsageError(
                 f"the prompt budget must be a positive number of tokens up to 2**53, not {budget}"
             )
-        count = (counter or make_counter("o200k_base")).count
+        count = (checked(counter) or make_counter("o200k_base")).count
         ordered = self.ordered()
         pairs = list(zip(ordered, count([s.content for s in ordered]) if ordered else [], strict=True))
         if self.base is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,6 +216,29 @@ def test_a_token_counter_must_count() -> None:
 
     with pytest.raises(UsageError, match="token_counter"):
         ctxc.compact_messages(anthropic(2), max_tokens=1_000, token_counter=per_text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [lambda t: [1], lambda t: [-1] * len(t), lambda t: ["3"] * len(t), lambda t: None],
+    ids=["too-few", "negative", "strings", "none"],
+)
+def test_a_token_counter_must_answer_one_count_per_text(answer: Any, tmp_path: Any) -> None:
+    # A missing or wrong count would misplace every cut after it, silently.
+    class Wrong:
+        name = "wrong"
+
+        def count(self, texts: Sequence[str]) -> Any:
+            return answer(texts)
+
+    with pytest.raises(UsageError, match="'wrong' must return one int >= 0 per text"):
+        ctxc.compact_messages(anthropic(3), max_tokens=100, strategy="fifo", token_counter=Wrong())
+    with pytest.raises(UsageError, match="one int >= 0 per text"):
+        ContextManager(counter=Wrong()).count(anthropic(3))
+    log = tmp_path / "chat.jsonl"
+    log.write_text("".join(json.dumps(m) + "\n" for m in anthropic(3)))
+    with pytest.raises(UsageError, match="one int >= 0 per text"):
+        ctxc.analyze(log, counter=Wrong(), use_cache=False)
 
 
 @pytest.mark.parametrize("keep_last", [0, -1])

@@ -30,7 +30,7 @@ from ctxc.output import Data
 from ctxc.profiles import MAX_TOKENS
 from ctxc.stages import DEFAULT_THRESHOLDS
 from ctxc.summarize import SummarizerOptions, get_summarizer, quoting_intent
-from ctxc.tokens import Counter, make_counter
+from ctxc.tokens import Counter, checked, make_counter
 from ctxc.validate import Problem, pairing_problems
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def compact_transcript(
         window = window_for_log(model=options.model, window=options.window, usage=transcript.usage).window
         resolve_target(options, window)  # a bad target fails before the summarizer is checked
         summarizer = ready_summarizer(options)
-        ledger = Ledger(counter or options.counter())
+        ledger = Ledger(checked(counter) or options.counter())
         data = original_bytes if original_bytes is not None else list(transcript.parts())
         archive_id = input_sha = archive.object_id(data) if archive is not None else sha256_hex(data)
         stored = _store_in_background(archive, data, archive_id)

@@ -21,6 +21,7 @@ from ctxc.tokens.base import (
     StartingCounter,
     StartingTokenizer,
     Tokenizer,
+    checked,
 )
 from ctxc.tokens.workers import PROCESS_MIN_BYTES
 
@@ -105,6 +106,7 @@ __all__ = [
     "StartingCounter",
     "StartingTokenizer",
     "Tokenizer",
+    "checked",
     "counting_processes",
     "get_tokenizer",
     "make_cached_counter",

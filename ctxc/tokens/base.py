@@ -56,6 +56,36 @@ class StartingCounter(Counter, Protocol):
         ...
 
 
+class CheckedCounter:
+    """A caller's :class:`Counter` whose answers are checked: a count missing, negative or not an int
+    would silently misplace every cut after it."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.name = str(getattr(counter, "name", "token_counter"))
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        counts = self.counter.count(texts)
+        if (
+            not isinstance(counts, list | tuple)
+            or len(counts) != len(texts)
+            or not all(type(n) is int and n >= 0 for n in counts)
+        ):
+            got = f"{len(counts)} values" if isinstance(counts, list | tuple) else repr(counts)[:60]
+            raise UsageError(
+                f"the token counter {self.name!r} must return one int >= 0 per text; "
+                f"got {got} for {len(texts)} texts"
+            )
+        return list(counts)
+
+
+def checked(counter: Counter | None) -> Counter | None:
+    """``counter``, checked unless it is None or one of ctxc's own (:func:`ctxc.tokens.make_counter`'s)."""
+    if counter is None or type(counter).__module__.startswith("ctxc."):
+        return counter
+    return CheckedCounter(counter)
+
+
 class RecordedUsageOnly:
     """What ``make_counter("usage")`` returns: it routes :func:`ctxc.analysis.analyze` to the recorded
     usage and counts nothing, so a command that needs text counted (``--forecast``, ``compact``) fails
