@@ -161,6 +161,15 @@ class Outcome(Generic[R]):
         return self.error is None
 
 
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a batch; ``outcomes`` are those of the files that finished first (their
+    outputs whole), in input order, for a report of what was done."""
+
+    def __init__(self, outcomes: Sequence[Outcome[Any]]) -> None:
+        super().__init__()
+        self.outcomes = list(outcomes)
+
+
 #: In a worker process, held while a file is in work (see :func:`_worker_init`).
 _busy: threading.Lock | None = None
 
@@ -232,8 +241,8 @@ def run_batch(
     on_outcome: Callable[[Outcome[R]], None] | None = None,
 ) -> list[Outcome[R]]:
     """Run ``work`` over ``(path, argument)`` items, in a pool when ``jobs > 1``; outcomes in input order.
-    ``fail_fast``, Ctrl-C and SIGTERM cancel the files not started and let running ones finish; workers
-    end with this process, even one killed with SIGKILL."""
+    ``fail_fast``, Ctrl-C and SIGTERM cancel the files not started and let running ones finish (the
+    signals then raise :class:`BatchInterrupted`); workers end with this process, even one SIGKILLed."""
     notify = on_outcome or (lambda _o: None)
     outcomes: dict[int, Outcome[R]] = {}
 
@@ -247,9 +256,12 @@ def run_batch(
             from ctxc.sqlite_store import kept_open
 
             with kept_open():
-                for i, (path, item) in enumerate(items):
-                    if finished(_call(work, i, path, item)):
-                        break
+                try:
+                    for i, (path, item) in enumerate(items):
+                        if finished(_call(work, i, path, item)):
+                            break
+                except KeyboardInterrupt as exc:  # the file in work unwound: it has no outcome
+                    raise BatchInterrupted(list(outcomes.values())) from exc
             return list(outcomes.values())
         from concurrent.futures import FIRST_COMPLETED, wait  # a single-file run never needs them
 
@@ -268,7 +280,8 @@ def run_batch(
             while pending and not stop:
                 done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
                 if asked.is_set():
-                    raise KeyboardInterrupt
+                    _finish_running(pool, pending, finished)
+                    raise BatchInterrupted([outcomes[i] for i in sorted(outcomes)])
                 for future in sorted(done, key=pending.__getitem__):
                     pending.pop(future)
                     stop = finished(future.result()) or stop
@@ -290,6 +303,17 @@ def run_batch(
 
 #: How often (seconds) a pooled batch looks whether it was asked to stop, between files' ends.
 _POLL = 0.1
+
+
+def _finish_running(
+    pool: ProcessPoolExecutor, pending: dict[Future[Outcome[R]], int], finished: Callable[[Outcome[R]], bool]
+) -> None:
+    """After Ctrl-C or SIGTERM: cancel the files not started, wait for those running, and take the outcomes
+    of those that ended whole (a worker the signal reached too died with its file, and has none)."""
+    pool.shutdown(wait=True, cancel_futures=True)
+    for future in sorted(pending, key=pending.__getitem__):
+        if future.done() and not future.cancelled() and future.exception() is None:
+            finished(future.result())
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

@@ -16,9 +16,9 @@ import orjson
 
 from ctxc.archive import Archive
 from ctxc.archive_store import append_jsonl, archive_root, read_jsonl
-from ctxc.batch import Outcome, batch_exit_code, check_distinct_outputs
+from ctxc.batch import BatchInterrupted, Outcome, batch_exit_code, check_distinct_outputs
 from ctxc.compaction.files import CompactJob, compact_file, options_fingerprint_doc
-from ctxc.errors import ArchiveError
+from ctxc.errors import ArchiveError, ExitCode
 from ctxc.output import atomic_output, dumps, envelope, sweep_stale_temps
 
 _Key = tuple[str, str, str]
@@ -107,7 +107,8 @@ def compact_batch(
     run_files: FileRunner,
 ) -> dict[str, Any]:
     """Compact many files with ``run_files``, skipping those the journal or the manifest records as done;
-    returns the ``compact-batch`` document, also written to ``report`` when given."""
+    returns the ``compact-batch`` document, also written to ``report`` when given, and then too when
+    Ctrl-C or SIGTERM stops the batch (:class:`~ctxc.batch.BatchInterrupted`, raised again after)."""
     check_distinct_outputs([(j.path, j.output) for j in jobs_list])
     dry_run = bool(jobs_list) and jobs_list[0].dry_run
     # Leftovers of a run that was killed (SIGKILL runs no cleanup), beside each output as named and as
@@ -116,11 +117,15 @@ def compact_batch(
     for d in {p.parent.resolve() for p in outputs} | {p.resolve().parent for p in outputs}:
         sweep_stale_temps(d)
     rows, todo = _plan(jobs_list, archive=archive, resume=not (force or dry_run))
-    outcomes = run_files(
-        [(job.path, job) for _, job in todo],
-        compact_journaled,
-        tokens_of=lambda doc: int(doc["run"]["tokens_before"]),
-    )
+    interrupted: BatchInterrupted | None = None
+    try:
+        outcomes = run_files(
+            [(job.path, job) for _, job in todo],
+            compact_journaled,
+            tokens_of=lambda doc: int(doc["run"]["tokens_before"]),
+        )
+    except BatchInterrupted as exc:  # the report still tells what was done, then the interrupt goes on
+        outcomes, interrupted = exc.outcomes, exc
     for outcome in outcomes:
         k, job = todo[outcome.index]
         if outcome.ok and outcome.value is not None:
@@ -138,10 +143,18 @@ def compact_batch(
     finished = [r for r in rows if r is not None]
     rc = batch_exit_code(outcomes, single=fail_fast or len(jobs_list) == 1)  # one file: its own code
     totals = _totals(finished, files=len(jobs_list))
-    doc = envelope("compact-batch", files=finished, totals=totals, exit_code=rc)
+    doc = envelope(
+        "compact-batch",
+        files=finished,
+        totals=totals,
+        interrupted=interrupted is not None,
+        exit_code=int(ExitCode.INTERRUPTED) if interrupted else rc,
+    )
     if report:
         with atomic_output(report, inputs=tuple(j.path for j in jobs_list)) as handle:
             handle.write(dumps(doc))
+    if interrupted is not None:
+        raise interrupted
     return doc
 
 

@@ -126,11 +126,15 @@ def test_an_interrupted_batch_journals_each_finished_file_and_the_rerun_does_onl
     archive = tmp_path / "arc"
     base = ["compact", str(src), "--out-dir", str(tmp_path / "out"), "--archive", str(archive)]
     Interrupt(at=4).install(monkeypatch)
-    assert run(*base, "--jobs", "1", *COMPACT) == ExitCode.INTERRUPTED
-    assert len(journal(archive)) == 3
-    monkeypatch.undo()
     rep = tmp_path / "r.json"
+    assert run(*base, "--jobs", "1", "--report", str(rep), *COMPACT) == ExitCode.INTERRUPTED
+    assert len(journal(archive)) == 3
+    assert orjson.loads(rep.read_bytes())["interrupted"] is True
+    assert report_totals(rep)["ok"] == 3
+    assert report_totals(rep)["not_run"] == 3
+    monkeypatch.undo()
     assert run(*base, "--jobs", "1", "--report", str(rep), *COMPACT) == 0
+    assert orjson.loads(rep.read_bytes())["interrupted"] is False
     assert report_totals(rep)["skipped"] == 3
     assert report_totals(rep)["ok"] == 3
     # One run per file in the manifest: none was done twice.
@@ -459,6 +463,34 @@ def test_killing_the_main_process_leaves_no_worker(
         assert proc.returncode == ExitCode.INTERRUPTED, text
         assert "leaked" not in text
         assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_batch_stopped_by_sigterm_still_writes_its_report(
+    tmp_path: Path, sessions: list[subprocess.Popen[bytes]], jobs: str
+) -> None:
+    src = distinct_files(tmp_path / "in", 200)
+    archive, rep = tmp_path / "arc", tmp_path / "r.json"
+    cmd = _batch_cmd(src, archive, "--out-dir", str(tmp_path / "out"), "--report", str(rep))
+    proc = _start([*cmd, "--jobs", jobs], tmp_path, sessions)  # the last --jobs wins
+    _wait_runs(archive, proc, 3)
+    assert proc.poll() is None, "the batch ended before it could be stopped"
+    os.kill(proc.pid, signal.SIGTERM)  # a CI timeout
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, err.decode(errors="replace")
+    doc = orjson.loads(rep.read_bytes())
+    assert doc["schema"] == "ctxc.compact-batch/1"
+    assert doc["interrupted"] is True
+    assert doc["exit_code"] == ExitCode.INTERRUPTED
+    totals, rows = doc["totals"], doc["files"]
+    assert totals["ok"] == len(rows) >= 1
+    assert totals["not_run"] == 200 - len(rows) > 0
+    # Each file listed as done is done: journaled, its output whole on disk.
+    journaled = {str(e["path"]) for e in journal(archive)}
+    for row in rows:
+        assert row["status"] == "ok"
+        assert row["path"] in journaled
+        assert sha256_hex(Path(row["output"]).read_bytes()) == row["output_sha256"]
 
 
 # -- fault injection: kills at random moments, then a re-run ------------------------------------------
