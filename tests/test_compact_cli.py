@@ -116,6 +116,28 @@ def test_keep_last_gives_way_to_an_explicit_target_unless_given(tmp_path: Path) 
     assert written.messages[-1].text == lines[-1]["content"]  # and the last message
 
 
+def test_over_target_counts_what_the_strategy_would_not_remove(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """selective keeps every critical message (the user's own words): the error's "what it keeps" is
+    those too, not only the pinned and last ones, so the user sees why the target cannot be met."""
+    instruction = " ".join(f"rule{k}" for k in range(300))
+    lines: list[dict[str, str]] = []
+    for k in range(12):
+        lines += [{"role": "user", "content": f"{k}: {instruction}"}, {"role": "assistant", "content": "ok"}]
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    capsys.readouterr()
+    out = str(tmp_path / "o.jsonl")
+    args = ("compact", str(src), "-s", "selective", "--target-tokens", "2000", "-o", out)
+    assert run(*args) == ExitCode.OVER_TARGET
+    err = capsys.readouterr().err
+    kept = int(err.split("what it keeps as it was")[1].split(" is ")[1].split(" tokens")[0].replace(",", ""))
+    one = analyze(src).total_tokens // 12
+    assert kept > 10 * one - 2000, err  # every instruction, not the first and last alone
+    assert "a user message (msg 2," in err, err
+
+
 def _chat_file(path: Path, *, middle: int, last_words: int) -> Path:
     """A chat log: a short request, ``middle`` messages of 150 words, and a last message of ``last_words``."""
     words = " ".join(f"word{k}" for k in range(150))

@@ -117,10 +117,13 @@ def compact_conversation(
     actions = (*actions, *(a for a in (copied, repair) if a is not None))
     after = as_is + ledger.total(sent_part(repaired, summary_resets=plan.summary_resets))
     if after > plan.limit[0] and not plan.allow_over:
+        # What the strategy kept as it was: pinned and last messages, and what it would not touch
+        # (selective's critical ones), which the error names so that the user sees what is in the way.
+        given = {id(m) for m in messages}
+        untouched = [m for m in repaired if id(m) in given]
+        kept = as_is + ledger.total(untouched)
         tail = {m.index for m in messages[-ctx.keep_last :]}
-        kept = as_is + ledger.total(m for m in messages if m.index in pinned or m.index in tail)
-        whole = conversation or messages
-        largest = _largest_kept(messages, pinned, tail, requests, whole, ledger)
+        largest = _largest_kept(untouched, pinned, tail, requests, conversation or messages, ledger)
         raise _over_target(plan.strategy.name, after, plan.limit, kept, largest, ctx.keep_last, source)
     leftover = pairing_problems(repaired, strict=True)
     if leftover:  # repair is meant to make this impossible: fail loudly rather than hand it on
@@ -170,8 +173,9 @@ def _over_target(
     lower = "lower {keep_last}, or " if keep_last > 1 else ""
     return OverTargetError(
         f"{strategy} reached {after:,} tokens, {over:,} ({over / target:.0%}) over {limit_text(limit)}; "
-        f"what is always kept (pinned messages, the last {keep_last} and what the log's own compaction "
-        f"carries) is {kept:,} tokens{beyond}{largest}; {lower}use {{allow_over}} to write it anyway",
+        f"what it keeps as it was (pinned messages, the last {keep_last}, what the log's own compaction "
+        f"carries and what {strategy} does not remove) is {kept:,} tokens{beyond}{largest}; "
+        f"{lower}use {{allow_over}} to write it anyway",
         path=source,
         options=("keep_last", "allow_over"),
     )
@@ -187,14 +191,15 @@ def sent_part(messages: Sequence[Message], *, summary_resets: bool) -> Sequence[
 
 
 def _largest_kept(
-    messages: Sequence[Message],
+    untouched: Sequence[Message],
     pinned: frozenset[int],
     tail: set[int],
     requests: Sequence[Message],
     everything: Sequence[Message],
     ledger: Ledger,
 ) -> str:
-    """The largest of what must stay, named, for an over-target error: which words are in the way."""
+    """The largest of what the strategy kept as it was, named, for an over-target error: which words are
+    in the way."""
     intent, last = session_intent(everything), last_request(everything)
 
     def name(m: Message) -> str:
@@ -206,10 +211,11 @@ def _largest_kept(
             return "the log's own summary"
         if m.role == "system":
             return "a system message"
-        return "the last message" if m.index == messages[-1].index else "a pinned or last message"
+        if m.index == everything[-1].index:
+            return "the last message"
+        return "a pinned or last message" if m.index in pinned or m.index in tail else f"a {m.role} message"
 
-    kept = [*requests, *(m for m in messages if m.index in pinned or m.index in tail)]
-    largest = sorted(kept, key=lambda m: -ledger.tokens(m))[:3]
+    largest = sorted([*requests, *untouched], key=lambda m: -ledger.tokens(m))[:3]
     named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
     return f"; the largest: {named}" if named else ""
 
