@@ -24,14 +24,21 @@ class ValidateJob:
 
 
 def validate_file(job: ValidateJob) -> dict[str, Any]:
-    """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry."""
+    """Every pairing and role problem of one file, as the ``ctxc.validate/1`` per-file entry; ``warnings``
+    are what does not fail it: a last line cut off mid-record is what a session still being written
+    holds, so only a log known to be finished is damaged by it."""
     t = load(job.path, input_format=job.input_format, options=job.read_options)
     problems = all_problems(t.messages, strict=job.strict)
+    warnings = []
+    if t.cut_line:
+        why = "cut off mid-record (no newline, not JSON): not read; a session still being written?"
+        warnings.append({"code": "cut_off", "line": t.cut_line, "message": why})
     return {
         "path": t.source,
         "format": t.format,
         "messages": len(t.messages),
         "problems": [{k: getattr(p, k) for k in _PROBLEM_FIELDS} for p in problems],
+        "warnings": warnings,
     }
 
 

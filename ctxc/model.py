@@ -311,6 +311,8 @@ class Transcript:
     boundaries: tuple[Boundary, ...] = ()
     conversations: int = 1
     problems: tuple[str, ...] = ()
+    #: The number of a last line not read because the file ends mid-record in it (0: none).
+    cut_line: int = 0
 
     def to_bytes(self) -> bytes:
         return b"".join(self.parts())

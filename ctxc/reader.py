@@ -206,9 +206,12 @@ def parse_line(raw: bytes, name: str, line: int) -> object:
         raise InputError(f"not valid JSON ({exc.msg}): {_excerpt(raw)}", path=name, line=line) from None
 
 
-def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions()) -> Iterator[Record]:
+def iter_records(
+    stream: BinaryIO, name: str, options: ReadOptions = ReadOptions(), *, cut_off: list[int] | None = None
+) -> Iterator[Record]:
     """The records of a stream, lazily, one per line; a file that is one JSON document over several lines
-    (a pretty-printed ``.traj``) is one record."""
+    (a pretty-printed ``.traj``) is one record. A last line that ends mid-record is not read: its number
+    goes to ``cut_off`` (for ``validate``, which says so: the log may be still being written, or damaged)."""
     buffered: BinaryIO = stream
     if isinstance(stream, io.BufferedReader):
         head = stream.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
@@ -265,6 +268,8 @@ def iter_records(stream: BinaryIO, name: str, options: ReadOptions = ReadOptions
             # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
             # and not yet a line: it is not read (an archived original keeps its bytes, in the spool). A last
             # line that is no record at all is still an error.
+            if cut_off is not None:
+                cut_off.append(line_no)
             break
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -121,3 +126,41 @@ def test_a_terminal_call_awaits_no_result() -> None:
     plain = [*messages[:3], msg("assistant", TextBlock("done"), call("f"), index=3)]
     assert codes(plain, True) == [("unanswered_call", 3, "f")]
     assert len(repair_messages(plain)[0]) == 5
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_validate_warns_of_a_last_record_cut_off_and_exits_0(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A log cut off mid-record (a crash, a full disk, or an agent still writing it) has lost its last
+    # record: the reader leaves that line out without an error, so validate must say it did.
+    complete = (SAMPLES / "chat-anthropic.jsonl").read_bytes()
+    lines = complete.count(b"\n")
+    log = tmp_path / "cut.jsonl"
+    log.write_bytes(complete + b'{"role": "user", "content": "and now the docs, plea')
+    code, out, err = run(capsys, "validate", str(log), "-f", fmt)
+    assert code == 0  # a session still being written is normal: a warning, not a problem
+    said = f"{log}:{lines + 1}: cut off mid-record (no newline, not JSON): not read"
+    if fmt == "json":
+        [entry] = json.loads(out)["files"]
+        assert entry["problems"] == []
+        assert entry["messages"] == 19  # the complete lines are all read
+        [warning] = entry["warnings"]
+        assert warning["code"] == "cut_off"
+        assert f"{entry['path']}:{warning['line']}: {warning['message']}".startswith(said)
+        assert err.startswith(f"ctxc: warning: {said}")
+    else:
+        assert out.splitlines()[0] == f"{log}: ok (chat, 19 messages)"
+        assert out.splitlines()[1].startswith(f"{log}:{lines + 1}: warning: cut off mid-record")
+        assert err == ""
+
+
+def test_validate_of_a_complete_log_has_no_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = SAMPLES / "chat-anthropic.jsonl"
+    code, out, err = run(capsys, "validate", str(log), "-f", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["files"][0]["warnings"] == []
+    code, out, _ = run(capsys, "validate", str(log))
+    assert out == f"{log}: ok (chat, 19 messages)\n"

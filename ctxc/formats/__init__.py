@@ -93,14 +93,16 @@ def _forced(items: Iterator[Item], forced: str, sample: list[Record], name: str)
 
 @dataclass
 class Stream:
-    """An opened transcript read lazily: ``records`` (unless ``keep_records=False``) and ``invalid_lines``
-    (records skipped under ``skip_invalid``) fill up as ``items`` is consumed."""
+    """An opened transcript read lazily: ``records`` (unless ``keep_records=False``), ``invalid_lines``
+    (records skipped under ``skip_invalid``) and ``cut_off`` (a last line not read, see
+    :func:`~ctxc.reader.iter_records`) fill up as ``items`` is consumed."""
 
     name: str
     adapter: FormatAdapter
     items: Iterator[Item]
     records: list[Record]
     invalid_lines: list[int] = field(default_factory=list)
+    cut_off: list[int] = field(default_factory=list)
     _handle: BinaryIO | None = None
 
     def close(self) -> None:
@@ -118,12 +120,17 @@ def open_stream(
 ) -> Stream:
     name, handle = open_binary(src)
     owned = handle if isinstance(src, str | os.PathLike) and str(src) != "-" else None
+    cut_off: list[int] = []
     try:
-        return _stream(name, iter_records(handle, name, options), input_format, keep_records, owned)
+        stream = _stream(
+            name, iter_records(handle, name, options, cut_off=cut_off), input_format, keep_records, owned
+        )
     except BaseException:
         if owned is not None:
             owned.close()
         raise
+    stream.cut_off = cut_off
+    return stream
 
 
 def _stream(
@@ -157,7 +164,7 @@ def _stream(
     items = adapter.read(indexed())
     if input_format:
         items = _forced(items, adapter.name, sample, name)
-    return Stream(name, adapter, items, kept, invalid, handle)
+    return Stream(name, adapter, items, kept, invalid, _handle=handle)
 
 
 def load(
@@ -256,6 +263,7 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
         boundaries=tuple(boundaries),
         conversations=(max((m.conversation for m in messages), default=0) + 1),
         problems=problems,
+        cut_line=stream.cut_off[0] if stream.cut_off else 0,
     )
 
 
