@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import corpus_params, sample_files
+from conftest import SAMPLES, corpus_params, sample_files
 
 from ctxc.analysis import analyze
 from ctxc.cli import main
@@ -136,6 +136,10 @@ def test_over_target_counts_what_the_strategy_would_not_remove(
     one = analyze(src).total_tokens // 12
     assert kept > 10 * one - 2000, err  # every instruction, not the first and last alone
     assert "a user message (msg 2," in err, err
+    # mask keeps what the model said: the largest of it is named, in English
+    codex = ("compact", str(SAMPLES / "codex.jsonl"), "-s", "mask", "--target-tokens", "2000", "-o", out)
+    assert run(*codex) == ExitCode.OVER_TARGET
+    assert "the largest: an assistant message (msg" in capsys.readouterr().err
 
 
 def _chat_file(path: Path, *, middle: int, last_words: int) -> Path:

@@ -213,7 +213,9 @@ def _largest_kept(
             return "a system message"
         if m.index == everything[-1].index:
             return "the last message"
-        return "a pinned or last message" if m.index in pinned or m.index in tail else f"a {m.role} message"
+        if m.index in pinned or m.index in tail:
+            return "a pinned or last message"
+        return f"{'an' if m.role == 'assistant' else 'a'} {m.role} message"
 
     largest = sorted([*requests, *untouched], key=lambda m: -ledger.tokens(m))[:3]
     named = ", ".join(f"{name(m)} (msg {max(m.index, 0)}, {ledger.tokens(m):,} tokens)" for m in largest)
