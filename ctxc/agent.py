@@ -1,5 +1,6 @@
 """Context management for an agent loop: :class:`ContextManager` says when to compact the message list
-(plain Anthropic or OpenAI dicts), compacts it, and gives the due reminders and the system prompt."""
+(plain Anthropic or OpenAI dicts, or Responses-API items), compacts it, and gives the due reminders and
+the system prompt."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ctxc.compaction.run import (
 from ctxc.composer import Composition, PromptComposer
 from ctxc.errors import OverTargetError, UsageError
 from ctxc.formats import get_adapter
-from ctxc.formats.dicts import Shape, detect_shape, from_messages, is_chat_message, json_bytes, to_messages
+from ctxc.formats.base import FormatAdapter
+from ctxc.formats.dicts import SHAPES, Shape, detect_shape, from_messages, json_bytes, to_messages
 from ctxc.live import compaction_block_boundary
 from ctxc.model import Message, Transcript, Usage
 from ctxc.profiles import resolve_window, window_for_log
@@ -66,7 +68,7 @@ class Compaction:
 class ContextManager:
     """Compaction, reminders and the system prompt for one conversation. Keyword arguments mirror
     ``ctxc compact``; ``reminders`` and ``composer`` may be TOML paths; ``shape="auto"`` is OpenAI unless
-    a message is Anthropic-only."""
+    a message is Anthropic-only or an item is a Responses-API one."""
 
     def __init__(
         self,
@@ -88,7 +90,7 @@ class ContextManager:
         instructions: str | None = None,
         archive: Archive | str | Path | None = None,
         counter: Counter | None = None,
-        shape: Literal["auto", "anthropic", "openai"] = "auto",
+        shape: Literal["auto", "anthropic", "openai", "responses"] = "auto",
         allow_over: bool = True,
         use_cache: bool = True,
         min_growth: float = 0.05,
@@ -109,8 +111,8 @@ class ContextManager:
                 f" got {counter!r}"
             )
         self.min_growth = min_growth
-        if shape not in ("auto", "anthropic", "openai"):
-            raise UsageError(f"shape must be auto, anthropic or openai, not {shape!r}")
+        if shape not in ("auto", *SHAPES):
+            raise UsageError(f"shape must be auto, {', '.join(SHAPES)}, not {shape!r}")
         self.shape = shape
         self.options = CompactOptions(
             strategy=strategy,
@@ -185,9 +187,9 @@ class ContextManager:
                 todo.setdefault(key, (d, []))[1].append(i)
         if todo:
             new = [d for d, _ in todo.values()]
-            parsed = to_messages(new, shape=self._shape(new))
+            parsed = read_messages(new, self._shape(new), [where[0] for _, where in todo.values()])
             counted = count_messages(parsed, self.counter)
-            # Indexes are positions in ``new``; a dict that is not a message (unknown role) is free.
+            # Indexes are positions in ``new``.
             by_position = {
                 m.index: (n, compaction_block_boundary(m) is not None)
                 for m, n in zip(parsed, counted, strict=True)
@@ -195,7 +197,7 @@ class ContextManager:
             if len(self._memo) > _MEMO_LIMIT:
                 self._memo.clear()
             for k, (key, (_, where)) in enumerate(todo.items()):
-                self._memo[key] = size = by_position.get(k, (0, False))
+                self._memo[key] = size = by_position[k]
                 for i in where:
                     sizes[i] = size
         return sizes
@@ -233,36 +235,36 @@ class ContextManager:
         """The compacted message list, same shape, tool calls and results still paired; kept messages
         are the very dicts given. :attr:`last_compaction` says what was done."""
         room = self.room(system)
-        check_messages(messages)
+        require_list(messages)
         if not messages:
             self.last_compaction = Compaction(0, 0, 1)
             return []
         shape = self._shape(messages)
-        parsed = tuple(
-            replace(m, meta={**m.meta, "dialect": shape}) for m in to_messages(messages, shape=shape)
-        )
+        parsed = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in read_messages(messages, shape))
         before = self.count(messages)
         with discard_new_objects_on_failure():
-            compacted, actions = self._compact_live(parsed, messages, room)
+            compacted, actions = self._compact_live(parsed, messages, room, shape)
         out = from_messages(compacted, messages, parsed, shape=shape)
         self.last_compaction = Compaction(before, self.count(out), self.stage(before, room=room), actions)
         return out
 
     def _compact_live(
-        self, parsed: Sequence[Message], messages: Sequence[Mapping[str, Any]], room: int
+        self, parsed: Sequence[Message], messages: Sequence[Mapping[str, Any]], room: int, shape: Shape
     ) -> tuple[tuple[Message, ...], tuple[Action, ...]]:
         """The live context (from the provider's own compaction block on) compacted by the kernel."""
+        # Responses items are Codex's: each call's output is an item of its own (the adapter's tool_role).
+        adapter = get_adapter("codex" if shape == "responses" else "chat")
         data = b"".join(json_bytes(m) + b"\n" for m in messages)
         archive_id = self.archive.store(data) if self.archive is not None else sha256_hex(data)
         boundaries = tuple(b for m in parsed if (b := compaction_block_boundary(m)) is not None)
         transcript = Transcript("chat", (), tuple(parsed), "<messages>", boundaries=boundaries)
-        plan = self._plan(room, Ledger(self.counter), archive_id)
-        outputs, outcomes = compact_live(transcript, self.options, plan, get_adapter("chat"))
+        plan = self._plan(room, Ledger(self.counter), archive_id, adapter)
+        outputs, outcomes = compact_live(transcript, self.options, plan, adapter)
         if self.archive is not None:
             self.archive.index(archive_id, transcript)  # for `ctxc search`; never fails the run
         return outputs.get(0, tuple(parsed)), tuple(a for o in outcomes for a in o.actions)
 
-    def _plan(self, room: int, ledger: Ledger, archive_id: str) -> Plan:
+    def _plan(self, room: int, ledger: Ledger, archive_id: str, adapter: FormatAdapter | None = None) -> Plan:
         """The kernel's plan for a message list with ``room`` tokens of window."""
         if self._summarizer is None:
             self._summarizer = ready_summarizer(self.options)
@@ -274,6 +276,7 @@ class ContextManager:
             summarizer=self._summarizer,
             archive=self.archive,
             archive_id=archive_id,
+            adapter=adapter,
         )
 
     def compact_messages(
@@ -350,16 +353,16 @@ def compact_messages(
     settings: Mapping[str, str] | None = None,
     summarizer: str = "extractive",
     archive: Archive | str | Path | None = None,
-    shape: Literal["auto", "anthropic", "openai"] = "auto",
+    shape: Literal["auto", "anthropic", "openai", "responses"] = "auto",
     allow_over: bool = False,
 ) -> list[dict[str, Any]]:
-    """``messages`` (plain dicts, Anthropic or OpenAI shape) compacted to at most ``max_tokens``, shaped
-    like LangChain's ``trim_messages``; ``token_counter`` is a tokenizer name or a ``Counter``. A budget
-    that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless ``allow_over``; a list within
-    it comes back as given."""
+    """``messages`` (plain dicts: Anthropic or OpenAI shape, or Responses-API items) compacted to at most
+    ``max_tokens``, shaped like LangChain's ``trim_messages``; ``token_counter`` is a tokenizer name or a
+    ``Counter``. A budget that cannot be met raises :class:`~ctxc.errors.OverTargetError` unless
+    ``allow_over``; a list within it comes back as given."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
         raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
-    check_messages(messages)
+    require_list(messages)
     manager = ContextManager(
         window=window or max_tokens,
         strategy=strategy,
@@ -376,8 +379,9 @@ def compact_messages(
     )
     # Within budget nothing is compacted, whatever the strategy (thinking and images would act anyway);
     # only a broken tool pairing is still repaired.
+    parsed = read_messages(messages, manager._shape(messages))
     within = manager.count(messages) <= max_tokens
-    if within and not pairing_problems(to_messages(messages, shape=manager._shape(messages)), strict=True):
+    if within and not pairing_problems(parsed, strict=True):
         return [m if isinstance(m, dict) else dict(m) for m in messages]
     return manager.compact(messages)
 
@@ -388,18 +392,22 @@ def require_list(messages: object) -> None:
         raise UsageError(f"messages must be a list of message dicts, got a {type(messages).__name__}")
 
 
-def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
-    """A :class:`UsageError` for an entry that is not a message dict, which compaction would drop."""
-    require_list(messages)
-    for i, obj in enumerate(messages):
-        if not is_chat_message(obj):
-            raise _not_a_message(i, obj)
+def read_messages(
+    messages: Sequence[Mapping[str, Any]], shape: Shape, positions: Sequence[int] | None = None
+) -> list[Message]:
+    """The ctxc messages of a dict list; an entry that is no message (it would count 0 tokens and be
+    dropped by compaction) is a :class:`UsageError` naming its position (``positions[i]`` if given)."""
+    parsed = to_messages(messages, shape=shape)
+    if len(parsed) < len(messages):
+        i = next(i for i, m in enumerate([*parsed, None]) if m is None or m.index != i)
+        raise _not_a_message(i if positions is None else positions[i], messages[i])
+    return parsed
 
 
 def _not_a_message(i: int, obj: object) -> UsageError:
     return UsageError(
         f"messages[{i}] is not a message (a dict whose role is user, assistant, system, developer,"
-        f" tool or function): {obj!r:.80}"
+        f" tool or function, or a Responses-API item): {obj!r:.80}"
     )
 
 

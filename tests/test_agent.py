@@ -1,5 +1,5 @@
-"""ContextManager on in-memory message lists (Anthropic and OpenAI shapes), and the documented agent
-loop example, run here in both shapes and once as a script."""
+"""ContextManager on in-memory message lists (Anthropic and OpenAI shapes, Responses-API items), and the
+documented agent loop example, run here in both chat shapes and once as a script."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ctxc.archive_store import CITATION_RE
 from ctxc.composer import PromptComposer, Section
 from ctxc.errors import UsageError
 from ctxc.reminders import ReminderRule, TurnState
+from ctxc.tokens.cost import MESSAGE_OVERHEAD
 from ctxc.validate import pairing_problems
 
 
@@ -93,6 +94,39 @@ def openai_conversation(turns: int, result_lines: int = 80) -> list[dict[str, An
     return msgs
 
 
+def responses_conversation(turns: int, result_lines: int = 80) -> list[dict[str, Any]]:
+    """``openai_conversation`` as Responses-API input items, with a reasoning item before each call."""
+    msgs: list[dict[str, Any]] = [
+        {"type": "message", "role": "system", "content": "You are a careful engineer."},
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Fix the parser bug without changing the API."}],
+        },
+    ]
+    for i in range(turns):
+        msgs.append({"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": "gAAAA"})
+        said = {"type": "output_text", "text": f"Reading file {i}."}
+        msgs.append({"type": "message", "role": "assistant", "content": [said]})
+        arguments = json.dumps({"path": f"src/m{i}.py"})
+        msgs.append(
+            {"type": "function_call", "call_id": f"call_{i}", "name": "read_file", "arguments": arguments}
+        )
+        body = "\n".join(f"{n:4} def f{n}(x): return parse(x, {i})" for n in range(result_lines))
+        msgs.append({"type": "function_call_output", "call_id": f"call_{i}", "output": body})
+    msgs.append(
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Found it."}]}
+    )
+    msgs.append({"role": "user", "content": "Go on."})
+    return msgs
+
+
+CONVERSATIONS = {
+    "anthropic": anthropic_conversation,
+    "openai": openai_conversation,
+    "responses": responses_conversation,
+}
+
+
 def assert_valid(messages: list[dict[str, Any]], shape: str) -> None:
     parsed = to_messages(messages, shape=shape)  # type: ignore[arg-type]
     assert pairing_problems(parsed, strict=True) == []
@@ -102,6 +136,23 @@ def test_detect_shape() -> None:
     assert detect_shape(anthropic_conversation(1)) == "anthropic"
     assert detect_shape(openai_conversation(1)) == "openai"
     assert detect_shape([{"role": "user", "content": "hi"}]) == "openai"  # valid in both
+    assert detect_shape(responses_conversation(1)) == "responses"
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+    assert detect_shape([{"role": "user", "content": "hi"}, said]) == "responses"
+
+
+def test_responses_items_count_as_the_same_chat_conversation() -> None:
+    # Calls, outputs and Responses messages counted 0 tokens, so an agent loop on them never compacted.
+    manager = ContextManager(window=100_000)
+    items, chat = responses_conversation(3), openai_conversation(3)
+    # The same texts; each item the chat shape has not (reasoning, a call apart from its text) is framed.
+    framing = MESSAGE_OVERHEAD * (len(items) - len(chat))
+    assert manager.count(items) == manager.count(chat) + framing
+    calls = [n for m, (n, _) in zip(items, manager._sizes(items), strict=True) if "call_id" in m]
+    assert len(calls) == 6
+    assert all(n > 0 for n in calls)
+    told = ContextManager(window=100_000, shape="responses")
+    assert told.count(items) == manager.count(items)
 
 
 def test_count_is_memoised_per_message() -> None:
@@ -137,9 +188,9 @@ def test_needs_compaction_at_the_trigger_and_with_a_system_prompt() -> None:
     assert roomy.needs_compaction(msgs, system="You are careful. " * (tokens // 8))
 
 
-@pytest.mark.parametrize("shape", ["anthropic", "openai"])
+@pytest.mark.parametrize("shape", sorted(CONVERSATIONS))
 def test_compact_returns_the_same_shape_paired(shape: str) -> None:
-    msgs = anthropic_conversation(12) if shape == "anthropic" else openai_conversation(12)
+    msgs = CONVERSATIONS[shape](12)
     before = ContextManager(window=1_000_000).count(msgs)
     manager = ContextManager(window=int(before / 0.75))  # stage 3
     assert manager.needs_compaction(msgs)
@@ -157,13 +208,12 @@ def test_compact_returns_the_same_shape_paired(shape: str) -> None:
         assert not any("tool_calls" in m for m in out)
     else:
         assert out[0] is msgs[0]  # the system message is kept, as the very dict given
-        assert any(m["role"] == "tool" for m in out)
+        assert any(m.get("role") == "tool" or m.get("type") == "function_call_output" for m in out)
+    assert all(any(m is given for given in msgs) for m in out if m in msgs)  # kept: the very dicts
     assert any(m is msgs[-1] for m in out)  # the last message is kept as given
     task = msgs[0] if shape == "anthropic" else msgs[1]
     assert any(m is task for m in out)  # the first request is pinned
-    assert msgs == (
-        anthropic_conversation(12) if shape == "anthropic" else openai_conversation(12)
-    )  # untouched
+    assert msgs == CONVERSATIONS[shape](12)  # untouched
     assert not manager.needs_compaction(out)
 
 
@@ -226,6 +276,23 @@ def test_an_entry_that_is_not_a_dict_is_a_usage_error_not_zero_tokens() -> None:
         manager.count(msgs)
     with pytest.raises(UsageError, match=r"messages\[1\] is not a message"):
         manager.needs_compaction(msgs)
+
+
+@pytest.mark.parametrize("shape", ["openai", "responses"])
+@pytest.mark.parametrize(
+    "wrong",
+    [{"foo": 1}, {"role": "wizard", "content": "x"}, {"type": "message", "role": "wizard", "content": []}],
+    ids=repr,
+)
+def test_a_dict_that_is_no_message_is_a_usage_error_not_zero_tokens(shape: str, wrong: object) -> None:
+    # It counted 0 tokens (compact refused it), in a chat list and in a list of Responses items alike.
+    manager = ContextManager(window=100_000)
+    msgs: list[Any] = [*CONVERSATIONS[shape](1), wrong]
+    assert manager.count(msgs[:-1]) > 0  # the messages before it are memoised: only the new one is read
+    with pytest.raises(UsageError, match=rf"messages\[{len(msgs) - 1}\] is not a message"):
+        manager.count(msgs)
+    with pytest.raises(UsageError, match=rf"messages\[{len(msgs) - 1}\] is not a message"):
+        manager.compact(msgs)
 
 
 def test_the_next_compaction_waits_for_growth() -> None:

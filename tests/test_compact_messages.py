@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ctxc
-from ctxc.agent import ContextManager, to_messages
+from ctxc.agent import ContextManager, detect_shape, to_messages
 from ctxc.compaction.base import strategies
 from ctxc.errors import CtxcError, OverTargetError, UsageError
 from ctxc.validate import pairing_problems
@@ -64,15 +64,34 @@ def openai(turns: int, lines: int = 40) -> list[dict[str, Any]]:
     return msgs
 
 
+def responses(turns: int, lines: int = 40) -> list[dict[str, Any]]:
+    """``openai`` as Responses-API input items."""
+    msgs: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be careful."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Find the failure."}]},
+    ]
+    for i in range(turns):
+        msgs.append({"type": "reasoning", "summary": [{"type": "summary_text", "text": f"Run step {i}."}]})
+        msgs.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "run", "arguments": f'{{"n": {i}}}'}
+        )
+        out = "\n".join(f"step {i} line {n}: compiling module_{n}.c" for n in range(lines))
+        msgs.append({"type": "function_call_output", "call_id": f"c{i}", "output": out})
+    msgs.append(
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Flags."}]}
+    )
+    return msgs
+
+
 def tokens(messages: list[dict[str, Any]], counter: Any) -> int:
     return ContextManager(window=1_000_000, counter=counter).count(messages)
 
 
 def paired(messages: list[dict[str, Any]]) -> bool:
-    return not pairing_problems(to_messages(messages), strict=True)
+    return not pairing_problems(to_messages(messages, shape=detect_shape(messages)), strict=True)
 
 
-@pytest.mark.parametrize("build", [anthropic, openai])
+@pytest.mark.parametrize("build", [anthropic, openai, responses])
 @pytest.mark.parametrize("strategy", ["fifo", "selective", "mask", "adaptive", "hierarchical"])
 def test_within_budget_paired_unmutated(build: Any, strategy: str) -> None:
     messages = build(20)
@@ -84,6 +103,7 @@ def test_within_budget_paired_unmutated(build: Any, strategy: str) -> None:
     assert tokens(out, counter) <= budget
     assert paired(out)
     assert all(isinstance(m, dict) for m in out)
+    assert detect_shape(out) == detect_shape(messages)
     ids = {id(m) for m in messages}
     assert any(id(m) in ids for m in out)  # kept messages are the very dicts given
     assert out[-1] is messages[-1]
@@ -173,7 +193,7 @@ def test_a_list_within_budget_comes_back_as_given(strategy: str) -> None:
     assert all(a is b for a, b in zip(out, messages, strict=True))
 
 
-@pytest.mark.parametrize("build", [anthropic, openai, rich_anthropic])
+@pytest.mark.parametrize("build", [anthropic, openai, rich_anthropic, responses])
 @pytest.mark.parametrize("strategy", sorted(strategies()))
 def test_every_strategy_pairs_and_leaves_the_input(build: Any, strategy: str) -> None:
     messages = build(12)

@@ -1,5 +1,6 @@
 """Message dicts as the APIs take them (Anthropic or OpenAI shape, decided per message) to ctxc messages
-and back: one dict per chat-log line or dataset turn, or a list for :class:`ctxc.ContextManager`."""
+and back: one dict per chat-log line or dataset turn, or a list for :class:`ctxc.ContextManager` (which
+may also be OpenAI Responses-API input items, read and written as Codex's)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import orjson
 
 from ctxc.errors import UsageError, ValidationError
 from ctxc.formats.base import importance_of, recorded_usage
+from ctxc.formats.codex_items import ITEM_TYPES, encode_message, new_item, parse_item
 from ctxc.formats.shapes import (
     ANTHROPIC_ONLY_PARTS,
     OPENAI_ONLY_PARTS,
@@ -41,7 +43,9 @@ from ctxc.model import (
 )
 
 Dialect = Literal["anthropic", "openai"]
-Shape = Dialect
+#: How a whole list is written: a chat dialect, or OpenAI Responses-API input items.
+Shape = Literal["anthropic", "openai", "responses"]
+SHAPES: tuple[Shape, ...] = ("anthropic", "openai", "responses")
 #: How the message's ``content`` was written, so an unchanged message is written back the same way.
 ContentForm = Literal["string", "list", "null", "absent", "other"]
 
@@ -99,6 +103,16 @@ def _part_types(content: Any) -> set[str]:
 def uses_responses_parts(obj: Mapping[str, Any]) -> bool:
     """True for Codex legacy items, whose parts are Responses-API ``input_text``/``output_text``."""
     return bool(_part_types(obj.get("content")) & _RESPONSES_PART_TYPES)
+
+
+def is_responses_item(obj: Any) -> bool:
+    """Whether a dict is a Responses-API input item no chat shape has: a call, its output, reasoning...
+    or a message of ``input_text``/``output_text`` parts."""
+    if not isinstance(obj, Mapping):
+        return False
+    itype = obj.get("type")
+    item = isinstance(itype, str) and itype in ITEM_TYPES and itype != "message"
+    return item or uses_responses_parts(obj)
 
 
 def detect_dialect(obj: Mapping[str, Any]) -> Dialect | None:
@@ -376,13 +390,18 @@ def encode_chat_message(message: Message) -> dict[str, Any]:
 
 
 def detect_shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
-    """Anthropic when a message is Anthropic-only (tool_use/tool_result blocks...), else OpenAI."""
+    """Responses when an item is a Responses-API one, Anthropic when a message is Anthropic-only
+    (tool_use/tool_result blocks...), else OpenAI."""
+    if any(is_responses_item(m) for m in messages):
+        return "responses"
     found = (detect_dialect(m) for m in messages if isinstance(m, Mapping))
     return next((d for d in found if d is not None), "openai")
 
 
 def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = None) -> list[Message]:
     """ctxc messages for a dict list (indexes are positions in the list; non-messages are skipped)."""
+    if shape == "responses":
+        return _items_to_messages(messages)
     state = ChatState(shape)
     out: list[Message] = []
     for i, obj in enumerate(messages):
@@ -390,6 +409,26 @@ def to_messages(messages: Sequence[Mapping[str, Any]], *, shape: Shape | None = 
         if parsed is not None:
             role, blocks, meta = parsed
             out.append(Message(role, blocks, i + 1, i, importance=importance_of(obj), meta=meta, raw=obj))
+    return out
+
+
+def _items_to_messages(items: Sequence[Mapping[str, Any]]) -> list[Message]:
+    names: dict[str, str] = {}  # tool names by call id, for the outputs
+    out: list[Message] = []
+    for i, given in enumerate(items):
+        itype = given.get("type") if isinstance(given, Mapping) else None
+        item: Mapping[str, Any]
+        if itype is None and is_chat_message(given):
+            item = {"type": "message", **given}  # the type of a message item may be left out
+        elif not isinstance(itype, str) or (itype == "message" and not is_chat_message(given)):
+            continue  # not an item, or a message of no known role
+        else:
+            item = given
+        parsed = parse_item(item, i + 1, names)
+        if parsed is not None:
+            role, blocks, meta = parsed
+            names.update((b.id, b.name) for b in blocks if isinstance(b, ToolUseBlock))
+            out.append(Message(role, blocks, i + 1, i, importance=importance_of(item), meta=meta, raw=item))
     return out
 
 
@@ -404,13 +443,21 @@ def from_messages(
     for m in result:
         original = kept.get(id(m))
         if original is None:
-            new = m if "dialect" in m.meta else dataclasses.replace(m, meta={**m.meta, "dialect": shape})
-            encoded = encode_chat_message(new)
+            encoded = _encode_dict(m, shape)
             if by_json is None:  # the first of equal dicts wins
                 by_json = {json_bytes(obj): obj for obj in reversed(given)}
             original = by_json.get(json_bytes(encoded), encoded)
         out.append(original if isinstance(original, dict) else dict(original))
     return out
+
+
+def _encode_dict(message: Message, shape: Shape) -> dict[str, Any]:
+    if shape == "responses":
+        # A changed item is rebuilt from its own keys; a new one (summary, missing output) is made.
+        return encode_message(message) if message.raw is not None else new_item(message)
+    if "dialect" not in message.meta:
+        message = dataclasses.replace(message, meta={**message.meta, "dialect": shape})
+    return encode_chat_message(message)
 
 
 def json_bytes(obj: Any) -> bytes:
