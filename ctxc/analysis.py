@@ -128,10 +128,11 @@ def analyze(
 
         usage = scan_usage(src, input_format=input_format, options=options)
         return usage_analysis(usage, window=window, model=model, thresholds=th, prices=prices)
-    counter = checked(counter) or make_counter(tokenizer, use_cache=use_cache, model=model)
+    counter = counter or make_counter(tokenizer, use_cache=use_cache, model=model)
     key = None
     # Whole-scan caching follows the count cache: on when counts are cached (not for approx).
     cached = use_cache and getattr(counter, "cache", None) is not None
+    counter = checked(counter)
     if cached and isinstance(src, str | os.PathLike) and str(src) != "-":
         key = scan_key(src, counter.name, input_format, options)
     scan = load_scan(key, str(src)) if key else None

@@ -4,7 +4,7 @@ what analysis, compaction and agent loops count with. Modules of the package imp
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, overload, runtime_checkable
 
 from ctxc.errors import UsageError
 
@@ -79,6 +79,10 @@ class CheckedCounter:
         return list(counts)
 
 
+@overload
+def checked(counter: None) -> None: ...
+@overload
+def checked(counter: Counter) -> Counter: ...
 def checked(counter: Counter | None) -> Counter | None:
     """``counter``, checked unless it is None or one of ctxc's own (:func:`ctxc.tokens.make_counter`'s)."""
     if counter is None or type(counter).__module__.startswith("ctxc."):
