@@ -44,8 +44,11 @@ def repair_messages(
         tool_role = answers_in_tool_messages(messages)
     drop_results: dict[tuple[int, int], set[str]] = defaultdict(set)  # (conversation, index) -> result ids
     for p in problems:
-        if p.code != "unanswered_call":
+        if p.code not in ("unanswered_call", "duplicate_result"):
             drop_results[(p.conversation, p.index)].add(p.tool_id)
+    # A repeated result goes, its first copy stays: both may be in one message (a line written twice).
+    repeated = {(p.conversation, p.tool_id) for p in problems if p.code == "duplicate_result"}
+    seen_results: set[tuple[int, str]] = set()
     # Results that were not adjacent are dropped too, so their calls need answering again.
     answer = {
         (p.conversation, p.tool_id) for p in problems if p.code in ("unanswered_call", "result_not_adjacent")
@@ -77,7 +80,7 @@ def repair_messages(
         if pending and not continues_turn:
             flush()  # right after the turn's own results, before anything else is said
         gone = drop_results.get((m.conversation, m.index), set())
-        blocks = tuple(b for b in m.blocks if not (isinstance(b, ToolResultBlock) and b.tool_use_id in gone))
+        blocks = tuple(b for b in m.blocks if not _dropped(b, m.conversation, gone, repeated, seen_results))
         if len(blocks) == len(m.blocks):
             out.append(m)
         elif any(not isinstance(b, TextBlock) or b.text.strip() for b in blocks):
@@ -92,6 +95,18 @@ def repair_messages(
         prev = m
     flush()
     return tuple(out), tuple(found)
+
+
+def _dropped(
+    b: Block, conversation: int, gone: set[str], repeated: set[tuple[int, str]], seen: set[tuple[int, str]]
+) -> bool:
+    """Whether repair drops ``b``: a result listed in ``gone``, or a repeat of one already ``seen``."""
+    if not isinstance(b, ToolResultBlock):
+        return False
+    key = (conversation, b.tool_use_id)
+    dropped = b.tool_use_id in gone or (key in repeated and key in seen)
+    seen.add(key)
+    return dropped
 
 
 def _fix_ids(messages: Sequence[Message]) -> list[Message]:

@@ -128,6 +128,23 @@ def test_a_terminal_call_awaits_no_result() -> None:
     assert len(repair_messages(plain)[0]) == 5
 
 
+def test_repair_of_a_result_repeated_in_one_message_keeps_the_first() -> None:
+    """A duplicated result line that its format reads into the same message as the first (Claude Code
+    joins consecutive user records) loses only the copy: the call stays answered."""
+    from ctxc.repair import repair_messages
+
+    messages = [
+        msg("user", TextBlock("go"), index=0),
+        msg("assistant", call("a"), index=1),
+        msg("user", result("a"), result("a"), index=2),
+        msg("assistant", TextBlock("done"), index=3),
+    ]
+    fixed, found = repair_messages(messages)
+    assert [p.code for p in found] == ["duplicate_result"]
+    assert fixed[2].blocks == (result("a"),)
+    assert codes(list(fixed), True) == []
+
+
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_validate_warns_of_a_last_record_cut_off_and_exits_0(
     fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
