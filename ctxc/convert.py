@@ -166,8 +166,8 @@ def _anthropic_result(block: ToolResultBlock, ids: _AnthropicIds) -> dict[str, A
 
 def _anthropic_block(block: Block, ids: _AnthropicIds) -> dict[str, Any] | None:
     raw = block.raw if isinstance(block.raw, dict) else {}
-    if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
+    if isinstance(block, TextBlock):  # the API refuses an empty one (OpenAI's "" beside tool calls)
+        return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, ThinkingBlock):
         if raw.get("type") == "redacted_thinking":
             return dict(raw)
@@ -207,10 +207,10 @@ def to_anthropic(messages: Iterable[Message]) -> list[dict[str, Any]]:
     for turn in _plan(messages):
         if turn.role == "system":
             lines.append({"role": "system", "content": _plain_text(turn.blocks)})
-        elif turn.role == "assistant":
-            lines.append({"role": "assistant", "content": content(turn.blocks)})
-        elif turn.role == "user":
-            text = content(turn.blocks)
+        # A turn left without content (another vendor's encrypted reasoning alone) is refused by the API.
+        elif turn.role == "assistant" and (said := content(turn.blocks)):
+            lines.append({"role": "assistant", "content": said})
+        elif turn.role == "user" and (text := content(turn.blocks)):
             after = (
                 lines[-1]["content"] if turn.after_results and lines and lines[-1]["role"] == "user" else None
             )

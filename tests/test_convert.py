@@ -61,6 +61,9 @@ def anthropic_pairs(lines: list[dict[str, Any]]) -> tuple[list[str], int]:
         assert set(line) == {"role", "content"}
         content = line["content"]
         assert isinstance(content, str | list)
+        # The API refuses a message without content or with an empty text block (system is no message).
+        assert line["role"] == "system" or content, (i, line)
+        assert all(b.get("text") != "" for b in content if isinstance(b, dict)), (i, line)
         if not isinstance(content, list):
             continue
         kinds = [b["type"] for b in content]
@@ -269,10 +272,29 @@ def test_split_calls_and_late_results_are_grouped() -> None:
     assert [c["id"] for c in oa[2]["tool_calls"]] == ["c1", "c2"]
     assert openai_pairs(oa) == (["c1", "c2"], 0)
     an = to_anthropic(messages)
-    assert [x["role"] for x in an] == ["user", "assistant", "assistant", "user", "user", "assistant"]
-    assert an[1] == {"role": "assistant", "content": []}
-    assert [b["tool_use_id"] for b in an[3]["content"]] == ["c1", "c2"]
+    # The empty reasoning item is no message at all: the Anthropic API refuses one without content.
+    assert [x["role"] for x in an] == ["user", "assistant", "user", "user", "assistant"]
+    assert [b["tool_use_id"] for b in an[2]["content"]] == ["c1", "c2"]
     assert anthropic_pairs(an) == (["c1", "c2"], 0)
+
+
+def test_no_empty_text_or_message_in_the_anthropic_dialect() -> None:
+    """OpenAI logs write ``"content": ""`` beside tool calls, and an empty user turn happens: the Anthropic
+    API refuses an empty text block and a message without content, so neither is written."""
+    t = load_bytes(
+        jsonl(
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+            {"role": "user", "content": ""},
+            {"role": "assistant", "content": "one file"},
+        )
+    )  # fmt: skip
+    an = to_anthropic(t.messages)
+    assert an[1]["content"] == [{"type": "tool_use", "id": "c1", "name": "ls", "input": {}}]
+    assert [x["role"] for x in an] == ["user", "assistant", "user", "assistant"]
+    assert anthropic_pairs(an) == (["c1"], 0)
 
 
 def test_orphan_result_stays_in_place() -> None:
