@@ -255,7 +255,7 @@ def iter_records(
         body = raw[3:] if line_no == 1 and raw.startswith(BOM) else raw
         if line_no == 1 and body.lstrip()[:1] in (b"{", b"[") and not is_json(body):
             # Not JSON on its own: perhaps the first line of a pretty-printed whole document.
-            document, rest = _try_document(chunk, buffered)
+            document, rest = _try_document(chunk, buffered, name)
             if document is not None:
                 if spool is not None:
                     spool.append(rest)
@@ -332,7 +332,7 @@ def is_json(body: bytes) -> bool:
     return True
 
 
-def _try_document(first: bytes, stream: BinaryIO) -> tuple[Record | None, bytes]:
+def _try_document(first: bytes, stream: BinaryIO, name: str) -> tuple[Record | None, bytes]:
     """Parse the whole file as one JSON object (None if it is not one), and the rest of the stream read."""
     rest = stream.read()
     whole = first + rest
@@ -341,6 +341,12 @@ def _try_document(first: bytes, stream: BinaryIO) -> tuple[Record | None, bytes]
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None, rest
+    if isinstance(data, list):  # an indented export: valid JSON, which "not valid JSON: '['" would deny
+        raise InputError(
+            "expected a JSON object, got an array (the whole file is one; JSONL is an object per line)",
+            path=name,
+            line=1,
+        )
     if not isinstance(data, dict):
         return None, rest
     return Record(line=1, raw=whole, eol=b"", data=data), rest

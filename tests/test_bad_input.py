@@ -89,6 +89,17 @@ def test_json_not_object(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     one_line_error(err, "arr.jsonl:3:", "expected a JSON object, got an array")
 
 
+def test_a_pretty_printed_json_array_is_named_as_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A messages export is often one indented array: it is valid JSON, so "not valid JSON: '['" misled.
+    f = tmp_path / "export.json"
+    f.write_bytes(orjson.dumps([{"role": "user", "content": "hi"}], option=orjson.OPT_INDENT_2))
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT
+    one_line_error(err, "export.json:1:", "expected a JSON object, got an array")
+
+
 def test_invalid_utf8(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = tmp_path / "latin1.jsonl"
     f.write_bytes(GOOD + '{"role":"user","content":"café"}\n'.encode("latin-1"))
