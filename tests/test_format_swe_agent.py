@@ -210,3 +210,25 @@ def test_sniff() -> None:
     assert SWE.sniff([_record({"role": "user", "content": "hi"})]) == 0
     two = [_record({"trajectory": [], "history": []}), _record({"trajectory": [], "history": []})]
     assert SWE.sniff(two) == 80
+
+
+def test_a_rewritten_document_keeps_its_framing() -> None:
+    """A changed .traj is written pretty-printed again, framed as it was read: its byte-order mark,
+    CRLF line ends and final newline (it lost all three)."""
+    from ctxc.compaction.write import write_transcript
+    from ctxc.reader import BOM
+
+    turns = [("system", "rules"), ("user", "task"), ("assistant", "look"), ("user", "observation")]
+    history = [{"role": role, "content": text, "agent": "main"} for role, text in turns]
+    document = {"environment": "e", "trajectory": [], "history": history, "info": {}}
+    raw = BOM + orjson.dumps(document, option=orjson.OPT_INDENT_2).replace(b"\n", b"\r\n") + b"\r\n"
+    t = load(io.BytesIO(raw))
+    changed = dataclasses.replace(t.messages[2], blocks=(TextBlock("seen"),))
+    written = write_transcript(t, {0: (*t.messages[:2], changed, t.messages[3])}, SWE, archive_id="0" * 64)
+    out = io.BytesIO()
+    dump(written, out)
+    data = out.getvalue()
+    assert data.startswith(BOM + b"{\r\n")
+    assert data.endswith(b"}\r\n")
+    assert data.count(b"\n") == data.count(b"\r\n")
+    assert [m.text for m in load(io.BytesIO(data)).messages] == ["rules", "task", "seen", "observation"]

@@ -13,6 +13,7 @@ import orjson
 
 from ctxc.formats.base import EncodesConversations, FormatAdapter, WritesCompacted
 from ctxc.model import Message, Record, Transcript
+from ctxc.reader import BOM
 
 __all__ = ["EncodesConversations", "WritesCompacted", "encode_record", "write_lines", "write_transcript"]
 
@@ -82,9 +83,13 @@ def _write_per_conversation(
             continue
         data = adapter.encode_conversation(outputs[conv], rec.data)
         if not rec.eol and b"\n" in rec.raw:
-            # A pretty-printed whole document (a .traj file) stays pretty-printed, ending as it did.
+            # A pretty-printed whole document (a .traj file) stays pretty-printed, framed as it was read:
+            # byte-order mark, line ends (a newline in a JSON string is escaped) and how it ends.
             body = orjson.dumps(data, option=orjson.OPT_INDENT_2)
-            out.append(Record(line=rec.line, raw=body, eol=b"", data=data, kind="message"))
+            body = body.replace(b"\n", b"\r\n") if b"\r\n" in rec.raw else body
+            bom = BOM if rec.raw.startswith(BOM) else b""
+            raw = bom + body + rec.raw[len(rec.raw.rstrip()) :]
+            out.append(Record(line=rec.line, raw=raw, eol=b"", data=data, kind="message"))
         else:
             out.append(encode_record(data, rec.eol, rec.line))
     return tuple(out)
