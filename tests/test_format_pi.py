@@ -272,6 +272,18 @@ def test_non_message_entries() -> None:
     assert items[1].index == 0  # indexes count messages only
 
 
+def test_first_kept_entry_index_counts_entries_not_blank_lines() -> None:
+    """pi skips blank lines when it loads a session, so ``firstKeptEntryIndex`` counts entries: a blank
+    line in the file must not move where the kept tail starts."""
+    second = {**USER, "message": {**USER["message"], "content": [{"type": "text", "text": "two"}]}}
+    compaction = {"type": "compaction", "timestamp": "t", "summary": "s", "firstKeptEntryIndex": 2}
+    lines = [orjson.dumps(HEADER), b"", *(orjson.dumps(e) for e in (USER, second, compaction))]
+    t = load(io.BytesIO(b"\n".join(lines) + b"\n"))
+    assert [m.text for m in t.messages] == ["hi", "two"]
+    [boundary] = t.boundaries
+    assert boundary.kept_from == 1  # entry 2 (the header is entry 0) is the second message, "two"
+
+
 def test_newer_entry_kinds_are_context_messages() -> None:
     custom = {"type": "custom_message", "id": "a1", "parentId": None, "timestamp": "t", "customType": "k"}
     branch = {

@@ -176,10 +176,12 @@ class PiAdapter(FormatAdapter):
         # Where each message came from, to find the first entry a compaction keeps (by id, or by position).
         index_of_id: dict[str, int] = {}
         positions: list[tuple[int, int]] = []  # (entry position, message index)
+        position = -1  # pi numbers the entries it loaded (the header is 0): blank lines are not entries
         for i, rec in records:
             entry = rec.data
             if not isinstance(entry, dict):
                 continue
+            position += 1
             if entry.get("type") == "compaction":
                 kept_from = _first_kept(entry, index, index_of_id, positions)
                 yield _compaction(entry, rec.line, index, kept_from)
@@ -190,7 +192,7 @@ class PiAdapter(FormatAdapter):
             role, blocks, usage, meta = parsed
             if isinstance(entry.get("id"), str):
                 index_of_id[entry["id"]] = index
-            positions.append((i, index))
+            positions.append((position, index))
             yield Message(role, blocks, rec.line, index, (i,), 0, importance_of(entry), usage, meta, entry)
             index += 1
             if usage is not None:
