@@ -239,9 +239,9 @@ class ContextManager:
         if not messages:
             self.last_compaction = Compaction(0, 0, 1)
             return []
+        before = self.count(messages)  # first: it refuses what is not JSON, which parsing would trip on
         shape = self._shape(messages)
         parsed = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in read_messages(messages, shape))
-        before = self.count(messages)
         with discard_new_objects_on_failure():
             compacted, actions = self._compact_live(parsed, messages, room, shape)
         out = from_messages(compacted, messages, parsed, shape=shape)
@@ -306,8 +306,9 @@ class ContextManager:
             start -= 1
         while start and _role(messages[start - 1]) == "assistant":
             start -= 1
+        tokens = self.count(messages)  # first: it refuses what is not JSON, which parsing would trip on
         calls, text = last_response(to_messages(messages[start:], shape=self._shape(messages)))
-        return TurnState(turn, self.count(messages), self.window, calls, text, compacted)
+        return TurnState(turn, tokens, self.window, calls, text, compacted)
 
     def reminders_due(self, state: TurnState) -> tuple[Reminder, ...]:
         """The reminders that fire at ``state``; the manager records that they fired."""
@@ -379,8 +380,8 @@ def compact_messages(
     )
     # Within budget nothing is compacted, whatever the strategy (thinking and images would act anyway);
     # only a broken tool pairing is still repaired.
+    within = manager.count(messages) <= max_tokens  # first: it refuses what is not JSON
     parsed = read_messages(messages, manager._shape(messages))
-    within = manager.count(messages) <= max_tokens
     if within and not pairing_problems(parsed, strict=True):
         return [m if isinstance(m, dict) else dict(m) for m in messages]
     return manager.compact(messages)

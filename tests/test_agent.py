@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from ctxc.agent import ContextManager, detect_shape, to_messages
+from ctxc.agent import ContextManager, compact_messages, detect_shape, to_messages
 from ctxc.archive import Archive
 from ctxc.archive_store import CITATION_RE
 from ctxc.composer import PromptComposer, Section
@@ -238,6 +238,20 @@ def test_compact_an_empty_list_and_bad_input() -> None:
         ContextManager(strategy="nope")
     with pytest.raises(UsageError, match="trigger"):
         ContextManager(trigger=0)
+
+
+@pytest.mark.parametrize("content", [b"raw bytes", [{"type": "text", "text": "x"}, {1, 2}]])
+def test_content_that_is_not_json_is_a_usage_error_everywhere(content: Any) -> None:
+    # Parsing reached it before the JSON check did: a bare TypeError from deep inside the parser.
+    messages = [{"role": "user", "content": content}]
+    manager = ContextManager(window=10_000)
+    for call in (
+        lambda: manager.compact(messages),
+        lambda: manager.turn_state(messages, turn=0),
+        lambda: compact_messages(messages, max_tokens=1_000),
+    ):
+        with pytest.raises(UsageError, match="JSON-serialisable"):
+            call()
 
 
 def test_the_manager_refuses_what_compact_messages_refuses() -> None:
