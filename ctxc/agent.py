@@ -105,6 +105,8 @@ class ContextManager:
             raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
             raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
+        if isinstance(pins, str):  # it would pin each of its characters
+            raise UsageError(f"{{pins}} takes a list of pins, not one string: [{pins!r}]", options=("pins",))
         if counter is not None and not callable(getattr(counter, "count", None)):
             raise UsageError(
                 "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"

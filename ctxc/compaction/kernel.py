@@ -247,6 +247,11 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
+        if not isinstance(pin, str):
+            raise UsageError(
+                f"{{pins}} holds strings (an index '3', a range '3-17' or a regex), got {pin!r}",
+                options=("pins",),
+            )
         if not pin.strip():  # an unset shell variable, say: as a regex it would pin every message
             raise UsageError("{pins} is empty; give an index, a range (3-17) or a regex", options=("pins",))
         m = _INDEX_RANGE.match(pin.strip())
