@@ -142,7 +142,8 @@ class ContextManager:
         if isinstance(reminders, str | Path):
             reminders = ReminderRules.load(reminders)
         elif reminders is not None and not isinstance(reminders, ReminderRules):
-            reminders = ReminderRules(tuple(reminders))
+            given: Any = reminders  # a lone rule, or (refused by ReminderRules) anything else
+            reminders = ReminderRules(tuple(given) if isinstance(given, Sequence) else (given,))
         self.rules: ReminderRules | None = reminders
         self.composer = PromptComposer.load(composer) if isinstance(composer, str | Path) else composer
         self.reminder_state = ReminderState()

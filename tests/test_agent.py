@@ -254,6 +254,15 @@ def test_content_that_is_not_json_is_a_usage_error_everywhere(content: Any) -> N
             call()
 
 
+@pytest.mark.parametrize(
+    "reminders", [[{"id": "a", "message": "m", "every_n_turns": 2}], ["rules.toml"], [None], 5]
+)
+def test_reminders_that_are_not_rules_are_a_usage_error(reminders: Any) -> None:
+    # A dict, a path in a list or a number was an AttributeError or TypeError from inside the rules.
+    with pytest.raises(UsageError, match="ReminderRule"):
+        ContextManager(window=10_000, reminders=reminders)
+
+
 def test_the_manager_refuses_what_compact_messages_refuses() -> None:
     with pytest.raises(UsageError, match="keep_last"):
         ContextManager(window=10_000, keep_last=0)
