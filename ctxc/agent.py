@@ -95,6 +95,9 @@ class ContextManager:
         use_cache: bool = True,
         min_growth: float = 0.05,
     ) -> None:
+        numbers = {"window": window, "target_tokens": target_tokens, "target_ratio": target_ratio}
+        numbers.update(trigger=trigger, min_growth=min_growth)
+        _check_arguments(numbers, keep_last=keep_last, pins=pins, settings=settings, composer=composer)
         self.window, self.model = resolve_window(model=model, window=window)
         self._window_given = model is not None or window is not None
         self.thresholds = check_thresholds(thresholds)
@@ -103,10 +106,6 @@ class ContextManager:
             raise UsageError(f"trigger is a share of the window (0-1.5), got {self.trigger}")
         if not 0 <= min_growth <= 1:
             raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
-        if isinstance(pins, str):  # it would pin each of its characters
-            raise UsageError(f"{{pins}} takes a list of pins, not one string: [{pins!r}]", options=("pins",))
         if counter is not None and not callable(getattr(counter, "count", None)):
             raise UsageError(
                 "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"
@@ -388,6 +387,24 @@ def compact_messages(
     if within and not pairing_problems(parsed, strict=True):
         return [m if isinstance(m, dict) else dict(m) for m in messages]
     return manager.compact(messages)
+
+
+def _check_arguments(
+    numbers: Mapping[str, object], *, keep_last: object, pins: object, settings: object, composer: object
+) -> None:
+    """A :class:`UsageError` for a keyword of the wrong type (a number read from the environment is a
+    string), which would otherwise be a TypeError from deep inside."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+        raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
+    if isinstance(pins, str):  # it would pin each of its characters
+        raise UsageError(f"{{pins}} takes a list of pins, not one string: [{pins!r}]", options=("pins",))
+    for name, value in numbers.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise UsageError(f"{name}= must be a number, got {value!r}")
+    if settings is not None and not isinstance(settings, Mapping):
+        raise UsageError(f"settings= is a mapping such as {{'mask.keep_last': '3'}}, got {settings!r:.80}")
+    if composer is not None and not isinstance(composer, PromptComposer | str | Path):
+        raise UsageError(f"composer= is a PromptComposer or a TOML path, got {composer!r:.80}")
 
 
 def require_list(messages: object) -> None:

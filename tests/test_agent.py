@@ -274,6 +274,25 @@ def test_the_manager_refuses_what_compact_messages_refuses() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("window", "100000"),  # as read from an environment variable
+        ("target_tokens", "8000"),
+        ("target_ratio", "0.5"),
+        ("trigger", "0.7"),
+        ("min_growth", "0.1"),
+        ("thresholds", (0.6, 0.7, 0.8, "0.9")),
+        ("settings", "mask.keep_last=3"),  # as --set takes it
+        ("composer", {"id": "role", "content": "You review code."}),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_a_usage_error(keyword: str, value: object) -> None:
+    # Each was a TypeError, ValueError or (composer, at the first prompt) AttributeError from inside.
+    with pytest.raises(UsageError, match=keyword):
+        ContextManager(**{keyword: value}).system_prompt()  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("wrong", [None, "Fix it.", {"role": "user", "content": "Fix it."}], ids=repr)
 def test_count_of_something_not_a_list_is_a_usage_error_not_zero(wrong: object) -> None:
     # A single dict or a string counted 0 tokens (needs_compaction never fired); None was a TypeError.
