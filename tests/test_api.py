@@ -65,6 +65,22 @@ def test_load_dump_analyze_count() -> None:
     assert ctxc.count_tokens("안녕하세요, 세계", tokenizer="cl100k_base") > 0
 
 
+def test_load_analyze_and_dump_take_binary_streams_and_say_so(tmp_path: Path) -> None:
+    # A text stream, a transcript or bytes were a TypeError or AttributeError from inside the reader.
+    path = SAMPLES / "chat-openai.jsonl"
+    t = ctxc.load(path)
+    with path.open() as text:
+        for wrong in (text, path.read_bytes(), t, None):
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.load(wrong)  # type: ignore[arg-type]
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.analyze(wrong, use_cache=False)  # type: ignore[arg-type]
+    with (tmp_path / "out.jsonl").open("w") as text:
+        for wrong in (text, io.StringIO(), str(tmp_path / "out.jsonl")):
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.dump(t, wrong)  # type: ignore[arg-type]
+
+
 def test_compact_from_the_library(tmp_path: Path) -> None:
     t = ctxc.load(SAMPLES / "claude-code.jsonl")
     target = ctxc.count_tokens(t) // 3
