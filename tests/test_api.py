@@ -89,6 +89,20 @@ def test_compact_from_the_library(tmp_path: Path) -> None:
     assert Archive(tmp_path).read(result.archive_id) == (SAMPLES / "claude-code.jsonl").read_bytes()
 
 
+def test_compact_names_what_it_takes(tmp_path: Path) -> None:
+    # A path or dict options were an AttributeError from inside; an archive folder is taken, as elsewhere.
+    t = ctxc.load(SAMPLES / "chat-openai.jsonl")
+    with pytest.raises(UsageError, match="Transcript"):
+        ctxc.compact(SAMPLES / "chat-openai.jsonl")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="CompactOptions"):
+        ctxc.compact(t, {"strategy": "fifo"})  # type: ignore[arg-type]
+    result = ctxc.compact(t, CompactOptions(target_tokens=3000), archive=str(tmp_path / "archive"))
+    assert (
+        Archive.open(tmp_path / "archive").read(result.archive_id)
+        == (SAMPLES / "chat-openai.jsonl").read_bytes()
+    )
+
+
 USER_FILE = """
 from collections.abc import Sequence
 from typing import Any
