@@ -95,8 +95,8 @@ class ContextManager:
         use_cache: bool = True,
         min_growth: float = 0.05,
     ) -> None:
-        numbers = {"window": window, "target_tokens": target_tokens, "target_ratio": target_ratio}
-        numbers.update(trigger=trigger, min_growth=min_growth)
+        numbers = {"target_tokens": target_tokens, "target_ratio": target_ratio, "trigger": trigger}
+        numbers["min_growth"] = min_growth  # the window is checked by resolve_window
         _check_arguments(numbers, keep_last=keep_last, pins=pins, settings=settings, composer=composer)
         self.window, self.model = resolve_window(model=model, window=window)
         self._window_given = model is not None or window is not None
@@ -367,7 +367,7 @@ def compact_messages(
         raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
     require_list(messages)
     manager = ContextManager(
-        window=window or max_tokens,
+        window=max_tokens if window is None else window,
         strategy=strategy,
         target_tokens=max_tokens,
         keep_last=keep_last,

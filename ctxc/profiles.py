@@ -131,8 +131,11 @@ def get_profile(model: str | None = None) -> ModelProfile:
 def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
     """The context window to measure against and its model: ``window`` if given (``model`` still checked),
     else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
-    if window is not None and not 0 < window <= MAX_TOKENS:
-        raise UsageError(f"the context window must be a positive number of tokens up to 2**53, not {window}")
+    number = isinstance(window, int | float) and not isinstance(window, bool)
+    if window is not None and not (number and 0 < window <= MAX_TOKENS):
+        raise UsageError(
+            f"the context window must be a positive number of tokens up to 2**53, not {window!r}"
+        )
     if model is None:
         return (window, None) if window is not None else (get_profile().window, DEFAULT_MODEL)
     profile = get_profile(model)

@@ -103,6 +103,18 @@ def test_compact_names_what_it_takes(tmp_path: Path) -> None:
     )
 
 
+def test_a_window_that_is_no_number_is_a_usage_error() -> None:
+    # A string was a TypeError from the range check, True a 1-token window, and compact_messages took 0
+    # for "not given".
+    for window in ("200000", True):
+        with pytest.raises(UsageError, match="context window"):
+            ctxc.analyze(SAMPLES / "chat-openai.jsonl", window=window, use_cache=False)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="context window"):
+            ctxc.ContextManager(window=window)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="context window"):
+        ctxc.compact_messages([{"role": "user", "content": "hi"}], max_tokens=100, window=0)
+
+
 USER_FILE = """
 from collections.abc import Sequence
 from typing import Any
