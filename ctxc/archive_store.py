@@ -242,6 +242,10 @@ class ArchiveStore:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, Path):  # Archive("folder"), as open() takes it
+            object.__setattr__(self, "root", Path(self.root))
+
     @classmethod
     def open(cls, explicit: str | os.PathLike[str] | None = None) -> ArchiveStore:
         return cls(archive_root(explicit))
