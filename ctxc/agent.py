@@ -164,7 +164,7 @@ class ContextManager:
         own compaction block on (the provider ignores what precedes it), plus ``system`` if given."""
         sizes = self._sizes(messages)
         start = max((i for i, (_, resets) in enumerate(sizes) if resets), default=0)
-        total = self.counter.count([system])[0] if system else 0
+        total = self._system_tokens(system)
         return total + sum(n for n, _ in sizes[start:])
 
     def _sizes(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message]) -> list[tuple[int, bool]]:
@@ -206,12 +206,19 @@ class ContextManager:
 
     def room(self, system: str = "") -> int:
         """The part of the window the message list may use: the window less the system prompt."""
-        taken = self.counter.count([system])[0] if system else 0
+        taken = self._system_tokens(system)
         if taken >= self.window:
             raise OverTargetError(
                 f"the system prompt alone is {taken:,} tokens, the whole {self.window:,} window"
             )
         return self.window - taken
+
+    def _system_tokens(self, system: str) -> int:
+        if not system:
+            return 0
+        if not isinstance(system, str):  # the SDK's list of text blocks, say
+            raise UsageError(f"system= is the system prompt's text (a str), got a {type(system).__name__}")
+        return self.counter.count([system])[0]
 
     def over_trigger(self, tokens: int, *, room: int | None = None) -> bool:
         """Whether ``tokens`` call for compaction: at or past the trigger share of ``room`` (default:

@@ -263,6 +263,16 @@ def test_reminders_that_are_not_rules_are_a_usage_error(reminders: Any) -> None:
         ContextManager(window=10_000, reminders=reminders)
 
 
+def test_a_system_prompt_that_is_not_text_is_a_usage_error() -> None:
+    # Anthropic's SDK also takes system as a list of text blocks; here that was a TypeError (unhashable).
+    manager = ContextManager(window=10_000)
+    blocks = [{"type": "text", "text": "You review code.", "cache_control": {"type": "ephemeral"}}]
+    messages = [{"role": "user", "content": "Fix it."}]
+    for call in (manager.count, manager.needs_compaction, manager.compact):
+        with pytest.raises(UsageError, match="system="):
+            call(messages, system=blocks)  # type: ignore[operator]
+
+
 def test_the_manager_refuses_what_compact_messages_refuses() -> None:
     with pytest.raises(UsageError, match="keep_last"):
         ContextManager(window=10_000, keep_last=0)
