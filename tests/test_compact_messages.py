@@ -208,6 +208,29 @@ def test_every_strategy_pairs_and_leaves_the_input(build: Any, strategy: str) ->
     assert out[-1] is messages[-1]
 
 
+@pytest.mark.parametrize("build", [anthropic, responses])
+@pytest.mark.parametrize("strategy", ["fifo", "selective", "adaptive", "hierarchical", "recursive"])
+def test_the_providers_compaction_block_is_kept(build: Any, strategy: str) -> None:
+    # The provider ignores what precedes its own compaction block or item; a strategy that dropped it
+    # made the provider read that history again, over the budget and larger than the input.
+    if build is anthropic:
+        block: dict[str, Any] = {
+            "role": "assistant",
+            "content": [{"type": "compaction", "content": "We fixed m1."}],
+        }
+    else:
+        block = {"type": "compaction", "encrypted_content": "gAAAA" + "x" * 200}
+    later = json.loads(json.dumps(build(8)[1:]).replace("toolu_", "toolu_b").replace('id": "c', 'id": "d'))
+    messages = [*build(6), block, *later]
+    budget = tokens(messages, QuarterCounter()) // 2
+    out = ctxc.compact_messages(
+        messages, max_tokens=budget, strategy=strategy, token_counter=QuarterCounter()
+    )
+    assert any(m is block for m in out)
+    assert tokens(out, QuarterCounter()) <= budget
+    assert paired(out)
+
+
 @pytest.mark.parametrize(
     "messages",
     [
