@@ -220,7 +220,11 @@ def test_the_providers_compaction_block_is_kept(build: Any, strategy: str) -> No
         }
     else:
         block = {"type": "compaction", "encrypted_content": "gAAAA" + "x" * 200}
-    later = json.loads(json.dumps(build(8)[1:]).replace("toolu_", "toolu_b").replace('id": "c', 'id": "d'))
+    later = json.loads(
+        json.dumps(build(8)[1 if build is anthropic else 2 :])
+        .replace("toolu_", "toolu_b")
+        .replace('id": "c', 'id": "d')
+    )
     messages = [*build(6), block, *later]
     budget = tokens(messages, QuarterCounter()) // 2
     out = ctxc.compact_messages(
@@ -229,6 +233,9 @@ def test_the_providers_compaction_block_is_kept(build: Any, strategy: str) -> No
     assert any(m is block for m in out)
     assert tokens(out, QuarterCounter()) <= budget
     assert paired(out)
+    # The session's intent, from before the block, is copied after it (before, the provider ignores it).
+    after = json.dumps(out[[m is block for m in out].index(True) :])
+    assert "Fix the parser bug without changing the API." in after or "Find the failure." in after
 
 
 @pytest.mark.parametrize(
