@@ -48,6 +48,8 @@ def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
             "the archive is a folder, not - (give its path with {archive} or $CTXC_ARCHIVE)",
             options=("archive",),
         )
+    if chosen and not isinstance(chosen, str | os.PathLike):
+        raise UsageError(f"the archive is a folder's path, not {chosen!r}", options=("archive",))
     if chosen:
         return Path(chosen)
     here = Path.cwd()

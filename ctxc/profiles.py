@@ -120,6 +120,8 @@ def find_profile(model: str) -> ModelProfile | None:
 def get_profile(model: str | None = None) -> ModelProfile:
     """The profile of ``model`` (default :data:`DEFAULT_MODEL`); unknown -> UsageError naming close ones."""
     name = DEFAULT_MODEL if model is None else model
+    if not isinstance(name, str):
+        raise UsageError(f"a model is named by a string, got {name!r}")
     profile = find_profile(name)
     if profile is not None:
         return profile

@@ -295,6 +295,9 @@ def test_the_manager_refuses_what_compact_messages_refuses() -> None:
         ("thresholds", (0.6, 0.7, 0.8, "0.9")),
         ("settings", "mask.keep_last=3"),  # as --set takes it
         ("composer", {"id": "role", "content": "You review code."}),
+        ("strategy", ["fifo"]),
+        ("model", 5),
+        ("archive", 5),
     ],
 )
 def test_an_argument_of_the_wrong_type_is_a_usage_error(keyword: str, value: object) -> None:

@@ -174,10 +174,10 @@ def strategies() -> dict[str, type[Strategy]]:
 
 
 def get_strategy(name: str) -> Strategy:
-    try:
-        return _STRATEGIES[name]()
-    except KeyError:
-        raise UsageError(f"unknown strategy {name!r} (known: {', '.join(sorted(_STRATEGIES))})") from None
+    found = _STRATEGIES.get(name) if isinstance(name, str) else None  # a list would be unhashable
+    if found is None:
+        raise UsageError(f"unknown strategy {name!r} (known: {', '.join(sorted(_STRATEGIES))})")
+    return found()
 
 
 def option(default: Any, help: str, *, min: float | None = None, max: float | None = None) -> Any:
