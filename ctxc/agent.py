@@ -106,11 +106,6 @@ class ContextManager:
             raise UsageError(f"trigger is a share of the window (0-1.5), got {self.trigger}")
         if not 0 <= min_growth <= 1:
             raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
-        if counter is not None and not callable(getattr(counter, "count", None)):
-            raise UsageError(
-                "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"
-                f" got {counter!r}"
-            )
         self.min_growth = min_growth
         if shape not in ("auto", *SHAPES):
             raise UsageError(f"shape must be auto, {', '.join(SHAPES)}, not {shape!r}")

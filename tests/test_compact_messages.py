@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from conftest import SAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -266,6 +267,11 @@ def test_a_token_counter_must_count() -> None:
 
     with pytest.raises(UsageError, match="token_counter"):
         ctxc.compact_messages(anthropic(2), max_tokens=1_000, token_counter=per_text)  # type: ignore[arg-type]
+    # analyze and compose took it too, and failed with an AttributeError at the first count.
+    with pytest.raises(UsageError, match="token_counter"):
+        ctxc.analyze(SAMPLES / "chat-openai.jsonl", counter=per_text, use_cache=False)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="token_counter"):
+        ctxc.PromptComposer((ctxc.Section("a", "Be careful."),)).compose(counter=per_text)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
