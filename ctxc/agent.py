@@ -95,6 +95,9 @@ class ContextManager:
         use_cache: bool = True,
         min_growth: float = 0.05,
     ) -> None:
+        numbers = {"target_tokens": target_tokens, "target_ratio": target_ratio, "trigger": trigger}
+        numbers["min_growth"] = min_growth  # the window is checked by resolve_window
+        _check_arguments(numbers, keep_last=keep_last, pins=pins, settings=settings, composer=composer)
         self.window, self.model = resolve_window(model=model, window=window)
         self._window_given = model is not None or window is not None
         self.thresholds = check_thresholds(thresholds)
@@ -103,13 +106,6 @@ class ContextManager:
             raise UsageError(f"trigger is a share of the window (0-1.5), got {self.trigger}")
         if not 0 <= min_growth <= 1:
             raise UsageError(f"min_growth is a share of the window (0-1), got {min_growth}")
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
-        if counter is not None and not callable(getattr(counter, "count", None)):
-            raise UsageError(
-                "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"
-                f" got {counter!r}"
-            )
         self.min_growth = min_growth
         if shape not in ("auto", *SHAPES):
             raise UsageError(f"shape must be auto, {', '.join(SHAPES)}, not {shape!r}")
@@ -140,7 +136,8 @@ class ContextManager:
         if isinstance(reminders, str | Path):
             reminders = ReminderRules.load(reminders)
         elif reminders is not None and not isinstance(reminders, ReminderRules):
-            reminders = ReminderRules(tuple(reminders))
+            given: Any = reminders  # a lone rule, or (refused by ReminderRules) anything else
+            reminders = ReminderRules(tuple(given) if isinstance(given, Sequence) else (given,))
         self.rules: ReminderRules | None = reminders
         self.composer = PromptComposer.load(composer) if isinstance(composer, str | Path) else composer
         self.reminder_state = ReminderState()
@@ -162,7 +159,7 @@ class ContextManager:
         own compaction block on (the provider ignores what precedes it), plus ``system`` if given."""
         sizes = self._sizes(messages)
         start = max((i for i, (_, resets) in enumerate(sizes) if resets), default=0)
-        total = self.counter.count([system])[0] if system else 0
+        total = self._system_tokens(system)
         return total + sum(n for n, _ in sizes[start:])
 
     def _sizes(self, messages: Sequence[Mapping[str, Any]] | Sequence[Message]) -> list[tuple[int, bool]]:
@@ -204,12 +201,19 @@ class ContextManager:
 
     def room(self, system: str = "") -> int:
         """The part of the window the message list may use: the window less the system prompt."""
-        taken = self.counter.count([system])[0] if system else 0
+        taken = self._system_tokens(system)
         if taken >= self.window:
             raise OverTargetError(
                 f"the system prompt alone is {taken:,} tokens, the whole {self.window:,} window"
             )
         return self.window - taken
+
+    def _system_tokens(self, system: str) -> int:
+        if not system:
+            return 0
+        if not isinstance(system, str):  # the SDK's list of text blocks, say
+            raise UsageError(f"system= is the system prompt's text (a str), got a {type(system).__name__}")
+        return self.counter.count([system])[0]
 
     def over_trigger(self, tokens: int, *, room: int | None = None) -> bool:
         """Whether ``tokens`` call for compaction: at or past the trigger share of ``room`` (default:
@@ -239,9 +243,9 @@ class ContextManager:
         if not messages:
             self.last_compaction = Compaction(0, 0, 1)
             return []
+        before = self.count(messages)  # first: it refuses what is not JSON, which parsing would trip on
         shape = self._shape(messages)
         parsed = tuple(replace(m, meta={**m.meta, "dialect": shape}) for m in read_messages(messages, shape))
-        before = self.count(messages)
         with discard_new_objects_on_failure():
             compacted, actions = self._compact_live(parsed, messages, room, shape)
         out = from_messages(compacted, messages, parsed, shape=shape)
@@ -306,8 +310,9 @@ class ContextManager:
             start -= 1
         while start and _role(messages[start - 1]) == "assistant":
             start -= 1
+        tokens = self.count(messages)  # first: it refuses what is not JSON, which parsing would trip on
         calls, text = last_response(to_messages(messages[start:], shape=self._shape(messages)))
-        return TurnState(turn, self.count(messages), self.window, calls, text, compacted)
+        return TurnState(turn, tokens, self.window, calls, text, compacted)
 
     def reminders_due(self, state: TurnState) -> tuple[Reminder, ...]:
         """The reminders that fire at ``state``; the manager records that they fired."""
@@ -364,7 +369,7 @@ def compact_messages(
         raise UsageError(f"max_tokens must be a positive int, got {max_tokens!r}")
     require_list(messages)
     manager = ContextManager(
-        window=window or max_tokens,
+        window=max_tokens if window is None else window,
         strategy=strategy,
         target_tokens=max_tokens,
         keep_last=keep_last,
@@ -379,11 +384,29 @@ def compact_messages(
     )
     # Within budget nothing is compacted, whatever the strategy (thinking and images would act anyway);
     # only a broken tool pairing is still repaired.
+    within = manager.count(messages) <= max_tokens  # first: it refuses what is not JSON
     parsed = read_messages(messages, manager._shape(messages))
-    within = manager.count(messages) <= max_tokens
     if within and not pairing_problems(parsed, strict=True):
         return [m if isinstance(m, dict) else dict(m) for m in messages]
     return manager.compact(messages)
+
+
+def _check_arguments(
+    numbers: Mapping[str, object], *, keep_last: object, pins: object, settings: object, composer: object
+) -> None:
+    """A :class:`UsageError` for a keyword of the wrong type (a number read from the environment is a
+    string), which would otherwise be a TypeError from deep inside."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+        raise UsageError(f"keep_last must be an int of at least 1, got {keep_last!r}")
+    if isinstance(pins, str):  # it would pin each of its characters
+        raise UsageError(f"{{pins}} takes a list of pins, not one string: [{pins!r}]", options=("pins",))
+    for name, value in numbers.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise UsageError(f"{name}= must be a number, got {value!r}")
+    if settings is not None and not isinstance(settings, Mapping):
+        raise UsageError(f"settings= is a mapping such as {{'mask.keep_last': '3'}}, got {settings!r:.80}")
+    if composer is not None and not isinstance(composer, PromptComposer | str | Path):
+        raise UsageError(f"composer= is a PromptComposer or a TOML path, got {composer!r:.80}")
 
 
 def require_list(messages: object) -> None:

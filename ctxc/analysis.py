@@ -123,7 +123,7 @@ def analyze(
     th = check_thresholds(thresholds)
     if window is not None or model is not None:
         resolve_window(model=model, window=window)  # a bad flag fails before any reading
-    if USAGE_TOKENIZER in (tokenizer, counter.name if counter is not None else None):  # nothing counted
+    if USAGE_TOKENIZER in (tokenizer, getattr(counter, "name", None)):  # nothing counted
         from ctxc.usage_scan import scan_usage, usage_analysis
 
         usage = scan_usage(src, input_format=input_format, options=options)

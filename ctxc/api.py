@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -37,10 +38,21 @@ def count_tokens(
 
 
 def compact(
-    transcript: Transcript, options: CompactOptions | None = None, *, archive: Archive | None = None
+    transcript: Transcript,
+    options: CompactOptions | None = None,
+    *,
+    archive: Archive | str | os.PathLike[str] | None = None,
 ) -> CompactionResult:
-    """Compact a loaded transcript; with an ``archive`` the original is stored there first and cited."""
+    """Compact a loaded transcript; with an ``archive`` (or its folder) the original is stored there first
+    and cited."""
+    from ctxc.archive import Archive
     from ctxc.compaction.run import CompactOptions as Options
     from ctxc.compaction.run import compact_transcript
 
+    if not isinstance(transcript, Transcript):
+        raise UsageError(f"compact takes a Transcript (ctxc.load(path)), got a {type(transcript).__name__}")
+    if not isinstance(options, Options | None):
+        raise UsageError(f"compact's options are a CompactOptions, got a {type(options).__name__}")
+    if archive is not None and not isinstance(archive, Archive):
+        archive = Archive.open(archive)
     return compact_transcript(transcript, options or Options(), archive=archive)

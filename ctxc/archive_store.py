@@ -48,6 +48,8 @@ def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
             "the archive is a folder, not - (give its path with {archive} or $CTXC_ARCHIVE)",
             options=("archive",),
         )
+    if chosen and not isinstance(chosen, str | os.PathLike):
+        raise UsageError(f"the archive is a folder's path, not {chosen!r}", options=("archive",))
     if chosen:
         return Path(chosen)
     here = Path.cwd()
@@ -241,6 +243,10 @@ class ArchiveStore:
     """The objects and the manifest; :class:`ctxc.archive.Archive` adds the search index beside them."""
 
     root: Path
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, Path):  # Archive("folder"), as open() takes it
+            object.__setattr__(self, "root", Path(self.root))
 
     @classmethod
     def open(cls, explicit: str | os.PathLike[str] | None = None) -> ArchiveStore:

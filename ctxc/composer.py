@@ -42,6 +42,9 @@ class Section:
     required: bool = False
 
     def __post_init__(self) -> None:
+        for key, kind in (("id", str), ("content", str), ("required", bool)):
+            if not isinstance(getattr(self, key), kind):
+                raise UsageError(f"section {key} must be a {kind.__name__}, got {getattr(self, key)!r:.80}")
         if not _ID.match(self.id):
             raise UsageError(f"section id {self.id!r}: use letters, digits and _ . : - only")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
@@ -88,6 +91,13 @@ class PromptComposer:
     separator: str = DEFAULT_SEPARATOR
 
     def __post_init__(self) -> None:
+        if strangers := [s for s in self.sections if not isinstance(s, Section)]:
+            raise UsageError(f"a composer's sections are Section objects, got {strangers[0]!r:.80}")
+        if not isinstance(self.base, str | None) or not isinstance(self.separator, str):
+            raise UsageError(
+                f"base must be a string or None and separator a string, got {self.base!r:.80}"
+                f" and {self.separator!r:.80}"
+            )
         ids = [s.id for s in self.sections]
         if twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None):
             raise UsageError(f"section id {twice!r} is used twice")

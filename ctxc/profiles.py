@@ -120,6 +120,8 @@ def find_profile(model: str) -> ModelProfile | None:
 def get_profile(model: str | None = None) -> ModelProfile:
     """The profile of ``model`` (default :data:`DEFAULT_MODEL`); unknown -> UsageError naming close ones."""
     name = DEFAULT_MODEL if model is None else model
+    if not isinstance(name, str):
+        raise UsageError(f"a model is named by a string, got {name!r}")
     profile = find_profile(name)
     if profile is not None:
         return profile
@@ -131,8 +133,11 @@ def get_profile(model: str | None = None) -> ModelProfile:
 def resolve_window(*, model: str | None = None, window: int | None = None) -> tuple[int, str | None]:
     """The context window to measure against and its model: ``window`` if given (``model`` still checked),
     else the window of ``model`` or of :data:`DEFAULT_MODEL`."""
-    if window is not None and not 0 < window <= MAX_TOKENS:
-        raise UsageError(f"the context window must be a positive number of tokens up to 2**53, not {window}")
+    number = isinstance(window, int | float) and not isinstance(window, bool)
+    if window is not None and not (number and 0 < window <= MAX_TOKENS):
+        raise UsageError(
+            f"the context window must be a positive number of tokens up to 2**53, not {window!r}"
+        )
     if model is None:
         return (window, None) if window is not None else (get_profile().window, DEFAULT_MODEL)
     profile = get_profile(model)

@@ -115,6 +115,10 @@ class ReadOptions:
 def open_binary(src: str | os.PathLike[str] | BinaryIO) -> tuple[str, BinaryIO]:
     """Open a path (``-`` is stdin) or take an already open binary stream."""
     if not isinstance(src, str | os.PathLike):
+        if isinstance(src, io.TextIOBase) or not callable(getattr(src, "read", None)):
+            raise UsageError(
+                f"give a path, - or a binary stream (open(path, 'rb')), not a {type(src).__name__}"
+            )
         return getattr(src, "name", None) or "-", src
     name = str(src)
     if name == "-":

@@ -100,11 +100,11 @@ def compact_record(
     """Compact one dataset record as ``ctxc compact`` compacts each line of a file (without ``archive``
     nothing is written); a record with no ``messages`` list is ``skipped``, a bad one an ``error``. By
     default a record is cited on its own (the sha256 of its line, messages from 0)."""
-    if isinstance(record, Mapping):
-        raw = orjson.dumps(dict(record))
-    else:
-        raw = (record.encode("utf-8") if isinstance(record, str) else bytes(record)).rstrip(b"\r\n")
     name = f"<record {source.line}>" if source is not None else "<record>"
+    try:
+        raw = _record_bytes(record)
+    except (TypeError, UnicodeEncodeError) as exc:  # orjson's errors are TypeErrors
+        return RecordResult("error", None, error=f"{name}: not JSON ({exc})", exit_code=ExitCode.INPUT)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -129,6 +129,14 @@ def compact_record(
     out = result.transcript.to_bytes().rstrip(b"\r\n").decode("utf-8")
     stats = (result.tokens_before, result.tokens_after, result.archive_id, result.savings_by_strategy())
     return RecordResult("ok", out, *stats)
+
+
+def _record_bytes(record: object) -> bytes:
+    if isinstance(record, Mapping):
+        return orjson.dumps(dict(record))
+    if isinstance(record, str | bytes | bytearray | memoryview):
+        return (record.encode("utf-8") if isinstance(record, str) else bytes(record)).rstrip(b"\r\n")
+    raise TypeError(f"a record is a JSON line or a dict, got {type(record).__name__}")
 
 
 def compact_row(row: Mapping[str, Any], options: CompactOptions = CompactOptions()) -> dict[str, Any]:

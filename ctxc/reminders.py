@@ -150,6 +150,8 @@ class ReminderRules:
     source: str = "-"
 
     def __post_init__(self) -> None:
+        if strangers := [r for r in self.rules if not isinstance(r, ReminderRule)]:
+            raise UsageError(f"reminders are ReminderRule objects or a TOML path, got {strangers[0]!r:.80}")
         ids = [r.id for r in self.rules]
         if twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None):
             raise UsageError(f"{self.source}: reminder id {twice!r} is used twice")

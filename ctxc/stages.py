@@ -31,7 +31,7 @@ def check_thresholds(thresholds: Sequence[float]) -> tuple[float, float, float, 
     """Four increasing window shares, or :class:`UsageError`."""
     if (
         len(thresholds) != 4
-        or any(not 0 < t < 1.5 for t in thresholds)
+        or any(isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < 1.5 for t in thresholds)
         or list(thresholds) != sorted(thresholds)
     ):
         raise UsageError("thresholds must be four increasing window shares, e.g. 0.6,0.7,0.8,0.9")

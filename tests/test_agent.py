@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from ctxc.agent import ContextManager, detect_shape, to_messages
+from ctxc.agent import ContextManager, compact_messages, detect_shape, to_messages
 from ctxc.archive import Archive
 from ctxc.archive_store import CITATION_RE
 from ctxc.composer import PromptComposer, Section
@@ -240,6 +240,39 @@ def test_compact_an_empty_list_and_bad_input() -> None:
         ContextManager(trigger=0)
 
 
+@pytest.mark.parametrize("content", [b"raw bytes", [{"type": "text", "text": "x"}, {1, 2}]])
+def test_content_that_is_not_json_is_a_usage_error_everywhere(content: Any) -> None:
+    # Parsing reached it before the JSON check did: a bare TypeError from deep inside the parser.
+    messages = [{"role": "user", "content": content}]
+    manager = ContextManager(window=10_000)
+    for call in (
+        lambda: manager.compact(messages),
+        lambda: manager.turn_state(messages, turn=0),
+        lambda: compact_messages(messages, max_tokens=1_000),
+    ):
+        with pytest.raises(UsageError, match="JSON-serialisable"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "reminders", [[{"id": "a", "message": "m", "every_n_turns": 2}], ["rules.toml"], [None], 5]
+)
+def test_reminders_that_are_not_rules_are_a_usage_error(reminders: Any) -> None:
+    # A dict, a path in a list or a number was an AttributeError or TypeError from inside the rules.
+    with pytest.raises(UsageError, match="ReminderRule"):
+        ContextManager(window=10_000, reminders=reminders)
+
+
+def test_a_system_prompt_that_is_not_text_is_a_usage_error() -> None:
+    # Anthropic's SDK also takes system as a list of text blocks; here that was a TypeError (unhashable).
+    manager = ContextManager(window=10_000)
+    blocks = [{"type": "text", "text": "You review code.", "cache_control": {"type": "ephemeral"}}]
+    messages = [{"role": "user", "content": "Fix it."}]
+    for call in (manager.count, manager.needs_compaction, manager.compact):
+        with pytest.raises(UsageError, match="system="):
+            call(messages, system=blocks)  # type: ignore[operator]
+
+
 def test_the_manager_refuses_what_compact_messages_refuses() -> None:
     with pytest.raises(UsageError, match="keep_last"):
         ContextManager(window=10_000, keep_last=0)
@@ -249,6 +282,28 @@ def test_the_manager_refuses_what_compact_messages_refuses() -> None:
         ContextManager(window=10_000).compact(
             [{"role": "user", "content": "Fix it."}, {"content": "no role"}]
         )
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("window", "100000"),  # as read from an environment variable
+        ("target_tokens", "8000"),
+        ("target_ratio", "0.5"),
+        ("trigger", "0.7"),
+        ("min_growth", "0.1"),
+        ("thresholds", (0.6, 0.7, 0.8, "0.9")),
+        ("settings", "mask.keep_last=3"),  # as --set takes it
+        ("composer", {"id": "role", "content": "You review code."}),
+        ("strategy", ["fifo"]),
+        ("model", 5),
+        ("archive", 5),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_a_usage_error(keyword: str, value: object) -> None:
+    # Each was a TypeError, ValueError or (composer, at the first prompt) AttributeError from inside.
+    with pytest.raises(UsageError, match=keyword):
+        ContextManager(**{keyword: value}).system_prompt()  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("wrong", [None, "Fix it.", {"role": "user", "content": "Fix it."}], ids=repr)

@@ -65,12 +65,54 @@ def test_load_dump_analyze_count() -> None:
     assert ctxc.count_tokens("안녕하세요, 세계", tokenizer="cl100k_base") > 0
 
 
+def test_load_analyze_and_dump_take_binary_streams_and_say_so(tmp_path: Path) -> None:
+    # A text stream, a transcript or bytes were a TypeError or AttributeError from inside the reader.
+    path = SAMPLES / "chat-openai.jsonl"
+    t = ctxc.load(path)
+    with path.open() as text:
+        for wrong in (text, path.read_bytes(), t, None):
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.load(wrong)  # type: ignore[arg-type]
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.analyze(wrong, use_cache=False)  # type: ignore[arg-type]
+    with (tmp_path / "out.jsonl").open("w") as text:
+        for wrong in (text, io.StringIO(), str(tmp_path / "out.jsonl")):
+            with pytest.raises(UsageError, match="binary stream"):
+                ctxc.dump(t, wrong)  # type: ignore[arg-type]
+
+
 def test_compact_from_the_library(tmp_path: Path) -> None:
     t = ctxc.load(SAMPLES / "claude-code.jsonl")
     target = ctxc.count_tokens(t) // 3
     result = ctxc.compact(t, CompactOptions(strategy="fifo", target_tokens=target), archive=Archive(tmp_path))
     assert result.tokens_after <= target < result.tokens_before
     assert Archive(tmp_path).read(result.archive_id) == (SAMPLES / "claude-code.jsonl").read_bytes()
+
+
+def test_compact_names_what_it_takes(tmp_path: Path) -> None:
+    # A path or dict options were an AttributeError from inside; an archive folder is taken, as elsewhere.
+    t = ctxc.load(SAMPLES / "chat-openai.jsonl")
+    with pytest.raises(UsageError, match="Transcript"):
+        ctxc.compact(SAMPLES / "chat-openai.jsonl")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="CompactOptions"):
+        ctxc.compact(t, {"strategy": "fifo"})  # type: ignore[arg-type]
+    result = ctxc.compact(t, CompactOptions(target_tokens=3000), archive=str(tmp_path / "archive"))
+    assert (
+        Archive.open(tmp_path / "archive").read(result.archive_id)
+        == (SAMPLES / "chat-openai.jsonl").read_bytes()
+    )
+
+
+def test_a_window_that_is_no_number_is_a_usage_error() -> None:
+    # A string was a TypeError from the range check, True a 1-token window, and compact_messages took 0
+    # for "not given".
+    for window in ("200000", True):
+        with pytest.raises(UsageError, match="context window"):
+            ctxc.analyze(SAMPLES / "chat-openai.jsonl", window=window, use_cache=False)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="context window"):
+            ctxc.ContextManager(window=window)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="context window"):
+        ctxc.compact_messages([{"role": "user", "content": "hi"}], max_tokens=100, window=0)
 
 
 USER_FILE = """

@@ -31,6 +31,13 @@ def test_store_is_content_addressed_and_idempotent(tmp_path: Path) -> None:
     assert list((tmp_path / "objects").rglob(".tmp-*")) == []
 
 
+def test_an_archive_built_on_a_str_folder_works(tmp_path: Path) -> None:
+    # Archive("folder") was a TypeError at the first store (str / str), unlike Archive.open("folder").
+    a = Archive(str(tmp_path))  # type: ignore[arg-type]
+    assert a.read(a.store(b"hi")) == b"hi"
+    assert a.root == tmp_path
+
+
 def test_resolve_errors(tmp_path: Path) -> None:
     a = Archive(tmp_path)
     with pytest.raises(ArchiveError, match="not an archive id"):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from conftest import SAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -208,6 +209,36 @@ def test_every_strategy_pairs_and_leaves_the_input(build: Any, strategy: str) ->
     assert out[-1] is messages[-1]
 
 
+@pytest.mark.parametrize("build", [anthropic, responses])
+@pytest.mark.parametrize("strategy", ["fifo", "selective", "adaptive", "hierarchical", "recursive"])
+def test_the_providers_compaction_block_is_kept(build: Any, strategy: str) -> None:
+    # The provider ignores what precedes its own compaction block or item; a strategy that dropped it
+    # made the provider read that history again, over the budget and larger than the input.
+    if build is anthropic:
+        block: dict[str, Any] = {
+            "role": "assistant",
+            "content": [{"type": "compaction", "content": "We fixed m1."}],
+        }
+    else:
+        block = {"type": "compaction", "encrypted_content": "gAAAA" + "x" * 200}
+    later = json.loads(
+        json.dumps(build(8)[1 if build is anthropic else 2 :])
+        .replace("toolu_", "toolu_b")
+        .replace('id": "c', 'id": "d')
+    )
+    messages = [*build(6), block, *later]
+    budget = tokens(messages, QuarterCounter()) // 2
+    out = ctxc.compact_messages(
+        messages, max_tokens=budget, strategy=strategy, token_counter=QuarterCounter()
+    )
+    assert any(m is block for m in out)
+    assert tokens(out, QuarterCounter()) <= budget
+    assert paired(out)
+    # The session's intent, from before the block, is copied after it (before, the provider ignores it).
+    after = json.dumps(out[[m is block for m in out].index(True) :])
+    assert "Fix the parser bug without changing the API." in after or "Find the failure." in after
+
+
 @pytest.mark.parametrize(
     "messages",
     [
@@ -236,6 +267,11 @@ def test_a_token_counter_must_count() -> None:
 
     with pytest.raises(UsageError, match="token_counter"):
         ctxc.compact_messages(anthropic(2), max_tokens=1_000, token_counter=per_text)  # type: ignore[arg-type]
+    # analyze and compose took it too, and failed with an AttributeError at the first count.
+    with pytest.raises(UsageError, match="token_counter"):
+        ctxc.analyze(SAMPLES / "chat-openai.jsonl", counter=per_text, use_cache=False)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="token_counter"):
+        ctxc.PromptComposer((ctxc.Section("a", "Be careful."),)).compose(counter=per_text)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

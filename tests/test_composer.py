@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -130,6 +131,23 @@ def test_bad_prompt_files(body: str, needle: str) -> None:
     with pytest.raises(UsageError) as exc:
         PromptComposer.parse(body, source="p.toml")
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Section(id=5, content="x"),  # type: ignore[arg-type]
+        lambda: Section(id="a", content=None),  # type: ignore[arg-type]
+        lambda: Section(id="a", content="x", required="no"),  # type: ignore[arg-type]
+        lambda: PromptComposer(({"id": "a", "content": "x"},)),  # type: ignore[arg-type]
+        lambda: PromptComposer((Section(id="a", content="x"),), base=5),  # type: ignore[arg-type]
+        lambda: PromptComposer((Section(id="a", content="x"),), separator=None),  # type: ignore[arg-type]
+    ],
+)
+def test_sections_and_composers_built_in_code_are_checked_as_toml_is(build: Any) -> None:
+    # Each was a TypeError, KeyError or AttributeError at compose, or (required="no") silently required.
+    with pytest.raises(UsageError):
+        build().compose(100)
 
 
 def test_toml_with_names_files_and_separator(tmp_path: Path) -> None:

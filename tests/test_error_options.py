@@ -42,6 +42,8 @@ def says_keyword(exc: pytest.ExceptionInfo[CtxcError], keyword: str, flag: str) 
         ({"pins": ["5-2"]}, "pins", "--pin"),
         ({"pins": [""]}, "pins", "--pin"),
         ({"pins": ["(unclosed"]}, "pins", "--pin"),
+        ({"pins": [3]}, "pins", "--pin"),
+        ({"pins": "10"}, "pins", "--pin"),
         ({"settings": {"nodot": "1"}}, "settings", "--set"),
         ({"settings": {"nosuch.option": "1"}}, "settings", "--set"),
     ],

@@ -114,6 +114,18 @@ def test_bad_records_are_results_not_exceptions() -> None:
     assert "over the 10 target" in (over.error or "")
 
 
+@pytest.mark.parametrize(
+    "record",
+    [{"messages": [{"role": "user", "content": "a\ud800"}]}, {"messages": [], "at": object()}, None, 5],
+    ids=["lone-surrogate", "not-json-value", "none", "int"],
+)
+def test_a_record_that_is_no_json_is_an_error_result(record: object) -> None:
+    # A dict orjson cannot write, or no record at all, raised a TypeError (int 5 read as 5 NUL bytes).
+    bad = compact_record(record, OPTIONS)  # type: ignore[arg-type]
+    assert (bad.status, bad.exit_code, bad.line) == ("error", ExitCode.INPUT, None)
+    assert "<record>: " in (bad.error or "")
+
+
 def test_results_are_plain_and_picklable() -> None:
     result = compact_record(DATASET.read_text().splitlines()[0], OPTIONS)
     again = pickle.loads(pickle.dumps(result))

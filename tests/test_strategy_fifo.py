@@ -514,6 +514,14 @@ def test_bad_config_values_are_loud() -> None:
         parse_config(Fifo, {"keep": "3"})
 
 
+def test_config_values_a_library_caller_gives_as_python_values() -> None:
+    # settings={"fifo.placeholder": False} was an AttributeError (False.strip), None a TypeError.
+    assert parse_config(Fifo, {"placeholder": False, "carry": 3}) == FifoConfig(placeholder=False, carry=3)  # type: ignore[dict-item]
+    for bad in ({"carry": None}, {"carry": True}, {"placeholder": None}):
+        with pytest.raises(UsageError, match="cannot read"):
+            parse_config(Fifo, bad)  # type: ignore[arg-type]
+
+
 def test_without_an_archive_id_the_placeholder_says_so() -> None:
     msgs = story()
     res = Fifo().compact(msgs, make_ctx(msgs, 0, pinned={0, 1, 8}, archive_id=""))

@@ -174,10 +174,10 @@ def strategies() -> dict[str, type[Strategy]]:
 
 
 def get_strategy(name: str) -> Strategy:
-    try:
-        return _STRATEGIES[name]()
-    except KeyError:
-        raise UsageError(f"unknown strategy {name!r} (known: {', '.join(sorted(_STRATEGIES))})") from None
+    found = _STRATEGIES.get(name) if isinstance(name, str) else None  # a list would be unhashable
+    if found is None:
+        raise UsageError(f"unknown strategy {name!r} (known: {', '.join(sorted(_STRATEGIES))})")
+    return found()
 
 
 def option(default: Any, help: str, *, min: float | None = None, max: float | None = None) -> Any:
@@ -189,7 +189,7 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
     """Build a strategy's Config from ``name=value`` strings, loudly rejecting unknown or bad values."""
     fields = {f.name: f for f in dataclasses.fields(strategy.Config)}
     kwargs: dict[str, Any] = {}
-    for key, text in values.items():
+    for key, given in values.items():
         if key not in fields:
             raise UsageError(
                 f"strategy {strategy.name!r} has no option {key!r} "
@@ -197,10 +197,10 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
             )
         f = fields[key]
         try:
-            value = _CONVERTERS.get(type(f.default), str)(text)
+            value = _CONVERTERS.get(type(f.default), str)(_as_text(given))
         except ValueError:
             raise UsageError(
-                f"{strategy.name}.{key}: cannot read {text!r} as {type(f.default).__name__}"
+                f"{strategy.name}.{key}: cannot read {given!r} as {type(f.default).__name__}"
             ) from None
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -210,6 +210,17 @@ def parse_config(strategy: type[Strategy] | Strategy, values: Mapping[str, str])
                 raise UsageError(f"{strategy.name}.{key} must be at most {hi}, got {value}")
         kwargs[key] = value
     return strategy.Config(**kwargs)
+
+
+def _as_text(value: object) -> str:
+    """A setting as ``--set`` gives it; a library caller may give its own value (3, False, ["a", "b"])."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    if isinstance(value, int | float):
+        return str(value)
+    raise ValueError(value)
 
 
 def _to_bool(text: str) -> bool:

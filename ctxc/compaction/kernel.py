@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ctxc.compaction.base import Action, CompactContext, Strategy
 from ctxc.compaction.ledger import Ledger
 from ctxc.errors import OverTargetError, UsageError
-from ctxc.live import last_request, quotes, request_text, session_intent
+from ctxc.live import compaction_block_boundary, last_request, quotes, request_text, session_intent
 from ctxc.model import Message
 from ctxc.repair import answers_in_tool_messages, repair_messages
 from ctxc.validate import Problem, pairing_problems
@@ -247,6 +247,11 @@ def pinned_indexes(messages: Sequence[Message], pins: Sequence[str]) -> frozense
     patterns: list[re.Pattern[str]] = []
     ranges: list[tuple[int, int]] = []
     for pin in pins:
+        if not isinstance(pin, str):
+            raise UsageError(
+                f"{{pins}} holds strings (an index '3', a range '3-17' or a regex), got {pin!r}",
+                options=("pins",),
+            )
         if not pin.strip():  # an unset shell variable, say: as a regex it would pin every message
             raise UsageError("{pins} is empty; give an index, a range (3-17) or a regex", options=("pins",))
         m = _INDEX_RANGE.match(pin.strip())
@@ -306,8 +311,10 @@ def _keep_after_summary(
     else:
         sent = [*carried, *out]
     if not summaries:
-        # After the log's own summary, which opens the live context.
-        while at < len(out) and out[at].meta.get("is_compact_summary"):
+        # After the log's own summary or compaction block, which opens the live context.
+        while at < len(out) and (
+            out[at].meta.get("is_compact_summary") or compaction_block_boundary(out[at]) is not None
+        ):
             at += 1
     for request in requests:
         if not any(quotes(m.text, request_text(request)) for m in sent):

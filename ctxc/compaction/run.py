@@ -289,6 +289,8 @@ def compact_live(
         chain = tuple(m for m in everything if m.index not in live.abandoned)
         keep = pinned_indexes(chain, options.pins)
         reset = live.resets.get(conv)
+        if reset is not None and reset.kind == "compaction":  # without its block the provider reads it all
+            keep |= {reset.index}
         # What must survive but lies before the log's own compaction goes into the live context, unless
         # an earlier run's copy is there already: then that copy is what is kept.
         copied = {m.text: m.index for m in messages if is_plain(m)}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import io
 import itertools
 import logging
 import os
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ctxc.errors import FormatError, InputError
+from ctxc.errors import FormatError, InputError, UsageError
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
 from ctxc.reader import BOM, ReadOptions, is_json, iter_records, named_bytes, open_binary, read_line
@@ -269,6 +270,8 @@ def _load(stream: Stream, on_message: Callable[[Message], None] | None) -> Trans
 
 def dump(transcript: Transcript, stream: BinaryIO) -> None:
     """Write a transcript's records; records nobody changed go out as the exact bytes read."""
+    if isinstance(stream, io.TextIOBase) or not callable(getattr(stream, "write", None)):
+        raise UsageError(f"dump writes to a binary stream (open(path, 'wb')), not a {type(stream).__name__}")
     for rec in transcript.records:
         stream.write(rec.raw)
         stream.write(rec.eol)

@@ -87,6 +87,11 @@ def checked(counter: Counter | None) -> Counter | None:
     """``counter``, checked unless it is None or one of ctxc's own (:func:`ctxc.tokens.make_counter`'s)."""
     if counter is None or type(counter).__module__.startswith("ctxc."):
         return counter
+    if not callable(getattr(counter, "count", None)):
+        raise UsageError(
+            "token_counter must be a tokenizer name or an object with count(texts) -> list[int],"
+            f" got {counter!r}"
+        )
     return CheckedCounter(counter)
 
 
