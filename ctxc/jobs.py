@@ -9,7 +9,7 @@ from typing import Any
 from ctxc.archive_store import sha256_hex
 from ctxc.formats import dump, get_adapter, load
 from ctxc.output import atomic_output, make_parents
-from ctxc.reader import ReadOptions, named_bytes, read_all
+from ctxc.reader import CUT_OFF, ReadOptions, named_bytes, read_all
 from ctxc.validate import all_problems
 
 _PROBLEM_FIELDS = ("code", "line", "index", "conversation", "tool_id", "message")
@@ -29,10 +29,7 @@ def validate_file(job: ValidateJob) -> dict[str, Any]:
     holds, so only a log known to be finished is damaged by it."""
     t = load(job.path, input_format=job.input_format, options=job.read_options)
     problems = all_problems(t.messages, strict=job.strict)
-    warnings = []
-    if t.cut_line:
-        why = "cut off mid-record (no newline, not JSON): not read; a session still being written?"
-        warnings.append({"code": "cut_off", "line": t.cut_line, "message": why})
+    warnings = [{"code": "cut_off", "line": t.cut_line, "message": CUT_OFF}] if t.cut_line else []
     return {
         "path": t.source,
         "format": t.format,

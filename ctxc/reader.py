@@ -27,6 +27,8 @@ _READ_BUFFER = 1 << 20
 BOM = b"\xef\xbb\xbf"
 #: Shorter lines are held rather than kept in a spool: their bytes cost less than a read back.
 _SPOOLED_MIN = 256
+#: What is said of a last line that ends mid-record (see :func:`iter_records`).
+CUT_OFF = "cut off mid-record (no newline, not JSON): not read; a session still being written?"
 
 
 class Spool:

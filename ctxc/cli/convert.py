@@ -108,9 +108,6 @@ def validate(
     rc = failed or (int(ExitCode.INVALID) if total else 0)
     if fmt == "json":
         opt.print_json("validate", files=report, problems=total, errors=errors, exit_code=rc)
-        for r in report:  # said on stderr too, as analyze does: a script's reader may not look for them
-            for w in r["warnings"]:
-                opt.note(f"ctxc: warning: {r['path']}:{w['line']}: {w['message']}")
     else:
         console = opt.stdout_console()
         for r in report:
@@ -124,8 +121,6 @@ def validate(
                 console.print(
                     f"{name}:{p['line']}: {p['code']}: {p['message']}", markup=False, soft_wrap=True
                 )
-            for w in r["warnings"]:
-                console.print(f"{name}:{w['line']}: warning: {w['message']}", markup=False, soft_wrap=True)
     raise typer.Exit(rc)
 
 

@@ -15,7 +15,7 @@ from typing import BinaryIO
 from ctxc.errors import FormatError, InputError, UsageError
 from ctxc.formats.base import SNIFF_RECORDS, FormatAdapter, Item
 from ctxc.model import Boundary, Message, Record, Transcript, Usage
-from ctxc.reader import BOM, ReadOptions, is_json, iter_records, named_bytes, open_binary, read_line
+from ctxc.reader import BOM, CUT_OFF, ReadOptions, is_json, iter_records, named_bytes, open_binary, read_line
 from ctxc.system import gc_paused
 from ctxc.terminal import one_line
 
@@ -178,13 +178,15 @@ def load(
 ) -> Transcript:
     """Read a whole transcript file (a path, ``-`` for stdin, or a binary stream); ``on_message`` sees each
     message as soon as it is read, so work on it can go on while the rest is parsed. Lines
-    ``skip_invalid`` passed over are counted in a warning on ctxc's logger unless ``say_skipped`` is
-    False (a second read of a file already reported)."""
+    ``skip_invalid`` passed over, and a last line cut off mid-record, are said in a warning on ctxc's
+    logger unless ``say_skipped`` is False (a second read of a file already reported)."""
     transcript = _load(open_stream(src, input_format=input_format, options=options), on_message)
     if transcript.problems and say_skipped:
         log.warning(
             "ctxc: %s: skipped %d invalid line(s)", one_line(transcript.source), len(transcript.problems)
         )
+    if transcript.cut_line and say_skipped:  # an output written from it does not have that line either
+        log.warning("ctxc: %s:%d: %s", one_line(transcript.source), transcript.cut_line, CUT_OFF)
     return transcript
 
 
