@@ -188,6 +188,16 @@ def test_needs_compaction_at_the_trigger_and_with_a_system_prompt() -> None:
     assert roomy.needs_compaction(msgs, system="You are careful. " * (tokens // 8))
 
 
+def test_a_target_beyond_what_the_system_prompt_leaves_is_held_to_the_window() -> None:
+    # target_tokens 8,000 of a 10,000 window with a 5,000-token system prompt: the request must still fit.
+    msgs = openai_conversation(20)
+    system = "rules " * 5_000
+    manager = ContextManager(window=10_000, target_tokens=8_000, strategy="fifo")
+    out = manager.compact(msgs, system=system)
+    assert manager.count(out, system=system) <= 10_000
+    assert_valid(out, "openai")
+
+
 @pytest.mark.parametrize("shape", sorted(CONVERSATIONS))
 def test_compact_returns_the_same_shape_paired(shape: str) -> None:
     msgs = CONVERSATIONS[shape](12)

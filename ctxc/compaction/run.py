@@ -146,7 +146,7 @@ def resolve_target(options: CompactOptions, window: int) -> tuple[int, bool]:
     if options.target_tokens is not None:
         if not 0 < options.target_tokens <= MAX_TOKENS:
             raise UsageError("{target_tokens} must be positive, up to 2**53", options=("target_tokens",))
-        return options.target_tokens, True
+        return min(options.target_tokens, window), True  # more than the window could not be sent
     if options.target_ratio is not None:
         if not 0 < options.target_ratio <= 1:
             raise UsageError(
