@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import CORPUS, corpus_params
+from conftest import CORPUS, corpus_params, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -105,15 +105,15 @@ def test_before_compaction_facts() -> None:
         ("pi_compaction", 175004),
         ("pi_compaction", 185014),
     ]
-    # 990 message entries, 3 of them bashExecution; 49 thinking blocks.
-    assert len(t.messages) == 990
+    # 990 message entries, 3 of them bashExecution; 49 thinking blocks. 19 are aborted or errored
+    # assistant turns (3 thinking blocks) pi never sends again: no messages.
+    assert len(t.messages) == 971
     bash = [m for m in t.messages if m.meta.get("source_role") == "bashExecution"]
     assert len(bash) == 3
     assert all(m.role == "user" and m.text.startswith("Ran `") for m in bash)
     thinking = [b for m in t.messages for b in m.blocks if isinstance(b, ThinkingBlock)]
-    assert len(thinking) == 49
-    # Aborted turns keep their error message in meta.
-    assert any(m.meta.get("stop_reason") == "aborted" and m.meta.get("error_message") for m in t.messages)
+    assert len(thinking) == 46
+    assert not any(m.meta.get("stop_reason") in ("aborted", "error") for m in t.messages)
     # Boundaries sit on the compaction lines.
     lines = [r.line for r in t.records if r.data and r.data.get("type") == "compaction"]
     assert [b.line for b in t.boundaries] == lines
@@ -123,9 +123,10 @@ def test_before_compaction_facts() -> None:
 def test_large_session_facts() -> None:
     t = load(LARGE)
     roles = Counter(m.role for m in t.messages)
-    # SOURCES.md: 88 user, 453 assistant, 373 toolResult; 391 toolCall blocks.
-    assert roles == {"user": 88, "assistant": 453, "tool": 373}
-    assert sum(isinstance(b, ToolUseBlock) for m in t.messages for b in m.blocks) == 391
+    # SOURCES.md: 88 user, 453 assistant, 373 toolResult; 391 toolCall blocks. 22 assistant turns are
+    # aborted or errored, their 18 calls never run: pi sends 431 and 373 calls, each answered.
+    assert roles == {"user": 88, "assistant": 431, "tool": 373}
+    assert sum(isinstance(b, ToolUseBlock) for m in t.messages for b in m.blocks) == 373
     names = {b.name for m in t.messages for b in m.blocks if isinstance(b, ToolUseBlock)}
     assert names == {"bash", "edit", "read", "write"}
     # Usage is recorded on every assistant message.
@@ -150,8 +151,10 @@ def test_usage_matches_the_recorded_fields() -> None:
             line=m.line,
             model=m.raw["message"]["model"],
         )
-    # Every message usage is also an item, in file order.
-    assert list(t.usage) == [m.usage for m in t.messages if m.usage is not None]
+    # Every call is an item, in file order: the aborted and errored turns' too (billed, in no message).
+    calls = [r.line for r in t.records if r.data and r.data.get("message", {}).get("role") == "assistant"]
+    assert [u.line for u in t.usage] == calls
+    assert {m.usage for m in t.messages if m.usage is not None} < set(t.usage)
 
 
 @needs_corpus
@@ -371,6 +374,69 @@ def test_new_text_and_results_round_trip(text: str, output: str, is_error: bool)
     )
     back = _messages(orjson.loads(orjson.dumps(PI.encode_message(user))), PI.encode_message(result))
     assert [_strip(m.blocks) for m in back] == [user.blocks, result.blocks]
+
+
+def _aborted_session() -> bytes:
+    """A task, an aborted turn holding a tool call (pi ran none), then the turn pi did answer."""
+
+    def entry(n: int, message: dict[str, Any]) -> dict[str, Any]:
+        parent = f"e{n - 1}" if n > 1 else None
+        return {"type": "message", "id": f"e{n}", "parentId": parent, "timestamp": "t", "message": message}
+
+    def text(words: str) -> list[dict[str, str]]:
+        return [{"type": "text", "text": words}]
+
+    usage = {"input": 5, "output": 24, "cacheRead": 100, "cacheWrite": 0}
+    edit = {"type": "toolCall", "id": "t1", "name": "edit", "arguments": {"path": "p.py"}}
+    read = {"type": "toolCall", "id": "t2", "name": "read", "arguments": {"path": "p.py"}}
+    output = " ".join(f"w{k}" for k in range(300))
+    entries = [
+        HEADER,
+        entry(1, {"role": "user", "content": text("Task: fix the parser")}),
+        entry(2, {"role": "assistant", "content": [edit], "stopReason": "aborted", "usage": usage}),
+        entry(3, {"role": "user", "content": text("go on")}),
+        entry(4, {"role": "assistant", "content": [*text("Reading"), read], "stopReason": "toolUse"}),
+        entry(5, {"role": "toolResult", "toolCallId": "t2", "toolName": "read", "content": text(output)}),
+        entry(6, {"role": "assistant", "content": text("Fixed."), "stopReason": "stop"}),
+    ]
+    return b"".join(orjson.dumps(e) + b"\n" for e in entries)
+
+
+def test_aborted_turns_are_in_the_file_not_the_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """pi-ai's ``transformMessages`` skips assistant turns that stopped ``aborted`` or ``error``: their
+    tool calls are never sent, so none is unanswered; the call is billed all the same."""
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(_aborted_session())
+    t = load(source)
+    assert [m.line for m in t.messages] == [2, 4, 5, 6, 7]
+    assert [u.line for u in t.usage] == [3]
+    assert run(capsys, "validate", str(source))[0] == 0
+    code, out, _ = run(capsys, "convert", "--to", "chat-anthropic", str(source))
+    assert code == 0
+    assert '"t1"' not in out  # the aborted call
+    assert '"t2"' in out
+    compacted = tmp_path / "out.jsonl"
+    args = ["--target-tokens", "60", "--keep-last", "1", "--allow-over", "--archive", str(tmp_path / "a")]
+    assert run(capsys, "compact", str(source), "--strategy", "fifo", *args, "-o", str(compacted))[0] == 0
+    assert source.read_bytes().splitlines()[2] in compacted.read_bytes().splitlines()  # written back as is
+    assert run(capsys, "validate", str(compacted))[0] == 0
+
+
+def test_kept_tail_from_an_aborted_turn_starts_at_the_next_message() -> None:
+    """pi may cut at any assistant entry, an aborted one too: its kept tail starts at the next message."""
+    aborted = {
+        "type": "message",
+        "id": "a",
+        "timestamp": "t",
+        "message": {"role": "assistant", "content": []},
+    }
+    aborted["message"]["stopReason"] = "aborted"
+    compaction = {"type": "compaction", "timestamp": "t", "summary": "s", "firstKeptEntryId": "a"}
+    items = _read(HEADER, USER, aborted, USER, compaction)
+    assert [type(x).__name__ for x in items] == ["Message", "Message", "Boundary"]
+    assert items[2].kept_from == 1
 
 
 def test_sniff() -> None:

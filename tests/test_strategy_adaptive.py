@@ -1,5 +1,5 @@
 """adaptive reaches every target fifo reaches: its stages aim at what the run writes, repair included
-(a log's errored turn leaves calls unanswered, and repair answers each one after the last stage)."""
+(a turn cut short leaves calls unanswered, and repair answers each one after the last stage)."""
 
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def _text(text: str) -> list[dict[str, str]]:
     return [{"type": "text", "text": text}]
 
 
-def pi_session(turns: int = 30, *, errored_late: bool = False) -> bytes:
-    """A pi session with a turn that errored after six edit calls, none of which has a result (as in
-    the corpus's pi logs), and ``turns`` tool turns: the errored turn early, or (``errored_late``) among
-    the last four messages."""
+def pi_session(turns: int = 30, *, unanswered_late: bool = False) -> bytes:
+    """A pi session with a turn of six edit calls none of which has a result (pi was stopped before
+    they ran), and ``turns`` tool turns: the unanswered turn early, or (``unanswered_late``) among the
+    last four messages. (An errored turn would not do: pi never sends it, so ctxc counts none of it.)"""
     header = {
         "type": "session",
         "id": "s1",
@@ -64,12 +64,12 @@ def pi_session(turns: int = 30, *, errored_late: bool = False) -> bytes:
         {"type": "toolCall", "id": f"e{k}", "name": "edit", "arguments": {"path": f"src/s{k}.ts"}}
         for k in range(6)
     ]
-    errored = [
-        _entry({"role": "assistant", "stopReason": "error", "content": [*_text("Replacing all"), *edits]}),
+    unanswered = [
+        _entry({"role": "assistant", "stopReason": "toolUse", "content": [*_text("Replacing all"), *edits]}),
         _entry({"role": "user", "content": _text("go on")}),
     ]
     lines = [header, _entry({"role": "user", "content": _text("Task: port the theme to every selector")})]
-    lines += [] if errored_late else errored
+    lines += [] if unanswered_late else unanswered
     for k in range(turns):
         tool = ("edit", "bash", "read")[k % 3]
         call = {"type": "toolCall", "id": f"c{k}", "name": tool, "arguments": {"path": f"src/f{k}.ts"}}
@@ -78,9 +78,9 @@ def pi_session(turns: int = 30, *, errored_late: bool = False) -> bytes:
             _entry({"role": "assistant", "stopReason": "toolUse", "content": [*_text(f"step {k}"), call]}),
             _entry({"role": "toolResult", "toolCallId": f"c{k}", "toolName": tool, "content": _text(output)}),
         ]
-    lines += errored if errored_late else []
+    lines += unanswered if unanswered_late else []
     lines.append(_entry({"role": "assistant", "stopReason": "stop", "content": _text("Done: all themed")}))
-    if errored_late:
+    if unanswered_late:
         lines.append(_entry({"role": "user", "content": _text("thanks a lot")}))
     return b"".join(orjson.dumps(line) + b"\n" for line in lines)
 
@@ -111,7 +111,7 @@ def test_adaptive_stays_in_stage_3_when_trimming_reaches_the_written_target() ->
 def test_a_larger_target_is_reached_when_a_smaller_one_is(strategy: str) -> None:
     """With the unanswered calls among the last four messages, meeting the target as written takes
     keeping fewer of them verbatim: the run tries that whenever repair's results put it over."""
-    data = pi_session(errored_late=True)
+    data = pi_session(unanswered_late=True)
     targets = range(1, 120, 2)
     reached = [t for t in targets if compact(data, strategy, t, WordCounter()) is not None]
     assert reached

@@ -44,6 +44,9 @@ _PI_ENTRY_TYPES = frozenset(
     {"model_change", "thinking_level_change", "compaction", "branch_summary"}
     | {"custom_message", "session_info"}
 )
+#: Stop reasons of assistant turns pi never sends again (pi-ai ``transformMessages`` skips them, and the
+#: agent loop ran none of their tool calls): in the file, in no context.
+_UNSENT_STOPS = frozenset({"aborted", "error"})
 #: How pi wraps a summary when it sends it to the model (coding-agent messages.ts), by message role.
 _WRAPS = {
     "branchSummary": (
@@ -186,13 +189,18 @@ class PiAdapter(FormatAdapter):
                 kept_from = _first_kept(entry, index, index_of_id, positions)
                 yield _compaction(entry, rec.line, index, kept_from)
                 continue
+            # An entry that is no message names the next one (where a kept tail naming it starts).
+            if isinstance(entry.get("id"), str):
+                index_of_id[entry["id"]] = index
+            positions.append((position, index))
             parsed = _parse_entry(entry, rec.line)
             if parsed is None:
                 continue
             role, blocks, usage, meta = parsed
-            if isinstance(entry.get("id"), str):
-                index_of_id[entry["id"]] = index
-            positions.append((position, index))
+            if meta.get("stop_reason") in _UNSENT_STOPS:
+                if usage is not None:  # the call was made and billed
+                    yield usage
+                continue
             yield Message(role, blocks, rec.line, index, (i,), 0, importance_of(entry), usage, meta, entry)
             index += 1
             if usage is not None:
