@@ -447,3 +447,54 @@ def test_sniff() -> None:
     assert PI.sniff([_record(claude)]) == 0
     assert PI.sniff([_record({"timestamp": "t", "type": "session_meta", "payload": {}})]) == 0
     assert PI.sniff([_record({"role": "user", "content": "hi"})]) == 0
+
+
+def _walk_from_leaf(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries pi sends from, root first: session-manager.ts ``buildSessionContext`` starts at the last
+    entry and follows ``parentId`` until it names no entry."""
+    by_id = {e["id"]: e for e in entries}
+    path, current = [], entries[-1]
+    while current is not None:
+        path.insert(0, current)
+        current = by_id.get(current["parentId"]) if current["parentId"] else None
+    return path
+
+
+def test_compacted_entries_stay_on_the_chain_pi_walks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Dropped entries are unlinked: what follows hangs off the entry written before it, and ctxc's own
+    placeholder gets an id and a place on the chain; an abandoned branch whose parent was dropped hangs
+    off that parent's nearest written ancestor, off the chain."""
+
+    def entry(n: int, parent: int | None, role: str, words: str) -> dict[str, Any]:
+        message = {"role": role, "content": [{"type": "text", "text": words}]}
+        parent_id = f"e{parent}" if parent else None
+        return {"type": "message", "id": f"e{n}", "parentId": parent_id, "timestamp": "t", "message": message}
+
+    filler = " ".join(f"w{k}" for k in range(300))
+    entries = [entry(1, None, "user", "Task: fix the parser")]
+    entries += [entry(n, n - 1, "assistant" if n % 2 == 0 else "user", f"{n} {filler}") for n in range(2, 9)]
+    entries += [
+        entry(9, 7, "assistant", "abandoned"),
+        entry(10, 8, "user", "go on"),
+        entry(11, 10, "assistant", "ok"),
+    ]
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *entries]))
+    compacted = tmp_path / "out.jsonl"
+    args = ["--target-tokens", "400", "--keep-last", "3", "--allow-over", "--archive", str(tmp_path / "a")]
+    assert run(capsys, "compact", str(source), "--strategy", "fifo", *args, "-o", str(compacted))[0] == 0
+
+    written = [orjson.loads(line) for line in compacted.read_bytes().splitlines()[1:]]
+    assert len({e["id"] for e in written}) == len(written)
+    branch = next(e for e in written if e["id"] == "e9")
+    assert branch["parentId"] == "e1"
+    live = [e for e in written if e is not branch]
+    assert len(live) < len(entries) - 1  # some entries were dropped
+    assert _walk_from_leaf(written) == live
+    texts = [e["message"]["content"][0]["text"] for e in live]
+    assert texts[0] == "Task: fix the parser"
+    new = [text for e, text in zip(live, texts, strict=True) if e["id"] not in {x["id"] for x in entries}]
+    assert len(new) == 1
+    assert new[0].startswith("[ctxc]")

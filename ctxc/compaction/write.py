@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ctxc.formats.base import EncodesConversations, FormatAdapter, WritesCompacted
+from ctxc.formats.base import EncodesConversations, FormatAdapter, RelinksLines, WritesCompacted
 from ctxc.model import Message, Record, Transcript
 from ctxc.reader import BOM
 
@@ -60,6 +60,8 @@ def write_transcript(
         records = _write_per_conversation(transcript, outputs, adapter)
     else:
         records = write_lines(transcript, outputs, adapter)
+        if isinstance(adapter, RelinksLines):
+            records = adapter.relink_lines(transcript.records, records)
     flat = tuple(m for conv in sorted(outputs) for m in outputs[conv])
     return replace(transcript, records=records, messages=flat)
 

@@ -1,5 +1,6 @@
 """The format adapter Protocol, the items its reader yields, and what adapters share. Everything ctxc knows
-about a format is on its adapter (writing compacted output: WritesCompacted or EncodesConversations)."""
+about a format is on its adapter (writing compacted output: WritesCompacted, EncodesConversations or
+RelinksLines)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,13 @@ class EncodesConversations(Protocol):
     def encode_conversation(
         self, messages: Sequence[Message], template: dict[str, Any]
     ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class RelinksLines(Protocol):
+    """An adapter written a line per message whose entries name their parents (pi): it relinks them."""
+
+    def relink_lines(self, source: Sequence[Record], written: Sequence[Record]) -> tuple[Record, ...]: ...
 
 
 @runtime_checkable

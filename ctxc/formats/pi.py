@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from ctxc.formats import register
 from ctxc.formats.base import FormatAdapter, Item, importance_of, recorded_usage, run_time, run_timestamp
@@ -214,6 +217,9 @@ class PiAdapter(FormatAdapter):
                 return raw
         return _build_entry(message, raw)
 
+    def relink_lines(self, source: Sequence[Record], written: Sequence[Record]) -> tuple[Record, ...]:
+        return _relinked(source, written)
+
 
 def _compaction(entry: Mapping[str, Any], line: int, index: int, kept_from: int | None) -> Boundary:
     """The boundary of a compaction entry: pi resumes from its last one (summary, kept tail, what follows)."""
@@ -353,6 +359,70 @@ def _build_entry(message: Message, raw: dict[str, Any] | None) -> dict[str, Any]
         # (pi-ai has no system role inside a session).
         new_msg = {"role": "user", "content": content, "timestamp": timestamp}
     return {**envelope, "message": new_msg}
+
+
+def _entries(records: Iterable[Record]) -> list[Record]:
+    return [r for r in records if isinstance(r.data, dict) and r.data.get("type") != "session"]
+
+
+def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Record, ...]:
+    """``written`` relinked so pi's walk from the last entry back along ``parentId`` (session-manager.ts
+    ``buildSessionContext``; an unknown parent ends it) passes through every written entry that was on
+    the old walk, and every new one, in file order. Others (abandoned branches) keep their parents, but a
+    dropped one's nearest written ancestor stands for it. pi links a v1 session (no parentIds) itself."""
+    old = _entries(source)
+    if not any("parentId" in r.data for r in old):
+        return tuple(written)
+    parent_of = {r.data["id"]: r.data.get("parentId") for r in old if isinstance(r.data.get("id"), str)}
+    walk: set[Any] = set()
+    step = old[-1].data.get("id") if old else None
+    while step in parent_of and step not in walk:
+        walk.add(step)
+        step = parent_of[step]
+    ids = {r.data.get("id") for r in _entries(written)} - {None}
+    taken = ids | parent_of.keys()
+    seen: set[Any] = set()
+    last: str | None = None  # the last entry written on the walk
+    out: list[Record] = []
+    for rec in written:
+        entry = rec.data
+        if not isinstance(entry, dict) or entry.get("type") == "session":
+            out.append(rec)
+            continue
+        own = entry.get("id")
+        known = isinstance(own, str) and own in parent_of and own not in seen
+        if known and own not in walk:
+            parent = entry.get("parentId")
+            while parent is not None and parent not in ids and parent in parent_of:
+                parent = parent_of[parent]  # a dropped parent: its nearest written ancestor
+            changes = {} if parent == entry.get("parentId") else {"parentId": parent}
+        else:
+            if not known:  # new, or a second entry made from the same one
+                own = _fresh_id(last, entry, taken)
+                taken.add(own)
+            changes = (
+                {}
+                if (own, last) == (entry.get("id"), entry.get("parentId"))
+                else {"id": own, "parentId": last}
+            )
+            last = own
+        seen.add(own)
+        out.append(_with(rec, changes) if changes else rec)
+    return tuple(out)
+
+
+def _fresh_id(parent: str | None, entry: Mapping[str, Any], taken: set[Any]) -> str:
+    """A new entry's id in pi's style (8 hex digits), the same for the same place and entry."""
+    seed = orjson.dumps([parent, entry], option=orjson.OPT_SORT_KEYS)
+    while (new := hashlib.sha256(seed).hexdigest()[:8]) in taken:
+        seed += b"+"
+    return new
+
+
+def _with(rec: Record, changes: Mapping[str, Any]) -> Record:
+    """``rec`` with ``changes`` to its envelope, in pi's key order (type, id, parentId first)."""
+    data = {"type": rec.data.get("type"), "id": None, "parentId": None, **rec.data, **changes}
+    return Record(rec.line, orjson.dumps(data), rec.eol, data, "message")
 
 
 register(PiAdapter())
