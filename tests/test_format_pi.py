@@ -449,6 +449,27 @@ def test_sniff() -> None:
     assert PI.sniff([_record({"role": "user", "content": "hi"})]) == 0
 
 
+def _entry(n: int, parent: int | None, role: str, words: str) -> dict[str, Any]:
+    message = {"role": role, "content": [{"type": "text", "text": words}]}
+    parent_id = f"e{parent}" if parent else None
+    return {"type": "message", "id": f"e{n}", "parentId": parent_id, "timestamp": "t", "message": message}
+
+
+def _compact_fifo(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, entries: list[dict[str, Any]]
+) -> list[Any]:
+    """The entries of ``entries`` compacted with fifo down to the last three messages."""
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *entries]))
+    compacted = tmp_path / "out.jsonl"
+    args = ["--target-tokens", "400", "--keep-last", "3", "--allow-over", "--archive", str(tmp_path / "a")]
+    assert run(capsys, "compact", str(source), "--strategy", "fifo", *args, "-o", str(compacted))[0] == 0
+    return [orjson.loads(line) for line in compacted.read_bytes().splitlines()[1:]]
+
+
+FILLER = " ".join(f"w{k}" for k in range(300))
+
+
 def _walk_from_leaf(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The entries pi sends from, root first: session-manager.ts ``buildSessionContext`` starts at the last
     entry and follows ``parentId`` until it names no entry."""
@@ -467,26 +488,14 @@ def test_compacted_entries_stay_on_the_chain_pi_walks(
     placeholder gets an id and a place on the chain; an abandoned branch whose parent was dropped hangs
     off that parent's nearest written ancestor, off the chain."""
 
-    def entry(n: int, parent: int | None, role: str, words: str) -> dict[str, Any]:
-        message = {"role": role, "content": [{"type": "text", "text": words}]}
-        parent_id = f"e{parent}" if parent else None
-        return {"type": "message", "id": f"e{n}", "parentId": parent_id, "timestamp": "t", "message": message}
-
-    filler = " ".join(f"w{k}" for k in range(300))
-    entries = [entry(1, None, "user", "Task: fix the parser")]
-    entries += [entry(n, n - 1, "assistant" if n % 2 == 0 else "user", f"{n} {filler}") for n in range(2, 9)]
+    entries = [_entry(1, None, "user", "Task: fix the parser")]
+    entries += [_entry(n, n - 1, "assistant" if n % 2 == 0 else "user", f"{n} {FILLER}") for n in range(2, 9)]
     entries += [
-        entry(9, 7, "assistant", "abandoned"),
-        entry(10, 8, "user", "go on"),
-        entry(11, 10, "assistant", "ok"),
+        _entry(9, 7, "assistant", "abandoned"),
+        _entry(10, 8, "user", "go on"),
+        _entry(11, 10, "assistant", "ok"),
     ]
-    source = tmp_path / "s.jsonl"
-    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *entries]))
-    compacted = tmp_path / "out.jsonl"
-    args = ["--target-tokens", "400", "--keep-last", "3", "--allow-over", "--archive", str(tmp_path / "a")]
-    assert run(capsys, "compact", str(source), "--strategy", "fifo", *args, "-o", str(compacted))[0] == 0
-
-    written = [orjson.loads(line) for line in compacted.read_bytes().splitlines()[1:]]
+    written = _compact_fifo(capsys, tmp_path, entries)
     assert len({e["id"] for e in written}) == len(written)
     branch = next(e for e in written if e["id"] == "e9")
     assert branch["parentId"] == "e1"
@@ -498,3 +507,24 @@ def test_compacted_entries_stay_on_the_chain_pi_walks(
     new = [text for e, text in zip(live, texts, strict=True) if e["id"] not in {x["id"] for x in entries}]
     assert len(new) == 1
     assert new[0].startswith("[ctxc]")
+
+
+def test_a_dropped_first_kept_entry_moves_to_the_next_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """pi sends a compaction's kept tail from its ``firstKeptEntryId`` on: when ctxc drops that entry, the
+    tail starts at the next entry written on the chain (here ctxc's own), or pi would send none of it."""
+    entries = [_entry(1, None, "user", "Task")]
+    entries += [_entry(n, n - 1, "assistant" if n % 2 == 0 else "user", f"{n} {FILLER}") for n in range(2, 7)]
+    compaction = {"type": "compaction", "id": "c1", "parentId": "e6", "timestamp": "t", "summary": "s"}
+    entries += [
+        {**compaction, "firstKeptEntryId": "e3"},
+        {**_entry(7, None, "user", "go on"), "parentId": "c1"},
+    ]
+    written = _compact_fifo(capsys, tmp_path, entries)
+    assert _walk_from_leaf(written) == written
+    ids = [e["id"] for e in written]
+    assert "e3" not in ids
+    first_kept = next(e["firstKeptEntryId"] for e in written if e["type"] == "compaction")
+    assert first_kept == ids[ids.index("e2") + 1]
+    assert first_kept not in {e["id"] for e in entries}

@@ -374,6 +374,7 @@ def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Reco
     if not any("parentId" in r.data for r in old):
         return tuple(written)
     parent_of = {r.data["id"]: r.data.get("parentId") for r in old if isinstance(r.data.get("id"), str)}
+    order = {id_: i for i, id_ in enumerate(parent_of)}
     walk: set[Any] = set()
     step = old[-1].data.get("id") if old else None
     while step in parent_of and step not in walk:
@@ -382,7 +383,7 @@ def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Reco
     ids = {r.data.get("id") for r in _entries(written)} - {None}
     taken = ids | parent_of.keys()
     seen: set[Any] = set()
-    last: str | None = None  # the last entry written on the walk
+    chain: list[Any] = []  # the entries written on the walk so far
     out: list[Record] = []
     for rec in written:
         entry = rec.data
@@ -397,18 +398,29 @@ def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Reco
                 parent = parent_of[parent]  # a dropped parent: its nearest written ancestor
             changes = {} if parent == entry.get("parentId") else {"parentId": parent}
         else:
+            last = chain[-1] if chain else None
             if not known:  # new, or a second entry made from the same one
                 own = _fresh_id(last, entry, taken)
                 taken.add(own)
-            changes = (
-                {}
-                if (own, last) == (entry.get("id"), entry.get("parentId"))
-                else {"id": own, "parentId": last}
-            )
-            last = own
+            changes = {"id": own, "parentId": last}
+            first_kept = entry.get("firstKeptEntryId")
+            if entry.get("type") == "compaction" and first_kept in order and first_kept not in ids:
+                changes["firstKeptEntryId"] = (
+                    _first_kept_written(order[first_kept], chain, order) or first_kept
+                )
+            if all(entry.get(k) == v for k, v in changes.items()):
+                changes = {}
+            chain.append(own)
         seen.add(own)
         out.append(_with(rec, changes) if changes else rec)
     return tuple(out)
+
+
+def _first_kept_written(dropped: int, chain: Sequence[Any], order: Mapping[str, int]) -> str | None:
+    """Where the kept tail of a compaction whose first kept entry (at ``dropped``) was dropped now
+    starts: after the last entry written before it (none: pi sends none of the tail, as it names none)."""
+    start = max((i + 1 for i, id_ in enumerate(chain) if order.get(id_, dropped) < dropped), default=0)
+    return chain[start] if start < len(chain) else None
 
 
 def _fresh_id(parent: str | None, entry: Mapping[str, Any], taken: set[Any]) -> str:
