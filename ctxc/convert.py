@@ -81,8 +81,9 @@ def _plan(messages: Iterable[Message]) -> list[_Turn]:
                 turn = _Turn("assistant", list(rest), source_role)
                 turns.append(turn)
             call_turn.update((b.id, turn) for b in rest if isinstance(b, ToolUseBlock))
-        elif message.role == "system":
-            turns.append(_Turn("system", list(rest), source_role))
+        elif message.role == "system":  # one without text (a Claude Code turn_duration record) says nothing
+            if _plain_text(rest):
+                turns.append(_Turn("system", list(rest), source_role))
         elif rest or not results:
             turns.append(_Turn("user", list(rest), source_role, after_results=bool(results)))
     return turns

@@ -414,6 +414,7 @@ def _check_file_conversion(t: Transcript) -> None:
         assert back.conversations == t.conversations
         assert _counts(back) == _counts(t), target
         objs = [orjson.loads(x) for x in data.splitlines()]
+        assert not [o for o in objs if o["role"] == "system" and not o["content"]], target
         for n in range(t.conversations):
             if t.conversations > 1:
                 start = objs.index({"role": "_conversation", "index": n})
@@ -477,3 +478,26 @@ def test_every_corpus_format_converts(path: Path) -> None:
     assert t.format == name
     assert t.messages
     _check_file_conversion(t)
+
+
+def test_no_empty_system_message() -> None:
+    """Claude Code's turn_duration and stop_hook_summary records are system records without text: a
+    conversion writes no empty system message for them, in either dialect."""
+    base = {"sessionId": "s", "isSidechain": False, "timestamp": "2026-01-01T00:00:00Z"}
+    t = load_bytes(
+        jsonl(
+            base | {"type": "user", "uuid": "u1", "parentUuid": None,
+                    "message": {"role": "user", "content": "hi"}},
+            base | {"type": "assistant", "uuid": "a1", "parentUuid": "u1",
+                    "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}},
+            base | {"type": "system", "subtype": "turn_duration", "durationMs": 5, "uuid": "s1",
+                    "parentUuid": "a1"},
+            base | {"type": "system", "subtype": "informational", "content": "note", "uuid": "s2",
+                    "parentUuid": "s1"},
+        )
+    )  # fmt: skip
+    assert t.format == "claude-code"
+    for convert in (to_openai, to_anthropic):
+        lines = convert(t.messages)
+        assert [x["role"] for x in lines] == ["user", "assistant", "system"]
+        assert lines[-1]["content"] == "note"
