@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxc.formats import dump, get_adapter, load
+from ctxc.live import live_messages
 from ctxc.model import (
     Boundary,
     Message,
@@ -270,9 +271,9 @@ def test_non_message_entries() -> None:
         {"type": "message", "timestamp": "t", "message": {**BASH["message"], "excludeFromContext": True}},
         USER,
     )
-    assert [type(x).__name__ for x in items] == ["Boundary", "Message"]
-    assert items[0] == Boundary(kind="pi_compaction", line=4, pre_tokens=99, resets=True, kept_from=0)
-    assert items[1].index == 0  # indexes count messages only
+    assert [type(x).__name__ for x in items] == ["Message", "Boundary"]
+    assert items[1] == Boundary(kind="pi_compaction", line=4, pre_tokens=99, resets=True, kept_from=0)
+    assert items[0].index == 0  # indexes count messages only
 
 
 def test_first_kept_entry_index_counts_entries_not_blank_lines() -> None:
@@ -485,8 +486,8 @@ def test_compacted_entries_stay_on_the_chain_pi_walks(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Dropped entries are unlinked: what follows hangs off the entry written before it, and ctxc's own
-    placeholder gets an id and a place on the chain; an abandoned branch whose parent was dropped hangs
-    off that parent's nearest written ancestor, off the chain."""
+    placeholder gets an id and a place on the chain; an abandoned branch is written as it was, its
+    dropped parent too (pi's tree makes it a root), off the chain."""
 
     entries = [_entry(1, None, "user", "Task: fix the parser")]
     entries += [_entry(n, n - 1, "assistant" if n % 2 == 0 else "user", f"{n} {FILLER}") for n in range(2, 9)]
@@ -498,7 +499,8 @@ def test_compacted_entries_stay_on_the_chain_pi_walks(
     written = _compact_fifo(capsys, tmp_path, entries)
     assert len({e["id"] for e in written}) == len(written)
     branch = next(e for e in written if e["id"] == "e9")
-    assert branch["parentId"] == "e1"
+    assert branch == entries[8]
+    assert "e7" not in {e["id"] for e in written}
     live = [e for e in written if e is not branch]
     assert len(live) < len(entries) - 1  # some entries were dropped
     assert _walk_from_leaf(written) == live
@@ -528,3 +530,77 @@ def test_a_dropped_first_kept_entry_moves_to_the_next_written(
     first_kept = next(e["firstKeptEntryId"] for e in written if e["type"] == "compaction")
     assert first_kept == ids[ids.index("e2") + 1]
     assert first_kept not in {e["id"] for e in entries}
+
+
+def _branched_session() -> list[dict[str, Any]]:
+    """root -> u1 -> a1 -> u2 -> a2, then the user went back to a1: u3 (parent a1) -> a3, the leaf. pi
+    sends root to a3 along ``parentId``; u2 and a2 stay in the file, never sent (session-manager.ts)."""
+    usage = {"input": 900, "output": 5, "cacheRead": 0, "cacheWrite": 0}
+    root = {"type": "model_change", "id": "e0", "parentId": None, "timestamp": "t", "modelId": "m"}
+    a2 = _entry(5, 4, "assistant", f"abandoned answer {FILLER}")
+    a2["message"]["usage"] = usage
+    return [
+        root,
+        {**_entry(1, None, "user", "Task: fix the parser"), "parentId": "e0"},
+        _entry(2, 1, "assistant", f"a1 {FILLER}"),
+        _entry(4, 2, "user", f"abandoned question {FILLER}"),
+        a2,
+        _entry(6, 2, "user", f"u3 {FILLER}"),
+        _entry(7, 6, "assistant", "a3"),
+    ]
+
+
+def test_abandoned_branch_is_not_in_the_live_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *_branched_session()]))
+    code, out, _ = run(capsys, "analyze", str(source), "--format", "json", "--tokenizer", "approx")
+    assert code == 0
+    doc = orjson.loads(out)["files"][0]
+    live_lines = [m["line"] for m in doc["messages"] if m["live"]]
+    assert live_lines == [3, 4, 7, 8]  # u1, a1, u3, a3 (line 1 is the header, 2 the root)
+    assert doc["live_context"]["messages"] == 4
+    branch = [m["tokens"] for m in doc["messages"] if m["line"] in (5, 6)]
+    assert doc["abandoned_branches"] == {"messages": 2, "tokens": sum(branch)}
+    assert doc["live_context"]["tokens"] == sum(m["tokens"] for m in doc["messages"] if m["live"])
+    t = load(source)
+    assert [u.abandoned for u in t.usage] == [True]  # billed, but in no context
+
+
+def test_compaction_leaves_an_abandoned_branch_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    entries = _branched_session()
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *entries]))
+    compacted = tmp_path / "out.jsonl"
+    args = ["--target-tokens", "200", "--keep-last", "1", "--allow-over", "--archive", str(tmp_path / "a")]
+    assert run(capsys, "compact", str(source), "--strategy", "fifo", *args, "-o", str(compacted))[0] == 0
+    lines = compacted.read_bytes().splitlines()
+    branch = source.read_bytes().splitlines()[4:6]
+    at = lines.index(branch[0])
+    assert lines[at : at + 2] == branch  # byte for byte, together
+    written = [orjson.loads(line) for line in lines[1:]]
+    assert "e2" not in {e["id"] for e in written}  # a1, the branch's parent, was dropped
+    live = [e for e in written if e["id"] not in ("e4", "e5")]
+    assert _walk_from_leaf(written) == live
+    kept = [e["id"] for e in written if e in entries]
+    assert kept == [e["id"] for e in entries if e["id"] in kept]  # nothing kept moved
+
+
+def test_a_compaction_on_an_abandoned_branch_is_not_where_pi_resumes(tmp_path: Path) -> None:
+    """pi resumes from the last compaction on its walk: one on a branch the user left resets nothing."""
+    compaction = {"type": "compaction", "id": "c1", "parentId": "e2", "timestamp": "t", "summary": "s"}
+    entries = [
+        _entry(1, None, "user", "Task"),
+        _entry(2, 1, "assistant", "a1"),
+        {**compaction, "firstKeptEntryId": "e2"},
+        {**_entry(3, None, "user", "after the compaction"), "parentId": "c1"},
+        _entry(4, 2, "user", "the other way"),
+    ]
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [HEADER, *entries]))
+    t = load(source)
+    assert [m.meta["id"] for m in live_messages(t)] == ["e1", "e2", "e4"]
+    assert [b.resets for b in t.boundaries if b.kind == "pi_compaction"] == [False]

@@ -104,7 +104,7 @@ def write_lines(
     eol = next((r.eol for r in transcript.records if r.eol), b"\n")
     originals = {id(m) for m in transcript.messages}
     message_records = {i for m in transcript.messages for i in m.records}
-    out_messages = [m for conv in sorted(outputs) for m in outputs[conv]]
+    out_messages = [m for conv in sorted(outputs) for m in _in_file_order(outputs[conv])]
     out: list[Record] = []
     next_record = 0  # the first input record not yet passed
 
@@ -155,6 +155,19 @@ def write_lines(
     final_eol = transcript.records[-1].eol if transcript.records else b"\n"
     fixed = [r if r.eol else r.but(eol=eol) for r in out[:-1]]
     return (*fixed, out[-1].but(eol=final_eol))
+
+
+def _in_file_order(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with those read from records in the order of their records, each new one just before
+    the next of those: the history a conversation's output starts with goes back to its places (a
+    branch the client abandoned lies between live messages). A no-op when that order holds already."""
+    keys: list[tuple[float, int]] = []
+    ahead = float("inf")  # the first record of the next message read from one
+    for seq in range(len(messages) - 1, -1, -1):
+        records = messages[seq].records
+        ahead = records[0] if records else ahead
+        keys.append((ahead, seq))
+    return [messages[seq] for _, seq in sorted(keys)]
 
 
 def _stamp_of(rec: Record) -> str | None:

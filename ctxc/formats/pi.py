@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from ctxc.formats.shapes import (
     parse_content,
     unchanged,
 )
+from ctxc.live import BRANCHES
 from ctxc.model import (
     Block,
     Boundary,
@@ -183,14 +185,24 @@ class PiAdapter(FormatAdapter):
         index_of_id: dict[str, int] = {}
         positions: list[tuple[int, int]] = []  # (entry position, message index)
         position = -1  # pi numbers the entries it loaded (the header is 0): blank lines are not entries
+        # The tree, to tell what is on pi's walk from the leaf: only known once the last entry is read, so
+        # compactions and usage wait for it.
+        parent_of: dict[str, Any] = {}
+        linked, leaf, leaf_line = False, None, 0
+        placed: list[tuple[Any, int]] = []  # (entry id, message index)
+        waiting: list[tuple[Any, Boundary | Usage]] = []  # (entry id, compaction or usage)
         for i, rec in records:
             entry = rec.data
             if not isinstance(entry, dict):
                 continue
             position += 1
+            if entry.get("type") != "session":
+                leaf, leaf_line, linked = entry.get("id"), rec.line, linked or "parentId" in entry
+                if isinstance(leaf, str):
+                    parent_of[leaf] = entry.get("parentId")
             if entry.get("type") == "compaction":
                 kept_from = _first_kept(entry, index, index_of_id, positions)
-                yield _compaction(entry, rec.line, index, kept_from)
+                waiting.append((leaf, _compaction(entry, rec.line, index, kept_from)))
                 continue
             # An entry that is no message names the next one (where a kept tail naming it starts).
             if isinstance(entry.get("id"), str):
@@ -200,14 +212,28 @@ class PiAdapter(FormatAdapter):
             if parsed is None:
                 continue
             role, blocks, usage, meta = parsed
+            if usage is not None:  # an aborted call too: it was made and billed
+                waiting.append((entry.get("id"), usage))
             if meta.get("stop_reason") in _UNSENT_STOPS:
-                if usage is not None:  # the call was made and billed
-                    yield usage
                 continue
             yield Message(role, blocks, rec.line, index, (i,), 0, importance_of(entry), usage, meta, entry)
+            placed.append((entry.get("id"), index))
             index += 1
-            if usage is not None:
-                yield usage
+        # A v1 session (no parentId) pi links in file order itself: all of it is on the walk.
+        walk = _walk(parent_of, leaf) if linked and leaf in parent_of else None
+
+        def off(id_: Any) -> bool:
+            return walk is not None and isinstance(id_, str) and id_ not in walk
+
+        for id_, item in waiting:
+            if isinstance(item, Boundary):  # pi resumes from the last compaction on its walk
+                yield replace(item, resets=False) if off(id_) else item
+        gone = tuple(at for id_, at in placed if off(id_))
+        if gone:
+            yield Boundary(BRANCHES, leaf_line, index=index, abandoned=gone)
+        for id_, item in waiting:
+            if isinstance(item, Usage):  # billed, but in no context when off the walk
+                yield replace(item, abandoned=True) if off(id_) else item
 
     def encode_message(self, message: Message) -> dict[str, Any]:
         raw = message.raw if isinstance(message.raw, dict) else None
@@ -368,18 +394,15 @@ def _entries(records: Iterable[Record]) -> list[Record]:
 def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Record, ...]:
     """``written`` relinked so pi's walk from the last entry back along ``parentId`` (session-manager.ts
     ``buildSessionContext``; an unknown parent ends it) passes through every written entry that was on
-    the old walk, and every new one, in file order. Others (abandoned branches) keep their parents, but a
-    dropped one's nearest written ancestor stands for it. pi links a v1 session (no parentIds) itself."""
+    the old walk, and every new one, in file order. Others (abandoned branches, which the reader leaves
+    out of the live context) stay byte for byte, a dropped parent too: pi's tree makes such an entry a
+    root. pi links a v1 session (no parentIds) itself."""
     old = _entries(source)
     if not any("parentId" in r.data for r in old):
         return tuple(written)
     parent_of = {r.data["id"]: r.data.get("parentId") for r in old if isinstance(r.data.get("id"), str)}
     order = {id_: i for i, id_ in enumerate(parent_of)}
-    walk: set[Any] = set()
-    step = old[-1].data.get("id") if old else None
-    while step in parent_of and step not in walk:
-        walk.add(step)
-        step = parent_of[step]
+    walk = _walk(parent_of, old[-1].data.get("id") if old else None)
     ids = {r.data.get("id") for r in _entries(written)} - {None}
     taken = ids | parent_of.keys()
     seen: set[Any] = set()
@@ -392,12 +415,8 @@ def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Reco
             continue
         own = entry.get("id")
         known = isinstance(own, str) and own in parent_of and own not in seen
-        if known and own not in walk:
-            parent = entry.get("parentId")
-            while parent is not None and parent not in ids and parent in parent_of:
-                parent = parent_of[parent]  # a dropped parent: its nearest written ancestor
-            changes = {} if parent == entry.get("parentId") else {"parentId": parent}
-        else:
+        changes: dict[str, Any] = {}
+        if not known or own in walk:
             last = chain[-1] if chain else None
             if not known:  # new, or a second entry made from the same one
                 own = _fresh_id(last, entry, taken)
@@ -414,6 +433,16 @@ def _relinked(source: Sequence[Record], written: Sequence[Record]) -> tuple[Reco
         seen.add(own)
         out.append(_with(rec, changes) if changes else rec)
     return tuple(out)
+
+
+def _walk(parent_of: Mapping[Any, Any], leaf: Any) -> set[Any]:
+    """The ids of the entries pi sends from: ``leaf`` and its ancestors along ``parentId``
+    (session-manager.ts ``buildSessionContext``; an unknown parent ends the walk)."""
+    walk: set[Any] = set()
+    while leaf in parent_of and leaf not in walk:
+        walk.add(leaf)
+        leaf = parent_of[leaf]
+    return walk
 
 
 def _first_kept_written(dropped: int, chain: Sequence[Any], order: Mapping[str, int]) -> str | None:
