@@ -28,8 +28,8 @@ CASES = {
     "fifo-50%": ("-s", "fifo", "--target-ratio", "0.5"),
     "adaptive-10%": ("-s", "adaptive", "--summarizer", "extractive", "--target-ratio", "0.1"),
 }
-BASELINE_CHECKS = ("exit", "pairing", "intent", "last_request", "own_summary")
-CHECKS = ("exit", "pairing", "intent", "last_request", "ctxc_texts", "fewer_tokens")
+BASELINE_CHECKS = ("exit", "pairing", "intent", "last_request", "left_branch", "own_summary")
+CHECKS = ("exit", "pairing", "intent", "last_request", "left_branch", "ctxc_texts", "fewer_tokens")
 SYNTHETIC = "synthetic-v2.jsonl"
 CORPUS_PATTERN = "chat-messages/pi-coding-agent_*.jsonl"
 
@@ -64,20 +64,24 @@ def _sources() -> list[Any]:
 
 FIRST_REQUEST = "Audit every module under src/shop for unused imports and list each with its line number."
 LAST_REQUEST = "Now write that list to UNUSED.md, grouped by module, and tell me which module is worst."
+ABANDONED_REQUEST = "Actually, delete every unused import right away."  # on a branch the user left
 MODEL = {"api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5"}
 TURNS = 30
 
 
 def synthetic_session() -> list[dict[str, Any]]:
     """A pi v2 session (linked by ``id``/``parentId``) of TURNS tool turns, every third with two
-    parallel calls, each result a long listing: about 130k tokens, over half the model's window."""
+    parallel calls, each result a long listing: about 130k tokens, over half the model's window. After
+    the second turn the user went down a branch and came back (/tree): pi resumes without it."""
     entries: list[dict[str, Any]] = []
+    leaf: str | None = None  # the entry the next one follows
 
     def add(kind: str, **fields: Any) -> None:
+        nonlocal leaf
         n = len(entries)
-        parent = f"{n - 1:08x}" if n > 1 else None  # the header (0) is no entry of the tree
         stamp = f"2026-11-02T10:{n // 60:02d}:{n % 60:02d}.000Z"
-        entries.append({"type": kind, "id": f"{n:08x}", "parentId": parent, "timestamp": stamp, **fields})
+        entries.append({"type": kind, "id": f"{n:08x}", "parentId": leaf, "timestamp": stamp, **fields})
+        leaf = f"{n:08x}"
 
     def message(role: str, content: list[dict[str, Any]], **fields: Any) -> None:
         add("message", message={"role": role, "content": content, **fields, "timestamp": 1793613600000})
@@ -92,6 +96,11 @@ def synthetic_session() -> list[dict[str, Any]]:
     )
     add("model_change", provider="anthropic", modelId="claude-sonnet-4-5")
     for turn in range(TURNS):
+        if turn == 2:
+            back = leaf
+            message("user", text(ABANDONED_REQUEST))
+            message("assistant", text("Deleting them."), **MODEL, usage=usage, stopReason="stop")
+            leaf = back
         message("user", text(FIRST_REQUEST if turn == 0 else f"Go on with module mod_{turn:02d}."))
         calls = [(f"toolu_{turn:03d}_0", "read", {"path": f"src/shop/mod_{turn:02d}/__init__.py"})]
         if turn % 3 == 0:
@@ -210,6 +219,12 @@ def _check_last_request(log: Path, resumed: Resumed, baseline: Resumed, output: 
     assert wire.contains(wire.request_text(resumed.items), last), f"last request missing: {last[:300]!r}"
 
 
+def _check_left_branch(log: Path, resumed: Resumed, baseline: Resumed, output: Path | None) -> None:
+    _request(resumed)
+    sent = wire.request_text(resumed.items)
+    assert [r for r in wire.pi_left_requests(log) if wire.contains(sent, r)] == [], "a left branch was sent"
+
+
 def _check_own_summary(log: Path, resumed: Resumed, baseline: Resumed, output: Path | None) -> None:
     _request(resumed)
     own = wire.pi_own_summary(log)
@@ -235,6 +250,7 @@ CHECK: dict[str, Callable[[Path, Resumed, Resumed, Path | None], None]] = {
     "pairing": _check_pairing,
     "intent": _check_intent,
     "last_request": _check_last_request,
+    "left_branch": _check_left_branch,
     "own_summary": _check_own_summary,
     "ctxc_texts": _check_ctxc_texts,
     "fewer_tokens": _check_fewer_tokens,

@@ -276,6 +276,7 @@ def test_pi_readers_follow_the_branch_pi_resumes(tmp_path: Path) -> None:
         entry(6, 5, "user", [{"type": "text", "text": "last ask"}]),
     )
     assert wire.pi_requests(log) == ["first ask", "last ask"]
+    assert wire.pi_left_requests(log) == ["abandoned ask"]
     assert wire.pi_ctxc_texts(log) == [placeholder, "[ctxc: read result removed]"]
     assert wire.pi_own_summary(log) == "pi's summary"
     v1 = _write(

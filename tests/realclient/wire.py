@@ -340,9 +340,14 @@ def _pi_branch(log: Path) -> list[dict[str, Any]]:
     return branch[::-1]
 
 
-def _pi_texts(log: Path, roles: tuple[str, ...]) -> Iterator[str]:
-    """Each text block of the branch's messages of ``roles`` (a user's string content as one)."""
-    for entry in _pi_branch(log):
+def _pi_texts(log: Path, roles: tuple[str, ...], *, left: bool = False) -> Iterator[str]:
+    """Each text block of the branch's messages of ``roles`` (a user's string content as one); with
+    ``left``, of the messages on the branches the user left instead."""
+    branch = _pi_branch(log)
+    if left:
+        ids = {e.get("id") for e in branch}
+        branch = [r for r in records(log) if r.get("type") != "session" and r.get("id") not in ids]
+    for entry in branch:
         message = entry.get("message")
         if (
             entry.get("type") != "message"
@@ -362,6 +367,11 @@ def _pi_texts(log: Path, roles: tuple[str, ...]) -> Iterator[str]:
 def pi_requests(log: Path) -> list[str]:
     """The user's requests on the branch pi resumes, in order (ctxc's texts excluded)."""
     return [t.strip() for t in _pi_texts(log, ("user",)) if t.strip() and not is_ctxc_text(t)]
+
+
+def pi_left_requests(log: Path) -> list[str]:
+    """The user's requests on the branches pi does not resume (the user went back with /tree)."""
+    return [t.strip() for t in _pi_texts(log, ("user",), left=True) if t.strip()]
 
 
 def pi_ctxc_texts(log: Path) -> list[str]:
