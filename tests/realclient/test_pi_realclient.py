@@ -8,6 +8,7 @@ its model's window, so both compactions below have work to do. The uncompacted r
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -50,14 +51,18 @@ class Source:
     path: Path | None  # None: the synthetic session, written by the lab
 
 
-def _sources() -> list[Any]:
-    corpus = [
-        pytest.param(Source(str(p.relative_to(CORPUS)), p), id=str(p.relative_to(CORPUS)))
-        for p in corpus_files(CORPUS_PATTERN)
-    ]
-    missing = pytest.mark.skip(reason=f"no pi sessions at {CORPUS / CORPUS_PATTERN}")
-    absent = [pytest.param(Source("corpus", None), id="corpus", marks=missing)]
-    return [*(corpus or absent), pytest.param(Source(SYNTHETIC, None), id=SYNTHETIC)]
+def _params(*columns: tuple[str, ...]) -> list[Any]:
+    """(source, *values) for every source and every combination of ``columns``, marked from KNOWN_FAILURES;
+    one skipped "corpus" source when the corpus has no pi sessions."""
+    corpus = [Source(str(p.relative_to(CORPUS)), p) for p in corpus_files(CORPUS_PATTERN)]
+    params = []
+    for source in [*(corpus or [Source("corpus", None)]), Source(SYNTHETIC, None)]:
+        for values in itertools.product(*columns):
+            marks = [pytest.mark.skip(reason=f"no pi sessions at {CORPUS}")] if source.id == "corpus" else []
+            if reason := KNOWN_FAILURES.get((source.id, *values)):
+                marks.append(pytest.mark.xfail(strict=True, reason=reason))
+            params.append(pytest.param(source, *values, id="-".join([source.id, *values]), marks=marks))
+    return params
 
 
 # ------------------------------------------------------------------------------- the synthetic session
@@ -257,28 +262,14 @@ CHECK: dict[str, Callable[[Path, Resumed, Resumed, Path | None], None]] = {
 }
 
 
-@pytest.mark.parametrize("check", BASELINE_CHECKS)
-@pytest.mark.parametrize("source", _sources())
+@pytest.mark.parametrize(("source", "check"), _params(BASELINE_CHECKS))
 def test_uncompacted_resume(lab: PiLab, source: Source, check: str) -> None:
     """pi resumes the session as it is: the baseline every compacted resume is compared with."""
     baseline = lab.baseline(source)
     CHECK[check](lab.log(source), baseline, baseline, None)
 
 
-def _compacted_params() -> list[Any]:
-    params = []
-    for source in _sources():
-        for case in CASES:
-            for check in CHECKS:
-                reason = KNOWN_FAILURES.get((source.values[0].id, case, check))
-                marks = [*source.marks, *([pytest.mark.xfail(strict=True, reason=reason)] if reason else [])]
-                params.append(
-                    pytest.param(source.values[0], case, check, id=f"{source.id}-{case}-{check}", marks=marks)
-                )
-    return params
-
-
-@pytest.mark.parametrize(("source", "case", "check"), _compacted_params())
+@pytest.mark.parametrize(("source", "case", "check"), _params(tuple(CASES), CHECKS))
 def test_compacted_resume(lab: PiLab, source: Source, case: str, check: str) -> None:
     """ctxc's output resumes in pi and sends less, still with the first and last request, ctxc's texts
     and valid tool pairs."""
@@ -293,3 +284,11 @@ def test_compacted_resume(lab: PiLab, source: Source, case: str, check: str) -> 
     assert not outcome.error, outcome.error
     assert outcome.resumed is not None
     CHECK[check](lab.log(source), outcome.resumed, baseline, outcome.output)
+
+
+def test_every_known_failure_names_a_case() -> None:
+    """A stale KNOWN_FAILURES key (a renamed file, a typo) would silently match nothing."""
+    if not corpus_files(CORPUS_PATTERN):
+        pytest.skip(f"no pi sessions at {CORPUS}")
+    cases = {(p.values[0].id, *p.values[1:]) for p in _params(tuple(CASES), CHECKS)}
+    assert set(KNOWN_FAILURES) <= cases

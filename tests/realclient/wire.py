@@ -2,9 +2,8 @@
 
 The request side flattens a Claude Messages request (Claude Code's, and pi's) or a Codex Responses
 request into items (text, tool call, tool result); the log side finds the session's user requests and
-summaries. Both are
-written from the formats themselves, not from ctxc's adapters, so the tests do not check ctxc against
-its own reading.
+summaries. Both are written from the formats themselves, not from ctxc's adapters, so the tests do not
+check ctxc against its own reading.
 """
 
 from __future__ import annotations
@@ -332,8 +331,10 @@ def _pi_branch(log: Path) -> list[dict[str, Any]]:
         return entries
     by_id = {e["id"]: e for e in entries if isinstance(e.get("id"), str)}
     branch: list[dict[str, Any]] = []
+    seen: set[int] = set()  # a parent loop ends the walk
     step: dict[str, Any] | None = entries[-1]
-    while step is not None and not any(e is step for e in branch):  # a parent loop ends the walk
+    while step is not None and id(step) not in seen:
+        seen.add(id(step))
         branch.append(step)
         parent = step.get("parentId")
         step = by_id.get(parent) if isinstance(parent, str) else None
