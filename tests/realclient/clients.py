@@ -1,4 +1,4 @@
-"""The real Claude Code and Codex CLIs: installed from npm into a cache, run isolated against the fake API.
+"""The real Claude Code, Codex and pi CLIs: installed from npm into a cache, run isolated beside the fake API.
 
 Each run happens in a fresh network namespace (``unshare -n``) where only ``lo`` is up, so the client can
 reach nothing but 127.0.0.1; the fake API (tests/fake_anthropic.py) is started inside that namespace by
@@ -45,6 +45,7 @@ class Client:
 
 CLAUDE = Client("claude-code", "@anthropic-ai/claude-code", "2.1.332")
 CODEX = Client("codex", "@openai/codex", "0.171.0")
+PI = Client("pi", "@mariozechner/pi-coding-agent", "0.73.1")
 
 
 class Unavailable(Exception):
@@ -96,7 +97,7 @@ def _candidates(client: Client, prefix: Path) -> list[Path]:
         # The platform package's native binary; the wrapper's bin/claude.exe is only a copy of it once
         # the wrapper's postinstall has run, which npm may skip.
         return [*sorted(modules.glob("@anthropic-ai/claude-code-*/claude")), modules / ".bin" / "claude"]
-    return [modules / ".bin" / "codex"]
+    return [modules / ".bin" / ("pi" if client is PI else "codex")]
 
 
 def _isolated(argv: Sequence[str]) -> list[str]:
@@ -111,7 +112,7 @@ def _working(client: Client, prefix: Path) -> Path | None:
             got = run_bounded(_isolated([str(exe), "--version"]), timeout=VERSION_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired):
             continue
-        if got.returncode == 0 and client.version in got.stdout:
+        if got.returncode == 0 and client.version in got.stdout + got.stderr:  # pi prints it on stderr
             return exe
     return None
 
@@ -370,9 +371,50 @@ def resume_codex(exe: Path, log: Path, work: Path) -> Run:
     return run_isolated(argv, cwd=cwd, env=env, work=work)
 
 
+def pi_env(home: Path, agent_dir: Path) -> dict[str, str]:
+    """pi's environment for a run: its agent dir, the key of its built-in anthropic provider, and its
+    startup network work (version check, package updates, tool downloads, install telemetry) off."""
+    return _base_env(home) | {
+        "PI_CODING_AGENT_DIR": str(agent_dir),
+        "ANTHROPIC_API_KEY": API_KEY,
+        "PI_OFFLINE": "1",
+        "PI_TELEMETRY": "0",
+    }
+
+
+def pi_session_copy(log: Path, session: Path, cwd: Path) -> None:
+    """``log`` copied to ``session`` with its header's ``cwd`` set to ``cwd``: pi refuses to resume a
+    session whose working directory does not exist here. Every other line is copied byte for byte."""
+    lines = log.read_bytes().splitlines(keepends=True)
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except ValueError:
+        header = None
+    if isinstance(header, dict) and header.get("type") == "session":
+        header["cwd"] = str(cwd)
+        lines[0] = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    session.parent.mkdir(parents=True, exist_ok=True)
+    session.write_bytes(b"".join(lines))
+
+
+def resume_pi(exe: Path, log: Path, work: Path) -> Run:
+    """``pi -p continue --session <file>`` on a copy of ``log``, in a throwaway HOME whose models.json
+    points pi's built-in anthropic provider at the fake (pi keeps the session's own model)."""
+    home, cwd = work / "home", work / "project"
+    agent = home / ".pi" / "agent"
+    for d in (agent, cwd):
+        d.mkdir(parents=True, exist_ok=True)
+    provider = {"anthropic": {"baseUrl": f"http://127.0.0.1:{PORT}"}}
+    (agent / "models.json").write_text(json.dumps({"providers": provider}))
+    session = agent / "sessions" / log.name
+    pi_session_copy(log, session, cwd)
+    argv = [str(exe), "-p", PROMPT, "--session", str(session)]
+    return run_isolated(argv, cwd=cwd, env=pi_env(home, agent), work=work)
+
+
 def main() -> int:
-    """Install both clients into the cache, as .ci/run does before the tests; unavailable is no error."""
-    for client in (CLAUDE, CODEX):
+    """Install the clients into the cache, as .ci/run does before the tests; unavailable is no error."""
+    for client in (CLAUDE, CODEX, PI):
         try:
             print(f"realclient: {client.spec} ready: {install(client)}")
         except Unavailable as exc:

@@ -252,6 +252,44 @@ def test_codex_summaries_prefer_the_opaque_compaction_item(tmp_path: Path) -> No
     assert clients.codex_session(log) == ("abc", "2026-03-23T08:41:07.512Z")
 
 
+def test_pi_readers_follow_the_branch_pi_resumes(tmp_path: Path) -> None:
+    def entry(n: int, parent: int | None, role: str, content: Any) -> dict[str, Any]:
+        message = {"role": role, "content": content}
+        return {
+            "type": "message",
+            "id": f"e{n}",
+            "parentId": f"e{parent}" if parent else None,
+            "message": message,
+        }
+
+    placeholder = (
+        "[ctxc] 2 earlier messages (indexes 1-2) were removed; ctxc archive 0123456789ab messages 1-2"
+    )
+    log = _write(
+        tmp_path / "pi.jsonl",
+        {"type": "session", "version": 2, "id": "s", "cwd": "/x"},
+        entry(1, None, "user", "first ask"),
+        entry(2, 1, "user", [{"type": "text", "text": "abandoned ask"}]),
+        {"type": "compaction", "id": "e3", "parentId": "e1", "summary": "pi's summary"},
+        entry(4, 3, "user", [{"type": "text", "text": placeholder}]),
+        entry(5, 4, "toolResult", [{"type": "text", "text": "[ctxc: read result removed]"}]),
+        entry(6, 5, "user", [{"type": "text", "text": "last ask"}]),
+    )
+    assert wire.pi_requests(log) == ["first ask", "last ask"]
+    assert wire.pi_left_requests(log) == ["abandoned ask"]
+    assert wire.pi_ctxc_texts(log) == [placeholder, "[ctxc: read result removed]"]
+    assert wire.pi_own_summary(log) == "pi's summary"
+    v1 = _write(
+        tmp_path / "v1.jsonl",
+        {"type": "session"},
+        *(
+            {k: v for k, v in e.items() if k != "parentId"}
+            for e in (entry(1, None, "user", "one"), entry(2, None, "user", "two"))
+        ),
+    )
+    assert wire.pi_requests(v1) == ["one", "two"]
+
+
 # ------------------------------------------------------------------------------------------ clients
 
 
@@ -267,6 +305,21 @@ def test_codex_config_points_at_the_fake_and_turns_off_network_features() -> Non
     assert config["check_for_update_on_startup"] is False
     assert config["analytics"]["enabled"] is False
     assert {"apps", "plugins", "in_app_updates"} <= {k for k, v in config["features"].items() if v is False}
+
+
+def test_pi_session_copy_moves_only_the_header_cwd(tmp_path: Path) -> None:
+    body = b'{"type":"message","message":{"role":"user","content":"caf\\u00e9  x"}}\r\n{"type":"x"}'
+    log = tmp_path / "in.jsonl"
+    log.write_bytes(b'{"type":"session","id":"s","cwd":"/Users/me/gone","version":3}\n' + body)
+    clients.pi_session_copy(log, tmp_path / "out" / "s.jsonl", tmp_path / "project")
+    header, rest = (tmp_path / "out" / "s.jsonl").read_bytes().split(b"\n", 1)
+    assert json.loads(header) == {
+        "type": "session",
+        "id": "s",
+        "cwd": str(tmp_path / "project"),
+        "version": 3,
+    }
+    assert rest == body
 
 
 def test_missing_tools_make_the_clients_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:

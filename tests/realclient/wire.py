@@ -1,9 +1,9 @@
 """Reading what a client sent, and what a transcript says, independently of ctxc.
 
-The request side flattens a Claude Messages request or a Codex Responses request into items (text,
-tool call, tool result); the log side finds the session's user requests and summaries. Both are
-written from the formats themselves, not from ctxc's adapters, so the tests do not check ctxc against
-its own reading.
+The request side flattens a Claude Messages request (Claude Code's, and pi's) or a Codex Responses
+request into items (text, tool call, tool result); the log side finds the session's user requests and
+summaries. Both are written from the formats themselves, not from ctxc's adapters, so the tests do not
+check ctxc against its own reading.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ TEXT, CALL, RESULT = "text", "call", "result"
 # A ctxc summary cites the archive and has sections; a ctxc placeholder ("[ctxc] N earlier ...") does not.
 _CTXC_CITATION = re.compile(r"ctxc archive [0-9a-f]{12,64}")
 _HEADING = re.compile(r"^## \S", re.M)
+_CTXC_MARKS = ("[ctxc] ", "[ctxc: ")  # how ctxc's placeholders for removed messages and outputs open
 # User text that is not a request: client wrappers, injected context, reminders, interruptions.
 _NOT_A_REQUEST = (
     "<local-command-stdout>",
@@ -312,3 +313,74 @@ def own_summary(log: Path, *, codex: bool) -> str | None:
         if not is_ctxc_summary(s)
     ]
     return found[-1] if found else None
+
+
+def is_ctxc_text(text: str) -> bool:
+    """A summary or placeholder ctxc wrote."""
+    return text.startswith(_CTXC_MARKS) or is_ctxc_summary(text)
+
+
+# ---------------------------------------------------------------------------------------- pi sessions
+
+
+def _pi_branch(log: Path) -> list[dict[str, Any]]:
+    """The entries pi resumes: the walk from the last entry back along ``parentId`` (coding-agent
+    session-manager.ts), in order; every entry in file order for a v1 session, which has no links."""
+    entries = [r for r in records(log) if r.get("type") != "session"]
+    if not any("parentId" in e for e in entries):
+        return entries
+    by_id = {e["id"]: e for e in entries if isinstance(e.get("id"), str)}
+    branch: list[dict[str, Any]] = []
+    seen: set[int] = set()  # a parent loop ends the walk
+    step: dict[str, Any] | None = entries[-1]
+    while step is not None and id(step) not in seen:
+        seen.add(id(step))
+        branch.append(step)
+        parent = step.get("parentId")
+        step = by_id.get(parent) if isinstance(parent, str) else None
+    return branch[::-1]
+
+
+def _pi_texts(log: Path, roles: tuple[str, ...], *, left: bool = False) -> Iterator[str]:
+    """Each text block of the branch's messages of ``roles`` (a user's string content as one); with
+    ``left``, of the messages on the branches the user left instead."""
+    branch = _pi_branch(log)
+    if left:
+        ids = {e.get("id") for e in branch}
+        branch = [r for r in records(log) if r.get("type") != "session" and r.get("id") not in ids]
+    for entry in branch:
+        message = entry.get("message")
+        if (
+            entry.get("type") != "message"
+            or not isinstance(message, dict)
+            or message.get("role") not in roles
+        ):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            yield content
+            continue
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "text":
+                yield str(block.get("text", ""))
+
+
+def pi_requests(log: Path) -> list[str]:
+    """The user's requests on the branch pi resumes, in order (ctxc's texts excluded)."""
+    return [t.strip() for t in _pi_texts(log, ("user",)) if t.strip() and not is_ctxc_text(t)]
+
+
+def pi_left_requests(log: Path) -> list[str]:
+    """The user's requests on the branches pi does not resume (the user went back with /tree)."""
+    return [t.strip() for t in _pi_texts(log, ("user",), left=True) if t.strip()]
+
+
+def pi_ctxc_texts(log: Path) -> list[str]:
+    """Every summary and placeholder ctxc wrote on the branch pi resumes, as user or tool-result text."""
+    return [t for t in _pi_texts(log, ("user", "toolResult")) if is_ctxc_text(t)]
+
+
+def pi_own_summary(log: Path) -> str | None:
+    """The summary of the last ``compaction`` entry (pi's own) on the branch pi resumes, or None."""
+    found = [str(e.get("summary") or "") for e in _pi_branch(log) if e.get("type") == "compaction"]
+    return found[-1] if found and found[-1].strip() else None
