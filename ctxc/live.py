@@ -10,10 +10,12 @@ from dataclasses import dataclass, field, replace
 
 from ctxc.model import Boundary, Message, TextBlock, ThinkingBlock, Transcript, UnknownBlock, Usage
 
-#: Markup a client injects into user text (reminders, slash commands, Codex's environment): not the user's.
+#: Markup a client injects into user text (reminders, slash commands, Codex's environment, the output of a
+#: shell command the user ran themselves with Claude Code's ``!`` or Codex's): not the user's words.
 INJECTED_MARKUP = re.compile(
     r"<(system-reminder|command-name|command-message|command-args|local-command-stdout|local-command-stderr"
-    r"|environment_context|user_instructions)>"
+    r"|local-command-caveat|environment_context|user_instructions|user_shell_command|turn_aborted"
+    r"|task-notification|bash-input|bash-stdout|bash-stderr)>"
     r".*?(?:</\1>|\Z)",
     re.S,
 )

@@ -290,10 +290,10 @@ class Message:
     @property
     def is_request(self) -> bool:
         """A user's own words: a user message with text (not only tool results) that the client did not
-        inject (meta text, a compaction summary, a demo)."""
+        inject (meta text, a compaction summary, a demo, a shell command's output: ``meta["injected"]``)."""
         if self.role != "user":
             return False
-        if self.meta.get("is_meta") or self.meta.get("is_compact_summary") or self.meta.get("is_demo"):
+        if any(self.meta.get(flag) for flag in ("is_meta", "is_compact_summary", "is_demo", "injected")):
             return False
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.blocks)
 

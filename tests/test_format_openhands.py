@@ -104,7 +104,7 @@ def test_multi_swe_bench_facts() -> None:
         recall = [m for m in messages if m.meta.get("observation") == "recall"]
         assert len(recall) == 1
         assert recall[0].role == "user"
-        assert recall[0].meta["context_injection"]
+        assert recall[0].meta["injected"]
         # The text is the knowledge it injects (microagents, runtime hosts), not only its one-line content.
         extras = recall[0].raw["extras"]
         for knowledge in extras["microagent_knowledge"]:

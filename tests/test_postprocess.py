@@ -15,12 +15,10 @@ from ctxc.compaction.postprocess import (
     Request,
     ToolCall,
     call_summary,
-    current_request,
     kind_of,
     postprocess,
     request_terms,
 )
-from ctxc.model import Message, TextBlock, ToolResultBlock
 
 ARCHIVE_ID = "3f2a9c1b4d5e" + "0" * 52
 CITE = citation(ARCHIVE_ID, 12, 12)
@@ -341,20 +339,6 @@ def test_request_terms() -> None:
     for gone in ("please", "function", "with", "fix", "the", "it"):
         assert gone not in terms
     assert request_terms("d9964aa40a9cfda93fa00ce59812881150180a deadbeef") == ("deadbeef",)
-
-
-def test_current_request_is_the_last_user_text() -> None:
-    msgs = [
-        Message("user", (TextBlock("first ask about parse_header"),), index=0),
-        Message("assistant", (TextBlock("ok"),), index=1),
-        Message("user", (TextBlock("now look at render_page"),), index=2),
-        Message("user", (ToolResultBlock("t1", "output"),), index=3),
-        Message("user", (TextBlock("[Request interrupted by user]"),), index=4),
-        Message("user", (TextBlock("injected"),), index=5, meta={"is_meta": True}),
-    ]
-    assert current_request(msgs) == "now look at render_page"
-    assert current_request(msgs[:1]) == "first ask about parse_header"
-    assert current_request([]) == ""
 
 
 # ---------------------------------------------------------------------------------------- property

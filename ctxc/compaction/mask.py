@@ -19,7 +19,8 @@ from ctxc.compaction.base import (
     tool_calls,
     with_block,
 )
-from ctxc.compaction.postprocess import Request, ToolCall, call_summary, current_request, postprocess
+from ctxc.compaction.postprocess import Request, ToolCall, call_summary, postprocess
+from ctxc.live import last_request, request_text
 from ctxc.model import Message, ToolResultBlock
 from ctxc.tokens.cost import image_tokens
 
@@ -68,7 +69,8 @@ class _Masking:
     def __init__(self, strategy: str, msgs: list[Message], ctx: CompactContext, total: int) -> None:
         self.strategy, self.msgs, self.ctx, self.total = strategy, msgs, ctx, total
         self.calls = tool_calls(msgs)
-        self.request = Request.of(current_request(msgs))
+        last = last_request(msgs)
+        self.request = Request.of(request_text(last) if last else "")
         self.actions: list[Action] = []
         self.originals: dict[Slot, ToolResultBlock] = {}
         self.masked: set[Slot] = set()

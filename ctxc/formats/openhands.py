@@ -182,7 +182,7 @@ def _parse_event(
     if observation in _SILENT_OBSERVATIONS:
         return None
     if observation == "recall":
-        meta["context_injection"] = True
+        meta["injected"] = True
         return "user", (UnknownBlock(event.get("extras"), _recall_text(event), type="recall"),), meta
     text = content_text(event.get("content"))
     answered = None if observation == "agent_condensation" else pairing.answer(event)

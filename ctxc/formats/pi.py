@@ -335,7 +335,7 @@ def _parse_entry(
         )
         return "tool", (result,), None, _entry_meta(entry, source_role="toolResult")
     if role == "bashExecution" and not msg.get("excludeFromContext"):  # "!!": never sent to the model
-        meta = _entry_meta(entry, source_role="bashExecution", command=msg.get("command"))
+        meta = _entry_meta(entry, source_role="bashExecution", command=msg.get("command"), injected=True)
         return "user", (TextBlock(text=bash_execution_text(msg)),), None, meta
     if role in _WRAPS:
         text = _wrap(msg.get("summary"), str(role))

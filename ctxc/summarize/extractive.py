@@ -62,7 +62,7 @@ def _is_placeholder_text(m: Message) -> bool:
 def _is_request(m: Message, prev: Message | None) -> bool:
     """A user's own words (:attr:`Message.is_request`): not ctxc's, not injected, not an observation."""
     meta = m.meta
-    if not m.is_request or meta.get("ctxc") or meta.get("context_injection") or _is_placeholder_text(m):
+    if not m.is_request or meta.get("ctxc") or _is_placeholder_text(m):
         return False  # a placeholder's text: ctxc's own note, read back from a file
     if prev is not None and prev.role == "assistant" and prev.meta.get("action") and "history_index" in meta:
         return False  # SWE-agent classic: the user turn after an action is that action's observation

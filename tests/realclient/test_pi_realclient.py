@@ -36,11 +36,14 @@ CORPUS_PATTERN = "chat-messages/pi-coding-agent_*.jsonl"
 
 #: Checks that fail on today's code, by (source id, case, check): strict xfails with the reason. A refusal
 #: (exit 6) fails the case's exit check and skips its others.
-KNOWN_FAILURES: dict[tuple[str, str, str], str] = {
-    ("chat-messages/pi-coding-agent_before-compaction.jsonl", "adaptive-10%", "exit"): (
-        "ctxc refuses: it pins the session's last bashExecution (the user's `!find .`, 27,584 tokens of "
-        "command output) verbatim as the last user request, over the 20,000 target on its own; the tier "
-        "counts a user's shell command output as no request (wire.py, Claude Code's <bash-stdout>)"
+KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
+#: Refusals (exit 6) that are right, by (source id, case): the reason says which words ctxc always keeps
+#: (docs/strategies.md) are over the target on their own. The case's other checks are skipped; its exit
+#: check fails if ctxc stops refusing, so a stale entry shows.
+JUSTIFIED_REFUSALS: dict[tuple[str, str], str] = {
+    ("chat-messages/pi-coding-agent_before-compaction.jsonl", "adaptive-10%"): (
+        "the session's last message, kept verbatim as every last message is, is the output of the "
+        "user's own `!find .` (a bashExecution, 27,584 tokens): over the 20,000 target by itself"
     ),
 }
 
@@ -277,6 +280,11 @@ def test_compacted_resume(lab: PiLab, source: Source, case: str, check: str) -> 
     if not baseline.run.ok or baseline.body is None:
         pytest.skip(f"does not resume uncompacted in {PI.spec}: {baseline.run.describe()}")
     outcome = lab.outcome(source, case)
+    if justified := JUSTIFIED_REFUSALS.get((source.id, case)):
+        if check == "exit":  # the refusal is the expected exit
+            assert outcome.refused, "ctxc no longer refuses: remove the case from JUSTIFIED_REFUSALS"
+            return
+        pytest.skip(f"ctxc refuses, as it should: {justified}")
     if outcome.refused:
         if check != "exit":
             pytest.skip(f"ctxc refused; see this case's exit check: {outcome.refused[-300:]}")
@@ -287,8 +295,9 @@ def test_compacted_resume(lab: PiLab, source: Source, case: str, check: str) -> 
 
 
 def test_every_known_failure_names_a_case() -> None:
-    """A stale KNOWN_FAILURES key (a renamed file, a typo) would silently match nothing."""
+    """A stale KNOWN_FAILURES or JUSTIFIED_REFUSALS key (a renamed file, a typo) would match nothing."""
     if not corpus_files(CORPUS_PATTERN):
         pytest.skip(f"no pi sessions at {CORPUS}")
     cases = {(p.values[0].id, *p.values[1:]) for p in _params(tuple(CASES), CHECKS)}
     assert set(KNOWN_FAILURES) <= cases
+    assert {(source, case, "exit") for source, case in JUSTIFIED_REFUSALS} <= cases
