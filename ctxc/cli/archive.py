@@ -38,6 +38,7 @@ SHOW_EPILOG = opt.examples(
 RESTORE_EPILOG = opt.examples(
     "ctxc restore 3f2a9c1b4d5e -o original.jsonl",
     "ctxc restore small.jsonl > original.jsonl     # a compacted file's original",
+    "ctxc restore session.jsonl --in-place         # undo compact --in-place",
 )
 
 
@@ -51,6 +52,10 @@ def restore_command(
         ),
     ],
     output: opt.TranscriptOutputOpt = None,
+    in_place: Annotated[
+        bool,
+        opt.flag("--in-place", "Write the original over REF, a compacted file, after archiving REF."),
+    ] = False,
     archive: opt.ArchiveOpt = None,
 ) -> None:
     """Write an archived original back, byte for byte."""
@@ -68,16 +73,28 @@ def restore_command(
                 raise  # a short hex string naming no session goes on to say what an archive id is
     if not is_file and not re.fullmatch(r"[0-9a-fA-F]+", ref.strip()):  # no id: a file name, mistyped
         raise InputError("no such file (nor an archive id: those are 12+ hex characters)", path=ref)
+    if in_place and (not is_file or ref == "-" or output is not None):
+        raise UsageError(
+            "{in_place} writes over REF: give a compacted file or session, and no -o", options=("in_place",)
+        )
     store = Archive.open(archive)
-    output = opt.transcript_output(output)
+    output = ref if in_place else opt.transcript_output(output)
     store.refuse_output_inside(output)
-    ident = store.find_original(read_all(ref)[1]) if is_file else store.resolve(ref)
+    held = read_all(ref)[1] if is_file else b""
+    ident = store.find_original(held) if is_file else store.resolve(ref)
     if ident is None:
         raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
     data = store.read(ident)
-    # The restored file is as private as the archived original (cp's rule, from the archive's object).
-    like = str(store.object_path(ident))
-    inputs = (ref,) if is_file and ref != "-" else ()
+    # The restored file is as private as the archived original (cp's rule, from the archive's object);
+    # written over REF, it keeps REF's mode.
+    like = ref if in_place else str(store.object_path(ident))
+    inputs = (ref,) if is_file and ref != "-" and not in_place else ()
+    if in_place:
+        if held == data:
+            opt.note(f"ctxc: {ref} already holds its original; nothing to do")
+            return
+        kept = store.store(held)  # nothing is lost: what REF held comes back with `ctxc restore <id>`
+        opt.note(f"ctxc: {ref} holds its original again; what it held is archived as {kept[:12]}")
     with atomic_output(output, inputs=inputs, like=like) as handle:
         handle.write(data)
 
