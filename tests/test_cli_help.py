@@ -55,6 +55,7 @@ def test_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "Example" in out
     assert f"ctxc {command}" in out
+    assert [line for line in out.splitlines() if line.endswith(" ")] == []  # piped: rich's padding goes
 
 
 @pytest.mark.parametrize(

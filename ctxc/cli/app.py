@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import io
 import os
 import sys
 from typing import Any, NoReturn
@@ -13,7 +15,7 @@ import typer
 
 from ctxc.cli.options import app, note
 from ctxc.errors import CtxcError, ExitCode, OutputError, exit_interrupted, options_as_flags
-from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams
+from ctxc.output import ReaderGone, flush_stdout, guard_standard_streams, write_stdout
 from ctxc.terminal import one_line
 
 # The command modules, each adding its commands to the app when imported, in the order ``ctxc --help``
@@ -36,14 +38,19 @@ _COMPACT_PANELS = {
 
 
 class _HelpToStdout:
-    """Help written as any other output: rich prints it straight to stdout, so a full disk is an output
-    error (exit 7)."""
+    """Help written as any other output: a full disk is an output error (exit 7), and piped, its lines
+    lose the spaces rich pads them with to the width of its panels."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        try:
+        if sys.stdout.isatty():
+            try:
+                super().format_help(ctx, formatter)  # type: ignore[misc]
+            except OSError as exc:
+                raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+            return
+        with contextlib.redirect_stdout(io.StringIO()) as text:  # rich prints to the sys.stdout of now
             super().format_help(ctx, formatter)  # type: ignore[misc]
-        except OSError as exc:
-            raise OutputError(f"cannot write: {exc.strerror or exc}", path="stdout") from exc
+        write_stdout("".join(line.rstrip() + "\n" for line in text.getvalue().splitlines()))
 
 
 class _Group(_HelpToStdout, typer.core.TyperGroup):
