@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 
 from ctxc.model import Boundary, Message, TextBlock, ThinkingBlock, Transcript, UnknownBlock, Usage
 
-#: Markup a client injects into user text (reminders, slash commands, Codex's environment, the output of a
-#: shell command the user ran themselves with Claude Code's ``!`` or Codex's): not the user's words.
+#: Markup a client injects into user text (reminders, slash commands, Codex's environment and subagent
+#: notices, the output of a shell command the user ran with Claude Code's ``!`` or Codex's): not the
+#: user's words.
 INJECTED_MARKUP = re.compile(
     r"<(system-reminder|command-name|command-message|command-args|local-command-stdout|local-command-stderr"
     r"|local-command-caveat|environment_context|user_instructions|user_shell_command|turn_aborted"
-    r"|task-notification|bash-input|bash-stdout|bash-stderr)>"
+    r"|task-notification|bash-input|bash-stdout|bash-stderr|subagent_notification)>"
     r".*?(?:</\1>|\Z)",
     re.S,
 )
