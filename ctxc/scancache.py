@@ -1,6 +1,6 @@
 """The analysis cache: a file's scan, stored by the hash of the file's content.
 
-A scan depends only on the file's bytes, the tokenizer, the read options and the ctxc version, so CI
+A scan depends only on the file's bytes, the tokenizer, the read options and ctxc's code, so CI
 re-analyzing unchanged logs finds it under a key of exactly those. Entries live in ``scans/`` beside
 the token count cache, written atomically; any error reading or writing them is ignored (logged). The
 cache is bounded: each of its 256 folders keeps its ``_FOLDER_LIMIT`` most recently used entries.
@@ -9,6 +9,7 @@ cache is bounded: each of its 256 folders keeps its ``_FOLDER_LIMIT`` most recen
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -28,7 +29,7 @@ from ctxc.system import analysis_entry, cache_dir, identity_record, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
-#: Bump when the stored layout changes (the ctxc version is in the key as well).
+#: Bump when the stored layout changes (the ctxc version and its modules' fingerprint are in the key too).
 _LAYOUT = 10  # 10: the key hashes the file's content hash, which its identity records
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
@@ -71,9 +72,27 @@ def scan_key(
         if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
             _write_atomic(record, content.encode())
     settings = (
-        f"{_LAYOUT}|{__version__}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}"
+        f"{_LAYOUT}|{__version__}|{_code_fingerprint()}|{tokenizer}|{input_format}|{options.skip_invalid}"
+        f"|{options.max_line_bytes}"
     )
     return hashlib.blake2b(f"{settings}|{content}".encode(), digest_size=20).hexdigest()
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    """The names, sizes and modification times of ctxc's modules, hashed: a scan made by other code (an
+    editable install after a pull, a reinstall under the same version) is not read. Half a millisecond."""
+    digest = hashlib.blake2b(digest_size=8)
+    folders = [os.path.dirname(__file__)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir() and entry.name != "__pycache__":
+                    folders.append(entry.path)
+                elif entry.name.endswith(".py"):
+                    st = entry.stat()
+                    digest.update(f"{entry.path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def _warn(what: str, exc: BaseException) -> None:

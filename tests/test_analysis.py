@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from pathlib import Path
 
 import orjson
@@ -309,6 +310,29 @@ def test_scan_key_found_by_identity_without_reading_the_file(
     # Other settings are another key, made from the same recorded content hash.
     other = scancache.scan_key(path, "cl100k_base", None, ReadOptions())
     assert other not in (None, key)
+
+
+def test_a_scan_made_by_other_code_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same version number can name other code (an editable install after a pull): the key holds a
+    fingerprint of ctxc's modules, which any change to one of them changes."""
+    from ctxc import scancache
+    from ctxc.reader import ReadOptions
+
+    monkeypatch.setenv("CTXC_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes((SAMPLES / "chat-openai.jsonl").read_bytes())
+    module = Path(scancache.__file__)
+    was = module.stat()
+    scancache._code_fingerprint.cache_clear()
+    key = scancache.scan_key(path, "o200k_base", None, ReadOptions())
+    try:
+        os.utime(module, ns=(was.st_atime_ns, was.st_mtime_ns + 1))  # an edit, as far as the key can tell
+        scancache._code_fingerprint.cache_clear()
+        assert scancache.scan_key(path, "o200k_base", None, ReadOptions()) not in (None, key)
+    finally:
+        os.utime(module, ns=(was.st_atime_ns, was.st_mtime_ns))
+        scancache._code_fingerprint.cache_clear()
+    assert scancache.scan_key(path, "o200k_base", None, ReadOptions()) == key
 
 
 def _claude_record(uuid: str, parent: str | None, role: str, content: list[dict[str, object]]) -> bytes:
