@@ -81,7 +81,7 @@ def scan_key(
 @functools.cache
 def _code_fingerprint() -> str:
     """The names, sizes and modification times of ctxc's modules, hashed: a scan made by other code (an
-    editable install after a pull, a reinstall under the same version) is not read. Half a millisecond."""
+    editable install after a pull, a reinstall under the same version) is not read."""
     digest = hashlib.blake2b(digest_size=8)
     folders = [os.path.dirname(__file__)]
     while folders:
