@@ -21,10 +21,12 @@ INJECTED_MARKUP = re.compile(
     re.S,
 )
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# Whole user messages a harness writes (instructions, a command caveat, an interruption marker).
+# Whole user messages a harness writes (instructions, a skill Codex loads, a command caveat, an
+# interruption marker).
 _HARNESS_OPENINGS = (
     "# AGENTS.md instructions",
     "<INSTRUCTIONS>",
+    "<skill>",
     "Caveat: The messages below were generated",
     "[Request interrupted by user",
 )

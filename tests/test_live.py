@@ -70,13 +70,14 @@ def test_a_slash_command_session_is_known_by_its_arguments() -> None:
     assert request_text(_user(text + "<command-args></command-args>")) == ""
 
 
-def test_a_shell_command_the_user_ran_is_no_request() -> None:
+def test_a_shell_command_the_user_ran_or_a_loaded_skill_is_no_request() -> None:
     """The output of a user's own ``!cmd`` can be huge; pinned as "the last request" it alone could exceed
     the target (pi's before-compaction corpus session: 27,584 tokens of ``find .``)."""
     claude = "<bash-input>find .</bash-input>", "<bash-stdout>./a</bash-stdout><bash-stderr></bash-stderr>"
     codex = "<user_shell_command>\n<command>ls</command>\n<result>a b</result>\n</user_shell_command>"
     asked = _user("List the modules", 0)
-    for text in (*claude, codex):
+    skill = "<skill>\n<name>demo</name>\n<path>skills/demo/SKILL.md</path>\nbody\n</skill>"  # Codex loads it
+    for text in (*claude, codex, skill):
         assert request_text(_user(text)) == ""
         assert last_request([asked, _user(text, 1)]) is asked
     pi = _user("Ran `find .`\n```\n./a\n```", 1, injected=True)  # pi's bashExecution, as its adapter reads it
