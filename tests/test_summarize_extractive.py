@@ -319,6 +319,17 @@ def test_client_injected_text_is_not_a_request() -> None:
     assert sections_of(summarize(msgs))["Session intent"] == ["msg 3 (user): please rename the module"]
 
 
+def test_a_shell_commands_output_is_no_request_and_a_slash_command_is_its_arguments() -> None:
+    msgs = [
+        user("<command-name>/review</command-name>\n<command-args>the auth module</command-args>", 0),
+        user("<bash-input>git log</bash-input>", 1),
+        user("<bash-stdout>We decided to use SQLite instead of files</bash-stdout>", 2),
+    ]
+    secs = sections_of(summarize(msgs))
+    assert secs["Session intent"] == ["msg 0 (user): the auth module"]
+    assert not any("SQLite" in d for d in secs["Decisions"])  # the command's output, not the user's words
+
+
 def test_swe_agent_observations_and_demos_are_not_requests() -> None:
     demo = user("Here is a demonstration", 0, is_demo=True, history_index=0)
     task = user("Fix issue 42 in parser.py", 1, history_index=1)

@@ -9,7 +9,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from ctxc.live import INJECTED_MARKUP
+from ctxc.live import request_text
 from ctxc.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from ctxc.summarize import SummaryRequest, register
 from ctxc.summarize.facts import (
@@ -70,7 +70,8 @@ def _is_request(m: Message, prev: Message | None) -> bool:
 
 
 def _request_text(m: Message) -> str:
-    return INJECTED_MARKUP.sub("", _text_of(m)).strip()
+    """The user's own words (:func:`~ctxc.live.request_text`, a slash command's arguments included)."""
+    return request_text(m).replace("\r\n", "\n")
 
 
 #: Words that state a choice outright.
@@ -154,7 +155,7 @@ def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence,
     request = _is_request(m, prev)
     if request and (text := _request_text(m)):
         out.append(KeySentence(m.index, m.role, shorten(text, REQUEST_CHARS), "instruction"))
-    said = _text_of(m) if m.role == "assistant" or request else ""
+    said = _text_of(m) if m.role == "assistant" else _request_text(m) if request else ""
     out += [KeySentence(m.index, m.role, shorten(s, DECISION_CHARS), "decision") for s in _decisions(said)]
     return tuple(out)
 
@@ -226,7 +227,7 @@ class _Reader:
                 self.first_request = False
             else:
                 self.verbatim.append(Fact(INTENT, shorten(text, REQUEST_CHARS), pos, 1, label))
-        said = _text_of(m) if m.role == "assistant" or request else ""
+        said = _text_of(m) if m.role == "assistant" else _request_text(m) if request else ""
         if said and not m.meta.get("ctxc"):
             for s in _decisions(said):
                 self._decision(s, shorten(s, DECISION_CHARS), pos, f"msg {m.index} ({m.role}): ")
