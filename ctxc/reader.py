@@ -270,7 +270,15 @@ def iter_records(
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
         torn = not eol and body.startswith(b"{") and not is_json(body)
-        if torn and any_record and not options.skip_invalid:
+        if torn and not any_record and not options.skip_invalid:
+            # Said as such, not as invalid JSON: a session its client has only begun to write.
+            raise InputError(
+                "cut off mid-record (no newline, not JSON), with no record before it: a session still "
+                "being written?",
+                path=name,
+                line=line_no,
+            )
+        if torn and not options.skip_invalid:
             # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
             # and not yet a line: it is not read (an archived original keeps its bytes, in the spool). A last
             # line that is no record at all is still an error.

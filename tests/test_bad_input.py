@@ -73,6 +73,17 @@ def test_blank_lines_only_is_empty(capsys: pytest.CaptureFixture[str], tmp_path:
     one_line_error(err, "blank.jsonl", "empty file")
 
 
+def test_a_first_record_still_being_written_is_said_as_such(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Not "not valid JSON": a client that has only begun its session's first line wrote nothing wrong."""
+    f = tmp_path / "new.jsonl"
+    f.write_bytes(b'\n{"role": "user", "content": "Fix the fl')
+    code, _, err = run(capsys, "analyze", str(f))
+    assert code == ExitCode.INPUT  # as an empty file is: there is nothing to read yet
+    one_line_error(err, "new.jsonl:2:", "cut off mid-record", "still being written")
+
+
 def test_line_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = tmp_path / "bad.jsonl"
     f.write_bytes(GOOD + b"{this is not json\n")
