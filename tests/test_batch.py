@@ -241,21 +241,22 @@ def test_restore_in_place_undoes_compact_in_place_and_keeps_what_the_file_held(
     shutil.copyfile(SAMPLES / "claude-code.jsonl", session)
     session.chmod(0o640)
     original = session.read_bytes()
-    assert run("compact", str(session), "--in-place", "--target-tokens", "6000", "--quiet") == 0
+    arc = ["--archive", str(tmp_path / "archive")]  # of its own: see the test above
+    assert run("compact", str(session), "--in-place", "--target-tokens", "6000", "--quiet", *arc) == 0
     compacted = session.read_bytes()
     assert compacted != original
     for wrong in (["-o", str(tmp_path / "x.jsonl")], []):  # -o beside it; an archive id, not a file
         ref = str(session) if wrong else sha256_hex(original)[:12]
-        assert run("restore", ref, "--in-place", *wrong) == ExitCode.USAGE
+        assert run("restore", ref, "--in-place", *wrong, *arc) == ExitCode.USAGE
     assert session.read_bytes() == compacted
     capsys.readouterr()
-    assert run("restore", str(session), "--in-place") == 0
+    assert run("restore", str(session), "--in-place", *arc) == 0
     assert session.read_bytes() == original
     assert session.stat().st_mode & 0o777 == 0o640  # the file's own mode, not the archive's
     kept = capsys.readouterr().err.split("archived as ")[1].strip()
-    assert run("restore", kept, "-o", str(tmp_path / "back.jsonl")) == 0
+    assert run("restore", kept, "-o", str(tmp_path / "back.jsonl"), *arc) == 0
     assert (tmp_path / "back.jsonl").read_bytes() == compacted  # nothing was lost
-    assert run("restore", str(session), "--in-place") == 0  # already the original: nothing written
+    assert run("restore", str(session), "--in-place", *arc) == 0  # already the original: nothing written
     assert "nothing to do" in capsys.readouterr().err
     assert session.read_bytes() == original
 
