@@ -89,14 +89,15 @@ def restore_command(
     # written over REF, it keeps REF's mode.
     like = ref if in_place else str(store.object_path(ident))
     inputs = (ref,) if is_file and ref != "-" and not in_place else ()
-    if in_place:
-        if held == data:
-            opt.note(f"ctxc: {ref} already holds its original; nothing to do")
-            return
-        kept = store.store(held)  # nothing is lost: what REF held comes back with `ctxc restore <id>`
-        opt.note(f"ctxc: {ref} holds its original again; what it held is archived as {kept[:12]}")
+    if in_place and held == data:
+        opt.note(f"ctxc: {ref} already holds its original; nothing to do")
+        return
+    # Nothing is lost: what REF held comes back with `ctxc restore <id>`.
+    kept = store.store(held) if in_place else ""
     with atomic_output(output, inputs=inputs, like=like) as handle:
         handle.write(data)
+    if kept:
+        opt.note(f"ctxc: {ref} holds its original again; what it held is archived as {kept[:12]}")
 
 
 def _render_hits(hits: list[Any], query: str) -> None:
