@@ -269,21 +269,11 @@ def iter_records(
                 yield document
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
-        torn = not eol and body.startswith(b"{") and not is_json(body)
-        if torn and not any_record and not options.skip_invalid:
-            # Said as such, not as invalid JSON: a session its client has only begun to write.
-            raise InputError(
-                "cut off mid-record (no newline, not JSON), with no record before it: a session still "
-                "being written?",
-                path=name,
-                line=line_no,
-            )
-        if torn and not options.skip_invalid:
+        if not eol and body.startswith(b"{") and not is_json(body) and not options.skip_invalid:
             # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
             # and not yet a line: it is not read (an archived original keeps its bytes, in the spool). A last
             # line that is no record at all is still an error.
-            if cut_off is not None:
-                cut_off.append(line_no)
+            _cut_off(line_no, name, cut_off, first=not any_record)
             break
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)
         any_record = any_record or record.kind == "passthrough"
@@ -294,6 +284,20 @@ def iter_records(
         spool.flush()
     if not any_record:
         raise InputError("empty file (no JSON records)", path=name)
+
+
+def _cut_off(line_no: int, name: str, cut_off: list[int] | None, *, first: bool) -> None:
+    """Note a last line cut off mid-record; with no record before it, nothing is left to read: said as a
+    session its client has only begun to write, not as invalid JSON."""
+    if first:
+        raise InputError(
+            "cut off mid-record (no newline, not JSON), with no record before it: a session still being "
+            "written?",
+            path=name,
+            line=line_no,
+        )
+    if cut_off is not None:
+        cut_off.append(line_no)
 
 
 def read_line(
