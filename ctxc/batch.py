@@ -181,9 +181,12 @@ class _Terminated(BaseException):
 def _terminated(signum: int, _frame: object) -> None:
     """A worker's SIGTERM (a CI cancel or timeout(1) signals the whole group): it dies of it as before,
     but a file in work unwinds first, so no temporary output is left for the next run to sweep."""
-    signal.signal(signum, signal.SIG_DFL)
     if _busy is not None and _busy.locked():
+        # Another SIGTERM must not cut the unwinding short: once one worker has died, the pool sends
+        # one to each of the others. Ignored until _call ends this worker.
+        signal.signal(signum, signal.SIG_IGN)
         raise _Terminated
+    signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
@@ -191,7 +194,8 @@ def _call(work: Callable[[T], R], index: int, path: str, item: T) -> Outcome[R]:
     try:
         return _run(work, index, path, item)
     except _Terminated:
-        os.kill(os.getpid(), signal.SIGTERM)  # its default action now: the worker ends here
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the file unwound: the worker ends here, of the signal
         raise
 
 

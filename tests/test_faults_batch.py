@@ -649,15 +649,25 @@ def test_an_interrupt_inside_the_pools_wait_does_not_hang_the_batch(tmp_path: Pa
 # A worker writing its output when a SIGTERM reaches the whole process group (a CI cancel, timeout(1),
 # a supervisor stopping the job) must not leave its temporary file behind.
 _TERMINATED_MID_WRITE = """
-import sys, time
+import contextlib, os, signal, sys, time
 from pathlib import Path
 from ctxc.batch import run_batch
 from ctxc.output import atomic_output
 
 out = Path(sys.argv[1])
+AGAIN = len(sys.argv) > 2
+
+@contextlib.contextmanager
+def terminated_again():
+    try:
+        yield
+    finally:  # unwinding: another SIGTERM comes, as the pool sends one once a worker has died
+        if AGAIN:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
 
 def work(n):
-    with atomic_output(str(out / f"{n}.jsonl")) as handle:
+    with atomic_output(str(out / f"{n}.jsonl")) as handle, terminated_again():
         handle.write(b"half a file")
         (out / f"started-{n}").touch()
         time.sleep(30)  # the kill comes here, mid-write
@@ -670,14 +680,20 @@ except KeyboardInterrupt:
 """
 
 
-def test_a_sigterm_to_the_group_leaves_no_temporary_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize("again", [False, True], ids=["once", "again-while-unwinding"])
+def test_a_sigterm_to_the_group_leaves_no_temporary_output(tmp_path: Path, again: bool) -> None:
+    """Also when a second SIGTERM reaches a worker that is removing its temporary output: once one worker
+    has died, the pool terminates the others (seen once in CI under load)."""
     script = tmp_path / "terminated.py"
     script.write_text(_TERMINATED_MID_WRITE)
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(out)], env=env, stderr=subprocess.PIPE, start_new_session=True
+        [sys.executable, str(script), str(out), *(["again"] if again else [])],
+        env=env,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 60
