@@ -270,9 +270,9 @@ def iter_records(
                 return
             buffered = io.BytesIO(rest)  # not a document after all: go on with the lines after line 1
         if not eol and body.startswith(b"{") and not is_json(body) and not options.skip_invalid:
-            # The file ends mid-record: a line its writer (a running agent) has not finished. Not an error,
-            # and not yet a line: it is not read (an archived original keeps its bytes, in the spool). A last
-            # line that is no record at all is still an error.
+            # The file ends mid-record: a line its writer (a running agent) has not finished. After complete
+            # records, not an error, and not yet a line: it is not read (an archived original keeps its bytes,
+            # in the spool). A last line that is no record at all is still an error.
             _cut_off(line_no, name, cut_off, first=not any_record)
             break
         record = read_line(raw, eol, line_no, name, options, body=body, offset=offset)

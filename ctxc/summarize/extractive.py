@@ -152,10 +152,10 @@ def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence,
     if m.meta.get("ctxc") or m.meta.get("is_demo") or m.meta.get("is_compact_summary"):
         return ()
     out: list[KeySentence] = []
-    request = _is_request(m, prev)
-    if request and (text := _request_text(m)):
-        out.append(KeySentence(m.index, m.role, shorten(text, REQUEST_CHARS), "instruction"))
-    said = _text_of(m) if m.role == "assistant" else _request_text(m) if request else ""
+    asked = _request_text(m) if _is_request(m, prev) else ""
+    if asked:
+        out.append(KeySentence(m.index, m.role, shorten(asked, REQUEST_CHARS), "instruction"))
+    said = _text_of(m) if m.role == "assistant" else asked
     out += [KeySentence(m.index, m.role, shorten(s, DECISION_CHARS), "decision") for s in _decisions(said)]
     return tuple(out)
 
@@ -219,15 +219,15 @@ class _Reader:
             self.verbatim.append(Fact(DECISIONS, f'"{quote}"', pos, 1, label))
 
     def _message(self, pos: int, m: Message, prev: Message | None) -> None:
-        request = _is_request(m, prev)
-        if request and (text := _request_text(m)):
+        asked = _request_text(m) if _is_request(m, prev) else ""
+        if asked:
             label = f"msg {m.index} (user): "
             if self.first_request:
-                self.verbatim.append(Fact(INTENT, text, pos, 1, label, floor=FIRST_REQUEST_FLOOR, keep=True))
+                self.verbatim.append(Fact(INTENT, asked, pos, 1, label, floor=FIRST_REQUEST_FLOOR, keep=True))
                 self.first_request = False
             else:
-                self.verbatim.append(Fact(INTENT, shorten(text, REQUEST_CHARS), pos, 1, label))
-        said = _text_of(m) if m.role == "assistant" else _request_text(m) if request else ""
+                self.verbatim.append(Fact(INTENT, shorten(asked, REQUEST_CHARS), pos, 1, label))
+        said = _text_of(m) if m.role == "assistant" else asked
         if said and not m.meta.get("ctxc"):
             for s in _decisions(said):
                 self._decision(s, shorten(s, DECISION_CHARS), pos, f"msg {m.index} ({m.role}): ")
