@@ -20,7 +20,6 @@ from typing import Any
 
 import orjson
 
-from ctxc._version import __version__
 from ctxc.model import Boundary, Usage
 from ctxc.output import write_atomic
 from ctxc.reader import ReadOptions
@@ -29,7 +28,8 @@ from ctxc.system import analysis_entry, cache_dir, identity_record, warn_once
 from ctxc.validate import Problem
 
 log = logging.getLogger(__name__)
-#: Bump when the stored layout changes (the ctxc version and its modules' fingerprint are in the key too).
+#: Bump when the stored layout changes (the fingerprint of ctxc's modules, its version's among them, is in
+#: the key too).
 _LAYOUT = 10  # 10: the key hashes the file's content hash, which its identity records
 #: How long a file must have been unchanged before its identity stands in for its content hash.
 _STILL_NS = 2_000_000_000
@@ -71,10 +71,7 @@ def scan_key(
             return None
         if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
             _write_atomic(record, content.encode())
-    settings = (
-        f"{_LAYOUT}|{__version__}|{_code_fingerprint()}|{tokenizer}|{input_format}|{options.skip_invalid}"
-        f"|{options.max_line_bytes}"
-    )
+    settings = f"{_LAYOUT}|{_code_fingerprint()}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}"
     return hashlib.blake2b(f"{settings}|{content}".encode(), digest_size=20).hexdigest()
 
 
