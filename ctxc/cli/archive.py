@@ -85,19 +85,19 @@ def restore_command(
     if ident is None:
         raise ArchiveError(f"no archived original found for this file in {store.root}", path=ref)
     data = store.read(ident)
-    # The restored file is as private as the archived original (cp's rule, from the archive's object);
-    # written over REF, it keeps REF's mode.
-    like = ref if in_place else str(store.object_path(ident))
-    inputs = (ref,) if is_file and ref != "-" and not in_place else ()
-    if in_place and held == data:
+    if not in_place:
+        # The restored file is as private as the archived original (cp's rule, from the archive's object).
+        inputs = (ref,) if is_file and ref != "-" else ()
+        with atomic_output(output, inputs=inputs, like=str(store.object_path(ident))) as handle:
+            handle.write(data)
+        return
+    if held == data:
         opt.note(f"ctxc: {ref} already holds its original; nothing to do")
         return
-    # Nothing is lost: what REF held comes back with `ctxc restore <id>`.
-    kept = store.store(held) if in_place else ""
-    with atomic_output(output, inputs=inputs, like=like) as handle:
+    kept = store.store(held)  # nothing is lost: what REF held comes back with `ctxc restore <id>`
+    with atomic_output(ref, like=ref) as handle:  # REF keeps its mode
         handle.write(data)
-    if kept:
-        opt.note(f"ctxc: {ref} holds its original again; what it held is archived as {kept[:12]}")
+    opt.note(f"ctxc: {ref} holds its original again; what it held is archived as {kept[:12]}")
 
 
 def _render_hits(hits: list[Any], query: str) -> None:
