@@ -71,7 +71,8 @@ def scan_key(
             return None
         if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _STILL_NS:
             _write_atomic(record, content.encode())
-    settings = f"{_LAYOUT}|{_code_fingerprint()}|{tokenizer}|{input_format}|{options.skip_invalid}|{options.max_line_bytes}"
+    read = f"{input_format}|{options.skip_invalid}|{options.max_line_bytes}"
+    settings = f"{_LAYOUT}|{_code_fingerprint()}|{tokenizer}|{read}"
     return hashlib.blake2b(f"{settings}|{content}".encode(), digest_size=20).hexdigest()
 
 
