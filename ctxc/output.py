@@ -94,7 +94,11 @@ def _escaped(match: re.Match[bytes]) -> bytes:
 
 def dumps(doc: Any) -> bytes:
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
-    return data if _RAW_CONTROL.search(data) is None else _RAW_CONTROL.sub(_escaped, data)
+    if (
+        data.isascii() and b"\x7f" not in data
+    ):  # the usual case, told a hundred times faster than by the regex
+        return data
+    return _RAW_CONTROL.sub(_escaped, data)
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

@@ -424,6 +424,13 @@ def test_json_reports_escape_c1_and_bidi_controls(capsys: pytest.CaptureFixture[
     assert "sh\x9b\u202e" in json.loads(out)["files"][0]["by_tool"]
 
 
+def test_json_escapes_a_delete_in_otherwise_ascii_output() -> None:
+    from ctxc.output import dumps
+
+    assert dumps({"tool": "sh\x7f"}) == b'{\n  "tool": "sh\\u007f"\n}\n'
+    assert dumps({"tool": "sh"}) == b'{\n  "tool": "sh"\n}\n'
+
+
 def test_one_message_is_said_in_the_singular(capsys: pytest.CaptureFixture[str], odd: Path) -> None:
     (odd / "one.jsonl").write_text('{"role": "user", "content": "hello"}\n')
     code, out, _ = run(capsys, "analyze", "one.jsonl", "-f", "table")
