@@ -293,8 +293,9 @@ def compact_live(
             keep |= {reset.index}
         # What must survive but lies before the log's own compaction goes into the live context, unless
         # an earlier run's copy is there already: then that copy is what is kept.
-        copied = {m.text: m.index for m in messages if is_plain(m)}
         pinned = [m for m in history if m.index in keep and is_plain(m)]
+        wanted = {m.text for m in pinned}  # only these are looked up (every text: a pass over the log)
+        copied = {m.text: m.index for m in messages if is_plain(m) and m.text in wanted} if wanted else {}
         keep |= {copied[m.text] for m in pinned if m.text in copied}
         requests = tuple(copy_of(m, "pinned") for m in pinned if m.text not in copied)
         # What the log's compaction carries in counts; it is compacted too where the writer can replace it.
