@@ -40,6 +40,13 @@ MIN_PREFIX = 12
 CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(\d+))?)?")
 
 
+def is_archive(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds an archive: a manifest beside its objects."""
+    return os.path.isfile(os.path.join(directory, "manifest.jsonl")) and os.path.isdir(
+        os.path.join(directory, "objects")
+    )
+
+
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``--archive``, else ``$CTXC_ARCHIVE``, else ``.ctxc/archive`` here or in a parent, else the user's."""
     chosen = explicit or os.environ.get("CTXC_ARCHIVE")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ctxc.archive_store import is_archive
 from ctxc.errors import (
     CtxcError,
     ExitCode,
@@ -49,8 +50,8 @@ def collect_inputs(
     exclude: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Input]:
     """Files as given (each once, by any spelling; stdin too), directories walked recursively in sorted order
-    for ``glob`` (default: each format's suffixes), never entering ``exclude``. A directory the walk
-    cannot list is kept as an input, so the batch reports it as a failure."""
+    for ``glob`` (default: each format's suffixes), never entering ``exclude`` or an archive. A directory
+    the walk cannot list is kept as an input, so the batch reports it as a failure."""
     if not paths:
         if glob is None:
             raise UsageError("give a transcript file, a directory, or - for stdin")
@@ -116,8 +117,11 @@ def _walk(top: Path, glob: str | None, skip: set[str]) -> tuple[list[str], list[
         # A pattern without a slash matches the file name at any depth, like .gitignore.
         return fnmatch.fnmatch(rel if "/" in glob else name, glob)
 
+    def enters(subdir: str) -> bool:  # an archive's manifest and journal are JSONL, no transcripts
+        return os.path.realpath(subdir) not in skip and not is_archive(subdir)
+
     for directory, subdirs, files in os.walk(top, onerror=failed):
-        subdirs[:] = [d for d in subdirs if os.path.realpath(os.path.join(directory, d)) not in skip]
+        subdirs[:] = [d for d in subdirs if enters(os.path.join(directory, d))]
         base = Path(os.path.relpath(directory, top))
         for name in files:
             rel = (base / name).as_posix()

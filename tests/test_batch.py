@@ -78,6 +78,36 @@ def test_collect_inputs_walks_sorted_with_relative_paths(tmp_path: Path) -> None
         collect_inputs([str(src)], glob="*.nothing")
 
 
+def test_a_walk_never_enters_an_archive(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """A project's own archive (.ctxc/archive, used when it exists) and one named anywhere in the tree
+    hold JSONL (manifest, journal) that is no transcript: analyze, check and validate of the folder
+    read the transcripts alone."""
+    src = make_tree(tmp_path, broken=False)
+    expected = [i.rel for i in collect_inputs([str(src)])]
+    for archive in (src / ".ctxc" / "archive", src / "nested" / "kept"):
+        assert (
+            run(
+                "compact",
+                str(src / "codex.jsonl"),
+                "-o",
+                str(tmp_path / "out.jsonl"),
+                "--archive",
+                str(archive),
+                *COMPACT,
+            )
+            == 0
+        )
+        assert (archive / "manifest.jsonl").is_file()
+    assert [i.rel for i in collect_inputs([str(src)])] == expected
+    capsysbinary.readouterr()
+    for command in (["analyze"], ["check", "--max-usage", "0.9"], ["validate"]):
+        assert run(*command, str(src), "--format", "json", "--quiet") == 0, command
+        doc = orjson.loads(capsysbinary.readouterr().out)
+        assert not doc.get("errors"), command
+        assert not any(f.get("error") for f in doc["files"]), command  # check lists its errors as files
+        assert len(doc["files"]) == len(expected)
+
+
 def test_out_dir_mirrors_the_tree_and_one_bad_file_does_not_stop_the_batch(tmp_path: Path) -> None:
     src = make_tree(tmp_path)
     out = tmp_path / "out"
