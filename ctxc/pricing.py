@@ -18,6 +18,14 @@ from ctxc.reader import parse_toml, read_toml
 
 SHIPPED = Path(__file__).with_name("prices.toml")
 _PER_TOKEN = 1e-6  # the table is in dollars per million tokens
+
+
+def _usd(dollars: float) -> float:
+    """Dollars to the nano-dollar: below it a sum of float prices holds only binary noise
+    (0.22113929999999998 for 0.2211393), which JSON would print."""
+    return round(dollars, 9)
+
+
 _SUFFIX = re.compile(r"(?:[-@]\d{8}|[-@]v\d+(?::\d+)?)$")
 
 
@@ -161,11 +169,11 @@ def price_usage(usage: Iterable[Usage], table: PriceTable) -> Cost:
             sum(u.output for u in calls),
             sum(u.cache_write for u in calls),
             sum(u.cache_read for u in calls),
-            sum(found[1].of(u) for u in calls) if (found := table.find(calls[0].model)) else None,
+            _usd(sum(found[1].of(u) for u in calls)) if (found := table.find(calls[0].model)) else None,
         )
         for name, calls in by_model.items()
     ]
-    return Cost(sum(m.usd for m in models if m.usd is not None), table.as_of, tuple(models))
+    return Cost(_usd(sum(m.usd for m in models if m.usd is not None)), table.as_of, tuple(models))
 
 
 def saving_per_turn(tokens: int, model: str | None, table: PriceTable) -> tuple[float, float] | None:
@@ -175,4 +183,4 @@ def saving_per_turn(tokens: int, model: str | None, table: PriceTable) -> tuple[
     if found is None:
         return None
     rates = found[1].rates
-    return tokens * rates.input * _PER_TOKEN, tokens * rates.cache_read * _PER_TOKEN
+    return _usd(tokens * rates.input * _PER_TOKEN), _usd(tokens * rates.cache_read * _PER_TOKEN)

@@ -117,6 +117,8 @@ def test_analyze_prices_the_recorded_usage_and_takes_a_price_file(
         + usage["cache_read"] * rates.cache_read
     )
     assert usage["cost"]["usd"] == pytest.approx(expected)
+    # To the nano-dollar: the sum of float prices (0.22113929999999998) is not printed with its noise.
+    assert usage["cost"]["usd"] == round(expected, 9) == usage["cost"]["models"][0]["usd"]
     assert usage["cost"]["models"][0]["model"] == "claude-sonnet-4-5-20250929"
     mine = tmp_path / "p.toml"
     mine.write_text(
