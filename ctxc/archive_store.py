@@ -462,3 +462,12 @@ def _first(digest: str, made_from: dict[str, str]) -> str:
         digest = made_from[digest]
         seen.add(digest)
     return digest
+
+
+@dataclass(frozen=True, slots=True)
+class UnwrittenArchive(ArchiveStore):
+    """The archive at ``root`` as a dry run plans against it: the ids and paths storing would give,
+    nothing written (so a dry run's offload pointers cost what a real run's do)."""
+
+    def store(self, data: Data, digest: str | None = None, *, sync: bool = True) -> str:
+        return digest or sha256_hex(data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -400,3 +401,29 @@ def test_outputs_are_paired_whatever_the_input(
     assert messages == before
     assert paired(out)
     assert openai_adjacent(out)
+
+
+def test_an_offloaded_output_is_in_a_file_there_is_and_none_without_an_archive(tmp_path: Path) -> None:
+    """Offload points the model at a file: only where the archive holds it."""
+    huge = " ".join(f"line{i} of the build log" for i in range(25_000))
+    make = {"name": "sh", "arguments": json.dumps({"cmd": "make"})}
+    messages = [
+        {"role": "user", "content": "run the build"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": make}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": huge},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "and now?"},
+    ]
+    budget = {"max_tokens": 60_000, "window": 100_000, "strategy": "adaptive"}
+    plain = ctxc.compact_messages(messages, **budget)  # type: ignore[arg-type]
+    assert not any("ctxc offloaded" in str(m["content"]) for m in plain)
+    archive = tmp_path / "archive"
+    stored = ctxc.compact_messages(messages, **budget, archive=archive)  # type: ignore[arg-type]
+    [pointer] = [str(m["content"]) for m in stored if "ctxc offloaded" in str(m["content"])]
+    path = Path(pointer.split(" to ", 1)[1].split(";", 1)[0])
+    assert path.is_relative_to(archive.resolve())
+    assert path.read_text() == huge

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxc.archive import Archive
-from ctxc.archive_store import CITATION_RE, sha256_hex
+from ctxc.archive_store import CITATION_RE, ArchiveStore, UnwrittenArchive, sha256_hex
 from ctxc.compaction.base import CompactContext, StrategyResult, parse_config, strategies
 from ctxc.compaction.ledger import Ledger
 from ctxc.compaction.offload import Offload, OffloadConfig
@@ -48,7 +48,7 @@ class NoSummarizer:
 def make_ctx(
     messages: Sequence[Message],
     *,
-    archive: Archive | None,
+    archive: ArchiveStore | None,
     target: int = 1,
     window: int = 10**9,
     pinned: Iterable[int] = (),
@@ -212,18 +212,27 @@ def test_keep_last_and_pinned_are_never_offloaded(tmp_path: Path) -> None:
     assert [a.first for a in result.actions] == [2, 6]
 
 
-def test_dry_run_computes_the_path_without_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_computes_the_path_without_writing(tmp_path: Path) -> None:
     root = tmp_path / "never-written"
-    monkeypatch.setenv("CTXC_ARCHIVE", str(root))
     big = log(3000)
     msgs = conversation([("Bash", {"command": "x"}, big)])
-    ctx = make_ctx(msgs, archive=None, config=OffloadConfig(threshold_tokens=1000))
+    ctx = make_ctx(msgs, archive=UnwrittenArchive(root), config=OffloadConfig(threshold_tokens=1000))
     result = OFFLOAD.compact(msgs, ctx)
     check_invariants(msgs, result, ctx)
     [path] = pointed_blobs(block_text(result.messages[2]))
     digest = sha256_hex(big.encode())
     assert path == root / "objects" / digest[:2] / digest
     assert not root.exists()
+
+
+def test_without_an_archive_nothing_is_offloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library run without an archive stores nothing: a pointer would name a file that is not there."""
+    monkeypatch.setenv("CTXC_ARCHIVE", str(tmp_path / "never-written"))
+    msgs = conversation([("Bash", {"command": "x"}, log(3000))])
+    result = OFFLOAD.compact(msgs, make_ctx(msgs, archive=None, config=OffloadConfig(threshold_tokens=1000)))
+    assert result.messages == tuple(msgs)
+    assert not result.actions
+    assert not (tmp_path / "never-written").exists()
 
 
 def test_a_one_line_giant_is_clipped_in_the_preview(tmp_path: Path) -> None:

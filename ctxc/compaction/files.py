@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, BinaryIO
 
 from ctxc.archive import Archive
+from ctxc.archive_store import ArchiveStore, UnwrittenArchive, archive_root
 from ctxc.compaction.base import Action
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
@@ -142,16 +143,16 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
         check_output(job.output, inputs=() if job.in_place else (job.path,))
     if job.path != "-":  # a missing or unreadable input fails before an archive is made for it
         open_binary(job.path)[1].close()
-    store = None if job.dry_run else Archive.open(job.archive, index_on_write=job.index)
-    if store is None:
-        return _compact_file(job, None, None)
+    if job.dry_run:  # planned against the archive it would store in, which stays as it is
+        return _compact_file(job, UnwrittenArchive(archive_root(job.archive)), None)
+    store = Archive.open(job.archive, index_on_write=job.index)
     store.check_manifest()  # fail before archiving and compacting, not after the output
     store.refuse_output_inside(job.output)
     with contextlib.closing(store.spool()) as spool:
         return _compact_file(job, store, spool)
 
 
-def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -> dict[str, Any]:
+def _compact_file(job: CompactJob, store: ArchiveStore, spool: Spool | None) -> dict[str, Any]:
     # A file's bytes go to the archive's spool as it is parsed (not held twice); stdin is read whole first.
     source: str | BinaryIO = job.path
     size = 0
@@ -183,7 +184,6 @@ def _compact_file(job: CompactJob, store: Archive | None, spool: Spool | None) -
         doc["run"] |= {"session_id": session_id, "resume": adapter.resume_command(session_id)}
     if job.dry_run:
         return doc
-    assert store is not None
     if job.make_dirs:
         make_parents(job.output)
     run = {**doc["run"], "output_sha256": ""}  # filled in as the output is written

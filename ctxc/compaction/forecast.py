@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxc.archive_store import sha256_hex
+from ctxc.archive_store import UnwrittenArchive, archive_root, sha256_hex
 from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
 from ctxc.compaction.kernel import pinned_indexes
@@ -47,6 +47,7 @@ def forecast(
     ledger.withhold_thinking(m for m in transcript.messages if m.index in live.unsent_thinking)
     rewrites = get_adapter(transcript.format).rewrites_carried
     summarizer = get_summarizer("extractive")
+    archive = UnwrittenArchive(archive_root())  # offload's pointers as a run would write them
     archive_id = sha256_hex(transcript.to_bytes())
     thresholds = check_thresholds(thresholds)
     cfg = AdaptiveConfig(*thresholds)
@@ -63,6 +64,7 @@ def forecast(
             window=window,
             ledger=ledger,
             summarizer=summarizer,
+            archive=archive,
             archive_id=archive_id,
             pinned=pinned_indexes(messages, ()),
             keep_last=keep_last,
@@ -76,7 +78,9 @@ def forecast(
                 msgs = Adaptive.run_stage(name, msgs, base, cfg).messages
             potential[stage] += before - ledger.total(msgs)
     options = CompactOptions(window=window, thresholds=thresholds, keep_last=keep_last)
-    result = compact_transcript(transcript, replace(options, allow_over=True), counter=counter)
+    result = compact_transcript(
+        transcript, replace(options, allow_over=True), archive=archive, counter=counter
+    )
     plan = dict.fromkeys(STAGE_OF.values(), 0)
     for action in result.actions:
         plan[STAGE_OF.get(action.strategy, 2)] += action.saved

@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxc.archive_store import ArchiveStore, archive_root, sha256_hex
 from ctxc.compaction.base import (
     Action,
     CompactContext,
@@ -67,6 +66,8 @@ class Offload:
     Config: ClassVar[type[Any]] = OffloadConfig
 
     def compact(self, messages: Sequence[Message], ctx: CompactContext) -> StrategyResult:
+        if ctx.archive is None:  # nowhere to move an output to: a pointer would name a file that is not there
+            return StrategyResult(tuple(messages))
         cfg: OffloadConfig = ctx.config(self)
         msgs = list(messages)
         movable = ctx.editable(msgs)
@@ -109,23 +110,20 @@ class Offload:
                     new_input, moved = _offload_input(b, keys, cfg.input_threshold_tokens, ctx, index, notes)
                     if moved:
                         swap(pos, bi, replace(b, input=new_input), f"{b.name} input {', '.join(moved)}")
-        if ctx.archive is not None and notes:
+        if notes:
             ctx.archive.index_blobs(ctx.archive_id, notes)
         return StrategyResult(tuple(msgs), tuple(actions))
 
 
 def store_blob(ctx: CompactContext, text: str, *, message: int, tool: str, notes: Notes) -> Blob:
-    """Write ``text`` to the archive (unsynced: the original is), noting ``(digest, message, tool)`` for
-    the search index; in a dry run only compute where."""
-    data = text.encode("utf-8")
-    if ctx.archive is not None:
-        digest = ctx.archive.store(data, sync=False)
-        notes.append((digest, message, tool))
-        # Absolute: the agent reading it back may work in another directory than this run.
-        return Blob(digest, ctx.archive.object_path(digest).absolute())
-    digest = sha256_hex(data)
-    # Where the default archive would put it, so a dry run costs the same tokens as a real one.
-    return Blob(digest, ArchiveStore(archive_root()).object_path(digest).absolute())
+    """Write ``text`` to the run's archive (unsynced: the original is; a dry run's writes nothing), noting
+    ``(digest, message, tool)`` for the search index."""
+    archive = ctx.archive
+    assert archive is not None  # offload runs only with one
+    digest = archive.store(text.encode("utf-8"), sync=False)
+    notes.append((digest, message, tool))
+    # Absolute: the agent reading it back may work in another directory than this run.
+    return Blob(digest, archive.object_path(digest).absolute())
 
 
 def result_pointer(text: str, call: ToolCall, blob: Blob, cite: str, tokens: int, preview_lines: int) -> str:
