@@ -94,9 +94,8 @@ def _escaped(match: re.Match[bytes]) -> bytes:
 
 def dumps(doc: Any) -> bytes:
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
-    if (
-        data.isascii() and b"\x7f" not in data
-    ):  # the usual case, told a hundred times faster than by the regex
+    # The usual case, told by two quick scans rather than the regex, which tries each byte in turn.
+    if data.isascii() and b"\x7f" not in data:
         return data
     return _RAW_CONTROL.sub(_escaped, data)
 
