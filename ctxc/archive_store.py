@@ -41,10 +41,10 @@ CITATION_RE = re.compile(r"ctxc archive ([0-9a-f]{12,64})(?: messages (\d+)(?:-(
 
 
 def is_archive(directory: str | os.PathLike[str]) -> bool:
-    """Whether ``directory`` holds an archive: a manifest beside its objects."""
-    return os.path.isfile(os.path.join(directory, "manifest.jsonl")) and os.path.isdir(
-        os.path.join(directory, "objects")
-    )
+    """Whether ``directory`` holds an archive: a manifest beside its objects (False where it cannot be
+    looked into: ``os.path`` answers so, where ``Path.is_file`` raises)."""
+    manifest, objects = os.path.join(directory, "manifest.jsonl"), os.path.join(directory, "objects")
+    return os.path.isfile(manifest) and os.path.isdir(objects)
 
 
 def archive_root(explicit: str | os.PathLike[str] | None = None) -> Path:

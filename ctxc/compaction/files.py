@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, BinaryIO
 
 from ctxc.archive import Archive
-from ctxc.archive_store import ArchiveStore, UnwrittenArchive, archive_root
+from ctxc.archive_store import ArchiveStore, UnwrittenArchive
 from ctxc.compaction.base import Action
 from ctxc.compaction.run import CompactionResult, CompactOptions, compact_transcript
 from ctxc.errors import UsageError
@@ -144,7 +144,7 @@ def compact_file(job: CompactJob) -> dict[str, Any]:
     if job.path != "-":  # a missing or unreadable input fails before an archive is made for it
         open_binary(job.path)[1].close()
     if job.dry_run:  # planned against the archive it would store in, which stays as it is
-        return _compact_file(job, UnwrittenArchive(archive_root(job.archive)), None)
+        return _compact_file(job, UnwrittenArchive.open(job.archive), None)
     store = Archive.open(job.archive, index_on_write=job.index)
     store.check_manifest()  # fail before archiving and compacting, not after the output
     store.refuse_output_inside(job.output)

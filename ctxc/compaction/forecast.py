@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxc.archive_store import UnwrittenArchive, archive_root, sha256_hex
+from ctxc.archive_store import UnwrittenArchive, sha256_hex
 from ctxc.compaction.adaptive import STAGES, Adaptive, AdaptiveConfig
 from ctxc.compaction.base import CompactContext
 from ctxc.compaction.kernel import pinned_indexes
@@ -47,7 +47,7 @@ def forecast(
     ledger.withhold_thinking(m for m in transcript.messages if m.index in live.unsent_thinking)
     rewrites = get_adapter(transcript.format).rewrites_carried
     summarizer = get_summarizer("extractive")
-    archive = UnwrittenArchive(archive_root())  # offload's pointers as a run would write them
+    archive = UnwrittenArchive.open()  # offload's pointers as a run would write them
     archive_id = sha256_hex(transcript.to_bytes())
     thresholds = check_thresholds(thresholds)
     cfg = AdaptiveConfig(*thresholds)

@@ -74,6 +74,13 @@ def _request_text(m: Message) -> str:
     return request_text(m).replace("\r\n", "\n")
 
 
+def _asked_and_said(m: Message, prev: Message | None) -> tuple[str, str]:
+    """What ``m`` asks (its user's request, else "") and what it says that may hold decisions: an
+    assistant's text, a user's request; never a tool's or the harness's words."""
+    asked = _request_text(m) if _is_request(m, prev) else ""
+    return asked, _text_of(m) if m.role == "assistant" else asked
+
+
 #: Words that state a choice outright.
 _DECISION = re.compile(
     r"\b(?:decided|decide to|decision|instead|chose|choose to|opt(?:ed)? (?:for|to)|switch(?:ed|ing)? to"
@@ -152,10 +159,9 @@ def key_sentences(m: Message, prev: Message | None = None) -> tuple[KeySentence,
     if m.meta.get("ctxc") or m.meta.get("is_demo") or m.meta.get("is_compact_summary"):
         return ()
     out: list[KeySentence] = []
-    asked = _request_text(m) if _is_request(m, prev) else ""
+    asked, said = _asked_and_said(m, prev)
     if asked:
         out.append(KeySentence(m.index, m.role, shorten(asked, REQUEST_CHARS), "instruction"))
-    said = _text_of(m) if m.role == "assistant" else asked
     out += [KeySentence(m.index, m.role, shorten(s, DECISION_CHARS), "decision") for s in _decisions(said)]
     return tuple(out)
 
@@ -219,7 +225,7 @@ class _Reader:
             self.verbatim.append(Fact(DECISIONS, f'"{quote}"', pos, 1, label))
 
     def _message(self, pos: int, m: Message, prev: Message | None) -> None:
-        asked = _request_text(m) if _is_request(m, prev) else ""
+        asked, said = _asked_and_said(m, prev)
         if asked:
             label = f"msg {m.index} (user): "
             if self.first_request:
@@ -227,7 +233,6 @@ class _Reader:
                 self.first_request = False
             else:
                 self.verbatim.append(Fact(INTENT, shorten(asked, REQUEST_CHARS), pos, 1, label))
-        said = _text_of(m) if m.role == "assistant" else asked
         if said and not m.meta.get("ctxc"):
             for s in _decisions(said):
                 self._decision(s, shorten(s, DECISION_CHARS), pos, f"msg {m.index} ({m.role}): ")
